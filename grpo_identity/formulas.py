@@ -1,0 +1,172 @@
+"""The single source of truth: every quantity of the paper as a SymPy expression.
+
+Each function returns an expression in the symbols it is given (defaults below carry
+their assumptions).  Proofs build their statements from these functions and never retype
+a formula; the fast numeric twins in :mod:`grpo_identity.closed_forms` and
+:func:`grpo_identity.dial.coefficient` are tested against them.  The registry in
+:mod:`grpo_identity.registry` lists each one with its paper reference, its proof and its twin.
+
+This module imports SymPy: it is the heavy layer, imported on demand only.
+
+>>> from grpo_identity import formulas as F
+>>> F.sigma(3, 8)
+sqrt(15)/8
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+__all__ = [
+    "G",
+    "k",
+    "m",
+    "p",
+    "eps",
+    "batch_std",
+    "group_mean",
+    "sigma",
+    "advantage_correct",
+    "advantage_incorrect",
+    "update_coefficient",
+    "silent_rate",
+    "expected_update",
+    "expected_sigma_sq",
+    "fidelity",
+    "attenuation_first_order",
+    "group_size_law",
+    "difficulty_weight",
+    "arcsine_objective",
+]
+
+# --- symbols, with their assumptions --------------------------------------------------------
+#: number of answers per prompt (group size)
+G = sp.Symbol("G", positive=True, integer=True)
+#: number of correct answers in the group
+k = sp.Symbol("k", nonnegative=True, integer=True)
+#: number of incorrect answers; the interior 0 < k < G is encoded as G = k + m, k, m >= 1
+m = sp.Symbol("m", positive=True, integer=True)
+#: probability that one answer is correct
+p = sp.Symbol("p", positive=True)
+#: the epsilon added to the standard deviation
+eps = sp.Symbol("epsilon", positive=True)
+#: standard deviation of all rewards in the batch (the batch-std scale)
+batch_std = sp.Symbol("sigma_batch", positive=True)
+
+Num = sp.Expr | int
+
+
+def group_mean(k: Num = k, G: Num = G) -> sp.Expr:
+    """Group mean reward μ = k/G (PAPER §Setting)."""
+    return sp.Rational(1, 1) * k / G
+
+
+def sigma(k: Num = k, G: Num = G) -> sp.Expr:
+    """Group standard deviation of binary rewards, population (ddof 0): σ = √(k(G−k))/G.
+
+    Paper §Setting; T1 proves it equals √(μ(1−μ)) and the group variance.
+    """
+    return sp.sqrt(k * (G - k)) / G
+
+
+def advantage_correct(k: Num = k, G: Num = G) -> sp.Expr:
+    """GRPO advantage of a correct answer: Â₊ = (G−k)/(Gσ) (Theorem 1's proof)."""
+    return (G - k) / (G * sigma(k, G))
+
+
+def advantage_incorrect(k: Num = k, G: Num = G) -> sp.Expr:
+    """GRPO advantage of an incorrect answer: Â₋ = −k/(Gσ) (Theorem 1's proof)."""
+    return -k / (G * sigma(k, G))
+
+
+def _centred_correct(centre: str, k: Num, G: Num) -> sp.Expr:
+    """Centred reward of a correct answer (reward 1) under the dial's centre."""
+    if centre == "mean":
+        return 1 - group_mean(k, G)
+    if centre == "loo":  # baseline of a correct answer: mean of the other G−1 rewards
+        return 1 - (k - 1) / (G - 1)
+    raise ValueError(f"update coefficient is defined for centred dials only, got centre={centre!r}")
+
+
+def _scale(scale: str, ddof: int, epsilon: Num, k: Num, G: Num, sigma_batch: Num) -> sp.Expr:
+    """Divisor of the centred rewards under the dial's scale (ε added to the std)."""
+    if scale == "none":
+        return sp.Integer(1)
+    if scale == "group_std":
+        # std with `ddof` of a binary group: sqrt(Σ(R−μ)²/(G−ddof)) = sqrt(G/(G−ddof))·σ
+        return sp.sqrt(sp.Rational(1, 1) * G / (G - ddof)) * sigma(k, G) + epsilon
+    if scale == "batch_std":
+        return sigma_batch + epsilon
+    raise ValueError(f"unknown scale {scale!r}")
+
+
+def update_coefficient(
+    centre: str = "mean",
+    scale: str = "group_std",
+    ddof: int = 0,
+    epsilon: Num = 0,
+    keep: str = "all",
+    k: Num = k,
+    G: Num = G,
+    sigma_batch: Num = batch_std,
+) -> sp.Expr:
+    """Update coefficient c in g = c·(s̄₊ − s̄₋) for any point of the dial.
+
+    With zero-sum advantages taking Â₊ on the k correct and Â₋ on the G−k incorrect answers,
+    g = (1/G)(kÂ₊s̄₊ + (G−k)Â₋s̄₋) = (k/G)Â₊(s̄₊ − s̄₋), so c = (k/G)·Â₊.  GRPO gives σ,
+    Dr. GRPO σ², DAPO 1{0<k<G}·σ (Theorem 1, PAPER §The three methods).  For k ∈ {0, G}
+    every centred reward is 0 and the dial defines the advantage as 0, so c = 0 there; the
+    expression returned is the interior (0 < k < G) formula, wrapped in a Piecewise for
+    the keep rule ``nonzero_std``.
+    """
+    c = group_mean(k, G) * _centred_correct(centre, k, G) / _scale(scale, ddof, epsilon, k, G, sigma_batch)
+    if keep == "nonzero_std":
+        return sp.Piecewise((c, sp.And(sp.Gt(k, 0), sp.Lt(k, G))), (0, True))
+    if keep != "all":
+        raise ValueError(f"unknown keep rule {keep!r}")
+    return c
+
+
+def silent_rate(G: Num = G, p: Num = p) -> sp.Expr:
+    """Probability that a group is silent, P(k ∈ {0, G}) = p^G + (1−p)^G (PAPER claim 6)."""
+    return p**G + (1 - p) ** G
+
+
+def expected_update(G: Num = G, p: Num = p, k: sp.Symbol = k) -> sp.Sum:
+    """Exact expected GRPO update E[g] = (1/G) Σ_{k=1}^{G−1} C(G,k) p^k (1−p)^{G−k} √(k(G−k)).
+
+    Proposition 2; kept as an unevaluated ``Sum`` (call ``.doit()`` for a concrete G).
+    The summand is G·σ(k,G) weighted by the binomial probability of k.
+    """
+    term = sp.binomial(G, k) * p**k * (1 - p) ** (G - k) * sigma(k, G)
+    return sp.Sum(term, (k, 1, G - 1))
+
+
+def expected_sigma_sq(G: Num = G, p: Num = p) -> sp.Expr:
+    """Expected Dr. GRPO coefficient E[σ²] = p(1−p)(1 − 1/G) (Proposition 2)."""
+    return p * (1 - p) * (1 - sp.Integer(1) / G)
+
+
+def fidelity(G: Num = G, p: Num = p) -> sp.Expr:
+    """Fidelity φ(G,p) = E[g]/√(p(1−p)) (Corollary 2)."""
+    return expected_update(G, p) / sp.sqrt(p * (1 - p))
+
+
+def attenuation_first_order(G: Num = G, p: Num = p) -> sp.Expr:
+    """First-order attenuation law φ ≈ 1 − 1/(8Gp(1−p)) (Corollary 1)."""
+    return 1 - 1 / (8 * G * p * (1 - p))
+
+
+def group_size_law(epsilon: Num = eps, p: Num = p) -> sp.Expr:
+    """Group-size law G* = 1/(8εp(1−p)), the G at which the first-order law reaches 1−ε (Corollary 2)."""
+    return 1 / (8 * epsilon * p * (1 - p))
+
+
+def difficulty_weight(p: Num = p) -> sp.Expr:
+    """Difficulty weight w(p) = 1/√(p(1−p)) (PAPER claim 7)."""
+    return 1 / sp.sqrt(p * (1 - p))
+
+
+def arcsine_objective(p: Num = p) -> sp.Expr:
+    """Objective that GRPO ascends per prompt, 2·arcsin√p (PAPER claim 7)."""
+    return 2 * sp.asin(sp.sqrt(p))

@@ -1,0 +1,74 @@
+"""The registry: every formula of the project, with its paper reference, its symbolic
+definition, its numeric twin and the theorem that proves it.
+
+Names are ``module:function`` strings so that reading the registry imports nothing heavy;
+:func:`resolve` loads one.  A test asserts that the registry covers every public function of
+:mod:`grpo_identity.formulas`, that every twin exists and equals its definition, and that every
+proof named here exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+__all__ = ["Formula", "REGISTRY", "by_name", "resolve"]
+
+Signature = Literal["k,G", "G,p", "eps,p", "p", "dial,k,G"]
+
+
+@dataclass(frozen=True)
+class Formula:
+    """One registered quantity."""
+
+    name: str
+    """The one name of the quantity, used in code, CLI output, notebooks and README."""
+    quantity: str
+    """The quantity in words."""
+    formula: str
+    """The formula as printed in the README cheat sheet."""
+    paper_ref: str
+    """Where the paper states it."""
+    symbolic: str
+    """``module:function`` of the SymPy definition."""
+    twin: str
+    """``module:function`` of the fast numeric twin."""
+    proof: str
+    """Name of the theorem in :mod:`grpo_identity.proofs` that proves it."""
+    signature: Signature
+    """Arguments shared by the definition and the twin, in this order."""
+
+
+_F = "grpo_identity.formulas:"
+_C = "grpo_identity.closed_forms:"
+
+REGISTRY: tuple[Formula, ...] = (
+    Formula("group_mean", "group mean reward", "μ = k/G", "§Setting", _F + "group_mean", _C + "group_mean", "T1", "k,G"),
+    Formula("sigma", "group standard deviation of binary rewards (ddof 0)", "σ = √(k(G−k))/G = √(μ(1−μ))", "§Setting, Theorem 1", _F + "sigma", _C + "sigma", "T1", "k,G"),
+    Formula("advantage_correct", "GRPO advantage of a correct answer", "Â₊ = (G−k)/(Gσ)", "Theorem 1 (proof)", _F + "advantage_correct", _C + "advantage_values", "T2", "k,G"),
+    Formula("advantage_incorrect", "GRPO advantage of an incorrect answer", "Â₋ = −k/(Gσ)", "Theorem 1 (proof)", _F + "advantage_incorrect", _C + "advantage_values", "T2", "k,G"),
+    Formula("update_coefficient", "update coefficient c in g = c·(s̄₊ − s̄₋)", "GRPO σ, Dr. GRPO σ², DAPO 1{0<k<G}·σ", "Theorem 1, §The three methods", _F + "update_coefficient", "grpo_identity.dial:coefficient", "T6", "dial,k,G"),
+    Formula("silent_rate", "probability that a group is silent (σ = 0)", "P(k∈{0,G}) = p^G + (1−p)^G", "claim 6", _F + "silent_rate", _C + "silent_rate", "T8", "G,p"),
+    Formula("expected_update", "exact expected GRPO update", "E[g] = (1/G) Σ_{k=1}^{G−1} C(G,k) p^k (1−p)^{G−k} √(k(G−k))", "Proposition 2", _F + "expected_update", _C + "expected_update", "T10", "G,p"),
+    Formula("expected_sigma_sq", "expected Dr. GRPO coefficient", "E[σ²] = p(1−p)(1 − 1/G)", "Proposition 2", _F + "expected_sigma_sq", _C + "expected_sigma_sq", "T9", "G,p"),
+    Formula("fidelity", "fidelity of the expected update", "φ(G,p) = E[g]/√(p(1−p))", "Corollary 2", _F + "fidelity", _C + "fidelity", "T11", "G,p"),
+    Formula("attenuation_first_order", "first-order attenuation law", "φ ≈ 1 − 1/(8Gp(1−p))", "Corollary 1", _F + "attenuation_first_order", _C + "attenuation_first_order", "T11", "G,p"),
+    Formula("group_size_law", "group-size law (first order)", "G* = 1/(8εp(1−p)) = w(p)²/(8ε)", "Corollary 2", _F + "group_size_law", _C + "group_size_law", "T12", "eps,p"),
+    Formula("difficulty_weight", "difficulty weight", "w(p) = 1/√(p(1−p)) = d/dp 2·arcsin√p", "claim 7", _F + "difficulty_weight", _C + "difficulty_weight", "T13", "p"),
+    Formula("arcsine_objective", "objective GRPO ascends per prompt", "2·arcsin√p", "claim 7", _F + "arcsine_objective", _C + "arcsine_objective", "T13", "p"),
+)
+
+
+def by_name(name: str) -> Formula:
+    """The registry entry called ``name``."""
+    for f in REGISTRY:
+        if f.name == name:
+            return f
+    raise KeyError(f"no formula named {name!r}; known: {', '.join(f.name for f in REGISTRY)}")
+
+
+def resolve(target: str) -> Callable[..., Any]:
+    """Import ``module:function`` and return the function."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)

@@ -1,0 +1,1 @@
+"""``grpo_identity.proofs``: SymPy proofs of every claim of the paper (imports SymPy)."""
