@@ -6,9 +6,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q -c constraints.txt
 STAMP  := $(VENV)/.installed
+FW     := $(VENV)/.frameworks
+# real frameworks the checks audit in CI (tests marked `frameworks`); verl without its GPU deps
+TRL_VERSION  := 1.16.0
+VERL_VERSION := 0.9.1
 OUT    ?= out
 
-.PHONY: setup verify test test-fast bench clean
+.PHONY: setup frameworks verify test test-fast bench clean
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,7 +21,15 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PIP) -e '.[all]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+$(FW): $(STAMP) constraints.txt
+	$(PIP) trl==$(TRL_VERSION)
+	$(PIP) --no-deps verl==$(VERL_VERSION)
+	$(PIP) ray "tensordict>=0.8.0,!=0.9.0,<=0.10.0" omegaconf codetiming
+	touch $(FW)
+
+frameworks: $(FW)
+
+setup: $(STAMP) $(FW)
 
 verify: setup
 	$(BIN)/grpo-identity closed-forms --table group-size

@@ -18,6 +18,10 @@ from grpo_identity import __version__
 COMMANDS: dict[str, str] = {
     "closed-forms": "closed_forms",
     "train": "train",
+    "audit": "audit",
+    "prove": "prove",
+    "realdata": "realdata",
+    "dapo-fit": "dapo_fit",
 }
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2

@@ -17,6 +17,7 @@ Only numpy is imported here.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Union
 
 import numpy as np
@@ -34,6 +35,7 @@ __all__ = [
     "expected_sigma_sq",
     "fidelity",
     "attenuation_first_order",
+    "attenuation_second_order",
     "group_size_law",
     "group_size_exact",
     "difficulty_weight",
@@ -132,7 +134,7 @@ def _bd0(x: FloatArray, mean: FloatArray) -> FloatArray:
     s = (x - mean) * v
     ej = 2.0 * x * v
     v2 = v * v
-    for j in range(1, 40):  # |v| < 1/21, so v^(2j) < 1e-80 by j = 40; the terms die quickly
+    for j in range(1, 14):  # |v| < 0.1: term j is below v^(2j) < 1e-26 of the sum by j = 13
         ej = ej * v2
         s = s + ej / (2 * j + 1)
     return np.where(close, s, direct)
@@ -173,53 +175,82 @@ def _binomial_pmf(k: FloatArray, G: int, p: FloatArray) -> FloatArray:
 
 
 # --- expectations -----------------------------------------------------------------------------
+_HORNER_MAX_G = 1000  # up to here: a Bernstein polynomial by Horner's rule, O(G) per p
 _WINDOW_SD = 9.0  # beyond 9 standard deviations (+ a Poisson margin) terms are < 1e-17 of the sum
 _WINDOW_MARGIN = 24.0
-_CHUNK_ELEMENTS = 4_000_000
+_COARSE_SD = 8.0  # from this sd on, sum the smooth summand on a grid of step floor(sd/4) (see below)
+_CHUNK_ELEMENTS = 2_000_000
 
 
 def expected_update(G: int, p: ArrayLike) -> FloatArray | float:
     """Exact expected GRPO update E[g] = (1/G) Σ_{k=1}^{G−1} C(G,k) p^k (1−p)^{G−k} √(k(G−k)).
 
-    Twin of :func:`grpo_identity.formulas.expected_update` (Proposition 2).  Only the window of
-    k within ~9 standard deviations of Gp contributes above double precision, so the cost per p
-    is O(√(Gp(1−p))) instead of O(G).
+    Twin of :func:`grpo_identity.formulas.expected_update` (Proposition 2), accurate to ~1e-13
+    relative for every G up to 10⁶ (tested against 40-digit sums).  The sum is symmetric in
+    p ↔ 1−p, so p ≤ ½ is used throughout.  For G ≤ 1000 it is a Bernstein polynomial evaluated
+    by Horner's rule in t = p/(1−p) ≤ 1 (all terms positive: no cancellation; the exact
+    coefficients C(G,k)√(k(G−k)) are finite up to G = 1000).  For larger G only the k within ~9 standard deviations of Gp
+    contribute above double precision; once that window is wide (sd ≥ 8) the smooth summand is
+    summed on the integer grid of step h = ⌊sd/4⌋ and multiplied by h, which by Poisson summation differs from
+    the unit-step sum by about exp(−2π²(sd/h)²) < 1e-130 — so the cost per p is O(1).
 
-    >>> round(expected_update(2, 0.5), 12)
-    0.5
+    >>> round(expected_update(2, 0.5), 12)  # G = 2: E[g] = p(1−p)
+    0.25
     """
     G = check_group_size(G)
     pp = check_probability(p)
-    flat = np.ravel(pp)
+    flat = np.minimum(np.ravel(pp), 1.0 - np.ravel(pp))  # symmetric in p <-> 1-p
     out = np.zeros_like(flat)
-    live = np.flatnonzero((flat > 0) & (flat < 1))
+    live = np.flatnonzero(flat > 0)
     if live.size:
         # Unique p values share one evaluation (real data often has few distinct solve rates).
         uniq, inverse = np.unique(flat[live], return_inverse=True)
-        out[live] = _expected_update_unique(G, uniq)[inverse]
+        f = _expected_update_horner if G <= _HORNER_MAX_G else _expected_update_window
+        out[live] = f(G, uniq)[inverse]
     return _out(out.reshape(np.shape(pp)))
 
 
-def _expected_update_unique(G: int, p: FloatArray) -> FloatArray:
+@lru_cache(maxsize=64)
+def _bernstein_coefficients(G: int) -> FloatArray:
+    """a_k = C(G,k)·√(k(G−k)) for k = 1..G−1; at most 2^G·G/2, finite for G ≤ 1000."""
+    k = np.arange(1, G, dtype=np.float64)
+    return np.array([float(math.comb(G, int(j))) for j in k]) * np.sqrt(k * (G - k))
+
+
+def _expected_update_horner(G: int, p: FloatArray) -> FloatArray:
+    # G·E[g] = (1−p)^G · t · Σ_{k=1}^{G−1} a_k t^{k−1},  t = p/(1−p) ∈ (0, 1] since p ≤ ½.
+    # Every term is ≥ 0 (no cancellation) and the sum lies in [a_1, Σa_k] (no overflow); the
+    # small and large factors are combined in log space (no underflow).
+    a = _bernstein_coefficients(G)
+    log_q = np.log1p(-p)
+    t = p / (1.0 - p)
+    acc = np.zeros_like(p)
+    for coef in a[::-1]:  # Horner over k = G−1..1
+        acc = acc * t + coef
+    return np.exp(np.log(p) - log_q + np.log(acc) + G * log_q) / G
+
+
+def _expected_update_window(G: int, p: FloatArray) -> FloatArray:
     sd = np.sqrt(G * p * (1 - p))
     half = np.ceil(_WINDOW_SD * sd + _WINDOW_MARGIN)
     lo = np.clip(np.floor(G * p) - half, 1, G - 1)
     hi = np.clip(np.ceil(G * p) + half, 1, G - 1)
-    width = (hi - lo + 1).astype(np.int64)
-    order = np.argsort(width)  # chunk p values of similar window width together
+    step = np.where(sd >= _COARSE_SD, np.floor(sd / 4.0), 1.0)
+    count = (np.floor((hi - lo) / step) + 1).astype(np.int64)
+    order = np.argsort(count)  # chunk p values with similar numbers of grid points together
     result = np.empty_like(p)
     start = 0
     while start < order.size:
-        L = int(width[order[min(order.size - 1, start)]])
+        L = int(count[order[start]])
         rows = max(1, _CHUNK_ELEMENTS // max(L, 1))
         idx = order[start : start + rows]
-        L = int(width[idx].max())
-        ks = lo[idx, None] + np.arange(L)[None, :]  # (rows, L)
+        L = int(count[idx].max())
+        ks = lo[idx, None] + step[idx, None] * np.arange(L)[None, :]  # (rows, L)
         valid = ks <= hi[idx, None]
         ks = np.where(valid, ks, 1.0)
         pmf = _binomial_pmf(ks, G, np.broadcast_to(p[idx, None], ks.shape))
         terms = np.where(valid, pmf * np.sqrt(ks * (G - ks)), 0.0)
-        result[idx] = terms.sum(axis=1) / G
+        result[idx] = step[idx] * terms.sum(axis=1) / G
         start += idx.size
     return result
 
@@ -259,6 +290,21 @@ def attenuation_first_order(G: int, p: ArrayLike) -> FloatArray | float:
     pp = check_probability(p)
     with np.errstate(divide="ignore"):
         return _out(1.0 - 1.0 / (8.0 * G * pp * (1 - pp)))
+
+
+def attenuation_second_order(G: int, p: ArrayLike) -> FloatArray | float:
+    """Second-order attenuation law 1 − 1/(8Gv) − (7 − 16v)/(128G²v²), v = p(1−p) (proof T11);
+    −inf at p ∈ {0, 1}.
+
+    >>> attenuation_second_order(8, 0.5)
+    0.931640625
+    """
+    G = check_group_size(G)
+    pp = check_probability(p)
+    v = pp * (1 - pp)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = 1.0 - 1.0 / (8.0 * G * v) - (7.0 - 16.0 * v) / (128.0 * G * G * v * v)
+    return _out(np.where(v > 0, out, -np.inf))
 
 
 def group_size_law(eps: ArrayLike, p: ArrayLike) -> FloatArray | float:

@@ -34,6 +34,7 @@ __all__ = [
     "expected_sigma_sq",
     "fidelity",
     "attenuation_first_order",
+    "attenuation_second_order",
     "group_size_law",
     "difficulty_weight",
     "arcsine_objective",
@@ -155,6 +156,17 @@ def fidelity(G: Num = G, p: Num = p) -> sp.Expr:
 def attenuation_first_order(G: Num = G, p: Num = p) -> sp.Expr:
     """First-order attenuation law φ ≈ 1 − 1/(8Gp(1−p)) (Corollary 1)."""
     return 1 - 1 / (8 * G * p * (1 - p))
+
+
+def attenuation_second_order(G: Num = G, p: Num = p) -> sp.Expr:
+    """Second-order attenuation law φ ≈ 1 − 1/(8Gp(1−p)) − (7 − 16p(1−p))/(128G²p²(1−p)²).
+
+    The paper stops at the 1/G term (Corollary 1); the 1/G² term comes from the binomial central
+    moments of μ = k/G up to the fourth.  Derived from first principles and checked against the
+    exact sum in proof T11.
+    """
+    v = p * (1 - p)
+    return attenuation_first_order(G, p) - (7 - 16 * v) / (128 * G**2 * v**2)
 
 
 def group_size_law(epsilon: Num = eps, p: Num = p) -> sp.Expr:

@@ -54,6 +54,7 @@ REGISTRY: tuple[Formula, ...] = (
     Formula("expected_sigma_sq", "expected Dr. GRPO coefficient", "E[σ²] = p(1−p)(1 − 1/G)", "Proposition 2", _F + "expected_sigma_sq", _C + "expected_sigma_sq", "T9", "G,p"),
     Formula("fidelity", "fidelity of the expected update", "φ(G,p) = E[g]/√(p(1−p))", "Corollary 2", _F + "fidelity", _C + "fidelity", "T11", "G,p"),
     Formula("attenuation_first_order", "first-order attenuation law", "φ ≈ 1 − 1/(8Gp(1−p))", "Corollary 1", _F + "attenuation_first_order", _C + "attenuation_first_order", "T11", "G,p"),
+    Formula("attenuation_second_order", "second-order attenuation law (beyond the paper)", "φ ≈ 1 − 1/(8Gp(1−p)) − (7 − 16p(1−p))/(128G²p²(1−p)²)", "Corollary 1 (next term)", _F + "attenuation_second_order", _C + "attenuation_second_order", "T11", "G,p"),
     Formula("group_size_law", "group-size law (first order)", "G* = 1/(8εp(1−p)) = w(p)²/(8ε)", "Corollary 2", _F + "group_size_law", _C + "group_size_law", "T12", "eps,p"),
     Formula("difficulty_weight", "difficulty weight", "w(p) = 1/√(p(1−p)) = d/dp 2·arcsin√p", "claim 7", _F + "difficulty_weight", _C + "difficulty_weight", "T13", "p"),
     Formula("arcsine_objective", "objective GRPO ascends per prompt", "2·arcsin√p", "claim 7", _F + "arcsine_objective", _C + "arcsine_objective", "T13", "p"),

@@ -1,0 +1,213 @@
+"""Dial inference: which point of the dial a black-box advantage function computes.
+
+The target is probed with designed binary batches — for each G ∈ {2, 3, 4, 8, 16, 64} one call
+holding a group with k correct for every k = 0…G — and its two advantage levels Â₊, Â₋ are read
+per group.  With gap d = Â₊ − Â₋ and the centre's factor f (1 for the group mean, G/(G−1) for
+leave-one-out, Prop. 1), every scale of the family is linear in a known x:
+
+    f/d = x/α + ε/α,   x = σ_ddof(k, G) (group std), σ_ddof(batch) (batch std), or 0 (none),
+
+so one weighted least-squares line per candidate (centre, scale, ddof) gives α (ideally 1) and ε;
+the candidate that fits within the precision's tolerance is the inferred dial.  The update
+coefficient c(k, G) = (k/G)·Â₊ (Theorem 1) is recorded for the report.
+
+>>> from grpo_identity import dial as D
+>>> inf = infer_dial(lambda r, G: D.advantages(r, G, D.TRL))
+>>> inf.centre, inf.scale, inf.ddof, round(inf.eps, 8)
+('mean', 'group_std', 1, 0.0001)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from grpo_identity import dial as D
+from grpo_identity.checks.properties import PropertyViolation, Tolerance, _call, _call_filter, precision_of
+
+__all__ = ["PROBE_GROUP_SIZES", "SILENT_PROBE_VALUES", "Inferred", "infer_dial", "infer_keep_rule", "probe_batch"]
+
+#: group sizes of the designed probes
+PROBE_GROUP_SIZES = (2, 3, 4, 8, 16, 64)
+#: rewards of the silent non-binary probe (float rounding of the mean may leave a residue)
+SILENT_PROBE_VALUES = (0.1, 0.3, 1.0 / 3.0, 0.7, -0.2, 2.5)
+_UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+
+
+def probe_batch(G: int) -> np.ndarray:
+    """One group per k = 0…G (k ones first, then zeros), group by group: (G+1)·G rewards."""
+    return np.concatenate([np.r_[np.ones(k), np.zeros(G - k)] for k in range(G + 1)])
+
+
+@dataclass
+class Inferred:
+    """The dial a target computes, as far as the probes tell (``None`` where nothing fits)."""
+
+    centre: str | None = None
+    scale: str | None = None
+    ddof: int | None = None
+    eps: float | None = None
+    eps_resolution: float = 0.0
+    alpha: float | None = None
+    """A constant factor on the advantages (1 for every preset)."""
+    keep: str | None = None
+    """Filters only: 'nonzero_std', 'all' or 'other' (advantages cannot show a keep rule)."""
+    precision: str = "float64"
+    fit_residual: float | None = None
+    coupled: bool = False
+    """The advantages of a group change with the other groups of the batch."""
+    silent_nonbinary_max_abs: float | None = None
+    """Largest |Â| on silent groups of 0.1, 0.3, 1/3 … (0 when exactly zero)."""
+    coefficients: dict[int, list[float]] = field(default_factory=dict)
+    """c(k, G) = (k/G)·Â₊ for k = 0…G, by probed G."""
+    batch_std: dict[int, float] = field(default_factory=dict)
+    """Population std of each probe batch (for batch-std dials)."""
+    why: str = ""
+
+    def dial(self) -> D.Dial | None:
+        """The inferred point of the dial (α aside), or ``None``."""
+        if self.centre is None or self.scale is None:
+            return None
+        return D.Dial(centre=self.centre, scale=self.scale, ddof=self.ddof or 0, eps=float(self.eps or 0.0), keep="nonzero_std" if self.keep == "nonzero_std" else "all")  # type: ignore[arg-type]
+
+    def reference(self) -> Callable[[np.ndarray, int], np.ndarray] | None:
+        """α · dial advantages: what the target should return on any batch."""
+        d = self.dial()
+        if d is None:
+            return None
+        a = float(self.alpha or 1.0)
+        return lambda r, G: a * D.advantages(r, G, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["coefficients"] = {str(G): c for G, c in self.coefficients.items()}
+        out["batch_std"] = {str(G): s for G, s in self.batch_std.items()}
+        return out
+
+
+def _levels(A: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """Â₊(k), Â₋(k) for k = 1…G−1 from a probe output laid out like :func:`probe_batch`."""
+    M = A.reshape(G + 1, G)
+    pos = np.array([M[k, :k].mean() for k in range(1, G)])
+    neg = np.array([M[k, k:].mean() for k in range(1, G)])
+    return pos, neg
+
+
+def _fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """Weighted (relative) least squares y ≈ βx + γ; returns β, γ, max relative residual."""
+    w = 1.0 / y
+    M = np.stack([x * w, w], 1)
+    (beta, gamma), *_ = np.linalg.lstsq(M, np.ones_like(y), rcond=None)
+    resid = float(np.max(np.abs((beta * x + gamma) / y - 1)))
+    return float(beta), float(gamma), resid
+
+
+def infer_dial(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int, ...] = PROBE_GROUP_SIZES) -> Inferred:
+    """Probe ``target`` with designed binary batches and fit the dial (see the module docstring).
+
+    Raises :class:`PropertyViolation` when the output is malformed (shape, dtype); returns an
+    :class:`Inferred` with ``centre = None`` and ``why`` when no point of the dial fits.
+    """
+    outs: dict[int, np.ndarray] = {}
+    for G in sizes:
+        r = probe_batch(G)
+        outs[G] = _call(target, r, G, "well_formed")
+    inf = Inferred(precision=precision_of(np.concatenate(list(outs.values()))))
+    tol = Tolerance.for_precision(inf.precision)
+    u = _UNIT_ROUNDOFF[inf.precision]
+    for G, A in outs.items():
+        M = A.reshape(G + 1, G)
+        inf.coefficients[G] = [float(k / G * M[k, :k].mean()) if 0 < k else 0.0 for k in range(G + 1)]
+        inf.batch_std[G] = float(probe_batch(G).std())
+    # silent non-binary groups: does float rounding of the mean leave a residue?
+    worst = 0.0
+    for G in sizes:
+        r = np.repeat(np.array(SILENT_PROBE_VALUES), G)
+        S = _call(target, r, G, "well_formed")
+        worst = max(worst, float(np.max(np.abs(S))) if np.all(np.isfinite(S)) else float("inf"))
+    inf.silent_nonbinary_max_abs = worst
+    # coupling: the k = 1 group alone vs inside its probe batch
+    for G, A in outs.items():
+        alone = _call(target, probe_batch(G)[G : 2 * G], G, "groups_independent")
+        if not tol.close(alone, A[G : 2 * G], float(np.abs(A[G : 2 * G]).max())):
+            inf.coupled = True
+    if any(not np.all(np.isfinite(A)) for A in outs.values()):
+        inf.why = "non-finite advantages on the probe batches"
+        return inf
+    rows = []  # (G, k, gap, batch std ddof 0, ddof 1)
+    for G, A in outs.items():
+        pos, neg = _levels(A, G)
+        n = (G + 1) * G
+        s0 = inf.batch_std[G]
+        for k in range(1, G):
+            rows.append((G, k, pos[k - 1] - neg[k - 1], s0, s0 * np.sqrt(n / (n - 1))))
+    data = np.array(rows, dtype=np.float64)
+    Gs, ks, gap = data[:, 0], data[:, 1], data[:, 2]
+    if np.any(gap <= 0):
+        inf.why = "the higher reward does not get the higher advantage (sign)"
+        return inf
+    sigma = np.sqrt(ks * (Gs - ks)) / Gs
+    fit_tol = max(30 * tol.rtol, 1e-12)
+    best: tuple[int, float, dict[str, Any]] | None = None
+    for centre in ("mean", "loo"):
+        y = (1.0 if centre == "mean" else Gs / (Gs - 1)) / gap
+        cands: list[tuple[int, str, int | None, np.ndarray | None]] = [(0, "none", None, None)]
+        for d in (0, 1):
+            cands.append((1, "group_std", d, sigma * np.sqrt(Gs / (Gs - d))))
+            if inf.coupled:
+                cands.append((1, "batch_std", d, data[:, 3 + d]))
+        for rank, scale, ddof, x in cands:
+            if x is None:
+                gamma = float(np.median(y))
+                beta, resid = 0.0, float(np.max(np.abs(y / gamma - 1)))
+                params = {"centre": centre, "scale": scale, "ddof": None, "eps": 0.0, "alpha": 1.0 / gamma, "eps_resolution": 0.0}
+            else:
+                beta, gamma, resid = _fit_line(x, y)
+                if beta <= 0:
+                    continue
+                res_eps = 3 * max(resid, u) * float(np.max(x))
+                eps = gamma / beta
+                if eps < -res_eps:
+                    continue
+                params = {"centre": centre, "scale": scale, "ddof": ddof, "eps": max(eps, 0.0) if abs(eps) > res_eps else 0.0, "alpha": 1.0 / beta, "eps_resolution": res_eps}
+            if resid > fit_tol:
+                continue
+            key = (rank, resid)
+            if best is None or key < (best[0], best[1]):
+                best = (rank, resid, params)
+    if best is None:
+        inf.why = "no centre (mean, leave-one-out) and scale (group std ddof 0/1 + ε, batch std, none) fits the probes: the scale is no function of σ of the dial's form"
+        return inf
+    p = best[2]
+    inf.centre, inf.scale, inf.ddof, inf.eps, inf.eps_resolution = p["centre"], p["scale"], p["ddof"], float(p["eps"]), float(p["eps_resolution"])
+    alpha_tol = max(1e3 * u, 3 * best[1], 1e-12)
+    inf.alpha = 1.0 if abs(p["alpha"] - 1) <= alpha_tol else float(p["alpha"])
+    inf.fit_residual = best[1]
+    if inf.coupled and inf.scale != "batch_std":
+        inf.why = "coupled across groups, but not through a batch std"
+    return inf
+
+
+def infer_keep_rule(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int, ...] = PROBE_GROUP_SIZES) -> tuple[str, str]:
+    """The keep rule of a group filter: ('nonzero_std' | 'all' | 'other', description)."""
+    agree_dapo, agree_all, first_bad = True, True, ""
+    for G in sizes:
+        silent = np.repeat(np.array(SILENT_PROBE_VALUES), G)
+        near = np.r_[np.full(G - 1, 0.1), 0.1 + 1e-6]  # σ > 0, tiny
+        r = np.concatenate([probe_batch(G), silent, near])
+        keep = _call_filter(target, r, G, "filter_well_formed")
+        want = D.keep_mask(r, G, D.DAPO)
+        agree_all &= bool(keep.all())
+        if not np.array_equal(keep, want):
+            agree_dapo = False
+            if not first_bad:
+                g = int(np.flatnonzero(keep != want)[0])
+                row = r[g * G : (g + 1) * G]
+                first_bad = f"G={G}: group {np.round(row[:8], 7).tolist()}{'…' if G > 8 else ''} is {'kept' if keep[g] else 'dropped'}"
+    if agree_dapo:
+        return "nonzero_std", "keeps exactly the groups with σ > 0"
+    if agree_all:
+        return "all", "keeps every group"
+    return "other", first_bad

@@ -1,0 +1,388 @@
+"""Properties every group-relative advantage (or group filter) must have, one function each.
+
+Each property takes the target (``target(rewards, G) -> array``, see
+:mod:`grpo_identity.checks.target`), one :class:`~grpo_identity.checks.strategies.RewardBatch`
+(1-D float64, group by group), a :class:`Context` (tolerance, reference dial) and a numpy
+``Generator`` for its own random draws; it returns nothing, or raises :class:`PropertyViolation`
+with an explicit message and the counterexample (the offending group and the batch).
+
+The identity (Theorem 1, PAPER §Claims 1): for two-valued rewards, g = (1/G) Σ Âᵢ sᵢ =
+c(k, G)·(s̄₊ − s̄₋), with c = (k/G)·Â₊ given by the dial (:func:`grpo_identity.dial.coefficient`).
+
+>>> import numpy as np
+>>> from grpo_identity.checks.strategies import RewardBatch
+>>> ctx = Context(Tolerance.for_precision("float64"))
+>>> zero_sum_per_group(lambda r, G: r - 0.5, RewardBatch(np.array([1., 1., 0., 0.]), 2, "binary"), ctx, np.random.default_rng(0))
+Traceback (most recent call last):
+...
+grpo_identity.checks.properties.PropertyViolation: zero_sum_per_group: group 0 (G=2) sums to 1 instead of 0: rewards [1.0, 1.0], advantages [0.5, 0.5]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from grpo_identity import dial as D
+
+__all__ = [
+    "PropertyViolation",
+    "Tolerance",
+    "Context",
+    "well_formed",
+    "silent_groups_exactly_zero",
+    "two_valued_per_group",
+    "zero_sum_per_group",
+    "identity_in_vector_form",
+    "groups_independent",
+    "permutation_equivariant",
+    "stateless",
+    "matches_dial",
+    "filter_well_formed",
+    "keeps_groups_with_nonzero_std",
+    "filter_groups_independent",
+    "filter_stateless",
+    "ADVANTAGE_PROPERTIES",
+    "FILTER_PROPERTIES",
+]
+
+Target = Callable[[np.ndarray, int], np.ndarray]
+
+
+class PropertyViolation(AssertionError):
+    """A property does not hold: ``property`` (its name), ``message``, ``counterexample`` (a dict)."""
+
+    def __init__(self, property: str, message: str, counterexample: dict[str, Any] | None = None, severity: str = "fail") -> None:
+        super().__init__(f"{property}: {message}")
+        self.property = property
+        self.message = message
+        self.counterexample = counterexample or {}
+        self.severity = severity
+
+
+#: relative tolerance by the precision the target computes in (fp32 sums over G ≤ 256 rows)
+_RTOL = {"float64": 1e-9, "float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Relative tolerance fitted to the dtype the target computes in."""
+
+    precision: str
+    rtol: float
+
+    @classmethod
+    def for_precision(cls, precision: str) -> "Tolerance":
+        if precision not in _RTOL:
+            raise ValueError(f"precision must be one of {tuple(_RTOL)}, got {precision!r}")
+        return cls(precision, _RTOL[precision])
+
+    def close(self, a: np.ndarray, b: np.ndarray, scale: float) -> bool:
+        """|a − b| ≤ rtol·scale elementwise (scale: the magnitude of the group's advantages)."""
+        return bool(np.all(np.abs(np.asarray(a) - np.asarray(b)) <= self.rtol * max(scale, 1e-300)))
+
+
+def precision_of(out: np.ndarray) -> str:
+    """The narrowest float type that holds every value of ``out`` exactly (how the target computed)."""
+    x = np.asarray(out, dtype=np.float64).reshape(-1)
+    x = x[np.isfinite(x) & (x != 0)]
+    if np.asarray(out).dtype == np.float32 or (x.size and np.array_equal(x.astype(np.float32).astype(np.float64), x)):
+        if x.size and np.array_equal(_bf16(x), x):
+            return "bfloat16"
+        if x.size and np.array_equal(x.astype(np.float16).astype(np.float64), x):
+            return "float16"
+        return "float32"
+    return "float64"
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    b = x.astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+    return b.view(np.float32).astype(np.float64)
+
+
+@dataclass
+class Context:
+    """What the properties need besides the batch: tolerance, reference, the inferred layout."""
+
+    tol: Tolerance
+    reference: Callable[[np.ndarray, int], np.ndarray] | None = None
+    """Advantages the target should reproduce (the inferred or expected dial), or ``None``."""
+    batch_scale: bool = False
+    """The target scales by a batch-wide number (batch std): groups are independent up to it."""
+    keep_reference: Any = None
+    """For filters: the dial whose keep rule is expected (default DAPO's: keep σ > 0)."""
+    notes: list[str] = field(default_factory=list)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+def _call(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.ndarray:
+    out = np.asarray(target(rewards, G))
+    if out.shape != rewards.shape:
+        raise PropertyViolation(prop, f"returned shape {out.shape} for {rewards.shape[0]} rewards (G={G}); expected {rewards.shape}", _example(rewards, G, out))
+    if not np.issubdtype(out.dtype, np.floating):
+        raise PropertyViolation(prop, f"returned dtype {out.dtype}; advantages must be floating point", _example(rewards, G, out))
+    return out.astype(np.float64)
+
+
+def _list(x: np.ndarray, cap: int = 64) -> list[float] | str:
+    x = np.asarray(x).reshape(-1)
+    if x.size > cap:
+        return f"<{x.size} values>"
+    return [float(v) if np.issubdtype(np.asarray(v).dtype, np.floating) else v.item() for v in x]
+
+
+def _example(rewards: np.ndarray, G: int, out: Any = None, group: int | None = None) -> dict[str, Any]:
+    ex: dict[str, Any] = {"group_size": int(G), "n_groups": int(len(rewards) // G), "rewards": _list(rewards)}
+    if out is not None:
+        ex["output"] = _list(np.asarray(out))
+    if group is not None:
+        ex["group"] = int(group)
+        ex["group_rewards"] = _list(rewards[group * G : (group + 1) * G], 256)
+        if out is not None and np.asarray(out).shape == rewards.shape:
+            ex["group_output"] = _list(np.asarray(out)[group * G : (group + 1) * G], 256)
+    return ex
+
+
+def _fmt(x: np.ndarray, cap: int = 8) -> str:
+    x = np.asarray(x).reshape(-1)
+    body = ", ".join(f"{v:.6g}" for v in x[:cap])
+    return f"[{body}{', …' if x.size > cap else ''}]"
+
+
+def _silent(R: np.ndarray) -> np.ndarray:
+    return R.max(1) == R.min(1)  # (n,)
+
+
+def _residue_group(R: np.ndarray, g: int) -> bool:
+    """A silent group of a non-exact value (0.1 …): its float residue is the silent probe's business."""
+    return bool(R[g].max() == R[g].min() and not _exact_silent_value(float(R[g, 0])))
+
+
+def _exact_silent_value(v: float) -> bool:
+    """Values whose multiples and means are exact in any float type (0, 1, 0.5, 2, −1, 10 …)."""
+    return bool(v * 4 == round(v * 4) and abs(v) <= 16)
+
+
+# --- advantage properties ------------------------------------------------------------------------
+def well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """One finite floating-point advantage per reward, in the rewards' shape (1-D, n_groups × G)."""
+    r, G = batch.contiguous(), batch.group_size
+    A = _call(target, r, G, "well_formed")
+    bad = ~np.isfinite(A)
+    if bad.any():
+        g = int(np.flatnonzero(bad)[0] // G)
+        raise PropertyViolation("well_formed", f"non-finite advantage {A[bad][0]} in group {g} (G={G}, rewards {_fmt(r[g * G:(g + 1) * G])})", _example(r, G, A, g))
+
+
+def silent_groups_exactly_zero(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """Groups whose rewards are all equal get exactly 0 (not ε-small, not NaN): σ = 0 ⇒ g = 0.
+
+    Checked on values with exact means (0, 1, 0.5, 2 …); silent groups of other values (0.1) are
+    probed by the audit and reported as a note when float rounding leaves a residue.
+    """
+    r, G = batch.contiguous(), batch.group_size
+    A = _call(target, r, G, "silent_groups_exactly_zero").reshape(-1, G)
+    R = r.reshape(-1, G)
+    for g in np.flatnonzero(_silent(R)):
+        if _exact_silent_value(float(R[g, 0])) and not np.all(A[g] == 0):
+            raise PropertyViolation("silent_groups_exactly_zero", f"silent group {g} (G={G}, every reward {R[g, 0]:g}) has advantages {_fmt(A[g])} instead of exactly 0", _example(r, G, A.reshape(-1), g))
+
+
+def _two_valued_groups(R: np.ndarray) -> list[tuple[int, float, float]]:
+    out = []
+    for g in range(R.shape[0]):
+        vals = np.unique(R[g])
+        if vals.size == 2:
+            out.append((g, float(vals[0]), float(vals[1])))
+    return out
+
+
+def two_valued_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """Two-valued rewards give two advantages per group: equal rewards, equal advantages; the higher
+    reward the higher advantage (a sign flip fails here)."""
+    r, G = batch.contiguous(), batch.group_size
+    A = _call(target, r, G, "two_valued_per_group").reshape(-1, G)
+    R = r.reshape(-1, G)
+    for g, lo, hi in _two_valued_groups(R):
+        scale = float(np.abs(A[g]).max())
+        a_hi, a_lo = A[g][R[g] == hi], A[g][R[g] == lo]
+        if not (ctx.tol.close(a_hi, a_hi[0], scale) and ctx.tol.close(a_lo, a_lo[0], scale)):
+            raise PropertyViolation("two_valued_per_group", f"group {g} (G={G}) has rewards {{{lo:g}, {hi:g}}} but more than two advantages: {_fmt(np.unique(A[g]))}", _example(r, G, A.reshape(-1), g))
+        if not a_hi[0] > a_lo[0]:
+            raise PropertyViolation("two_valued_per_group", f"group {g} (G={G}): reward {hi:g} gets advantage {a_hi[0]:.6g} ≤ {a_lo[0]:.6g} of reward {lo:g} (wrong sign or order)", _example(r, G, A.reshape(-1), g))
+
+
+def zero_sum_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """Σᵢ Âᵢ = 0 in every group (the baseline removes the group's mean; RLOO's too, Prop. 1)."""
+    r, G = batch.contiguous(), batch.group_size
+    A = _call(target, r, G, "zero_sum_per_group").reshape(-1, G)
+    R = r.reshape(-1, G)
+    silent = _silent(R)
+    for g in range(A.shape[0]):
+        if silent[g] and not _exact_silent_value(float(R[g, 0])):
+            continue  # rounding residue of a silent 0.1-group: the audit's silent probe reports it
+        s, scale = float(A[g].sum()), float(np.abs(A[g]).sum())
+        if abs(s) > ctx.tol.rtol * max(scale, 1e-300) * max(1.0, np.sqrt(G) / 4):
+            raise PropertyViolation("zero_sum_per_group", f"group {g} (G={G}) sums to {s:.6g} instead of 0: rewards {_list(R[g], 16)}, advantages {_list(A[g], 16)}", _example(r, G, A.reshape(-1), g))
+
+
+def identity_in_vector_form(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """g = (1/G) Σ Âᵢ sᵢ equals c·(s̄₊ − s̄₋) on random score vectors of any dimension (Theorem 1)."""
+    r, G = batch.contiguous(), batch.group_size
+    A = _call(target, r, G, "identity_in_vector_form")
+    R = r.reshape(-1, G)
+    two = _two_valued_groups(R)
+    if not two:
+        return
+    shape = tuple(int(d) for d in rng.integers(1, 4, size=int(rng.integers(0, 3))))
+    S = rng.standard_normal((r.size, *shape))  # (n·G, *shape): one score per answer
+    g_all = D.group_updates(A, S, G)  # (n, D)
+    high = np.zeros_like(r)
+    for g, lo, hi in two:
+        high[g * G : (g + 1) * G] = R[g] == hi
+    gap = D.score_gap(high, S, G)  # (n, D)
+    Ag = A.reshape(-1, G)
+    for g, lo, hi in two:
+        k = int(high[g * G : (g + 1) * G].sum())
+        c = (k / G) * float(Ag[g][R[g] == hi].mean())
+        scale = float(np.abs(Ag[g]).max() * np.abs(S[g * G : (g + 1) * G]).max())
+        if not ctx.tol.close(g_all[g], c * gap[g], scale * 4):
+            raise PropertyViolation("identity_in_vector_form", f"group {g} (G={G}, k={k}): g = {_fmt(g_all[g], 4)} is not c·(s̄₊ − s̄₋) = {_fmt(c * gap[g], 4)} with c = (k/G)·Â₊ = {c:.6g}", _example(r, G, A, g))
+
+
+def groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """A group's advantages do not depend on the other groups of the batch nor on their order
+    (a batch std may scale them all by one number: then up to that factor)."""
+    r, G = batch.contiguous(), batch.group_size
+    A = _call(target, r, G, "groups_independent").reshape(-1, G)
+    n = A.shape[0]
+    R = r.reshape(-1, G)
+    order = rng.permutation(n) if n > 1 else np.arange(n)
+    B = _call(target, R[order].reshape(-1), G, "groups_independent").reshape(-1, G)
+    for pos, g in enumerate(order):
+        scale = float(np.abs(A[g]).max())
+        if not _residue_group(R, g) and not ctx.tol.close(B[pos], A[g], scale):
+            raise PropertyViolation("groups_independent", f"reordering the {n} groups changed group {g}'s advantages from {_fmt(A[g])} to {_fmt(B[pos])} (G={G})", _example(r, G, A.reshape(-1), int(g)))
+    # the same group with fresh neighbours (a different batch around it)
+    g = int(rng.integers(n))
+    if _residue_group(R, g):
+        return
+    other = np.where(rng.random(G * 3) < 0.5, 0.0, 1.0)
+    for neighbours in (np.empty(0), other):
+        C = _call(target, np.concatenate([R[g], neighbours]), G, "groups_independent")[:G]
+        scale = float(np.abs(A[g]).max())
+        if ctx.batch_scale:
+            lam = float(np.dot(C, A[g]) / max(np.dot(A[g], A[g]), 1e-300))
+            if ctx.tol.close(C, lam * A[g], max(scale * abs(lam), 1e-300)) and (lam > 0 or scale == 0):
+                continue
+        elif ctx.tol.close(C, A[g], scale):
+            continue
+        what = "alone" if neighbours.size == 0 else f"beside {neighbours.size // G} other groups"
+        raise PropertyViolation("groups_independent", f"group {g} (G={G}, rewards {_fmt(R[g])}) gets {_fmt(A[g])} in the batch but {_fmt(C)} {what}: coupled across groups", _example(r, G, A.reshape(-1), g))
+
+
+def permutation_equivariant(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """Permuting the answers within a group permutes their advantages the same way."""
+    r, G = batch.contiguous(), batch.group_size
+    A = _call(target, r, G, "permutation_equivariant").reshape(-1, G)
+    R = r.reshape(-1, G)
+    perm = np.stack([rng.permutation(G) for _ in range(R.shape[0])])  # (n, G)
+    P = _call(target, np.take_along_axis(R, perm, 1).reshape(-1), G, "permutation_equivariant").reshape(-1, G)
+    expect = np.take_along_axis(A, perm, 1)
+    for g in range(R.shape[0]):
+        if not _residue_group(R, g) and not ctx.tol.close(P[g], expect[g], float(np.abs(A[g]).max())):
+            raise PropertyViolation("permutation_equivariant", f"group {g} (G={G}): permuting the rewards {_fmt(R[g])} by {_fmt(perm[g])} gave {_fmt(P[g])}, expected {_fmt(expect[g])}", _example(r, G, A.reshape(-1), g))
+
+
+def stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """The same input gives the same output, whatever was computed in between (no running stats)."""
+    r, G = batch.contiguous(), batch.group_size
+    A1 = _call(target, r, G, "stateless")
+    _call(target, np.where(rng.random(r.size) < 0.5, 0.0, 1.0) * 3.0 - 1.0, G, "stateless")
+    A2 = _call(target, r, G, "stateless")
+    if not ctx.tol.close(A1, A2, float(np.abs(A1).max())):
+        i = int(np.argmax(np.abs(A1 - A2)))
+        raise PropertyViolation("stateless", f"the same rewards gave {A1[i]:.6g} then {A2[i]:.6g} at row {i} (G={G}) after another call: the target keeps state", _example(r, G, A1, i // G))
+
+
+def matches_dial(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """The advantages equal the reference dial's (the expected preset, or the inferred dial), so
+    c(k, G) matches it too; silent groups of non-exact values are left to the audit's probe."""
+    if ctx.reference is None:
+        return
+    r, G = batch.contiguous(), batch.group_size
+    A = _call(target, r, G, "matches_dial").reshape(-1, G)
+    E = np.asarray(ctx.reference(r, G), dtype=np.float64).reshape(-1, G)
+    R = r.reshape(-1, G)
+    silent = _silent(R)
+    for g in range(A.shape[0]):
+        if silent[g] and not _exact_silent_value(float(R[g, 0])):
+            continue
+        if not ctx.tol.close(A[g], E[g], float(max(np.abs(E[g]).max(), np.abs(A[g]).max())) * 4):
+            raise PropertyViolation("matches_dial", f"group {g} (G={G}, rewards {_fmt(R[g])}): advantages {_fmt(A[g])}, the dial gives {_fmt(E[g])}", _example(r, G, A.reshape(-1), g))
+
+
+# --- filter properties ---------------------------------------------------------------------------
+def _call_filter(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.ndarray:
+    out = np.asarray(target(rewards, G))
+    n = rewards.size // G
+    if out.shape != (n,):
+        raise PropertyViolation(prop, f"returned shape {out.shape} for {n} groups (G={G}); a filter returns one bool per group", _example(rewards, G, out))
+    if out.dtype != np.bool_:
+        if np.issubdtype(out.dtype, np.number) and np.all((out == 0) | (out == 1)):
+            return out.astype(bool)
+        raise PropertyViolation(prop, f"returned dtype {out.dtype} with values {_fmt(out)}; a filter returns bools", _example(rewards, G, out))
+    return out
+
+
+def filter_well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """One bool per group (True = keep)."""
+    _call_filter(target, batch.contiguous(), batch.group_size, "filter_well_formed")
+
+
+def keeps_groups_with_nonzero_std(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """The filter keeps exactly the groups the reference keep rule keeps (DAPO's: σ > 0)."""
+    r, G = batch.contiguous(), batch.group_size
+    keep = _call_filter(target, r, G, "keeps_groups_with_nonzero_std")
+    want = D.keep_mask(r, G, ctx.keep_reference or D.DAPO)
+    R = r.reshape(-1, G)
+    for g in np.flatnonzero(keep != want):
+        sd = float(R[g].std())
+        raise PropertyViolation("keeps_groups_with_nonzero_std", f"group {g} (G={G}, rewards {_fmt(R[g])}, σ = {sd:.3g}) is {'kept' if keep[g] else 'dropped'}; the keep rule '{(ctx.keep_reference or D.DAPO).keep}' {'keeps' if want[g] else 'drops'} it", _example(r, G, keep, int(g)))
+
+
+def filter_groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """A group's keep decision depends on that group only (not its neighbours, not their order)."""
+    r, G = batch.contiguous(), batch.group_size
+    keep = _call_filter(target, r, G, "filter_groups_independent")
+    R = r.reshape(-1, G)
+    order = rng.permutation(R.shape[0])
+    k2 = _call_filter(target, R[order].reshape(-1), G, "filter_groups_independent")
+    for pos, g in enumerate(order):
+        if k2[pos] != keep[g]:
+            raise PropertyViolation("filter_groups_independent", f"reordering the groups changed the decision for group {g} (G={G}, rewards {_fmt(R[g])})", _example(r, G, keep, int(g)))
+    for g in range(R.shape[0]):
+        alone = _call_filter(target, R[g], G, "filter_groups_independent")[0]
+        if alone != keep[g]:
+            raise PropertyViolation("filter_groups_independent", f"group {g} (G={G}, rewards {_fmt(R[g])}) is {'kept' if alone else 'dropped'} alone but {'kept' if keep[g] else 'dropped'} in the batch", _example(r, G, keep, g))
+
+
+def filter_stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """The same rewards get the same decisions, and permuting within a group changes nothing."""
+    r, G = batch.contiguous(), batch.group_size
+    k1 = _call_filter(target, r, G, "filter_stateless")
+    R = r.reshape(-1, G)
+    shuffled = np.stack([row[rng.permutation(G)] for row in R]).reshape(-1)
+    k2 = _call_filter(target, shuffled, G, "filter_stateless")
+    k3 = _call_filter(target, r, G, "filter_stateless")
+    if not (np.array_equal(k1, k3) and np.array_equal(k1, k2)):
+        g = int(np.flatnonzero((k1 != k3) | (k1 != k2))[0])
+        raise PropertyViolation("filter_stateless", f"group {g} (G={G}, rewards {_fmt(R[g])}): decisions changed between calls on the same (or a within-group permuted) batch", _example(r, G, k1, g))
+
+
+#: advantage properties, in the order the audit runs them
+ADVANTAGE_PROPERTIES = (well_formed, silent_groups_exactly_zero, two_valued_per_group, zero_sum_per_group, identity_in_vector_form, groups_independent, permutation_equivariant, stateless, matches_dial)
+#: filter properties
+FILTER_PROPERTIES = (filter_well_formed, keeps_groups_with_nonzero_std, filter_groups_independent, filter_stateless)

@@ -1,0 +1,266 @@
+"""The audited target: an advantage (or filter) function called ``fn(rewards, group_size)``.
+
+A target is named by a spec — ``path/to/file.py:function``, ``package.module:function`` or a
+built-in adapter name (:data:`grpo_identity.checks.adapters.ADAPTERS`) — or given as a callable.
+:class:`ChildTarget` runs it in a child interpreter so that a crash or a hang in someone
+else's code becomes a clear finding, never a hung audit; :class:`LocalTarget` calls it in this
+process.  Both return a 1-D ``numpy`` array (float for advantages, bool for filters).
+
+>>> t = LocalTarget(lambda r, G: r - r.reshape(-1, G).mean(1).repeat(G))
+>>> t(__import__("numpy").array([1., 0.]), 2).tolist()
+[0.5, -0.5]
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+from multiprocessing.connection import Connection
+
+__all__ = ["TargetError", "TargetCrashed", "TargetTimeout", "TargetImportError", "load_target", "LocalTarget", "ChildTarget", "to_numpy"]
+
+
+#: seconds allowed for importing the target at least (frameworks import slowly)
+LOAD_TIMEOUT = 120.0
+
+
+class TargetError(Exception):
+    """The target raised an exception on some input (message: its last traceback line)."""
+
+
+class TargetCrashed(TargetError):
+    """The target's process died (segfault, ``os._exit``, out of memory …)."""
+
+
+class TargetTimeout(TargetError):
+    """One call into the target ran past the timeout."""
+
+
+class TargetImportError(Exception):
+    """The target could not be loaded: a bad spec, a missing file, module, function or package."""
+
+
+def load_target(spec: str, kind: str = "advantage") -> Callable[..., Any]:
+    """The callable named by ``spec`` (file path or module, then ``:function``; or an adapter name)."""
+    from grpo_identity.checks import adapters
+
+    if adapters.is_adapter(spec):
+        try:
+            return adapters.build(spec, kind)
+        except ImportError as exc:
+            raise TargetImportError(f"adapter {spec!r} needs a package that is not installed: {exc}") from None
+    if ":" not in spec:
+        raise TargetImportError(f"target {spec!r} is neither FILE.py:FUNCTION, MODULE:FUNCTION nor an adapter ({', '.join(adapters.names())})")
+    where, _, name = spec.rpartition(":")
+    try:
+        if where.endswith(".py") or os.sep in where or "/" in where:
+            if not os.path.isfile(where):
+                raise TargetImportError(f"no such file: {where}")
+            mod_name = "_grpo_identity_target_" + os.path.splitext(os.path.basename(where))[0]
+            loader_spec = importlib.util.spec_from_file_location(mod_name, where)
+            if loader_spec is None or loader_spec.loader is None:
+                raise TargetImportError(f"cannot import {where}")
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[mod_name] = module
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except TargetImportError:
+        raise
+    except BaseException as exc:  # an import error, or anything the target's module raises at import
+        raise TargetImportError(f"importing {where} failed: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+    fn = getattr(module, name, None)
+    if fn is None or not callable(fn):
+        raise TargetImportError(f"{where} has no function {name!r}")
+    return fn
+
+
+def to_numpy(out: Any) -> np.ndarray:
+    """The target's output as a numpy array (torch tensors detached, bf16/fp16 widened to fp32)."""
+    if type(out).__module__.split(".")[0] == "torch":
+        t = out.detach().cpu()
+        if t.dtype.is_floating_point and t.dtype.itemsize < 4:
+            t = t.float()
+        return t.numpy()
+    return np.asarray(out)
+
+
+class LocalTarget:
+    """A target called in this process (no timeout enforcement: use :class:`ChildTarget` for that)."""
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or getattr(fn, "__qualname__", repr(fn))
+        self.info: dict[str, Any] = dict(getattr(fn, "grpo_identity_info", {}) or {})
+        self.calls = 0
+
+    def __call__(self, rewards: np.ndarray, group_size: int) -> np.ndarray:
+        self.calls += 1
+        try:
+            out = self.fn(rewards.copy(), int(group_size))
+        except Exception as exc:  # the target's own bug: a finding, not an audit crash
+            raise TargetError(_last_line(exc)) from None
+        return to_numpy(out)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "LocalTarget":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = traceback.format_exception_only(type(exc), exc)
+    return (lines[-1] if lines else type(exc).__name__).strip()
+
+
+def _worker(conn: Any) -> None:
+    """Child process: load the target, then answer ('call', rewards, G) messages until 'close'."""
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+    _, spec, kind, path = conn.recv()
+    sys.path[:] = list(dict.fromkeys([*path, *sys.path]))
+    try:
+        fn = load_target(spec, kind) if isinstance(spec, str) else spec
+        conn.send(("ok", dict(getattr(fn, "grpo_identity_info", {}) or {})))
+    except (TargetImportError, ValueError) as exc:
+        conn.send(("import_error", str(exc)))
+        return
+    except Exception as exc:
+        conn.send(("import_error", _last_line(exc)))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg[0] == "close":
+            return
+        _, rewards, G = msg
+        try:
+            conn.send(("ok", to_numpy(fn(rewards, G))))
+        except Exception as exc:
+            conn.send(("error", _last_line(exc)))
+
+
+def _child_main(read_fd: int, write_fd: int) -> None:
+    """Entry point of the child interpreter (``python -c``): one duplex channel over two pipes."""
+    from multiprocessing.connection import Connection
+
+    class _Duplex:
+        def __init__(self) -> None:
+            self.r, self.w = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+
+        def recv(self) -> Any:
+            return self.r.recv()
+
+        def send(self, obj: Any) -> None:
+            self.w.send(obj)
+
+    _worker(_Duplex())
+
+
+class ChildTarget:
+    """A target running in a child process; every call (and the import) has a timeout.
+
+    After a crash or a timeout the child is gone: later calls raise the same error at once, so a
+    property search that hits it cannot hang or slow down.
+    """
+
+    def __init__(self, spec: str | Callable[..., Any], *, kind: str = "advantage", timeout: float = 60.0, name: str | None = None) -> None:
+        self.name = name or (spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec)))
+        self.timeout = float(timeout)
+        self.calls = 0
+        self.dead: TargetError | None = None
+        # a fresh interpreter (not multiprocessing's spawn, which re-runs the caller's __main__)
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        code = f"from grpo_identity.checks.target import _child_main; _child_main({to_child_r}, {from_child_w})"
+        self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self._out = Connection(to_child_w, readable=False)
+        self._in = Connection(from_child_r, writable=False)
+        try:
+            self._out.send(("load", spec, kind, [p for p in sys.path if p]))
+        except Exception as exc:  # an unpicklable callable
+            self.close()
+            raise TargetImportError(f"cannot send the target to a child process: {_last_line(exc)}") from None
+        # importing a framework (verl, TRL) can take long: loading gets at least LOAD_TIMEOUT
+        status, payload = self._receive(max(self.timeout, LOAD_TIMEOUT), loading=True)
+        if status == "import_error":
+            self.close()
+            raise TargetImportError(payload)
+        self.info: dict[str, Any] = payload
+
+    def _receive(self, timeout: float, loading: bool = False) -> tuple[str, Any]:
+        what = "loading the target" if loading else "a call into the target"
+        try:
+            ready = self._in.poll(timeout)
+        except (EOFError, OSError):
+            ready = True
+        if not ready:
+            self.dead = TargetTimeout(f"{what} ran past the {timeout:g} s timeout (killed)")
+            self.close()
+            raise self.dead
+        try:
+            return self._in.recv()  # type: ignore[no-any-return]
+        except (EOFError, OSError):
+            try:
+                code = self._proc.wait(1.0)
+            except subprocess.TimeoutExpired:
+                code = None
+            self.dead = TargetCrashed(f"the target's process died during {what} (exit code {code})")
+            self.close()
+            if loading:
+                raise TargetImportError(str(self.dead)) from None
+            raise self.dead from None
+
+    def __call__(self, rewards: np.ndarray, group_size: int) -> np.ndarray:
+        if self.dead is not None:
+            raise type(self.dead)(str(self.dead))
+        self.calls += 1
+        try:
+            self._out.send(("call", np.ascontiguousarray(rewards), int(group_size)))
+        except (BrokenPipeError, OSError):
+            self.dead = TargetCrashed(f"the target's process died (exit code {self._proc.poll()})")
+            raise self.dead from None
+        status, payload = self._receive(self.timeout)
+        if status == "error":
+            raise TargetError(payload)
+        return payload  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                self._out.send(("close",))
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            try:
+                self._proc.wait(0.5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(5.0)
+        for c in (self._out, self._in):
+            c.close()
+
+    def __enter__(self) -> "ChildTarget":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

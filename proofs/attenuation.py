@@ -1,0 +1,228 @@
+"""Theorem T11: the attenuation law to second order, derived, and checked against the exact sum.
+
+Fidelity φ(G,p) = E[σ]/√(p(1−p)) (Corollary 2).  With μ = k/G = p + δ,
+
+    σ(μ)/σ(p) = √(1 + z),   z = (p+δ)(1−p−δ)/(p(1−p)) − 1 = ((1−2p)δ − δ²)/(p(1−p)),
+
+so √(1+z) = Σₙ C(½, n) zⁿ is a power series in δ with rational coefficients (no radicals).
+Taking expectations term by term with E[δʳ] = E[(k − Gp)ʳ]/Gʳ (the binomial central moments,
+:func:`grpo_identity.proofs.core.central_moments`, O(G^⌊r/2⌋)) and collecting powers of 1/G:
+
+    φ = 1 − 1/(8Gv) − (7 − 16v)/(128G²v²) − (128v² − 288v + 75)/(1024G³v³) + O(G⁻⁴),  v = p(1−p).
+
+The 1/G term is the paper's second-order delta method (Corollary 1); the 1/G² term is
+:func:`grpo_identity.formulas.attenuation_second_order`.  The series is asymptotic (f is not
+analytic at μ ∈ {0, 1}); its error is checked numerically against the exact sum in mpmath.
+
+>>> [str(c) for c in fidelity_series(2)[1:]]
+['-1/(8*p*(1 - p))', '(16*p*(1 - p) - 7)/(128*p**2*(1 - p)**2)']
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any, Sequence
+
+import mpmath
+import sympy as sp
+
+from grpo_identity import closed_forms as C
+from grpo_identity import formulas as F
+
+from grpo_identity.proofs.core import Claim, Formulas, Theorem, binomial_pmf, central_moments
+
+__all__ = ["T11", "fidelity_series", "group_size_second_order", "G_GRID", "P_GRID", "table_comparison"]
+
+p = F.p
+_G = sp.Symbol("G", positive=True)  # real G for the asymptotic series
+_u = sp.Symbol("u", positive=True)  # u = 1/G
+_delta = sp.Symbol("delta", real=True)
+_v = sp.Symbol("v", positive=True)  # v = p(1-p), for display of coefficients
+_W = sp.Symbol("W", positive=True)  # the reciprocal of the denominator of z, in polynomial arithmetic
+#: group sizes of the mpmath check (8 … 4096, doubling) and the solve rates
+G_GRID: tuple[int, ...] = tuple(8 * 2**i for i in range(10))
+P_GRID: tuple[float, ...] = (0.5, 0.3, 0.1)
+
+
+@lru_cache(maxsize=4)
+def fidelity_series(order: int) -> tuple[sp.Expr, ...]:
+    """Coefficients c₀..c_order of φ(G,p) = Σ cᵢ G⁻ⁱ + O(G^-(order+1)), from first principles.
+
+    Needs central moments up to 2·order (E[δʳ] = O(G^-⌈r/2⌉)).  Coefficients are returned in
+    terms of v = p(1−p), then written back in p.
+    """
+    r_max = 2 * order
+    ratio_sq = sp.cancel((F.sigma(_G * (p + _delta), _G) / F.sigma(_G * p, _G)) ** 2)  # (σ(μ)/σ(p))²
+    num, den = sp.fraction(sp.cancel(ratio_sq - 1))  # z = num/den, den = den(p) only
+    assert not den.has(_delta), den
+    gens = (_delta, _u, p, _W)  # _W stands for 1/den
+    one = sp.Poly(1, *gens)
+    z = sp.Poly(num * _W, *gens)
+
+    def trunc(poly: sp.Poly) -> sp.Poly:  # drop powers of delta above r_max
+        return sp.Poly.from_dict({mon: c for mon, c in poly.terms() if mon[0] <= r_max} or {(0,) * 4: 0}, *gens)
+
+    sqrt_series, zn = one, one  # √(1+z) = Σ C(½, n) zⁿ, z = O(δ)
+    for nn in range(1, r_max + 1):
+        zn = trunc(zn * z)
+        sqrt_series += zn * sp.binomial(sp.Rational(1, 2), nn)
+    # E[δʳ] = E[(k − Gp)ʳ]/Gʳ, a polynomial in u = 1/G because E[(k − Gp)ʳ] has degree ≤ r/2 in G
+    mom = central_moments(r_max, _G, p)
+    expect = {}
+    for r in range(r_max + 1):
+        terms = sp.Poly(mom[r], _G, p).terms()
+        expect[r] = sp.Poly(sum((c * _u ** (r - i) * p**jj for (i, jj), c in terms), sp.Integer(0)), *gens)
+    phi = sp.Poly(0, *gens)
+    for (r, *rest), c in sqrt_series.terms():
+        phi += expect[r] * sp.Poly.from_dict({(0, *rest): c}, *gens)
+    coeffs = []
+    for i in range(order + 1):
+        ci = sum((c * p**jj * _W**w for (dd, ui, jj, w), c in phi.terms() if ui == i), sp.Integer(0))
+        c = sp.factor(sp.cancel(ci.subs(_W, 1 / den)))
+        coeffs.append(_in_v(c).subs(_v, p * (1 - p)))
+    return tuple(coeffs)
+
+
+def _in_v(c: sp.Expr) -> sp.Expr:
+    """Rewrite a rational function of p that is symmetric under p ↔ 1−p in v = p(1−p)."""
+    num, den = sp.fraction(sp.cancel(c))
+    out = []
+    for part in (num, den):
+        poly, rest = sp.Poly(sp.expand(part), p), sp.Integer(0)
+        # peel off the highest power of p with a power of v: p^(2a) ~ v^a (-1)^a up to lower terms
+        while not poly.is_zero:
+            deg = poly.degree()
+            if deg % 2:
+                raise ValueError(f"not symmetric in p <-> 1-p: {c}")
+            lead = poly.LC()
+            a = deg // 2
+            rest += lead * (-1) ** a * _v**a
+            poly = sp.Poly(sp.expand(poly.as_expr() - lead * (-1) ** a * (p * (1 - p)) ** a), p)
+        out.append(sp.factor(rest))
+    return out[0] / out[1]
+
+
+def group_size_second_order(epsilon: Any = F.eps, pp: Any = p) -> sp.Expr:
+    """Smallest real G at which the second-order law reaches 1 − ε: the positive root of
+    εG² − G/(8v) − (7 − 16v)/(128v²) = 0 (the law increases in G; v = p(1−p))."""
+    roots = sp.solve(sp.Eq(F.attenuation_second_order(_G, p), 1 - F.eps), _G)
+    # the product of the two roots is −(7 − 16v)/(128εv²) < 0 (v ≤ 1/4): exactly one is positive
+    # for every p and ε, so the sign at one point identifies it
+    sample = {F.eps: sp.Rational(1, 10), p: sp.Rational(3, 10)}
+    (root,) = [r for r in roots if r.subs(sample).is_positive]
+    return root.subs({F.eps: epsilon, p: pp})
+
+
+def _exact_fidelity() -> Any:
+    return sp.lambdify((F.G, p), F.fidelity(F.G, p), modules="mpmath")
+
+
+def table_comparison() -> dict[str, Any]:
+    """Predict the paper's exact group-size table with G* and with the second-order law.
+
+    Predictions are the smallest integer G at which each law reaches 1 − ε, i.e. ⌈G*⌉ and the
+    ceiling of :func:`group_size_second_order`.  Returns rows, exact-match counts and mean
+    absolute errors for both.
+    """
+    g2 = sp.lambdify((F.eps, p), group_size_second_order(), modules="math")
+    rows = []
+    for r in C.group_size_table():
+        e, pv, exact = float(r["eps"]), float(r["p"]), int(r["G_exact"])
+        first = math.ceil(float(r["G_law"]) - 1e-12)
+        second = math.ceil(g2(e, pv) - 1e-12)
+        rows.append({"p": pv, "eps": e, "G_exact": exact, "G_law": float(r["G_law"]), "G_first_order": first, "G_second_order_real": float(g2(e, pv)), "G_second_order": second})
+    n = len(rows)
+    m1 = sum(r["G_first_order"] == r["G_exact"] for r in rows)
+    m2 = sum(r["G_second_order"] == r["G_exact"] for r in rows)
+    a1 = sum(abs(r["G_first_order"] - r["G_exact"]) for r in rows) / n
+    a2 = sum(abs(r["G_second_order"] - r["G_exact"]) for r in rows) / n
+    return {
+        "rows": rows,
+        "exact_matches_first_order": m1,
+        "exact_matches_second_order": m2,
+        "mean_abs_error_first_order": a1,
+        "mean_abs_error_second_order": a2,
+        "second_order_better": bool(a2 < a1 and m2 >= m1),
+    }
+
+
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of log|y| against log x."""
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(abs(y)) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+
+
+def _t11_symbolic(f: Formulas) -> list[Claim]:
+    c = fidelity_series(3)[:3]  # the same c0..c2 as fidelity_series(2): c2 needs moments up to 4 only
+    law1 = c[0] + c[1] / _G
+    law2 = law1 + c[2] / _G**2
+    out = [
+        Claim("leading term of the fidelity series is 1", c[0], 1),
+        Claim("second-order delta method: phi = 1 - 1/(8Gp(1-p)) + O(1/G^2)", law1, f.attenuation_first_order(_G, p)),
+        Claim("next term: phi = 1 - 1/(8Gp(1-p)) - (7 - 16p(1-p))/(128G^2p^2(1-p)^2) + O(1/G^3)", law2, f.attenuation_second_order(_G, p)),
+    ]
+    # the cumulant route to the central moments against the explicit binomial sums at G = 7
+    mom = central_moments(6)
+    for r in range(2, 7):
+        explicit = sum(binomial_pmf(kk, 7) * (kk - 7 * p) ** r for kk in range(8))
+        out.append(Claim(f"central moment E[(k-Gp)^{r}] at G=7 equals the explicit sum", mom[r].subs(F.G, 7), explicit))
+    return out
+
+
+def _t11_numeric(f: Formulas) -> tuple[list[Claim], dict[str, Any]]:
+    c3 = fidelity_series(3)
+    law1 = sp.lambdify((_G, p), f.attenuation_first_order(_G, p), modules="mpmath")
+    law2 = sp.lambdify((_G, p), f.attenuation_second_order(_G, p), modules="mpmath")
+    third = sp.lambdify(p, c3[3], modules="mpmath")
+    exact = _exact_fidelity()
+    claims: list[Claim] = []
+    errors: dict[str, Any] = {}
+    with mpmath.workdps(30):
+        for pv in P_GRID:
+            pm = mpmath.mpf(pv)
+            rows = []
+            for GG in G_GRID:
+                phi = exact(GG, pm)
+                rows.append((GG, float(phi - law1(GG, pm)), float(phi - law2(GG, pm)), float((phi - law2(GG, pm)) * GG**3 / third(pm))))
+            tail = [r for r in rows if r[0] >= 256]
+            s1 = _slope([r[0] for r in tail], [r[1] for r in tail])
+            s2 = _slope([r[0] for r in tail], [r[2] for r in tail])
+            errors[f"p={pv}"] = {"G": [r[0] for r in rows], "error_first_order": [r[1] for r in rows], "error_second_order": [r[2] for r in rows], "slope_first_order": s1, "slope_second_order": s2, "error_second_order_times_G3_over_c3": [r[3] for r in rows]}
+            claims.append(Claim(f"p={pv}: first-order error ~ G^-2 (slope {s1:.3f})", "slope", kind="numeric", ok=abs(s1 + 2) < 0.1, value=s1))
+            claims.append(Claim(f"p={pv}: second-order error ~ G^-3 (slope {s2:.3f})", "slope", kind="numeric", ok=abs(s2 + 3) < 0.1, value=s2))
+            ratio = rows[-1][3]
+            claims.append(Claim(f"p={pv}: at G=4096 the second-order error is the derived c3/G^3 (ratio {ratio:.4f})", "ratio", kind="numeric", ok=abs(ratio - 1) < 0.05, value=ratio))
+            better = all(abs(r[2]) < abs(r[1]) for r in rows if r[0] >= 16)
+            claims.append(Claim(f"p={pv}: second-order law closer to the exact fidelity than the first for every G >= 16", "all G", kind="numeric", ok=better, value=better))
+        paper = {
+            "fidelity(8, 0.5)": (float(exact(8, mpmath.mpf("0.5"))), 0.9278, 4),
+            "fidelity(8, 0.05)": (float(exact(8, mpmath.mpf("0.05"))), 0.5390, 4),
+            "first-order law(8, 0.05)": (float(law1(8, mpmath.mpf("0.05"))), 0.67, 2),
+        }
+    for label, (got, want, digits) in paper.items():
+        claims.append(Claim(f"paper's number {label} = {want}", label, kind="numeric", ok=round(got, digits) == want, value=got))
+    info = {
+        "series_coefficients_in_v=p(1-p)": [str(sp.factor(_in_v(cc))) for cc in c3],
+        "third_order_coefficient": str(c3[3]),
+        "mpmath_dps": 30,
+        "errors": errors,
+        "group_size_table": table_comparison(),
+    }
+    return claims, info
+
+
+T11 = Theorem(
+    "T11",
+    "attenuation law, second and third order",
+    "The delta method on f(μ) = √(μ(1−μ)) with the binomial central moments of μ = k/G gives "
+    "φ(G,p) = 1 − 1/(8Gp(1−p)) + O(1/G²) (the paper's law) and, one order further, the 1/G² term "
+    "−(7 − 16p(1−p))/(128G²p²(1−p)²); the errors against the exact sum shrink as G⁻² and G⁻³.",
+    "Corollary 1 (and its next term, not in the paper)",
+    "0 < p < 1 fixed, G → ∞; k ~ Binomial(G, p); numeric checks in mpmath at 30 digits, G = 8..4096",
+    _t11_symbolic,
+    lambda f: sp.Eq(sp.Symbol(r"\varphi"), f.attenuation_second_order() + sp.Order(1 / F.G**3, (F.G, sp.oo)), evaluate=False),
+    extra=_t11_numeric,
+)

@@ -1,0 +1,364 @@
+"""Proof machinery: theorem records, claims, the zero test, symbolic score vectors.
+
+A theorem is a list of :class:`Claim` objects built from :mod:`grpo_identity.formulas`.  A
+claim is an equation ``lhs = rhs`` (proved when the residual ``lhs − rhs`` reduces to exactly
+0), a sign statement ``expr ≥ 0`` / ``expr > 0`` (proved when SymPy's assumption system
+decides it from the symbols' assumptions), or a numeric check (an explicit computation,
+reported with its value).  Nothing is proved by sampling: an equation is proved only when the
+residual is the zero expression.
+
+**Scores in every dimension.**  The answers' scores sᵢ enter only through the sums over the
+correct and the incorrect index sets, Σ_{i correct} sᵢ = k·s̄₊ and Σ_{i incorrect} sᵢ = m·s̄₋
+(the definitions of the side means), so the update is g = (1/G)(Â₊·k·s̄₊ + Â₋·m·s̄₋).  s̄₊ and
+s̄₋ are ``MatrixSymbol`` column vectors of symbolic length d.  A vector residual is reduced to
+its j-th component for a symbolic index j: every component of a linear combination of vectors
+is the same linear combination of their j-th components, with the same scalar coefficients.
+The coefficients do not depend on j or d, so a residual that is 0 for a symbolic j is 0 in
+every component of every dimension.
+
+>>> import sympy as sp
+>>> check_equal(sp.sqrt(4) * k, 2 * k).status
+'proved'
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+import sympy as sp
+from sympy.core.function import AppliedUndef
+from sympy.matrices.expressions.matexpr import MatrixElement
+
+from grpo_identity import formulas as F
+
+__all__ = [
+    "ProofResult",
+    "Claim",
+    "Theorem",
+    "Formulas",
+    "check_equal",
+    "check_claims",
+    "reduce_to_zero",
+    "k",
+    "m",
+    "n",
+    "G_interior",
+    "d",
+    "j",
+    "sbar_plus",
+    "sbar_minus",
+    "component",
+    "binomial_pmf",
+    "central_moments",
+    "raw_moments",
+]
+
+Status = Literal["proved", "failed"]
+
+# --- symbols ----------------------------------------------------------------------------------
+#: number correct, interior case: a positive integer
+k = sp.Symbol("k", positive=True, integer=True)
+#: number incorrect, interior case: a positive integer; 0 < k < G is encoded as G = k + m
+m = sp.Symbol("m", positive=True, integer=True)
+#: G − 1 for statements that need G ≥ 2 only (RLOO)
+n = sp.Symbol("n", positive=True, integer=True)
+#: the group size of an interior group
+G_interior = k + m
+#: score dimension and a component index, both symbolic
+d = sp.Symbol("d", positive=True, integer=True)
+j = sp.Symbol("j", nonnegative=True, integer=True)
+#: mean score of the correct answers and of the incorrect answers, (d, 1) column vectors
+sbar_plus = sp.MatrixSymbol(r"\bar{s}_{+}", d, 1)
+sbar_minus = sp.MatrixSymbol(r"\bar{s}_{-}", d, 1)
+
+
+def component(expr: Any) -> sp.Expr:
+    """The j-th component (symbolic j) of a (d, 1) matrix expression; scalars unchanged."""
+    if isinstance(expr, sp.MatrixExpr) and not isinstance(expr, sp.MatrixBase):
+        return sp.expand(expr[j, 0])
+    return sp.sympify(expr)
+
+
+# --- results and claims -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProofResult:
+    """Outcome of one proof: ``proved`` only if every claim holds exactly."""
+
+    name: str
+    status: Status
+    residual: sp.Expr | None
+    """The first nonzero residual (``None`` when proved, or for a failed sign or numeric claim)."""
+    seconds: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def proved(self) -> bool:
+        return self.status == "proved"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One statement inside a proof.
+
+    ``kind='eq'``: lhs = rhs.  ``kind='nonneg'`` / ``'pos'``: lhs ≥ 0 / lhs > 0 (rhs unused).
+    ``kind='numeric'``: ``ok`` says whether the explicit computation agreed; ``value`` is reported.
+    """
+
+    label: str
+    lhs: Any
+    rhs: Any = 0
+    kind: Literal["eq", "nonneg", "pos", "numeric"] = "eq"
+    ok: bool = True
+    value: Any = None
+
+
+def reduce_to_zero(expr: Any) -> sp.Expr:
+    """Try targeted rewrites until ``expr`` is 0; return the last (simplest) form found.
+
+    Cheap steps first (expand, together, radsimp, powsimp), ``simplify`` only as a last resort
+    on small expressions.  A nonzero return does not by itself prove inequality; the theorems
+    are set up so that their residuals are rational functions of the symbols (with radicals of
+    positive symbols), where these rewrites are complete.
+    """
+    if isinstance(expr, sp.MatrixBase):  # an explicit matrix: every entry must vanish
+        entries = [reduce_to_zero(x) for x in expr]
+        return sp.Integer(0) if all(x == 0 for x in entries) else sp.Matrix(expr.shape[0], expr.shape[1], entries)
+    e = component(expr)
+    if e == 0:
+        return sp.Integer(0)
+    if _clearly_nonzero(e):  # a failed claim: skip the expensive rewrites
+        return e
+    steps: list[Callable[[sp.Expr], sp.Expr]] = [
+        sp.expand,
+        lambda x: sp.expand(sp.powsimp(sp.expand_power_base(x, force=False))),
+        lambda x: sp.cancel(sp.together(x)),
+        lambda x: sp.expand(sp.radsimp(sp.together(x))),
+        lambda x: sp.factor(sp.expand(x)),
+    ]
+    best = e
+    for step in steps:
+        try:
+            e2 = step(best)
+        except (TypeError, NotImplementedError, ValueError, sp.PolynomialError):  # pragma: no cover
+            continue
+        if e2 == 0:
+            return sp.Integer(0)
+        if sp.count_ops(e2) <= sp.count_ops(best):
+            best = e2
+    if sp.count_ops(best) < 400:
+        e2 = sp.simplify(best)
+        if e2 == 0:
+            return sp.Integer(0)
+        best = e2 if sp.count_ops(e2) < sp.count_ops(best) else best
+    return best
+
+
+_PROBE_INTEGERS = (2, 3, 5, 7, 11, 13, 17, 19)
+_PROBE_REALS = (sp.Rational(3, 10), sp.Rational(7, 13), sp.Rational(5, 17), sp.Rational(11, 23), sp.Rational(2, 29), sp.Rational(13, 31))
+
+
+def _clearly_nonzero(e: sp.Expr) -> bool:
+    """True when ``e`` evaluates, at one point allowed by the symbols' assumptions, to a number
+    of magnitude > 1e-12 with 30 significant digits: then ``e`` is not the zero function.
+
+    Used only to stop early on a failed claim; a proof never relies on it.
+    """
+    if e.atoms(MatrixElement, sp.Derivative, sp.Sum, sp.Subs, sp.Piecewise, AppliedUndef):
+        return False
+    point: dict[sp.Symbol, sp.Expr] = {}
+    ints, reals = iter(_PROBE_INTEGERS), iter(_PROBE_REALS)
+    for x in sorted(e.free_symbols, key=lambda s: s.name):
+        try:
+            point[x] = next(ints) if x.is_integer else next(reals)
+        except StopIteration:
+            return False
+    try:
+        v = sp.N(e.subs(point), 30)
+    except (TypeError, ValueError, ZeroDivisionError):  # pragma: no cover
+        return False
+    return bool(v.is_number and v.is_finite and abs(v) > sp.Float("1e-12"))
+
+
+def _check_one(c: Claim) -> tuple[bool, sp.Expr | None, str]:
+    if c.kind == "eq":
+        diff = c.lhs - c.rhs if (_is_mat(c.lhs) or _is_mat(c.rhs)) else sp.sympify(c.lhs) - sp.sympify(c.rhs)
+        r = reduce_to_zero(diff)
+        zero = not isinstance(r, sp.MatrixBase) and r == 0
+        return zero, (None if zero else r), "0" if zero else str(r)
+    if c.kind in ("nonneg", "pos"):
+        e = sp.factor(reduce_to_zero(c.lhs)) if c.kind == "nonneg" else sp.factor(sp.sympify(c.lhs))
+        truth = e.is_nonnegative if c.kind == "nonneg" else e.is_positive
+        return truth is True, (None if truth else e), f"{'>= 0' if c.kind == 'nonneg' else '> 0'}: {truth}"
+    if c.kind == "numeric":
+        return bool(c.ok), None, str(c.value)
+    raise ValueError(f"unknown claim kind {c.kind!r}")
+
+
+def _is_mat(x: Any) -> bool:
+    return isinstance(x, sp.MatrixExpr) or getattr(x, "is_Matrix", False)
+
+
+def check_claims(name: str, claims: Sequence[Claim], details: Mapping[str, Any] | None = None) -> ProofResult:
+    """Check every claim; proved iff all hold.  ``details['claims']`` lists each outcome."""
+    t0 = time.perf_counter()
+    outcomes: list[dict[str, Any]] = []
+    residual: sp.Expr | None = None
+    ok_all = True
+    for c in claims:
+        ok, r, text = _check_one(c)
+        outcomes.append({"claim": c.label, "kind": c.kind, "holds": ok, "result": text})
+        if not ok:
+            ok_all = False
+            if residual is None and r is not None:
+                residual = r
+    info = dict(details or {})
+    info["claims"] = outcomes
+    return ProofResult(name, "proved" if ok_all else "failed", residual, time.perf_counter() - t0, info)
+
+
+def check_equal(lhs: Any, rhs: Any, assumptions: str = "", *, name: str = "check") -> ProofResult:
+    """Prove ``lhs = rhs`` exactly: the residual ``lhs − rhs`` must reduce to 0.
+
+    Matrix (score-vector) sides are compared componentwise for a symbolic component index.
+    ``assumptions`` is recorded in the details; the symbols themselves carry them.
+
+    >>> check_equal(F.sigma(k, k + m)**2, k * m / (k + m)**2).status
+    'proved'
+    >>> check_equal(F.sigma(k, k + m), 2 * F.sigma(k, k + m)).status
+    'failed'
+    """
+    return check_claims(name, [Claim(f"{name}: lhs = rhs", lhs, rhs)], {"assumptions": assumptions})
+
+
+# --- formula overrides, for statements that must be able to fail ---------------------------
+class Formulas:
+    """:mod:`grpo_identity.formulas` with some functions replaced (to perturb a statement).
+
+    >>> f = Formulas({"sigma": lambda k, G: 2 * F.sigma(k, G)})
+    >>> f.sigma(1, 2), f.group_mean(1, 2)
+    (1, 1/2)
+    """
+
+    def __init__(self, overrides: Mapping[str, Callable[..., Any]] | None = None) -> None:
+        self._overrides = dict(overrides or {})
+        unknown = [name for name in self._overrides if not hasattr(F, name)]
+        if unknown:
+            raise ValueError(f"unknown formula {unknown[0]!r} in perturb; known: {', '.join(F.__all__)}")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") and name not in ("_centred_correct", "_scale"):
+            raise AttributeError(name)
+        return self._overrides.get(name, getattr(F, name))
+
+
+# --- theorems ---------------------------------------------------------------------------------
+ClaimBuilder = Callable[[Formulas], Sequence[Claim]]
+
+
+@dataclass(frozen=True)
+class Theorem:
+    """One theorem: statement in words, paper reference, assumptions and a proof.
+
+    ``build(f)`` returns the claims with formulas taken from ``f``; ``equation(f)`` the main
+    equation (an unevaluated ``Eq``, or a tuple of them) for display.  ``extra(f)`` may return claims and details
+    that need numbers (mpmath sums, tables).
+    """
+
+    name: str
+    title: str
+    statement: str
+    paper_ref: str
+    assumptions: str
+    build: ClaimBuilder = field(repr=False)
+    equation: Callable[[Formulas], sp.Basic | tuple[sp.Basic, ...]] = field(repr=False)
+    extra: Callable[[Formulas], tuple[Sequence[Claim], dict[str, Any]]] | None = field(default=None, repr=False)
+
+    @cached_property
+    def latex(self) -> str:
+        """LaTeX of the main equation, printed by ``sympy.latex`` from the formulas."""
+        eq = self.equation(Formulas())
+        if isinstance(eq, tuple):  # several displayed equations
+            return r",\quad ".join(sp.latex(e) for e in eq)
+        return sp.latex(eq)
+
+    def prove(self, perturb: Mapping[str, Callable[..., Any]] | None = None) -> ProofResult:
+        """Check every claim.  ``perturb`` maps formula names to replacements (to test failure).
+
+        >>> from grpo_identity.proofs import by_name
+        >>> by_name("T9").prove().status
+        'proved'
+        >>> by_name("T9").prove(perturb={"expected_sigma_sq": lambda G, p: p * (1 - p)}).status
+        'failed'
+        """
+        t0 = time.perf_counter()
+        f = Formulas(perturb)
+        claims = list(self.build(f))
+        details: dict[str, Any] = {"assumptions": self.assumptions}
+        if self.extra is not None:
+            more, info = self.extra(f)
+            claims += list(more)
+            details.update(info)
+        r = check_claims(self.name, claims, details)
+        return ProofResult(self.name, r.status, r.residual, time.perf_counter() - t0, r.details)
+
+    def render_markdown(self) -> str:
+        """A markdown cell: name, title, statement, the equation, reference and assumptions."""
+        return (
+            f"**{self.name}. {self.title}** ({self.paper_ref})\n\n{self.statement}\n\n"
+            f"$$\n{self.latex}\n$$\n\n*Assumptions:* {self.assumptions}\n"
+        )
+
+
+# --- binomial moments, symbolic in G ------------------------------------------------------------
+def binomial_pmf(kk: Any, GG: Any, pp: Any = F.p) -> sp.Expr:
+    """P(k correct) for k ~ Binomial(G, p): C(G,k) p^k (1−p)^{G−k} (the model of PAPER §Setting)."""
+    return sp.binomial(GG, kk) * pp**kk * (1 - pp) ** (GG - kk)
+
+
+_t = sp.Symbol("t")
+
+
+def central_moments(order: int, GG: Any = F.G, pp: Any = F.p) -> list[sp.Expr]:
+    """E[(k − Gp)^r] for r = 0..order, k ~ Binomial(G, p), as polynomials in G and p.
+
+    The cumulant generating function of k is G·log(1 − p + p·eᵗ): every cumulant is G times
+    the Bernoulli cumulant.  The central moment generating function is exp(Σ_{r≥2} κ_r tʳ/r!);
+    its Taylor coefficients are the central moments, for symbolic G.
+    """
+    gens = (_t, GG, pp) if isinstance(GG, sp.Symbol) else (_t, pp)
+
+    def trunc(poly: sp.Poly) -> sp.Poly:  # drop the powers of t above ``order``
+        return sp.Poly.from_dict({mon: c for mon, c in poly.terms() if mon[0] <= order} or {(0,) * len(gens): 0}, *gens)
+
+    one = sp.Poly(1, *gens)
+    # log(1 + y) = Σ (−1)^(n+1) yⁿ/n with y = p(eᵗ − 1) = O(t), as truncated polynomials in t
+    y = sp.Poly(pp * sum((_t**i / sp.factorial(i) for i in range(1, order + 1)), sp.Integer(0)), *gens)
+    K, yn = sp.Poly(0, *gens), one
+    for nn in range(1, order + 1):
+        yn = trunc(yn * y)
+        K += yn * sp.Rational((-1) ** (nn + 1), nn)
+    # central cumulants: drop t¹ (the mean), multiply by G (k is a sum of G Bernoulli draws)
+    x = sp.Poly.from_dict({mon: c for mon, c in K.terms() if mon[0] >= 2} or {(0,) * len(gens): 0}, *gens) * sp.Poly(GG, *gens)
+    # exp(x) = Σ xⁿ/n!, x = O(t²): n ≤ order/2 suffices
+    M, xn = one, one
+    for nn in range(1, order // 2 + 1):
+        xn = trunc(xn * x)
+        M += xn * sp.Rational(1, math.factorial(nn))
+    Me = M.as_expr()
+    return [sp.expand(Me.coeff(_t, r) * sp.factorial(r)) for r in range(order + 1)]
+
+
+def raw_moments(order: int, GG: Any = F.G, pp: Any = F.p) -> list[sp.Expr]:
+    """E[k^r] for r = 0..order from the moment generating function (1 − p + p·eᵗ)^G."""
+    M = (1 - pp + pp * sp.exp(_t)) ** GG
+    return [sp.expand(sp.diff(M, _t, r).subs(_t, 0)) for r in range(order + 1)]
+
+
+def expectation_of_polynomial(expr: sp.Expr, var: sp.Symbol, moments: Sequence[sp.Expr]) -> sp.Expr:
+    """E[expr] for expr a polynomial in ``var``, given E[var^r] = moments[r] (linearity)."""
+    poly = sp.Poly(sp.expand(expr), var)
+    return sp.expand(sum((coef * moments[deg[0]] for deg, coef in poly.terms()), sp.Integer(0)))

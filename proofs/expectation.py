@@ -1,0 +1,220 @@
+"""Theorems T8–T10, T12, T13: expectations over k ~ Binomial(G, p) (PAPER claims 3, 5–7).
+
+Expectations of polynomials in k are exact for symbolic G: the raw moments E[kʳ] are the
+derivatives at 0 of the moment generating function (1 − p + p·eᵗ)^G
+(:func:`grpo_identity.proofs.core.raw_moments`).  Where p must lie strictly inside (0, 1) it is
+written p = u/(u + v) with u, v positive, so that both p and 1 − p are positive symbols.
+
+>>> T9.prove().status
+'proved'
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import sympy as sp
+
+from grpo_identity import closed_forms as C
+from grpo_identity import formulas as F
+
+from grpo_identity.proofs.core import (
+    Claim,
+    Formulas,
+    Theorem,
+    binomial_pmf,
+    expectation_of_polynomial,
+    raw_moments,
+)
+
+__all__ = ["T8", "T9", "T10", "T12", "T13", "explicit_expected_update", "G_VALUES_EXACT"]
+
+p = F.p
+G = F.G
+#: group sizes at which the exact sums are expanded (T8–T10)
+G_VALUES_EXACT = range(2, 13)
+_u, _v = sp.symbols("u v", positive=True)
+P_OPEN = _u / (_u + _v)  # a p in (0, 1): p and 1 - p are both positive
+_Greal = sp.Symbol("G", positive=True)  # G as a real variable, for limits and inversion
+_theta = sp.Symbol("theta", real=True)
+
+
+def _open(e: Any) -> Any:
+    """Substitute p = u/(u+v) (0 < p < 1)."""
+    return sp.sympify(e).subs(p, P_OPEN)
+
+
+# --- T8 ---------------------------------------------------------------------------------------
+def _t8(f: Formulas) -> list[Claim]:
+    out = [Claim("P(k = 0) + P(k = G) = p^G + (1-p)^G, symbolic G", binomial_pmf(0, G) + binomial_pmf(G, G), f.silent_rate(G, p))]
+    for GG in G_VALUES_EXACT:
+        interior = sum(binomial_pmf(kk, GG) for kk in range(1, GG))
+        out.append(Claim(f"G={GG}: P(0 < k < G) = 1 - silent rate", interior, 1 - f.silent_rate(GG, p)))
+    return out
+
+
+T8 = Theorem(
+    "T8",
+    "silent-group rate",
+    "For k ~ Binomial(G, p) the probability of a silent group (σ = 0, k ∈ {0, G}) is p^G + (1−p)^G; "
+    "it is the mass DAPO discards.",
+    "claim 6",
+    "k ~ Binomial(G, p); G positive integer; p positive",
+    _t8,
+    lambda f: sp.Eq(sp.Symbol(r"P(k \in \{0, G\})"), f.silent_rate(), evaluate=False),
+)
+
+
+# --- T9 ---------------------------------------------------------------------------------------
+def _t9(f: Formulas) -> list[Claim]:
+    k = F.k
+    e_sig2 = expectation_of_polynomial(f.sigma(k, G) ** 2, k, raw_moments(2))
+    out = [Claim("E[sigma^2] = p(1-p)(1 - 1/G), symbolic G (moments of the binomial)", e_sig2, f.expected_sigma_sq(G, p))]
+    for GG in (2, 5, 12):
+        exact = sum(binomial_pmf(kk, GG) * f.sigma(kk, GG) ** 2 for kk in range(GG + 1))
+        out.append(Claim(f"G={GG}: explicit sum equals p(1-p)(1 - 1/G)", exact, f.expected_sigma_sq(GG, p)))
+    return out
+
+
+T9 = Theorem(
+    "T9",
+    "expected Dr. GRPO coefficient",
+    "E[σ²] = p(1−p)(1 − 1/G): Dr. GRPO's expected coefficient is the Bernoulli variance shrunk by 1 − 1/G.",
+    "Proposition 2",
+    "k ~ Binomial(G, p); G positive integer",
+    _t9,
+    lambda f: sp.Eq(sp.Symbol(r"\mathbb{E}[\sigma^2]"), f.expected_sigma_sq(), evaluate=False),
+)
+
+
+# --- T10 --------------------------------------------------------------------------------------
+def _squarefree(nn: int) -> tuple[int, int]:
+    """nn = a²·b with b square-free; returns (a, b)."""
+    a, b, q = 1, 1, 2
+    while q * q <= nn:
+        while nn % (q * q) == 0:
+            nn //= q * q
+            a *= q
+        q += 1
+    return a, nn * b
+
+
+def explicit_expected_update(GG: int) -> sp.Expr:
+    """E[g] at a concrete G written term by term from integers: Σ_b √b·P_b(p), b square-free.
+
+    Each term C(G,k)·√(k(G−k))/G·p^k(1−p)^{G−k} is formed with ``math.comb`` and an integer
+    square-free split √(k(G−k)) = a√b; terms are grouped by b.  Radicals of distinct square-free
+    integers are linearly independent over ℚ(p), so equality with another such form is decided
+    by expanding the difference.
+    """
+    groups: dict[int, sp.Expr] = {}
+    for kk in range(1, GG):
+        a, b = _squarefree(kk * (GG - kk))
+        coef = sp.Rational(math.comb(GG, kk) * a, GG)
+        groups[b] = groups.get(b, sp.Integer(0)) + coef * p**kk * (1 - p) ** (GG - kk)
+    return sum((sp.sqrt(b) * sp.expand(poly) for b, poly in sorted(groups.items())), sp.Integer(0))
+
+
+def _t10(f: Formulas) -> list[Claim]:
+    k = F.k
+    out = [
+        Claim("E[g] = sum over k = 1..G-1 of P(k)·sigma(k, G), symbolic G", f.expected_update(G, p), sp.Sum(binomial_pmf(k, G) * F.sigma(k, G), (k, 1, G - 1))),
+        Claim("the k = 0 and k = G terms vanish (sigma = 0), so the sum over 1..G-1 is E[sigma]", (binomial_pmf(k, G) * F.sigma(k, G)).subs(k, 0) + (binomial_pmf(k, G) * F.sigma(k, G)).subs(k, G), 0),
+    ]
+    worst = 0.0
+    for GG in G_VALUES_EXACT:
+        closed = explicit_expected_update(GG)
+        out.append(Claim(f"G={GG}: Sum.doit() equals the explicit closed value", f.expected_update(GG, p).doit(), closed))
+        for pv in (sp.Rational(1, 10), sp.Rational(3, 10), sp.Rational(1, 2)):
+            exact = float(closed.subs(p, pv).evalf(30))
+            worst = max(worst, abs(float(C.expected_update(GG, float(pv))) - exact) / exact)
+    out.append(Claim("closed_forms.expected_update equals the closed values (G = 2..12, p = 0.1, 0.3, 0.5)", "max relative error", kind="numeric", ok=worst < 1e-13, value=worst))
+    return out
+
+
+T10 = Theorem(
+    "T10",
+    "exact expected GRPO update",
+    "E[g] = (1/G) Σ_{k=1}^{G−1} C(G,k) p^k (1−p)^{G−k} √(k(G−k)) for the Bernoulli-logit prompt "
+    "(s̄₊ − s̄₋ = 1); equal, for G = 2…12, to closed values that are polynomials in p with radicals.",
+    "Proposition 2",
+    "k ~ Binomial(G, p); exact rational arithmetic with square-free radicals",
+    _t10,
+    lambda f: sp.Eq(sp.Symbol(r"\mathbb{E}[g]"), f.expected_update(), evaluate=False),
+    extra=lambda f: ([], {"closed_values": {GG: str(explicit_expected_update(GG)) for GG in (2, 3, 4)}}),
+)
+
+
+# --- T12 --------------------------------------------------------------------------------------
+def _t12(f: Formulas) -> list[Claim]:
+    e = F.eps
+    roots = sp.solve(sp.Eq(f.attenuation_first_order(_Greal, p), 1 - e), _Greal)
+    out = [
+        Claim("the first-order law has one root in G", len(roots), 1),
+        Claim("G* solves 1 - 1/(8Gp(1-p)) = 1 - eps", roots[0] if roots else sp.nan, f.group_size_law(e, p)),
+        Claim("G* = w(p)^2/(8 eps)", f.group_size_law(e, p), f.difficulty_weight(p) ** 2 / (8 * e)),
+        Claim("the first-order law increases with G, so G* is the smallest G reaching 1 - eps", _open(sp.diff(f.attenuation_first_order(_Greal, p), _Greal)), kind="pos"),
+    ]
+    return out
+
+
+T12 = Theorem(
+    "T12",
+    "group-size law",
+    "Inverting the first-order attenuation law, φ ≥ 1−ε once G ≥ G* = 1/(8εp(1−p)) = w(p)²/(8ε).",
+    "Corollary 2",
+    "G real positive for the inversion; 0 < p < 1; eps > 0",
+    _t12,
+    lambda f: sp.Eq(sp.Symbol("G^*"), f.group_size_law(), evaluate=False),
+)
+
+
+# --- T13 --------------------------------------------------------------------------------------
+_y, _a = sp.symbols("y a", nonnegative=True)
+
+
+def _t13(f: Formulas) -> list[Claim]:
+    k = F.k
+    w = f.difficulty_weight(p)
+    sigma_p = F.sigma(p * _Greal, _Greal)  # sigma at mu = p
+    out = [
+        Claim("w(p) = d/dp 2 arcsin sqrt(p)", sp.diff(f.arcsine_objective(p), p), w),
+        Claim("w(p) = 1/sigma(p), sigma(p) = sqrt(p(1-p))", _open(w), _open(1 / sigma_p)),
+    ]
+    # Bernoulli-logit prompt p = sigmoid(theta): dp/dtheta = p(1-p); the gradients of the two objectives
+    sig = 1 / (1 + sp.exp(-_theta))
+    out.append(Claim("dp/dtheta = p(1-p) for p = sigmoid(theta)", sp.diff(sig, _theta), sig * (1 - sig)))
+    grad_arcsine = sp.diff(f.arcsine_objective(p), p) * p * (1 - p)  # chain rule with dp/dtheta
+    out.append(Claim("d/dtheta 2 arcsin sqrt(p) = sqrt(p(1-p))", _open(grad_arcsine), _open(sp.sqrt(p * (1 - p)))))
+    # Dr. GRPO's large-G limit
+    out.append(Claim("lim E[sigma^2] = p(1-p) = d/dtheta p", sp.limit(f.expected_sigma_sq(_Greal, p), _Greal, sp.oo), p * (1 - p)))
+    # GRPO's large-G limit, by a squeeze with two pointwise bounds on sqrt(x), x = sigma^2 in [0, 1/4]:
+    #   upper  sqrt(x) <= x/(2 sqrt a) + sqrt(a)/2              <=> (sqrt x - sqrt a)^2 >= 0
+    #   lower  sqrt(x) >= 3x/(2 sqrt a) - x^2/(2 a^(3/2))       <=> y (y-1)^2 (y+2) >= 0, y = sqrt(x/a)
+    out.append(Claim("upper bound: y^2 + 1 - 2y = (y-1)^2", _y**2 + 1 - 2 * _y, (_y - 1) ** 2))
+    out.append(Claim("lower bound: y - (3y^2 - y^4)/2 = y(y-1)^2(y+2)/2", _y - (3 * _y**2 - _y**4) / 2, _y * (_y - 1) ** 2 * (_y + 2) / 2))
+    out.append(Claim("lower bound polynomial is nonnegative for y >= 0", _y * (_y - 1) ** 2 * (_y + 2), kind="nonneg"))
+    a = _open(p * (1 - p))
+    mom = [_open(mm) for mm in raw_moments(4, _Greal)]
+    e2 = expectation_of_polynomial(F.sigma(k, _Greal) ** 2, k, mom)
+    e4 = expectation_of_polynomial(F.sigma(k, _Greal) ** 4, k, mom)
+    upper = e2 / (2 * sp.sqrt(a)) + sp.sqrt(a) / 2
+    lower = 3 * e2 / (2 * sp.sqrt(a)) - e4 / (2 * a ** sp.Rational(3, 2))
+    out.append(Claim("upper bound on E[g]: sqrt(p(1-p))(1 - 1/(2G))", upper, sp.sqrt(a) * (1 - 1 / (2 * _Greal))))
+    out.append(Claim("lim upper bound = sqrt(p(1-p))", sp.limit(upper, _Greal, sp.oo), sp.sqrt(a)))
+    out.append(Claim("lim lower bound = sqrt(p(1-p)), so E[g] -> sqrt(p(1-p)) = d/dtheta 2 arcsin sqrt(p)", sp.limit(lower, _Greal, sp.oo), sp.sqrt(a)))
+    return out
+
+
+T13 = Theorem(
+    "T13",
+    "difficulty weight and large-G limits",
+    "w(p) = d/dp 2·arcsin√p = 1/√(p(1−p)) = 1/σ(p).  As G → ∞, E[g] → √(p(1−p)) (GRPO) and "
+    "E[σ²] → p(1−p) (Dr. GRPO): for p = sigmoid(θ) these are the gradients in θ of 2·arcsin√p and of p. "
+    "The GRPO limit is proved by a squeeze, which also gives the bound E[g] ≤ √(p(1−p))·(1 − 1/(2G)).",
+    "claim 7",
+    "0 < p < 1 (p = u/(u+v)); G real for limits; theta real",
+    _t13,
+    lambda f: sp.Eq(sp.Derivative(f.arcsine_objective(), p), f.difficulty_weight(), evaluate=False),
+)

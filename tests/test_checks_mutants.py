@@ -1,0 +1,300 @@
+"""The mutation corpus: realistic bugs in advantage functions and group filters are all caught,
+and correct implementations written in several styles are never flagged.
+
+Each implementation is independent of the dial (written here from the paper's formulas), so the
+audit compares two separate codes.  Each mutant records the verdict it must get: 'fail' for a
+broken identity, 'deviation' for a bounded factor (Bessel, a visible ε).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grpo_identity.checks import audit
+
+# --- correct implementations ---------------------------------------------------------------------
+
+
+def grpo_vectorised(rewards, G):
+    R = rewards.reshape(-1, G)
+    mu = R.mean(1, keepdims=True)
+    sd = R.std(1, keepdims=True)
+    live = np.ptp(R, 1, keepdims=True) > 0  # exact test: np.std of [0.1]*G need not be 0
+    return np.divide(R - mu, sd, out=np.zeros_like(R), where=live).reshape(-1)
+
+
+def grpo_loops(rewards, G):
+    out = []
+    for start in range(0, len(rewards), G):
+        group = [float(x) for x in rewards[start : start + G]]
+        mu = sum(group) / G
+        sd = (sum((x - mu) ** 2 for x in group) / G) ** 0.5
+        out += [(x - mu) / sd if len(set(group)) > 1 else 0.0 for x in group]
+    return np.array(out)
+
+
+def grpo_torch(rewards, G):
+    import torch
+
+    R = torch.as_tensor(rewards).view(-1, G)
+    mu, sd = R.mean(1, keepdim=True), R.std(1, unbiased=False, keepdim=True)
+    live = R.amax(1, keepdim=True) > R.amin(1, keepdim=True)
+    return torch.where(live, (R - mu) / torch.where(live, sd, torch.ones_like(sd)), torch.zeros_like(R)).view(-1)
+
+
+def dr_grpo_vectorised(rewards, G):
+    R = rewards.reshape(-1, G)
+    return (R - R.mean(1, keepdims=True)).reshape(-1)
+
+
+def rloo_loops(rewards, G):
+    out = np.empty_like(rewards)
+    for g in range(len(rewards) // G):
+        block = rewards[g * G : (g + 1) * G]
+        total = block.sum()
+        for i in range(G):
+            out[g * G + i] = block[i] - (total - block[i]) / (G - 1)
+    return out
+
+
+def trl_style_torch(rewards, G):
+    import torch
+
+    r = torch.as_tensor(rewards, dtype=torch.float32)
+    mean = r.view(-1, G).mean(1).repeat_interleave(G)
+    std = r.view(-1, G).std(1).repeat_interleave(G)
+    return (r - mean) / (std + 1e-4)
+
+
+def dapo_filter_vectorised(rewards, G):
+    return np.ptp(rewards.reshape(-1, G), 1) > 0
+
+
+def dapo_filter_loops(rewards, G):
+    return np.array([len(set(rewards[i : i + G].tolist())) > 1 for i in range(0, len(rewards), G)])
+
+
+CORRECT = [
+    (grpo_vectorised, "advantage", "grpo"),
+    (grpo_loops, "advantage", "grpo"),
+    (grpo_torch, "advantage", "grpo"),
+    (dr_grpo_vectorised, "advantage", "dr_grpo"),
+    (rloo_loops, "advantage", "rloo"),
+    (trl_style_torch, "advantage", "trl"),
+    (grpo_vectorised, "advantage", None),
+    (dapo_filter_vectorised, "filter", "dapo"),
+    (dapo_filter_loops, "filter", None),
+]
+
+
+# --- mutants -------------------------------------------------------------------------------------
+def _grpo(R, mu=None, sd=None):
+    mu = R.mean(1, keepdims=True) if mu is None else mu
+    sd = R.std(1, keepdims=True) if sd is None else sd
+    return np.divide(R - mu, sd, out=np.zeros_like(R), where=np.ptp(R, 1, keepdims=True) > 0)
+
+
+def batch_std(rewards, G):
+    R = rewards.reshape(-1, G)
+    return ((R - R.mean(1, keepdims=True)) / (rewards.std() + 1e-8)).reshape(-1)
+
+
+def batch_mean(rewards, G):
+    return _grpo(rewards.reshape(-1, G), mu=rewards.mean()).reshape(-1)
+
+
+def transposed_layout(rewards, G):
+    R = rewards.reshape(G, -1).T  # (n, G) read column-wise: the groups are mixed
+    return _grpo(np.ascontiguousarray(R)).T.reshape(-1)
+
+
+def nan_on_silent(rewards, G):
+    R = rewards.reshape(-1, G)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ((R - R.mean(1, keepdims=True)) / R.std(1, keepdims=True)).reshape(-1)
+
+
+def clipped(rewards, G):
+    return np.clip(grpo_vectorised(rewards, G), -2.0, 2.0)
+
+
+def missing_baseline(rewards, G):
+    R = rewards.reshape(-1, G)
+    return _grpo(R, mu=np.zeros((R.shape[0], 1))).reshape(-1)
+
+
+def sign_flip(rewards, G):
+    return -grpo_vectorised(rewards, G)
+
+
+def off_by_one_mean(rewards, G):
+    R = rewards.reshape(-1, G)
+    return _grpo(R, mu=R.sum(1, keepdims=True) / (G - 1)).reshape(-1)
+
+
+def wrong_rloo_denominator(rewards, G):
+    R = rewards.reshape(-1, G)
+    return (R - (R.sum(1, keepdims=True) - R) / G).reshape(-1)
+
+
+def median_centre(rewards, G):
+    R = rewards.reshape(-1, G)
+    return _grpo(R, mu=np.median(R, 1, keepdims=True)).reshape(-1)
+
+
+def max_normalised(rewards, G):
+    R = rewards.reshape(-1, G)
+    A = R - R.mean(1, keepdims=True)
+    m = np.abs(A).max(1, keepdims=True)
+    return np.divide(A, m, out=np.zeros_like(A), where=m > 0).reshape(-1)
+
+
+_EMA = {"sd": None}
+
+
+def smoothed_across_calls(rewards, G):
+    R = rewards.reshape(-1, G)
+    sd = R.std(1, keepdims=True).mean()
+    _EMA["sd"] = sd if _EMA["sd"] is None else 0.9 * _EMA["sd"] + 0.1 * sd
+    return ((R - R.mean(1, keepdims=True)) / (_EMA["sd"] + 1e-6)).reshape(-1)
+
+
+def variance_scale(rewards, G):
+    R = rewards.reshape(-1, G)
+    return _grpo(R, sd=R.var(1, keepdims=True)).reshape(-1)
+
+
+def sorted_without_unsort(rewards, G):
+    R = np.sort(rewards.reshape(-1, G), axis=1)
+    return _grpo(R).reshape(-1)
+
+
+def noisy(rewards, G):
+    return grpo_vectorised(rewards, G) + np.random.default_rng().normal(0, 1e-3, rewards.shape)
+
+
+def integer_output(rewards, G):
+    return np.rint(grpo_vectorised(rewards, G)).astype(np.int64)
+
+
+def two_d_output(rewards, G):
+    return grpo_vectorised(rewards, G).reshape(-1, G)
+
+
+def silent_gets_one(rewards, G):
+    R = rewards.reshape(-1, G)
+    return np.where(np.ptp(R, 1, keepdims=True) > 0, _grpo(R), 1.0).reshape(-1)
+
+
+def last_group_skipped(rewards, G):
+    out = np.zeros_like(rewards)
+    n = len(rewards) // G
+    for g in range(n - 1):  # off by one: the last group keeps zeros
+        out[g * G : (g + 1) * G] = grpo_vectorised(rewards[g * G : (g + 1) * G], G)
+    return out if n > 1 else grpo_vectorised(rewards, G) * 0 + rewards - rewards.mean()
+
+
+def shifted_numerator(rewards, G):
+    R = rewards.reshape(-1, G)
+    return _grpo(R, mu=R.mean(1, keepdims=True) - 1e-3).reshape(-1)
+
+
+def silent_test_by_std(rewards, G):
+    R = rewards.reshape(-1, G)
+    mu, sd = R.mean(1, keepdims=True), R.std(1, keepdims=True)
+    # the textbook guard: np.std of [0.1]*G is ~1e-17, not 0, so silent groups get ±1
+    return np.divide(R - mu, sd, out=np.zeros_like(R), where=sd > 0).reshape(-1)
+
+
+def bessel_torch(rewards, G):
+    import torch
+
+    R = torch.as_tensor(rewards).view(-1, G)
+    sd = R.std(1, keepdim=True)  # torch default: ddof 1
+    live = R.amax(1, keepdim=True) > R.amin(1, keepdim=True)
+    return torch.where(live, (R - R.mean(1, keepdim=True)) / torch.where(live, sd, 1.0), 0.0).view(-1)
+
+
+def large_eps(rewards, G):
+    R = rewards.reshape(-1, G)
+    return ((R - R.mean(1, keepdims=True)) / (R.std(1, keepdims=True) + 0.05)).reshape(-1)
+
+
+def rloo_divided_by_std(rewards, G):
+    return _grpo(rewards.reshape(-1, G)).reshape(-1) * G / (G - 1)
+
+
+def filter_drops_only_all_wrong(rewards, G):
+    return rewards.reshape(-1, G).sum(1) > 0
+
+
+def filter_threshold(rewards, G):
+    return rewards.reshape(-1, G).std(1) > 1e-3
+
+
+def filter_binary_only(rewards, G):
+    m = rewards.reshape(-1, G).mean(1)
+    return (m != 0) & (m != 1)
+
+
+def filter_keeps_all(rewards, G):
+    return np.ones(len(rewards) // G, dtype=bool)
+
+
+MUTANTS = [
+    (batch_std, "advantage", "grpo", "fail"),
+    (batch_mean, "advantage", "grpo", "fail"),
+    (transposed_layout, "advantage", "grpo", "fail"),
+    (nan_on_silent, "advantage", "grpo", "fail"),
+    (clipped, "advantage", "grpo", "fail"),
+    (missing_baseline, "advantage", "grpo", "fail"),
+    (sign_flip, "advantage", "grpo", "fail"),
+    (off_by_one_mean, "advantage", "grpo", "fail"),
+    (wrong_rloo_denominator, "advantage", "rloo", "fail"),
+    (median_centre, "advantage", "grpo", "fail"),
+    (max_normalised, "advantage", "grpo", "fail"),
+    (smoothed_across_calls, "advantage", "grpo", "fail"),
+    (variance_scale, "advantage", "grpo", "fail"),
+    (sorted_without_unsort, "advantage", "grpo", "fail"),
+    (noisy, "advantage", "grpo", "fail"),
+    (integer_output, "advantage", "grpo", "fail"),
+    (two_d_output, "advantage", "grpo", "fail"),
+    (silent_gets_one, "advantage", "grpo", "fail"),
+    (last_group_skipped, "advantage", "grpo", "fail"),
+    (shifted_numerator, "advantage", "grpo", "fail"),
+    (silent_test_by_std, "advantage", "grpo", "fail"),
+    (rloo_divided_by_std, "advantage", "rloo", "fail"),
+    (dr_grpo_vectorised, "advantage", "grpo", "fail"),
+    (bessel_torch, "advantage", "grpo", "deviation"),
+    (large_eps, "advantage", "grpo", "deviation"),
+    (filter_drops_only_all_wrong, "filter", "dapo", "fail"),
+    (filter_threshold, "filter", "dapo", "fail"),
+    (filter_binary_only, "filter", "dapo", "fail"),
+    (filter_keeps_all, "filter", "dapo", "fail"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, kind, expect", CORRECT, ids=[f"{f.__name__}-{e}" for f, _, e in CORRECT])
+def test_correct_implementations_pass_the_audit(fn, kind, expect):
+    report = audit(fn, kind=kind, expect=expect)
+    assert report.verdict == "pass", report.format()
+    assert report.matches == (expect or report.matches)
+    assert not [f for f in report.findings if f.severity != "note"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, kind, expect, verdict", MUTANTS, ids=[f.__name__ for f, *_ in MUTANTS])
+def test_every_mutant_is_caught(fn, kind, expect, verdict):
+    _EMA["sd"] = None
+    report = audit(fn, kind=kind, expect=expect)
+    assert report.verdict == verdict, report.format()
+    assert report.findings, "a caught bug must come with a finding"
+    f = next(f for f in report.findings if f.severity == verdict)
+    assert f.message and f.property
+
+
+def test_the_corpus_is_large_enough():
+    assert len(MUTANTS) >= 20 and len({f for f, *_ in MUTANTS}) == len(MUTANTS)
+    assert len(CORRECT) >= 6

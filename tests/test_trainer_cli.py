@@ -1,0 +1,74 @@
+"""The CLI of the trainer's commands: JSON for machines, one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grpo_identity.cli import main
+
+from conftest import SHARED_DATA
+
+CURVE = SHARED_DATA / "dapo_fig3b_accuracy1_fraction.csv"
+
+
+def _rates_csv(tmp_path):
+    path = tmp_path / "rates.csv"
+    path.write_text("llama8b_solve_rate\n" + "".join(f"{k / 64}\n" for k in (0, 0, 64, 64, 16, 32, 32, 48, 4, 60)))
+    return path
+
+
+def test_realdata_json_has_the_documented_keys_and_fractions(tmp_path, capsys):
+    assert main(["realdata", str(_rates_csv(tmp_path)), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["n"] == 10 and r["frac_p0"] == 0.2 and r["frac_p1"] == 0.2
+    assert set(r["silent_closed_form"]) == {"4", "8", "16", "32", "64"} and set(r["silent_subsampled"]) == {"4", "8", "16"}
+    fractions = [*r["silent_closed_form"].values(), *r["silent_subsampled"].values()]
+    fractions += [v for arm in ("grpo", "dr_grpo") for v in r["mass_share"][arm].values()]
+    assert all(0 <= f <= 1 for f in fractions)
+
+
+def test_realdata_prints_a_table_and_writes_a_figure(tmp_path, capsys):
+    assert main(["realdata", str(_rates_csv(tmp_path)), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "G=64" in out and "extreme" in out
+    assert (tmp_path / "o" / "realdata.png").stat().st_size > 1000 and (tmp_path / "o" / "summary.json").exists()
+
+
+def test_realdata_on_a_missing_file_exits_2_with_one_line(tmp_path, capsys):
+    assert main(["realdata", str(tmp_path / "absent.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "absent.csv" in err
+
+
+def test_train_bernoulli_json_and_out_dir(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    assert main(["train", "bernoulli", "--M", "60", "--G", "4", "--steps", "3", "--json", "--out", str(out)]) == 0
+    r = json.loads(capsys.readouterr().out)
+    for key in ("identity_max_abs_err", "r2_silent", "extreme_share", "hard_final", "dapo_oversample", "seconds"):
+        assert key in r
+    assert r["config"]["group_size"] == 4
+    assert json.loads((out / "config.json").read_text())["num_prompts"] == 60
+    assert (out / "bernoulli.png").stat().st_size > 1000 and (out / "result.json").exists()
+
+
+def test_train_bernoulli_rejects_bad_settings_with_exit_2(capsys):
+    assert main(["train", "bernoulli", "--M", "1"]) == 2
+    assert "num_prompts" in capsys.readouterr().err
+
+
+def test_dapo_fit_on_a_made_curve(tmp_path, capsys):
+    path = tmp_path / "curve.csv"
+    path.write_text("step,frac\n" + "".join(f"{s},{0.5 * (1 - 2.718281828 ** (-s / 800))}\n" for s in range(0, 6000, 300)))
+    assert main(["dapo-fit", str(path), "--bootstrap", "10", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["saturating"]["r2"] > 0.999 and r["n_bootstrap"] == 10
+
+
+@pytest.mark.skipif(not CURVE.exists(), reason="digitised DAPO curve not present in ../shared/data")
+def test_dapo_fit_prints_both_r2_beside_the_papers(capsys):
+    assert main(["dapo-fit", str(CURVE), "--bootstrap", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "one timescale" in out and "0.92" in out and "0.98" in out
