@@ -32,8 +32,7 @@ frameworks: $(FW)
 setup: $(STAMP) $(FW)
 
 verify: setup
-	$(BIN)/grpo-identity closed-forms --table group-size
-	$(BIN)/grpo-identity closed-forms --G 8 --p 0.05
+	$(BIN)/grpo-identity verify --out $(OUT)/verify
 
 test: setup
 	$(BIN)/python -m pytest

@@ -136,14 +136,19 @@ def _verl(estimator: str, options: dict[str, Any]) -> Callable[..., Any]:
 
     def verl_advantage(rewards: np.ndarray, group_size: int) -> np.ndarray:
         n, T = len(rewards), 3
+        # rows in a shuffled order (a fixed permutation per batch size): verl groups by uid, not
+        # by position, so the adapter exercises that too
+        order = np.random.default_rng(n).permutation(n)
         # verl's outcome estimators take per-token rewards (bs, T), summed over the response
         token_rewards = torch.zeros(n, T, dtype=torch.float32)  # (bs, T)
-        token_rewards[:, -1] = torch.as_tensor(rewards, dtype=torch.float32)
+        token_rewards[:, -1] = torch.as_tensor(np.asarray(rewards)[order], dtype=torch.float32)
         mask = torch.ones(n, T, dtype=torch.float32)
         # one uid per prompt, as verl's trainer assigns them (strings, object array)
-        index = np.array([f"uid-{i // group_size:05d}" for i in range(n)], dtype=object)
+        index = np.array([f"uid-{i // group_size:05d}" for i in order], dtype=object)
         adv, _ = est(token_level_rewards=token_rewards, response_mask=mask, index=index, **options)
-        return adv[:, 0].numpy()  # (bs,): the advantage is broadcast over the tokens
+        out = np.empty(n, dtype=np.float32)
+        out[order] = adv[:, 0].numpy()  # (bs,): the advantage is broadcast over the tokens
+        return out
 
     verl_advantage.grpo_identity_info = {"framework": "verl", "version": version("verl"), "estimator": estimator, "options": options, "dtype": "float32"}  # type: ignore[attr-defined]
     return verl_advantage

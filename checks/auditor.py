@@ -31,7 +31,7 @@ import numpy as np
 
 from grpo_identity import dial as D
 from grpo_identity.checks import properties as P
-from grpo_identity.checks.infer import PROBE_GROUP_SIZES, Inferred, infer_dial, infer_keep_rule
+from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, Inferred, infer_dial, infer_keep_rule
 from grpo_identity.checks.target import ChildTarget, LocalTarget, TargetCrashed, TargetError, TargetTimeout
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -136,8 +136,8 @@ class AuditReport:
             lines.append("findings:")
             for f in self.findings:
                 lines.append(f"  [{f.severity}] {f.property}: {f.message}")
-                if f.counterexample:
-                    ce = {k: v for k, v in f.counterexample.items() if k in ("group_size", "n_groups", "group", "group_rewards", "group_output", "rewards")}
+                ce = {k: v for k, v in f.counterexample.items() if k in ("group_size", "n_groups", "group", "group_rewards", "group_output", "rewards")}
+                if ce:
                     lines.append(f"      counterexample: {ce}")
         else:
             lines.append("findings: none")
@@ -350,8 +350,9 @@ def _advantage_verdict(report: AuditReport, exp: D.Dial | None) -> AuditReport:
     inf = report.inferred
     res = inf.silent_nonbinary_max_abs
     if res is not None and res > 0:
+        w = inf.silent_nonbinary_worst or {}
         sev = "fail" if not math.isfinite(res) or res > SILENT_RESIDUE_FAIL else "note"
-        report.findings.append(Finding("silent_nonbinary_groups_zero", f"silent groups of non-binary rewards (every reward 0.1, 0.3, 1/3 …) get |Â| up to {res:.3g} instead of exactly 0: float rounding of the group mean{' amplified by 1/(std + ε)' if inf.scale == 'group_std' else ''}", {"values": [0.1, 0.3, 1 / 3, 0.7, -0.2, 2.5], "group_sizes": list(PROBE_GROUP_SIZES)}, sev))
+        report.findings.append(Finding("silent_nonbinary_groups_zero", f"silent groups of non-binary rewards (every reward 0.1, 0.3, 1/3 …) get |Â| up to {res:.3g} instead of exactly 0 (worst: every reward {w.get('value', float('nan')):.6g} at G = {w.get('G')}): float rounding of the group mean{' amplified by 1/(std + ε)' if inf.scale == 'group_std' else ''}", {"group_rewards": f"every reward {w.get('value')}", "group_size": w.get("G"), "values": list(SILENT_PROBE_VALUES), "group_sizes": list(PROBE_GROUP_SIZES)}, sev))
     if inf.centre is None:
         report.findings.append(Finding("dial", f"no point of the dial fits: {inf.why}"))
     elif inf.coupled and inf.scale != "batch_std" and not any(f.property == "groups_independent" for f in report.findings):

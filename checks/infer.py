@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import dial as D
-from grpo_identity.checks.properties import PropertyViolation, Tolerance, _call, _call_filter, precision_of
+from grpo_identity.checks.properties import Tolerance, _call, _call_filter, precision_of
 
 __all__ = ["PROBE_GROUP_SIZES", "SILENT_PROBE_VALUES", "Inferred", "infer_dial", "infer_keep_rule", "probe_batch"]
 
@@ -36,9 +36,14 @@ SILENT_PROBE_VALUES = (0.1, 0.3, 1.0 / 3.0, 0.7, -0.2, 2.5)
 _UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 
+#: all-wrong groups appended to each probe batch: without them its std would be 1/2 at every G,
+#: and a batch std could not be told from a constant
+PROBE_EXTRA_SILENT = 2
+
+
 def probe_batch(G: int) -> np.ndarray:
-    """One group per k = 0…G (k ones first, then zeros), group by group: (G+1)·G rewards."""
-    return np.concatenate([np.r_[np.ones(k), np.zeros(G - k)] for k in range(G + 1)])
+    """One group per k = 0…G (k ones first, then zeros), then two all-wrong groups: (G+3)·G rewards."""
+    return np.concatenate([np.r_[np.ones(k), np.zeros(G - k)] for k in range(G + 1)] + [np.zeros(G * PROBE_EXTRA_SILENT)])
 
 
 @dataclass
@@ -60,6 +65,8 @@ class Inferred:
     """The advantages of a group change with the other groups of the batch."""
     silent_nonbinary_max_abs: float | None = None
     """Largest |Â| on silent groups of 0.1, 0.3, 1/3 … (0 when exactly zero)."""
+    silent_nonbinary_worst: dict[str, float] | None = None
+    """The reward value and G where that largest residue appeared."""
     coefficients: dict[int, list[float]] = field(default_factory=dict)
     """c(k, G) = (k/G)·Â₊ for k = 0…G, by probed G."""
     batch_std: dict[int, float] = field(default_factory=dict)
@@ -89,7 +96,7 @@ class Inferred:
 
 def _levels(A: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
     """Â₊(k), Â₋(k) for k = 1…G−1 from a probe output laid out like :func:`probe_batch`."""
-    M = A.reshape(G + 1, G)
+    M = A.reshape(-1, G)
     pos = np.array([M[k, :k].mean() for k in range(1, G)])
     neg = np.array([M[k, k:].mean() for k in range(1, G)])
     return pos, neg
@@ -118,16 +125,20 @@ def infer_dial(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int
     tol = Tolerance.for_precision(inf.precision)
     u = _UNIT_ROUNDOFF[inf.precision]
     for G, A in outs.items():
-        M = A.reshape(G + 1, G)
+        M = A.reshape(-1, G)
         inf.coefficients[G] = [float(k / G * M[k, :k].mean()) if 0 < k else 0.0 for k in range(G + 1)]
         inf.batch_std[G] = float(probe_batch(G).std())
     # silent non-binary groups: does float rounding of the mean leave a residue?
-    worst = 0.0
+    worst, where = 0.0, None
     for G in sizes:
         r = np.repeat(np.array(SILENT_PROBE_VALUES), G)
-        S = _call(target, r, G, "well_formed")
-        worst = max(worst, float(np.max(np.abs(S))) if np.all(np.isfinite(S)) else float("inf"))
+        S = np.abs(_call(target, r, G, "well_formed"))
+        S = np.where(np.isfinite(S), S, np.inf)
+        i = int(np.argmax(S))
+        if S[i] > worst:
+            worst, where = float(S[i]), {"value": float(r[i]), "G": G}
     inf.silent_nonbinary_max_abs = worst
+    inf.silent_nonbinary_worst = where
     # coupling: the k = 1 group alone vs inside its probe batch
     for G, A in outs.items():
         alone = _call(target, probe_batch(G)[G : 2 * G], G, "groups_independent")
@@ -139,7 +150,7 @@ def infer_dial(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int
     rows = []  # (G, k, gap, batch std ddof 0, ddof 1)
     for G, A in outs.items():
         pos, neg = _levels(A, G)
-        n = (G + 1) * G
+        n = probe_batch(G).size
         s0 = inf.batch_std[G]
         for k in range(1, G):
             rows.append((G, k, pos[k - 1] - neg[k - 1], s0, s0 * np.sqrt(n / (n - 1))))

@@ -18,7 +18,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import time
 import traceback
 from typing import Any, Callable
 
@@ -191,7 +190,11 @@ class ChildTarget:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         code = f"from grpo_identity.checks.target import _child_main; _child_main({to_child_r}, {from_child_w})"
-        self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
+        try:  # the target's prints go to stderr, never into the report on stdout (--json)
+            out: Any = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):
+            out = subprocess.DEVNULL
+        self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=out)
         os.close(to_child_r)
         os.close(from_child_w)
         self._out = Connection(to_child_w, readable=False)

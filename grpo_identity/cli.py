@@ -22,6 +22,8 @@ COMMANDS: dict[str, str] = {
     "prove": "prove",
     "realdata": "realdata",
     "dapo-fit": "dapo_fit",
+    "verify": "verify",
+    "render": "render",
 }
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2

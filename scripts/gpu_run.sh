@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The LM trainer's `gpu` configuration on one CUDA GPU: a ~25M-parameter Llama, 1-6 digit
-# addition, GRPO, Dr. GRPO and DAPO (150 steps each, G = 16, 32 prompts per step), the identity
+# addition, GRPO, Dr. GRPO and DAPO (120 steps each, G = 16, 32 prompts per step), the identity
 # checked on 8 groups of every step in fp32, rollouts and batched forwards in bf16.
 # Sized for about ten minutes on one H200.
 #

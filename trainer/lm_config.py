@@ -5,8 +5,9 @@ A run of :func:`grpo_identity.trainer.lm_train.run_lm` is fully described by one
 
 - ``cpu-smoke``: a ~100k-parameter GPT-2 on 1–3 digit addition, three modes in well under
   two minutes on one CPU thread (CI runs it);
-- ``small``: ~0.8M parameters, 1–4 digits, a few minutes on CPU;
-- ``gpu``: a ~25M-parameter Llama, 1–6 digits, about ten minutes on one H200.
+- ``small``: ~0.8M parameters, 1–4 digits, about six minutes on one CPU thread;
+- ``gpu``: a ~25M-parameter Llama, 1–6 digits, about ten minutes on one H200 (a 540 s time
+  budget stops each mode early if the estimate of ~1 s per step was optimistic).
 
 Derived quantities (the dial of a mode, the aggregation a mode implies, the device) are kept
 apart from the settings, in functions below the class.  Light: no torch at import.
@@ -128,6 +129,8 @@ class LMConfig:
     """torch CPU threads (two stall for seconds on small shared CPUs)"""
     seed: int = 0
     """seed of the model, the task and the sampling"""
+    time_budget: float = 0.0
+    """seconds for the whole run: each mode stops early to fit its share after the warm-up (0: no limit)"""
 
     def __post_init__(self) -> None:
         def bad(name: str, want: str) -> ValueError:
@@ -163,7 +166,7 @@ class LMConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise bad(name, "a finite number > 0")
-        for name in ("weight_decay", "clip_low", "clip_high", "kl_coef"):
+        for name in ("weight_decay", "clip_low", "clip_high", "kl_coef", "time_budget"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise bad(name, "a finite number >= 0")
@@ -190,13 +193,13 @@ class LMConfig:
 CONFIGS: Mapping[str, LMConfig] = {
     "cpu-smoke": LMConfig(),
     "small": LMConfig(
-        n_layer=4, n_embd=128, n_head=4, max_digits=4, steps=80, prompts_per_step=8,
-        warmup_steps=800, warmup_lr=2e-3, lr=5e-4, eval_every=10,
+        n_layer=4, n_embd=128, n_head=4, max_digits=4, steps=60, prompts_per_step=8,
+        warmup_steps=1000, warmup_lr=2e-3, lr=2e-4, eval_every=10,
     ),
     "gpu": LMConfig(
         model="llama", n_layer=8, n_embd=512, n_head=8, max_digits=6, group_size=16,
-        prompts_per_step=32, steps=150, lr=1e-4, warmup_steps=1500, warmup_batch=256, warmup_lr=1e-3,
-        check_groups=8, probe_samples=32, eval_every=10, eval_prompts_per_level=64, inner_steps=2,
+        prompts_per_step=32, steps=120, lr=1e-4, warmup_steps=1500, warmup_batch=256, warmup_lr=1e-3,
+        check_groups=8, probe_samples=32, eval_every=10, eval_prompts_per_level=64, inner_steps=2, time_budget=540.0,
     ),
 }
 

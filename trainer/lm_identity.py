@@ -172,21 +172,23 @@ def loglog_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float | int 
 def gap_noise_share(scores: torch.Tensor, rewards: torch.Tensor) -> float:
     """Share of ‖s̄₊ − s̄₋‖² that is sampling noise, estimated inside one group: (G, D), (G,) → float.
 
-    With within-class scatter τ² (pooled over both classes, G − 2 degrees of freedom),
-    E‖s̄₊ − s̄₋‖² = ‖μ₊ − μ₋‖² + τ²(1/k + 1/(G−k)) and 1/k + 1/(G−k) = 1/(Gσ²).  So where the noise
-    part dominates, ‖s̄₊ − s̄₋‖ grows like 1/σ and ‖g‖ = σ‖s̄₊ − s̄₋‖ (GRPO) stops growing with σ;
-    only a flat gap gives slope 1 (GRPO) / 2 (Dr. GRPO).  Returns τ²(1/k + 1/(G−k)) / ‖s̄₊ − s̄₋‖²
-    (≈ 1: all noise; ≈ 0: all signal; can exceed 1 by chance); NaN when G < 3 or k ∈ {0, G}.
+    With class scatters V₊, V₋ (trace of each class's covariance, unbiased, k − 1 and G − k − 1
+    degrees of freedom), E‖s̄₊ − s̄₋‖² = ‖μ₊ − μ₋‖² + V₊/k + V₋/(G−k); with V₊ = V₋ = V the noise
+    term is V/(Gσ²), since 1/k + 1/(G−k) = 1/(Gσ²).  Where noise dominates, ‖s̄₊ − s̄₋‖ falls as σ
+    grows and ‖g‖ = σ‖s̄₊ − s̄₋‖ (GRPO) grows slower than σ; only a flat gap gives slope 1
+    (GRPO) / 2 (Dr. GRPO).  Returns (V₊/k + V₋/(G−k)) / ‖s̄₊ − s̄₋‖² (≈ 1: all noise, ≈ 0: all
+    signal; can exceed 1 by chance); NaN when a class has fewer than two members.
     """
     s = scores.double()
     pos = rewards.bool()
     G, k = int(rewards.shape[0]), int(pos.sum())
-    if G < 3 or k in (0, G):
+    if k < 2 or G - k < 2:
         return float("nan")
     sp, sn = s[pos], s[~pos]  # (k, D), (G−k, D)
-    tau2 = (float(((sp - sp.mean(0)) ** 2).sum()) + float(((sn - sn.mean(0)) ** 2).sum())) / (G - 2)
+    v_pos = float(((sp - sp.mean(0)) ** 2).sum()) / (k - 1)
+    v_neg = float(((sn - sn.mean(0)) ** 2).sum()) / (G - k - 1)
     gap2 = float(((sp.mean(0) - sn.mean(0)) ** 2).sum())
-    return tau2 * (1.0 / k + 1.0 / (G - k)) / gap2 if gap2 > 0 else float("nan")
+    return (v_pos / k + v_neg / (G - k)) / gap2 if gap2 > 0 else float("nan")
 
 
 def silent_estimate(num_success: int, num_probe: int, G: int) -> float:

@@ -11,7 +11,7 @@ keep rule is ``nonzero_std`` (DAPO), silent groups are discarded and fresh promp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -51,7 +51,6 @@ class Rollout:
     """rounds of drawing prompts"""
     generated_tokens: int = 0
     """tokens sampled, probes included"""
-    extra: dict = field(default_factory=dict)
 
 
 def rollout(

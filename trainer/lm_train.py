@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable, TextIO
@@ -88,12 +89,13 @@ def evaluate(model: nn.Module, task: AdditionTask, problems: Problems, device: t
 
 
 def train_mode(mode: str, model: nn.Module, ref: nn.Module | None, base: dict[str, torch.Tensor], cfg: LMConfig, task: AdditionTask,
-                eval_set: Problems, device: torch.device, amp: bool, sink: TextIO | None = None,
-               tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
+               eval_set: Problems, device: torch.device, amp: bool, sink: TextIO | None = None,
+               tick: Callable[[], None] = lambda: None, deadline: float = math.inf) -> dict[str, Any]:
     """Train one mode from the weights ``base``; return its per-step and per-group records and evals.
 
     ``model`` is trained in place; ``ref`` is the frozen KL reference (or None); ``sink`` receives
-    one JSON line per step; ``tick`` is called once per step.
+    one JSON line per step; ``tick`` is called once per step; past ``deadline`` (a
+    ``time.perf_counter()`` value) the mode stops after its current step.
     """
     model.load_state_dict(base)
     torch.manual_seed(cfg.seed)
@@ -102,7 +104,7 @@ def train_mode(mode: str, model: nn.Module, ref: nn.Module | None, base: dict[st
     dial = dial_of(mode)
     agg = aggregation_of(cfg, mode)
     G, P, T_max = cfg.group_size, task.prompt_len, task.max_answer_len
-    names, params = trainable(model)
+    _, params = trainable(model)
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
     steps: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
@@ -167,7 +169,7 @@ def train_mode(mode: str, model: nn.Module, ref: nn.Module | None, base: dict[st
                     grec["sigma"] = float(closed_forms.sigma(k, G))
                 step_groups.append(grec)
             for p, a in zip(params, acc):
-                p.grad = a.clone()
+                p.grad = a
             if kl_acc is not None:
                 for p, a in zip(params, kl_acc):
                     p.grad.add_(a)  # type: ignore[union-attr]
@@ -198,8 +200,11 @@ def train_mode(mode: str, model: nn.Module, ref: nn.Module | None, base: dict[st
             rec["clip_frac"] = float(np.mean(clip_fracs))
         errs = [gr["rel_err"] for gr in step_groups if "rel_err" in gr]
         rec["identity_max_rel_err"] = max(errs) if errs else None
+        if step_groups:  # Σ‖g‖ over this step's groups, by difficulty level
+            rec["grad_mass_by_level"] = {str(d): sum(gr["g_norm"] for gr in step_groups if gr["level"] == d) for d in task.levels.tolist()}
         rec["groups"] = step_groups
-        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+        last = step + 1 == cfg.steps or time.perf_counter() > deadline
+        if (step + 1) % cfg.eval_every == 0 or last:
             ev = {"step": step + 1, "samples": samples_total, **evaluate(model, task, eval_set, device, amp)}
             evals.append(ev)
             rec["eval_acc"] = ev["acc"]
@@ -208,6 +213,8 @@ def train_mode(mode: str, model: nn.Module, ref: nn.Module | None, base: dict[st
         groups.extend(step_groups)
         _write(sink, rec)
         tick()
+        if last:
+            break
     return {"steps": steps, "groups": groups, "evals": evals, "seconds": time.perf_counter() - t0, "aggregation": agg}
 
 
@@ -287,6 +294,7 @@ def _mode_summary(mode: str, res: dict[str, Any], cfg: LMConfig) -> dict[str, An
         "train_reward_first_quarter": float(np.mean(rewards[:q])) if rewards else None,
         "train_reward_last_quarter": float(np.mean(rewards[-q:])) if rewards else None,
         "samples": steps[-1]["samples"] if steps else 0,
+        "steps_run": len(steps),
         "seconds": res["seconds"],
     }
 
@@ -348,7 +356,10 @@ def run_lm(config: LMConfig, progress: bool = False, *, out_dir: str | Path | No
         ref = None
         if config.kl_coef > 0:
             ref = copy.deepcopy(model).requires_grad_(False)
-        results = {m: train_mode(m, model, ref, base, config, task, eval_set, device, amp, sink, tick) for m in modes}
+        results = {}
+        for i, m in enumerate(modes):  # with a time budget, each remaining mode gets an equal share of what is left
+            share = (config.time_budget - (time.perf_counter() - t0)) / (len(modes) - i) if config.time_budget > 0 else math.inf
+            results[m] = train_mode(m, model, ref, base, config, task, eval_set, device, amp, sink, tick, time.perf_counter() + share)
     finally:
         if bar is not None:
             bar.close()

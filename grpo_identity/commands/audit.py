@@ -19,7 +19,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=["advantage", "filter"], default="advantage", help="advantage: one advantage per reward; filter: one bool per group (True = keep)")
     p.add_argument("--expect", metavar="PRESET", help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any)")
     p.add_argument("--max-examples", type=int, default=200, metavar="N", help="hypothesis examples in total (default 200)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds allowed for loading the target and for each call (default 60)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds allowed for each call into the target (default 60; importing it: at least 120)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 

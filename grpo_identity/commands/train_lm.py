@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table([[("n/a" if v is None else v) for v in r] for r in rows],
                        ["mode", "aggregation", "groups", "max rel err", "slope |g| vs sigma", "R2", "slope |s+ - s-|",
                         "silent", "predicted", "greedy acc", "samples"]))
-    print("share of |s+ - s-|^2 that is sampling noise, tau^2 (1/k + 1/(G-k)) / |s+ - s-|^2, median over groups:")
+    print("share of |s+ - s-|^2 that is sampling noise, (V+/k + V-/(G-k)) / |s+ - s-|^2, median over groups:")
     keys = sorted({int(k) for ms in s["modes"].values() for k in ms["by_k"]})
     nz = [[m, ms["gap_noise_share_median"], *[ms["by_k"].get(str(k), {}).get("noise_share_median") for k in keys]] for m, ms in s["modes"].items()]
     print(format_table([[("n/a" if v is None else v) for v in r] for r in nz], ["mode", "all groups", *(f"k={k}" for k in keys)]))

@@ -1,0 +1,216 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · The identity and the three-mode reduction
+#
+# One prompt, $G$ sampled answers, binary verifier rewards, $k$ of them correct. GRPO turns the
+# rewards into advantages by subtracting the group mean and dividing by the group standard
+# deviation $\sigma$, then takes the update $g = \frac{1}{G}\sum_i \hat A_i s_i$, where $s_i$ is the
+# score (the gradient of the log-probability) of answer $i$.
+#
+# The paper's point (arXiv 2607.00152, Theorem 1) is that with binary rewards this update
+# collapses to **one number times one direction**: $\sigma$ times the difference between the mean
+# score of the correct and of the incorrect answers. Dr. GRPO and DAPO are then three operations
+# on that one number: $\sigma$, $\sigma^2$, and $\sigma$ with the silent groups ($k \in \{0, G\}$)
+# thrown away.
+#
+# Each statement below is printed from its proof object in `grpo_identity.proofs` (the
+# equation is SymPy's LaTeX of the project's formulas, never retyped), and the cell under it
+# runs the proof: every equation is proved by reducing the residual *lhs − rhs* to exactly 0.
+# Interior groups ($0 < k < G$) are written $G = k + m$ with $k, m$ positive integers; scores are
+# symbolic vectors of symbolic dimension.
+
+# %%
+import numpy as np
+import matplotlib.pyplot as plt
+
+from grpo_identity import dial as D
+from grpo_identity.notebook import prove, statement
+
+plt.rcParams.update({"figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3})
+
+# %% [markdown]
+# ## σ and the two advantage values
+
+# %% tags=["hide-input"]
+statement("T1")
+
+# %%
+prove("T1")
+
+# %% [markdown]
+# Because a binary group has only two distinct rewards, GRPO's advantages take only two
+# values, one for every correct answer and one for every incorrect one, and they cancel over
+# the group.
+
+# %% tags=["hide-input"]
+statement("T2")
+
+# %%
+prove("T2")
+
+# %% [markdown]
+# ## The identity
+
+# %% tags=["hide-input"]
+statement("T3")
+
+# %%
+prove("T3")
+
+# %% [markdown]
+# The same statement checked on numbers: 2,000 random groups of $G = 8$ answers with
+# 5-dimensional random scores. The left side is the update as a trainer computes it, from the
+# advantages of `grpo_identity.dial` (the project's one advantage implementation); the right side
+# is the dial's update coefficient times the score gap $\bar s_+ - \bar s_-$.
+
+# %%
+rng = np.random.default_rng(0)
+G, n_groups, dim = 8, 2000, 5
+rewards = (rng.random((n_groups, G)) < rng.random((n_groups, 1))).astype(float)  # (n, G)
+scores = rng.normal(size=(n_groups * G, dim))  # (n·G, d): one score vector per answer
+k = rewards.sum(1).astype(int)  # (n,)
+gap = D.score_gap(rewards.reshape(-1), scores, G)  # (n, d)
+
+fig, ax = plt.subplots(figsize=(5.5, 4.2))
+for dial, marker in ((D.GRPO, "o"), (D.DR_GRPO, "x")):
+    g = D.group_updates(D.advantages(rewards.reshape(-1), G, dial), scores, G)  # (n, d)
+    predicted = D.coefficient(dial, k, G)[:, None] * gap  # (n, d)
+    err = np.abs(g - predicted).max()
+    print(f"{dial.name:8s} max |g − c(k)·(s̄₊ − s̄₋)| over {n_groups} groups × {dim} components = {err:.1e}")
+    assert err < 1e-12
+    live = (k > 0) & (k < G)
+    ax.loglog(np.linalg.norm(predicted[live], axis=1), np.linalg.norm(g[live], axis=1), marker, ms=3, alpha=0.5, label=f"{dial.name}: c = {'σ' if dial is D.GRPO else 'σ²'}")
+lims = np.array(ax.get_xlim())
+ax.plot(lims, lims, "k-", lw=0.8, label="equality")
+ax.set_xlabel("‖c(k) · (s̄₊ − s̄₋)‖  (the identity)")
+ax.set_ylabel("‖(1/G) Σ Âᵢ sᵢ‖  (the trainer's update)")
+ax.set_title(f"Every non-silent group lies on the diagonal (G = {G}, d = {dim})", fontsize=10)
+ax.legend(fontsize=8)
+plt.show()
+print(f"silent groups (k ∈ {{0, G}}): {int((~live).sum())}, update exactly 0: {bool(np.all(D.group_updates(D.advantages(rewards.reshape(-1), G, D.GRPO), scores, G)[~live] == 0))}")
+
+# %% [markdown]
+# Adding a constant to every reward (a baseline, or rewards in {−1, 1} shifted) changes nothing:
+
+# %% tags=["hide-input"]
+statement("T4")
+
+# %%
+prove("T4")
+
+# %% [markdown]
+# ## Dr. GRPO and the three modes
+#
+# Dr. GRPO drops the division by σ. The update keeps the same direction, with σ squared:
+
+# %% tags=["hide-input"]
+statement("T5")
+
+# %%
+prove("T5")
+
+# %% [markdown]
+# The dial of `grpo_identity.dial` has a centre, a scale, the std's `ddof`, an `eps` and a keep
+# rule. At the GRPO, Dr. GRPO and DAPO presets its update coefficient is σ, σ² and σ with silent
+# groups set to 0 (in the equation below, the left column is the dial's coefficient at the three
+# presets, the right one σ, σ², 1{0<k<G}·σ):
+
+# %% tags=["hide-input"]
+statement("T6")
+
+# %%
+prove("T6")
+
+# %% [markdown]
+# What that means per group, for $G = 8$: GRPO gives the most weight to the balanced groups
+# ($k = G/2$), Dr. GRPO concentrates it there even more (σ² falls faster towards the edges), and
+# DAPO has GRPO's weights but discards the silent groups and redraws them. The framework
+# conventions (TRL and verl: Bessel-corrected std plus a small ε) shift GRPO's σ by a factor
+# $\sqrt{G/(G-1)}$, the same for every $k$ (theorems G2, G3 below).
+
+# %%
+G = 8
+ks = np.arange(G + 1)
+fig, ax = plt.subplots(figsize=(7, 3.6))
+width = 0.27
+for i, dial in enumerate((D.GRPO, D.DR_GRPO, D.DAPO)):
+    ax.bar(ks + (i - 1) * width, D.coefficient(dial, ks, G), width, label={"grpo": "GRPO: σ", "dr_grpo": "Dr. GRPO: σ²", "dapo": "DAPO: 1{0<k<G}·σ (silent groups redrawn)"}[dial.name])
+ax.plot(ks, D.coefficient(D.TRL, ks, G), "k_", ms=14, mew=2, label="TRL convention (ddof 1, ε = 1e-4)")
+ax.set_xticks(ks)
+ax.set_xlabel(f"number correct k in a group of G = {G}")
+ax.set_ylabel("update coefficient c(k)")
+ax.set_title("Three operations on one number: g = c(k) · (s̄₊ − s̄₋)", fontsize=10)
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# RLOO's leave-one-out baseline is the mean baseline rescaled, so RLOO is Dr. GRPO up to the
+# constant $G/(G-1)$:
+
+# %% tags=["hide-input"]
+statement("T7")
+
+# %%
+prove("T7")
+print("RLOO / Dr. GRPO coefficient, G = 8, k = 1..7:", np.round(D.coefficient(D.RLOO, ks[1:-1], G) / D.coefficient(D.DR_GRPO, ks[1:-1], G), 12))
+
+# %% [markdown]
+# ## Beyond the paper
+#
+# The paper sets aside per-token weights, Bessel's correction, ε, the batch std, non-binary
+# rewards, clipping and KL. Each is proved the same way: what survives of the identity, and
+# what breaks.
+
+# %% tags=["hide-input"]
+statement("G1")
+
+# %%
+prove("G1")
+
+# %% tags=["hide-input"]
+statement("G2")
+
+# %%
+prove("G2")
+
+# %% tags=["hide-input"]
+statement("G3")
+
+# %%
+prove("G3")
+
+# %% tags=["hide-input"]
+statement("G4")
+
+# %%
+prove("G4")
+
+# %% tags=["hide-input"]
+statement("G5")
+
+# %%
+prove("G5")
+
+# %% tags=["hide-input"]
+statement("G6")
+
+# %%
+prove("G6")
+
+# %% [markdown]
+# **What to take away.** With binary rewards, a GRPO step on one prompt is σ times the score
+# gap between the correct and the incorrect answers; Dr. GRPO uses σ², DAPO σ without the silent
+# groups. Everything the three methods disagree about is how they weigh σ, which depends only on
+# $k$ and $G$. Notebook 02 takes its expectation over $k$.
