@@ -56,13 +56,10 @@ def load_target(spec: str, kind: str = "advantage") -> Callable[..., Any]:
             return adapters.build(spec, kind)
         except ImportError as exc:
             raise TargetImportError(f"adapter {spec!r} needs a package that is not installed: {exc}") from None
-    if ":" not in spec:
-        raise TargetImportError(f"target {spec!r} is neither FILE.py:FUNCTION, MODULE:FUNCTION nor an adapter ({', '.join(adapters.names())})")
+    check_spec(spec)
     where, _, name = spec.rpartition(":")
     try:
-        if where.endswith(".py") or os.sep in where or "/" in where:
-            if not os.path.isfile(where):
-                raise TargetImportError(f"no such file: {where}")
+        if _is_path(where):
             mod_name = "_grpo_identity_target_" + os.path.splitext(os.path.basename(where))[0]
             loader_spec = importlib.util.spec_from_file_location(mod_name, where)
             if loader_spec is None or loader_spec.loader is None:
@@ -80,6 +77,23 @@ def load_target(spec: str, kind: str = "advantage") -> Callable[..., Any]:
     if fn is None or not callable(fn):
         raise TargetImportError(f"{where} has no function {name!r}")
     return fn
+
+
+def _is_path(where: str) -> bool:
+    return where.endswith(".py") or os.sep in where or "/" in where
+
+
+def check_spec(spec: str) -> None:
+    """Reject a malformed spec or a missing file at once (before any child process starts)."""
+    from grpo_identity.checks import adapters
+
+    if adapters.is_adapter(spec):
+        return
+    where, colon, name = spec.rpartition(":")
+    if not colon or not where or not name:
+        raise TargetImportError(f"target {spec!r} is neither FILE.py:FUNCTION, MODULE:FUNCTION nor an adapter ({', '.join(adapters.names())})")
+    if _is_path(where) and not os.path.isfile(where):
+        raise TargetImportError(f"no such file: {where}")
 
 
 def to_numpy(out: Any) -> np.ndarray:
@@ -186,6 +200,8 @@ class ChildTarget:
         self.timeout = float(timeout)
         self.calls = 0
         self.dead: TargetError | None = None
+        if isinstance(spec, str):
+            check_spec(spec)
         # a fresh interpreter (not multiprocessing's spawn, which re-runs the caller's __main__)
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()

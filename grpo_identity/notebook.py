@@ -27,11 +27,8 @@ def statement(name: str) -> None:
     display(Markdown(by_name(name).render_markdown()))
 
 
-def prove(name: str, show: int = 6) -> Any:
-    """Prove theorem ``name``, print its claims (the first ``show``), and raise unless proved.
-
-    Returns the :class:`grpo_identity.proofs.ProofResult`.
-    """
+def prove(name: str, show: int = 6) -> None:
+    """Prove theorem ``name``, print its claims (the first ``show``), and raise unless proved."""
     from grpo_identity.proofs import by_name
 
     r = by_name(name).prove()
@@ -43,7 +40,6 @@ def prove(name: str, show: int = 6) -> Any:
         print(f"  ✓ {c['claim']}  [{c['result']}]")
     if len(claims) > show:
         print(f"  … and {len(claims) - show} more, all holding")
-    return r
 
 
 def markdown_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
@@ -61,9 +57,9 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
 
 
 def repo_root(start: Path | None = None) -> Path:
-    """The repository root: the notebooks run there when rendered, in ``notebooks/`` when opened
-    in Jupyter.  The first of ``start`` (default: the working directory) and its parent that has
-    a ``results`` folder; ``start`` itself if neither has one."""
+    """The repository root, where ``results/`` lies: the first of ``start`` (default: the working
+    directory, ``notebooks/`` when a notebook runs) and its parent that has a ``results`` folder;
+    ``start`` itself if neither has one."""
     here = Path.cwd() if start is None else Path(start)
     for d in (here, here.parent):
         if (d / "results").is_dir():

@@ -1,13 +1,12 @@
 """Rendered notebooks: execute the jupytext sources and write self-contained, offline HTML.
 
 For each ``notebooks/NN_*.py`` (jupytext py:percent) :func:`render` executes the notebook with
-nbclient in a Python kernel of the current interpreter (working directory: the repository
-root, the parent of the notebooks folder), writes the executed ``.ipynb`` and an HTML page
+nbclient in a Python kernel of the current interpreter (working directory: the notebooks
+folder, as when a notebook is opened in Jupyter), writes the executed ``.ipynb`` and an HTML page
 (nbconvert, lab template) into ``out_dir``, and links them from ``index.html``.
 
 The math renders without network access: MathJax 2.7 (from the ``jupyter-server-mathjax``
-package, or Debian's ``libjs-mathjax``) is copied next to the pages and referenced by a
-relative URL, so the folder can be moved or served as it is.  Figures are embedded as base64
+package, with its STIX web fonts) is copied next to the pages and referenced by a relative URL, so the folder can be moved or served as it is.  Figures are embedded as base64
 PNG.  No page loads anything from a CDN (require.js and mermaid are left out).  Cells tagged
 ``hide-input`` show their output only (the theorem statements above each proof).
 
@@ -55,8 +54,6 @@ MATHJAX_DIR = "mathjax"
 CELL_TIMEOUT = 600
 #: what a notebook source is called: two digits, an underscore, a name
 _SOURCE_PATTERN = re.compile(r"^\d\d_[A-Za-z0-9_]+\.py$")
-#: MathJax installs, in order of preference: the Python package, then Debian's libjs-mathjax
-_DEBIAN_MATHJAX = Path("/usr/share/javascript/mathjax")
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 # The lab template without the two scripts it loads from a CDN, and with MathJax told to use
@@ -87,27 +84,25 @@ def find_notebooks(notebooks_dir: Path | None = None) -> list[Path]:
 
 
 def mathjax_source() -> Path:
-    """Folder of a local MathJax 2.7 (``MathJax.js`` and the configuration :data:`MATHJAX_CONFIG`)."""
-    candidates: list[Path] = []
+    """Folder of the local MathJax 2.7 of ``jupyter-server-mathjax`` (``MathJax.js``, the
+    configuration :data:`MATHJAX_CONFIG`, the STIX web fonts)."""
+    missing = "offline math needs a local MathJax 2.7: pip install jupyter-server-mathjax (in the 'notebooks' extra)"
     try:
         import jupyter_server_mathjax
-
-        candidates.append(Path(jupyter_server_mathjax.__file__).resolve().parent / "static")
     except ImportError:
-        pass
-    candidates.append(_DEBIAN_MATHJAX)
+        raise ValueError(missing) from None
+    root = Path(jupyter_server_mathjax.__file__).resolve().parent / "static"
     config = MATHJAX_CONFIG.split(",")[0]
-    for c in candidates:
-        if (c / "MathJax.js").is_file() and (c / "config" / f"{config}.js").is_file():
-            return c
-    raise ValueError("offline math needs a local MathJax 2.7: pip install jupyter-server-mathjax (in the 'notebooks' extra)")
+    if not ((root / "MathJax.js").is_file() and (root / "config" / f"{config}.js").is_file()):
+        raise ValueError(missing)
+    return root
 
 
 def _copy_mathjax(out_dir: Path) -> str:
     """Copy MathJax into ``out_dir/mathjax`` once; return the pages' relative script URL."""
     src, dest = mathjax_source(), out_dir / MATHJAX_DIR
     if not (dest / "MathJax.js").is_file():
-        # the SVG output, the MathML input and the translations are not used by the pages
+        # the pages use neither the SVG output nor the translations
         shutil.copytree(src, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("SVG", "localization", "__pycache__", "*.py"))
     return f"{MATHJAX_DIR}/MathJax.js?config={MATHJAX_CONFIG}"
 
@@ -309,8 +304,8 @@ def render(
     Returns ``{"out", "index", "notebooks": [{"name", "title", "html", "ipynb", "pdf", "seconds",
     "errors", "figures", "math"}], "ok"}``; ``ok`` is True when every notebook ran without an
     error output (with ``execute=False``: when every page was written).  Paths in the rows are
-    relative to ``out``.  The notebooks run in the repository root (the notebooks folder's
-    parent).
+    relative to ``out``.  The notebooks run in the notebooks folder; they find ``results/`` in
+    its parent (:func:`grpo_identity.notebook.repo_root`).
     """
     import jupytext
     import nbformat
@@ -321,7 +316,7 @@ def render(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     mathjax_url = _copy_mathjax(out)
-    cwd = sources[0].parent.resolve().parent
+    cwd = sources[0].parent.resolve()  # not the repository root: its grpo_identity/ would shadow an installed package
 
     bar: Any = None
     if progress:

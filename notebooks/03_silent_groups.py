@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -36,7 +38,7 @@ from grpo_identity import paper
 from grpo_identity.notebook import prove, repo_root, statement, table
 
 plt.rcParams.update({"figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3})
-ROOT = repo_root()  # the notebooks run in the repository root; in notebooks/ when opened in Jupyter
+ROOT = repo_root()  # the parent of notebooks/, where results/ lies
 
 # %% [markdown]
 # ## How often a group is silent

@@ -250,6 +250,7 @@ def test_a_child_target_answers_calls_even_when_it_prints(target_file):
         assert t(np.array([1.0, 0.0]), 2).tolist() == [0.5, -0.5]
 
 
+@pytest.mark.slow
 def test_a_hanging_target_times_out_and_the_audit_fails_clearly(target_file):
     report = checks.audit(f"{target_file}:hang", timeout=1.0, max_examples=10)
     assert report.verdict == "fail" and "timeout" in report.findings[0].message
@@ -262,6 +263,7 @@ def test_a_crashing_target_fails_with_its_exit_code(target_file):
     assert report.verdict == "fail" and "exit code 7" in report.findings[0].message
 
 
+@pytest.mark.slow
 def test_an_exception_in_the_target_is_a_finding_with_a_shrunk_example(target_file):
     report = checks.audit(f"{target_file}:raises_sometimes", max_examples=200)
     assert report.verdict == "fail"
@@ -284,6 +286,7 @@ def test_local_targets_turn_exceptions_into_target_errors():
 
 
 # --- CLI -----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_exit_codes_are_0_for_pass_and_deviation_1_for_fail_2_for_usage(target_file, capsys):
     assert main(["audit", f"{target_file}:good", "--max-examples", "20", "--expect", "dr_grpo"]) == 0
     assert "verdict: PASS" in capsys.readouterr().out

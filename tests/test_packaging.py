@@ -66,3 +66,4 @@ def test_wheel_holds_everything_under_grpo_identity_and_nothing_else(tmp_path):
         assert f"grpo_identity/{sub}/__init__.py" in names
         assert not any(n.startswith(f"{sub}/") for n in names)
     assert "grpo_identity/formulas.py" in names and "grpo_identity/py.typed" in names
+    assert "grpo_identity/commands/__init__.py" in names and "grpo_identity/commands/verify.py" in names
