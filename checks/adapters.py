@@ -146,7 +146,7 @@ def _verl(estimator: str, options: dict[str, Any]) -> Callable[..., Any]:
         # one uid per prompt, as verl's trainer assigns them (strings, object array)
         index = np.array([f"uid-{i // group_size:05d}" for i in order], dtype=object)
         adv, _ = est(token_level_rewards=token_rewards, response_mask=mask, index=index, **options)
-        out = np.empty(n, dtype=np.float32)
+        out = np.empty(n, dtype=np.float64)  # verl's fp32 values, handed back in the caller's dtype
         out[order] = adv[:, 0].numpy()  # (bs,): the advantage is broadcast over the tokens
         return out
 
@@ -210,7 +210,7 @@ def _trl(options: dict[str, Any]) -> Callable[..., Any]:
         inputs = [{"prompt": "a b"} for _ in range(len(rewards))]  # (n_groups·G,) rows, group by group
         with torch.no_grad():
             out = trainer._generate_and_score_completions(inputs)
-        return out["advantages"].detach().cpu().numpy()
+        return out["advantages"].detach().cpu().numpy().astype(np.float64)  # TRL's fp32 values, in the caller's dtype
 
     trl_advantage.grpo_identity_info = {"framework": "trl", "version": version("trl"), "entry": "GRPOTrainer._generate_and_score_completions", "options": opts, "dtype": "float32"}  # type: ignore[attr-defined]
     return trl_advantage

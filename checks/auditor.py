@@ -116,12 +116,13 @@ class AuditReport:
         else:
             parts = [f"centre {inf.centre}", f"scale {inf.scale}"]
             if inf.scale != "none":
-                parts += [f"ddof {inf.ddof}", f"eps {inf.eps:.3g} (resolution {inf.eps_resolution:.1g})"]
+                parts += [f"ddof {inf.ddof}", f"eps {inf.eps:.3g}{' inside the square root, √(σ² + ε)' if inf.eps_inside_sqrt else ''} (resolution {inf.eps_resolution:.1g})"]
             if inf.alpha != 1.0:
                 parts.append(f"constant factor {inf.alpha:.6g}")
             lines.append("inferred dial: " + ", ".join(parts) + f"; computes in {inf.precision}")
             if inf.silent_nonbinary_max_abs is not None:
-                lines.append(f"silent groups: binary exactly 0; all-0.1-style groups |Â| ≤ {inf.silent_nonbinary_max_abs:.3g}")
+                binary = "NOT exactly 0 (see findings)" if any(f.property == "silent_groups_exactly_zero" for f in self.findings) else "exactly 0"
+                lines.append(f"silent groups: binary {binary}; all-0.1-style groups |Â| ≤ {inf.silent_nonbinary_max_abs:.3g}")
         lines.append(f"properties: {len(self.properties_run)} run on {self.examples} hypothesis examples in {self.seconds:.1f} s")
         if self.coefficient_table:
             lines.append("")
@@ -151,7 +152,7 @@ def _family(scale: str | None) -> str:
 
 
 def _matches_preset(inf: Inferred, d: D.Dial) -> bool:
-    if inf.centre != d.centre or inf.scale != d.scale or inf.alpha != 1.0:
+    if inf.centre != d.centre or inf.scale != d.scale or inf.alpha != 1.0 or inf.eps_inside_sqrt:
         return False
     if d.scale == "none":
         return True
@@ -237,11 +238,11 @@ def _open(target: Any, isolate: bool | None, timeout: float, kind: str) -> Any:
 
     if isinstance(target, str):
         if isolate is False:
-            return LocalTarget(load_target(target, kind), name=target)
+            return LocalTarget(load_target(target, kind), name=target, kind=kind)
         return ChildTarget(target, kind=kind, timeout=timeout, name=target)
     if isolate:
         return ChildTarget(target, kind=kind, timeout=timeout)
-    return LocalTarget(target)
+    return LocalTarget(target, kind=kind)
 
 
 def audit(
@@ -388,7 +389,7 @@ def _advantage_verdict(report: AuditReport, exp: D.Dial | None) -> AuditReport:
 def _describe(inf: Inferred) -> str:
     if inf.scale == "none":
         return f"centre {inf.centre}, no std"
-    return f"centre {inf.centre}, {inf.scale} (ddof {inf.ddof}, eps {inf.eps:.3g})"
+    return f"centre {inf.centre}, {inf.scale} (ddof {inf.ddof}, eps {inf.eps:.3g}{' inside √' if inf.eps_inside_sqrt else ''})"
 
 
 def _deviation_message(inf: Inferred, ref: D.Dial, factors: list[dict[str, Any]]) -> str:
@@ -400,7 +401,9 @@ def _deviation_message(inf: Inferred, ref: D.Dial, factors: list[dict[str, Any]]
     if inf.scale == ref.scale == "group_std":
         if inf.ddof != ref.ddof:
             why.append(f"ddof {inf.ddof} instead of {ref.ddof} (Bessel)")
-        if abs(float(inf.eps or 0) - ref.eps) > max(inf.eps_resolution, 0.02 * ref.eps):
+        if inf.eps_inside_sqrt:
+            why.append(f"eps {inf.eps:.3g} inside the square root, √(σ² + ε), instead of σ + {ref.eps:g}")
+        elif abs(float(inf.eps or 0) - ref.eps) > max(inf.eps_resolution, 0.02 * ref.eps):
             why.append(f"eps {inf.eps:.3g} instead of {ref.eps:g}")
     if inf.alpha != 1.0:
         why.append(f"a constant factor {inf.alpha:.6g}")

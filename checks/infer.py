@@ -55,6 +55,9 @@ class Inferred:
     ddof: int | None = None
     eps: float | None = None
     eps_resolution: float = 0.0
+    eps_inside_sqrt: bool = False
+    """The ε sits under the square root, √(σ² + ε) (a ``whiten``-style scale), not σ + ε: off the
+    dial, a bounded factor σ/√(σ² + ε) on c(k, G)."""
     alpha: float | None = None
     """A constant factor on the advantages (1 for every preset)."""
     keep: str | None = None
@@ -85,7 +88,16 @@ class Inferred:
         if d is None:
             return None
         a = float(self.alpha or 1.0)
-        return lambda r, G: a * D.advantages(r, G, d)
+        if not self.eps_inside_sqrt:
+            return lambda r, G: a * D.advantages(r, G, d)
+        d0, eps, ddof = d.replace(eps=0.0), float(self.eps or 0.0), int(self.ddof or 0)
+
+        def inside(r: np.ndarray, G: int) -> np.ndarray:
+            # (r − μ)/√(σ² + ε) = dial(ε = 0) · σ/√(σ² + ε), per group
+            sd = np.repeat(np.asarray(r, dtype=np.float64).reshape(-1, G).std(1, ddof=ddof), G)  # (n·G,)
+            return a * D.advantages(r, G, d0) * (sd / np.sqrt(sd * sd + eps))
+
+        return inside
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -160,40 +172,52 @@ def infer_dial(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int
         inf.why = "the higher reward does not get the higher advantage (sign)"
         return inf
     sigma = np.sqrt(ks * (Gs - ks)) / Gs
-    fit_tol = max(30 * tol.rtol, 1e-12)
+    fit_tol = max(min(30 * tol.rtol, 0.1), 1e-12)
     best: tuple[int, float, dict[str, Any]] | None = None
+    fits: list[tuple[int, float, dict[str, Any]]] = []
     for centre in ("mean", "loo"):
         y = (1.0 if centre == "mean" else Gs / (Gs - 1)) / gap
-        cands: list[tuple[int, str, int | None, np.ndarray | None]] = [(0, "none", None, None)]
+        cands: list[tuple[int, str, int | None, np.ndarray | None, bool]] = [(0, "none", None, None, False)]
         for d in (0, 1):
-            cands.append((1, "group_std", d, sigma * np.sqrt(Gs / (Gs - d))))
+            x_d = sigma * np.sqrt(Gs / (Gs - d))
+            cands.append((1, "group_std", d, x_d, False))
+            cands.append((2, "group_std", d, x_d, True))  # √(σ² + ε): (f/d)² = σ²/α² + ε/α²
             if inf.coupled:
-                cands.append((1, "batch_std", d, data[:, 3 + d]))
-        for rank, scale, ddof, x in cands:
+                cands.append((1, "batch_std", d, data[:, 3 + d], False))
+        for rank, scale, ddof, x, inside in cands:
             if x is None:
                 gamma = float(np.median(y))
                 beta, resid = 0.0, float(np.max(np.abs(y / gamma - 1)))
-                params = {"centre": centre, "scale": scale, "ddof": None, "eps": 0.0, "alpha": 1.0 / gamma, "eps_resolution": 0.0}
+                params = {"centre": centre, "scale": scale, "ddof": None, "eps": 0.0, "alpha": 1.0 / gamma, "eps_resolution": 0.0, "inside": False}
             else:
-                beta, gamma, resid = _fit_line(x, y)
+                xx, yy = (x * x, y * y) if inside else (x, y)
+                beta, gamma, resid = _fit_line(xx, yy)
+                if inside:
+                    resid /= 2  # relative residual of y² is twice y's
                 if beta <= 0:
                     continue
-                res_eps = 3 * max(resid, u) * float(np.max(x))
+                res_eps = 3 * max(resid, u) * float(np.max(xx)) * (2 if inside else 1)
                 eps = gamma / beta
                 if eps < -res_eps:
                     continue
-                params = {"centre": centre, "scale": scale, "ddof": ddof, "eps": max(eps, 0.0) if abs(eps) > res_eps else 0.0, "alpha": 1.0 / beta, "eps_resolution": res_eps}
+                alpha = 1.0 / (np.sqrt(beta) if inside else beta)
+                params = {"centre": centre, "scale": scale, "ddof": ddof, "eps": max(eps, 0.0) if abs(eps) > res_eps else 0.0, "alpha": float(alpha), "eps_resolution": res_eps, "inside": inside}
             if resid > fit_tol:
                 continue
-            key = (rank, resid)
-            if best is None or key < (best[0], best[1]):
-                best = (rank, resid, params)
+            fits.append((rank, resid, params))
+    if fits:
+        # the simplest form among those that fit about as well as the best one
+        floor = max(4 * min(f[1] for f in fits), 100 * u)
+        best = min((f for f in fits if f[1] <= floor), key=lambda f: (f[0], f[1]))
+        if best[2]["inside"] and best[2]["eps"] == 0.0:  # ε unresolved: the plain group std
+            best = (1, best[1], {**best[2], "inside": False})
     if best is None:
         inf.why = "no centre (mean, leave-one-out) and scale (group std ddof 0/1 + ε, batch std, none) fits the probes: the scale is no function of σ of the dial's form"
         return inf
     p = best[2]
     inf.centre, inf.scale, inf.ddof, inf.eps, inf.eps_resolution = p["centre"], p["scale"], p["ddof"], float(p["eps"]), float(p["eps_resolution"])
-    alpha_tol = max(1e3 * u, 3 * best[1], 1e-12)
+    inf.eps_inside_sqrt = bool(p["inside"])
+    alpha_tol = max(min(1e3 * u, 0.03), 3 * best[1], 1e-12)
     inf.alpha = 1.0 if abs(p["alpha"] - 1) <= alpha_tol else float(p["alpha"])
     inf.fit_residual = best[1]
     if inf.coupled and inf.scale != "batch_std":

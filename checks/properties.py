@@ -26,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import dial as D
+from grpo_identity.checks.target import output_issue
 
 __all__ = [
     "PropertyViolation",
@@ -167,9 +168,25 @@ def _exact_silent_value(v: float) -> bool:
 
 # --- advantage properties ------------------------------------------------------------------------
 def well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
-    """One finite floating-point advantage per reward, in the rewards' shape (1-D, n_groups × G)."""
+    """One finite advantage per reward, an array of the rewards' shape and dtype (1-D float64,
+    n_groups × G), and the rewards left untouched (no in-place update of the caller's array)."""
     r, G = batch.contiguous(), batch.group_size
-    A = _call(target, r, G, "well_formed")
+    other = r + 1.0  # a second call, to see whether it overwrites the first call's output
+    if hasattr(target, "last_issue"):  # a LocalTarget / ChildTarget checks the raw output itself
+        A = _call(target, r, G, "well_formed")
+        issue = target.last_issue
+        _call(target, other, G, "well_formed")
+        issue = issue or target.last_issue or target.last_overwrite
+    else:
+        passed = r.copy()
+        raw = target(passed, G)
+        A = _call(lambda *_: raw, r, G, "well_formed").copy()
+        issue = output_issue(r, passed, raw)
+        target(other, G)
+        if not issue and not np.array_equal(np.asarray(raw, dtype=np.float64), A, equal_nan=True):
+            issue = "overwrote the advantages it returned on the call before (it hands out one shared buffer)"
+    if issue:
+        raise PropertyViolation("well_formed", f"the target {issue} (G={G}, {r.size} rewards)", _example(r, G, A))
     bad = ~np.isfinite(A)
     if bad.any():
         g = int(np.flatnonzero(bad)[0] // G)
@@ -338,8 +355,13 @@ def _call_filter(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.n
 
 
 def filter_well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
-    """One bool per group (True = keep)."""
-    _call_filter(target, batch.contiguous(), batch.group_size, "filter_well_formed")
+    """One bool per group (True = keep), and the rewards left untouched."""
+    r, G = batch.contiguous(), batch.group_size
+    passed = r.copy()
+    keep = _call_filter(target, passed, G, "filter_well_formed")
+    issue = getattr(target, "last_issue", None) or output_issue(r, passed, keep, "filter")
+    if issue:
+        raise PropertyViolation("filter_well_formed", f"the target {issue} (G={G}, {r.size} rewards)", _example(r, G, keep))
 
 
 def keeps_groups_with_nonzero_std(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 from multiprocessing.connection import Connection
 
-__all__ = ["TargetError", "TargetCrashed", "TargetTimeout", "TargetImportError", "load_target", "LocalTarget", "ChildTarget", "to_numpy"]
+__all__ = ["TargetError", "TargetCrashed", "TargetTimeout", "TargetImportError", "load_target", "LocalTarget", "ChildTarget", "to_numpy", "output_issue"]
 
 
 #: seconds allowed for importing the target at least (frameworks import slowly)
@@ -106,22 +106,72 @@ def to_numpy(out: Any) -> np.ndarray:
     return np.asarray(out)
 
 
+def output_issue(rewards: np.ndarray, passed: np.ndarray, out: Any, kind: str = "advantage") -> str | None:
+    """What is wrong with one call besides the values, or ``None``: the input modified in place,
+    a list instead of an array, or (advantages) a dtype other than the rewards' float64.
+
+    ``rewards``: the caller's array; ``passed``: the copy the target received; ``out``: its raw output.
+    """
+    if passed.shape != rewards.shape or not np.array_equal(passed, rewards, equal_nan=True):
+        return "modified its input rewards in place (the caller's rewards are overwritten)"
+    if kind != "advantage":
+        return None
+    mod = type(out).__module__.split(".")[0]
+    if mod == "torch":
+        dtype = str(out.dtype).replace("torch.", "")
+    elif isinstance(out, np.ndarray):
+        dtype = str(out.dtype)
+    else:
+        return f"returned a {type(out).__name__}, not an array (numpy or torch): the dtype and shape of the rewards are not kept"
+    if dtype != str(rewards.dtype) and ("float" in dtype or "bfloat" in dtype):
+        return f"returned {mod}.{dtype} advantages for {rewards.dtype} rewards: the dtype is not kept (precision is lost)"
+    return None
+
+
+class _OutputWatch:
+    """Remembers the previous output and its values: a target that returns one shared buffer
+    overwrites what it returned before (the caller's advantages change under it)."""
+
+    def __init__(self) -> None:
+        self._prev: tuple[Any, np.ndarray] | None = None
+
+    def check(self, out: Any) -> str | None:
+        issue = None
+        if self._prev is not None:
+            raw, snap = self._prev
+            now = to_numpy(raw)
+            if now.shape != snap.shape or not np.array_equal(now, snap, equal_nan=True):
+                issue = "overwrote the advantages it returned on the call before (it hands out one shared buffer)"
+        arr = to_numpy(out)
+        self._prev = (out, np.array(arr, copy=True)) if type(out).__module__.split(".")[0] in ("numpy", "torch") else None
+        return issue
+
+
 class LocalTarget:
     """A target called in this process (no timeout enforcement: use :class:`ChildTarget` for that)."""
 
-    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+    def __init__(self, fn: Callable[..., Any], name: str | None = None, kind: str = "advantage") -> None:
         self.fn = fn
         self.name = name or getattr(fn, "__qualname__", repr(fn))
+        self.kind = kind
         self.info: dict[str, Any] = dict(getattr(fn, "grpo_identity_info", {}) or {})
         self.calls = 0
+        self.last_issue: str | None = None
+        """:func:`output_issue` of the latest call."""
+        self.last_overwrite: str | None = None
+        """Set when the latest call overwrote the previous call's output (a shared buffer)."""
+        self._watch = _OutputWatch()
 
     def __call__(self, rewards: np.ndarray, group_size: int) -> np.ndarray:
         self.calls += 1
+        passed = rewards.copy()
         try:
-            out = self.fn(rewards.copy(), int(group_size))
+            out = self.fn(passed, int(group_size))
         except Exception as exc:  # the target's own bug: a finding, not an audit crash
             raise TargetError(_last_line(exc)) from None
-        return to_numpy(out)
+        self.last_overwrite = self._watch.check(out)
+        self.last_issue = output_issue(rewards, passed, out, self.kind)
+        return np.array(to_numpy(out), copy=True)
 
     def close(self) -> None:
         pass
@@ -157,6 +207,7 @@ def _worker(conn: Any) -> None:
     except Exception as exc:
         conn.send(("import_error", _last_line(exc)))
         return
+    watch = _OutputWatch()
     while True:
         try:
             msg = conn.recv()
@@ -165,8 +216,10 @@ def _worker(conn: Any) -> None:
         if msg[0] == "close":
             return
         _, rewards, G = msg
+        passed = rewards.copy()
         try:
-            conn.send(("ok", to_numpy(fn(rewards, G))))
+            out = fn(passed, G)
+            conn.send(("ok", (to_numpy(out), output_issue(rewards, passed, out, kind), watch.check(out))))
         except Exception as exc:
             conn.send(("error", _last_line(exc)))
 
@@ -199,6 +252,10 @@ class ChildTarget:
         self.name = name or (spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec)))
         self.timeout = float(timeout)
         self.calls = 0
+        self.last_issue: str | None = None
+        """:func:`output_issue` of the latest call."""
+        self.last_overwrite: str | None = None
+        """Set when the latest call overwrote the previous call's output (a shared buffer)."""
         self.dead: TargetError | None = None
         if isinstance(spec, str):
             check_spec(spec)
@@ -262,7 +319,8 @@ class ChildTarget:
         status, payload = self._receive(self.timeout)
         if status == "error":
             raise TargetError(payload)
-        return payload  # type: ignore[no-any-return]
+        out, self.last_issue, self.last_overwrite = payload
+        return out  # type: ignore[no-any-return]
 
     def close(self) -> None:
         if self._proc.poll() is None:

@@ -81,7 +81,7 @@ def _closed_forms() -> list[Item]:
         items.append(_item("closed forms", name, f"{exact} ({law})", project, row["G_exact"] == exact and round(row["G_law"]) == law))
     for (G, p), value in paper.FIDELITY.items():
         v = round(float(C.fidelity(G, p)), 4)
-        items.append(_item("closed forms", f"fidelity φ(G={G}, p={p})", value, v, v == value))
+        items.append(_item("closed forms", f"fidelity φ(G={G}, p={p})", f"{value:.4f}", f"{v:.4f}", v == value))
     for (G, p), value in paper.ATTENUATION_FIRST_ORDER.items():
         v = round(float(C.attenuation_first_order(G, p)), 2)
         items.append(_item("closed forms", f"first-order law at G={G}, p={p}", value, v, v == value))

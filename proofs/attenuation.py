@@ -114,8 +114,10 @@ def group_size_second_order(epsilon: Any = F.eps, pp: Any = p) -> sp.Expr:
     return root.subs({F.eps: epsilon, p: pp})
 
 
-def _exact_fidelity() -> Any:
-    return sp.lambdify((F.G, p), F.fidelity(F.G, p), modules="mpmath")
+def _exact_fidelity(f: Formulas | None = None) -> Any:
+    """The exact fidelity φ(G, p) (Corollary 2) as an mpmath function, from ``f`` (default: the formulas)."""
+    fid = (f or Formulas()).fidelity(F.G, p)
+    return sp.lambdify((F.G, p), fid, modules="mpmath")
 
 
 def table_comparison() -> dict[str, Any]:
@@ -177,7 +179,7 @@ def _t11_numeric(f: Formulas) -> tuple[list[Claim], dict[str, Any]]:
     law1 = sp.lambdify((_G, p), f.attenuation_first_order(_G, p), modules="mpmath")
     law2 = sp.lambdify((_G, p), f.attenuation_second_order(_G, p), modules="mpmath")
     third = sp.lambdify(p, c3[3], modules="mpmath")
-    exact = _exact_fidelity()
+    exact = _exact_fidelity(f)
     claims: list[Claim] = []
     errors: dict[str, Any] = {}
     with mpmath.workdps(30):

@@ -11,7 +11,7 @@ Same conventions as :mod:`grpo_identity.proofs.identity`: interior groups G = k 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import sympy as sp
@@ -22,7 +22,7 @@ from grpo_identity import formulas as F
 from grpo_identity.proofs.core import Claim, Formulas, G_interior, Theorem, d, k, m, sbar_minus, sbar_plus
 from grpo_identity.proofs.identity import _group_variance, _kwargs, group_update
 
-__all__ = ["G1", "G2", "G3", "G4", "G5", "G6"]
+__all__ = ["G1", "G2", "G3", "G4", "G5", "G6", "answer_objective", "kl_k3", "gradient_at_ratio"]
 
 GI = G_interior
 _g = sp.Symbol("g")
@@ -210,20 +210,33 @@ def _clip_fn(r: Any) -> Any:
     return sp.Piecewise((1 - _clip, r < 1 - _clip), (1 + _clip, r > 1 + _clip), (r, True))
 
 
-def answer_objective(logprob: sp.Function, A: Any) -> sp.Expr:
-    """One answer's term of the GRPO objective: min(r·Â, clip(r)·Â) − β·KL₃, with
-    r = π_θ/π_old = exp(ℓ(θ) − ℓ(θ₀)) and the k3 estimator KL₃ = ρ − log ρ − 1, ρ = π_ref/π_θ,
-    at the first step (π_old = π_ref = π_θ₀)."""
+def kl_k3(log_rho: Any) -> Any:
+    """The k3 estimator of KL(π_θ ‖ π_ref) used by GRPO: ρ − log ρ − 1, ρ = π_ref/π_θ."""
+    return sp.exp(log_rho) - log_rho - 1
+
+
+def answer_objective(logprob: sp.Function, A: Any, kl: Callable[[Any], Any] = kl_k3) -> sp.Expr:
+    """One answer's term of the GRPO objective: min(r·Â, clip(r)·Â) − β·KL, with
+    r = π_θ/π_old = exp(ℓ(θ) − ℓ(θ₀)) and by default the k3 estimator KL₃ = ρ − log ρ − 1,
+    ρ = π_ref/π_θ, at the first step (π_old = π_ref = π_θ₀)."""
     ell, ell0 = logprob(_theta), logprob(_theta0)
     r = sp.exp(ell - ell0)
     surrogate = sp.Piecewise((r * A, r * A <= _clip_fn(r) * A), (_clip_fn(r) * A, True))  # min(rA, clip(r)A)
-    log_rho = ell0 - ell
-    kl = sp.exp(log_rho) - log_rho - 1
-    return surrogate - _beta * kl
+    return surrogate - _beta * kl(ell0 - ell)
 
 
 def _at_start(e: sp.Expr) -> sp.Expr:
     return sp.sympify(e).subs(_theta, _theta0).doit()
+
+
+def gradient_at_ratio(objective: sp.Expr, logprob: sp.Function, log_ratio: Any) -> sp.Expr:
+    """d objective/dθ where ℓ(θ) = ℓ(θ₀) + log_ratio (ratio r = e^log_ratio), the score ℓ'(θ) kept
+    as ``Derivative(ℓ(θ), θ)``.  ``log_ratio = 0`` is the first on-policy step of G6; other values
+    show what the clip and the KL do off-policy (the proof is specific to r = 1)."""
+    score = sp.Derivative(logprob(_theta), _theta)
+    x = sp.Dummy("score")
+    grad = sp.diff(objective, _theta).subs(score, x)
+    return sp.simplify(grad.subs(logprob(_theta), logprob(_theta0) + log_ratio)).subs(x, score)
 
 
 def _g6(f: Formulas) -> list[Claim]:

@@ -119,8 +119,8 @@ def explicit_expected_update(GG: int) -> sp.Expr:
 def _t10(f: Formulas) -> list[Claim]:
     k = F.k
     out = [
-        Claim("E[g] = sum over k = 1..G-1 of P(k)·sigma(k, G), symbolic G", f.expected_update(G, p), sp.Sum(binomial_pmf(k, G) * F.sigma(k, G), (k, 1, G - 1))),
-        Claim("the k = 0 and k = G terms vanish (sigma = 0), so the sum over 1..G-1 is E[sigma]", (binomial_pmf(k, G) * F.sigma(k, G)).subs(k, 0) + (binomial_pmf(k, G) * F.sigma(k, G)).subs(k, G), 0),
+        Claim("E[g] = sum over k = 1..G-1 of P(k)·sigma(k, G), symbolic G", f.expected_update(G, p), sp.Sum(binomial_pmf(k, G) * f.sigma(k, G), (k, 1, G - 1))),
+        Claim("the k = 0 and k = G terms vanish (sigma = 0), so the sum over 1..G-1 is E[sigma]", (binomial_pmf(k, G) * f.sigma(k, G)).subs(k, 0) + (binomial_pmf(k, G) * f.sigma(k, G)).subs(k, G), 0),
     ]
     worst = 0.0
     for GG in G_VALUES_EXACT:
@@ -177,7 +177,7 @@ _y, _a = sp.symbols("y a", nonnegative=True)
 def _t13(f: Formulas) -> list[Claim]:
     k = F.k
     w = f.difficulty_weight(p)
-    sigma_p = F.sigma(p * _Greal, _Greal)  # sigma at mu = p
+    sigma_p = f.sigma(p * _Greal, _Greal)  # sigma at mu = p
     out = [
         Claim("w(p) = d/dp 2 arcsin sqrt(p)", sp.diff(f.arcsine_objective(p), p), w),
         Claim("w(p) = 1/sigma(p), sigma(p) = sqrt(p(1-p))", _open(w), _open(1 / sigma_p)),
@@ -195,10 +195,12 @@ def _t13(f: Formulas) -> list[Claim]:
     out.append(Claim("upper bound: y^2 + 1 - 2y = (y-1)^2", _y**2 + 1 - 2 * _y, (_y - 1) ** 2))
     out.append(Claim("lower bound: y - (3y^2 - y^4)/2 = y(y-1)^2(y+2)/2", _y - (3 * _y**2 - _y**4) / 2, _y * (_y - 1) ** 2 * (_y + 2) / 2))
     out.append(Claim("lower bound polynomial is nonnegative for y >= 0", _y * (_y - 1) ** 2 * (_y + 2), kind="nonneg"))
+    # E[g] is E[sigma] (the k = 0, G terms are 0, T10): the squeeze below bounds E[sigma]
+    out.append(Claim("E[g] = sum over k = 1..G-1 of P(k)·sigma(k, G) = E[sigma]", f.expected_update(G, p), sp.Sum(binomial_pmf(k, G) * f.sigma(k, G), (k, 1, G - 1))))
     a = _open(p * (1 - p))
     mom = [_open(mm) for mm in raw_moments(4, _Greal)]
-    e2 = expectation_of_polynomial(F.sigma(k, _Greal) ** 2, k, mom)
-    e4 = expectation_of_polynomial(F.sigma(k, _Greal) ** 4, k, mom)
+    e2 = expectation_of_polynomial(f.sigma(k, _Greal) ** 2, k, mom)
+    e4 = expectation_of_polynomial(f.sigma(k, _Greal) ** 4, k, mom)
     upper = e2 / (2 * sp.sqrt(a)) + sp.sqrt(a) / 2
     lower = 3 * e2 / (2 * sp.sqrt(a)) - e4 / (2 * a ** sp.Rational(3, 2))
     out.append(Claim("upper bound on E[g]: sqrt(p(1-p))(1 - 1/(2G))", upper, sp.sqrt(a) * (1 - 1 / (2 * _Greal))))

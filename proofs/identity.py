@@ -287,6 +287,8 @@ def _t7(f: Formulas) -> list[Claim]:
             GI / (GI - 1) * f.update_coefficient(centre="mean", scale="none", k=k, G=GI),
         )
     )
+    # pinned to sigma, so that a coefficient wrong by the same factor on both sides cannot pass
+    out.append(Claim("RLOO coefficient = (G/(G-1)) sigma^2", f.update_coefficient(centre="loo", scale="none", k=k, G=GI), GI / (GI - 1) * f.sigma(k, GI) ** 2))
     return out
 
 

@@ -61,10 +61,10 @@ def rloo_loops(rewards, G):
 def trl_style_torch(rewards, G):
     import torch
 
-    r = torch.as_tensor(rewards, dtype=torch.float32)
+    r = torch.as_tensor(rewards, dtype=torch.float32)  # TRL's arithmetic in fp32 …
     mean = r.view(-1, G).mean(1).repeat_interleave(G)
     std = r.view(-1, G).std(1).repeat_interleave(G)
-    return (r - mean) / (std + 1e-4)
+    return ((r - mean) / (std + 1e-4)).double()  # … handed back in the caller's float64
 
 
 def dapo_filter_vectorised(rewards, G):
@@ -73,6 +73,51 @@ def dapo_filter_vectorised(rewards, G):
 
 def dapo_filter_loops(rewards, G):
     return np.array([len(set(rewards[i : i + G].tolist())) > 1 for i in range(0, len(rewards), G)])
+
+
+def grpo_reduceat(rewards, G):
+    starts = np.arange(0, len(rewards), G)
+    d = rewards - np.repeat(np.add.reduceat(rewards, starts) / G, G)
+    sd = np.repeat(np.sqrt(np.add.reduceat(d * d, starts) / G), G)
+    live = np.repeat(np.maximum.reduceat(rewards, starts) > np.minimum.reduceat(rewards, starts), G)
+    return np.where(live, d / np.where(live, sd, 1.0), 0.0)
+
+
+def grpo_pandas(rewards, G):
+    pd = pytest.importorskip("pandas")
+    by = pd.Series(rewards).groupby(np.arange(len(rewards)) // G)
+    mu, sd = by.transform("mean"), by.transform(lambda x: x.std(ddof=0))
+    live = by.transform("max") > by.transform("min")
+    return np.where(live, (rewards - mu) / sd.where(live, 1.0), 0.0)
+
+
+def grpo_torch_scatter(rewards, G):
+    import torch
+
+    r = torch.as_tensor(rewards)
+    idx = torch.arange(len(r)) // G  # group id of each row
+    n = int(idx[-1]) + 1
+    d = r - (torch.zeros(n, dtype=r.dtype).scatter_add_(0, idx, r) / G)[idx]
+    sd = (torch.zeros(n, dtype=r.dtype).scatter_add_(0, idx, d * d) / G).sqrt()[idx]
+    hi = torch.full((n,), -torch.inf, dtype=r.dtype).scatter_reduce(0, idx, r, "amax")
+    lo = torch.full((n,), torch.inf, dtype=r.dtype).scatter_reduce(0, idx, r, "amin")
+    live = (hi > lo)[idx]
+    return torch.where(live, d / torch.where(live, sd, torch.ones_like(sd)), torch.zeros_like(d))
+
+
+def rloo_as_scaled_mean_centre(rewards, G):
+    R = rewards.reshape(-1, G)
+    return (G / (G - 1) * (R - R.mean(1, keepdims=True))).reshape(-1)
+
+
+def grpo_bf16_arithmetic(rewards, G):
+    import torch
+
+    R = torch.as_tensor(rewards, dtype=torch.bfloat16).view(-1, G)  # computes in bf16 …
+    sd = R.float().std(1, unbiased=False, keepdim=True).to(torch.bfloat16)
+    live = R.amax(1, keepdim=True) > R.amin(1, keepdim=True)
+    A = torch.where(live, (R - R.mean(1, keepdim=True)) / torch.where(live, sd, torch.ones_like(sd)), torch.zeros_like(R))
+    return A.view(-1).double()  # … and hands back float64
 
 
 CORRECT = [
@@ -85,6 +130,11 @@ CORRECT = [
     (grpo_vectorised, "advantage", None),
     (dapo_filter_vectorised, "filter", "dapo"),
     (dapo_filter_loops, "filter", None),
+    (grpo_reduceat, "advantage", "grpo"),
+    (grpo_pandas, "advantage", "grpo"),
+    (grpo_torch_scatter, "advantage", "grpo"),
+    (rloo_as_scaled_mean_centre, "advantage", "rloo"),
+    (grpo_bf16_arithmetic, "advantage", "grpo"),
 ]
 
 
@@ -242,6 +292,155 @@ def filter_keeps_all(rewards, G):
     return np.ones(len(rewards) // G, dtype=bool)
 
 
+# more realistic bugs: layout, dtype, purity, scale forms
+def std_over_wrong_axis(rewards, G):
+    R = rewards.reshape(-1, G)
+    sd = R.std(0, keepdims=True)  # (1, G): across groups, per position
+    return np.divide(R - R.mean(1, keepdims=True), sd + 1e-8, out=np.zeros_like(R), where=np.ptp(R, 1, keepdims=True) > 0).reshape(-1)
+
+
+def eps_inside_sqrt(rewards, G):
+    R = rewards.reshape(-1, G)
+    return ((R - R.mean(1, keepdims=True)) / np.sqrt(R.var(1, keepdims=True) + 1e-2)).reshape(-1)
+
+
+def integer_division_mean(rewards, G):
+    R = rewards.reshape(-1, G)
+    return _grpo(R, mu=R.sum(1, keepdims=True) // G).reshape(-1)
+
+
+def float32_for_float64(rewards, G):
+    return grpo_vectorised(rewards, G).astype(np.float32)
+
+
+def reshape_off_by_one(rewards, G):
+    g = G - 1 if G > 2 else G
+    out = np.zeros_like(rewards)
+    m = len(rewards) // g * g
+    out[:m] = _grpo(rewards[:m].reshape(-1, g)).reshape(-1)
+    return out
+
+
+def mutates_input_rewards(rewards, G):
+    R = rewards.reshape(-1, G)  # a view: the caller's rewards become advantages
+    sd = R.std(1, keepdims=True)
+    R -= R.mean(1, keepdims=True)
+    np.divide(R, sd, out=R, where=np.ptp(R, 1, keepdims=True) > 0)
+    return rewards
+
+
+def std_only_when_above_one(rewards, G):
+    R = rewards.reshape(-1, G)
+    A, sd = R - R.mean(1, keepdims=True), R.std(1, keepdims=True)
+    return np.where(sd > 1, A / np.where(sd > 1, sd, 1.0), A).reshape(-1)
+
+
+def clipped_to_unit(rewards, G):
+    return np.clip(grpo_vectorised(rewards, G), -1.0, 1.0)
+
+
+def range_normalised(rewards, G):
+    R = rewards.reshape(-1, G)
+    span = np.ptp(R, 1, keepdims=True)
+    return np.divide(R - R.mean(1, keepdims=True), span, out=np.zeros_like(R), where=span > 0).reshape(-1)
+
+
+def loo_over_G_rescaled(rewards, G):
+    R = rewards.reshape(-1, G)
+    return ((R - (R.sum(1, keepdims=True) - R) / G) * (G - 1) / G).reshape(-1)
+
+
+def returns_a_list(rewards, G):
+    return grpo_vectorised(rewards, G).tolist()
+
+
+def hard_coded_group_size_8(rewards, G):
+    return grpo_vectorised(rewards, 8 if len(rewards) % 8 == 0 else G)
+
+
+def centred_then_global_std(rewards, G):
+    A = rewards.reshape(-1, G) - rewards.reshape(-1, G).mean(1, keepdims=True)
+    s = A.std()
+    return (A / s if s > 0 else A).reshape(-1)
+
+
+def reversed_within_group(rewards, G):
+    return grpo_vectorised(rewards, G).reshape(-1, G)[:, ::-1].reshape(-1)
+
+
+def scaled_by_sqrt_group_size(rewards, G):
+    return grpo_vectorised(rewards, G) / np.sqrt(G)
+
+
+def doubled(rewards, G):
+    return 2.0 * grpo_vectorised(rewards, G)
+
+
+def eps_grows_with_batch(rewards, G):
+    R = rewards.reshape(-1, G)
+    return ((R - R.mean(1, keepdims=True)) / (R.std(1, keepdims=True) + 1e-4 * len(rewards))).reshape(-1)
+
+
+def bf16_returned_as_bf16(rewards, G):
+    import torch
+
+    return torch.as_tensor(grpo_bf16_arithmetic(rewards, G), dtype=torch.bfloat16)
+
+
+def binary_sigma_formula(rewards, G):
+    R = rewards.reshape(-1, G)
+    p = R.mean(1, keepdims=True)
+    sd = np.sqrt(np.clip(p * (1 - p), 0, None))  # σ = √(p(1−p)): right for {0, 1} only
+    return np.divide(R - p, sd, out=np.zeros_like(R), where=sd > 0).reshape(-1)
+
+
+def clips_rewards_to_unit_interval(rewards, G):
+    return grpo_vectorised(np.clip(rewards, 0.0, 1.0), G)
+
+
+_CACHE: dict = {}
+
+
+def cached_by_shape(rewards, G):
+    key = (rewards.shape, G)
+    if key not in _CACHE:
+        _CACHE[key] = grpo_vectorised(rewards, G)
+    return _CACHE[key]
+
+
+_BUFFER: dict = {}
+
+
+def shared_output_buffer(rewards, G):
+    buf = _BUFFER.setdefault(rewards.shape, np.empty_like(rewards))
+    buf[:] = grpo_vectorised(rewards, G)
+    return buf
+
+
+def rank_based(rewards, G):
+    ranks = rewards.reshape(-1, G).argsort(1).argsort(1).astype(np.float64)
+    return _grpo(ranks).reshape(-1)
+
+
+def filter_mean_strictly_between_0_and_1(rewards, G):
+    m = rewards.reshape(-1, G).mean(1)
+    return (m > 0) & (m < 1)
+
+
+def filter_std_positive(rewards, G):
+    return rewards.reshape(-1, G).std(1) > 0  # np.std of [0.1]*3 is 1.4e-17
+
+
+def filter_one_bool_per_row(rewards, G):
+    return np.repeat(np.ptp(rewards.reshape(-1, G), 1) > 0, G)
+
+
+def filter_mutates_input(rewards, G):
+    R = rewards.reshape(-1, G)
+    R -= R.mean(1, keepdims=True)
+    return np.abs(R).max(1) > 0
+
+
 MUTANTS = [
     (batch_std, "advantage", "grpo", "fail"),
     (batch_mean, "advantage", "grpo", "fail"),
@@ -272,6 +471,33 @@ MUTANTS = [
     (filter_threshold, "filter", "dapo", "fail"),
     (filter_binary_only, "filter", "dapo", "fail"),
     (filter_keeps_all, "filter", "dapo", "fail"),
+    (std_over_wrong_axis, "advantage", "grpo", "fail"),
+    (eps_inside_sqrt, "advantage", "grpo", "deviation"),
+    (integer_division_mean, "advantage", "grpo", "fail"),
+    (float32_for_float64, "advantage", "grpo", "fail"),
+    (reshape_off_by_one, "advantage", "grpo", "fail"),
+    (mutates_input_rewards, "advantage", "grpo", "fail"),
+    (std_only_when_above_one, "advantage", "grpo", "fail"),
+    (clipped_to_unit, "advantage", "grpo", "fail"),
+    (range_normalised, "advantage", "grpo", "fail"),
+    (loo_over_G_rescaled, "advantage", "rloo", "fail"),
+    (returns_a_list, "advantage", "grpo", "fail"),
+    (hard_coded_group_size_8, "advantage", "grpo", "fail"),
+    (centred_then_global_std, "advantage", "grpo", "fail"),
+    (reversed_within_group, "advantage", "grpo", "fail"),
+    (scaled_by_sqrt_group_size, "advantage", "grpo", "fail"),
+    (doubled, "advantage", "grpo", "deviation"),
+    (eps_grows_with_batch, "advantage", "grpo", "fail"),
+    (bf16_returned_as_bf16, "advantage", "grpo", "fail"),
+    (binary_sigma_formula, "advantage", "grpo", "fail"),
+    (clips_rewards_to_unit_interval, "advantage", "grpo", "fail"),
+    (cached_by_shape, "advantage", "grpo", "fail"),
+    (shared_output_buffer, "advantage", "grpo", "fail"),
+    (rank_based, "advantage", "grpo", "fail"),
+    (filter_mean_strictly_between_0_and_1, "filter", "dapo", "fail"),
+    (filter_std_positive, "filter", "dapo", "fail"),
+    (filter_one_bool_per_row, "filter", "dapo", "fail"),
+    (filter_mutates_input, "filter", "dapo", "fail"),
 ]
 
 
@@ -288,6 +514,8 @@ def test_correct_implementations_pass_the_audit(fn, kind, expect):
 @pytest.mark.parametrize("fn, kind, expect, verdict", MUTANTS, ids=[f.__name__ for f, *_ in MUTANTS])
 def test_every_mutant_is_caught(fn, kind, expect, verdict):
     _EMA["sd"] = None
+    _CACHE.clear()
+    _BUFFER.clear()
     report = audit(fn, kind=kind, expect=expect)
     assert report.verdict == verdict, report.format()
     assert report.findings, "a caught bug must come with a finding"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 
@@ -225,3 +226,94 @@ def test_cli_prove_exits_1_when_a_theorem_fails(monkeypatch: pytest.MonkeyPatch,
     assert main(["prove", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["all_proved"] is False and out["theorems"][0]["status"] == "failed"
+
+
+# --- every ingredient a proof reads from the formulas can break it -------------------------------
+FORMULA_FUNCTIONS = [name for name in F.__all__ if inspect.isfunction(getattr(F, name))]
+
+
+def _wrapped(name: str, calls: set[str], factor: sp.Expr = sp.Integer(1)):  # type: ignore[no-untyped-def]
+    fn = getattr(F, name)
+
+    def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.add(name)
+        return fn(*args, **kwargs) * factor
+
+    return wrapped
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("theorem", FAST, ids=lambda t: t.name)
+def test_every_formula_a_theorem_reads_is_checked_by_it(theorem: Theorem) -> None:
+    """Scaling any formula the proof reads by 11/10 must make it fail: no ingredient is decorative."""
+    read: set[str] = set()
+    assert theorem.prove(perturb={n: _wrapped(n, read) for n in FORMULA_FUNCTIONS}).status == "proved"
+    assert read, f"{theorem.name} reads no formula"
+    still_proved = []
+    for name in sorted(read):
+        if theorem.prove(perturb={name: _wrapped(name, set(), sp.Rational(11, 10))}).status != "failed":
+            still_proved.append(name)
+    assert still_proved == [], f"{theorem.name} is still proved with {still_proved} scaled by 11/10"
+
+
+def test_an_rloo_coefficient_wrong_by_a_common_factor_fails_t7() -> None:
+    r = by_name("T7").prove(perturb={"update_coefficient": lambda **kw: sp.Rational(11, 10) * F.update_coefficient(**kw)})
+    assert r.status == "failed" and r.residual is not None and r.residual != 0
+
+
+def test_t10_and_t13_read_sigma_and_the_expected_update_from_the_formulas() -> None:
+    for name in ("T10", "T13"):
+        assert by_name(name).prove(perturb={"sigma": _sigma_inflated}).status == "failed"
+    assert by_name("T13").prove(perturb={"expected_update": lambda G=F.G, p=F.p: 2 * F.expected_update(G, p)}).status == "failed"
+
+
+@pytest.mark.slow
+def test_t11_checks_the_papers_fidelities_with_the_formulas_fidelity() -> None:
+    from grpo_identity.proofs.attenuation import _t11_numeric
+
+    claims, _ = _t11_numeric(Formulas({"fidelity": lambda G=F.G, p=F.p: F.fidelity(G, p) * sp.Rational(11, 10)}))
+    failed = [c.label for c in claims if not c.ok]
+    assert any("0.9278" in label for label in failed) and any("0.539" in label for label in failed)
+
+
+# --- G6 models the clip and the KL term, and is specific to the first on-policy step -------------
+def test_g6_gradient_on_policy_is_the_advantage_weighted_score() -> None:
+    from grpo_identity.proofs.beyond import _A, _theta, answer_objective, gradient_at_ratio
+
+    ell = sp.Function("ell")
+    score = sp.Derivative(ell(_theta), _theta)
+    assert check_equal(gradient_at_ratio(answer_objective(ell, _A), ell, 0), _A * score).status == "proved"
+
+
+def test_g6_fails_off_policy_where_the_clip_is_active() -> None:
+    """At ratio 2 with clip 0.2 and A > 0 the surrogate is flat: only the KL gradient remains."""
+    from grpo_identity.proofs.beyond import _beta, _clip, _theta, answer_objective, gradient_at_ratio
+
+    ell = sp.Function("ell")
+    score = sp.Derivative(ell(_theta), _theta)
+    grad = gradient_at_ratio(answer_objective(ell, 1), ell, sp.log(2)).subs(_clip, sp.Rational(1, 5))
+    r = check_equal(grad, 1 * score)
+    assert r.status == "failed" and r.residual != 0
+    assert check_equal(grad, -_beta * score / 2).status == "proved"  # k3: (1 − ρ)·score with ρ = 1/2
+
+
+def test_g6_kl_claim_fails_with_the_k1_estimator() -> None:
+    """With KL estimated by log(π/π_ref) its gradient at the first step is the score, not 0."""
+    from grpo_identity.proofs.beyond import _beta, _theta, answer_objective, gradient_at_ratio
+
+    ell = sp.Function("ell")
+    score = sp.Derivative(ell(_theta), _theta)
+    k1 = lambda log_rho: -log_rho  # noqa: E731  log(π_θ/π_ref) = −log ρ
+    grad = gradient_at_ratio(answer_objective(ell, 0, kl=k1), ell, 0)
+    r = check_equal(grad, 0)
+    assert r.status == "failed"
+    assert check_equal(grad, -_beta * score).status == "proved"
+
+
+def test_cli_prove_reports_whether_the_second_order_law_predicts_the_table_better(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    table = {"rows": [{}] * 12, "exact_matches_first_order": 0, "exact_matches_second_order": 3, "mean_abs_error_first_order": 5.92, "mean_abs_error_second_order": 2.67, "second_order_better": True}
+    t = Theorem("T11", "attenuation", "s", "Corollary 1", "none", lambda f: [Claim("1 = 1", sp.Integer(1), sp.Integer(1))], lambda f: sp.Eq(1, 1, evaluate=False), extra=lambda f: ([], {"group_size_table": table}))
+    monkeypatch.setattr("grpo_identity.proofs.select", lambda s=None: [t])
+    assert main(["prove"]) == 0
+    out = capsys.readouterr().out
+    assert "second-order law is better than G*: 3/12 exact vs 0/12, mean |error| 2.67 vs 5.92" in out

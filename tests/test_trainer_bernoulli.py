@@ -109,3 +109,21 @@ def test_a_mid_sized_run_reproduces_the_papers_qualitative_findings():
         assert run[arm]["measured"] == pytest.approx(run[arm]["finite_g"], abs=0.02)
     assert r["extreme_share"]["grpo"]["finite_g"] > r["extreme_share"]["dr_grpo"]["finite_g"]
     assert r["hard_final"]["dapo"] > r["hard_final"]["grpo"] > r["hard_final"]["dr_grpo"]
+
+
+def test_the_gradient_comes_from_the_dials_advantages_through_autograd(monkeypatch):
+    """Doubling the dial's advantages doubles the autograd gradient, so the identity check fails."""
+    import grpo_identity.dial as D
+
+    real = D.advantages
+    monkeypatch.setattr(D, "advantages", lambda *a, **kw: 2 * real(*a, **kw))
+    r = run_bernoulli(BernoulliConfig(num_prompts=40, steps=2))
+    assert r["identity_max_abs_err"] > 0.1
+
+
+def test_a_nan_in_the_identity_check_is_reported_not_dropped(monkeypatch):
+    import grpo_identity.dial as D
+
+    monkeypatch.setattr(D, "coefficient", lambda dial, k, G, **kw: np.full(np.shape(k), np.nan))
+    r = run_bernoulli(BernoulliConfig(num_prompts=40, steps=2))
+    assert np.isnan(r["identity_max_abs_err"])

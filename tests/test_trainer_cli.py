@@ -72,3 +72,39 @@ def test_dapo_fit_prints_both_r2_beside_the_papers(capsys):
     assert main(["dapo-fit", str(CURVE), "--bootstrap", "20"]) == 0
     out = capsys.readouterr().out
     assert "one timescale" in out and "0.92" in out and "0.98" in out
+
+
+BAD_RATE_FILES = {
+    "empty.csv": "",
+    "wrong_column.csv": "solve\n0.5\n",
+    "outside.csv": "llama8b_solve_rate\n0.5\n1.5\n",
+    "text.csv": "llama8b_solve_rate\nabc\n",
+    "histogram_text.csv": "# comment\nsolve_rate,count\n0.5,many\n",
+    "text.jsonl": '{"llama8b_solve_rate": "abc"}\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_RATE_FILES))
+@pytest.mark.parametrize("command", ["realdata", "dapo-fit-rates"])
+def test_bad_solve_rate_files_exit_2_with_one_line(tmp_path, capsys, name, command):
+    path = tmp_path / name
+    path.write_text(BAD_RATE_FILES[name])
+    argv = ["realdata", str(path)] if command == "realdata" else ["dapo-fit", str(CURVE), "--solve-rates", str(path), "--bootstrap", "0"]
+    if command != "realdata" and not CURVE.exists():
+        pytest.skip("digitised DAPO curve not present")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error:" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text", ["", "step,value\n", "step,value\n1,x\n", "step,value\n" + "".join(f"{i},{i}\n" for i in range(12))])
+def test_bad_dapo_curves_exit_2_with_one_line(tmp_path, capsys, text):
+    path = tmp_path / "curve.csv"
+    path.write_text(text)
+    assert main(["dapo-fit", str(path), "--bootstrap", "0"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_dapo_fit_on_a_missing_curve_exits_2(tmp_path, capsys):
+    assert main(["dapo-fit", str(tmp_path / "absent.csv")]) == 2
+    assert "absent.csv" in capsys.readouterr().err

@@ -89,3 +89,28 @@ def test_the_dapo_curve_is_fitted_well_by_both_models_with_ordered_bootstrap_int
     # pinned: R² of both fits with the synthetic stand-in (see the report of the fit)
     assert r["competence"]["r2"] == pytest.approx(0.966, abs=0.002)
     assert r["saturating"]["r2"] == pytest.approx(0.976, abs=0.002)
+
+
+def _curve_rows(n=12):
+    return "".join(f"{i * 10},{i / 20}\n" for i in range(n))
+
+
+def test_read_curve_keeps_the_first_row_when_there_is_no_header(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text(_curve_rows())
+    s, y = read_curve(path)
+    assert s.size == 12 and s[0] == 0.0
+
+
+def test_read_curve_ignores_a_byte_order_mark_before_a_comment(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_bytes(("\ufeff" + '"# source"\nstep,value\n' + _curve_rows()).encode("utf-8"))
+    assert read_curve(path)[0].size == 12
+
+
+@pytest.mark.parametrize("bad", ["nan", "1.5", "-0.1", "inf"])
+def test_read_curve_rejects_values_that_are_not_fractions(tmp_path, bad):
+    path = tmp_path / "c.csv"
+    path.write_text("step,value\n" + _curve_rows() + f"130,{bad}\n")
+    with pytest.raises(ValueError, match=r"fraction in \[0, 1\]"):
+        read_curve(path)

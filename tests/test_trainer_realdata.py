@@ -113,3 +113,28 @@ def test_rates_that_are_not_multiples_of_one_over_n_are_rejected_for_subsampling
 
 def test_mass_share_is_zero_without_mass():
     assert mass_share([0.0, 0.0], [True, False]) == 0.0
+
+
+def test_extreme_is_strict_and_medium_is_inclusive_at_the_edges():
+    from grpo_identity.trainer.realdata import is_extreme, is_medium
+
+    p = np.array([0.0, 0.05, 0.1, 0.4, 0.5, 0.6, 0.9, 0.95, 1.0])
+    assert is_extreme(p).tolist() == [True, True, False, False, False, False, False, True, True]
+    assert is_medium(p).tolist() == [False, False, False, True, True, True, False, False, False]
+
+
+def test_summary_of_tenths_with_ten_rollouts_by_hand():
+    # p = 0.1, 0.4, 0.6, 0.9, 1.0: none extreme (edges are strict), 0.4 and 0.6 medium
+    s = summarise([0.1, 0.4, 0.6, 0.9, 1.0], num_rollouts=10)
+    assert s["frac_p1"] == 0.2 and s["mass_share"]["dr_grpo"]["extreme"] == 0.0
+    assert s["mass_share"]["dr_grpo"]["medium"] == pytest.approx(0.48 / (0.09 + 0.24 + 0.24 + 0.09))
+    # G = 4 of 10 without replacement: k=1 -> C(9,4)/C(10,4) = 126/210; k=4 -> (1 + 15)/210; k=10 -> 1
+    want = (Fraction(126, 210) + Fraction(16, 210) + Fraction(16, 210) + Fraction(126, 210) + 1) / 5
+    assert s["silent_subsampled"]["4"] == pytest.approx(float(want), rel=1e-13)
+
+
+def test_subsampled_rate_is_the_exact_ratio_rounded_once():
+    for G in (4, 8, 16):
+        for k in range(65):
+            exact = Fraction(math.comb(k, G) + math.comb(64 - k, G), math.comb(64, G))
+            assert subsampled_silent_rate(G, k, 64) == float(exact)

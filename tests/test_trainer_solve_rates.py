@@ -100,3 +100,30 @@ def test_interior_keeps_only_rates_strictly_between_0_and_1():
     assert sr.values.min() > 0 and sr.values.max() < 1 and sr.total == 6
     with pytest.raises(ValueError, match="strictly between"):
         from_values([0.0, 1.0]).interior()
+
+
+def test_a_csv_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "rates.csv"
+    path.write_bytes(("\ufeff" + "llama8b_solve_rate\n" + "".join(f"{r}\n" for r in RATES)).encode("utf-8"))
+    _same(load_solve_rates(path))
+
+
+def test_json_booleans_are_not_solve_rates(tmp_path):
+    path = tmp_path / "rates.jsonl"
+    path.write_text(json.dumps({COLUMN: True}) + "\n")
+    with pytest.raises(ValueError, match="numeric, got True"):
+        load_solve_rates(path)
+
+
+def test_errors_name_the_bad_value_as_a_plain_number(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("llama8b_solve_rate\n1.5\n")
+    with pytest.raises(ValueError, match=r"got 1\.5 in") as e:
+        load_solve_rates(path)
+    assert "np." not in str(e.value)
+
+
+def test_a_directory_is_not_a_solve_rate_file(tmp_path):
+    (tmp_path / "d.csv").mkdir()
+    with pytest.raises(ValueError, match="not a file"):
+        load_solve_rates(tmp_path / "d.csv")

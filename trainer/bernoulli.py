@@ -126,7 +126,8 @@ def _run_arm(arm: str, p0: FloatArray, config: BernoulliConfig, bar: Any) -> dic
         scores = (y - p.detach()[:, None]).reshape(-1, 1)  # (M·G, 1)
         gap = score_gap(y.reshape(-1), scores, G)[:, 0].numpy()  # (M,)
         predicted = -np.asarray(coefficient(dial, y.sum(1).numpy(), G)) * gap
-        max_err = max(max_err, float(np.abs(grad - predicted).max()))
+        err = float(np.abs(grad - predicted).max())
+        max_err = err if not err <= max_err else max_err  # a NaN propagates (max() would drop it)
 
         mag = np.abs(grad)
         ext = is_extreme(p_np)

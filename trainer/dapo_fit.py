@@ -67,18 +67,30 @@ _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 def read_curve(path: str | Path) -> tuple[FloatArray, FloatArray]:
-    """(steps, values) from a two-column CSV with a header; ``#`` lines (quoted or not) are comments."""
+    """(steps, values) from a two-column CSV; ``#`` lines (quoted or not) are comments.
+
+    The first row is a header unless it holds two numbers.  Values are fractions of prompts:
+    finite and in [0, 1]; steps finite.
+    """
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no such file: {path}")
-    with p.open(newline="", encoding="utf-8") as fh:
+    if not p.is_file():
+        raise ValueError(f"{path} is not a file")
+    with p.open(newline="", encoding="utf-8-sig") as fh:
         rows = [r for r in csv.reader(fh) if r and r[0].strip() and not r[0].lstrip().startswith("#")]
-    if len(rows) < 2:
+    if rows and _numeric_pair(rows[0]) is None:
+        rows = rows[1:]  # the header
+    if not rows:
         raise ValueError(f"{p.name} has no data rows")
-    try:
-        data = np.array([[float(r[0]), float(r[1])] for r in rows[1:]])
-    except (ValueError, IndexError):
-        raise ValueError(f"{p.name}: every row after the header needs two numbers (step, value)") from None
+    pairs = [_numeric_pair(r) for r in rows]
+    if any(x is None for x in pairs):
+        raise ValueError(f"{p.name}: every row after the header needs two numbers (step, value)")
+    data = np.array(pairs, dtype=np.float64)
+    bad = ~np.isfinite(data).all(axis=1) | (data[:, 1] < 0) | (data[:, 1] > 1)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{p.name}: need a finite step and a fraction in [0, 1], got step {data[i, 0]:g}, value {data[i, 1]:g}")
     order = np.argsort(data[:, 0], kind="stable")
     steps, values = data[order, 0], data[order, 1]
     if len(steps) < PLATEAU_POINTS + 2:
@@ -86,6 +98,14 @@ def read_curve(path: str | Path) -> tuple[FloatArray, FloatArray]:
     if np.ptp(steps) <= 0:
         raise ValueError(f"{p.name}: the steps must not all be equal")
     return steps, values
+
+
+def _numeric_pair(row: list[str]) -> tuple[float, float] | None:
+    """The first two cells of a CSV row as numbers, or None."""
+    try:
+        return float(row[0]), float(row[1])
+    except (ValueError, IndexError):
+        return None
 
 
 def minimise_scalar(f: Callable[[float], float], lo: float, hi: float, *, grid: int = 41, log: bool = False, tol: float = 1e-9) -> tuple[float, float]:

@@ -35,6 +35,7 @@ __all__ = [
     "MEDIUM_HIGH",
     "CLOSED_FORM_GROUP_SIZES",
     "SUBSAMPLED_GROUP_SIZES",
+    "EXACT_ROLLOUTS_MAX",
     "is_extreme",
     "is_medium",
     "gradient_weights",
@@ -49,6 +50,8 @@ EXTREME_LOW, EXTREME_HIGH = 0.1, 0.9
 MEDIUM_LOW, MEDIUM_HIGH = 0.4, 0.6
 CLOSED_FORM_GROUP_SIZES = (4, 8, 16, 32, 64)
 SUBSAMPLED_GROUP_SIZES = (4, 8, 16)
+#: up to this many logged rollouts the sub-sampled silent rate is computed in exact integers
+EXACT_ROLLOUTS_MAX = 1024
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -102,8 +105,10 @@ def _log_comb(n: int, r: int) -> float:
 def subsampled_silent_rate(group_size: int, num_correct: npt.ArrayLike, num_rollouts: int) -> FloatArray | float:
     """Silent probability of G answers drawn without replacement from n logged rollouts, k correct.
 
-    P = [C(k, G) + C(n−k, G)] / C(n, G) (hypergeometric; C(a, G) = 0 for a < G), evaluated in log
-    space so that no binomial coefficient is formed.  PAPER claim 8 (59/43/30 % at G = 4/8/16).
+    P = [C(k, G) + C(n−k, G)] / C(n, G) (hypergeometric; C(a, G) = 0 for a < G).  For n ≤
+    ``EXACT_ROLLOUTS_MAX`` the ratio is formed from exact integers and rounded once to a float
+    (Python's int division is correctly rounded); above, in log space so that no huge binomial
+    coefficient is formed.  PAPER claim 8 (59/43/30 % at G = 4/8/16).
 
     >>> subsampled_silent_rate(2, 1, 2), round(subsampled_silent_rate(2, 2, 4), 12)  # 2 of 4, 2 correct: 2/6
     (0.0, 0.333333333333)
@@ -116,15 +121,19 @@ def subsampled_silent_rate(group_size: int, num_correct: npt.ArrayLike, num_roll
     if (~np.isfinite(k) | (k < 0) | (k > n) | (k != np.round(k))).any():
         bad = k[~np.isfinite(k) | (k < 0) | (k > n) | (k != np.round(k))].reshape(-1)[0]
         raise ValueError(f"number correct k must be an integer in [0, n={n}], got {bad!r}")
-    log_total = _log_comb(n, G)
     # table over every k in 0..n: the two all-equal branches, each 0 when fewer than G answers exist
-    table = np.array(
-        [
-            (math.exp(_log_comb(j, G) - log_total) if j >= G else 0.0)
-            + (math.exp(_log_comb(n - j, G) - log_total) if n - j >= G else 0.0)
-            for j in range(n + 1)
-        ]
-    )
+    if n <= EXACT_ROLLOUTS_MAX:
+        total = math.comb(n, G)
+        table = np.array([(math.comb(j, G) + math.comb(n - j, G)) / total for j in range(n + 1)])
+    else:
+        log_total = _log_comb(n, G)
+        table = np.array(
+            [
+                (math.exp(_log_comb(j, G) - log_total) if j >= G else 0.0)
+                + (math.exp(_log_comb(n - j, G) - log_total) if n - j >= G else 0.0)
+                for j in range(n + 1)
+            ]
+        )
     out = table[k.astype(np.int64)]
     return float(out) if out.ndim == 0 else out
 

@@ -97,7 +97,7 @@ class SolveRates:
 def _check_rates(values: FloatArray, where: str) -> FloatArray:
     bad = ~np.isfinite(values) | (values < 0) | (values > 1)
     if bad.any():
-        raise ValueError(f"solve rates must be in [0, 1], got {values[bad][0]!r} in {where}")
+        raise ValueError(f"solve rates must be in [0, 1], got {float(values[bad][0])!r} in {where}")
     return values
 
 
@@ -117,7 +117,7 @@ def from_histogram(rates: npt.ArrayLike, counts: npt.ArrayLike, source: str = "h
     if r.shape != c.shape:
         raise ValueError(f"{source}: {r.size} solve rates but {c.size} counts")
     if (~np.isfinite(c) | (c < 0)).any():
-        raise ValueError(f"counts must be finite and >= 0, got {c[~np.isfinite(c) | (c < 0)][0]!r} in {source}")
+        raise ValueError(f"counts must be finite and >= 0, got {float(c[~np.isfinite(c) | (c < 0)][0])!r} in {source}")
     if c.sum() <= 0:
         raise ValueError(f"no problems in {source}: every count is 0")
     uniq, inverse = np.unique(r, return_inverse=True)
@@ -154,7 +154,7 @@ def _is_comment(line: str) -> bool:
 
 
 def _read_csv(path: Path) -> SolveRates:
-    with path.open(newline="", encoding="utf-8") as fh:
+    with path.open(newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's byte-order mark is not part of the header
         rows = list(csv.reader(line for line in fh if line.strip() and not _is_comment(line)))
     if not rows:
         raise ValueError(f"{path.name} has no header line")
@@ -180,6 +180,8 @@ def _column_values(raw: Iterable[Any], where: str) -> FloatArray:
     for v in raw:
         if v is None or (isinstance(v, str) and v.strip() == ""):
             continue
+        if isinstance(v, bool):  # JSON true/false is not a solve rate
+            raise ValueError(f"{where}: {COLUMN} must be numeric, got {v!r}")
         try:
             f = float(v)
         except (TypeError, ValueError):
@@ -191,7 +193,7 @@ def _column_values(raw: Iterable[Any], where: str) -> FloatArray:
 
 def _read_jsonl(path: Path) -> SolveRates:
     raw = []
-    with path.open(encoding="utf-8") as fh:
+    with path.open(encoding="utf-8-sig") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -222,6 +224,8 @@ def load_solve_rates(path: str | Path) -> SolveRates:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no such file: {path}")
+    if not p.is_file():
+        raise ValueError(f"{path} is not a file")
     suffix = p.suffix.lower()
     if suffix in (".parquet", ".pq"):
         return _read_parquet(p)

@@ -49,6 +49,16 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(rows, ["theorem", "title", "paper reference", "status", "seconds"]))
         print(f"\n{sum(r.status == 'proved' for r in results)}/{len(results)} proved in {seconds:.1f} s")
         for t, r in zip(theorems, results):
+            table = r.details.get("group_size_table")
+            if table:  # T11 reports how the second-order law predicts the paper's exact table
+                n = len(table["rows"])
+                verdict = "better than" if table["second_order_better"] else "not better than"
+                print(
+                    f"{t.name}: on the paper's exact group-size table the second-order law is {verdict} G*: "
+                    f"{table['exact_matches_second_order']}/{n} exact vs {table['exact_matches_first_order']}/{n}, "
+                    f"mean |error| {table['mean_abs_error_second_order']:.2f} vs {table['mean_abs_error_first_order']:.2f}"
+                )
+        for t, r in zip(theorems, results):
             if r.status != "proved":
                 failed = [c["claim"] for c in r.details.get("claims", []) if not c["holds"]]
                 print(f"{t.name} failed: {'; '.join(failed)}; residual: {r.residual}")

@@ -19,10 +19,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="model", metavar="MODEL", parser_class=type(p))
     sub.required = True
     for name, module in MODELS.items():
-        try:
-            mod = importlib.import_module(f"grpo_identity.commands.{module}")
-        except ModuleNotFoundError:
-            continue
+        mod = importlib.import_module(f"grpo_identity.commands.{module}")
         q = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.configure(q)
         q.set_defaults(_train=mod.run)
