@@ -164,6 +164,54 @@ def test_a_constant_factor_is_inferred():
     assert inf.scale == "group_std" and inf.alpha == pytest.approx(2.0)
 
 
+def test_an_epsilon_under_the_square_root_is_inferred_as_such():
+    def whiten(r, G):
+        R = r.reshape(-1, G)
+        return ((R - R.mean(1, keepdims=True)) / np.sqrt(R.var(1, keepdims=True) + 1e-2)).reshape(-1)
+
+    inf = infer_dial(whiten)
+    assert (inf.scale, inf.ddof, inf.eps_inside_sqrt, inf.alpha) == ("group_std", 0, True, 1.0)
+    assert inf.eps == pytest.approx(1e-2, rel=1e-6)
+    r = np.array([1.0, 0.0, 0.0, 0.3, 0.9, 0.1])
+    np.testing.assert_allclose(inf.reference()(r, 3), whiten(r, 3), rtol=1e-12)
+    assert not infer_dial(dial_fn(D.GRPO)).eps_inside_sqrt
+
+
+def test_inference_in_bfloat16_finds_the_group_std_and_a_constant_factor():
+    def grpo_bf16(r, G, factor=1.0):
+        return (factor * D.advantages(r, G, D.GRPO)).astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+
+    def as_bf16(r, G, factor=1.0):
+        return grpo_bf16(r, G, factor).view(np.float32).astype(np.float64)
+
+    inf = infer_dial(as_bf16)
+    assert (inf.precision, inf.scale, inf.ddof, inf.alpha) == ("bfloat16", "group_std", 0, 1.0)
+    assert infer_dial(lambda r, G: as_bf16(r, G, 2.0)).alpha == pytest.approx(2.0, rel=0.02)
+
+
+def test_the_target_wrappers_see_dtype_lists_in_place_updates_and_shared_buffers():
+    from grpo_identity.checks.target import output_issue
+
+    r = np.array([1.0, 0.0])
+    assert output_issue(r, r.copy(), r - 0.5) is None
+    assert "dtype" in output_issue(r, r.copy(), (r - 0.5).astype(np.float32))
+    assert "list" in output_issue(r, r.copy(), [0.5, -0.5])
+    assert "in place" in output_issue(r, r - 0.5, r - 0.5)
+    buf = np.empty(2)
+
+    def shared(rewards, G):
+        buf[:] = rewards - rewards.mean()
+        return buf
+
+    t = LocalTarget(shared)
+    t(r, 2)
+    assert t.last_overwrite is None
+    t(r + 1.0, 2)
+    assert t.last_overwrite is None  # same values: nothing seen overwritten
+    t(np.array([0.0, 1.0]), 2)
+    assert "shared buffer" in t.last_overwrite
+
+
 def test_keep_rules_are_inferred_from_filters():
     assert infer_keep_rule(lambda r, G: D.keep_mask(r, G, D.DAPO))[0] == "nonzero_std"
     assert infer_keep_rule(lambda r, G: D.keep_mask(r, G, D.GRPO))[0] == "all"
