@@ -125,7 +125,7 @@ def _mp_expected_update(G: int, p: float, window: int | None = None) -> mpmath.m
         return total / G
 
 
-@pytest.mark.parametrize("G", [2, 7, 64, 1000, 1030, 5000])
+@pytest.mark.parametrize("G", [2, 7, 64, 1000, 1001, 1030, 2047, 4096, 4097, 5000])
 @pytest.mark.parametrize("p", [1e-6, 0.003, 0.05, 0.3, 0.5, 0.77, 0.999])
 def test_expected_update_matches_a_40_digit_reference(G, p):
     ref = float(_mp_expected_update(G, p))
