@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, Iterable, Sequence, TextIO
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
 
 
 def _cell(v: Any) -> str:
@@ -75,3 +76,18 @@ def _finite(o: Any) -> Any:
 
 def emit_json(obj: Any, stream: TextIO | None = None) -> None:
     print(dumps(obj), file=stream or sys.stdout)
+
+
+def write_outputs(out: str | Path, json_files: Mapping[str, Any], figure: tuple[str, Callable[[str], None]] | None = None) -> Path:
+    """Create the folder ``out``, write each ``{name: object}`` as JSON and draw ``figure``
+    (``(file name, draw(path))``) into it; a path that exists and is no folder is a ValueError."""
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--out {out} exists and is not a directory")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, obj in json_files.items():
+        (folder / name).write_text(dumps(obj) + "\n")
+    if figure is not None:
+        name, draw = figure
+        draw(str(folder / name))
+    return folder

@@ -18,17 +18,13 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import sys
-    from pathlib import Path
 
-    from grpo_identity.report import dumps, emit_json, format_table
+    from grpo_identity.report import emit_json, format_table, write_outputs
     from grpo_identity.trainer.dapo_fit import fit, plot_dapo_fit
 
     r = fit(args.csv, args.solve_rates, n_bootstrap=args.bootstrap, seed=args.seed, progress=not args.json and sys.stderr.isatty())
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "fit.json").write_text(dumps(r) + "\n")
-        plot_dapo_fit(r, str(out / "dapo_fit.png"))
+        write_outputs(args.out, {"fit.json": r}, ("dapo_fit.png", lambda path: plot_dapo_fit(r, path)))
     if args.json:
         emit_json(r)
         return 0

@@ -15,18 +15,13 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from grpo_identity.report import dumps, emit_json, format_table
+    from grpo_identity.report import emit_json, format_table, write_outputs
     from grpo_identity.trainer.realdata import plot_realdata, summarise
     from grpo_identity.trainer.solve_rates import resolve
 
     s = summarise(resolve(args.path), num_rollouts=args.rollouts)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(dumps(s) + "\n")
-        plot_realdata(s, str(out / "realdata.png"))
+        write_outputs(args.out, {"summary.json": s}, ("realdata.png", lambda path: plot_realdata(s, path)))
     if args.json:
         emit_json(s)
         return 0

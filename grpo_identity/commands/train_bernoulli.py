@@ -19,24 +19,19 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
     import sys
     from pathlib import Path
 
-    from grpo_identity.report import dumps, emit_json, format_table
+    from grpo_identity.report import emit_json, format_table, write_outputs
     from grpo_identity.trainer.bernoulli import plot_bernoulli, run_bernoulli
     from grpo_identity.trainer.config import BernoulliConfig, from_namespace
 
     config = from_namespace(BernoulliConfig, args)
-    out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not out.is_dir():
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():  # fail before the run, not after
         raise ValueError(f"--out {args.out} exists and is not a directory")
     result = run_bernoulli(config, progress=not args.json and sys.stderr.isatty())
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "result.json").write_text(dumps(result) + "\n")
-        (out / "config.json").write_text(json.dumps(result["config"], indent=2) + "\n")
-        plot_bernoulli(result, str(out / "bernoulli.png"))
+    if args.out:
+        write_outputs(args.out, {"result.json": result, "config.json": result["config"]}, ("bernoulli.png", lambda path: plot_bernoulli(result, path)))
     if args.json:
         emit_json(result)
         return 0
