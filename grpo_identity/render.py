@@ -32,6 +32,7 @@ __all__ = [
     "NOTEBOOKS_DIR",
     "HIDE_INPUT_TAG",
     "MATHJAX_CONFIG",
+    "output_folder",
     "find_notebooks",
     "mathjax_source",
     "count_math",
@@ -70,6 +71,19 @@ MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null, webFon
 {%- endblock html_head_js_mathjax -%}
 """
 _OFFLINE_TEMPLATE_NAME = "grpo_identity_offline.html.j2"
+
+
+def output_folder(out: str | Path, flag: str = "--out") -> Path:
+    """``out`` as a folder, created if missing; a one-line ValueError naming ``flag`` if it is a
+    file or cannot be created."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{flag} {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{flag} {out}: cannot create the folder ({exc.strerror or exc})") from None
+    return out
 
 
 def find_notebooks(notebooks_dir: Path | None = None) -> list[Path]:
@@ -313,8 +327,7 @@ def render(
     sources = find_notebooks(notebooks_dir)
     if pdf and not (shutil.which("xelatex") or browser_executable()):
         raise ValueError("--pdf needs xelatex (TeX) or a headless Chromium on PATH")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(out_dir)
     mathjax_url = _copy_mathjax(out)
     cwd = sources[0].parent.resolve()  # not the repository root: its grpo_identity/ would shadow an installed package
 

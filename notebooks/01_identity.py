@@ -72,8 +72,8 @@ statement("T3")
 prove("T3")
 
 # %% [markdown]
-# The same statement checked on numbers: 2,000 random groups of $G = 8$ answers with
-# 5-dimensional random scores. The left side is the update as a trainer computes it, from the
+# The same statement checked on numbers: random groups of answers with random score vectors
+# (the sizes are printed below). The left side is the update as a trainer computes it, from the
 # advantages of `grpo_identity.dial` (the project's one advantage implementation); the right side
 # is the dial's update coefficient times the score gap $\bar s_+ - \bar s_-$.
 

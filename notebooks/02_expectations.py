@@ -95,8 +95,8 @@ prove("T11")
 
 # %% [markdown]
 # The expansion is good near $p = 1/2$ and poor near the edges, where $\sigma(\mu)$ is not smooth:
-# at $G = 8$, $p = 0.05$ the first-order law promises 0.67 of the large-$G$ update, the exact sum
-# gives 0.54. The next term does not rescue small groups there: the series is asymptotic, good
+# at $G = 8$ and a hard prompt the first-order law promises noticeably more of the large-$G$ update
+# than the exact sum delivers (the table below). The next term does not rescue small groups there: the series is asymptotic, good
 # once $Gp(1-p)$ is large, and overshoots in the other direction before that.
 
 # %%
@@ -191,8 +191,8 @@ ax.legend(fontsize=7)
 plt.show()
 
 # %% [markdown]
-# The law's price of difficulty is $G^*(p)/G^*(1/2) = 1/(4p(1-p))$: a prompt solved 5 % of the
-# time needs about 5× the group of a balanced one (and, from the exact column, 6× at 90 %).
+# The law's price of difficulty is $G^*(p)/G^*(1/2) = 1/(4p(1-p))$: a prompt solved rarely needs
+# a group several times larger than a balanced one, and the exact column asks for more still.
 
 # %%
 rows = []
@@ -202,8 +202,15 @@ for p, printed in paper.DIFFICULTY_PENALTY.items():
     rows.append([p, f"{penalty:.2f}", printed, f"{C.group_size_exact(0.1, p) / C.group_size_exact(0.1, 0.5):.2f}"])
 table(rows, ["p", "G*(p)/G*(½) = 1/(4p(1−p))", "paper", "exact G ratio at 90 %"])
 
-# %% [markdown]
-# **What to take away.** At the common $G = 8$, a balanced prompt gets 93 % of its large-$G$
-# update but a prompt at 5 % solve rate only 54 %; the first-order law overstates the latter.
-# Reaching 90 % at $p = 0.05$ takes $G = 42$, not the law's 26. Notebook 03 turns to the groups
-# that deliver nothing at all.
+# %% tags=["hide-input"]
+from IPython.display import Markdown, display
+
+G_common, p_hard, eps_90 = 8, 0.05, 0.1
+display(Markdown(
+    f"**What to take away.** At the common $G = {G_common}$, a balanced prompt gets "
+    f"{C.fidelity(G_common, 0.5):.0%} of its large-$G$ update but a prompt at {p_hard:.0%} solve rate only "
+    f"{C.fidelity(G_common, p_hard):.0%}; the first-order law overstates the latter "
+    f"({C.attenuation_first_order(G_common, p_hard):.2f}). Reaching {1 - eps_90:.0%} at $p = {p_hard}$ takes "
+    f"$G = {C.group_size_exact(eps_90, p_hard)}$, not the law's {C.group_size_law(eps_90, p_hard):.0f}. "
+    "Notebook 03 turns to the groups that deliver nothing at all."
+))

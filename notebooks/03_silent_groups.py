@@ -67,8 +67,8 @@ for G, p in ((8, 0.5), (8, 0.1), (16, 0.05), (32, 0.9)):
 table(rows, ["G", "p", "p^G + (1−p)^G", f"measured ({n_groups:,} groups)"])
 
 # %% [markdown]
-# Near the edges most groups are silent unless $G$ is large: at $p = 0.05$ and $G = 8$, two groups in
-# three carry no signal. Raising $G$ helps slowly, because $(1-p)^G$ decays at rate $p$.
+# Near the edges most groups are silent unless $G$ is large (printed below the figure for a hard
+# prompt). Raising $G$ helps slowly, because $(1-p)^G$ decays at rate $p$.
 
 # %%
 ps = np.linspace(0, 1, 401)
@@ -80,6 +80,7 @@ ax.set_ylabel("P(group silent) = p^G + (1−p)^G")
 ax.set_title("Silent groups: the mass that GRPO wastes and DAPO redraws", fontsize=10)
 ax.legend(fontsize=8)
 plt.show()
+print(f"at p = 0.05 and G = 8, {C.silent_rate(8, 0.05):.1%} of groups are silent")
 
 # %% [markdown]
 # ## What dynamic sampling costs
@@ -87,15 +88,18 @@ plt.show()
 # DAPO keeps drawing until a group is not silent. The number of draws is geometric with success
 # probability $1 - P(\text{silent})$, so the expected number of groups drawn per kept group is
 # $1/(1 - P(\text{silent}))$ when there is no cap, and $\sum_{d<D} P(\text{silent})^d$ with at most $D$
-# draws (the controlled run of notebook 05 caps at 4).
+# draws (the cap of the controlled run of notebook 05, read from its configuration).
 
 # %%
+from grpo_identity.trainer.config import BernoulliConfig
+
+max_draws = BernoulliConfig().max_draws  # D, DAPO's draws per prompt and step in the controlled run
 fig, ax = plt.subplots(figsize=(7.5, 4))
 ps = np.linspace(0.005, 0.995, 399)
 for G in (8, 16):
     s = C.silent_rate(G, ps)
     (line,) = ax.semilogy(ps, 1 / (1 - s), lw=1.5, label=f"G = {G}, no cap")
-    ax.semilogy(ps, sum(s**d for d in range(4)), "--", color=line.get_color(), lw=1, label=f"G = {G}, at most 4 draws")
+    ax.semilogy(ps, sum(s**d for d in range(max_draws)), "--", color=line.get_color(), lw=1, label=f"G = {G}, at most {max_draws} draws")
 ax.set_xlabel("solve rate p")
 ax.set_ylabel("groups drawn per prompt and step")
 ax.set_title("Dynamic sampling pays for every silent group with a redraw", fontsize=10)

@@ -88,13 +88,14 @@ plt.show()
 
 gain = C.arcsine_objective(0.05) - C.arcsine_objective(0.01)  # GRPO's objective, 1 % -> 5 %
 p_to = np.interp(C.arcsine_objective(0.40) + gain, C.arcsine_objective(ps), ps)
-print(f"GRPO: raising a prompt from 1 % to 5 % gains as much as raising one from 40 % to {100 * p_to:.1f} %; Dr. GRPO counts it as 40 % to 44 %")
+p_to_dr = 0.40 + (0.05 - 0.01)  # Dr. GRPO's objective is p itself: equal gains are equal steps in p
+print(f"GRPO: raising a prompt from 1 % to 5 % gains as much as raising one from 40 % to {100 * p_to:.1f} %; Dr. GRPO counts it as 40 % to {100 * p_to_dr:.0f} %")
 
 # %% [markdown]
 # ## Real solve rates
 #
-# The paper measures this on Big-Math (215,608 problems, each with the solve rate of
-# Llama-3.1-8B over 64 rollouts). That data set is not shipped here and nothing is downloaded:
+# The paper measures this on Big-Math (each problem with the solve rate of Llama-3.1-8B over 64
+# rollouts; its size is printed below). That data set is not shipped here and nothing is downloaded:
 # set `GRPO_IDENTITY_SOLVE_RATES` to a local Big-Math file (parquet, JSONL or CSV with a
 # `llama8b_solve_rate` column, or a `solve_rate,count` histogram) to use it. Otherwise the
 # numbers below are for the **synthetic stand-in** of `grpo_identity.trainer.solve_rates`, a
@@ -107,7 +108,7 @@ synthetic = spec is None
 summary = summarise(solve_rates)
 banner = "⚠ SYNTHETIC STAND-IN, not Big-Math: compare shapes, not digits." if synthetic else f"Real data: {solve_rates.source}"
 size = "exact probabilities, no sampling" if synthetic else f"n = {summary['n']:,} problems"
-display(Markdown(f"**{banner}**  \nSource: {summary['source']}; {size}"))
+display(Markdown(f"**{banner}**  \nSource: {summary['source']}; {size}. The paper's Big-Math: n = {paper.BIG_MATH['n']:,} problems."))
 
 pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
 big = paper.BIG_MATH

@@ -42,6 +42,7 @@ plt.rcParams.update({"figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3})
 ROOT = repo_root()  # the parent of notebooks/, where results/ lies
 RESULTS = ROOT / "results"
 LABELS = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "dapo": "DAPO"}
+LM_REL_TOL = 1e-4  # the float32 goal for the identity in the language-model runs (as in verify)
 
 
 def command(folder: Path) -> str:
@@ -52,8 +53,8 @@ def command(folder: Path) -> str:
 # ## The Bernoulli-logit run
 #
 # Each prompt $x$ has one parameter $\theta_x$ and solves with $p_x = \mathrm{sigmoid}(\theta_x)$; its
-# initial solve rate is drawn from the solve-rate distribution (interior values, clipped to
-# [0.02, 0.98]). Each step samples $G$ answers per prompt, forms the advantages with the dial,
+# initial solve rate is drawn from the solve-rate distribution (interior values, clipped away from
+# 0 and 1; the configuration is printed below). Each step samples $G$ answers per prompt, forms the advantages with the dial,
 # differentiates the policy-gradient loss and takes an SGD step. The paper's own run adds the
 # closed-form gain to $\theta$ instead; this one differentiates the real loss, and checks at every
 # step that the autograd gradient equals the identity's prediction.
@@ -63,7 +64,7 @@ run = RESULTS / "bernoulli"
 result = json.loads((run / "result.json").read_text())
 cfg = result["config"]
 print("command:", command(run))
-print(f"M = {cfg['num_prompts']:,} prompts, G = {cfg['group_size']}, lr = {cfg['lr']}, {cfg['steps']} steps, DAPO up to {cfg['max_draws']} draws")
+print(f"M = {cfg['num_prompts']:,} prompts, G = {cfg['group_size']}, lr = {cfg['lr']}, {cfg['steps']} steps, DAPO up to {cfg['max_draws']} draws, initial p clipped to [{cfg['clip_low']}, {cfg['clip_high']}]")
 print("initial solve rates:", result["solve_rate_source"])
 print(f"identity: max |autograd gradient − c(k)(s̄₊ − s̄₋)| over every prompt, step and arm = {result['identity_max_abs_err']:.1e}")
 assert result["identity_max_abs_err"] < 1e-10
@@ -82,6 +83,10 @@ rows = [
 ]
 table(rows, ["measurement", "this run", "paper"])
 print(f"the hardest quartile starts at mean solve rate {result['hard_initial']:.3f}")
+# what the take-away below says about this run, checked on its stored numbers
+hf = result["hard_final"]
+assert es["grpo"]["measured"] > es["dr_grpo"]["measured"] and hf["grpo"] > hf["dr_grpo"]
+assert hf["dapo"] >= max(hf["grpo"], hf["dr_grpo"]) and result["dapo_oversample"] > 1
 if "synthetic" in result["solve_rate_source"]:
     display(Markdown("*The initial solve rates come from the synthetic stand-in, not Big-Math: the shares and final rates are comparable in shape, not in digits.*"))
 
@@ -121,7 +126,8 @@ plt.show()
 # A small transformer, trained on a synthetic verifiable task with the three losses. For every
 # non-silent group, the per-sample gradients give the group's update directly and the identity's
 # prediction $c(k)\cdot(\bar s_+ - \bar s_-)$; their largest relative difference is reported (float32
-# arithmetic, so about $10^{-6}$). Silent groups must have exactly zero gradient. Each stored run is
+# arithmetic, so rounding-sized, and held to the verify goal below). Silent groups must have
+# exactly zero gradient. Each stored run is
 # listed below, whatever hardware produced it.
 
 # %%
@@ -147,6 +153,7 @@ def show_lm_run(folder: Path) -> None:
     table(rows, ["loss", "aggregation", "groups checked", "max relative error", "silent groups", "eval accuracy", "samples"])
     for m in s.get("modes", {}).values():
         assert m.get("silent_groups_with_nonzero_grad", 0) == 0
+        assert m.get("identity_max_rel_err", 0.0) <= LM_REL_TOL, (folder.name, m.get("identity_max_rel_err"))
     for png in sorted(folder.glob("*.png")):
         display(Image(filename=str(png)))
 

@@ -161,3 +161,53 @@ def test_headless_chromium_typesets_the_math_and_shows_the_figures(executed):
     assert len(re.findall(r'class="MathJax"', dom)) >= executed["notebooks"][0]["math"]
     assert not re.search(r'class="(merror|MathJax_Error)"', dom)  # no TeX error boxes
     assert len(re.findall(r"<img[^>]+src=\"data:image/png", dom)) >= 2
+
+
+# --- review: bad output folder, numbers in prose, running without ../shared/data -----------
+def test_render_out_on_a_file_is_one_line_exit_2(tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    code = main(["render", "--no-execute", "--out", str(f)])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a file, not a folder" in err and err.count("\n") == 1
+
+
+# Numbers a markdown cell may hold outside math: notebook numbers, the arXiv id, DAPO's Fig. 3b
+# and its 32 samples, Llama-3.1-8B and its 64 rollouts, 0 and 1.  Every other number (a paper
+# value, a measurement, a closed-form value) must be printed by code, not typed into prose.
+_PROSE_NUMBERS_ALLOWED = {"01", "02", "03", "04", "05", "0", "1", "2607.00152", "2025", "3", "32", "3.1", "8", "64"}
+
+
+def test_notebook_prose_types_no_number_that_code_should_print():
+    import jupytext
+
+    from grpo_identity.render import _DISPLAY_MATH, _INLINE_MATH
+
+    found = []
+    for src in find_notebooks():
+        for cell in jupytext.read(src).cells:
+            if cell.cell_type != "markdown":
+                continue
+            text = _INLINE_MATH.sub(" ", _DISPLAY_MATH.sub(" ", cell.source))
+            for token in re.findall(r"(?<![\w.])\d[\d,]*(?:\.\d+)?", text):
+                if token.rstrip(",") not in _PROSE_NUMBERS_ALLOWED:
+                    found.append((src.name, token))
+    assert not found, found
+
+
+@pytest.mark.slow
+def test_notebooks_that_read_data_run_without_the_shared_folder(tmp_path):
+    """A checkout without ../shared/data: notebook 03 falls back to the stored fit, 04 to the
+    synthetic stand-in, 05 reads results/; none raises."""
+    import shutil
+
+    repo = tmp_path / "checkout"
+    (repo / "notebooks").mkdir(parents=True)
+    shutil.copytree(NOTEBOOKS_DIR.parent / "results", repo / "results")
+    for name in ("03_silent_groups", "04_difficulty_weight", "05_controlled_runs"):
+        shutil.copy(NOTEBOOKS_DIR / f"{name}.py", repo / "notebooks")
+    assert not (tmp_path / "shared").exists()
+    report = render(tmp_path / "out", notebooks_dir=repo / "notebooks")
+    assert report["ok"], report["notebooks"]
+    page = (tmp_path / "out" / "03_silent_groups.html").read_text()
+    assert "stored fit results/dapo_fit/fit.json" in page

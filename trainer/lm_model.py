@@ -13,6 +13,7 @@ from every real position, and HF attention under ``torch.func.vmap`` works only 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any
 
 import torch
@@ -73,9 +74,15 @@ def autocast(device: torch.device, enabled: bool) -> Any:
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
+def _cache_name(model: nn.Module) -> str:
+    """The forward's KV-cache keyword: ``cache`` (newer transformers 5.x) or ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _logits(model: nn.Module, ids: torch.Tensor, cache: Any = None) -> tuple[torch.Tensor, Any]:
-    out = model(input_ids=ids, cache=cache, use_cache=True) if cache is not None else model(input_ids=ids, use_cache=True)
-    return out.logits, out.cache
+    name = _cache_name(model)
+    out = model(input_ids=ids, use_cache=True, **({name: cache} if cache is not None else {}))
+    return out.logits, out[name]
 
 
 @torch.no_grad()

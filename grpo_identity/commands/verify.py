@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 HELP = "prove every theorem, audit the presets and frameworks, reproduce the paper's numbers, render the notebooks, write one report"
 
@@ -24,6 +25,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_examples < 1:
         raise ValueError(f"--max-examples must be >= 1, got {args.max_examples}")
+    if args.dapo_curve is not None and not Path(args.dapo_curve).is_file():
+        raise ValueError(f"--dapo-curve: no such file: {args.dapo_curve}")  # only the default may be missing (skipped)
     result = verify(
         args.out,
         solve_rates=args.solve_rates,
