@@ -80,7 +80,14 @@ class Inferred:
         """The inferred point of the dial (α aside), or ``None``."""
         if self.centre is None or self.scale is None:
             return None
-        return D.Dial(centre=self.centre, scale=self.scale, ddof=self.ddof or 0, eps=float(self.eps or 0.0), keep="nonzero_std" if self.keep == "nonzero_std" else "all")  # type: ignore[arg-type]
+        return D.Dial(
+            centre=self.centre,  # type: ignore[arg-type]
+            scale=self.scale,  # type: ignore[arg-type]
+            ddof=self.ddof or 0,
+            eps=float(self.eps or 0.0),
+            keep="nonzero_std" if self.keep == "nonzero_std" else "all",
+            eps_where="variance" if self.eps_inside_sqrt else "std",
+        )
 
     def reference(self) -> Callable[[np.ndarray, int], np.ndarray] | None:
         """α · dial advantages: what the target should return on any batch."""
@@ -88,16 +95,7 @@ class Inferred:
         if d is None:
             return None
         a = float(self.alpha or 1.0)
-        if not self.eps_inside_sqrt:
-            return lambda r, G: a * D.advantages(r, G, d)
-        d0, eps, ddof = d.replace(eps=0.0), float(self.eps or 0.0), int(self.ddof or 0)
-
-        def inside(r: np.ndarray, G: int) -> np.ndarray:
-            # (r − μ)/√(σ² + ε) = dial(ε = 0) · σ/√(σ² + ε), per group
-            sd = np.repeat(np.asarray(r, dtype=np.float64).reshape(-1, G).std(1, ddof=ddof), G)  # (n·G,)
-            return a * D.advantages(r, G, d0) * (sd / np.sqrt(sd * sd + eps))
-
-        return inside
+        return lambda r, G: a * D.advantages(r, G, d)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -54,9 +54,11 @@ __all__ = [
 Centre = Literal["mean", "loo", "none"]
 Scale = Literal["group_std", "batch_std", "none"]
 Keep = Literal["all", "nonzero_std"]
+EpsWhere = Literal["std", "variance"]
 _CENTRES = ("mean", "loo", "none")
 _SCALES = ("group_std", "batch_std", "none")
 _KEEPS = ("all", "nonzero_std")
+_EPS_WHERE = ("std", "variance")
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,11 @@ class Dial:
     ddof: int = 0
     """Delta degrees of freedom of the std: 0 (population, the paper's σ) or 1 (Bessel, torch's default)."""
     eps: float = 0.0
-    """Added to the std before dividing (ignored when ``scale='none'``)."""
+    """Added to the std before dividing (ignored when ``scale='none'``); see ``eps_where``."""
     keep: Keep = "all"
     """Which groups are kept: ``all``, or only those with nonzero std (DAPO's dynamic sampling)."""
+    eps_where: EpsWhere = "std"
+    """Where ε goes: added to the std, std + ε (TRL, verl, OpenRLHF), or under the root, √(var + ε) (whitening)."""
     name: str = "custom"
     """Preset name, for reports."""
     citation: str = ""
@@ -89,6 +93,8 @@ class Dial:
             raise ValueError(f"eps must be a finite number >= 0, got {self.eps!r}")
         if self.keep not in _KEEPS:
             raise ValueError(f"keep must be one of {_KEEPS}, got {self.keep!r}")
+        if self.eps_where not in _EPS_WHERE:
+            raise ValueError(f"eps_where must be one of {_EPS_WHERE}, got {self.eps_where!r}")
 
     def replace(self, **changes: Any) -> "Dial":
         """A copy with some parameters changed (named ``custom`` unless a name is given)."""
@@ -97,8 +103,8 @@ class Dial:
         return dataclasses.replace(self, **changes)
 
     def params(self) -> dict[str, Any]:
-        """The five dial parameters as a dict (no name, no citation)."""
-        return {"centre": self.centre, "scale": self.scale, "ddof": self.ddof, "eps": self.eps, "keep": self.keep}
+        """The dial parameters as a dict (no name, no citation)."""
+        return {"centre": self.centre, "scale": self.scale, "ddof": self.ddof, "eps": self.eps, "keep": self.keep, "eps_where": self.eps_where}
 
     def same_point(self, other: "Dial") -> bool:
         """Whether two dials compute the same advantages (names ignored)."""
@@ -242,6 +248,11 @@ def _ungroup(xp: Any, a: Any, perm: Any, out_dtype: Any, shape: tuple[int, ...])
     return xp.cast(flat.reshape(shape), out_dtype)
 
 
+def _divisor(xp: Any, variance: Any, dial: Dial) -> Any:
+    """std + ε, or √(variance + ε), from a variance computed with the dial's ddof."""
+    return xp.sqrt(variance) + dial.eps if dial.eps_where == "std" else xp.sqrt(variance + dial.eps)
+
+
 def advantages(
     rewards: Any,
     group_size: int | None = None,
@@ -272,13 +283,11 @@ def advantages(
     else:
         A = R
     if dial.scale == "group_std":
-        std = xp.sqrt(xp.sum((R - mean) ** 2) / (G - dial.ddof))
-        denom = std + dial.eps
+        denom = _divisor(xp, xp.sum((R - mean) ** 2) / (G - dial.ddof), dial)
         A = xp.where(silent, A - A, A / xp.where(denom > 0, denom, 1.0 + (denom - denom)))
     elif dial.scale == "batch_std":
         flat = R.reshape(1, -1)
-        bstd = xp.sqrt(xp.sum((flat - xp.mean(flat)) ** 2) / (flat.shape[-1] - dial.ddof))
-        denom = bstd + dial.eps
+        denom = _divisor(xp, xp.sum((flat - xp.mean(flat)) ** 2) / (flat.shape[-1] - dial.ddof), dial)
         A = A / denom if float(denom.reshape(-1)[0]) > 0 else A - A
     if dial.centre != "none":
         A = xp.where(silent, A - A, A)  # exactly (+)zero, whatever the rounding of the centre
@@ -308,7 +317,7 @@ def coefficient(dial: Dial, k: Any, G: int, *, batch_std: float | None = None) -
     """Update coefficient c(dial; k, G) in g = c·(s̄₊ − s̄₋) for binary rewards.
 
     c = (k/G)·Â₊: GRPO σ; Dr. GRPO σ²; DAPO 1{0<k<G}·σ; ddof 1 √((G−1)/G)·σ; ε added to the std
-    σ²/(σ+ε); RLOO G/(G−1)·σ²; batch std σ²/σ_batch.  0 for k ∈ {0, G}.  Twin of
+    σ²/(σ+ε) (under the root: σ²/√(σ²+ε)); RLOO G/(G−1)·σ²; batch std σ²/σ_batch.  0 for k ∈ {0, G}.  Twin of
     :func:`grpo_identity.formulas.update_coefficient` (Theorem 1, T6, G2–G4).
 
     >>> round(float(coefficient(RLOO, 1, 2)), 12)
@@ -321,11 +330,11 @@ def coefficient(dial: Dial, k: Any, G: int, *, batch_std: float | None = None) -
     sig = np.sqrt(kk * (G - kk)) / G
     centred = (G - kk) / G if dial.centre == "mean" else (G - kk) / (G - 1)
     if dial.scale == "group_std":
-        scale = np.sqrt(G / (G - dial.ddof)) * sig + dial.eps
+        scale = _divisor(_Numpy, G / (G - dial.ddof) * sig**2, dial)
     elif dial.scale == "batch_std":
         if batch_std is None or not batch_std > 0:
             raise ValueError(f"a batch-std dial needs batch_std > 0, got {batch_std!r}")
-        scale = np.full_like(sig, batch_std + dial.eps)
+        scale = np.full_like(sig, _divisor(_Numpy, batch_std**2, dial))
     else:
         scale = np.ones_like(sig)
     live = (kk > 0) & (kk < G)

@@ -89,15 +89,24 @@ def _centred_correct(centre: str, k: Num, G: Num) -> sp.Expr:
     raise ValueError(f"update coefficient is defined for centred dials only, got centre={centre!r}")
 
 
-def _scale(scale: str, ddof: int, epsilon: Num, k: Num, G: Num, sigma_batch: Num) -> sp.Expr:
-    """Divisor of the centred rewards under the dial's scale (ε added to the std)."""
+def _with_eps(std: sp.Expr, epsilon: Num, eps_where: str) -> sp.Expr:
+    """std + ε, or √(std² + ε) when ε sits under the root."""
+    if eps_where == "std":
+        return std + epsilon
+    if eps_where == "variance":
+        return sp.sqrt(std**2 + epsilon)
+    raise ValueError(f"unknown eps_where {eps_where!r}")
+
+
+def _scale(scale: str, ddof: int, epsilon: Num, k: Num, G: Num, sigma_batch: Num, eps_where: str = "std") -> sp.Expr:
+    """Divisor of the centred rewards under the dial's scale (ε added to the std or under the root)."""
     if scale == "none":
         return sp.Integer(1)
     if scale == "group_std":
         # std with `ddof` of a binary group: sqrt(Σ(R−μ)²/(G−ddof)) = sqrt(G/(G−ddof))·σ
-        return sp.sqrt(sp.Rational(1, 1) * G / (G - ddof)) * sigma(k, G) + epsilon
+        return _with_eps(sp.sqrt(sp.Rational(1, 1) * G / (G - ddof)) * sigma(k, G), epsilon, eps_where)
     if scale == "batch_std":
-        return sigma_batch + epsilon
+        return _with_eps(sigma_batch, epsilon, eps_where)
     raise ValueError(f"unknown scale {scale!r}")
 
 
@@ -110,6 +119,7 @@ def update_coefficient(
     k: Num = k,
     G: Num = G,
     sigma_batch: Num = batch_std,
+    eps_where: str = "std",
 ) -> sp.Expr:
     """Update coefficient c in g = c·(s̄₊ − s̄₋) for any point of the dial.
 
@@ -120,7 +130,7 @@ def update_coefficient(
     expression returned is the interior (0 < k < G) formula, wrapped in a Piecewise for
     the keep rule ``nonzero_std``.
     """
-    c = group_mean(k, G) * _centred_correct(centre, k, G) / _scale(scale, ddof, epsilon, k, G, sigma_batch)
+    c = group_mean(k, G) * _centred_correct(centre, k, G) / _scale(scale, ddof, epsilon, k, G, sigma_batch, eps_where)
     if keep == "nonzero_std":
         return sp.Piecewise((c, sp.And(sp.Gt(k, 0), sp.Lt(k, G))), (0, True))
     if keep != "all":

@@ -216,7 +216,7 @@ def _published(name: str, f: Formulas, R: Any, kk: Any, GG: Any) -> Any:
 
 
 def _kwargs(dial: D.Dial) -> dict[str, Any]:
-    return {"centre": dial.centre, "scale": dial.scale, "ddof": dial.ddof, "epsilon": sp.nsimplify(dial.eps), "keep": dial.keep}
+    return {"centre": dial.centre, "scale": dial.scale, "ddof": dial.ddof, "epsilon": sp.nsimplify(dial.eps), "keep": dial.keep, "eps_where": dial.eps_where}
 
 
 #: the three modes: preset, expected coefficient as a function of sigma (with the keep rule)

@@ -22,7 +22,13 @@ def _reference(R: np.ndarray, G: int, dial: D.Dial) -> np.ndarray:
             continue
         for j in range(G):
             base = {"mean": g.mean(), "loo": (g.sum() - g[j]) / (G - 1), "none": 0.0}[dial.centre]
-            scale = {"group_std": g.std(ddof=dial.ddof) + dial.eps, "batch_std": all_std + dial.eps, "none": 1.0}[dial.scale]
+            std = {"group_std": g.std(ddof=dial.ddof), "batch_std": all_std, "none": None}[dial.scale]
+            if std is None:
+                scale = 1.0
+            elif dial.eps_where == "std":
+                scale = std + dial.eps
+            else:
+                scale = np.sqrt(std**2 + dial.eps)
             out[i * G + j] = (g[j] - base) / scale
     return out
 
@@ -34,7 +40,12 @@ def _batch(n_groups: int, G: int, values=(0.0, 1.0)) -> np.ndarray:
     return R.reshape(-1)
 
 
-@pytest.mark.parametrize("dial", list(D.PRESETS.values()) + [D.GRPO.replace(scale="batch_std")], ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "dial",
+    list(D.PRESETS.values()) + [D.GRPO.replace(scale="batch_std"), D.TRL.replace(eps_where="variance", name="whiten"),
+                                D.GRPO.replace(scale="batch_std", eps=0.1, eps_where="variance", name="batch_whiten")],
+    ids=lambda d: d.name,
+)
 @pytest.mark.parametrize("G", [2, 3, 8, 16])
 def test_every_preset_matches_an_independent_loop_implementation(dial, G):
     for values in ((0.0, 1.0), (0.1, 0.9), (-1.0, 2.5)):
@@ -134,6 +145,7 @@ def test_coefficients_are_the_three_operations_on_sigma():
     eps = 1e-4
     live = sigma > 0
     assert np.allclose(D.coefficient(D.GRPO.replace(eps=eps), k, G)[live], (sigma**2 / (sigma + eps))[live])
+    assert np.allclose(D.coefficient(D.GRPO.replace(eps=eps, eps_where="variance"), k, G)[live], (sigma**2 / np.sqrt(sigma**2 + eps))[live])
 
 
 def test_preset_lookup_is_forgiving_about_spelling_and_strict_about_names():
@@ -160,6 +172,7 @@ def test_every_preset_cites_its_source():
         (lambda: D.Dial(ddof=2), "ddof must be 0 or 1, got 2"),
         (lambda: D.Dial(eps=-1.0), "eps must be a finite number >= 0, got -1.0"),
         (lambda: D.Dial(centre="median"), "centre must be one of"),
+        (lambda: D.Dial(eps_where="mean"), "eps_where must be one of"),
         (lambda: D.coefficient(D.GRPO.replace(centre="none"), 1, 4), "uncentred"),
         (lambda: D.coefficient(D.GRPO.replace(scale="batch_std"), 1, 4), "batch_std > 0"),
     ],

@@ -66,24 +66,26 @@ def test_k_twins_equal_their_definitions_for_every_k(G):
             assert pos == neg == 0.0
 
 
-DIALS = [D.GRPO, D.DR_GRPO, D.DAPO, D.RLOO, D.TRL, D.VERL, D.OPENRLHF, D.GRPO.replace(ddof=1), D.RLOO.replace(scale="group_std")]
+DIALS = [D.GRPO, D.DR_GRPO, D.DAPO, D.RLOO, D.TRL, D.VERL, D.OPENRLHF, D.GRPO.replace(ddof=1), D.RLOO.replace(scale="group_std"),
+         D.GRPO.replace(eps=0.01, eps_where="variance"), D.TRL.replace(eps_where="variance")]
 
 
-@pytest.mark.parametrize("dial", DIALS, ids=lambda d: f"{d.name}-{d.centre}-{d.scale}-{d.ddof}-{d.eps}")
+@pytest.mark.parametrize("dial", DIALS, ids=lambda d: f"{d.name}-{d.centre}-{d.scale}-{d.ddof}-{d.eps}-{d.eps_where}")
 def test_coefficient_twin_equals_the_symbolic_update_coefficient(dial):
     eps = sp.nsimplify(dial.eps)
     for G in (2, 3, 5, 8, 16):
         for k in range(G + 1):
-            expr = F.update_coefficient(dial.centre, dial.scale, dial.ddof, eps, dial.keep, k=k, G=G)
+            expr = F.update_coefficient(dial.centre, dial.scale, dial.ddof, eps, dial.keep, k=k, G=G, eps_where=dial.eps_where)
             want = 0.0 if k in (0, G) else float(expr)
             assert D.coefficient(dial, k, G) == pytest.approx(want, rel=1e-13, abs=1e-300)
 
 
 def test_batch_std_coefficient_twin_equals_the_symbolic_form():
-    dial = D.GRPO.replace(scale="batch_std")
-    for k in range(1, 8):
-        expr = F.update_coefficient("mean", "batch_std", 0, 0, "all", k=k, G=8, sigma_batch=sp.Rational(2, 5))
-        assert D.coefficient(dial, k, 8, batch_std=0.4) == pytest.approx(float(expr), rel=1e-14)
+    for where in ("std", "variance"):
+        dial = D.GRPO.replace(scale="batch_std", eps=0.01, eps_where=where)
+        for k in range(1, 8):
+            expr = F.update_coefficient("mean", "batch_std", 0, sp.Rational(1, 100), "all", k=k, G=8, sigma_batch=sp.Rational(2, 5), eps_where=where)
+            assert D.coefficient(dial, k, 8, batch_std=0.4) == pytest.approx(float(expr), rel=1e-14)
 
 
 @pytest.mark.parametrize("G", range(2, 13))
