@@ -30,6 +30,7 @@ __all__ = [
     "sigma",
     "advantage_values",
     "silent_rate",
+    "subsampled_silent_rate",
     "binomial_pmf",
     "expected_update",
     "expected_sigma_sq",
@@ -102,6 +103,50 @@ def silent_rate(G: int, p: ArrayLike) -> FloatArray | float:
     G = check_group_size(G)
     pp = check_probability(p)
     return _out(pp**G + (1.0 - pp) ** G)
+
+
+#: up to this many logged rollouts the sub-sampled silent rate is formed from exact integers
+EXACT_ROLLOUTS_MAX = 1024
+
+
+def _log_comb(n: int, r: int) -> float:
+    """log C(n, r) for 0 <= r <= n (lgamma)."""
+    return math.lgamma(n + 1) - math.lgamma(r + 1) - math.lgamma(n - r + 1)
+
+
+def subsampled_silent_rate(G: int, k: ArrayLike, n: int) -> FloatArray | float:
+    """Silent probability of G answers drawn without replacement from n logged rollouts, k correct:
+    [C(k, G) + C(n−k, G)] / C(n, G) (hypergeometric; C(a, G) = 0 for a < G).  PAPER claim 8.
+
+    Twin of :func:`grpo_identity.formulas.subsampled_silent_rate`.  For n ≤ 1024 the ratio is
+    formed from exact integers and rounded once; above, in log space, so that no huge binomial
+    coefficient is formed.
+
+    >>> subsampled_silent_rate(2, 1, 2), round(subsampled_silent_rate(2, 2, 4), 12)  # 2 of 4, 2 correct: 2/6
+    (0.0, 0.333333333333)
+    """
+    G = check_group_size(G)
+    n = check_group_size(n, name="number of rollouts n")
+    if G > n:
+        raise ValueError(f"group size G={G} exceeds the {n} logged rollouts")
+    kk = np.asarray(k, dtype=np.float64)
+    bad = ~np.isfinite(kk) | (kk < 0) | (kk > n) | (kk != np.round(kk))
+    if bad.any():
+        raise ValueError(f"number correct k must be an integer in [0, n={n}], got {kk[bad].reshape(-1)[0]!r}")
+    # a table over every k in 0..n: the two all-equal branches, each 0 when fewer than G answers exist
+    if n <= EXACT_ROLLOUTS_MAX:
+        total = math.comb(n, G)
+        table = np.array([(math.comb(j, G) + math.comb(n - j, G)) / total for j in range(n + 1)])
+    else:
+        log_total = _log_comb(n, G)
+        table = np.array(
+            [
+                (math.exp(_log_comb(j, G) - log_total) if j >= G else 0.0)
+                + (math.exp(_log_comb(n - j, G) - log_total) if n - j >= G else 0.0)
+                for j in range(n + 1)
+            ]
+        )
+    return _out(table[kk.astype(np.int64)])
 
 
 # --- binomial probabilities in log space (Loader 2000) ---------------------------------------

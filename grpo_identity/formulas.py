@@ -24,12 +24,14 @@ __all__ = [
     "p",
     "eps",
     "batch_std",
+    "n",
     "group_mean",
     "sigma",
     "advantage_correct",
     "advantage_incorrect",
     "update_coefficient",
     "silent_rate",
+    "subsampled_silent_rate",
     "expected_update",
     "expected_sigma_sq",
     "fidelity",
@@ -53,6 +55,8 @@ p = sp.Symbol("p", positive=True)
 eps = sp.Symbol("epsilon", positive=True)
 #: standard deviation of all rewards in the batch (the batch-std scale)
 batch_std = sp.Symbol("sigma_batch", positive=True)
+#: number of logged rollouts per problem from which a group of G is drawn (64 for Big-Math)
+n = sp.Symbol("n", positive=True, integer=True)
 
 Num = sp.Expr | int
 
@@ -141,6 +145,12 @@ def update_coefficient(
 def silent_rate(G: Num = G, p: Num = p) -> sp.Expr:
     """Probability that a group is silent, P(k ∈ {0, G}) = p^G + (1−p)^G (PAPER claim 6)."""
     return p**G + (1 - p) ** G
+
+
+def subsampled_silent_rate(G: Num = G, k: Num = k, n: Num = n) -> sp.Expr:
+    """Probability that G answers drawn without replacement from n logged rollouts, k of them
+    correct, form a silent group: [C(k, G) + C(n−k, G)] / C(n, G) (hypergeometric; PAPER claim 8)."""
+    return (sp.binomial(k, G) + sp.binomial(n - k, G)) / sp.binomial(n, G)
 
 
 def expected_update(G: Num = G, p: Num = p, k: sp.Symbol = k) -> sp.Sum:

@@ -51,6 +51,12 @@ def _t8(f: Formulas) -> list[Claim]:
     for GG in G_VALUES_EXACT:
         interior = sum(binomial_pmf(kk, GG) for kk in range(1, GG))
         out.append(Claim(f"G={GG}: P(0 < k < G) = 1 - silent rate", interior, 1 - f.silent_rate(GG, p)))
+    # drawing G of n logged Bernoulli rollouts without replacement is drawing G fresh ones: the
+    # hypergeometric silent rate averaged over k ~ Binomial(n, p) is p^G + (1-p)^G (claim 8's two forms)
+    for nn in range(2, 9):
+        for GG in range(2, nn + 1):
+            mixed = sum(binomial_pmf(kk, nn) * f.subsampled_silent_rate(GG, kk, nn) for kk in range(nn + 1))
+            out.append(Claim(f"n={nn}, G={GG}: E_k[subsampled silent rate] = p^G + (1-p)^G", mixed, f.silent_rate(GG, p)))
     return out
 
 
@@ -58,7 +64,8 @@ T8 = Theorem(
     "T8",
     "silent-group rate",
     "For k ~ Binomial(G, p) the probability of a silent group (σ = 0, k ∈ {0, G}) is p^G + (1−p)^G; "
-    "it is the mass DAPO discards.",
+    "it is the mass DAPO discards.  Drawing G of n logged rollouts without replacement, the silent rate "
+    "[C(k,G) + C(n−k,G)]/C(n,G) averages over k ~ Binomial(n, p) to the same p^G + (1−p)^G.",
     "claim 6",
     "k ~ Binomial(G, p); G positive integer; p positive",
     _t8,

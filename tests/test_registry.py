@@ -15,7 +15,7 @@ from grpo_identity import dial as D
 from grpo_identity import formulas as F
 from grpo_identity.registry import REGISTRY, by_name, resolve
 
-SYMBOLS = {"G", "k", "m", "p", "eps", "batch_std"}
+SYMBOLS = {"G", "k", "m", "n", "p", "eps", "batch_std"}
 
 
 def test_registry_lists_every_public_formula_exactly_once():
@@ -98,6 +98,18 @@ def test_p_twins_equal_their_definitions_with_exact_rationals(G):
         assert _rel(C.expected_update(G, pf), float(sp.N(exact, 30))) < 1e-12
         assert _rel(C.fidelity(G, pf), float(sp.N(F.fidelity(G, p).doit(), 30))) < 1e-12
         assert _rel(C.attenuation_first_order(G, pf), float(F.attenuation_first_order(G, p))) < 1e-13
+
+
+def test_subsampled_silent_rate_twin_equals_its_definition_with_exact_rationals():
+    for n in (2, 5, 16, 64):
+        for G in {2, min(4, n), n}:
+            for k in range(n + 1):
+                exact = F.subsampled_silent_rate(G, k, n)
+                assert C.subsampled_silent_rate(G, k, n) == float(exact), (G, k, n)
+    # the log-space branch above 1024 rollouts
+    for k in (0, 3, 1500, 2997, 3000):
+        exact = float(sp.N(F.subsampled_silent_rate(8, k, 3000), 30))
+        assert _rel(C.subsampled_silent_rate(8, k, 3000), exact) < 1e-10 or exact == C.subsampled_silent_rate(8, k, 3000) == 0
 
 
 def test_p_only_and_group_size_twins_equal_their_definitions():

@@ -18,14 +18,20 @@ numpy only.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from grpo_identity._validate import check_group_size, check_probability
-from grpo_identity.closed_forms import difficulty_weight, expected_sigma_sq, expected_update, silent_rate
+from grpo_identity.closed_forms import (
+    EXACT_ROLLOUTS_MAX,
+    difficulty_weight,
+    expected_sigma_sq,
+    expected_update,
+    silent_rate,
+    subsampled_silent_rate,
+)
 from grpo_identity.trainer.solve_rates import SolveRates, from_values
 
 __all__ = [
@@ -50,8 +56,6 @@ EXTREME_LOW, EXTREME_HIGH = 0.1, 0.9
 MEDIUM_LOW, MEDIUM_HIGH = 0.4, 0.6
 CLOSED_FORM_GROUP_SIZES = (4, 8, 16, 32, 64)
 SUBSAMPLED_GROUP_SIZES = (4, 8, 16)
-#: up to this many logged rollouts the sub-sampled silent rate is computed in exact integers
-EXACT_ROLLOUTS_MAX = 1024
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -97,45 +101,6 @@ def mass_share(weights: npt.ArrayLike, mask: npt.ArrayLike, counts: npt.ArrayLik
     return float((c * w * np.asarray(mask, dtype=bool)).sum() / total) if total > 0 else 0.0
 
 
-def _log_comb(n: int, r: int) -> float:
-    """log C(n, r) for 0 <= r <= n (lgamma; exact enough for the n of logged rollouts)."""
-    return math.lgamma(n + 1) - math.lgamma(r + 1) - math.lgamma(n - r + 1)
-
-
-def subsampled_silent_rate(group_size: int, num_correct: npt.ArrayLike, num_rollouts: int) -> FloatArray | float:
-    """Silent probability of G answers drawn without replacement from n logged rollouts, k correct.
-
-    P = [C(k, G) + C(n−k, G)] / C(n, G) (hypergeometric; C(a, G) = 0 for a < G).  For n ≤
-    ``EXACT_ROLLOUTS_MAX`` the ratio is formed from exact integers and rounded once to a float
-    (Python's int division is correctly rounded); above, in log space so that no huge binomial
-    coefficient is formed.  PAPER claim 8 (59/43/30 % at G = 4/8/16).
-
-    >>> subsampled_silent_rate(2, 1, 2), round(subsampled_silent_rate(2, 2, 4), 12)  # 2 of 4, 2 correct: 2/6
-    (0.0, 0.333333333333)
-    """
-    G = check_group_size(group_size)
-    n = check_group_size(num_rollouts, name="number of rollouts n")
-    if G > n:
-        raise ValueError(f"group size G={G} exceeds the {n} logged rollouts")
-    k = np.asarray(num_correct, dtype=np.float64)
-    if (~np.isfinite(k) | (k < 0) | (k > n) | (k != np.round(k))).any():
-        bad = k[~np.isfinite(k) | (k < 0) | (k > n) | (k != np.round(k))].reshape(-1)[0]
-        raise ValueError(f"number correct k must be an integer in [0, n={n}], got {bad!r}")
-    # table over every k in 0..n: the two all-equal branches, each 0 when fewer than G answers exist
-    if n <= EXACT_ROLLOUTS_MAX:
-        total = math.comb(n, G)
-        table = np.array([(math.comb(j, G) + math.comb(n - j, G)) / total for j in range(n + 1)])
-    else:
-        log_total = _log_comb(n, G)
-        table = np.array(
-            [
-                (math.exp(_log_comb(j, G) - log_total) if j >= G else 0.0)
-                + (math.exp(_log_comb(n - j, G) - log_total) if n - j >= G else 0.0)
-                for j in range(n + 1)
-            ]
-        )
-    out = table[k.astype(np.int64)]
-    return float(out) if out.ndim == 0 else out
 
 
 def _as_solve_rates(solve_rates: SolveRates | npt.ArrayLike) -> SolveRates:
