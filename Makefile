@@ -12,7 +12,7 @@ TRL_VERSION  := 1.16.0
 VERL_VERSION := 0.9.1
 OUT    ?= out
 
-.PHONY: setup frameworks verify test test-fast bench clean
+.PHONY: setup frameworks verify test test-fast lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,11 @@ setup: $(STAMP) $(FW)
 verify: setup
 	$(BIN)/grpo-identity verify --out $(OUT)/verify
 
-test: setup
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/python scripts/typecheck.py
+
+test: setup lint
 	$(BIN)/python -m pytest
 
 test-fast: setup

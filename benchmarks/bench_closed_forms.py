@@ -71,7 +71,7 @@ def main() -> None:
                     row["naive_error"] = f"OverflowError: {exc}"
                 sample = p[:SCALAR_SAMPLE]
                 try:
-                    _, t_s = timed(lambda: [scalar_expected_update(G, float(x)) for x in sample])
+                    _, t_s = timed(lambda G=G, sample=sample: [scalar_expected_update(G, float(x)) for x in sample])
                     row["scalar_seconds_extrapolated"] = t_s * p.size / sample.size
                     row["speedup_vs_scalar"] = row["scalar_seconds_extrapolated"] / t_fast
                 except OverflowError as exc:

@@ -43,11 +43,11 @@ def main() -> int:
     import numpy as np
     import torch
 
-    from grpo_identity.trainer.lm_config import named_config
-    from grpo_identity.trainer.lm_identity import flatten, per_sample_scores, trainable
-    from grpo_identity.trainer.lm_loss import group_loss, sample_weights, surrogate
-    from grpo_identity.trainer.lm_model import build_model, count_params, sample, token_logprobs
-    from grpo_identity.trainer.lm_task import AdditionTask
+    from grpo_identity.trainer.lm.config import named_config
+    from grpo_identity.trainer.lm.identity import flatten, per_sample_scores, trainable
+    from grpo_identity.trainer.lm.loss import group_loss, sample_weights, surrogate
+    from grpo_identity.trainer.lm.model import build_model, count_params, sample, token_logprobs
+    from grpo_identity.trainer.lm.task import AdditionTask
 
     torch.set_num_threads(args.threads)
     cfg = named_config(args.config)

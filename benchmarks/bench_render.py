@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from grpo_identity.render import render
+from grpo_identity.app.render import render
 
 GOAL_NOTEBOOK_SECONDS = 60.0
 GOAL_TOTAL_SECONDS = 120.0

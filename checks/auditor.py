@@ -103,7 +103,7 @@ class AuditReport:
 
     def format(self) -> str:
         """A readable report: verdict, inferred dial, coefficient table, findings."""
-        from grpo_identity.report import format_table
+        from grpo_identity.foundation import format_table
 
         inf = self.inferred
         info = ", ".join(f"{k} {v}" for k, v in self.target_info.items() if k in ("framework", "version", "estimator", "preset", "options") and v not in ({}, None))
@@ -176,7 +176,7 @@ def _coefficient_tables(inf: Inferred, ref: D.Dial) -> tuple[list[dict[str, Any]
         ratios = []
         for k in range(1, G):
             ct = inf.coefficients[G][k]
-            cr = float(D.coefficient(ref, k, G))
+            cr = float(D.coefficient(k, G, ref))
             ratios.append(ct / cr if cr else float("nan"))
             if k in sorted({1, max(1, G // 4), G // 2, G - 1}):
                 table.append({"G": G, "k": k, "c_target": ct, "c_reference": cr, "ratio": ct / cr if cr else None, "reference": ref.name})

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from grpo_identity import closed_forms
 from grpo_identity import dial as D
 from grpo_identity.checks.properties import Tolerance, _call, _call_filter, precision_of
 
@@ -169,7 +170,7 @@ def infer_dial(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int
     if np.any(gap <= 0):
         inf.why = "the higher reward does not get the higher advantage (sign)"
         return inf
-    sigma = np.sqrt(ks * (Gs - ks)) / Gs
+    sigma = np.array([closed_forms.sigma(int(k), int(G)) for G, k in zip(Gs, ks)])
     fit_tol = max(min(30 * tol.rtol, 0.1), 1e-12)
     best: tuple[int, float, dict[str, Any]] | None = None
     fits: list[tuple[int, float, dict[str, Any]]] = []

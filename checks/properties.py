@@ -75,7 +75,7 @@ class Tolerance:
     rtol: float
 
     @classmethod
-    def for_precision(cls, precision: str) -> "Tolerance":
+    def for_precision(cls, precision: str) -> Tolerance:
         if precision not in _RTOL:
             raise ValueError(f"precision must be one of {tuple(_RTOL)}, got {precision!r}")
         return cls(precision, _RTOL[precision])
@@ -257,11 +257,11 @@ def identity_in_vector_form(target: Target, batch: Any, ctx: Context, rng: np.ra
     S = rng.standard_normal((r.size, *shape))  # (n·G, *shape): one score per answer
     g_all = D.group_updates(A, S, G)  # (n, D)
     high = np.zeros_like(r)
-    for g, lo, hi in two:
+    for g, _lo, hi in two:
         high[g * G : (g + 1) * G] = R[g] == hi
     gap = D.score_gap(high, S, G)  # (n, D)
     Ag = A.reshape(-1, G)
-    for g, lo, hi in two:
+    for g, _lo, hi in two:
         k = int(high[g * G : (g + 1) * G].sum())
         c = (k / G) * float(Ag[g][R[g] == hi].mean())
         scale = float(np.abs(Ag[g]).max() * np.abs(S[g * G : (g + 1) * G]).max())

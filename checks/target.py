@@ -19,10 +19,10 @@ import os
 import subprocess
 import sys
 import traceback
+from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 import numpy as np
-from multiprocessing.connection import Connection
 
 __all__ = ["TargetError", "TargetCrashed", "TargetTimeout", "TargetImportError", "load_target", "LocalTarget", "ChildTarget", "to_numpy", "output_issue"]
 
@@ -176,7 +176,7 @@ class LocalTarget:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "LocalTarget":
+    def __enter__(self) -> LocalTarget:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -336,7 +336,7 @@ class ChildTarget:
         for c in (self._out, self._in):
             c.close()
 
-    def __enter__(self) -> "ChildTarget":
+    def __enter__(self) -> ChildTarget:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -1,5 +1,5 @@
 import sys
 
-from grpo_identity.cli import main
+from grpo_identity.app.cli import main
 
 sys.exit(main())

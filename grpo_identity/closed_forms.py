@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Union
 
 import numpy as np
 import numpy.typing as npt
 
+from grpo_identity import paper
 from grpo_identity._validate import check_eps, check_group_size, check_num_correct, check_probability
 
 __all__ = [
@@ -43,7 +43,7 @@ __all__ = [
     "arcsine_objective",
 ]
 
-ArrayLike = Union[float, int, npt.ArrayLike]
+ArrayLike = float | int | npt.ArrayLike
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -86,7 +86,7 @@ def advantage_values(k: ArrayLike, G: int) -> tuple[FloatArray | float, FloatArr
     """
     G = check_group_size(G)
     kk = check_num_correct(k, G)
-    s = np.sqrt(kk * (G - kk)) / G
+    s = np.asarray(sigma(kk, G))
     live = s > 0
     safe = np.where(live, s, 1.0)
     pos = np.where(live, (G - kk) / (G * safe), 0.0)
@@ -432,8 +432,8 @@ def arcsine_objective(p: ArrayLike) -> FloatArray | float:
 
 # --- summaries for the CLI, the report and the notebooks ---------------------------------------
 #: the paper's Corollary 2 table: solve rates and tolerances
-PAPER_TABLE_P = (0.5, 0.3, 0.1, 0.05)
-PAPER_TABLE_EPS = (0.1, 0.05, 0.01)
+PAPER_TABLE_P: tuple[float, ...] = tuple(paper.GROUP_SIZE_TABLE)
+PAPER_TABLE_EPS: tuple[float, ...] = paper.GROUP_SIZE_EPS
 
 
 def summary(G: int, p: float, eps_values: tuple[float, ...] = PAPER_TABLE_EPS) -> dict[str, object]:

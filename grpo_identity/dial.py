@@ -17,7 +17,7 @@ gives the update coefficient c in g = c·(s̄₊ − s̄₋) for any dial; it is
 >>> import numpy as np
 >>> advantages(np.array([1., 0., 0., 0.,  1., 1., 1., 1.]), 4, GRPO).round(4)
 array([ 1.7321, -0.5774, -0.5774, -0.5774,  0.    ,  0.    ,  0.    ,  0.    ])
->>> float(coefficient(GRPO, 2, 4)), float(coefficient(DR_GRPO, 2, 4))
+>>> float(coefficient(2, 4, GRPO)), float(coefficient(2, 4, DR_GRPO))
 (0.5, 0.25)
 """
 
@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grpo_identity._validate import check_group_size, check_num_correct
+from grpo_identity.closed_forms import sigma
 
 __all__ = [
     "Dial",
@@ -96,7 +97,7 @@ class Dial:
         if self.eps_where not in _EPS_WHERE:
             raise ValueError(f"eps_where must be one of {_EPS_WHERE}, got {self.eps_where!r}")
 
-    def replace(self, **changes: Any) -> "Dial":
+    def replace(self, **changes: Any) -> Dial:
         """A copy with some parameters changed (named ``custom`` unless a name is given)."""
         changes.setdefault("name", "custom")
         changes.setdefault("citation", "")
@@ -106,7 +107,7 @@ class Dial:
         """The dial parameters as a dict (no name, no citation)."""
         return {"centre": self.centre, "scale": self.scale, "ddof": self.ddof, "eps": self.eps, "keep": self.keep, "eps_where": self.eps_where}
 
-    def same_point(self, other: "Dial") -> bool:
+    def same_point(self, other: Dial) -> bool:
         """Whether two dials compute the same advantages (names ignored)."""
         return self.params() == other.params()
 
@@ -313,21 +314,21 @@ def keep_mask(rewards: Any, group_size: int | None = None, dial: Dial = DAPO, *,
     return ~silent_np
 
 
-def coefficient(dial: Dial, k: Any, G: int, *, batch_std: float | None = None) -> Any:
-    """Update coefficient c(dial; k, G) in g = c·(s̄₊ − s̄₋) for binary rewards.
+def coefficient(k: npt.ArrayLike, G: int, dial: Dial = GRPO, *, batch_std: float | None = None) -> Any:
+    """Update coefficient c(k, G; dial) in g = c·(s̄₊ − s̄₋) for binary rewards.
 
     c = (k/G)·Â₊: GRPO σ; Dr. GRPO σ²; DAPO 1{0<k<G}·σ; ddof 1 √((G−1)/G)·σ; ε added to the std
     σ²/(σ+ε) (under the root: σ²/√(σ²+ε)); RLOO G/(G−1)·σ²; batch std σ²/σ_batch.  0 for k ∈ {0, G}.  Twin of
     :func:`grpo_identity.formulas.update_coefficient` (Theorem 1, T6, G2–G4).
 
-    >>> round(float(coefficient(RLOO, 1, 2)), 12)
+    >>> round(float(coefficient(1, 2, RLOO)), 12)
     0.5
     """
     G = check_group_size(G)
     kk = check_num_correct(k, G)
     if dial.centre == "none":
         raise ValueError("an uncentred dial has no update coefficient: g is not a multiple of (s̄₊ − s̄₋)")
-    sig = np.sqrt(kk * (G - kk)) / G
+    sig = np.asarray(sigma(kk, G))
     centred = (G - kk) / G if dial.centre == "mean" else (G - kk) / (G - 1)
     if dial.scale == "group_std":
         scale = _divisor(_Numpy, G / (G - dial.ddof) * sig**2, dial)

@@ -93,24 +93,24 @@ def _centred_correct(centre: str, k: Num, G: Num) -> sp.Expr:
     raise ValueError(f"update coefficient is defined for centred dials only, got centre={centre!r}")
 
 
-def _with_eps(std: sp.Expr, epsilon: Num, eps_where: str) -> sp.Expr:
+def _with_eps(std: sp.Expr, eps: Num, eps_where: str) -> sp.Expr:
     """std + ε, or √(std² + ε) when ε sits under the root."""
     if eps_where == "std":
-        return std + epsilon
+        return std + eps
     if eps_where == "variance":
-        return sp.sqrt(std**2 + epsilon)
+        return sp.sqrt(std**2 + eps)
     raise ValueError(f"unknown eps_where {eps_where!r}")
 
 
-def _scale(scale: str, ddof: int, epsilon: Num, k: Num, G: Num, sigma_batch: Num, eps_where: str = "std") -> sp.Expr:
+def _scale(scale: str, ddof: int, eps: Num, k: Num, G: Num, sigma_batch: Num, eps_where: str = "std") -> sp.Expr:
     """Divisor of the centred rewards under the dial's scale (ε added to the std or under the root)."""
     if scale == "none":
         return sp.Integer(1)
     if scale == "group_std":
         # std with `ddof` of a binary group: sqrt(Σ(R−μ)²/(G−ddof)) = sqrt(G/(G−ddof))·σ
-        return _with_eps(sp.sqrt(sp.Rational(1, 1) * G / (G - ddof)) * sigma(k, G), epsilon, eps_where)
+        return _with_eps(sp.sqrt(sp.Rational(1, 1) * G / (G - ddof)) * sigma(k, G), eps, eps_where)
     if scale == "batch_std":
-        return _with_eps(sigma_batch, epsilon, eps_where)
+        return _with_eps(sigma_batch, eps, eps_where)
     raise ValueError(f"unknown scale {scale!r}")
 
 
@@ -118,7 +118,7 @@ def update_coefficient(
     centre: str = "mean",
     scale: str = "group_std",
     ddof: int = 0,
-    epsilon: Num = 0,
+    eps: Num = 0,
     keep: str = "all",
     k: Num = k,
     G: Num = G,
@@ -134,7 +134,9 @@ def update_coefficient(
     expression returned is the interior (0 < k < G) formula, wrapped in a Piecewise for
     the keep rule ``nonzero_std``.
     """
-    c = group_mean(k, G) * _centred_correct(centre, k, G) / _scale(scale, ddof, epsilon, k, G, sigma_batch, eps_where)
+    if isinstance(eps, float):  # a dial's float ε (Dial.params()) as an exact rational
+        eps = sp.nsimplify(eps)
+    c = group_mean(k, G) * _centred_correct(centre, k, G) / _scale(scale, ddof, eps, k, G, sigma_batch, eps_where)
     if keep == "nonzero_std":
         return sp.Piecewise((c, sp.And(sp.Gt(k, 0), sp.Lt(k, G))), (0, True))
     if keep != "all":
@@ -189,9 +191,9 @@ def attenuation_second_order(G: Num = G, p: Num = p) -> sp.Expr:
     return attenuation_first_order(G, p) - (7 - 16 * v) / (128 * G**2 * v**2)
 
 
-def group_size_law(epsilon: Num = eps, p: Num = p) -> sp.Expr:
+def group_size_law(eps: Num = eps, p: Num = p) -> sp.Expr:
     """Group-size law G* = 1/(8εp(1−p)), the G at which the first-order law reaches 1−ε (Corollary 2)."""
-    return 1 / (8 * epsilon * p * (1 - p))
+    return 1 / (8 * eps * p * (1 - p))
 
 
 def difficulty_weight(p: Num = p) -> sp.Expr:

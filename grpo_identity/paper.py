@@ -6,6 +6,8 @@ Percentages are fractions here.
 
 from __future__ import annotations
 
+#: the tolerances ε of Corollary 2's columns (fidelity 90 %, 95 %, 99 %)
+GROUP_SIZE_EPS: tuple[float, ...] = (0.1, 0.05, 0.01)
 #: Corollary 2: p -> [(exact smallest G, G* as printed)] for ε = 0.1, 0.05, 0.01
 GROUP_SIZE_TABLE: dict[float, list[tuple[int, int]]] = {
     0.50: [(7, 5), (11, 10), (51, 50)],

@@ -15,7 +15,7 @@ from typing import Any, Callable, Literal
 
 __all__ = ["Formula", "REGISTRY", "by_name", "resolve"]
 
-Signature = Literal["k,G", "G,p", "eps,p", "p", "dial,k,G", "G,k,n"]
+Signature = Literal["k,G", "G,p", "eps,p", "p", "k,G,dial", "G,k,n"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ REGISTRY: tuple[Formula, ...] = (
     Formula("sigma", "group standard deviation of binary rewards (ddof 0)", "σ = √(k(G−k))/G = √(μ(1−μ))", "§Setting, Theorem 1", _F + "sigma", _C + "sigma", "T1", "k,G"),
     Formula("advantage_correct", "GRPO advantage of a correct answer", "Â₊ = (G−k)/(Gσ)", "Theorem 1 (proof)", _F + "advantage_correct", _C + "advantage_values", "T2", "k,G"),
     Formula("advantage_incorrect", "GRPO advantage of an incorrect answer", "Â₋ = −k/(Gσ)", "Theorem 1 (proof)", _F + "advantage_incorrect", _C + "advantage_values", "T2", "k,G"),
-    Formula("update_coefficient", "update coefficient c in g = c·(s̄₊ − s̄₋)", "GRPO σ, Dr. GRPO σ², DAPO 1{0<k<G}·σ", "Theorem 1, §The three methods", _F + "update_coefficient", "grpo_identity.dial:coefficient", "T6", "dial,k,G"),
+    Formula("update_coefficient", "update coefficient c in g = c·(s̄₊ − s̄₋)", "GRPO σ, Dr. GRPO σ², DAPO 1{0<k<G}·σ", "Theorem 1, §The three methods", _F + "update_coefficient", "grpo_identity.dial:coefficient", "T6", "k,G,dial"),
     Formula("silent_rate", "probability that a group is silent (σ = 0)", "P(k∈{0,G}) = p^G + (1−p)^G", "claim 6", _F + "silent_rate", _C + "silent_rate", "T8", "G,p"),
     Formula("subsampled_silent_rate", "silent rate of G answers drawn from n logged rollouts, k correct", "[C(k,G) + C(n−k,G)] / C(n,G)", "claim 8", _F + "subsampled_silent_rate", _C + "subsampled_silent_rate", "T8", "G,k,n"),
     Formula("expected_update", "exact expected GRPO update", "E[g] = (1/G) Σ_{k=1}^{G−1} C(G,k) p^k (1−p)^{G−k} √(k(G−k))", "Proposition 2", _F + "expected_update", _C + "expected_update", "T10", "G,p"),

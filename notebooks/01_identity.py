@@ -34,11 +34,11 @@
 # symbolic vectors of symbolic dimension.
 
 # %%
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 
 from grpo_identity import dial as D
-from grpo_identity.notebook import prove, statement
+from grpo_identity.app.notebook import prove, statement
 
 plt.rcParams.update({"figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3})
 
@@ -88,7 +88,7 @@ gap = D.score_gap(rewards.reshape(-1), scores, G)  # (n, d)
 fig, ax = plt.subplots(figsize=(5.5, 4.2))
 for dial, marker in ((D.GRPO, "o"), (D.DR_GRPO, "x")):
     g = D.group_updates(D.advantages(rewards.reshape(-1), G, dial), scores, G)  # (n, d)
-    predicted = D.coefficient(dial, k, G)[:, None] * gap  # (n, d)
+    predicted = D.coefficient(k, G, dial)[:, None] * gap  # (n, d)
     err = np.abs(g - predicted).max()
     print(f"{dial.name:8s} max |g − c(k)·(s̄₊ − s̄₋)| over {n_groups} groups × {dim} components = {err:.1e}")
     assert err < 1e-12
@@ -148,8 +148,8 @@ ks = np.arange(G + 1)
 fig, ax = plt.subplots(figsize=(7, 3.6))
 width = 0.27
 for i, dial in enumerate((D.GRPO, D.DR_GRPO, D.DAPO)):
-    ax.bar(ks + (i - 1) * width, D.coefficient(dial, ks, G), width, label={"grpo": "GRPO: σ", "dr_grpo": "Dr. GRPO: σ²", "dapo": "DAPO: 1{0<k<G}·σ (silent groups redrawn)"}[dial.name])
-ax.plot(ks, D.coefficient(D.TRL, ks, G), "k_", ms=14, mew=2, label="TRL convention (ddof 1, ε = 1e-4)")
+    ax.bar(ks + (i - 1) * width, D.coefficient(ks, G, dial), width, label={"grpo": "GRPO: σ", "dr_grpo": "Dr. GRPO: σ²", "dapo": "DAPO: 1{0<k<G}·σ (silent groups redrawn)"}[dial.name])
+ax.plot(ks, D.coefficient(ks, G, D.TRL), "k_", ms=14, mew=2, label="TRL convention (ddof 1, ε = 1e-4)")
 ax.set_xticks(ks)
 ax.set_xlabel(f"number correct k in a group of G = {G}")
 ax.set_ylabel("update coefficient c(k)")
@@ -166,7 +166,7 @@ statement("T7")
 
 # %%
 prove("T7")
-print("RLOO / Dr. GRPO coefficient, G = 8, k = 1..7:", np.round(D.coefficient(D.RLOO, ks[1:-1], G) / D.coefficient(D.DR_GRPO, ks[1:-1], G), 12))
+print("RLOO / Dr. GRPO coefficient, G = 8, k = 1..7:", np.round(D.coefficient(ks[1:-1], G, D.RLOO) / D.coefficient(ks[1:-1], G, D.DR_GRPO), 12))
 
 # %% [markdown]
 # ## Beyond the paper

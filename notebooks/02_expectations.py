@@ -31,14 +31,14 @@
 # `grpo_identity.paper`.
 
 # %%
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 
 from grpo_identity import closed_forms as C
 from grpo_identity import dial as D
 from grpo_identity import paper
-from grpo_identity.notebook import prove, statement, table
-from grpo_identity.trainer.realdata import gradient_weights
+from grpo_identity.analysis.realdata import gradient_weights
+from grpo_identity.app.notebook import prove, statement, table
 
 plt.rcParams.update({"figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3})
 
@@ -73,7 +73,7 @@ draws = 200_000
 rows = []
 for G, p in ((4, 0.5), (8, 0.5), (8, 0.05), (32, 0.2)):
     k = rng.binomial(G, p, size=draws)
-    c = D.coefficient(D.GRPO, k, G)
+    c = D.coefficient(k, G, D.GRPO)
     mc, se = c.mean(), c.std() / np.sqrt(draws)
     exact = C.expected_update(G, p)
     assert abs(mc - exact) < 5 * se

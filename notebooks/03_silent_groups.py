@@ -22,20 +22,20 @@
 # is one closed form, and DAPO's own training log follows it.
 #
 # The equation is printed from the proof object; numbers come from `grpo_identity.closed_forms`,
-# the fit from `grpo_identity.trainer.dapo_fit`, and the paper's printed values from
+# the fit from `grpo_identity.analysis.dapo_fit`, and the paper's printed values from
 # `grpo_identity.paper`.
 
 # %%
 import json
 import os
 
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 
 from grpo_identity import closed_forms as C
 from grpo_identity import dial as D
 from grpo_identity import paper
-from grpo_identity.notebook import prove, repo_root, statement, table
+from grpo_identity.app.notebook import prove, repo_root, statement, table
 
 plt.rcParams.update({"figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3})
 ROOT = repo_root()  # the parent of notebooks/, where results/ lies
@@ -117,14 +117,14 @@ plt.show()
 #
 # The curve is the digitised Fig. 3b where it is available beside the repository
 # (`../shared/data/`); otherwise the stored fit in `results/dapo_fit/fit.json` is shown. The
-# distribution of solve rates is the synthetic stand-in of `grpo_identity.trainer.solve_rates`
+# distribution of solve rates is the synthetic stand-in of `grpo_identity.analysis.solve_rates`
 # unless `GRPO_IDENTITY_SOLVE_RATES` names a Big-Math file.
 
 # %%
 curve = ROOT.parent / "shared" / "data" / "dapo_fig3b_accuracy1_fraction.csv"
 solve_rates = os.environ.get("GRPO_IDENTITY_SOLVE_RATES") or None
 if curve.is_file():
-    from grpo_identity.trainer.dapo_fit import fit
+    from grpo_identity.analysis.dapo_fit import fit
 
     result = fit(curve, solve_rates, n_bootstrap=200, seed=0)
     where = f"fitted now from {curve.name} (200 bootstrap resamples)"

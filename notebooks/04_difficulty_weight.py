@@ -28,15 +28,15 @@
 # %%
 import os
 
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 from IPython.display import Markdown, display
 
 from grpo_identity import closed_forms as C
 from grpo_identity import paper
-from grpo_identity.notebook import prove, statement, table
-from grpo_identity.trainer.realdata import gradient_weights, summarise
-from grpo_identity.trainer.solve_rates import resolve
+from grpo_identity.analysis.realdata import gradient_weights, summarise
+from grpo_identity.analysis.solve_rates import resolve
+from grpo_identity.app.notebook import prove, statement, table
 
 plt.rcParams.update({"figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3})
 
@@ -98,7 +98,7 @@ print(f"GRPO: raising a prompt from 1 % to 5 % gains as much as raising one from
 # rollouts; its size is printed below). That data set is not shipped here and nothing is downloaded:
 # set `GRPO_IDENTITY_SOLVE_RATES` to a local Big-Math file (parquet, JSONL or CSV with a
 # `llama8b_solve_rate` column, or a `solve_rate,count` histogram) to use it. Otherwise the
-# numbers below are for the **synthetic stand-in** of `grpo_identity.trainer.solve_rates`, a
+# numbers below are for the **synthetic stand-in** of `grpo_identity.analysis.solve_rates`, a
 # Beta-Binomial shaped like Big-Math — **not Big-Math** — and will differ from the paper's.
 
 # %%

@@ -31,18 +31,18 @@
 import json
 from pathlib import Path
 
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 from IPython.display import Image, Markdown, display
 
 from grpo_identity import paper
-from grpo_identity.notebook import repo_root, table
+from grpo_identity.app.notebook import repo_root, table
 
 plt.rcParams.update({"figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3})
 ROOT = repo_root()  # the parent of notebooks/, where results/ lies
 RESULTS = ROOT / "results"
 LABELS = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "dapo": "DAPO"}
-LM_REL_TOL = 1e-4  # the float32 goal for the identity in the language-model runs (as in verify)
+from grpo_identity.trainer.lm.identity import REL_TOL as LM_REL_TOL  # the float32 goal for the identity in the language-model runs
 
 
 def command(folder: Path) -> str:

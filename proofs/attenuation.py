@@ -27,9 +27,8 @@ from typing import Any, Sequence
 import mpmath
 import sympy as sp
 
-from grpo_identity import closed_forms as C
 from grpo_identity import formulas as F
-
+from grpo_identity import paper
 from grpo_identity.proofs.core import Claim, Formulas, Theorem, binomial_pmf, central_moments
 
 __all__ = ["T11", "fidelity_series", "group_size_second_order", "G_GRID", "P_GRID", "table_comparison"]
@@ -103,7 +102,7 @@ def _in_v(c: sp.Expr) -> sp.Expr:
     return out[0] / out[1]
 
 
-def group_size_second_order(epsilon: Any = F.eps, pp: Any = p) -> sp.Expr:
+def group_size_second_order(eps: Any = F.eps, pp: Any = p) -> sp.Expr:
     """Smallest real G at which the second-order law reaches 1 − ε: the positive root of
     εG² − G/(8v) − (7 − 16v)/(128v²) = 0 (the law increases in G; v = p(1−p))."""
     roots = sp.solve(sp.Eq(F.attenuation_second_order(_G, p), 1 - F.eps), _G)
@@ -111,7 +110,7 @@ def group_size_second_order(epsilon: Any = F.eps, pp: Any = p) -> sp.Expr:
     # for every p and ε, so the sign at one point identifies it
     sample = {F.eps: sp.Rational(1, 10), p: sp.Rational(3, 10)}
     (root,) = [r for r in roots if r.subs(sample).is_positive]
-    return root.subs({F.eps: epsilon, p: pp})
+    return root.subs({F.eps: eps, p: pp})
 
 
 def _exact_fidelity(f: Formulas | None = None) -> Any:
@@ -128,12 +127,13 @@ def table_comparison() -> dict[str, Any]:
     absolute errors for both.
     """
     g2 = sp.lambdify((F.eps, p), group_size_second_order(), modules="math")
+    law = sp.lambdify((F.eps, p), F.group_size_law(), modules="math")
     rows = []
-    for r in C.group_size_table():
-        e, pv, exact = float(r["eps"]), float(r["p"]), int(r["G_exact"])
-        first = math.ceil(float(r["G_law"]) - 1e-12)
+    cells = [(pv, e, exact) for pv, row in paper.GROUP_SIZE_TABLE.items() for e, (exact, _) in zip(paper.GROUP_SIZE_EPS, row)]
+    for pv, e, exact in cells:  # the paper's exact smallest G (closed_forms reproduces them; tests check that)
+        first = math.ceil(law(e, pv) - 1e-12)
         second = math.ceil(g2(e, pv) - 1e-12)
-        rows.append({"p": pv, "eps": e, "G_exact": exact, "G_law": float(r["G_law"]), "G_first_order": first, "G_second_order_real": float(g2(e, pv)), "G_second_order": second})
+        rows.append({"p": pv, "eps": e, "G_exact": exact, "G_law": float(law(e, pv)), "G_first_order": first, "G_second_order_real": float(g2(e, pv)), "G_second_order": second})
     n = len(rows)
     m1 = sum(r["G_first_order"] == r["G_exact"] for r in rows)
     m2 = sum(r["G_second_order"] == r["G_exact"] for r in rows)

@@ -18,7 +18,6 @@ import sympy as sp
 
 from grpo_identity import dial as D
 from grpo_identity import formulas as F
-
 from grpo_identity.proofs.core import Claim, Formulas, G_interior, Theorem, d, k, m, sbar_minus, sbar_plus
 from grpo_identity.proofs.identity import _group_variance, _kwargs, group_update
 
@@ -79,7 +78,7 @@ def _g2(f: Formulas) -> list[Claim]:
         Claim("update with ddof 1 = sqrt((G-1)/G) sigma (sbar+ - sbar-)", group_update((1 - mu) / std1, (0 - mu) / std1, kk, m), sp.sqrt((GG - 1) / GG) * f.sigma(kk, GG) * (sbar_plus - sbar_minus)),
     ]
     dial = D.GRPO.replace(ddof=1)
-    worst = max(abs(float(D.coefficient(dial, kk, GG)) - float(sp.sqrt(sp.Rational(GG - 1, GG)) * F.sigma(kk, GG))) for GG in range(2, 9) for kk in range(GG + 1))
+    worst = max(abs(float(D.coefficient(kk, GG, dial)) - float(sp.sqrt(sp.Rational(GG - 1, GG)) * F.sigma(kk, GG))) for GG in range(2, 9) for kk in range(GG + 1))
     out.append(Claim("grpo_identity.dial.coefficient with ddof 1 equals sqrt((G-1)/G) sigma, G = 2..8", "max abs difference", kind="numeric", ok=worst < 1e-12, value=worst))
     return out
 
@@ -102,7 +101,7 @@ _s = sp.Symbol("sigma", positive=True)
 
 def _g3(f: Formulas) -> list[Claim]:
     e = F.eps
-    c = f.update_coefficient(epsilon=e, k=k, G=GI)
+    c = f.update_coefficient(eps=e, k=k, G=GI)
     s = f.sigma(k, GI)
     out = [
         Claim("coefficient with eps = sigma^2/(sigma + eps)", c, s**2 / (s + e)),
@@ -117,7 +116,7 @@ def _g3(f: Formulas) -> list[Claim]:
         for GG in range(2, 9):
             for kk in range(1, GG):
                 want = float(f.update_coefficient(k=kk, G=GG, **_kwargs(dial)))
-                worst = max(worst, abs(float(D.coefficient(dial, kk, GG)) - want))
+                worst = max(worst, abs(float(D.coefficient(kk, GG, dial)) - want))
     out.append(Claim("grpo_identity.dial.coefficient at the TRL, verl, OpenRLHF presets equals the formula, G = 2..8", "max abs difference", kind="numeric", ok=worst < 1e-12, value=worst))
     return out
 
@@ -135,7 +134,7 @@ G3 = Theorem(
     "beyond the paper (frameworks' convention)",
     "k, m positive integers, G = k + m; eps > 0",
     _g3,
-    lambda f: sp.Eq(f.update_coefficient(epsilon=F.eps), f.sigma() ** 2 / (f.sigma() + F.eps), evaluate=False),
+    lambda f: sp.Eq(f.update_coefficient(eps=F.eps), f.sigma() ** 2 / (f.sigma() + F.eps), evaluate=False),
     extra=_g3_extra,
 )
 

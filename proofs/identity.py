@@ -18,7 +18,6 @@ import sympy as sp
 
 from grpo_identity import dial as D
 from grpo_identity import formulas as F
-
 from grpo_identity.proofs.core import (
     Claim,
     Formulas,
@@ -216,7 +215,7 @@ def _published(name: str, f: Formulas, R: Any, kk: Any, GG: Any) -> Any:
 
 
 def _kwargs(dial: D.Dial) -> dict[str, Any]:
-    return {"centre": dial.centre, "scale": dial.scale, "ddof": dial.ddof, "epsilon": sp.nsimplify(dial.eps), "keep": dial.keep, "eps_where": dial.eps_where}
+    return dial.params()
 
 
 #: the three modes: preset, expected coefficient as a function of sigma (with the keep rule)
@@ -229,7 +228,7 @@ def _t6(f: Formulas) -> list[Claim]:
     expected = {"grpo": s, "dr_grpo": s**2, "dapo": s}  # interior; DAPO's indicator is 1 here
     for dial in THREE_MODES:
         kw = _kwargs(dial)
-        a_plus = F._centred_correct(dial.centre, k, GI) / F._scale(dial.scale, dial.ddof, kw["epsilon"], k, GI, F.batch_std)
+        a_plus = F._centred_correct(dial.centre, k, GI) / F._scale(dial.scale, dial.ddof, sp.nsimplify(kw["eps"]), k, GI, F.batch_std)
         if dial.keep == "nonzero_std":
             a_plus = sp.Piecewise((a_plus, sp.And(sp.Gt(k, 0), sp.Lt(k, GI))), (0, True))
         out.append(Claim(f"{dial.name}: dial advantage of a correct answer is the published one", a_plus, _published(dial.name, f, 1, k, GI)))

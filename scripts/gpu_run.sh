@@ -28,7 +28,7 @@ if [ -z "${PYTHON:-}" ]; then
   done
   PYTHON="${PYTHON:-python3}"  # no GPU anywhere: the trainer says so in one line (exit 2)
 fi
-if ! "$PYTHON" -c "import grpo_identity.trainer.lm_train" 2>/dev/null; then
+if ! "$PYTHON" -c "import grpo_identity.trainer.lm.train" 2>/dev/null; then
   # the package layout needs an install; torch, transformers, numpy, matplotlib and tqdm must exist.
   # Offline machines have no build backend to fetch: use the environment's setuptools first.
   "$PYTHON" -m pip install -q --no-deps --no-build-isolation -e . || "$PYTHON" -m pip install -q --no-deps -e .

@@ -16,7 +16,7 @@ its sample count over GRPO's is ``dapo_oversample``.
 
 Initial difficulties: interior solve rates (0 < p̂ < 1) of the configured source, clipped to
 [0.02, 0.98]; with no source, the synthetic stand-in of
-:func:`grpo_identity.trainer.solve_rates.synthetic_default` (recorded as ``solve_rate_source``).
+:func:`grpo_identity.analysis.solve_rates.synthetic_default` (recorded as ``solve_rate_source``).
 
 torch is imported inside :func:`run_bernoulli`; the run uses one torch thread and float64.
 
@@ -34,12 +34,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from grpo_identity.analysis.realdata import gradient_weights, is_extreme, mass_share
+from grpo_identity.analysis.solve_rates import resolve
+from grpo_identity.analysis.stats import r_squared
 from grpo_identity.closed_forms import silent_rate
 from grpo_identity.trainer.config import BernoulliConfig
-from grpo_identity.trainer.realdata import gradient_weights, is_extreme, mass_share
-from grpo_identity.trainer.solve_rates import resolve
 
-__all__ = ["BernoulliConfig", "ARMS", "HARD_QUANTILE", "MASS_BIN_EDGES", "initial_solve_rates", "run_bernoulli", "r_squared", "plot_bernoulli"]
+__all__ = ["BernoulliConfig", "ARMS", "HARD_QUANTILE", "MASS_BIN_EDGES", "initial_solve_rates", "run_bernoulli", "plot_bernoulli"]
 
 #: the three arms, by dial preset name
 ARMS = ("grpo", "dr_grpo", "dapo")
@@ -51,14 +52,6 @@ MASS_BIN_EDGES = tuple([0.0] + [(4 * j - 0.5) / 64 for j in range(1, 16)] + [1.0
 MASS_BINS = len(MASS_BIN_EDGES) - 1
 
 FloatArray = npt.NDArray[np.float64]
-
-
-def r_squared(measured: npt.ArrayLike, predicted: npt.ArrayLike) -> float:
-    """Coefficient of determination 1 − Σ(m − f)² / Σ(m − m̄)² of a prediction f (no refitting)."""
-    m = np.asarray(measured, dtype=np.float64)
-    f = np.asarray(predicted, dtype=np.float64)
-    ss_tot = float(((m - m.mean()) ** 2).sum())
-    return 1.0 - float(((m - f) ** 2).sum()) / ss_tot if ss_tot > 0 else float("nan")
 
 
 def initial_solve_rates(config: BernoulliConfig) -> tuple[FloatArray, str]:
@@ -74,8 +67,8 @@ def _run_arm(arm: str, p0: FloatArray, config: BernoulliConfig, bar: Any) -> dic
     import torch
     import torch.nn.functional as F
 
-    from grpo_identity.dial import coefficient, preset, score_gap
     from grpo_identity.dial import advantages as dial_advantages
+    from grpo_identity.dial import coefficient, preset, score_gap
 
     dial = preset(arm)
     M, G = config.num_prompts, config.group_size
@@ -125,7 +118,7 @@ def _run_arm(arm: str, p0: FloatArray, config: BernoulliConfig, bar: Any) -> dic
         # the identity's prediction: −c(k)·(s̄₊ − s̄₋), scores s = ∂ log π / ∂θ = y − p
         scores = (y - p.detach()[:, None]).reshape(-1, 1)  # (M·G, 1)
         gap = score_gap(y.reshape(-1), scores, G)[:, 0].numpy()  # (M,)
-        predicted = -np.asarray(coefficient(dial, y.sum(1).numpy(), G)) * gap
+        predicted = -np.asarray(coefficient(y.sum(1).numpy(), G, dial)) * gap
         err = float(np.abs(grad - predicted).max())
         max_err = err if not err <= max_err else max_err  # a NaN propagates (max() would drop it)
 

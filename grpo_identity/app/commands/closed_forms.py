@@ -1,0 +1,53 @@
+"""``grpo-identity closed-forms``: the closed forms at one (G, p), or the paper's group-size table."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "print the closed forms at one (G, p), or the paper's group-size table"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--G", type=int, default=8, help="group size (default 8)")
+    p.add_argument("--p", type=float, default=0.5, help="solve rate in [0, 1] (default 0.5)")
+    p.add_argument("--table", choices=["group-size"], help="print a whole table instead")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from grpo_identity import closed_forms as C
+    from grpo_identity.app.report import emit_json, format_table
+
+    if args.table == "group-size":
+        rows = C.group_size_table()
+        if args.json:
+            emit_json({"rows": rows})
+            return 0
+        print("Smallest G with fidelity >= 1 - eps (exact sum); G* = 1/(8 eps p(1-p)) in parentheses")
+        table = []
+        for p in C.PAPER_TABLE_P:
+            cells = [f"{r['G_exact']} ({r['G_law']:.0f})" for r in rows if r["p"] == p]
+            table.append([f"{p:.2f} / {1 - p:.2f}" if p != 0.5 else "0.50", *cells])
+        print(format_table(table, ["p", *(f"{100 * (1 - e):.0f} %" for e in C.PAPER_TABLE_EPS)]))
+        return 0
+    s = C.summary(args.G, args.p)
+    if args.json:
+        emit_json(s)
+        return 0
+    print(f"G = {s['G']}, p = {s['p']}")
+    print(format_table([[r["k"], r["sigma"]] for r in s["sigma_by_k"]], ["k", "sigma"]))  # type: ignore[index]
+    print()
+    scalars = [
+        ("silent_rate", "p^G + (1-p)^G"),
+        ("expected_update", "E[g]"),
+        ("expected_sigma_sq", "E[sigma^2] (Dr. GRPO)"),
+        ("fidelity", "E[g] / sqrt(p(1-p))"),
+        ("attenuation_first_order", "1 - 1/(8Gp(1-p))"),
+        ("difficulty_weight", "w(p) = 1/sqrt(p(1-p))"),
+        ("arcsine_objective", "2 arcsin sqrt(p)"),
+    ]
+    print(format_table([[k, f, s[k] if s[k] is not None else "undefined"] for k, f in scalars], ["quantity", "formula", "value"]))
+    print()
+    gs = [[r["eps"], r["G_exact"], r["G_law"]] for r in s["group_size"]]  # type: ignore[index]
+    print(format_table(gs, ["eps", "G_exact", "G_law"]))
+    return 0

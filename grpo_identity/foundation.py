@@ -1,0 +1,131 @@
+"""The foundation every layer may import: the usage-error type, exit codes, JSON that never
+writes NaN, and plain-text tables.
+
+Standard library only (numpy values are converted when numpy happens to be loaded).
+
+>>> print(dumps({"x": float("nan"), "y": [1.5]}))
+{
+  "x": null,
+  "y": [
+    1.5
+  ]
+}
+>>> print(format_table([[1, 0.5]], ["k", "sigma"]))
+k  sigma
+-  -----
+1    0.5
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any, Iterable, Sequence, TextIO
+
+__all__ = ["EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "UsageError", "EXTRAS", "missing_extra", "dumps", "finite", "emit_json", "format_table"]
+
+#: exit codes of every command: 0 success, 1 a check failed, 2 bad input (usage)
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported in one line, exit code 2."""
+
+
+#: optional dependency (top-level module) -> the extra of grpo-identity that installs it
+EXTRAS: dict[str, str] = {
+    "torch": "trainer",
+    "transformers": "trainer",
+    "matplotlib": "notebooks",
+    "nbconvert": "notebooks",
+    "nbclient": "notebooks",
+    "nbformat": "notebooks",
+    "jupytext": "notebooks",
+    "ipykernel": "notebooks",
+    "IPython": "notebooks",
+    "jupyter_server_mathjax": "notebooks",
+    "pandas": "data",
+    "pyarrow": "data",
+    "pytest": "test",
+}
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """One line naming the extra that installs the module ``exc`` could not import, or None
+    when that module belongs to no extra of this project.
+
+    >>> missing_extra(ModuleNotFoundError("No module named 'torch'", name="torch"))
+    "this needs torch: pip install 'grpo-identity[trainer]'"
+    """
+    top = (getattr(exc, "name", None) or "").split(".")[0]
+    if top not in EXTRAS:
+        return None
+    return f"this needs {top}: pip install 'grpo-identity[{EXTRAS[top]}]'"
+
+
+# --- JSON -------------------------------------------------------------------------------------
+def _default(o: Any) -> Any:
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def finite(o: Any) -> Any:
+    """``o`` with every non-finite float (NaN, ±inf) replaced by None, recursively."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [finite(v) for v in o]
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if isinstance(o, np.floating):
+            return float(o) if np.isfinite(o) else None
+        if isinstance(o, np.ndarray):
+            return finite(o.tolist())
+    return o
+
+
+def dumps(obj: Any, *, indent: int | None = 2) -> str:
+    """JSON text; numpy scalars and arrays become plain numbers and lists; NaN/inf become null."""
+    return json.dumps(finite(obj), indent=indent, default=_default, allow_nan=False)
+
+
+def emit_json(obj: Any, stream: TextIO | None = None) -> None:
+    """Print ``obj`` as JSON (see :func:`dumps`) on ``stream`` (default stdout)."""
+    print(dumps(obj), file=stream or sys.stdout)
+
+
+# --- tables -------------------------------------------------------------------------------------
+def _cell(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if math.isinf(v) or math.isnan(v):
+            return str(v)
+        return f"{v:.6g}" if abs(v) < 1e6 else f"{v:.4e}"
+    return str(v)
+
+
+def _numeric(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def format_table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
+    """A plain-text table with aligned columns (numbers right-aligned)."""
+    body = [[_cell(v) for v in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in body]) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    rule = "  ".join("-" * w for w in widths)
+    out = [line, rule] + ["  ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(r, widths)) for r in body]
+    return "\n".join(s.rstrip() for s in out)

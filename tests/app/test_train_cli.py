@@ -1,0 +1,109 @@
+"""The CLI of the trainer's commands: JSON for machines, one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SHARED_DATA
+
+from grpo_identity.app.cli import main
+
+CURVE = SHARED_DATA / "dapo_fig3b_accuracy1_fraction.csv"
+
+
+def _rates_csv(tmp_path):
+    path = tmp_path / "rates.csv"
+    path.write_text("llama8b_solve_rate\n" + "".join(f"{k / 64}\n" for k in (0, 0, 64, 64, 16, 32, 32, 48, 4, 60)))
+    return path
+
+
+def test_realdata_json_has_the_documented_keys_and_fractions(tmp_path, capsys):
+    assert main(["realdata", str(_rates_csv(tmp_path)), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["n"] == 10 and r["frac_p0"] == 0.2 and r["frac_p1"] == 0.2
+    assert set(r["silent_closed_form"]) == {"4", "8", "16", "32", "64"} and set(r["silent_subsampled"]) == {"4", "8", "16"}
+    fractions = [*r["silent_closed_form"].values(), *r["silent_subsampled"].values()]
+    fractions += [v for arm in ("grpo", "dr_grpo") for v in r["mass_share"][arm].values()]
+    assert all(0 <= f <= 1 for f in fractions)
+
+
+def test_realdata_prints_a_table_and_writes_a_figure(tmp_path, capsys):
+    assert main(["realdata", str(_rates_csv(tmp_path)), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "G=64" in out and "extreme" in out
+    assert (tmp_path / "o" / "realdata.png").stat().st_size > 1000 and (tmp_path / "o" / "summary.json").exists()
+
+
+def test_realdata_on_a_missing_file_exits_2_with_one_line(tmp_path, capsys):
+    assert main(["realdata", str(tmp_path / "absent.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "absent.csv" in err
+
+
+def test_train_bernoulli_json_and_out_dir(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    assert main(["train", "bernoulli", "--M", "60", "--G", "4", "--steps", "3", "--json", "--out", str(out)]) == 0
+    r = json.loads(capsys.readouterr().out)
+    for key in ("identity_max_abs_err", "r2_silent", "extreme_share", "hard_final", "dapo_oversample", "seconds"):
+        assert key in r
+    assert r["config"]["group_size"] == 4
+    assert json.loads((out / "config.json").read_text())["num_prompts"] == 60
+    assert (out / "bernoulli.png").stat().st_size > 1000 and (out / "result.json").exists()
+
+
+def test_train_bernoulli_rejects_bad_settings_with_exit_2(capsys):
+    assert main(["train", "bernoulli", "--M", "1"]) == 2
+    assert "num_prompts" in capsys.readouterr().err
+
+
+def test_dapo_fit_on_a_made_curve(tmp_path, capsys):
+    path = tmp_path / "curve.csv"
+    path.write_text("step,frac\n" + "".join(f"{s},{0.5 * (1 - 2.718281828 ** (-s / 800))}\n" for s in range(0, 6000, 300)))
+    assert main(["dapo-fit", str(path), "--bootstrap", "10", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["saturating"]["r2"] > 0.999 and r["n_bootstrap"] == 10
+
+
+@pytest.mark.skipif(not CURVE.exists(), reason="digitised DAPO curve not present in ../shared/data")
+def test_dapo_fit_prints_both_r2_beside_the_papers(capsys):
+    assert main(["dapo-fit", str(CURVE), "--bootstrap", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "one timescale" in out and "0.92" in out and "0.98" in out
+
+
+BAD_RATE_FILES = {
+    "empty.csv": "",
+    "wrong_column.csv": "solve\n0.5\n",
+    "outside.csv": "llama8b_solve_rate\n0.5\n1.5\n",
+    "text.csv": "llama8b_solve_rate\nabc\n",
+    "histogram_text.csv": "# comment\nsolve_rate,count\n0.5,many\n",
+    "text.jsonl": '{"llama8b_solve_rate": "abc"}\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_RATE_FILES))
+@pytest.mark.parametrize("command", ["realdata", "dapo-fit-rates"])
+def test_bad_solve_rate_files_exit_2_with_one_line(tmp_path, capsys, name, command):
+    path = tmp_path / name
+    path.write_text(BAD_RATE_FILES[name])
+    argv = ["realdata", str(path)] if command == "realdata" else ["dapo-fit", str(CURVE), "--solve-rates", str(path), "--bootstrap", "0"]
+    if command != "realdata" and not CURVE.exists():
+        pytest.skip("digitised DAPO curve not present")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error:" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text", ["", "step,value\n", "step,value\n1,x\n", "step,value\n" + "".join(f"{i},{i}\n" for i in range(12))])
+def test_bad_dapo_curves_exit_2_with_one_line(tmp_path, capsys, text):
+    path = tmp_path / "curve.csv"
+    path.write_text(text)
+    assert main(["dapo-fit", str(path), "--bootstrap", "0"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_dapo_fit_on_a_missing_curve_exits_2(tmp_path, capsys):
+    assert main(["dapo-fit", str(tmp_path / "absent.csv")]) == 2
+    assert "absent.csv" in capsys.readouterr().err

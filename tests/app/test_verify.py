@@ -1,0 +1,187 @@
+"""The main job: one report, every claim with the paper's value and the project's, exit 0 only
+if everything holds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from grpo_identity.app import verify as V
+
+
+def test_a_failed_item_fails_the_run_and_a_skipped_one_does_not(tmp_path, monkeypatch):
+    monkeypatch.setattr(V, "_proofs", lambda: [V._item("proofs", "T0 a planted falsehood", "proved", "failed", False)])
+    monkeypatch.setattr(V, "_audits", lambda frameworks, n: [V._skip("audits", "x", "y", "not installed")])
+    monkeypatch.setattr(V, "_bernoulli", lambda solve_rates=None: ([], {}))
+    result = V.verify(tmp_path, dapo_curve=None, render=False)
+    assert result["all_ok"] is False
+    assert result["counts"]["fail"] == 1 and result["counts"]["skipped"] >= 1
+    skipped = [i for i in result["items"] if i["status"] == "skipped"]
+    assert all(i["ok"] is None and i["note"] for i in skipped)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["all_ok"] is False and len(report["items"]) == len(result["items"])
+    html = (tmp_path / "report.html").read_text()
+    assert "SOMETHING FAILED" in html and "T0 a planted falsehood" in html
+
+
+def test_a_stage_that_raises_becomes_a_failed_item_not_a_lost_report(tmp_path, monkeypatch):
+    def boom():
+        raise RuntimeError("stage exploded\nsecond line")
+
+    monkeypatch.setattr(V, "_closed_forms", boom)
+    monkeypatch.setattr(V, "_proofs", lambda: [])
+    monkeypatch.setattr(V, "_audits", lambda frameworks, n: [])
+    monkeypatch.setattr(V, "_bernoulli", lambda solve_rates=None: ([], {}))
+    result = V.verify(tmp_path, dapo_curve=None, render=False)
+    (item,) = [i for i in result["items"] if i["status"] == "fail"]
+    assert item["project"] == "RuntimeError: stage exploded"
+    assert (tmp_path / "report.html").exists()
+
+
+def test_closed_form_items_reproduce_every_paper_number():
+    items = V._closed_forms()
+    assert len(items) >= 12 + 2 + 1 + 2 + 3
+    assert all(i.status == "pass" for i in items), [i.name for i in items if i.status != "pass"]
+
+
+def test_realdata_items_compare_with_the_paper_when_a_file_is_given(tmp_path):
+    # A made-up file: the comparison runs and fails, as it should, on data that is not Big-Math.
+    f = tmp_path / "rates.csv"
+    f.write_text("llama8b_solve_rate\n" + "\n".join(str(k / 64) for k in range(65)) + "\n")
+    items = V._realdata(str(f))
+    assert len(items) == 2 + 5 + 3 + 4
+    assert any(i.status == "fail" for i in items)
+    assert V._realdata(None)[0].status == "skipped"
+
+
+def test_verify_cli_bad_input_is_one_line_exit_2():
+    r = subprocess.run([sys.executable, "-m", "grpo_identity", "verify", "--max-examples", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "max-examples must be >= 1" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_verify_end_to_end_holds_and_writes_the_report(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "grpo_identity", "verify", "--json", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=900,
+    )
+    out = json.loads(r.stdout)
+    failed = [i for i in out["items"] if i["status"] == "fail"]
+    assert r.returncode == 0 and out["all_ok"], failed
+    assert {"name", "paper", "project", "ok"} <= set(out["items"][0])
+    sections = {i["section"] for i in out["items"]}
+    assert {"proofs", "closed forms", "audits", "controlled run", "notebooks"} <= sections
+    assert sum(i["section"] == "proofs" and i["ok"] for i in out["items"]) == 19
+    assert (tmp_path / "report.html").exists() and (tmp_path / "notebooks" / "index.html").exists()
+
+
+# --- review: strict pass criteria, honest paper column, one-line errors ---------------------
+def _stored_bernoulli(**changes):
+    from pathlib import Path
+
+    r = json.loads((Path(V.ROOT) / "results" / "bernoulli" / "result.json").read_text())
+    r.update(changes)
+    return r
+
+
+def _bernoulli_items(monkeypatch, **changes):
+    import grpo_identity.trainer.bernoulli as B
+
+    seen = {}
+
+    def fake(config=None, progress=False):
+        seen["config"] = config
+        return _stored_bernoulli(**changes)
+
+    monkeypatch.setattr(B, "run_bernoulli", fake)
+    items, _ = V._bernoulli("rates.csv")
+    return {i.name: i for i in items}, seen
+
+
+def test_the_stored_bernoulli_run_passes_every_controlled_run_item(monkeypatch):
+    items, seen = _bernoulli_items(monkeypatch)
+    assert all(i.status == "pass" for i in items.values()), [i.name for i in items.values() if i.status != "pass"]
+    assert seen["config"].solve_rates == "rates.csv"  # the controlled run uses the given solve rates
+
+
+def test_a_float64_identity_error_of_1e_8_fails_the_controlled_run(monkeypatch):
+    items, _ = _bernoulli_items(monkeypatch, identity_max_abs_err=1e-8)
+    (item,) = [i for n, i in items.items() if n.startswith("autograd gradient")]
+    assert item.status == "fail"
+
+
+def test_a_silent_fraction_r2_below_the_papers_0_999_fails(monkeypatch):
+    items, _ = _bernoulli_items(monkeypatch, r2_silent=0.995)
+    (item,) = [i for n, i in items.items() if n.startswith("R² of silent")]
+    assert item.status == "fail"
+
+
+def test_dapo_fit_items_hold_the_papers_saturating_r2_and_bootstrap_lower_bound(monkeypatch, tmp_path):
+    import grpo_identity.analysis.dapo_fit as F
+
+    curve = tmp_path / "curve.csv"
+    curve.write_text("step,value\n0,0\n")
+
+    def items(comp, sat):
+        monkeypatch.setattr(F, "fit", lambda *a, **k: {"competence": {"r2": comp, "r2_bootstrap": [comp - 0.01, comp + 0.01]},
+                                                       "saturating": {"r2": sat}, "solve_rate_source": "x"})
+        return [i.status for i in V._dapo_fit(curve, None)]
+
+    assert items(0.966, 0.976) == ["pass", "pass"]
+    assert items(0.905, 0.976) == ["fail", "pass"]  # below the paper's bootstrap interval
+    assert items(0.93, 0.95) == ["pass", "fail"]  # not the paper's 0.98, though better than one timescale
+
+
+def test_framework_audits_say_the_paper_does_not_cover_them(monkeypatch):
+    import grpo_identity.checks as checks
+
+    class Rep:
+        verdict, matches = "pass", "grpo"
+
+    monkeypatch.setattr(checks, "audit", lambda *a, **k: Rep())
+    items = V._audits(False, 1)
+    frameworks = [i for i in items if i.status == "skipped"]
+    assert frameworks and all(i.paper == "beyond the paper" for i in frameworks)
+
+
+def test_skipped_items_show_a_dash_not_none_in_the_html_and_the_summary(tmp_path, monkeypatch):
+    monkeypatch.setattr(V, "_proofs", lambda: [])
+    monkeypatch.setattr(V, "_closed_forms", lambda: [])
+    monkeypatch.setattr(V, "_audits", lambda frameworks, n: [V._skip("audits", "audit x", "beyond the paper", "not installed")])
+    monkeypatch.setattr(V, "_bernoulli", lambda solve_rates=None: ([], {}))
+    result = V.verify(tmp_path, dapo_curve=None, render=False)
+    page = (tmp_path / "report.html").read_text()
+    assert ">None<" not in page and "<td>—</td>" in page
+    assert "None" not in V.format_summary(result)
+
+
+def test_every_stored_lm_run_is_an_item_and_a_large_error_fails(tmp_path):
+    for name, err in (("lm-a", 2e-6), ("lm-b", 3e-3)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"identity_max_rel_err": err, "groups_checked": 10}))
+    items = V._stored_lm(tmp_path)
+    assert [i.status for i in items] == ["pass", "fail"] and "lm-b" in items[1].name
+    assert V._stored_lm(tmp_path / "none")[0].status == "skipped"
+    assert len(V._stored_lm()) == len(list((V.ROOT / "results").glob("lm-*/summary.json"))) >= 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "{file}"], "is a file, not a folder"),
+    (["--out", "{file}/sub"], "cannot create the folder"),
+    (["--dapo-curve", "{tmp}/missing.csv"], "--dapo-curve: no such file"),
+    (["--solve-rates", "{tmp}/missing.csv"], "--solve-rates: no such file"),
+])
+def test_verify_bad_paths_are_one_line_exit_2_before_any_work(tmp_path, capsys, args, message):
+    from grpo_identity.app.cli import main
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    argv = [a.format(file=f, tmp=tmp_path) for a in args]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "o")]
+    code = main(["verify", "--no-render", "--no-frameworks", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err

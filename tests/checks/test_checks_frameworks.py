@@ -1,0 +1,100 @@
+"""Audits of the real frameworks' advantage code (TRL's GRPOTrainer, verl's core_algos), each run
+in a child process through the built-in adapters, at the versions the Makefile pins."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from grpo_identity.app.cli import main
+from grpo_identity.checks import audit
+from grpo_identity.checks.adapters import TESTED_VERSIONS
+
+pytestmark = pytest.mark.frameworks
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _need(module: str) -> None:
+    pytest.importorskip(module, reason=f"{module} is not installed (make frameworks)")
+
+
+def test_the_makefile_pins_the_versions_the_adapters_were_tested_with():
+    text = (ROOT / "Makefile").read_text()
+    pins = {name: re.search(rf"^{name.upper()}_VERSION\s*:=\s*(\S+)", text, re.M).group(1) for name in TESTED_VERSIONS}
+    assert pins == TESTED_VERSIONS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "spec, matches",
+    [
+        ("verl:grpo", "verl"),
+        ("verl:grpo_vectorized", "verl"),
+        ("verl:rloo", "rloo"),
+        ("verl:grpo:norm_adv_by_std_in_grpo=false", "dr_grpo"),
+    ],
+)
+def test_verl_estimators_match_their_presets(spec, matches):
+    _need("verl.trainer.ppo.core_algos")
+    report = audit(spec, max_examples=100)
+    assert report.verdict == "pass", report.format()
+    assert report.matches == matches
+    assert report.target_info["framework"] == "verl" and report.target_info["version"] == TESTED_VERSIONS["verl"]
+    assert report.inferred.precision == "float32"
+    assert not [f for f in report.findings if f.severity != "note"]
+
+
+@pytest.mark.slow
+def test_verl_grpo_deviates_from_paper_grpo_by_bessel_and_its_epsilon():
+    _need("verl.trainer.ppo.core_algos")
+    report = audit("verl:grpo", expect="grpo", max_examples=50)
+    assert report.verdict == "deviation" and report.matches == "verl"
+    assert report.inferred.ddof == 1 and report.inferred.eps == pytest.approx(1e-6, rel=0.2)
+    factors = {f["G"]: f["factor_at_half"] for f in report.factors}
+    assert factors[4] == pytest.approx((3 / 4) ** 0.5, rel=1e-3)  # Bessel: √((G−1)/G)
+    assert factors[64] == pytest.approx((63 / 64) ** 0.5, rel=1e-3)
+
+
+@pytest.mark.slow
+def test_verl_keeps_binary_silent_groups_exactly_zero_but_not_silent_groups_of_0_1():
+    _need("verl.trainer.ppo.core_algos")
+    report = audit("verl:grpo_vectorized", max_examples=20)
+    # binary silent groups: exactly 0 (a property, checked on every example)
+    assert "silent_groups_exactly_zero" in report.properties_run
+    assert not [f for f in report.findings if f.property == "silent_groups_exactly_zero"]
+    # every reward 0.1 in float32: the rounding of the mean, divided by std + 1e-6, survives
+    assert report.inferred.silent_nonbinary_max_abs > 1e-3
+    assert [f.severity for f in report.findings if f.property == "silent_nonbinary_groups_zero"] == ["note"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "spec, verdict, matches, scale",
+    [
+        ("trl", "pass", "trl", "group_std"),
+        ("trl:scale_rewards=none", "pass", "dr_grpo", "none"),
+        ("trl:scale_rewards=batch", "deviation", None, "batch_std"),
+    ],
+)
+def test_trl_grpo_trainer_scale_rewards_settings(spec, verdict, matches, scale):
+    _need("trl")
+    report = audit(spec, max_examples=40)
+    assert report.verdict == verdict, report.format()
+    assert report.matches == matches
+    assert report.inferred.scale == scale
+    assert report.target_info["framework"] == "trl" and report.target_info["version"] == TESTED_VERSIONS["trl"]
+    if scale != "none":
+        assert report.inferred.ddof == 1 and report.inferred.eps == pytest.approx(1e-4, rel=0.05)
+
+
+@pytest.mark.slow
+def test_the_cli_audits_a_framework_and_prints_json(capsys):
+    _need("verl.trainer.ppo.core_algos")
+    code = main(["audit", "verl:rloo", "--json", "--max-examples", "20"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["verdict"] == "pass" and out["matches"] == "rloo" and out["target_info"]["version"] == TESTED_VERSIONS["verl"]
+    assert {"target", "kind", "verdict", "matches", "inferred", "findings"} <= set(out)

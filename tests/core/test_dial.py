@@ -1,0 +1,182 @@
+"""The dial is the one advantage implementation: presets match the published formulas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_identity import closed_forms as C
+from grpo_identity import dial as D
+
+RNG = np.random.default_rng(0)
+
+
+def _reference(R: np.ndarray, G: int, dial: D.Dial) -> np.ndarray:
+    """Independent loop implementation of the published formulas, group by group."""
+    out = np.zeros_like(R, dtype=np.float64)
+    groups = R.reshape(-1, G)
+    all_std = R.std(ddof=dial.ddof)
+    for i, g in enumerate(groups):
+        if np.all(g == g[0]) and dial.centre != "none":
+            continue
+        for j in range(G):
+            base = {"mean": g.mean(), "loo": (g.sum() - g[j]) / (G - 1), "none": 0.0}[dial.centre]
+            std = {"group_std": g.std(ddof=dial.ddof), "batch_std": all_std, "none": None}[dial.scale]
+            if std is None:
+                scale = 1.0
+            elif dial.eps_where == "std":
+                scale = std + dial.eps
+            else:
+                scale = np.sqrt(std**2 + dial.eps)
+            out[i * G + j] = (g[j] - base) / scale
+    return out
+
+
+def _batch(n_groups: int, G: int, values=(0.0, 1.0)) -> np.ndarray:
+    R = RNG.choice(values, size=(n_groups, G)).astype(np.float64)
+    R[0] = values[0]  # at least one silent group of each kind
+    R[1] = values[-1]
+    return R.reshape(-1)
+
+
+@pytest.mark.parametrize(
+    "dial",
+    list(D.PRESETS.values()) + [D.GRPO.replace(scale="batch_std"), D.TRL.replace(eps_where="variance", name="whiten"),
+                                D.GRPO.replace(scale="batch_std", eps=0.1, eps_where="variance", name="batch_whiten")],
+    ids=lambda d: d.name,
+)
+@pytest.mark.parametrize("G", [2, 3, 8, 16])
+def test_every_preset_matches_an_independent_loop_implementation(dial, G):
+    for values in ((0.0, 1.0), (0.1, 0.9), (-1.0, 2.5)):
+        R = _batch(12, G, values)
+        assert np.allclose(D.advantages(R, G, dial), _reference(R, G, dial), rtol=1e-12, atol=1e-12)
+
+
+def test_grpo_takes_the_two_published_values_per_group():
+    G = 8
+    for k in range(G + 1):
+        R = np.array([1.0] * k + [0.0] * (G - k))
+        A = D.advantages(R, G, D.GRPO)
+        pos, neg = C.advantage_values(k, G)
+        assert np.allclose(A[:k], pos) and np.allclose(A[k:], neg)
+
+
+@pytest.mark.parametrize("dial", list(D.PRESETS.values()), ids=lambda d: d.name)
+def test_silent_groups_give_exactly_zero_never_nan_in_every_dtype(dial):
+    for value in (0.0, 1.0, 0.1, 1 / 3):
+        for dtype in (np.float64, np.float32, np.float16):
+            R = np.full(8, value, dtype=dtype)
+            A = D.advantages(R, 4, dial)
+            assert A.dtype == dtype
+            assert np.all(A == 0) and not np.signbit(A).any()
+        for tdtype in (torch.float32, torch.bfloat16, torch.float64):
+            A = D.advantages(torch.full((8,), value, dtype=tdtype), 4, dial)
+            assert A.dtype == tdtype and bool((A == 0).all())
+
+
+def test_torch_and_numpy_agree_and_keep_shape_dtype_and_device():
+    R = _batch(5, 4)
+    for dial in D.PRESETS.values():
+        t = torch.tensor(R, dtype=torch.float64)
+        At = D.advantages(t, 4, dial)
+        assert isinstance(At, torch.Tensor) and At.shape == t.shape and At.dtype == torch.float64
+        assert np.allclose(At.numpy(), D.advantages(R, 4, dial), rtol=1e-14, atol=1e-14)
+    t2 = torch.tensor(R.reshape(5, 4), dtype=torch.float32, requires_grad=False)
+    assert D.advantages(t2, None, D.GRPO).shape == (5, 4)
+
+
+def test_integer_and_boolean_rewards_are_promoted_to_float():
+    A = D.advantages(np.array([1, 0, 0, 0]), 4)
+    assert A.dtype == np.float64
+    assert D.advantages(torch.tensor([True, False, True, True]), 2).dtype == torch.get_default_dtype()
+
+
+def test_two_dimensional_rewards_are_groups_by_row():
+    R = _batch(6, 4)
+    assert np.array_equal(D.advantages(R.reshape(6, 4)).reshape(-1), D.advantages(R, 4))
+
+
+def test_group_ids_layout_equals_the_contiguous_layout_after_unshuffling():
+    G, n = 4, 7
+    R = _batch(n, G)
+    ids = np.repeat(np.arange(n), G)
+    perm = RNG.permutation(n * G)
+    shuffled = D.advantages(R[perm], None, D.GRPO, group_ids=ids[perm])
+    assert np.allclose(shuffled, D.advantages(R, G, D.GRPO)[perm], rtol=1e-14, atol=1e-15)
+    t = D.advantages(torch.tensor(R[perm]), None, D.RLOO, group_ids=torch.tensor(ids[perm]))
+    assert np.allclose(t.numpy(), D.advantages(R, G, D.RLOO)[perm], rtol=1e-14, atol=1e-15)
+
+
+def test_keep_mask_keeps_exactly_the_groups_with_nonzero_std():
+    R = np.array([1, 1, 0, 1, 0, 0, 0.1, 0.1], dtype=np.float64)
+    assert D.keep_mask(R, 2, D.DAPO).tolist() == [False, True, False, False]
+    assert D.keep_mask(R, 2, D.GRPO).tolist() == [True, True, True, True]
+
+
+@pytest.mark.parametrize("dial", [d for d in D.PRESETS.values()] + [D.GRPO.replace(scale="batch_std")], ids=lambda d: d.name)
+def test_identity_holds_in_vector_form_with_the_dial_coefficient(dial):
+    G, n, dim = 8, 40, 17
+    R = _batch(n, G)
+    scores = RNG.normal(size=(n * G, dim))
+    g = D.group_updates(D.advantages(R, G, dial), scores, G)
+    k = R.reshape(n, G).sum(1)
+    batch_std = float(R.std(ddof=dial.ddof)) if dial.scale == "batch_std" else None
+    c = D.coefficient(k, G, dial, batch_std=batch_std)
+    assert np.allclose(g, c[:, None] * D.score_gap(R, scores, G), rtol=1e-12, atol=1e-13)
+
+
+def test_group_updates_and_score_gap_accept_torch_scores():
+    R = torch.tensor(_batch(4, 4))
+    s = torch.randn(16, 3, 2, dtype=torch.float64)
+    g = D.group_updates(D.advantages(R, 4), s, 4)
+    c = torch.as_tensor(D.coefficient(R.reshape(4, 4).sum(1).numpy(), 4, D.GRPO))
+    assert torch.allclose(g, c[:, None] * D.score_gap(R, s, 4))
+
+
+def test_coefficients_are_the_three_operations_on_sigma():
+    k, G = np.arange(9), 8
+    sigma = C.sigma(k, G)
+    assert np.allclose(D.coefficient(k, G, D.GRPO), sigma)
+    assert np.allclose(D.coefficient(k, G, D.DR_GRPO), sigma**2)
+    assert np.allclose(D.coefficient(k, G, D.DAPO), np.where((k > 0) & (k < G), sigma, 0))
+    assert np.allclose(D.coefficient(k, G, D.GRPO.replace(ddof=1)), np.sqrt((G - 1) / G) * sigma)
+    assert np.allclose(D.coefficient(k, G, D.RLOO), G / (G - 1) * sigma**2)
+    eps = 1e-4
+    live = sigma > 0
+    assert np.allclose(D.coefficient(k, G, D.GRPO.replace(eps=eps))[live], (sigma**2 / (sigma + eps))[live])
+    assert np.allclose(D.coefficient(k, G, D.GRPO.replace(eps=eps, eps_where="variance"))[live], (sigma**2 / np.sqrt(sigma**2 + eps))[live])
+
+
+def test_preset_lookup_is_forgiving_about_spelling_and_strict_about_names():
+    assert D.preset("Dr-GRPO") is D.DR_GRPO and D.preset("dr. grpo") is D.DR_GRPO
+    with pytest.raises(ValueError, match="unknown preset 'ppo'"):
+        D.preset("ppo")
+
+
+def test_every_preset_cites_its_source():
+    for d in D.PRESETS.values():
+        assert d.citation and "\n" not in d.citation
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: D.advantages(np.zeros(7), 4), "rewards length 7 is not a positive multiple of group size 4"),
+        (lambda: D.advantages(np.zeros(8), 1), "group size G must be an integer >= 2, got 1"),
+        (lambda: D.advantages(np.zeros(8), 2.5), "got 2.5"),
+        (lambda: D.advantages(np.array([0, np.nan]), 2), "rewards must be finite, got nan"),
+        (lambda: D.advantages(torch.tensor([0.0, float("inf")]), 2), "rewards must be finite, got inf"),
+        (lambda: D.advantages(np.zeros(8)), "group_size is required"),
+        (lambda: D.advantages(np.zeros(6), None, group_ids=[0, 0, 0, 1, 1, 2]), "same size"),
+        (lambda: D.Dial(ddof=2), "ddof must be 0 or 1, got 2"),
+        (lambda: D.Dial(eps=-1.0), "eps must be a finite number >= 0, got -1.0"),
+        (lambda: D.Dial(centre="median"), "centre must be one of"),
+        (lambda: D.Dial(eps_where="mean"), "eps_where must be one of"),
+        (lambda: D.coefficient(1, 4, D.GRPO.replace(centre="none")), "uncentred"),
+        (lambda: D.coefficient(1, 4, D.GRPO.replace(scale="batch_std")), "batch_std > 0"),
+    ],
+)
+def test_bad_input_raises_a_value_error_naming_the_value(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

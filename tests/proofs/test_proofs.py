@@ -1,0 +1,319 @@
+"""Tests of grpo_identity.proofs: every theorem is proved, every proof can fail, the CLI."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from grpo_identity import closed_forms as C
+from grpo_identity import formulas as F
+from grpo_identity.app.cli import main
+from grpo_identity.proofs import THEOREMS, Claim, Theorem, by_name, check_claims, check_equal, fidelity_series, prove_all, select, table_comparison
+from grpo_identity.proofs.attenuation import _t11_symbolic
+from grpo_identity.proofs.core import Formulas, G_interior, k, sbar_minus, sbar_plus
+from grpo_identity.proofs.expectation import explicit_expected_update
+from grpo_identity.proofs.identity import group_update
+from grpo_identity.registry import REGISTRY
+
+FAST = [t for t in THEOREMS if t.name != "T11"]
+
+
+# --- every theorem is proved ------------------------------------------------------------------
+@pytest.mark.parametrize("theorem", FAST, ids=lambda t: t.name)
+def test_every_theorem_is_proved(theorem: Theorem) -> None:
+    r = theorem.prove()
+    assert r.status == "proved", r.details["claims"]
+    assert r.residual is None
+    assert r.name == theorem.name and r.seconds >= 0
+    assert all(c["holds"] for c in r.details["claims"])
+
+
+@pytest.mark.slow
+def test_attenuation_theorem_t11_is_proved_with_its_numeric_checks() -> None:
+    r = by_name("T11").prove()
+    assert r.status == "proved", [c for c in r.details["claims"] if not c["holds"]]
+    for pv in ("p=0.5", "p=0.3", "p=0.1"):
+        e = r.details["errors"][pv]
+        assert abs(e["slope_first_order"] + 2) < 0.1
+        assert abs(e["slope_second_order"] + 3) < 0.1
+    assert r.details["group_size_table"]["second_order_better"] is True
+
+
+def test_theorem_names_are_the_issue_list_in_order() -> None:
+    assert [t.name for t in THEOREMS] == [f"T{i}" for i in range(1, 14)] + [f"G{i}" for i in range(1, 7)]
+
+
+@pytest.mark.parametrize("theorem", THEOREMS, ids=lambda t: t.name)
+def test_every_theorem_record_is_complete_and_renders(theorem: Theorem) -> None:
+    for field in (theorem.title, theorem.statement, theorem.paper_ref, theorem.assumptions, theorem.latex):
+        assert isinstance(field, str) and field.strip()
+    assert "= True" not in theorem.latex and theorem.latex not in ("True", "False")
+    md = theorem.render_markdown()
+    assert theorem.statement in md and f"$$\n{theorem.latex}\n$$" in md
+
+
+def test_identity_latex_is_printed_by_sympy_from_the_formulas() -> None:
+    assert by_name("T3").latex == sp.latex(sp.Eq(sp.Symbol("g"), F.sigma() * (sp.Symbol(r"\bar{s}_{+}") - sp.Symbol(r"\bar{s}_{-}")), evaluate=False))
+
+
+def test_every_proof_named_in_the_registry_exists() -> None:
+    names = {t.name for t in THEOREMS}
+    assert {f.proof for f in REGISTRY} <= names
+
+
+# --- every proof can fail ---------------------------------------------------------------------
+def _sigma_inflated(k=F.k, G=F.G):  # type: ignore[no-untyped-def]
+    return F.sigma(k, G) * (1 + sp.Integer(1) / G)
+
+
+def _ddof_one(**kw):  # type: ignore[no-untyped-def]
+    return F.update_coefficient(**{**kw, "ddof": 1})
+
+
+def _ddof_zero(**kw):  # type: ignore[no-untyped-def]
+    return F.update_coefficient(**{**kw, "ddof": 0})
+
+
+PERTURBATIONS = {
+    "T1": {"sigma": _sigma_inflated},
+    "T2": {"advantage_correct": lambda k=F.k, G=F.G: 2 * F.advantage_correct(k, G)},
+    "T3": {"sigma": _sigma_inflated},
+    "T4": {"advantage_incorrect": lambda k=F.k, G=F.G: -F.advantage_incorrect(k, G)},
+    "T5": {"sigma": _sigma_inflated},
+    "T6": {"update_coefficient": _ddof_one},
+    "T7": {"group_mean": lambda k=F.k, G=F.G: k / (G + 1)},
+    "T8": {"silent_rate": lambda G=F.G, p=F.p: p**G},  # a missing term
+    "T9": {"expected_sigma_sq": lambda G=F.G, p=F.p: p * (1 - p)},  # a missing factor 1 - 1/G
+    "T10": {"expected_update": lambda G=F.G, p=F.p: F.expected_update(G, p) * (1 + sp.Integer(1) / G)},
+    "T12": {"group_size_law": lambda eps=F.eps, p=F.p: 1 / (eps * p * (1 - p))},  # missing 1/8
+    "T13": {"difficulty_weight": lambda p=F.p: 2 / sp.sqrt(p * (1 - p))},
+    "G1": {"sigma": _sigma_inflated},
+    "G2": {"update_coefficient": _ddof_zero},  # ddof 0 where 1 is stated
+    "G3": {"update_coefficient": lambda **kw: F.update_coefficient(**{**kw, "eps": 0})},
+    "G4": {"sigma": _sigma_inflated},
+    "G5": {"advantage_correct": lambda k=F.k, G=F.G: F.advantage_correct(k, G) * (1 + sp.Integer(1) / G)},
+    "G6": {"sigma": _sigma_inflated},
+}
+
+
+def test_every_fast_theorem_has_a_perturbation() -> None:
+    assert set(PERTURBATIONS) == {t.name for t in FAST}
+
+
+@pytest.mark.parametrize("name", sorted(PERTURBATIONS))
+def test_a_perturbed_statement_is_reported_failed_with_a_nonzero_residual(name: str) -> None:
+    r = by_name(name).prove(perturb=PERTURBATIONS[name])
+    assert r.status == "failed"
+    assert any(not c["holds"] for c in r.details["claims"])
+    assert r.residual is not None and r.residual != 0
+
+
+def test_sigma_times_one_plus_one_over_G_fails_the_identity_with_that_residual() -> None:
+    G = G_interior
+    lhs = group_update(F.advantage_correct(k, G), F.advantage_incorrect(k, G))
+    assert check_equal(lhs, F.sigma(k, G) * (sbar_plus - sbar_minus)).status == "proved"
+    bad = check_equal(lhs, F.sigma(k, G) * (1 + 1 / G) * (sbar_plus - sbar_minus))
+    assert bad.status == "failed"
+    j = sp.Symbol("j", nonnegative=True, integer=True)
+    expected = -F.sigma(k, G) / G * (sbar_plus[j, 0] - sbar_minus[j, 0])
+    assert sp.simplify(bad.residual - expected) == 0
+
+
+def test_ddof_one_where_zero_is_stated_fails() -> None:
+    G = G_interior
+    r = check_equal(F.update_coefficient(ddof=1, k=k, G=G), F.sigma(k, G))
+    assert r.status == "failed" and r.residual != 0
+
+
+def test_a_missing_factor_fails() -> None:
+    r = check_equal(F.expected_sigma_sq(), F.p * (1 - F.p))
+    assert r.status == "failed"
+    assert sp.simplify(r.residual + F.p * (1 - F.p) / F.G) == 0
+
+
+def test_a_perturbed_second_order_law_fails_the_symbolic_part_of_t11() -> None:
+    wrong = {"attenuation_second_order": lambda G=F.G, p=F.p: F.attenuation_first_order(G, p) - (8 - 16 * p * (1 - p)) / (128 * G**2 * p**2 * (1 - p) ** 2)}
+    r = check_claims("T11", _t11_symbolic(Formulas(wrong)))
+    assert r.status == "failed" and r.residual != 0
+    assert check_claims("T11", _t11_symbolic(Formulas())).status == "proved"
+
+
+def test_failed_sign_and_numeric_claims_fail_the_proof() -> None:
+    x = sp.Symbol("x", real=True)
+    assert check_claims("s", [Claim("x^2 - 1 >= 0", x**2 - 1, kind="nonneg")]).status == "failed"
+    assert check_claims("n", [Claim("numbers agree", "diff", kind="numeric", ok=False, value=1.0)]).status == "failed"
+    assert check_claims("ok", [Claim("x^2 >= 0", x**2, kind="nonneg")]).status == "proved"
+
+
+def test_perturbing_an_unknown_formula_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown formula 'sigmaa'"):
+        by_name("T1").prove(perturb={"sigmaa": F.sigma})
+
+
+# --- values the proofs rely on ----------------------------------------------------------------
+def test_expected_update_closed_values_at_small_group_sizes() -> None:
+    p = F.p
+    assert sp.expand(explicit_expected_update(2) - p * (1 - p)) == 0
+    assert sp.expand(explicit_expected_update(3) - sp.sqrt(2) * p * (1 - p)) == 0  # (3·√2/3)(p q² + p² q)
+
+
+def test_the_fidelity_series_gives_the_paper_law_and_the_next_term() -> None:
+    c = fidelity_series(2)
+    p = F.p
+    assert c[0] == 1
+    assert sp.simplify(c[1] + 1 / (8 * p * (1 - p))) == 0
+    assert sp.simplify(c[2] + (7 - 16 * p * (1 - p)) / (128 * p**2 * (1 - p) ** 2)) == 0
+
+
+def test_second_order_twin_equals_its_symbolic_definition() -> None:
+    sym = sp.lambdify((F.G, F.p), F.attenuation_second_order(F.G, F.p), modules="math")
+    for G in (2, 3, 8, 64, 4096):
+        for p in (0.01, 0.05, 0.3, 0.5, 0.9):
+            assert C.attenuation_second_order(G, p) == pytest.approx(sym(G, p), rel=1e-13)
+    ps = np.array([0.1, 0.5])
+    assert np.allclose(C.attenuation_second_order(8, ps), [sym(8, 0.1), sym(8, 0.5)], rtol=1e-13)
+    assert C.attenuation_second_order(8, 0.0) == -np.inf
+
+
+def test_second_order_law_predicts_the_paper_table_better_than_g_star() -> None:
+    t = table_comparison()
+    assert [r["G_exact"] for r in t["rows"]] == [7, 11, 51, 9, 14, 61, 22, 36, 144, 42, 69, 273]
+    assert [r["G_second_order"] for r in t["rows"]] == [6, 11, 51, 7, 13, 61, 18, 32, 143, 33, 60, 272]
+    assert t["exact_matches_first_order"] == 0 and t["exact_matches_second_order"] == 3
+    assert t["mean_abs_error_second_order"] < t["mean_abs_error_first_order"]
+    assert t["second_order_better"] is True
+
+
+def test_prove_all_filters_by_name_or_title() -> None:
+    assert [r.name for r in prove_all("T2")] == ["T2"]
+    assert [t.name for t in select("bessel")] == ["G2"]
+    assert select("no such theorem") == []
+    assert len(select(None)) == len(THEOREMS)
+
+
+# --- CLI --------------------------------------------------------------------------------------
+def test_cli_prove_json_has_the_documented_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["prove", "-k", "T2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"all_proved", "seconds", "theorems"}
+    assert out["all_proved"] is True and isinstance(out["seconds"], float)
+    (t,) = out["theorems"]
+    assert set(t) == {"name", "paper_ref", "statement", "status", "seconds"}
+    assert t["name"] == "T2" and t["status"] == "proved"
+
+
+def test_cli_prove_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["prove", "-k", "Bessel"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^G2\s+Bessel.*proved", out, re.M)
+    assert "1/1 proved" in out
+
+
+def test_cli_prove_with_a_selection_that_matches_nothing_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["prove", "-k", "zzz"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no theorem matches" in err
+
+
+def test_cli_prove_exits_1_when_a_theorem_fails(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = Theorem("X1", "false", "1 = 2", "none", "none", lambda f: [Claim("1 = 2", sp.Integer(1), sp.Integer(2))], lambda f: sp.Eq(1, 2, evaluate=False))
+    monkeypatch.setattr("grpo_identity.proofs.select", lambda s=None: [bad])
+    assert main(["prove", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["all_proved"] is False and out["theorems"][0]["status"] == "failed"
+
+
+# --- every ingredient a proof reads from the formulas can break it -------------------------------
+FORMULA_FUNCTIONS = [name for name in F.__all__ if inspect.isfunction(getattr(F, name))]
+
+
+def _wrapped(name: str, calls: set[str], factor: sp.Expr = sp.Integer(1)):  # type: ignore[no-untyped-def]
+    fn = getattr(F, name)
+
+    def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.add(name)
+        return fn(*args, **kwargs) * factor
+
+    return wrapped
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("theorem", FAST, ids=lambda t: t.name)
+def test_every_formula_a_theorem_reads_is_checked_by_it(theorem: Theorem) -> None:
+    """Scaling any formula the proof reads by 11/10 must make it fail: no ingredient is decorative."""
+    read: set[str] = set()
+    assert theorem.prove(perturb={n: _wrapped(n, read) for n in FORMULA_FUNCTIONS}).status == "proved"
+    assert read, f"{theorem.name} reads no formula"
+    still_proved = []
+    for name in sorted(read):
+        if theorem.prove(perturb={name: _wrapped(name, set(), sp.Rational(11, 10))}).status != "failed":
+            still_proved.append(name)
+    assert still_proved == [], f"{theorem.name} is still proved with {still_proved} scaled by 11/10"
+
+
+def test_an_rloo_coefficient_wrong_by_a_common_factor_fails_t7() -> None:
+    r = by_name("T7").prove(perturb={"update_coefficient": lambda **kw: sp.Rational(11, 10) * F.update_coefficient(**kw)})
+    assert r.status == "failed" and r.residual is not None and r.residual != 0
+
+
+def test_t10_and_t13_read_sigma_and_the_expected_update_from_the_formulas() -> None:
+    for name in ("T10", "T13"):
+        assert by_name(name).prove(perturb={"sigma": _sigma_inflated}).status == "failed"
+    assert by_name("T13").prove(perturb={"expected_update": lambda G=F.G, p=F.p: 2 * F.expected_update(G, p)}).status == "failed"
+
+
+@pytest.mark.slow
+def test_t11_checks_the_papers_fidelities_with_the_formulas_fidelity() -> None:
+    from grpo_identity.proofs.attenuation import _t11_numeric
+
+    claims, _ = _t11_numeric(Formulas({"fidelity": lambda G=F.G, p=F.p: F.fidelity(G, p) * sp.Rational(11, 10)}))
+    failed = [c.label for c in claims if not c.ok]
+    assert any("0.9278" in label for label in failed) and any("0.539" in label for label in failed)
+
+
+# --- G6 models the clip and the KL term, and is specific to the first on-policy step -------------
+def test_g6_gradient_on_policy_is_the_advantage_weighted_score() -> None:
+    from grpo_identity.proofs.beyond import _A, _theta, answer_objective, gradient_at_ratio
+
+    ell = sp.Function("ell")
+    score = sp.Derivative(ell(_theta), _theta)
+    assert check_equal(gradient_at_ratio(answer_objective(ell, _A), ell, 0), _A * score).status == "proved"
+
+
+def test_g6_fails_off_policy_where_the_clip_is_active() -> None:
+    """At ratio 2 with clip 0.2 and A > 0 the surrogate is flat: only the KL gradient remains."""
+    from grpo_identity.proofs.beyond import _beta, _clip, _theta, answer_objective, gradient_at_ratio
+
+    ell = sp.Function("ell")
+    score = sp.Derivative(ell(_theta), _theta)
+    grad = gradient_at_ratio(answer_objective(ell, 1), ell, sp.log(2)).subs(_clip, sp.Rational(1, 5))
+    r = check_equal(grad, 1 * score)
+    assert r.status == "failed" and r.residual != 0
+    assert check_equal(grad, -_beta * score / 2).status == "proved"  # k3: (1 − ρ)·score with ρ = 1/2
+
+
+def test_g6_kl_claim_fails_with_the_k1_estimator() -> None:
+    """With KL estimated by log(π/π_ref) its gradient at the first step is the score, not 0."""
+    from grpo_identity.proofs.beyond import _beta, _theta, answer_objective, gradient_at_ratio
+
+    ell = sp.Function("ell")
+    score = sp.Derivative(ell(_theta), _theta)
+    k1 = lambda log_rho: -log_rho  # noqa: E731  log(π_θ/π_ref) = −log ρ
+    grad = gradient_at_ratio(answer_objective(ell, 0, kl=k1), ell, 0)
+    r = check_equal(grad, 0)
+    assert r.status == "failed"
+    assert check_equal(grad, -_beta * score).status == "proved"
+
+
+def test_cli_prove_reports_whether_the_second_order_law_predicts_the_table_better(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    table = {"rows": [{}] * 12, "exact_matches_first_order": 0, "exact_matches_second_order": 3, "mean_abs_error_first_order": 5.92, "mean_abs_error_second_order": 2.67, "second_order_better": True}
+    t = Theorem("T11", "attenuation", "s", "Corollary 1", "none", lambda f: [Claim("1 = 1", sp.Integer(1), sp.Integer(1))], lambda f: sp.Eq(1, 1, evaluate=False), extra=lambda f: ([], {"group_size_table": table}))
+    monkeypatch.setattr("grpo_identity.proofs.select", lambda s=None: [t])
+    assert main(["prove"]) == 0
+    out = capsys.readouterr().out
+    assert "second-order law is better than G*: 3/12 exact vs 0/12, mean |error| 2.67 vs 5.92" in out

@@ -1,0 +1,128 @@
+"""The layers of ARCHITECTURE.md: every import of every module (inside functions too) points down.
+
+Each module belongs to one layer; a module may import its own layer and the layers its row
+allows, nothing above.  The import graph is read from the source with :mod:`ast` (no module is
+imported), so a lazy ``import`` inside a function counts like one at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: source folder -> the package it is installed as (pyproject's package-dir)
+SOURCES = {"grpo_identity": "grpo_identity", "proofs": "grpo_identity.proofs", "checks": "grpo_identity.checks", "trainer": "grpo_identity.trainer"}
+
+#: layer -> module prefixes (longest prefix wins)
+LAYERS: dict[str, tuple[str, ...]] = {
+    "root": ("grpo_identity", "grpo_identity.__main__"),
+    "foundation": ("grpo_identity.foundation", "grpo_identity._validate", "grpo_identity.data", "grpo_identity.paper"),
+    "formulas": ("grpo_identity.formulas", "grpo_identity.registry"),
+    "closed_forms": ("grpo_identity.closed_forms",),
+    "dial": ("grpo_identity.dial",),
+    "proofs": ("grpo_identity.proofs",),
+    "checks": ("grpo_identity.checks",),
+    "analysis": ("grpo_identity.analysis",),
+    "trainer": ("grpo_identity.trainer",),
+    "integrations": ("grpo_identity.integrations",),
+    "app": ("grpo_identity.app",),
+}
+_BASE = {"root", "foundation"}
+#: layer -> the layers it may import besides itself
+ALLOWED: dict[str, set[str]] = {
+    "root": {"foundation", "app"},  # the root package is light; ``python -m grpo_identity`` runs the CLI
+    "foundation": set(),
+    "formulas": _BASE,
+    "closed_forms": _BASE,  # numeric twins are tested against the formulas, never built from them at run time
+    "dial": _BASE | {"closed_forms"},
+    "proofs": _BASE | {"formulas", "dial"},  # dial: the presets' parameters only, never its numeric functions
+    "checks": _BASE | {"formulas", "closed_forms", "dial"},
+    "analysis": _BASE | {"formulas", "closed_forms", "dial"},
+    "trainer": _BASE | {"formulas", "closed_forms", "dial", "analysis"},
+    "integrations": _BASE | {"formulas", "closed_forms", "dial", "analysis", "checks"},
+    "app": set(LAYERS),
+}
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a module of this project (None for other packages)."""
+    best, where = "", None
+    for layer, prefixes in LAYERS.items():
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > len(best):
+                best, where = p, layer
+    return where
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package: dotted name -> source file."""
+    out = {}
+    for folder, package in SOURCES.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            name = ".".join([package, *parts]) if parts else package
+            if folder == "grpo_identity" and name.split(".")[1:2] and (ROOT / name.split(".")[1]).is_dir() and name.split(".")[1] in SOURCES:
+                continue  # not reached: the mapped folders live outside grpo_identity/
+            out[name] = path
+    return out
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Project modules imported anywhere in ``path`` (relative imports resolved; ``from pkg
+    import sub`` counts as importing ``pkg.sub`` when that is a module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known)
+    return {m for m in found if m.split(".")[0] == "grpo_identity"}
+
+
+def violations() -> list[str]:
+    mods = modules()
+    known = set(mods)
+    bad = []
+    for name, path in mods.items():
+        own = layer_of(name)
+        assert own is not None, f"module {name} belongs to no layer: add it to LAYERS (tests/test_architecture.py) and ARCHITECTURE.md"
+        for target in sorted(imports_of(name, path, known)):
+            if target == "grpo_identity":
+                continue
+            t = layer_of(target)
+            if t is not None and t != own and t not in ALLOWED[own]:
+                bad.append(f"{name} ({own}) imports {target} ({t})")
+    return bad
+
+
+def test_every_import_points_down_the_layers():
+    assert violations() == []
+
+
+def test_the_checker_sees_imports_inside_functions(tmp_path, monkeypatch):
+    # a core module that imports the application lazily is caught
+    fake = tmp_path / "grpo_identity"
+    fake.mkdir()
+    (fake / "dial.py").write_text("def f():\n    from grpo_identity.app import cli\n    return cli\n")
+    (fake / "app").mkdir()
+    (fake / "app" / "__init__.py").write_text("")
+    (fake / "app" / "cli.py").write_text("")
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    monkeypatch.setattr(__import__(__name__), "SOURCES", {"grpo_identity": "grpo_identity"})
+    assert "grpo_identity.dial (dial) imports grpo_identity.app.cli (app)" in violations()
+
+
+@pytest.mark.parametrize("name", ["grpo_identity.formulas", "grpo_identity.checks.auditor", "grpo_identity.trainer.lm.train", "grpo_identity.app.commands.verify"])
+def test_every_module_has_a_layer(name):
+    assert layer_of(name) is not None and name in modules()

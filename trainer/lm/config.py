@@ -1,0 +1,242 @@
+"""The LM trainer's settings: one frozen record per run, whose field docs are the ``--help`` text.
+
+A run of :func:`grpo_identity.trainer.lm.train.run_lm` is fully described by one
+:class:`LMConfig` (saved as ``config.json`` beside the metrics).  Three named sizes:
+
+- ``cpu-smoke``: a ~100k-parameter GPT-2 on 1–3 digit addition, three modes in well under
+  two minutes on one CPU thread (CI runs it);
+- ``small``: ~0.8M parameters, 1–4 digits, about six minutes on one CPU thread;
+- ``gpu``: a ~25M-parameter Llama, 1–6 digits, about ten minutes on one H200 (a 540 s time
+  budget stops each mode early if the estimate of ~1 s per step was optimistic).
+
+Derived quantities (the dial of a mode, the aggregation a mode implies, the device) are kept
+apart from the settings, in functions below the class.  Light: no torch at import.
+
+>>> cfg = named_config("cpu-smoke", steps=3)
+>>> cfg.steps, cfg.group_size, modes_of(cfg)
+(3, 8, ('grpo', 'dr_grpo', 'dapo'))
+>>> default_aggregation("dr_grpo")
+'constant'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+__all__ = [
+    "LMConfig",
+    "CONFIGS",
+    "MODES",
+    "AGGREGATIONS",
+    "named_config",
+    "lm_field_docs",
+    "modes_of",
+    "default_aggregation",
+    "aggregation_of",
+    "dial_of",
+]
+
+Mode = Literal["grpo", "dr_grpo", "dapo", "all"]
+Aggregation = Literal["auto", "seq_mean", "token_mean", "constant"]
+
+#: the three training modes, in report order
+MODES: tuple[str, ...] = ("grpo", "dr_grpo", "dapo")
+#: how per-token losses are summed into a group's loss (see lm_loss.sample_weights)
+AGGREGATIONS: tuple[str, ...] = ("seq_mean", "token_mean", "constant")
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """Settings of one LM run (model, task, RL, measurement, system)."""
+
+    # --- model ------------------------------------------------------------------------------
+    model: Literal["gpt2", "llama"] = "gpt2"
+    """architecture built from a transformers config, no downloaded weights: gpt2 or llama"""
+    n_layer: int = 2
+    """transformer layers"""
+    n_embd: int = 64
+    """hidden width"""
+    n_head: int = 4
+    """attention heads (must divide n_embd)"""
+
+    # --- task -------------------------------------------------------------------------------
+    max_digits: int = 3
+    """largest operand length of the addition task; difficulty level d in 1..max_digits"""
+    difficulty_weights: tuple[float, ...] = ()
+    """relative frequency of each difficulty level (empty: uniform)"""
+
+    # --- reinforcement learning -------------------------------------------------------------
+    mode: Mode = "all"
+    """advantage and keep rule: grpo, dr_grpo, dapo (dynamic sampling), or all three in turn"""
+    group_size: int = 8
+    """G, completions sampled per prompt"""
+    prompts_per_step: int = 8
+    """groups (prompts) per optimisation step"""
+    steps: int = 40
+    """RL steps per mode"""
+    lr: float = 3e-4
+    """AdamW learning rate of the RL phase"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    clip_low: float = 0.2
+    """PPO ratio clip below 1 (ratio >= 1 - clip_low)"""
+    clip_high: float = 0.2
+    """PPO ratio clip above 1 (ratio <= 1 + clip_high; DAPO's clip-higher uses 0.28)"""
+    kl_coef: float = 0.0
+    """weight of the k3 KL penalty to the post-warm-up policy (0: none)"""
+    aggregation: Aggregation = "auto"
+    """token aggregation: seq_mean, token_mean, constant (Dr. GRPO); auto picks the mode's own"""
+    inner_steps: int = 1
+    """optimiser steps per batch of rollouts (PPO epochs); the identity is checked on the first"""
+    temperature: float = 1.0
+    """sampling temperature of the rollouts"""
+    dapo_max_draws: int = 4
+    """DAPO: rounds of drawing fresh prompts to replace silent groups"""
+
+    # --- measurement ------------------------------------------------------------------------
+    check_every: int = 1
+    """check the identity on every n-th step (its first inner step)"""
+    check_groups: int = 0
+    """non-silent groups checked per checked step (0: all)"""
+    probe_samples: int = 16
+    """extra completions per prompt that estimate its success rate independently (0: none)"""
+    eval_every: int = 5
+    """greedy evaluation on a fixed prompt set every n steps"""
+    eval_prompts_per_level: int = 64
+    """evaluation prompts per difficulty level"""
+
+    # --- supervised warm-up -----------------------------------------------------------------
+    warmup_steps: int = 800
+    """most supervised steps before RL, so that success rates lie inside (0, 1)"""
+    warmup_batch: int = 64
+    """supervised batch size"""
+    warmup_lr: float = 3e-3
+    """supervised learning rate (constant)"""
+    warmup_target: float = 0.5
+    """stop the warm-up early once greedy accuracy on the eval set reaches this (0: run all steps)"""
+    warmup_check_every: int = 50
+    """supervised steps between checks of the warm-up target"""
+
+    # --- system -----------------------------------------------------------------------------
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto (cuda when present), cpu or cuda"""
+    amp: Literal["auto", "bf16", "off"] = "auto"
+    """bf16 autocast for rollouts and batched forwards: auto (on for cuda), bf16, off; checks stay fp32"""
+    threads: int = 1
+    """torch CPU threads (two stall for seconds on small shared CPUs)"""
+    seed: int = 0
+    """seed of the model, the task and the sampling"""
+    time_budget: float = 0.0
+    """seconds for the whole run: each mode stops early to fit its share after the warm-up (0: no limit)"""
+
+    def __post_init__(self) -> None:
+        def bad(name: str, want: str) -> ValueError:
+            return ValueError(f"{name} must be {want}, got {getattr(self, name)!r}")
+
+        choices = {
+            "model": ("gpt2", "llama"),
+            "mode": MODES + ("all",),
+            "aggregation": ("auto",) + AGGREGATIONS,
+            "device": ("auto", "cpu", "cuda"),
+            "amp": ("auto", "bf16", "off"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise bad(name, "one of " + ", ".join(allowed))
+        positive = ("n_layer", "n_embd", "n_head", "max_digits", "prompts_per_step", "steps", "inner_steps",
+                    "dapo_max_draws", "check_every", "eval_every", "eval_prompts_per_level", "warmup_batch", "warmup_check_every", "threads")
+        for name in positive:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise bad(name, "an integer >= 1")
+        for name in ("check_groups", "probe_samples", "warmup_steps", "seed"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise bad(name, "an integer >= 0")
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
+            raise bad("group_size", "an integer >= 2")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_head must divide n_embd, got n_head={self.n_head}, n_embd={self.n_embd}")
+        if self.max_digits > 9:
+            raise bad("max_digits", "at most 9")
+        for name in ("lr", "warmup_lr", "temperature"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise bad(name, "a finite number > 0")
+        for name in ("weight_decay", "clip_low", "clip_high", "kl_coef", "time_budget"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise bad(name, "a finite number >= 0")
+        if not (isinstance(self.warmup_target, (int, float)) and 0 <= self.warmup_target <= 1):
+            raise bad("warmup_target", "a number in [0, 1]")
+        if self.clip_low >= 1:
+            raise bad("clip_low", "below 1")
+        w = tuple(self.difficulty_weights)
+        if w and (len(w) != self.max_digits or any(not (math.isfinite(x) and x >= 0) for x in w) or sum(w) <= 0):
+            raise ValueError(f"difficulty_weights must be {self.max_digits} numbers >= 0 with a positive sum, got {w!r}")
+
+    def replace(self, **changes: Any) -> LMConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict of every field."""
+        d = dataclasses.asdict(self)
+        d["difficulty_weights"] = list(self.difficulty_weights)
+        return d
+
+
+#: named configurations (sizes); ``named_config`` applies overrides on top
+CONFIGS: Mapping[str, LMConfig] = {
+    "cpu-smoke": LMConfig(),
+    "small": LMConfig(
+        n_layer=4, n_embd=128, n_head=4, max_digits=4, steps=60, prompts_per_step=8,
+        warmup_steps=1000, warmup_lr=2e-3, lr=2e-4, eval_every=10,
+    ),
+    "gpu": LMConfig(
+        model="llama", n_layer=8, n_embd=512, n_head=8, max_digits=6, group_size=16,
+        prompts_per_step=32, steps=120, lr=1e-4, warmup_steps=1500, warmup_batch=256, warmup_lr=1e-3,
+        check_groups=8, probe_samples=32, eval_every=10, eval_prompts_per_level=64, inner_steps=2, time_budget=540.0,
+    ),
+}
+
+
+def named_config(name: str, **overrides: Any) -> LMConfig:
+    """The named configuration ``name`` with ``overrides`` applied (None values ignored)."""
+    if name not in CONFIGS:
+        raise ValueError(f"unknown config {name!r}; choose from {', '.join(CONFIGS)}")
+    return CONFIGS[name].replace(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def lm_field_docs() -> dict[str, str]:
+    """Each field's docstring (its ``--help`` text), by field name."""
+    from grpo_identity.trainer.config import field_docs
+
+    return field_docs(LMConfig)
+
+
+# --- derived quantities (not settings) ---------------------------------------------------------
+def modes_of(cfg: LMConfig) -> tuple[str, ...]:
+    """The modes a run trains, in order."""
+    return MODES if cfg.mode == "all" else (cfg.mode,)
+
+
+def default_aggregation(mode: str) -> str:
+    """The aggregation each method's paper uses: GRPO per-sequence mean, Dr. GRPO a constant
+    (max completion length), DAPO the token mean over the batch."""
+    return {"grpo": "seq_mean", "dr_grpo": "constant", "dapo": "token_mean"}[mode]
+
+
+def aggregation_of(cfg: LMConfig, mode: str) -> str:
+    """The aggregation a mode runs with under ``cfg``."""
+    return default_aggregation(mode) if cfg.aggregation == "auto" else cfg.aggregation
+
+
+def dial_of(mode: str) -> Any:
+    """The dial preset of a mode (grpo → GRPO, dr_grpo → DR_GRPO, dapo → DAPO)."""
+    from grpo_identity.dial import preset
+
+    return preset(mode)
