@@ -126,3 +126,27 @@ def test_the_checker_sees_imports_inside_functions(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["grpo_identity.formulas", "grpo_identity.checks.auditor", "grpo_identity.trainer.lm.train", "grpo_identity.app.commands.verify"])
 def test_every_module_has_a_layer(name):
     assert layer_of(name) is not None and name in modules()
+
+
+#: the longest function a reader is asked to hold in their head (benchmarks and tests aside)
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """Functions of the package longer than ``limit`` lines (decorators excluded), longest first."""
+    found = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > limit:
+                    found.append((lines, f"{name}.{node.name} ({lines} lines)"))
+    return [text for _, text in sorted(found, reverse=True)]
+
+
+def test_no_function_is_longer_than_eighty_lines():
+    assert long_functions() == []
+
+
+def test_the_length_check_finds_a_long_function():
+    assert long_functions(limit=20), "some function of the package is longer than 20 lines"

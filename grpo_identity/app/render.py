@@ -305,6 +305,37 @@ DAPO's 1{{0&lt;k&lt;G}}·σ·(s̄₊ − s̄₋) (arXiv 2607.00152). Each notebo
 """
 
 
+def _render_one(src: Path, out: Path, *, execute: bool, pdf: bool, cwd: Path, kernels: Path, mathjax_url: str) -> dict[str, Any]:
+    """Execute (optionally) and write one notebook's page, ``.ipynb`` (and PDF); its index row."""
+    import jupytext
+    import nbformat
+
+    nb = jupytext.read(src)
+    t0 = time.perf_counter()
+    if execute:
+        _execute(nb, cwd, kernels)
+    seconds = time.perf_counter() - t0
+    page = _to_html(nb, mathjax_url)
+    html_name, ipynb_name = f"{src.stem}.html", f"{src.stem}.ipynb"
+    (out / html_name).write_text(page, encoding="utf-8")
+    nbformat.write(nb, out / ipynb_name)
+    row: dict[str, Any] = {
+        "name": src.stem,
+        "title": _title(nb, src.stem),
+        "html": html_name,
+        "ipynb": ipynb_name,
+        "pdf": None,
+        "seconds": round(seconds, 2),
+        "errors": count_errors(nb),
+        "figures": count_figures(page),
+        "math": sum(count_math(t) for t in _markdown_texts(nb)),
+    }
+    if pdf:
+        _pdf(nb, out / html_name, out / f"{src.stem}.pdf")
+        row["pdf"] = f"{src.stem}.pdf"
+    return row
+
+
 def render(
     out_dir: Path,
     *,
@@ -321,57 +352,21 @@ def render(
     relative to ``out``.  The notebooks run in the notebooks folder; they find ``results/`` in
     its parent (:func:`grpo_identity.app.notebook.repo_root`).
     """
-    import jupytext
-    import nbformat
-
     sources = find_notebooks(notebooks_dir)
     if pdf and not (shutil.which("xelatex") or browser_executable()):
         raise ValueError("--pdf needs xelatex (TeX) or a headless Chromium on PATH")
     out = output_folder(out_dir)
     mathjax_url = _copy_mathjax(out)
     cwd = sources[0].parent.resolve()  # not the repository root: its grpo_identity/ would shadow an installed package
+    from tqdm import tqdm
 
-    bar: Any = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(sources), desc="render", unit="notebook", leave=False)
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="grpo-identity-kernel-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="grpo-identity-kernel-") as tmp, tqdm(total=len(sources), desc="render", unit="notebook", leave=False, disable=not progress) as bar:
         kernels = _kernel_dir(Path(tmp))
-        try:
-            for src in sources:
-                if bar is not None:
-                    bar.set_postfix_str(src.stem)
-                nb = jupytext.read(src)
-                t0 = time.perf_counter()
-                if execute:
-                    _execute(nb, cwd, kernels)
-                seconds = time.perf_counter() - t0
-                page = _to_html(nb, mathjax_url)
-                html_name, ipynb_name = f"{src.stem}.html", f"{src.stem}.ipynb"
-                (out / html_name).write_text(page, encoding="utf-8")
-                nbformat.write(nb, out / ipynb_name)
-                row: dict[str, Any] = {
-                    "name": src.stem,
-                    "title": _title(nb, src.stem),
-                    "html": html_name,
-                    "ipynb": ipynb_name,
-                    "pdf": None,
-                    "seconds": round(seconds, 2),
-                    "errors": count_errors(nb),
-                    "figures": count_figures(page),
-                    "math": sum(count_math(t) for t in _markdown_texts(nb)),
-                }
-                if pdf:
-                    _pdf(nb, out / html_name, out / f"{src.stem}.pdf")
-                    row["pdf"] = f"{src.stem}.pdf"
-                rows.append(row)
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
+        for src in sources:
+            bar.set_postfix_str(src.stem)
+            rows.append(_render_one(src, out, execute=execute, pdf=pdf, cwd=cwd, kernels=kernels, mathjax_url=mathjax_url))
+            bar.update(1)
     index = out / "index.html"
     index.write_text(_index(rows, execute), encoding="utf-8")
     return {
