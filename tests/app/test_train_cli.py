@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SHARED_DATA
+from conftest import ROOT
 
+from grpo_identity import data
 from grpo_identity.app.cli import main
 
-CURVE = SHARED_DATA / "dapo_fig3b_accuracy1_fraction.csv"
+CURVE = data.path(data.DAPO_CURVE)
+STORED = ROOT / "results"
 
 
 def _rates_csv(tmp_path):
@@ -53,9 +55,76 @@ def test_train_bernoulli_json_and_out_dir(tmp_path, capsys):
     assert (out / "bernoulli.png").stat().st_size > 1000 and (out / "result.json").exists()
 
 
-def test_train_bernoulli_rejects_bad_settings_with_exit_2(capsys):
+def test_train_bernoulli_rejects_bad_settings_naming_the_option_not_the_field(capsys):
     assert main(["train", "bernoulli", "--M", "1"]) == 2
-    assert "num_prompts" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--M must be an integer >= 4, got 1" in err and "num_prompts" not in err
+
+
+def test_train_bernoulli_table_mode_prints_the_identity_verdict_and_what_it_wrote(tmp_path, capsys):
+    pytest.importorskip("torch")
+    assert main(["train", "bernoulli", "--M", "40", "--steps", "2", "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "over every prompt, step and arm: holds" in out and "hardest quartile" in out
+    assert f"wrote {tmp_path / 'run' / 'result.json'}" in out
+
+
+def _stored(name):
+    return json.loads((STORED / name).read_text())
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_train_bernoulli_exits_1_when_the_identity_fails(monkeypatch, capsys, as_json):
+    pytest.importorskip("torch")
+    from grpo_identity.trainer import bernoulli
+
+    result = _stored("bernoulli/result.json") | {"identity_max_abs_err": 1e-6}
+    monkeypatch.setattr(bernoulli, "run_bernoulli", lambda config, progress: result)
+    assert main(["train", "bernoulli", *(["--json"] if as_json else [])]) == 1
+    out = capsys.readouterr().out
+    assert json.loads(out)["identity_max_abs_err"] == 1e-6 if as_json else "FAILS the 1e-10 goal" in out
+
+
+@pytest.mark.parametrize(("err", "code", "verdict"), [(5e-7, 0, "holds"), (1e-2, 1, "FAILS the 0.0001 goal"), (None, 1, "not checked")])
+def test_train_lm_exit_code_says_whether_the_identity_held(monkeypatch, capsys, err, code, verdict):
+    pytest.importorskip("torch")
+    from grpo_identity.trainer.lm import train
+
+    summary = _stored("lm-cpu-smoke/summary.json") | {"identity_max_rel_err": err}
+    monkeypatch.setattr(train, "run_lm", lambda config, progress, out_dir: summary)
+    assert main(["train", "lm"]) == code
+    assert f"groups: {verdict}" in capsys.readouterr().out
+    assert main(["train", "lm", "--json"]) == code
+
+
+#: the work function of each command that writes into --out, by module
+WORK = {
+    "train bernoulli": ("grpo_identity.trainer.bernoulli", "run_bernoulli", ["train", "bernoulli", "--M", "10", "--steps", "1"]),
+    "train lm": ("grpo_identity.trainer.lm.train", "run_lm", ["train", "lm", "--steps", "1"]),
+    "realdata": ("grpo_identity.analysis.realdata", "summarise", ["realdata", "{rates}"]),
+    "dapo-fit": ("grpo_identity.analysis.dapo_fit", "fit", ["dapo-fit", str(CURVE), "--bootstrap", "0"]),
+    "render": ("grpo_identity.app.render", "render", ["render", "--no-execute"]),
+}
+
+
+@pytest.mark.parametrize("out", ["/dev/null/x", "{file}", "{file}/sub"])
+@pytest.mark.parametrize("command", list(WORK))
+def test_an_unwritable_out_is_refused_before_the_work_starts(command, out, tmp_path, monkeypatch, capsys):
+    import importlib
+
+    module, name, argv = WORK[command]
+    if command.startswith("train"):
+        pytest.importorskip("torch")
+
+    def work(*args, **kwargs):
+        raise AssertionError(f"{name} ran before --out was checked")
+
+    monkeypatch.setattr(importlib.import_module(module), name, work)
+    (tmp_path / "afile").write_text("x")
+    fill = {"file": tmp_path / "afile", "rates": _rates_csv(tmp_path)}
+    assert main([a.format(**fill) for a in [*argv, "--out", out]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out" in err
 
 
 def test_dapo_fit_on_a_made_curve(tmp_path, capsys):
