@@ -86,3 +86,35 @@ def test_the_installed_module_entry_point_prints_one_line_and_exits_2(args, need
 def test_the_module_entry_point_exits_0_on_success():
     r = run_cli("closed-forms", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["G"] == 8
+
+
+def _raise_in_realdata(monkeypatch, exc):
+    from grpo_identity.analysis import realdata
+
+    def boom(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(realdata, "summarise", boom)
+
+
+def test_a_numpy_repr_in_an_error_is_printed_as_a_plain_number(tmp_path, monkeypatch, capsys):
+    import numpy as np
+
+    _raise_in_realdata(monkeypatch, ValueError(f"rate {np.float64(0.015625)!r} and count {np.int64(3)!r} are bad\nsecond line"))
+    (tmp_path / "r.csv").write_text("llama8b_solve_rate\n0.5\n")
+    assert main(["realdata", str(tmp_path / "r.csv")]) == 2
+    assert capsys.readouterr().err == "grpo-identity realdata: error: rate 0.015625 and count 3 are bad\n"
+
+
+def test_a_file_error_during_the_work_is_one_line_with_its_path(tmp_path, monkeypatch, capsys):
+    _raise_in_realdata(monkeypatch, OSError(28, "No space left on device", "/some/where"))
+    (tmp_path / "r.csv").write_text("llama8b_solve_rate\n0.5\n")
+    assert main(["realdata", str(tmp_path / "r.csv")]) == 2
+    assert capsys.readouterr().err == "grpo-identity realdata: error: No space left on device: /some/where\n"
+
+
+def test_an_import_error_of_the_project_itself_is_not_hidden(tmp_path, monkeypatch):
+    _raise_in_realdata(monkeypatch, ImportError("cannot import name 'x' from 'grpo_identity'", name="grpo_identity"))
+    (tmp_path / "r.csv").write_text("llama8b_solve_rate\n0.5\n")
+    with pytest.raises(ImportError):  # a bug of the project, not a missing extra: the traceback is the report
+        main(["realdata", str(tmp_path / "r.csv")])

@@ -176,3 +176,37 @@ def test_bad_dapo_curves_exit_2_with_one_line(tmp_path, capsys, text):
 def test_dapo_fit_on_a_missing_curve_exits_2(tmp_path, capsys):
     assert main(["dapo-fit", str(tmp_path / "absent.csv")]) == 2
     assert "absent.csv" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("command", "sizes", "options"), [
+    ("train bernoulli", ["--G", "1000000000"], "--M or --G"),
+    ("train bernoulli", ["--steps", "100000000"], "--steps"),
+    ("train lm", ["--G", "1000000000"], "--G"),
+    ("train lm", ["--n-embd", "65536", "--n-head", "1"], "--n-embd"),
+])
+def test_sizes_over_the_memory_budget_are_refused_before_the_run(command, sizes, options, monkeypatch, capsys):
+    import importlib
+
+    pytest.importorskip("torch")
+    module, name, argv = WORK[command]
+
+    def work(*args, **kwargs):
+        raise AssertionError(f"{name} ran with sizes over the budget")
+
+    monkeypatch.setattr(importlib.import_module(module), name, work)
+    assert main([*argv, *sizes]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "over the budget of 16 GiB" in err and options in err
+
+
+def test_the_papers_settings_and_the_named_lm_sizes_fit_the_memory_budget():
+    from grpo_identity.app.commands import train_bernoulli, train_lm
+    from grpo_identity.app.options import over_budget
+    from grpo_identity.trainer.config import BernoulliConfig
+    from grpo_identity.trainer.lm.config import CONFIGS, modes_of
+    from grpo_identity.trainer.lm.task import VOCAB
+
+    c = BernoulliConfig()
+    assert over_budget(train_bernoulli.memory_terms(c.num_prompts, c.group_size, c.max_draws, c.steps)) is None
+    for cfg in CONFIGS.values():
+        assert over_budget(train_lm.memory_terms(cfg, len(VOCAB), len(modes_of(cfg)))) is None
