@@ -20,7 +20,7 @@ import re
 from typing import Callable, Mapping, Sequence, TypeVar
 
 __all__ = [
-    "MEMORY_BUDGET", "integer", "number", "in_options", "typed_option", "option_names", "build_config", "over_budget",
+    "MEMORY_BUDGET", "MEMORY_BUDGET_VARIABLE", "memory_budget", "budget_help", "integer", "number", "in_options", "typed_option", "option_names", "build_config", "over_budget",
     "refuse_over_budget", "human_bytes",
 ]
 
@@ -29,6 +29,32 @@ C = TypeVar("C")
 #: the most memory (bytes) a training run of the CLI may need by its estimate; larger settings
 #: are refused before any work (the library's run functions have no such limit)
 MEMORY_BUDGET = 16 * 2**30
+#: environment variable that sets another budget, in GiB (e.g. on a large GPU)
+MEMORY_BUDGET_VARIABLE = "GRPO_IDENTITY_MEMORY_GIB"
+
+
+def memory_budget() -> int:
+    """The budget in bytes: :data:`MEMORY_BUDGET`, or ``$GRPO_IDENTITY_MEMORY_GIB`` GiB when set."""
+    import os
+
+    from grpo_identity.foundation import UsageError
+
+    text = os.environ.get(MEMORY_BUDGET_VARIABLE, "").strip()
+    if not text:
+        return MEMORY_BUDGET
+    try:
+        gib = float(text)
+    except ValueError:
+        gib = math.nan
+    if not (math.isfinite(gib) and gib > 0):
+        raise UsageError(f"{MEMORY_BUDGET_VARIABLE} must be a number of GiB > 0, got {text!r}")
+    return int(gib * 2**30)
+
+
+def budget_help() -> str:
+    """The sentence of a training command's ``--help`` that states the budget."""
+    return (f"Settings whose estimated memory exceeds {human_bytes(MEMORY_BUDGET)} are refused before the run "
+            f"(set {MEMORY_BUDGET_VARIABLE} to another number of GiB to change that).")
 
 
 def _fmt(x: float) -> str:
@@ -104,7 +130,7 @@ def over_budget(terms: Sequence[tuple[str, float, Sequence[str]]], budget: int =
         return None
     what, _, options = max(terms, key=lambda t: t[1])
     return (f"these settings need about {human_bytes(total)} of memory, mostly {what}, over the budget of {human_bytes(budget)}: "
-            f"lower {', '.join(options[:-1]) + ' or ' + options[-1] if len(options) > 1 else options[0]}")
+            f"lower {', '.join(options[:-1]) + ' or ' + options[-1] if len(options) > 1 else options[0]} (or raise {MEMORY_BUDGET_VARIABLE})")
 
 
 def option_names(cls: type, flags: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
@@ -125,10 +151,10 @@ def build_config(make: Callable[[], C], flags: Mapping[str, Sequence[str]], argv
         raise UsageError(in_options(str(exc).splitlines()[0], flags, argv)) from None
 
 
-def refuse_over_budget(terms: Sequence[tuple[str, float, Sequence[str]]], budget: int = MEMORY_BUDGET) -> None:
-    """Raise a UsageError with :func:`over_budget`'s line when ``terms`` exceed ``budget``."""
+def refuse_over_budget(terms: Sequence[tuple[str, float, Sequence[str]]]) -> None:
+    """Raise a UsageError with :func:`over_budget`'s line when ``terms`` exceed :func:`memory_budget`."""
     from grpo_identity.foundation import UsageError
 
-    line = over_budget(terms, budget)
+    line = over_budget(terms, memory_budget())
     if line is not None:
         raise UsageError(line)

@@ -57,10 +57,29 @@ def test_a_name_already_an_option_is_left_alone():
 def test_memory_within_the_budget_passes_and_over_it_names_the_options_of_the_largest_term():
     assert over_budget([("a", MEMORY_BUDGET / 2, ["--M"]), ("b", MEMORY_BUDGET / 2, ["--G"])]) is None
     line = over_budget([("small", 1.0, ["--steps"]), ("the draws", MEMORY_BUDGET, ["--M", "--G", "--max-draws"])])
-    assert line is not None and "mostly the draws" in line and line.endswith("lower --M, --G or --max-draws")
+    assert line is not None and "mostly the draws" in line and line.endswith("lower --M, --G or --max-draws (or raise GRPO_IDENTITY_MEMORY_GIB)")
     assert "16 GiB" in line and "\n" not in line
 
 
 @pytest.mark.parametrize(("n", "text"), [(512, "512 B"), (1536, "1.5 KiB"), (16 * 2**30, "16 GiB"), (3 * 2**50, "3 PiB"), (2**70, "1.05e+06 PiB")])
 def test_bytes_are_told_in_the_largest_unit(n, text):
     assert human_bytes(n) == text
+
+
+def test_the_budget_is_16_gib_unless_the_environment_sets_another(monkeypatch):
+    from grpo_identity.app.options import MEMORY_BUDGET_VARIABLE, memory_budget
+
+    monkeypatch.delenv(MEMORY_BUDGET_VARIABLE, raising=False)
+    assert memory_budget() == 16 * 2**30
+    monkeypatch.setenv(MEMORY_BUDGET_VARIABLE, "120")
+    assert memory_budget() == 120 * 2**30
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "lots"])
+def test_a_bad_budget_in_the_environment_is_a_usage_error_naming_the_variable(monkeypatch, text):
+    from grpo_identity.app.options import MEMORY_BUDGET_VARIABLE, memory_budget
+    from grpo_identity.foundation import UsageError
+
+    monkeypatch.setenv(MEMORY_BUDGET_VARIABLE, text)
+    with pytest.raises(UsageError, match=f"^{MEMORY_BUDGET_VARIABLE} must be a number of GiB > 0, got '{text}'$"):
+        memory_budget()

@@ -210,3 +210,15 @@ def test_the_papers_settings_and_the_named_lm_sizes_fit_the_memory_budget():
     assert over_budget(train_bernoulli.memory_terms(c.num_prompts, c.group_size, c.max_draws, c.steps)) is None
     for cfg in CONFIGS.values():
         assert over_budget(train_lm.memory_terms(cfg, len(VOCAB), len(modes_of(cfg)))) is None
+
+
+def test_a_larger_budget_from_the_environment_lets_the_run_start(monkeypatch, capsys):
+    pytest.importorskip("torch")
+    from grpo_identity.trainer import bernoulli
+
+    monkeypatch.setenv("GRPO_IDENTITY_MEMORY_GIB", "1e9")
+    monkeypatch.setattr(bernoulli, "run_bernoulli", lambda config, progress: _stored("bernoulli/result.json"))
+    assert main(["train", "bernoulli", "--G", "1000000000", "--json"]) == 0
+    monkeypatch.setenv("GRPO_IDENTITY_MEMORY_GIB", "1")
+    assert main(["train", "bernoulli", "--M", "8000000"]) == 2
+    assert "over the budget of 1 GiB" in capsys.readouterr().err

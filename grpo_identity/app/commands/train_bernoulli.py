@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from grpo_identity.app.options import MEMORY_BUDGET, human_bytes
+from grpo_identity.app.options import budget_help
 
 HELP = "train M scalar Bernoulli-logit policies with GRPO, Dr. GRPO and DAPO by autograd, checking the identity every step"
 
@@ -18,7 +18,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_arguments(p, BernoulliConfig, FLAGS)
     p.add_argument("--out", metavar="DIR", help="write result.json, config.json and bernoulli.png into DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON (no progress bar)")
-    p.description = f"{HELP}. Settings whose estimated memory exceeds {human_bytes(MEMORY_BUDGET)} are refused before the run."
+    p.description = f"{HELP}. {budget_help()}"
 
 
 def memory_terms(M: int, G: int, max_draws: int, steps: int) -> list[tuple[str, float, list[str]]]:

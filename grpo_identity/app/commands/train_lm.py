@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import typing
 
-from grpo_identity.app.options import MEMORY_BUDGET, human_bytes
+from grpo_identity.app.options import budget_help
 
 HELP = "train a small transformer on addition with GRPO, Dr. GRPO and DAPO, checking the identity on real gradients"
 
@@ -46,7 +46,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         p.add_argument(*opts, help=f"{docs.get(f.name, '')} (cpu-smoke: {getattr(base, f.name)!r})", **kw)
     p.add_argument("--out", metavar="DIR", help="write config.json, metrics.jsonl (as the run goes), summary.json and lm_identity.png into DIR")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (no progress bar)")
-    p.description = f"{HELP}. Settings whose estimated memory exceeds {human_bytes(MEMORY_BUDGET)} are refused before the run."
+    p.description = f"{HELP}. {budget_help()}"
 
 
 def memory_terms(cfg: typing.Any, vocab: int, modes: int) -> list[tuple[str, float, list[str]]]:
