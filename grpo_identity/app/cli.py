@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _one_line(exc: BaseException) -> str:
     """The first line of an error's message, file errors as 'reason: path', numpy reprs as plain
     numbers (``np.float64(0.5)`` -> ``0.5``)."""
+    if isinstance(exc, MemoryError):
+        return "ran out of memory: lower the sizes"
     if isinstance(exc, OSError) and exc.strerror:
         msg = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
     else:

@@ -118,3 +118,10 @@ def test_an_import_error_of_the_project_itself_is_not_hidden(tmp_path, monkeypat
     (tmp_path / "r.csv").write_text("llama8b_solve_rate\n0.5\n")
     with pytest.raises(ImportError):  # a bug of the project, not a missing extra: the traceback is the report
         main(["realdata", str(tmp_path / "r.csv")])
+
+
+def test_running_out_of_memory_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    _raise_in_realdata(monkeypatch, MemoryError())
+    (tmp_path / "r.csv").write_text("llama8b_solve_rate\n0.5\n")
+    assert main(["realdata", str(tmp_path / "r.csv")]) == 2
+    assert capsys.readouterr().err == "grpo-identity realdata: error: ran out of memory: lower the sizes\n"
