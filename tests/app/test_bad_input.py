@@ -95,7 +95,10 @@ CASES = [
     (["dapo-fit", CURVE, "--out", "{file}"], "is a file, not a folder"),
     # prove, audit, verify, render
     (["prove", "-k", "no-such-theorem"], "no theorem matches"),
+    (["prove", "-k"], "expected one argument"),
     (["audit", "nosuch"], "nosuch"),
+    (["audit", "{tmp}/absent.py:advantages"], "no such file"),
+    (["audit", "{dir}:advantages"], "no such file"),
     (["audit", "grpo", "--max-examples", "0"], "--max-examples"),
     (["audit", "grpo", "--timeout", "0"], "--timeout"),
     (["audit", "grpo", "--timeout", "nan"], "--timeout"),
