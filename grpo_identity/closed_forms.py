@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -436,38 +437,95 @@ PAPER_TABLE_P: tuple[float, ...] = tuple(paper.GROUP_SIZE_TABLE)
 PAPER_TABLE_EPS: tuple[float, ...] = paper.GROUP_SIZE_EPS
 
 
-def summary(G: int, p: float, eps_values: tuple[float, ...] = PAPER_TABLE_EPS) -> dict[str, object]:
-    """Every closed form at one (G, p): σ for each k, silent rate, E[g], fidelity, attenuation,
-    E[σ²], w(p), G* and the exact smallest G for each ε."""
+#: most rows of :func:`summary`'s per-k σ table (every k up to G = SIGMA_ROWS - 1)
+SIGMA_ROWS = 65
+
+
+class SigmaRow(TypedDict):
+    k: int
+    sigma: float
+
+
+class GroupSizeRow(TypedDict):
+    eps: float
+    G_exact: int | None
+    G_law: float | None
+
+
+class GroupSizeTableRow(TypedDict):
+    p: float
+    eps: float
+    G_exact: int
+    G_law: float
+
+
+class Summary(TypedDict):
+    G: int
+    p: float
+    sigma_by_k: list[SigmaRow]
+    sigma_by_k_all: bool
+    silent_rate: float
+    expected_update: float
+    expected_sigma_sq: float
+    fidelity: float
+    attenuation_first_order: float | None
+    difficulty_weight: float | None
+    arcsine_objective: float
+    group_size: list[GroupSizeRow]
+
+
+def sigma_table_ks(G: int, max_rows: int = SIGMA_ROWS) -> npt.NDArray[np.int64]:
+    """The numbers correct k of a bounded σ table: every k in 0..G when G + 1 <= ``max_rows``,
+    else at most ``max_rows`` values spread evenly over 0..G, with 0, 1, G−1 and G among them
+    (σ(k) = √(k(G−k))/G gives any other k).
+
+    >>> sigma_table_ks(4).tolist(), len(sigma_table_ks(10**6)), sigma_table_ks(10**6)[:3].tolist()
+    ([0, 1, 2, 3, 4], 65, [0, 1, 16129])
+    """
+    G = check_group_size(G)
+    if G + 1 <= max_rows:
+        return np.arange(G + 1, dtype=np.int64)
+    spread = np.round(np.linspace(0, G, max_rows - 2)).astype(np.int64)
+    return np.unique(np.concatenate([np.array([0, 1, G - 1, G], dtype=np.int64), spread]))
+
+
+def summary(G: int, p: float, eps_values: tuple[float, ...] = PAPER_TABLE_EPS) -> Summary:
+    """Every closed form at one (G, p): σ for the k of :func:`sigma_table_ks` (every k when
+    ``sigma_by_k_all``), silent rate, E[g], fidelity, attenuation, E[σ²], w(p), G* and the exact
+    smallest G for each ε.  Memory and time grow with the table, not with G.
+
+    >>> s = summary(8, 0.5)
+    >>> len(s["sigma_by_k"]), s["sigma_by_k_all"], round(s["fidelity"], 4)
+    (9, True, 0.9278)
+    """
     G = check_group_size(G)
     pf = float(check_probability(p))
-    ks = np.arange(G + 1)
+    ks = sigma_table_ks(G)
     interior = 0 < pf < 1
     return {
         "G": G,
         "p": pf,
         "sigma_by_k": [{"k": int(k), "sigma": float(s)} for k, s in zip(ks, np.asarray(sigma(ks, G)))],
-        "silent_rate": silent_rate(G, pf),
-        "expected_update": expected_update(G, pf),
-        "expected_sigma_sq": expected_sigma_sq(G, pf),
-        "fidelity": fidelity(G, pf),
-        "attenuation_first_order": attenuation_first_order(G, pf) if interior else None,
-        "difficulty_weight": difficulty_weight(pf) if interior else None,
-        "arcsine_objective": arcsine_objective(pf),
+        "sigma_by_k_all": len(ks) == G + 1,
+        "silent_rate": float(silent_rate(G, pf)),
+        "expected_update": float(expected_update(G, pf)),
+        "expected_sigma_sq": float(expected_sigma_sq(G, pf)),
+        "fidelity": float(fidelity(G, pf)),
+        "attenuation_first_order": float(attenuation_first_order(G, pf)) if interior else None,
+        "difficulty_weight": float(difficulty_weight(pf)) if interior else None,
+        "arcsine_objective": float(arcsine_objective(pf)),
         "group_size": [
             {
                 "eps": e,
                 "G_exact": group_size_exact(e, pf) if interior else None,
-                "G_law": group_size_law(e, pf) if interior else None,
+                "G_law": float(group_size_law(e, pf)) if interior else None,
             }
             for e in eps_values
         ],
     }
 
 
-def group_size_table(
-    p_values: tuple[float, ...] = PAPER_TABLE_P, eps_values: tuple[float, ...] = PAPER_TABLE_EPS
-) -> list[dict[str, float | int]]:
+def group_size_table(p_values: tuple[float, ...] = PAPER_TABLE_P, eps_values: tuple[float, ...] = PAPER_TABLE_EPS) -> list[GroupSizeTableRow]:
     """Rows {p, eps, G_exact, G_law} of the group-size table (Corollary 2); G_law unrounded."""
     return [
         {"p": p, "eps": e, "G_exact": group_size_exact(e, p), "G_law": float(group_size_law(e, p))}

@@ -1,5 +1,5 @@
-"""The foundation every layer may import: the usage-error type, exit codes, JSON that never
-writes NaN, and plain-text tables.
+"""The foundation every layer may import: the usage-error type, exit codes, the extra an import
+needs, JSON that never writes NaN, and plain-text tables.
 
 Standard library only (numpy values are converted when numpy happens to be loaded).
 
@@ -23,10 +23,18 @@ import math
 import sys
 from typing import Any, Iterable, Sequence, TextIO
 
-__all__ = ["EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "UsageError", "EXTRAS", "missing_extra", "dumps", "finite", "emit_json", "format_table"]
+__all__ = [
+    "EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "EXIT_CODES_HELP", "UsageError", "EXTRAS", "missing_extra", "require",
+    "dumps", "finite", "emit_json", "format_table",
+]
 
 #: exit codes of every command: 0 success, 1 a check failed, 2 bad input (usage)
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+#: the exit codes in words: the epilog of every ``--help``
+EXIT_CODES_HELP = (
+    f"exit codes: {EXIT_OK} success; {EXIT_FAIL} a check failed (a proof, an audit, the identity or a "
+    f"reproduced number did not hold); {EXIT_USAGE} bad input or a missing optional package (one line on stderr)"
+)
 
 
 class UsageError(Exception):
@@ -62,6 +70,18 @@ def missing_extra(exc: ImportError) -> str | None:
     if top not in EXTRAS:
         return None
     return f"this needs {top}: pip install 'grpo-identity[{EXTRAS[top]}]'"
+
+
+def require(*modules: str) -> None:
+    """Import each of ``modules`` now, so that a missing optional package is reported (by the
+    ``ImportError``, see :func:`missing_extra`) before any work or any file is written.
+
+    >>> require("json")
+    """
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
 
 
 # --- JSON -------------------------------------------------------------------------------------

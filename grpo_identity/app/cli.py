@@ -2,18 +2,19 @@
 
 Each subcommand lives in :mod:`grpo_identity.app.commands` as a light module with ``HELP``,
 ``configure(parser)`` and ``run(args) -> int``; heavy imports happen inside ``run``.
-Bad input prints one line on stderr and exits 2, never a traceback.
+Bad input prints one line on stderr and exits 2, never a traceback; a failed check exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
-from typing import Sequence
+from typing import Any, NoReturn, Sequence
 
 from grpo_identity import __version__
-from grpo_identity.foundation import EXIT_OK, EXIT_USAGE, UsageError, missing_extra
+from grpo_identity.foundation import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, UsageError, missing_extra
 
 #: subcommand name -> module under grpo_identity.app.commands
 COMMANDS: dict[str, str] = {
@@ -31,7 +32,13 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
+    """A parser whose ``--help`` ends with the exit codes and whose errors are one line, exit 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
@@ -43,33 +50,51 @@ def build_parser() -> argparse.ArgumentParser:
         mod = importlib.import_module(f"grpo_identity.app.commands.{module}")
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.configure(p)
-        p.set_defaults(_run=mod.run)
+        p.set_defaults(_run=mod.run, _prog=p.prog)  # a nested command (train lm) sets its own _prog
     return parser
 
 
+def _one_line(exc: BaseException) -> str:
+    """The first line of an error's message, file errors as 'reason: path', numpy reprs as plain
+    numbers (``np.float64(0.5)`` -> ``0.5``)."""
+    if isinstance(exc, MemoryError):
+        return "ran out of memory: lower the sizes"
+    if isinstance(exc, OSError) and exc.strerror:
+        msg = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    else:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return re.sub(r"\bnp\.\w+\(([^()]*)\)", r"\1", msg)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit code (see :data:`~grpo_identity.foundation.EXIT_CODES_HELP`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a parse error already printed in one line
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     if not getattr(args, "command", None):
         parser.print_help()
         return EXIT_USAGE
+    args._argv = argv  # so that messages can name the option the user typed
+    prog = getattr(args, "_prog", f"grpo-identity {args.command}")
     try:
         return int(args._run(args) or 0)
-    except (UsageError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"grpo-identity {args.command}: error: {msg}", file=sys.stderr)
+    except BrokenPipeError:  # the reader of stdout went away (| head): not an error
+        return EXIT_OK
+    except (UsageError, ValueError, OSError, MemoryError) as exc:
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except ImportError as exc:  # an optional dependency that is not installed: name the extra
         hint = missing_extra(exc)
         if hint is None:
             raise
-        print(f"grpo-identity {args.command}: error: {hint}", file=sys.stderr)
+        print(f"{prog}: error: {hint}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print(f"grpo-identity {args.command}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return EXIT_OK
 
 
 if __name__ == "__main__":

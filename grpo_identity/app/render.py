@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from grpo_identity.app.report import output_folder  # the one check of an output folder
+
 __all__ = [
     "NOTEBOOKS_DIR",
     "HIDE_INPUT_TAG",
@@ -71,19 +73,6 @@ MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null, webFon
 {%- endblock html_head_js_mathjax -%}
 """
 _OFFLINE_TEMPLATE_NAME = "grpo_identity_offline.html.j2"
-
-
-def output_folder(out: str | Path, flag: str = "--out") -> Path:
-    """``out`` as a folder, created if missing; a one-line ValueError naming ``flag`` if it is a
-    file or cannot be created."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{flag} {out} is a file, not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"{flag} {out}: cannot create the folder ({exc.strerror or exc})") from None
-    return out
 
 
 def find_notebooks(notebooks_dir: Path | None = None) -> list[Path]:

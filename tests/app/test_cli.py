@@ -10,19 +10,34 @@ import pytest
 
 from grpo_identity import __version__
 from grpo_identity.app.cli import main
+from grpo_identity.foundation import EXIT_CODES_HELP
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "grpo_identity", *args], capture_output=True, text=True, timeout=120)
 
 
-def test_version_and_help(capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["--version"])
-    assert e.value.code == 0 and __version__ in capsys.readouterr().out
-    with pytest.raises(SystemExit) as e:
-        main(["--help"])
-    assert "closed-forms" in capsys.readouterr().out
+def test_version_prints_the_version_and_exits_0(capsys):
+    assert main(["--version"]) == 0
+    assert __version__ in capsys.readouterr().out
+
+
+HELPS = [[], ["closed-forms"], ["train"], ["train", "bernoulli"], ["train", "lm"], ["audit"], ["prove"], ["realdata"], ["dapo-fit"], ["verify"], ["render"]]
+
+
+@pytest.mark.parametrize("command", HELPS, ids=[" ".join(c) or "grpo-identity" for c in HELPS])
+def test_help_of_every_command_exits_0_and_lists_the_exit_codes(command, capsys):
+    assert main([*command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse rewraps the epilog
+    assert " ".join(EXIT_CODES_HELP.split()) in text
+    assert "0 success" in text and "1 a check failed" in text and "2 bad input" in text
+
+
+def test_help_states_the_bounds_of_sizes(capsys):
+    for command, bound in ((["closed-forms"], "1,000,000"), (["dapo-fit"], "10,000"), (["realdata"], "10,000"),
+                           (["train", "bernoulli"], "16 GiB"), (["train", "lm"], "16 GiB")):
+        assert main([*command, "--help"]) == 0
+        assert bound in " ".join(capsys.readouterr().out.split()), command
 
 
 def test_closed_forms_json_has_every_quantity(capsys):
@@ -58,16 +73,55 @@ def test_edges_of_p_print_undefined_rather_than_crash(capsys):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["closed-forms", "--G", "1"], "group size G must be an integer >= 2, got 1"),
-        (["closed-forms", "--p", "1.5"], "p must be in [0, 1], got 1.5"),
-        (["closed-forms", "--G", "8.5"], "invalid int value"),
-        (["closed-forms", "--table", "nope"], "invalid choice"),
-        (["no-such-command"], "invalid choice"),
+        (["closed-forms", "--G", "1"], "grpo-identity closed-forms: error: argument --G: must be an integer from 2 to 1,000,000, got 1"),
+        (["train", "bernoulli", "--G", "1"], "grpo-identity train bernoulli: error: --G must be an integer >= 2, got 1"),
     ],
 )
-def test_bad_input_prints_one_line_and_exits_2(args, needle):
+def test_the_installed_module_entry_point_prints_one_line_and_exits_2(args, needle):
     r = run_cli(*args)
     assert r.returncode == 2
-    assert needle in r.stderr
-    assert "Traceback" not in r.stderr
-    assert len([line for line in r.stderr.splitlines() if "error" in line]) == 1
+    assert r.stderr == needle + "\n" and r.stdout == ""
+
+
+def test_the_module_entry_point_exits_0_on_success():
+    r = run_cli("closed-forms", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["G"] == 8
+
+
+def _raise_in_realdata(monkeypatch, exc):
+    from grpo_identity.analysis import realdata
+
+    def boom(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(realdata, "summarise", boom)
+
+
+def test_a_numpy_repr_in_an_error_is_printed_as_a_plain_number(tmp_path, monkeypatch, capsys):
+    import numpy as np
+
+    _raise_in_realdata(monkeypatch, ValueError(f"rate {np.float64(0.015625)!r} and count {np.int64(3)!r} are bad\nsecond line"))
+    (tmp_path / "r.csv").write_text("llama8b_solve_rate\n0.5\n")
+    assert main(["realdata", str(tmp_path / "r.csv")]) == 2
+    assert capsys.readouterr().err == "grpo-identity realdata: error: rate 0.015625 and count 3 are bad\n"
+
+
+def test_a_file_error_during_the_work_is_one_line_with_its_path(tmp_path, monkeypatch, capsys):
+    _raise_in_realdata(monkeypatch, OSError(28, "No space left on device", "/some/where"))
+    (tmp_path / "r.csv").write_text("llama8b_solve_rate\n0.5\n")
+    assert main(["realdata", str(tmp_path / "r.csv")]) == 2
+    assert capsys.readouterr().err == "grpo-identity realdata: error: No space left on device: /some/where\n"
+
+
+def test_an_import_error_of_the_project_itself_is_not_hidden(tmp_path, monkeypatch):
+    _raise_in_realdata(monkeypatch, ImportError("cannot import name 'x' from 'grpo_identity'", name="grpo_identity"))
+    (tmp_path / "r.csv").write_text("llama8b_solve_rate\n0.5\n")
+    with pytest.raises(ImportError):  # a bug of the project, not a missing extra: the traceback is the report
+        main(["realdata", str(tmp_path / "r.csv")])
+
+
+def test_running_out_of_memory_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    _raise_in_realdata(monkeypatch, MemoryError())
+    (tmp_path / "r.csv").write_text("llama8b_solve_rate\n0.5\n")
+    assert main(["realdata", str(tmp_path / "r.csv")]) == 2
+    assert capsys.readouterr().err == "grpo-identity realdata: error: ran out of memory: lower the sizes\n"

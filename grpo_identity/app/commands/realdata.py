@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+from grpo_identity.app.options import integer
+
 HELP = "silent fractions and gradient-mass shares from per-problem solve rates (parquet/JSONL/CSV, histogram CSV, or hf:NAME)"
+
+
+#: the largest --rollouts (the sub-sampled silent rate takes time linear in n: ~1 s at 10^5 here)
+MAX_ROLLOUTS = 10_000
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="PATH", help="solve-rate file (llama8b_solve_rate column, or a solve_rate,count histogram CSV); hf:NAME reads a Hugging Face dataset (online only)")
-    p.add_argument("--rollouts", type=int, default=64, help="rollouts n behind each solve rate k/n (default 64, Big-Math's)")
+    p.add_argument("--rollouts", type=integer(1, MAX_ROLLOUTS), default=64, help=f"rollouts n behind each solve rate k/n, 1 to {MAX_ROLLOUTS:,} (default 64, Big-Math's)")
     p.add_argument("--out", metavar="DIR", help="write summary.json and realdata.png into DIR")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -17,8 +23,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from grpo_identity.analysis.realdata import plot_realdata, summarise
     from grpo_identity.analysis.solve_rates import resolve
-    from grpo_identity.app.report import emit_json, format_table, write_outputs
+    from grpo_identity.app.report import check_out_dir, emit_json, format_table, write_outputs
+    from grpo_identity.foundation import require
 
+    if args.out:  # before the work: the figure needs matplotlib, the folder must be writable
+        check_out_dir(args.out)
+        require("matplotlib")
     s = summarise(resolve(args.path), num_rollouts=args.rollouts)
     if args.out:
         write_outputs(args.out, {"summary.json": s}, ("realdata.png", lambda path: plot_realdata(s, path)))

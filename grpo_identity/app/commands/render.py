@@ -19,8 +19,10 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
+    from grpo_identity.app.report import check_out_dir, emit_json, format_table
+
+    check_out_dir(args.out)  # before the notebooks run
     from grpo_identity.app.render import render
-    from grpo_identity.app.report import emit_json, format_table
 
     r = render(
         Path(args.out),

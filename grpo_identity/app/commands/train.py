@@ -22,7 +22,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         mod = importlib.import_module(f"grpo_identity.app.commands.{module}")
         q = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.configure(q)
-        q.set_defaults(_train=mod.run)
+        q.set_defaults(_train=mod.run, _prog=q.prog)
 
 
 def run(args: argparse.Namespace) -> int:

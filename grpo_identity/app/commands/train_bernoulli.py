@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from grpo_identity.app.options import budget_help
+
 HELP = "train M scalar Bernoulli-logit policies with GRPO, Dr. GRPO and DAPO by autograd, checking the identity every step"
 
 #: short options named in the paper's letters
@@ -16,27 +18,50 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_arguments(p, BernoulliConfig, FLAGS)
     p.add_argument("--out", metavar="DIR", help="write result.json, config.json and bernoulli.png into DIR")
     p.add_argument("--json", action="store_true", help="print the result as JSON (no progress bar)")
+    p.description = f"{HELP}. {budget_help()}"
+
+
+def memory_terms(M: int, G: int, max_draws: int, steps: int) -> list[tuple[str, float, list[str]]]:
+    """Estimated peak bytes of a run, by what they hold: a step's rollout draws (D, M, G) and
+    per-rollout tensors (M, G) in float64, and the per-step records (measured on this machine:
+    ~24 bytes per draw, ~160 per rollout, ~1 kB per step)."""
+    return [
+        ("the rollout draws (M x G x max-draws)", 24.0 * M * G * max_draws, ["--M", "--G", "--max-draws"]),
+        ("the per-rollout tensors (M x G)", 160.0 * M * G, ["--M", "--G"]),
+        ("the per-step records", 1000.0 * steps, ["--steps"]),
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from grpo_identity.app.report import emit_json, format_table, write_outputs
-    from grpo_identity.trainer.bernoulli import plot_bernoulli, run_bernoulli
+    from grpo_identity.app.options import build_config, option_names, refuse_over_budget
+    from grpo_identity.app.report import check_out_dir, emit_json, format_table, write_outputs
+    from grpo_identity.foundation import EXIT_FAIL, EXIT_OK, require
     from grpo_identity.trainer.config import BernoulliConfig, from_namespace
 
-    config = from_namespace(BernoulliConfig, args)
-    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():  # fail before the run, not after
-        raise ValueError(f"--out {args.out} exists and is not a directory")
+    config = build_config(lambda: from_namespace(BernoulliConfig, args), option_names(BernoulliConfig, FLAGS), args._argv)
+    refuse_over_budget(memory_terms(config.num_prompts, config.group_size, config.max_draws, config.steps))
+    if args.out:  # before the run, not after it
+        check_out_dir(args.out)
+    require("torch", *(["matplotlib"] if args.out else []))
+    from grpo_identity.trainer.bernoulli import plot_bernoulli, run_bernoulli
+
     result = run_bernoulli(config, progress=not args.json and sys.stderr.isatty())
     if args.out:
         write_outputs(args.out, {"result.json": result, "config.json": result["config"]}, ("bernoulli.png", lambda path: plot_bernoulli(result, path)))
+    from grpo_identity.app.verify import IDENTITY_ABS_TOL
+
+    err = result["identity_max_abs_err"]
+    holds = err <= IDENTITY_ABS_TOL  # False for NaN
+    code = EXIT_OK if holds else EXIT_FAIL
     if args.json:
         emit_json(result)
-        return 0
+        return code
     print(f"solve rates: {result['solve_rate_source']}")
-    print(f"identity: max |autograd gradient - (-c(k)(s+ - s-))| = {result['identity_max_abs_err']:.3g} over every prompt, step and arm")
+    verdict = "holds" if holds else f"FAILS the {IDENTITY_ABS_TOL:g} goal"
+    print(f"identity: max |autograd gradient - (-c(k)(s+ - s-))| = {err:.3g} over every prompt, step and arm: {verdict}")
     print(f"silent fraction vs E[p^G + (1-p)^G]: R^2 = {result['r2_silent']:.4f}")
     print()
     es = result["extreme_share"]
@@ -51,4 +76,4 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         print(f"wrote {out / 'result.json'}, {out / 'config.json'}, {out / 'bernoulli.png'}")
-    return 0
+    return code

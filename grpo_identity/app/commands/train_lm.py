@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import typing
 
+from grpo_identity.app.options import budget_help
+
 HELP = "train a small transformer on addition with GRPO, Dr. GRPO and DAPO, checking the identity on real gradients"
 
 #: short options named in the paper's letters
@@ -44,27 +46,65 @@ def configure(p: argparse.ArgumentParser) -> None:
         p.add_argument(*opts, help=f"{docs.get(f.name, '')} (cpu-smoke: {getattr(base, f.name)!r})", **kw)
     p.add_argument("--out", metavar="DIR", help="write config.json, metrics.jsonl (as the run goes), summary.json and lm_identity.png into DIR")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (no progress bar)")
+    p.description = f"{HELP}. {budget_help()}"
+
+
+def memory_terms(cfg: typing.Any, vocab: int, modes: int) -> list[tuple[str, float, list[str]]]:
+    """Estimated peak bytes of a run (float32), by what they hold.  With L layers of width E,
+    N ≈ 12·L·E² + (vocab + S)·E parameters and S = 3·max_digits + 5 tokens per sequence: the
+    model with its optimiser state and copies (8·N), a group's per-sample gradients (2·G·N), a
+    step's activations (~20·S·E·L per sequence with gradients, 2·S·E·L when sampling), the
+    warm-up batch, the evaluation set, and ~1 kB per step and group of records."""
+    S, E, L = 3 * cfg.max_digits + 5, cfg.n_embd, cfg.n_layer
+    n = 12 * L * E * E + (vocab + S) * E
+    seq = 4.0 * S * E * L  # bytes per sequence per activation slot
+    P, G = cfg.prompts_per_step, cfg.group_size
+    return [
+        ("the model and its optimiser state", 4.0 * 8 * n, ["--n-embd", "--n-layer"]),
+        ("the per-sample gradients of a group (G x parameters)", 4.0 * 2 * G * n, ["--G", "--n-embd", "--n-layer"]),
+        ("the rollouts of a step", seq * (20 * P * G + 2 * P * (G + cfg.probe_samples) * cfg.dapo_max_draws), ["--prompts-per-step", "--G", "--probe-samples"]),
+        ("the warm-up batch", seq * 20 * cfg.warmup_batch, ["--warmup-batch"]),
+        ("the evaluation set", seq * 2 * cfg.eval_prompts_per_level * cfg.max_digits, ["--eval-prompts-per-level"]),
+        ("the per-step records", 1000.0 * cfg.steps * modes * (1 + P), ["--steps", "--prompts-per-step"]),
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
     import sys
-    from pathlib import Path
 
-    from grpo_identity.app.report import emit_json, format_table
-    from grpo_identity.trainer.lm.config import LMConfig, named_config
+    from grpo_identity.app.options import build_config, option_names, refuse_over_budget
+    from grpo_identity.app.report import check_out_dir, emit_json
+    from grpo_identity.foundation import EXIT_FAIL, EXIT_OK, require
+    from grpo_identity.trainer.lm.config import LMConfig, modes_of, named_config
+    from grpo_identity.trainer.lm.task import VOCAB
 
     overrides = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(LMConfig)}
-    config = named_config(args.config, **overrides)
-    out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and not out.is_dir():
-        raise ValueError(f"--out {args.out} exists and is not a directory")
+    config = build_config(lambda: named_config(args.config, **overrides), option_names(LMConfig, FLAGS), args._argv)
+    refuse_over_budget(memory_terms(config, len(VOCAB), len(modes_of(config))))
+    out = check_out_dir(args.out) if args.out else None  # before the run: it writes metrics.jsonl as it goes
+    require("torch", "transformers", *(["matplotlib"] if out is not None else []))
+    from grpo_identity.trainer.lm.identity import REL_TOL
     from grpo_identity.trainer.lm.train import run_lm
 
     s = run_lm(config, progress=not args.json and sys.stderr.isatty(), out_dir=out)
+    err = s["identity_max_rel_err"]
+    holds = err is not None and err <= REL_TOL  # no checked group: nothing shown to hold
     if args.json:
         emit_json(s)
-        return 0
+    else:
+        _print_summary(s)
+        verdict = "holds" if holds else f"FAILS the {REL_TOL:g} goal" if err is not None else "not checked (no group with 0 < k < G)"
+        print(f"identity: largest relative error {err} over {s['groups_checked']} groups: {verdict}  ({s['seconds']:.1f} s)")
+        if out is not None:
+            print(f"wrote {out / 'summary.json'}, {out / 'metrics.jsonl'}, {out / 'config.json'}, {out / 'lm_identity.png'}")
+    return EXIT_OK if holds else EXIT_FAIL
+
+
+def _print_summary(s: dict[str, typing.Any]) -> None:
+    """The tables of a run's summary: per mode, the noise share by k, the learning speed."""
+    from grpo_identity.app.report import format_table
+
     wu = s["warmup"]
     print(f"{s['model']} with {s['n_params']:,} parameters on {s['device']} (bf16 autocast: {'on' if s['amp'] else 'off'}); "
           f"warm-up {wu['steps']} steps, greedy accuracy {wu['eval_acc']:.3f}")
@@ -84,10 +124,3 @@ def run(args: argparse.Namespace) -> int:
     if ls["target_eval_acc"] is not None:
         print(f"samples to reach greedy accuracy {ls['target_eval_acc']:.3f}: "
               + ", ".join(f"{m} {v['samples_to_target'] if v['samples_to_target'] is not None else 'not reached'}" for m, v in ls["by_mode"].items()))
-    from grpo_identity.trainer.lm.identity import REL_TOL
-
-    verdict = "holds" if s["identity_max_rel_err"] is not None and s["identity_max_rel_err"] <= REL_TOL else f"FAILS the {REL_TOL:g} goal"
-    print(f"identity: largest relative error {s['identity_max_rel_err']} over {s['groups_checked']} groups: {verdict}  ({s['seconds']:.1f} s)")
-    if out is not None:
-        print(f"wrote {out / 'summary.json'}, {out / 'metrics.jsonl'}, {out / 'config.json'}, {out / 'lm_identity.png'}")
-    return 0
