@@ -66,4 +66,7 @@ def test_wheel_holds_everything_under_grpo_identity_and_nothing_else(tmp_path):
         assert f"grpo_identity/{sub}/__init__.py" in names
         assert not any(n.startswith(f"{sub}/") for n in names)
     assert "grpo_identity/formulas.py" in names and "grpo_identity/py.typed" in names
-    assert "grpo_identity/commands/__init__.py" in names and "grpo_identity/commands/verify.py" in names
+    assert "grpo_identity/app/commands/__init__.py" in names and "grpo_identity/app/commands/verify.py" in names
+    assert "grpo_identity/trainer/lm/train.py" in names and "grpo_identity/analysis/realdata.py" in names
+    # the data ship with the package: a user's clone needs no shared/ folder beside it
+    assert "grpo_identity/data/bigmath_solve_rate_hist.csv" in names and "grpo_identity/data/dapo_fig3b_accuracy1_fraction.csv" in names
