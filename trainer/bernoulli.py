@@ -62,102 +62,152 @@ def initial_solve_rates(config: BernoulliConfig) -> tuple[FloatArray, str]:
     return p0, source.source
 
 
-def _run_arm(arm: str, p0: FloatArray, config: BernoulliConfig, bar: Any) -> dict[str, Any]:
-    """Train one arm; return per-step curves and accumulated measurements (numpy)."""
+class _Measurements:
+    """What one arm measures while it trains (kept apart from the training state): per-step
+    curves, the identity's largest error, sample counts and the gradient mass by difficulty."""
+
+    def __init__(self, arm: str, p0: FloatArray, config: BernoulliConfig) -> None:
+        self.arm, self.G, self.steps = arm, config.group_size, config.steps
+        self.hard = np.argsort(p0, kind="stable")[: max(1, int(round(HARD_QUANTILE * config.num_prompts)))]
+        self.curves: dict[str, list[float]] = {k: [] for k in ("silent_measured", "silent_predicted", "mean_p", "hard_mean_p", "samples")}
+        self.max_err = 0.0
+        self.samples = 0
+        self.silent_after = 0.0
+        self.grad_mass = {"all": 0.0, "extreme": 0.0}
+        self.expected_mass = {form: {"all": 0.0, "extreme": 0.0} for form in ("finite_g", "large_g")}
+        self.first_step_share = 0.0
+        self.mass_by_bin: FloatArray = np.zeros(MASS_BINS)  # first step only
+        self.expected_by_bin: dict[str, FloatArray] = {"finite_g": np.zeros(MASS_BINS), "large_g": np.zeros(MASS_BINS)}
+
+    def start_step(self, p_np: FloatArray) -> None:
+        """Solve rates at the start of a step: mean, hardest quartile, predicted silent fraction."""
+        self.curves["mean_p"].append(float(p_np.mean()))
+        self.curves["hard_mean_p"].append(float(p_np[self.hard].mean()))
+        self.curves["silent_predicted"].append(float(np.mean(silent_rate(self.G, p_np))))
+
+    def draws(self, silent_first: float, samples: int, silent_after: float) -> None:
+        """The step's groups: silent fraction of the first draw, samples drawn, still silent after."""
+        self.curves["silent_measured"].append(silent_first)
+        self.samples += samples
+        self.curves["samples"].append(float(self.samples))
+        self.silent_after += silent_after
+
+    def identity(self, err: float) -> None:
+        """Largest |autograd − prediction| so far; a NaN propagates (max() would drop it)."""
+        self.max_err = err if not err <= self.max_err else self.max_err
+
+    def gradient(self, step: int, p_np: FloatArray, grad: FloatArray) -> None:
+        """Gradient mass |∂L/∂θ| on extreme prompts, and its closed forms; by bin at step 0."""
+        mag = np.abs(grad)
+        ext = is_extreme(p_np)
+        self.grad_mass["all"] += float(mag.sum())
+        self.grad_mass["extreme"] += float(mag[ext].sum())
+        which = np.clip(np.digitize(p_np, np.asarray(MASS_BIN_EDGES)) - 1, 0, MASS_BINS - 1)
+        if step == 0:
+            self.first_step_share = mass_share(mag, ext)
+            self.mass_by_bin = np.bincount(which, weights=mag, minlength=MASS_BINS).astype(np.float64)
+        if self.arm == "dapo":
+            return
+        for form, gs in (("finite_g", self.G), ("large_g", None)):
+            w = gradient_weights(p_np, gs)[self.arm]
+            self.expected_mass[form]["all"] += float(w.sum())
+            self.expected_mass[form]["extreme"] += float(w[ext].sum())
+            if step == 0:
+                self.expected_by_bin[form] = np.bincount(which, weights=w, minlength=MASS_BINS).astype(np.float64)
+
+    def result(self, p_final: FloatArray) -> dict[str, Any]:
+        """The arm's measurements, JSON-ready."""
+        def share(v: FloatArray) -> list[float]:
+            return (v / v.sum()).tolist() if v.sum() > 0 else v.tolist()
+
+        gm = self.grad_mass
+        out: dict[str, Any] = {
+            "identity_max_abs_err": self.max_err,
+            "curves": self.curves,
+            "hard_final": float(p_final[self.hard].mean()),
+            "final_mean_p": float(p_final.mean()),
+            "samples": self.samples,
+            "silent_after_draws": self.silent_after / self.steps,
+            "mass_by_bin": share(self.mass_by_bin),
+            "extreme_share_measured": gm["extreme"] / gm["all"] if gm["all"] > 0 else 0.0,
+            "extreme_share_first_step": self.first_step_share,
+        }
+        if self.arm != "dapo":
+            out["extreme_share_expected"] = {f: v["extreme"] / v["all"] if v["all"] > 0 else 0.0 for f, v in self.expected_mass.items()}
+            out["expected_by_bin"] = {f: share(v) for f, v in self.expected_by_bin.items()}
+        return out
+
+
+def _draw_groups(p: Any, draws: int, G: int, gen: Any) -> tuple[Any, float, int, float]:
+    """One step's groups: ``draws`` groups of G rollouts per prompt; DAPO keeps the first
+    non-silent draw (a prompt silent in every draw keeps its last one).
+
+    Returns (y (M, G) with 1 = correct, silent fraction of the first draw, samples drawn,
+    fraction still silent after the draws)."""
     import torch
+
+    M = p.shape[0]
+    u = torch.rand(draws, M, G, generator=gen, dtype=torch.float64)
+    y_all = (u < p.detach()[None, :, None]).to(torch.float64)  # (D, M, G)
+    k_all = y_all.sum(-1)  # (D, M)
+    live_all = (k_all > 0) & (k_all < G)
+    first_live = torch.where(live_all.any(0), live_all.to(torch.int64).argmax(0), torch.full((M,), draws - 1))  # (M,)
+    rows = torch.arange(M)
+    silent_first = float((~live_all[0]).double().mean())
+    silent_after = float((~live_all[first_live, rows]).double().mean())
+    return y_all[first_live, rows], silent_first, G * int((first_live + 1).sum()), silent_after
+
+
+def _policy_gradient(theta: Any, y: Any, dial: Any, G: int) -> Any:
+    """∂L/∂θ of L(θ) = −(1/G) Σ_x Σ_i Â_{x,i} log π_θ(y_{x,i}), by autograd; shape (M,), numpy."""
     import torch.nn.functional as F
 
     from grpo_identity.dial import advantages as dial_advantages
-    from grpo_identity.dial import coefficient, preset, score_gap
+
+    adv = dial_advantages(y, G, dial)  # (M, G)
+    log_pi = y * F.logsigmoid(theta)[:, None] + (1 - y) * F.logsigmoid(-theta)[:, None]  # (M, G)
+    loss = -(adv * log_pi).sum() / G
+    theta.grad = None
+    loss.backward()
+    return theta.grad.detach().numpy()
+
+
+def _identity_error(grad: FloatArray, y: Any, p: Any, G: int, dial: Any) -> float:
+    """max_x |∂L/∂θ_x − (−c(k_x)·(s̄₊ − s̄₋))|, scores s = ∂ log π / ∂θ = y − p (Theorem 1)."""
+    from grpo_identity.dial import coefficient, score_gap
+
+    scores = (y - p.detach()[:, None]).reshape(-1, 1)  # (M·G, 1)
+    gap = score_gap(y.reshape(-1), scores, G)[:, 0].numpy()  # (M,)
+    predicted = -np.asarray(coefficient(y.sum(1).numpy(), G, dial)) * gap
+    return float(np.abs(grad - predicted).max())
+
+
+def _run_arm(arm: str, p0: FloatArray, config: BernoulliConfig, bar: Any) -> dict[str, Any]:
+    """Train one arm with plain SGD on the real loss; return its measurements (numpy)."""
+    import torch
+
+    from grpo_identity.dial import preset
 
     dial = preset(arm)
-    M, G = config.num_prompts, config.group_size
+    G = config.group_size
     draws = config.max_draws if arm == "dapo" else 1
     gen = torch.Generator().manual_seed(config.seed)
     theta = torch.logit(torch.as_tensor(p0, dtype=torch.float64)).requires_grad_(True)  # (M,)
     opt = torch.optim.SGD([theta], lr=config.lr)
-    rows = torch.arange(M)
-    hard = np.argsort(p0, kind="stable")[: max(1, int(round(HARD_QUANTILE * M)))]
-    bins = np.asarray(MASS_BIN_EDGES)
-
-    curves: dict[str, list[float]] = {k: [] for k in ("silent_measured", "silent_predicted", "mean_p", "hard_mean_p", "samples")}
-    max_err = 0.0
-    samples = 0
-    grad_mass = {"all": 0.0, "extreme": 0.0}
-    expected_mass = {form: {"all": 0.0, "extreme": 0.0} for form in ("finite_g", "large_g")}
-    mass_by_bin = np.zeros(MASS_BINS)  # first step only
-    expected_by_bin = {"finite_g": np.zeros(MASS_BINS), "large_g": np.zeros(MASS_BINS)}
-    silent_after = 0.0
-    first_step_share = 0.0
+    meas = _Measurements(arm, p0, config)
     for step in range(config.steps):
         p = torch.sigmoid(theta)  # (M,)
         p_np = p.detach().numpy().copy()
-        curves["mean_p"].append(float(p_np.mean()))
-        curves["hard_mean_p"].append(float(p_np[hard].mean()))
-        curves["silent_predicted"].append(float(np.mean(silent_rate(G, p_np))))
-
-        u = torch.rand(draws, M, G, generator=gen, dtype=torch.float64)
-        y_all = (u < p.detach()[None, :, None]).to(torch.float64)  # (D, M, G): 1 = correct
-        k_all = y_all.sum(-1)  # (D, M)
-        live_all = (k_all > 0) & (k_all < G)
-        curves["silent_measured"].append(float((~live_all[0]).double().mean()))
-        # DAPO keeps the first non-silent draw; a prompt silent in every draw keeps its last one
-        first_live = torch.where(live_all.any(0), live_all.to(torch.int64).argmax(0), torch.full((M,), draws - 1))
-        samples += G * int((first_live + 1).sum())
-        curves["samples"].append(float(samples))
-        y = y_all[first_live, rows]  # (M, G)
-        silent_after += float((~live_all[first_live, rows]).double().mean())
-
-        adv = dial_advantages(y, G, dial)  # (M, G)
-        log_pi = y * F.logsigmoid(theta)[:, None] + (1 - y) * F.logsigmoid(-theta)[:, None]  # (M, G)
-        loss = -(adv * log_pi).sum() / G
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad = theta.grad.detach().numpy()  # (M,)
-
-        # the identity's prediction: −c(k)·(s̄₊ − s̄₋), scores s = ∂ log π / ∂θ = y − p
-        scores = (y - p.detach()[:, None]).reshape(-1, 1)  # (M·G, 1)
-        gap = score_gap(y.reshape(-1), scores, G)[:, 0].numpy()  # (M,)
-        predicted = -np.asarray(coefficient(y.sum(1).numpy(), G, dial)) * gap
-        err = float(np.abs(grad - predicted).max())
-        max_err = err if not err <= max_err else max_err  # a NaN propagates (max() would drop it)
-
-        mag = np.abs(grad)
-        ext = is_extreme(p_np)
-        grad_mass["all"] += float(mag.sum())
-        grad_mass["extreme"] += float(mag[ext].sum())
-        if step == 0:
-            first_step_share = mass_share(mag, ext)
-        which = np.clip(np.digitize(p_np, bins) - 1, 0, MASS_BINS - 1)
-        if step == 0:
-            mass_by_bin = np.bincount(which, weights=mag, minlength=MASS_BINS)
-        if arm != "dapo":
-            for form, gs in (("finite_g", G), ("large_g", None)):
-                w = gradient_weights(p_np, gs)[arm]
-                expected_mass[form]["all"] += float(w.sum())
-                expected_mass[form]["extreme"] += float(w[ext].sum())
-                if step == 0:
-                    expected_by_bin[form] = np.bincount(which, weights=w, minlength=MASS_BINS)
+        meas.start_step(p_np)
+        y, silent_first, samples, silent_after = _draw_groups(p, draws, G, gen)
+        meas.draws(silent_first, samples, silent_after)
+        grad = _policy_gradient(theta, y, dial, G)
+        meas.identity(_identity_error(grad, y, p, G, dial))
+        meas.gradient(step, p_np, grad)
         opt.step()
         if bar is not None:
             bar.update(1)
-
-    p_final = torch.sigmoid(theta).detach().numpy()
-    out: dict[str, Any] = {
-        "identity_max_abs_err": max_err,
-        "curves": curves,
-        "hard_final": float(p_final[hard].mean()),
-        "final_mean_p": float(p_final.mean()),
-        "samples": samples,
-        "silent_after_draws": silent_after / config.steps,
-        "mass_by_bin": (mass_by_bin / mass_by_bin.sum()).tolist() if mass_by_bin.sum() > 0 else mass_by_bin.tolist(),
-        "extreme_share_measured": grad_mass["extreme"] / grad_mass["all"] if grad_mass["all"] > 0 else 0.0,
-        "extreme_share_first_step": first_step_share,
-    }
-    if arm != "dapo":
-        out["extreme_share_expected"] = {f: v["extreme"] / v["all"] if v["all"] > 0 else 0.0 for f, v in expected_mass.items()}
-        out["expected_by_bin"] = {f: (v / v.sum()).tolist() if v.sum() > 0 else v.tolist() for f, v in expected_by_bin.items()}
-    return out
+    return meas.result(torch.sigmoid(theta).detach().numpy())
 
 
 def _round(x: Any, digits: int = 6) -> Any:
