@@ -111,8 +111,14 @@ def _num_correct(values: FloatArray, n: int, source: str) -> FloatArray:
     k = np.round(values * n)
     off = np.abs(values * n - k) > 1e-6
     if off.any():
-        raise ValueError(f"solve rate {values[off][0]!r} in {source} is not a multiple of 1/{n}; set the number of rollouts")
+        raise ValueError(f"solve rate {float(values[off][0])!r} in {source} is not a multiple of 1/{n}; set the number of rollouts")
     return k
+
+
+def _check_rollouts(num_rollouts: Any) -> int:
+    if isinstance(num_rollouts, bool) or not isinstance(num_rollouts, (int, np.integer)) or num_rollouts < 1:
+        raise ValueError(f"num_rollouts must be an integer >= 1, got {num_rollouts!r}")
+    return int(num_rollouts)
 
 
 def summarise(
@@ -124,11 +130,13 @@ def summarise(
 ) -> dict[str, Any]:
     """Every real-data number of PAPER claim 8 for one distribution of solve rates.
 
-    ``solve_rates`` is a :class:`SolveRates` or per-problem rates.  The sub-sampled silent
+    ``solve_rates`` is a :class:`SolveRates` (e.g. ``solve_rates.big_math()``, the shipped
+    Big-Math histogram) or per-problem rates.  The sub-sampled silent
     fractions need p̂ = k/n with n = ``num_rollouts`` (subsample sizes above n are skipped).
     Returns ``{"n", "source", "frac_p0", "frac_p1", "silent_closed_form": {"4": …},
     "silent_subsampled": {"4": …}, "mass_share": {"grpo": {"extreme", "medium"}, "dr_grpo": …}}``.
     """
+    num_rollouts = _check_rollouts(num_rollouts)
     sr = _as_solve_rates(solve_rates)
     v, c = sr.values, sr.weights  # (n_distinct,)
     total = sr.total
