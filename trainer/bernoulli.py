@@ -396,7 +396,8 @@ def plot_bernoulli(result: dict[str, Any], path: str) -> None:
     b.set_title(f"(b) gradient mass at the start; extreme: GRPO {100 * es['grpo']['measured']:.1f} %, Dr. GRPO {100 * es['dr_grpo']['measured']:.1f} %", fontsize=9)
     b.set_xlabel("initial solve rate p")
     b.set_ylabel(f"share of |gradient| at p0 ({cfg.get('mass_draws', '?')} draws)")
-    b.legend(fontsize=7)
+    b.set_ylim(0, 1.45 * b.get_ylim()[1])
+    b.legend(fontsize=6, ncol=2, loc="upper center")
 
     for arm in ARMS:
         cv = result["curves"][arm]

@@ -237,13 +237,12 @@ def _read_parquet(path: Path) -> SolveRates:
         raise ValueError("reading parquet needs pyarrow: pip install 'grpo-identity[data]'") from None
     try:
         names = pq.read_schema(path).names
-        if COLUMN not in names:
-            raise ValueError(f"{path.name} has no {COLUMN!r} column")
-        column = pq.read_table(path, columns=[COLUMN]).column(COLUMN).to_pylist()
-    except ValueError:
-        raise
+        column = pq.read_table(path, columns=[COLUMN]).column(COLUMN).to_pylist() if COLUMN in names else None
     except Exception as exc:  # pyarrow's ArrowInvalid / OSError on a file that is not parquet
-        raise ValueError(f"{path.name} is not a readable parquet file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path.name} is not a readable parquet file ({why})") from None
+    if column is None:
+        raise ValueError(f"{path.name} has no {COLUMN!r} column")
     return from_values(_column_values((f"{path.name} row {i}", v) for i, v in enumerate(column, 1)), source=f"{path.name} ({COLUMN})")
 
 
