@@ -8,8 +8,8 @@ HELP = "fit DAPO's Fig. 3b all-correct fraction with E_p[p^32] (one timescale) a
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("csv", metavar="CSV", help="the digitised curve: step,allcorrect_fraction ('#' lines are comments)")
-    p.add_argument("--solve-rates", metavar="PATH", default=None, help="solve-rate distribution (file or hf:NAME); default: the documented synthetic stand-in")
+    p.add_argument("csv", metavar="CSV", nargs="?", default=None, help="the digitised curve: step,allcorrect_fraction ('#' lines are comments); default: the copy shipped with the package")
+    p.add_argument("--solve-rates", metavar="PATH", default=None, help="solve-rate distribution (bigmath, a file or hf:NAME); default: bigmath, the shipped Big-Math histogram")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the R^2 intervals (default 1000; 0 to skip)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--out", metavar="DIR", help="write fit.json and dapo_fit.png into DIR")
@@ -19,10 +19,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from grpo_identity import data
     from grpo_identity.analysis.dapo_fit import fit, plot_dapo_fit
     from grpo_identity.app.report import emit_json, format_table, write_outputs
 
-    r = fit(args.csv, args.solve_rates, n_bootstrap=args.bootstrap, seed=args.seed, progress=not args.json and sys.stderr.isatty())
+    r = fit(args.csv or data.path(data.DAPO_CURVE), args.solve_rates, n_bootstrap=args.bootstrap, seed=args.seed, progress=not args.json and sys.stderr.isatty())
     if args.out:
         write_outputs(args.out, {"fit.json": r}, ("dapo_fit.png", lambda path: plot_dapo_fit(r, path)))
     if args.json:
