@@ -115,8 +115,9 @@ plt.show()
 # the logged curve; a generic two-parameter saturating curve is the baseline.
 #
 # The curve is the digitised Fig. 3b shipped with the package (`grpo_identity/data/`, with its
-# provenance); the distribution of solve rates is the shipped Big-Math histogram (215,608
-# problems), or the file `GRPO_IDENTITY_SOLVE_RATES` names, if set.
+# provenance); the distribution of solve rates is the shipped Big-Math histogram (every problem
+# of the paper's data set, its size printed below), or the file `GRPO_IDENTITY_SOLVE_RATES`
+# names, if set.
 
 # %%
 curve = data.path(data.DAPO_CURVE)

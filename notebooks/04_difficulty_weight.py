@@ -95,9 +95,9 @@ print(f"GRPO: raising a prompt from 1 % to 5 % gains as much as raising one from
 # ## Real solve rates
 #
 # The paper measures this on Big-Math (each problem with the solve rate of Llama-3.1-8B over 64
-# rollouts). Its exact solve-rate histogram ships with the package (`grpo_identity/data/`,
-# 215,608 problems; its header says how it was recovered from the paper's figure), so the numbers
-# below are Big-Math's and should match the paper's to the digits it prints. Set
+# rollouts). Its exact solve-rate histogram ships with the package (`grpo_identity/data/`, every
+# problem of the paper's count; its header says how it was recovered from the paper's figure), so
+# the numbers below are Big-Math's and should match the paper's to the digits it prints. Set
 # `GRPO_IDENTITY_SOLVE_RATES` to a local file (parquet, JSONL or CSV with a `llama8b_solve_rate`
 # column, or a `solve_rate,count` histogram) to use other solve rates.
 
