@@ -380,7 +380,7 @@ def plot_bernoulli(result: dict[str, Any], path: str) -> None:
         a.plot(steps, cv["silent_predicted"], "-", color=line.get_color(), lw=1)
     a.set_xlabel("step")
     a.set_ylabel("silent fraction")
-    a.set_title(f"(a) silent groups vs E[p^G+(1-p)^G], R² = {result['r2_silent']:.4f}", fontsize=9)
+    a.set_title(f"(a) silent groups vs E[p^G+(1-p)^G], R² (GRPO) = {result['r2_silent']:.4f}", fontsize=9)
     a.legend(fontsize=7)
 
     edges = np.asarray(result["mass_by_p"]["bin_edges"])

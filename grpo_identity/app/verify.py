@@ -204,10 +204,11 @@ def _run_item(name: str, value: float, spread: dict[str, Any] | None, why: str) 
 
 
 def _bernoulli(solve_rates: str | None = None, spread_path: Path | None = None) -> Iterator[Item]:
+    from grpo_identity.analysis.solve_rates import BIG_MATH
     from grpo_identity.trainer.bernoulli import BernoulliConfig, run_bernoulli
     from grpo_identity.trainer.bernoulli_seeds import quantities
 
-    config = BernoulliConfig(solve_rates=solve_rates)
+    config = BernoulliConfig(solve_rates=None if solve_rates == BIG_MATH else solve_rates)  # None: the shipped Big-Math
     r = run_bernoulli(config)
     ext, hard = r["extreme_share"], r["hard_final"]
     yield _item("controlled run", "autograd gradient equals the identity's σ (max abs error)", "exact", f"{r['identity_max_abs_err']:.2g}",
@@ -290,8 +291,16 @@ def _stored_lm(results: Path = STORED_RESULTS) -> Iterator[Item]:
                     err is not None and err <= REL_TOL, f"read from results/{run.name}, not re-run")
 
 
+#: what executing and rendering the notebooks imports (all in the 'notebooks' extra)
+_NOTEBOOK_MODULES = ("jupytext", "nbformat", "nbclient", "nbconvert", "ipykernel", "matplotlib", "jupyter_server_mathjax")
+
+
 def _render(out: Path) -> Iterator[Item]:
     from grpo_identity.app.render import render
+
+    for module in _NOTEBOOK_MODULES:  # a missing one is a skipped stage naming the extra, not a failure
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
     r = render(out / "notebooks", execute=True)
     for nb in r["notebooks"]:

@@ -73,7 +73,10 @@ def test_verify_end_to_end_holds_and_writes_the_report(tmp_path):
     assert r.returncode == 0 and out["all_ok"], failed
     assert {"name", "paper", "project", "ok"} <= set(out["items"][0])
     sections = {i["section"] for i in out["items"]}
-    assert {"proofs", "closed forms", "audits", "controlled run", "notebooks"} <= sections
+    assert {"proofs", "closed forms", "audits", "Big-Math", "controlled run", "DAPO", "notebooks"} <= sections
+    big_math = [i for i in out["items"] if i["section"] == "Big-Math"]
+    assert len(big_math) == 14 and all(i["status"] == "pass" for i in big_math)
+    assert not [i for i in out["items"] if i["section"] in ("controlled run", "DAPO") and i["status"] != "pass"]
     assert sum(i["section"] == "proofs" and i["ok"] for i in out["items"]) == 19
     assert (tmp_path / "report.html").exists() and (tmp_path / "notebooks" / "index.html").exists()
 
@@ -106,6 +109,11 @@ def test_the_stored_bernoulli_run_passes_every_controlled_run_item(monkeypatch):
     assert all(i.status == "pass" for i in items.values()), [i.name for i in items.values() if i.status != "pass"]
     assert seen["config"].solve_rates is None  # the shipped Big-Math histogram
     assert len(items) == 10
+
+
+def test_naming_the_shipped_histogram_is_the_default_and_keeps_the_spread_comparisons(monkeypatch):
+    items, seen = _bernoulli_items(monkeypatch, solve_rates="bigmath")
+    assert seen["config"].solve_rates is None and all(i.status == "pass" for i in items.values())
 
 
 def test_a_users_solve_rates_run_the_controlled_run_and_skip_the_spread_comparisons(monkeypatch):
@@ -304,3 +312,12 @@ def test_verify_bad_paths_are_one_line_exit_2_before_any_work(tmp_path, capsys, 
     code = main(["verify", "--no-render", "--no-frameworks", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_notebooks_without_their_extra_are_skipped_naming_it(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jupyter_server_mathjax" else real(name, *a))
+    (item,) = V._run_stage(V.Stage("notebooks", lambda: V._render(tmp_path), 5), lambda: None)
+    assert item.status == "skipped" and item.note == "this needs jupyter_server_mathjax: pip install 'grpo-identity[notebooks]'"
