@@ -1,7 +1,9 @@
 """Benchmark: the controlled Bernoulli-logit run at the paper's settings, three arms, autograd.
 
-Goal: the three arms (GRPO, Dr. GRPO, DAPO; M = 6000, G = 8, 150 steps) in at most 10 s on one
-CPU thread, every step differentiating the real loss and checking the identity.
+Goal: the three arms (GRPO, Dr. GRPO, DAPO; M = 6000, G = 8, 150 steps, initial solve rates from
+the shipped Big-Math histogram) plus the initial gradient-mass measurement (400 groups at p0) in
+at most 10 s on one CPU thread, every step differentiating the real loss and checking the
+identity.
 
     python benchmarks/bench_bernoulli.py [--repeat N] [--json]
 """

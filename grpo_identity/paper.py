@@ -6,6 +6,8 @@ Percentages are fractions here.
 
 from __future__ import annotations
 
+from typing import Any
+
 #: the tolerances ε of Corollary 2's columns (fidelity 90 %, 95 %, 99 %)
 GROUP_SIZE_EPS: tuple[float, ...] = (0.1, 0.05, 0.01)
 #: Corollary 2: p -> [(exact smallest G, G* as printed)] for ε = 0.1, 0.05, 0.01
@@ -23,9 +25,9 @@ ATTENUATION_FIRST_ORDER = {(8, 0.05): 0.67}
 DIFFICULTY_WEIGHT = {0.5: 2.0, 0.05: 4.6}
 DIFFICULTY_PENALTY = {0.5: 1.0, 0.1: 2.8, 0.05: 5.3}
 #: claim 6: DAPO Fig. 3b fits
-DAPO_FIT = {"competence_r2": 0.92, "competence_r2_bootstrap": (0.91, 0.96), "saturating_r2": 0.98}
+DAPO_FIT: dict[str, Any] = {"competence_r2": 0.92, "competence_r2_bootstrap": (0.91, 0.96), "saturating_r2": 0.98}
 #: claim 8: Big-Math (N = 215,608, Llama-3.1-8B over 64 rollouts)
-BIG_MATH = {
+BIG_MATH: dict[str, Any] = {
     "n": 215_608,
     "frac_p0": 0.040,
     "frac_p1": 0.072,
@@ -34,9 +36,23 @@ BIG_MATH = {
     "mass_share": {"grpo": {"extreme": 0.247, "medium": 0.175}, "dr_grpo": {"extreme": 0.139, "medium": 0.228}},
 }
 #: claim 9: the controlled run
-CONTROLLED_RUN = {
+CONTROLLED_RUN: dict[str, Any] = {
     "r2_silent": 0.999,
     "extreme_share": {"grpo": 0.170, "dr_grpo": 0.143},
     "hard_final": {"grpo": 0.99, "dr_grpo": 0.88},
     "dapo_oversample": 3.5,
+}
+#: decimals the paper prints each number with, in the units stored above (fractions):
+#: 4.0 % -> 3, 59 % -> 2, 13.9 % -> 3; 0.999 -> 3, 0.99 -> 2, 3.5x -> 1.  verify compares the
+#: project's value rounded to these decimals with the printed one.
+PRINTED_DECIMALS: dict[str, int] = {
+    "frac_p0": 3,
+    "frac_p1": 3,
+    "silent_closed_form": 2,
+    "silent_subsampled": 2,
+    "mass_share": 3,
+    "r2_silent": 3,
+    "extreme_share": 3,
+    "hard_final": 2,
+    "dapo_oversample": 1,
 }

@@ -26,19 +26,18 @@
 # `grpo_identity.paper`.
 
 # %%
-import json
 import os
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from grpo_identity import closed_forms as C
+from grpo_identity import data, paper
 from grpo_identity import dial as D
-from grpo_identity import paper
-from grpo_identity.app.notebook import prove, repo_root, statement, table
+from grpo_identity.analysis.dapo_fit import fit
+from grpo_identity.app.notebook import prove, statement, table
 
 plt.rcParams.update({"figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3})
-ROOT = repo_root()  # the parent of notebooks/, where results/ lies
 
 # %% [markdown]
 # ## How often a group is silent
@@ -115,23 +114,16 @@ plt.show()
 # consistency check sharpens all of them together with a single competence timescale and fits
 # the logged curve; a generic two-parameter saturating curve is the baseline.
 #
-# The curve is the digitised Fig. 3b where it is available beside the repository
-# (`../shared/data/`); otherwise the stored fit in `results/dapo_fit/fit.json` is shown. The
-# distribution of solve rates is the synthetic stand-in of `grpo_identity.analysis.solve_rates`
-# unless `GRPO_IDENTITY_SOLVE_RATES` names a Big-Math file.
+# The curve is the digitised Fig. 3b shipped with the package (`grpo_identity/data/`, with its
+# provenance); the distribution of solve rates is the shipped Big-Math histogram (every problem
+# of the paper's data set, its size printed below), or the file `GRPO_IDENTITY_SOLVE_RATES`
+# names, if set.
 
 # %%
-curve = ROOT.parent / "shared" / "data" / "dapo_fig3b_accuracy1_fraction.csv"
-solve_rates = os.environ.get("GRPO_IDENTITY_SOLVE_RATES") or None
-if curve.is_file():
-    from grpo_identity.analysis.dapo_fit import fit
-
-    result = fit(curve, solve_rates, n_bootstrap=200, seed=0)
-    where = f"fitted now from {curve.name} (200 bootstrap resamples)"
-else:
-    result = json.loads((ROOT / "results" / "dapo_fit" / "fit.json").read_text())
-    where = f"stored fit results/dapo_fit/fit.json ({result['n_bootstrap']} bootstrap resamples); the digitised curve is not beside this checkout"
-print(where)
+curve = data.path(data.DAPO_CURVE)
+solve_rates = os.environ.get("GRPO_IDENTITY_SOLVE_RATES") or None  # None: the shipped Big-Math histogram
+result = fit(curve, solve_rates, n_bootstrap=200, seed=0)
+print(f"fitted now from the shipped {curve.name} (200 bootstrap resamples)")
 print("solve rates:", result["solve_rate_source"])
 ci = lambda x: f"{x[0]:.2f}–{x[1]:.2f}" if x else "—"  # noqa: E731
 comp, sat = result["competence"], result["saturating"]

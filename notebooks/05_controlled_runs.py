@@ -74,9 +74,9 @@ cr = paper.CONTROLLED_RUN
 es = result["extreme_share"]
 rows = [
     ["R² of measured silent fraction vs E[p^G + (1−p)^G]", f"{result['r2_silent']:.4f}", cr["r2_silent"]],
-    ["gradient mass on extreme prompts, GRPO (measured, first step)", f"{100 * es['grpo']['measured']:.1f} %", f"{100 * cr['extreme_share']['grpo']:.1f} %"],
+    [f"gradient mass on extreme prompts, GRPO (measured, {cfg['mass_draws']} groups at p0)", f"{100 * es['grpo']['measured']:.1f} %", f"{100 * cr['extreme_share']['grpo']:.1f} %"],
     ["… GRPO, finite-G form E[g]", f"{100 * es['grpo']['finite_g']:.1f} %", ""],
-    ["gradient mass on extreme prompts, Dr. GRPO (measured, first step)", f"{100 * es['dr_grpo']['measured']:.1f} %", f"{100 * cr['extreme_share']['dr_grpo']:.1f} %"],
+    [f"gradient mass on extreme prompts, Dr. GRPO (measured, {cfg['mass_draws']} groups at p0)", f"{100 * es['dr_grpo']['measured']:.1f} %", f"{100 * cr['extreme_share']['dr_grpo']:.1f} %"],
     ["… Dr. GRPO, finite-G form E[σ²]", f"{100 * es['dr_grpo']['finite_g']:.1f} %", ""],
     *[[f"hardest initial quartile, final mean solve rate, {LABELS[a]}", f"{result['hard_final'][a]:.3f}", cr["hard_final"].get(a, "")] for a in ("grpo", "dr_grpo", "dapo")],
     ["DAPO samples / GRPO samples", f"{result['dapo_oversample']:.2f}×", f"{cr['dapo_oversample']}×"],
@@ -92,7 +92,7 @@ if "synthetic" in result["solve_rate_source"]:
 
 # %% [markdown]
 # The stored figure of the run: (a) the silent fraction of every step against the closed form at
-# the current solve rates, (b) the gradient mass by initial solve rate at the first step, (c) the
+# the current solve rates, (b) the gradient mass by initial solve rate, measured at the start, (c) the
 # hardest quartile over training.
 
 # %%

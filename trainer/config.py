@@ -36,13 +36,15 @@ class BernoulliConfig:
     seed: int = 0
     """Random seed (initial difficulties and rollouts; every arm uses the same seed)."""
     solve_rates: str | None = None
-    """Solve-rate source for the initial difficulties: a parquet/JSONL/CSV file, a histogram CSV, or hf:NAME; default: the documented synthetic stand-in."""
+    """Solve-rate source for the initial difficulties: bigmath (the shipped Big-Math histogram), a parquet/JSONL/CSV file, a histogram CSV, or hf:NAME; default: bigmath."""
     max_draws: int = 4
     """DAPO: draws of a group per prompt and step while it is silent (1 = no resampling)."""
     clip_low: float = 0.02
     """Initial solve rates are clipped to [clip_low, clip_high]."""
     clip_high: float = 0.98
     """Upper end of the clip on initial solve rates."""
+    mass_draws: int = 400
+    """Independent groups drawn at the initial solve rates to measure the share of gradient mass by difficulty."""
 
     def __post_init__(self) -> None:
         def whole(name: str, lo: int) -> None:
@@ -55,6 +57,7 @@ class BernoulliConfig:
         whole("steps", 1)
         whole("seed", 0)
         whole("max_draws", 1)
+        whole("mass_draws", 1)
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
         if not (0 < self.clip_low < self.clip_high < 1):

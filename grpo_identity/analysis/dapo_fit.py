@@ -16,7 +16,9 @@ resampled with replacement and the free parameters refitted; what the curve fixe
 logged step range and the plateau, stays that of the full curve).  The paper reports R² = 0.92 (bootstrap
 0.91–0.96) for the competence model against 0.98 for the saturating curve.  The expectation
 E_p runs over the interior solve rates (0 < p < 1) of the given distribution (the prompts a
-training run can still move), by default the documented synthetic stand-in.
+training run can still move), by default the shipped Big-Math histogram
+(:func:`grpo_identity.analysis.solve_rates.big_math`).  The bootstrap has at most
+``MAX_BOOTSTRAP`` resamples and keeps two floats per resample.
 
 numpy only: a bounded 1-D minimiser (log-spaced grid, then golden-section search) does the fits.
 
@@ -42,6 +44,7 @@ from grpo_identity.analysis.stats import r_squared
 
 __all__ = [
     "AVG_AT",
+    "MAX_BOOTSTRAP",
     "PLATEAU_POINTS",
     "read_curve",
     "minimise_scalar",
@@ -59,6 +62,8 @@ __all__ = [
 AVG_AT = 32
 #: the late plateau is the mean of the curve's last 8 points
 PLATEAU_POINTS = 8
+#: the most bootstrap resamples one fit accepts (each refits both models: ~ms of CPU apiece)
+MAX_BOOTSTRAP = 10_000
 
 FloatArray = npt.NDArray[np.float64]
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
@@ -75,8 +80,11 @@ def read_curve(path: str | Path) -> tuple[FloatArray, FloatArray]:
         raise FileNotFoundError(f"no such file: {path}")
     if not p.is_file():
         raise ValueError(f"{path} is not a file")
-    with p.open(newline="", encoding="utf-8-sig") as fh:
-        rows = [r for r in csv.reader(fh) if r and r[0].strip() and not r[0].lstrip().startswith("#")]
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{p.name} is not UTF-8 text (undecodable byte at offset {exc.start}); expected a CSV") from None
+    rows = [r for r in csv.reader(text.splitlines()) if r and r[0].strip() and not r[0].lstrip().startswith("#")]
     if rows and _numeric_pair(rows[0]) is None:
         rows = rows[1:]  # the header
     if not rows:
@@ -242,14 +250,14 @@ def fit(
 ) -> dict[str, Any]:
     """Fit DAPO's all-correct curve with both models, with bootstrap intervals of R².
 
-    ``solve_rates``: a :class:`SolveRates`, a file / ``hf:NAME`` spec, or None for the synthetic
-    stand-in.  Returns ``{"competence": {"tau", "t_end", "plateau", "start", "r2",
+    ``solve_rates``: a :class:`SolveRates`, a spec (``bigmath``, a file, ``hf:NAME``), or None
+    for the shipped Big-Math histogram.  ``n_bootstrap``: 0 to ``MAX_BOOTSTRAP`` resamples.  Returns ``{"competence": {"tau", "t_end", "plateau", "start", "r2",
     "r2_bootstrap"}, "saturating": {"a", "tau", "s0", "r2", "r2_bootstrap"}, "paper": …,
     "curve": {"step", "value", "competence", "saturating"}, "solve_rate_source", "n_points",
     "n_bootstrap", "seed"}``.
     """
-    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 0:
-        raise ValueError(f"n_bootstrap must be an integer >= 0, got {n_bootstrap!r}")
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or not 0 <= n_bootstrap <= MAX_BOOTSTRAP:
+        raise ValueError(f"n_bootstrap must be an integer from 0 to {MAX_BOOTSTRAP:,}, got {n_bootstrap!r}")
     steps, y = read_curve(curve_path)
     sr = resolve(solve_rates)
     comp = fit_competence(steps, y, sr)

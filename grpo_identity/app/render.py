@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from grpo_identity.app.report import output_folder  # the one check of an output folder
+from grpo_identity.foundation import require
 
 __all__ = [
     "NOTEBOOKS_DIR",
@@ -341,6 +342,7 @@ def render(
     relative to ``out``.  The notebooks run in the notebooks folder; they find ``results/`` in
     its parent (:func:`grpo_identity.app.notebook.repo_root`).
     """
+    require("jupytext", "nbformat", "nbclient", "nbconvert")  # before anything is written
     sources = find_notebooks(notebooks_dir)
     if pdf and not (shutil.which("xelatex") or browser_executable()):
         raise ValueError("--pdf needs xelatex (TeX) or a headless Chromium on PATH")

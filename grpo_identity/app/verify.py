@@ -1,13 +1,23 @@
 """The main job: prove, check, reproduce and render everything, then write one report.
 
 :func:`verify` proves every theorem, audits the built-in presets (and TRL and verl where
-installed), recomputes the paper's closed-form numbers, runs the controlled Bernoulli-logit run,
-fits DAPO's curve, summarises real data when a solve-rate file is given, reads the stored LM run
-and renders the notebooks.  Each comparison is an :class:`Item` (claim, paper value, project
-value, status); the report is written as ``report.json`` and ``report.html``.
+installed), recomputes the paper's closed-form numbers and its 14 Big-Math numbers (from the
+shipped histogram, or ``--solve-rates``), runs the controlled Bernoulli-logit run on those solve
+rates, fits DAPO's curve (shipped, or ``--dapo-curve``), reads the stored LM runs and renders
+the notebooks.  Each comparison is an :class:`Item` (claim, paper value, project value,
+status); the report is written as ``report.json`` and ``report.html``.
 
-Status ``pass`` / ``fail``, or ``skipped`` where an input is missing (no Big-Math file, no DAPO
-curve, a framework not installed): skipped items say why and do not make the run fail.
+How an item passes:
+
+* a number the paper prints: the project's value rounded to the paper's printed decimals
+  (``paper.PRINTED_DECIMALS``) equals the printed value (Big-Math, closed forms);
+* a number of the controlled run: within the tolerance its own seed-to-seed spread sets
+  (:func:`grpo_identity.trainer.bernoulli_seeds.tolerance`, spread read from
+  ``results/bernoulli_seeds/spread.json``).
+
+Status ``pass`` / ``fail``, or ``skipped`` where an input is missing (a framework or an optional
+package not installed, no stored seed spread for these settings): skipped items say why (and
+which extra to install) and do not make the run fail.
 """
 
 from __future__ import annotations
@@ -18,16 +28,21 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
-from grpo_identity import paper
+from grpo_identity import data, paper
+from grpo_identity.foundation import missing_extra
 
-__all__ = ["Item", "verify", "write_report", "DEFAULT_DAPO_CURVE"]
+__all__ = ["Item", "Stage", "verify", "write_report", "format_summary", "DEFAULT_DAPO_CURVE", "SEED_SPREAD", "TABLE_WIDTH"]
 
 ROOT = Path(__file__).resolve().parents[2]
-#: where the digitised DAPO Fig. 3b curve lies beside a checkout (not shipped with the package)
-DEFAULT_DAPO_CURVE = ROOT.parent / "shared" / "data" / "dapo_fig3b_accuracy1_fraction.csv"
+#: the digitised DAPO Fig. 3b curve shipped with the package
+DEFAULT_DAPO_CURVE = data.path(data.DAPO_CURVE)
 STORED_RESULTS = ROOT / "results"
+#: the controlled run's stored seed-to-seed spread (python -m grpo_identity.trainer.bernoulli_seeds)
+SEED_SPREAD = STORED_RESULTS / "bernoulli_seeds" / "spread.json"
+#: the terminal summary fits this many columns
+TABLE_WIDTH = 120
 
 
 @dataclass
@@ -59,39 +74,35 @@ def _skip(section: str, name: str, paper_value: Any, why: str) -> Item:
 
 
 # --- the stages -------------------------------------------------------------------------------
-def _proofs() -> list[Item]:
+def _proofs() -> Iterator[Item]:
     from grpo_identity.proofs import THEOREMS
 
-    items = []
     for t in THEOREMS:
         r = t.prove()
         note = "" if r.status == "proved" else f"residual: {r.residual}"
-        items.append(_item("proofs", f"{t.name} {t.title}", f"{t.paper_ref}", f"{r.status} in {r.seconds:.2f} s", r.status == "proved", note))
-    return items
+        yield _item("proofs", f"{t.name} {t.title}", f"{t.paper_ref}", f"{r.status} in {r.seconds:.2f} s", r.status == "proved", note)
 
 
-def _closed_forms() -> list[Item]:
+def _closed_forms() -> Iterator[Item]:
     from grpo_identity import closed_forms as C
 
-    items = []
     for row in C.group_size_table():
         exact, law = paper.GROUP_SIZE_TABLE[row["p"]][C.PAPER_TABLE_EPS.index(row["eps"])]
         name = f"group size p={row['p']}, fidelity {1 - row['eps']:.0%}"
         project = f"{row['G_exact']} ({round(row['G_law'])})"
-        items.append(_item("closed forms", name, f"{exact} ({law})", project, row["G_exact"] == exact and round(row["G_law"]) == law))
+        yield _item("closed forms", name, f"{exact} ({law})", project, row["G_exact"] == exact and round(row["G_law"]) == law)
     for (G, p), value in paper.FIDELITY.items():
         v = round(float(C.fidelity(G, p)), 4)
-        items.append(_item("closed forms", f"fidelity φ(G={G}, p={p})", f"{value:.4f}", f"{v:.4f}", v == value))
+        yield _item("closed forms", f"fidelity φ(G={G}, p={p})", f"{value:.4f}", f"{v:.4f}", v == value)
     for (G, p), value in paper.ATTENUATION_FIRST_ORDER.items():
         v = round(float(C.attenuation_first_order(G, p)), 2)
-        items.append(_item("closed forms", f"first-order law at G={G}, p={p}", value, v, v == value))
+        yield _item("closed forms", f"first-order law at G={G}, p={p}", value, v, v == value)
     for p, value in paper.DIFFICULTY_WEIGHT.items():
         v = round(float(C.difficulty_weight(p)), 1)
-        items.append(_item("closed forms", f"difficulty weight w({p})", value, v, v == value))
+        yield _item("closed forms", f"difficulty weight w({p})", value, v, v == value)
     for p, value in paper.DIFFICULTY_PENALTY.items():
         v = round(float(C.difficulty_weight(p)) ** 2 / 4, 1)
-        items.append(_item("closed forms", f"difficulty penalty 1/(4p(1−p)) at p={p}", value, v, v == value))
-    return items
+        yield _item("closed forms", f"difficulty penalty 1/(4p(1−p)) at p={p}", value, v, v == value)
 
 
 _PRESET_AUDITS = (("grpo", "grpo", "advantage"), ("dr_grpo", "dr_grpo", "advantage"), ("rloo", "rloo", "advantage"), ("dapo", "dapo", "filter"))
@@ -100,28 +111,26 @@ _FRAMEWORK_PAPER = "beyond the paper"
 _FRAMEWORK_AUDITS = (("trl", "trl", "grpo"), ("verl", "verl:grpo", "grpo"), ("verl", "verl:grpo_vectorized", "grpo"))
 
 
-def _audits(frameworks: bool, max_examples: int) -> list[Item]:
+def _audits(frameworks: bool, max_examples: int) -> Iterator[Item]:
     from grpo_identity.checks import audit
 
-    items = []
     for target, expect, kind in _PRESET_AUDITS:
         rep = audit(target, kind=kind, expect=expect, max_examples=max_examples)
-        items.append(_item("audits", f"audit preset {target} ({kind})", "identity holds (Theorem 1): pass", f"{rep.verdict} (matches {rep.matches})", rep.verdict == "pass"))
+        yield _item("audits", f"audit preset {target} ({kind})", "identity holds (Theorem 1): pass", f"{rep.verdict} (matches {rep.matches})", rep.verdict == "pass")
     for package, target, expect in _FRAMEWORK_AUDITS:
         name = f"audit {target} against {expect} (expected: GRPO up to Bessel's ddof 1 and ε)"
         if not frameworks:
-            items.append(_skip("audits", name, _FRAMEWORK_PAPER, "frameworks not requested"))
+            yield _skip("audits", name, _FRAMEWORK_PAPER, "frameworks not requested")
             continue
         if importlib.util.find_spec(package) is None:
-            items.append(_skip("audits", name, _FRAMEWORK_PAPER, f"{package} is not installed"))
+            yield _skip("audits", name, _FRAMEWORK_PAPER, f"{package} is not installed (make frameworks)")
             continue
         rep = audit(target, kind="advantage", expect=expect, max_examples=max_examples)
         inf = rep.inferred.to_dict() if hasattr(rep.inferred, "to_dict") else dict(rep.inferred)
         project = f"{rep.verdict}: centre {inf.get('centre')}, {inf.get('scale')}, ddof {inf.get('ddof')}, ε ≈ {inf.get('eps', 0):.2g}"
         silent = inf.get("silent_nonbinary_max_abs")
         note = f"{package} {_version(package)}" + (f"; silent groups of 0.1 rewards in fp32: max |Â| = {silent:.2g}" if silent is not None else "")
-        items.append(_item("audits", name, _FRAMEWORK_PAPER, project, rep.verdict in ("pass", "deviation"), note))
-    return items
+        yield _item("audits", name, _FRAMEWORK_PAPER, project, rep.verdict in ("pass", "deviation"), note)
 
 
 def _version(package: str) -> str:
@@ -135,106 +144,232 @@ def _version(package: str) -> str:
 
 #: the Bernoulli run is float64: the autograd gradient equals σ(k)·(s̄₊ − s̄₋) to rounding
 IDENTITY_ABS_TOL = 1e-10
+#: how each controlled-run number is printed in the report
+_RUN_FORMAT: dict[str, Callable[[float], str]] = {
+    "r2_silent": lambda x: f"{x:.4f}",
+    "extreme_share": lambda x: f"{100 * x:.2f} %",
+    "hard_final": lambda x: f"{x:.3f}",
+    "dapo_oversample": lambda x: f"{x:.3f}×",
+}
+_RUN_PAPER_FORMAT: dict[str, Callable[[float], str]] = {
+    "r2_silent": lambda x: f"{x:.3f}",
+    "extreme_share": lambda x: f"{100 * x:.1f} %",
+    "hard_final": lambda x: f"{x:.2f}",
+    "dapo_oversample": lambda x: f"{x:.1f}×",
+}
+_RUN_NAMES = {
+    "r2_silent": "R² of the GRPO arm's silent fraction vs E[p^G + (1−p)^G]",
+    "extreme_share.grpo": "extreme-prompt gradient share at p0, GRPO",
+    "extreme_share.dr_grpo": "extreme-prompt gradient share at p0, Dr. GRPO",
+    "hard_final.grpo": "hardest quartile final solve rate, GRPO",
+    "hard_final.dr_grpo": "hardest quartile final solve rate, Dr. GRPO",
+    "dapo_oversample": "DAPO samples per GRPO sample",
+}
 
 
-def _bernoulli(solve_rates: str | None = None) -> tuple[list[Item], dict[str, Any]]:
+def _paper_value(name: str) -> float:
+    v: Any = paper.CONTROLLED_RUN
+    for key in name.split("."):
+        v = v[key]
+    return float(v)
+
+
+def _load_spread(path: Path, config: Any) -> tuple[dict[str, Any] | None, str]:
+    """The stored seed spread if it was measured with ``config``'s settings (seed aside)."""
+    import dataclasses
+
+    if not path.is_file():
+        return None, f"no stored seed spread at {path.parent.name}/{path.name}: python -m grpo_identity.trainer.bernoulli_seeds --out {path.parent}"
+    spread = json.loads(path.read_text())
+    want = {k: v for k, v in dataclasses.asdict(config).items() if k != "seed"}
+    if spread.get("config") != want:
+        return None, f"the stored seed spread ({path.parent.name}) was measured with other settings or solve rates"
+    return spread, ""
+
+
+def _run_item(name: str, value: float, spread: dict[str, Any] | None, why: str) -> Item:
+    from grpo_identity.trainer.bernoulli_seeds import tolerance
+
+    top = name.split(".")[0]
+    want = _paper_value(name)
+    label, shown = _RUN_NAMES[name], _RUN_FORMAT[top](value)
+    if spread is None:
+        return Item("controlled run", label, _RUN_PAPER_FORMAT[top](want), shown, "skipped", why)
+    sd, n = float(spread["sd"][name]), len(spread["seeds"])
+    tol = tolerance(sd, paper.PRINTED_DECIMALS[top])
+    scale = 100.0 if top == "extreme_share" else 1.0
+    note = (f"tolerance ±{scale * tol:.2g}{' pt' if scale != 1 else ''} = 3·√2·s + half the paper's last digit; "
+            f"s = {scale * sd:.2g} over {n} seeds (mean {_RUN_FORMAT[top](spread['mean'][name])})")
+    return _item("controlled run", label, _RUN_PAPER_FORMAT[top](want), f"{shown} (±{scale * tol:.2g}{' pt' if scale != 1 else ''})", abs(value - want) <= tol, note)
+
+
+def _bernoulli(solve_rates: str | None = None, spread_path: Path | None = None) -> Iterator[Item]:
+    from grpo_identity.analysis.solve_rates import BIG_MATH
     from grpo_identity.trainer.bernoulli import BernoulliConfig, run_bernoulli
+    from grpo_identity.trainer.bernoulli_seeds import quantities
 
-    r = run_bernoulli(BernoulliConfig(solve_rates=solve_rates))
-    ref = paper.CONTROLLED_RUN
+    config = BernoulliConfig(solve_rates=None if solve_rates == BIG_MATH else solve_rates)  # None: the shipped Big-Math
+    r = run_bernoulli(config)
     ext, hard = r["extreme_share"], r["hard_final"]
-    src = r["solve_rate_source"]
-    items = [
-        _item("controlled run", "autograd gradient equals the identity's σ (max abs error)", "exact", f"{r['identity_max_abs_err']:.2g}", r["identity_max_abs_err"] <= IDENTITY_ABS_TOL),
-        _item("controlled run", "R² of silent fraction against E[p^G + (1−p)^G]", ref["r2_silent"], round(r["r2_silent"], 4), round(r["r2_silent"], 3) >= ref["r2_silent"]),
-        _item("controlled run", "extreme-prompt gradient share, GRPO > Dr. GRPO",
-              f"{ref['extreme_share']['grpo']:.1%} > {ref['extreme_share']['dr_grpo']:.1%}",
-              f"{ext['grpo']['measured']:.1%} > {ext['dr_grpo']['measured']:.1%}", ext["grpo"]["measured"] > ext["dr_grpo"]["measured"],
-              f"solve rates: {src}"),
-        _item("controlled run", "measured extreme share equals the finite-G closed form (±1 pt)", "—",
-              f"GRPO {ext['grpo']['measured']:.3f} vs {ext['grpo']['finite_g']:.3f}; Dr. GRPO {ext['dr_grpo']['measured']:.3f} vs {ext['dr_grpo']['finite_g']:.3f}",
-              all(abs(ext[a]["measured"] - ext[a]["finite_g"]) <= 0.01 for a in ("grpo", "dr_grpo"))),
-        _item("controlled run", "hardest quartile final solve rate, GRPO > Dr. GRPO",
-              f"{ref['hard_final']['grpo']} vs {ref['hard_final']['dr_grpo']}", f"{hard['grpo']:.3f} vs {hard['dr_grpo']:.3f}",
-              hard["grpo"] > hard["dr_grpo"] and hard["grpo"] >= 0.95),
-        _item("controlled run", "DAPO fastest on the hardest quartile", "DAPO fastest", f"DAPO {hard['dapo']:.3f}", hard["dapo"] >= max(hard["grpo"], hard["dr_grpo"])),
-        _item("controlled run", "DAPO oversampling factor", f"{ref['dapo_oversample']}×", f"{r['dapo_oversample']:.2f}×", abs(r["dapo_oversample"] - ref["dapo_oversample"]) <= 0.5),
-    ]
-    return items, r
+    yield _item("controlled run", "autograd gradient equals the identity's σ (max abs error)", "exact", f"{r['identity_max_abs_err']:.2g}",
+                r["identity_max_abs_err"] <= IDENTITY_ABS_TOL, f"solve rates: {r['solve_rate_source']}")
+    spread, why = _load_spread(SEED_SPREAD if spread_path is None else spread_path, config)
+    for name, value in quantities(r).items():
+        yield _run_item(name, value, spread, why)
+    yield _item("controlled run", "extreme share at p0, GRPO > Dr. GRPO", "17.0 % > 14.3 %",
+                f"{ext['grpo']['measured']:.1%} > {ext['dr_grpo']['measured']:.1%}", ext["grpo"]["measured"] > ext["dr_grpo"]["measured"])
+    yield _item("controlled run", "measured extreme share equals the finite-G form (±1 pt)", "finite-G forms",
+                f"{ext['grpo']['measured']:.3f} vs {ext['grpo']['finite_g']:.3f}; {ext['dr_grpo']['measured']:.3f} vs {ext['dr_grpo']['finite_g']:.3f}",
+                all(abs(ext[a]["measured"] - ext[a]["finite_g"]) <= 0.01 for a in ("grpo", "dr_grpo")), "GRPO; Dr. GRPO: measured vs E[g] / p(1−p)(1−1/G)")
+    yield _item("controlled run", "hardest quartile: GRPO > Dr. GRPO, DAPO fastest", "0.99 > 0.88, DAPO fastest",
+                f"{hard['grpo']:.3f} > {hard['dr_grpo']:.3f}; DAPO {hard['dapo']:.3f}", hard["dapo"] >= hard["grpo"] > hard["dr_grpo"])
 
 
-def _dapo_fit(curve: Path | None, solve_rates: str | None) -> list[Item]:
+def _dapo_fit(curve: Path | None, solve_rates: str | None) -> Iterator[Item]:
     ref = paper.DAPO_FIT
-    if curve is None or not Path(curve).is_file():
-        return [_skip("DAPO", "fit of Fig. 3b with E_p[p^32] (one timescale)", ref["competence_r2"], f"no DAPO curve at {curve}; pass --dapo-curve")]
+    if curve is None:
+        yield _skip("DAPO", "fit of Fig. 3b with E_p[p^32] (one timescale)", ref["competence_r2"], "no DAPO curve given")
+        return
     from grpo_identity.analysis.dapo_fit import fit
 
     r = fit(curve, solve_rates, n_bootstrap=200)
     c, s = r["competence"], r["saturating"]
     lo, hi = c["r2_bootstrap"]
-    return [
-        _item("DAPO", "R² of E_p[p^32] under one timescale", f"{ref['competence_r2']} ({ref['competence_r2_bootstrap'][0]}–{ref['competence_r2_bootstrap'][1]})",
-              f"{c['r2']:.3f} ({lo:.3f}–{hi:.3f})", c["r2"] >= ref["competence_r2_bootstrap"][0],
-              f"pass: at least the paper's bootstrap lower bound; solve rates: {r['solve_rate_source']}"),
-        _item("DAPO", "R² of the two-parameter saturating curve (better, as in the paper)", ref["saturating_r2"], f"{s['r2']:.3f}",
-              round(s["r2"], 2) == ref["saturating_r2"] and s["r2"] >= c["r2"], "independent of the solve rates: the paper's value to 2 decimals"),
-    ]
+    yield _item("DAPO", "R² of E_p[p^32] under one timescale", f"{ref['competence_r2']} ({ref['competence_r2_bootstrap'][0]}–{ref['competence_r2_bootstrap'][1]})",
+                f"{c['r2']:.3f} ({lo:.3f}–{hi:.3f})", c["r2"] >= ref["competence_r2_bootstrap"][0],
+                f"pass: at least the paper's bootstrap lower bound; solve rates: {r['solve_rate_source']}")
+    yield _item("DAPO", "R² of the two-parameter saturating curve (better)", ref["saturating_r2"], f"{s['r2']:.3f}",
+                round(s["r2"], 2) == ref["saturating_r2"] and s["r2"] >= c["r2"], "independent of the solve rates: the paper's value to 2 decimals")
 
 
-def _realdata(solve_rates: str | None) -> list[Item]:
+def _realdata_expected() -> int:
     ref = paper.BIG_MATH
-    if solve_rates is None:
-        return [_skip("Big-Math", "Big-Math solve-rate numbers (claim 8)", "4.0 % / 7.2 % …", "no Big-Math file; pass --solve-rates PATH (or hf:open-r1/Big-Math-RL-Verified-Processed online)")]
+    return 2 + len(ref["silent_closed_form"]) + len(ref["silent_subsampled"]) + sum(len(v) for v in ref["mass_share"].values())
+
+
+def _realdata(solve_rates: str | None) -> Iterator[Item]:
+    """The 14 Big-Math numbers of claim 8, each rounded to the paper's printed decimals."""
     from grpo_identity.analysis.realdata import summarise
     from grpo_identity.analysis.solve_rates import resolve
 
+    ref, dec = paper.BIG_MATH, paper.PRINTED_DECIMALS
     s = summarise(resolve(solve_rates))
+    note = f"{s['source']}; the project's value rounded to the paper's printed digits"
 
-    def close(name: str, want: float, got: float, tol: float) -> Item:
-        return _item("Big-Math", name, f"{want:.1%}", f"{got:.1%}", abs(got - want) <= tol)
+    def printed(name: str, key: str, want: float, got: float) -> Item:
+        d = dec[key]
+        shown = f"{100 * want:.{max(d - 2, 0)}f} %"
+        return _item("Big-Math", name, shown, f"{100 * got:.{max(d - 2, 0) + 2}f} %", round(got, d) == round(want, d), note)
 
-    items = [close("fraction with p̂ = 0", ref["frac_p0"], s["frac_p0"], 0.0006), close("fraction with p̂ = 1", ref["frac_p1"], s["frac_p1"], 0.0006)]
+    yield printed("fraction with p̂ = 0", "frac_p0", ref["frac_p0"], s["frac_p0"])
+    yield printed("fraction with p̂ = 1", "frac_p1", ref["frac_p1"], s["frac_p1"])
     for G, want in ref["silent_closed_form"].items():
-        items.append(close(f"silent fraction, closed form, G={G}", want, s["silent_closed_form"][G], 0.006))
+        yield printed(f"silent fraction, closed form, G={G}", "silent_closed_form", want, s["silent_closed_form"][G])
     for G, want in ref["silent_subsampled"].items():
-        items.append(close(f"silent fraction, {G} of 64 logged rollouts", want, s["silent_subsampled"][G], 0.006))
+        yield printed(f"silent fraction, G={G} of 64 logged rollouts", "silent_subsampled", want, s["silent_subsampled"][G])
     for arm, shares in ref["mass_share"].items():
         for part, want in shares.items():
-            items.append(close(f"{arm} gradient-mass share on {part} prompts", want, s["mass_share"][arm][part], 0.0006))
-    return items
+            label = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO"}[arm]
+            yield printed(f"{label} gradient-mass share on {part} prompts", "mass_share", want, s["mass_share"][arm][part])
 
 
-def _stored_lm(results: Path = STORED_RESULTS) -> list[Item]:
+def _stored_lm(results: Path = STORED_RESULTS) -> Iterator[Item]:
     """One item per stored language-model run ``results/lm-*/summary.json`` (read, not re-run)."""
     from grpo_identity.trainer.lm.identity import REL_TOL
 
     runs = sorted(p.parent for p in results.glob("lm-*/summary.json"))
     if not runs:
         name = "LM trainer: identity g = c(k,G)(s̄₊ − s̄₋) in a transformer"
-        return [_skip("LM trainer", name, "beyond the paper", f"no stored run under {results.name}/lm-*")]
-    items = []
+        yield _skip("LM trainer", name, "beyond the paper", f"no stored run under {results.name}/lm-*")
+        return
     for run in runs:
         s = json.loads((run / "summary.json").read_text())
         err = s.get("identity_max_rel_err")
         project = f"max rel err {err:.2g} over {s.get('groups_checked')} groups" if err is not None else "no identity_max_rel_err"
-        items.append(_item("LM trainer", f"LM trainer {run.name}: identity g = c(k,G)(s̄₊ − s̄₋) in a transformer",
-                           f"beyond the paper (fp32 goal ≤ {REL_TOL:.0e})", project,
-                           err is not None and err <= REL_TOL, f"read from results/{run.name}, not re-run"))
-    return items
+        yield _item("LM trainer", f"LM trainer {run.name}: identity g = c(k,G)(s̄₊ − s̄₋) in a transformer",
+                    f"beyond the paper (fp32 goal ≤ {REL_TOL:.0e})", project,
+                    err is not None and err <= REL_TOL, f"read from results/{run.name}, not re-run")
 
 
-def _render(out: Path) -> list[Item]:
+#: what executing and rendering the notebooks imports (all in the 'notebooks' extra)
+_NOTEBOOK_MODULES = ("jupytext", "nbformat", "nbclient", "nbconvert", "ipykernel", "matplotlib", "jupyter_server_mathjax")
+
+
+def _render(out: Path) -> Iterator[Item]:
     from grpo_identity.app.render import render
 
+    for module in _NOTEBOOK_MODULES:  # a missing one is a skipped stage naming the extra, not a failure
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
     r = render(out / "notebooks", execute=True)
-    items = []
     for nb in r["notebooks"]:
         ok = nb["errors"] == 0
-        items.append(_item("notebooks", f"notebook {nb['name']} executes and renders", "—", f"{nb['errors']} error cells, {nb['figures']} figures, {nb['seconds']:.1f} s", ok))
-    return items
+        yield _item("notebooks", f"notebook {nb['name']} executes and renders", "—", f"{nb['errors']} error cells, {nb['figures']} figures, {nb['seconds']:.1f} s", ok)
 
 
 # --- the job ----------------------------------------------------------------------------------
+@dataclass
+class Stage:
+    """One stage of the job: its section name, the items it yields, how many it will yield."""
+
+    name: str
+    run: Callable[[], Iterable[Item]]
+    expected: int
+
+
+def _notebook_count() -> int:
+    from grpo_identity.app.render import NOTEBOOKS_DIR
+
+    return max(1, len(list(NOTEBOOKS_DIR.glob("[0-9]*.py"))))
+
+
+def _stages(out: Path, solve_rates: str | None, dapo_curve: Path | None, frameworks: bool, render: bool, max_examples: int) -> list[Stage]:
+    from grpo_identity.trainer.bernoulli_seeds import QUANTITIES
+
+    n_closed = sum(len(v) for v in paper.GROUP_SIZE_TABLE.values()) + len(paper.FIDELITY) + len(paper.ATTENUATION_FIRST_ORDER)
+    n_closed += len(paper.DIFFICULTY_WEIGHT) + len(paper.DIFFICULTY_PENALTY)
+    try:
+        from grpo_identity.proofs import THEOREMS
+
+        n_proofs = len(THEOREMS)
+    except ImportError:  # the stage itself reports it
+        n_proofs = 1
+    stages = [
+        Stage("proofs", _proofs, n_proofs),
+        Stage("closed forms", _closed_forms, n_closed),
+        Stage("audits", lambda: _audits(frameworks, max_examples), len(_PRESET_AUDITS) + len(_FRAMEWORK_AUDITS)),
+        Stage("Big-Math", lambda: _realdata(solve_rates), _realdata_expected()),
+        Stage("controlled run", lambda: _bernoulli(solve_rates), 1 + len(QUANTITIES) + 3),
+        Stage("DAPO", lambda: _dapo_fit(dapo_curve, solve_rates), 2),
+        Stage("LM trainer", _stored_lm, max(1, len(list(STORED_RESULTS.glob("lm-*/summary.json"))))),
+    ]
+    if render:
+        stages.append(Stage("notebooks", lambda: _render(out), _notebook_count()))
+    return stages
+
+
+def _run_stage(stage: Stage, tick: Callable[[], None]) -> list[Item]:
+    """The stage's items; an exception becomes one failed item (or a skipped one naming the
+    extra to install, when an optional package is missing), never a lost report."""
+    items: list[Item] = []
+    try:
+        for item in stage.run():
+            items.append(item)
+            tick()
+    except ImportError as exc:
+        hint = missing_extra(exc)
+        if hint is None:
+            items.append(Item(stage.name, f"{stage.name} stage ran", "—", f"{type(exc).__name__}: {exc}".splitlines()[0], "fail"))
+        else:
+            items.append(Item(stage.name, f"{stage.name} stage", "—", None, "skipped", hint))
+        tick()
+    except Exception as exc:  # a broken stage is a failed item, never a lost report
+        items.append(Item(stage.name, f"{stage.name} stage ran", "—", f"{type(exc).__name__}: {exc}".splitlines()[0], "fail"))
+        tick()
+    return items
+
+
 def verify(
     out: str | Path = "out/verify",
     *,
@@ -247,46 +382,37 @@ def verify(
 ) -> dict[str, Any]:
     """Run every stage and write ``report.json`` and ``report.html`` into ``out``.
 
-    Returns ``{"all_ok": bool, "seconds": float, "items": [{"section", "name", "paper",
-    "project", "ok", "status", "note"}], "report": {"json", "html"}}``; ``all_ok`` is True when no
-    item failed (skipped items say why in ``note``).
+    ``solve_rates``: a spec for the Big-Math numbers and the controlled run (None: the shipped
+    histogram).  Returns ``{"all_ok": bool, "seconds": float, "stage_seconds", "counts",
+    "items": [{"section", "name", "paper", "project", "ok", "status", "note"}], "report":
+    {"json", "html"}}``; ``all_ok`` is True when no item failed (skipped items say why).
     """
+    from grpo_identity.analysis.solve_rates import BIG_MATH
     from grpo_identity.app.render import output_folder
 
     out = output_folder(out)
-    if solve_rates is not None and not str(solve_rates).startswith("hf:") and not Path(solve_rates).is_file():
+    if solve_rates is not None and solve_rates != BIG_MATH and not str(solve_rates).startswith("hf:") and not Path(solve_rates).is_file():
         raise ValueError(f"--solve-rates: no such file: {solve_rates}")
     start = time.perf_counter()
-    stages: list[tuple[str, Callable[[], list[Item]]]] = [
-        ("proofs", _proofs),
-        ("closed forms", _closed_forms),
-        ("audits", lambda: _audits(frameworks, max_examples)),
-        ("controlled run", lambda: _bernoulli(solve_rates)[0]),
-        ("DAPO fit", lambda: _dapo_fit(Path(dapo_curve) if dapo_curve else None, solve_rates)),
-        ("real data", lambda: _realdata(solve_rates)),
-        ("LM trainer", _stored_lm),
-    ]
-    if render:
-        stages.append(("notebooks", lambda: _render(out)))
+    stages = _stages(out, solve_rates, Path(dapo_curve) if dapo_curve else None, frameworks, render, max_examples)
     items: list[Item] = []
     timings: dict[str, float] = {}
     bar: Any = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(stages), desc="verify", unit="stage", leave=False)
+        bar = tqdm(total=sum(s.expected for s in stages), desc="verify", unit="item", leave=False)
     try:
-        for name, stage in stages:
+        for stage in stages:
             if bar is not None:
-                bar.set_postfix_str(name)
+                bar.set_postfix_str(stage.name)
             t = time.perf_counter()
-            try:
-                items.extend(stage())
-            except Exception as exc:  # a broken stage is a failed item, never a lost report
-                items.append(Item(name, f"{name} stage ran", "—", f"{type(exc).__name__}: {exc}".splitlines()[0], "fail"))
-            timings[name] = round(time.perf_counter() - t, 2)
-            if bar is not None:
-                bar.update(1)
+            got = _run_stage(stage, (lambda: bar.update(1)) if bar is not None else (lambda: None))
+            if bar is not None and len(got) != stage.expected:  # keep the total honest
+                bar.total += len(got) - stage.expected
+                bar.refresh()
+            items.extend(got)
+            timings[stage.name] = round(time.perf_counter() - t, 2)
     finally:
         if bar is not None:
             bar.close()
@@ -359,15 +485,39 @@ tr.section th {{ background: #f6f8fa; padding-top: 1em; }} .note {{ color: #656d
 """
 
 
-def format_summary(result: dict[str, Any]) -> str:
-    """The summary table for people."""
+def _fit_widths(natural: list[int], floors: list[int], budget: int) -> list[int]:
+    """Column widths within ``budget`` characters: the widest column gives way first, never
+    below its floor."""
+    widths = list(natural)
+    while sum(widths) > budget:
+        i = max(range(len(widths)), key=lambda j: widths[j] - floors[j])
+        if widths[i] <= floors[i]:
+            break
+        widths[i] -= 1
+    return widths
+
+
+def format_summary(result: dict[str, Any], width: int = TABLE_WIDTH) -> str:
+    """The summary table for people, at most ``width`` characters a line: one title line per
+    section, then its items (long cells end in "…"; the HTML report has them in full)."""
     from grpo_identity.app.report import format_table
 
-    def cut(v: Any, n: int = 48) -> str:
-        t = _cell(v)
+    headers = ["claim", "paper", "project", "status"]
+    items = result["items"]
+    rows = [["  " + i["name"], _cell(i["paper"]), _cell(i["project"]), i["status"]] for i in items]
+    natural = [max([len(h)] + [len(r[c]) for r in rows]) for c, h in enumerate(headers)]
+    floors = [min(f, n) for f, n in zip([40, 16, 24, natural[3]], natural)]
+    widths = _fit_widths(natural, floors, width - 2 * (len(headers) - 1))
+
+    def cut(t: str, n: int) -> str:
         return t if len(t) <= n else t[: n - 1] + "…"
 
-    rows = [[i["section"], cut(i["name"], 60), cut(i["paper"]), cut(i["project"]), i["status"]] for i in result["items"]]
+    lines = format_table([[cut(v, w) for v, w in zip(r, widths)] for r in rows], headers).split("\n")
+    out, section = lines[:2], None
+    for item, line in zip(items, lines[2:]):
+        if item["section"] != section:
+            section = item["section"]
+            out.append(section)
+        out.append(line)
     c = result["counts"]
-    tail = f"\n{c['pass']} passed, {c['fail']} failed, {c['skipped']} skipped in {result['seconds']:.1f} s"
-    return format_table(rows, ["section", "claim", "paper", "project", "status"]) + tail
+    return "\n".join(out) + f"\n{c['pass']} passed, {c['fail']} failed, {c['skipped']} skipped in {result['seconds']:.1f} s"

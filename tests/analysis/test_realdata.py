@@ -107,7 +107,7 @@ def test_a_histogram_gives_the_same_summary_as_its_problems():
 
 
 def test_rates_that_are_not_multiples_of_one_over_n_are_rejected_for_subsampling():
-    with pytest.raises(ValueError, match="multiple of 1/64"):
+    with pytest.raises(ValueError, match="not multiples of 1/64"):
         summarise([0.3])
 
 
@@ -138,3 +138,39 @@ def test_subsampled_rate_is_the_exact_ratio_rounded_once():
         for k in range(65):
             exact = Fraction(math.comb(k, G) + math.comb(64 - k, G), math.comb(64, G))
             assert subsampled_silent_rate(G, k, 64) == float(exact)
+
+
+# --- the shipped Big-Math histogram and bad input --------------------------------------------
+def test_the_shipped_big_math_histogram_gives_the_papers_fourteen_numbers_at_its_printed_precision():
+    from grpo_identity.analysis.solve_rates import big_math
+
+    s = summarise(big_math())
+    pct = lambda x, d: round(100 * x, d)  # noqa: E731
+    # the paper's text (claim 8), typed here from the paper, not read from grpo_identity.paper
+    assert (s["n"], pct(s["frac_p0"], 1), pct(s["frac_p1"], 1)) == (215_608, 4.0, 7.2)
+    assert [pct(s["silent_closed_form"][g], 0) for g in ("4", "8", "16", "32", "64")] == [59, 44, 32, 23, 17]
+    assert [pct(s["silent_subsampled"][g], 0) for g in ("4", "8", "16")] == [59, 43, 30]
+    ms = s["mass_share"]
+    assert (pct(ms["dr_grpo"]["extreme"], 1), pct(ms["grpo"]["extreme"], 1)) == (13.9, 24.7)
+    assert (pct(ms["dr_grpo"]["medium"], 1), pct(ms["grpo"]["medium"], 1)) == (22.8, 17.5)
+    assert s["off_grid_share"] == 0.0
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 2.5, "64"])
+def test_a_number_of_rollouts_below_one_or_not_an_integer_is_rejected_in_one_line(bad):
+    with pytest.raises(ValueError, match=r"^num_rollouts must be an integer >= 1, got ") as e:
+        summarise(RATES, num_rollouts=bad)
+    assert "np." not in str(e.value)
+
+
+def test_a_few_rates_off_the_grid_are_rounded_to_the_nearest_k_as_the_paper_does():
+    on, off = [36 / 64] * 199, [5 / 9]  # 64·5/9 = 35.6: rounds to k = 36 (not down to 35)
+    s = summarise(on + off)
+    assert s["off_grid_share"] == pytest.approx(1 / 200)
+    assert s["silent_subsampled"] == pytest.approx(summarise(on + [36 / 64])["silent_subsampled"], rel=1e-12)
+
+
+def test_many_rates_off_the_grid_are_an_error_naming_the_share_as_a_plain_number():
+    with pytest.raises(ValueError, match=r"2 % of the solve rates in array are not multiples of 1/64 \(e\.g\. 0\.3\)") as e:
+        summarise([0.5] * 98 + [0.3] * 2)
+    assert "np." not in str(e.value)

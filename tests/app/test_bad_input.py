@@ -22,7 +22,6 @@ CASES = [
     (["no-such-command"], "invalid choice"),
     (["closed-forms", "--bogus"], "unrecognized arguments: --bogus"),
     (["train"], "required: MODEL"),
-    (["realdata"], "required: PATH"),
     # closed-forms
     (["closed-forms", "--G", "1"], "argument --G: must be an integer from 2 to 1,000,000, got 1"),
     (["closed-forms", "--G", "-5"], "--G"),

@@ -197,8 +197,8 @@ def test_notebook_prose_types_no_number_that_code_should_print():
 
 @pytest.mark.slow
 def test_notebooks_that_read_data_run_without_the_shared_folder(tmp_path):
-    """A checkout without ../shared/data: notebook 03 falls back to the stored fit, 04 to the
-    synthetic stand-in, 05 reads results/; none raises."""
+    """A checkout without ../shared/data: notebooks 03 and 04 use the data shipped with the
+    package, 05 reads results/; none raises."""
     import shutil
 
     repo = tmp_path / "checkout"
@@ -210,4 +210,4 @@ def test_notebooks_that_read_data_run_without_the_shared_folder(tmp_path):
     report = render(tmp_path / "out", notebooks_dir=repo / "notebooks")
     assert report["ok"], report["notebooks"]
     page = (tmp_path / "out" / "03_silent_groups.html").read_text()
-    assert "stored fit results/dapo_fit/fit.json" in page
+    assert "fitted now from the shipped dapo_fig3b_accuracy1_fraction.csv" in page and "Big-Math" in page

@@ -30,7 +30,7 @@ def cheap_verify(monkeypatch):
     for stage in ("_proofs", "_closed_forms", "_stored_lm"):
         monkeypatch.setattr(V, stage, lambda stage=stage: one(stage))
     monkeypatch.setattr(V, "_audits", lambda frameworks, n: one("audits"))
-    monkeypatch.setattr(V, "_bernoulli", lambda solve_rates=None: (one("bernoulli"), {}))
+    monkeypatch.setattr(V, "_bernoulli", lambda solve_rates=None, spread_path=None: one("bernoulli"))
     monkeypatch.setattr(V, "_dapo_fit", lambda curve, solve_rates: one("dapo"))
     monkeypatch.setattr(V, "_realdata", lambda solve_rates: one("realdata"))
 
@@ -43,7 +43,7 @@ CASES = {
     "realdata": (["realdata", "{rates}"], "silent fraction", {"frac_p0", "silent_closed_form", "mass_share"}),
     "dapo-fit": (["dapo-fit", CURVE, "--bootstrap", "5"], "model", {"competence", "saturating", "n_points"}),
     "prove": (["prove", "-k", "T2"], "theorem  title", {"all_proved", "theorems"}),
-    "verify": (["verify", "--no-render", "--no-frameworks", "--out", "{tmp}/verify"], "section", {"all_ok", "counts", "items"}),
+    "verify": (["verify", "--no-render", "--no-frameworks", "--out", "{tmp}/verify"], "claim", {"all_ok", "counts", "items"}),
 }
 SLOW_CASES = {
     "train lm": (TINY_LM, "mode  aggregation", {"identity_max_rel_err", "modes", "groups_checked"}),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -11,9 +13,10 @@ torch = pytest.importorskip("torch")
 
 from grpo_identity.analysis.stats import r_squared  # noqa: E402
 from grpo_identity.foundation import dumps  # noqa: E402
+from grpo_identity.trainer import bernoulli as B  # noqa: E402
 from grpo_identity.trainer.bernoulli import BernoulliConfig, initial_solve_rates, run_bernoulli  # noqa: E402
 
-SMALL = BernoulliConfig(num_prompts=300, steps=12, seed=3)
+SMALL = BernoulliConfig(num_prompts=300, steps=12, seed=3, mass_draws=50)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,7 @@ def test_autograd_gradient_of_a_hand_written_grpo_loss_is_minus_sigma():
 
 def test_every_autograd_gradient_matches_the_identity(small_result):
     assert small_result["identity_max_abs_err"] < 1e-12
-    assert set(small_result["identity_max_abs_err_by_arm"]) == {"grpo", "dr_grpo", "dapo"}
+    assert set(small_result["identity_max_abs_err_by_arm"]) == {"grpo", "dr_grpo", "dapo", "initial_mass"}
 
 
 def test_the_result_has_the_documented_keys_and_is_json(small_result):
@@ -46,13 +49,13 @@ def test_the_result_has_the_documented_keys_and_is_json(small_result):
         assert set(r["extreme_share"][arm]) == {"measured", "finite_g", "large_g"}
         assert all(0 <= v <= 1 for v in r["extreme_share"][arm].values())
     assert set(r["hard_final"]) == {"grpo", "dr_grpo", "dapo"}
-    assert r["config"]["num_prompts"] == 300 and r["solve_rate_source"].startswith("synthetic default")
+    assert r["config"]["num_prompts"] == 300 and r["solve_rate_source"].startswith("Big-Math")
     assert len(r["curves"]["grpo"]["silent_measured"]) == 12
 
 
 def test_the_same_seed_gives_the_same_run_and_another_seed_does_not(small_result):
     again = run_bernoulli(SMALL)
-    other = run_bernoulli(BernoulliConfig(num_prompts=300, steps=12, seed=4))
+    other = run_bernoulli(dataclasses.replace(SMALL, seed=4))
     assert again["curves"] == small_result["curves"]
     assert other["hard_final"] != small_result["hard_final"]
 
@@ -128,3 +131,61 @@ def test_a_nan_in_the_identity_check_is_reported_not_dropped(monkeypatch):
     monkeypatch.setattr(D, "coefficient", lambda dial, k, G, **kw: np.full(np.shape(k), np.nan))
     r = run_bernoulli(BernoulliConfig(num_prompts=40, steps=2))
     assert np.isnan(r["identity_max_abs_err"])
+
+
+# --- the paper's definitions ------------------------------------------------------------------
+def test_the_hardest_quartile_is_every_prompt_at_or_below_the_quantile_ties_included():
+    p0 = np.array([0.02] * 3 + [0.5] * 5)  # the 25 % quantile is 0.02: three prompts, not round(0.25 · 8) = 2
+    assert B.hardest_quartile(p0).tolist() == [True] * 3 + [False] * 5
+
+
+def test_extreme_bins_are_those_centred_below_0_1_or_above_0_9():
+    p = np.array([0.0, 0.05, 0.0999, 0.1, 0.5, 0.8999, 0.9, 0.98, 1.0])
+    assert B.EXTREME_BINS[B.mass_bin(p)].tolist() == [True, True, True, False, False, False, True, True, True]
+
+
+def test_r2_silent_is_the_grpo_arms_alone(small_result):
+    cv = small_result["curves"]["grpo"]
+    m, f = np.array(cv["silent_measured"]), np.array(cv["silent_predicted"])
+    by_hand = 1 - ((m - f) ** 2).sum() / ((m - m.mean()) ** 2).sum()
+    assert small_result["r2_silent"] == pytest.approx(by_hand, rel=1e-5)
+    assert small_result["r2_silent"] != small_result["r2_silent_pooled"]
+
+
+def _expected_update(p: float, G: int) -> float:
+    """Independent reference: (1/G) Σ_k C(G,k) p^k (1−p)^(G−k) √(k(G−k))."""
+    return sum(math.comb(G, k) * p**k * (1 - p) ** (G - k) * math.sqrt(k * (G - k)) for k in range(1, G)) / G
+
+
+def test_the_initial_extreme_share_is_the_gradient_mass_of_many_draws_at_p0(tmp_path):
+    path = tmp_path / "hist.csv"
+    path.write_text("solve_rate,count\n0.05,1\n0.5,1\n")  # half the prompts extreme, half medium
+    r = run_bernoulli(BernoulliConfig(num_prompts=400, steps=1, mass_draws=400, solve_rates=str(path)))
+    p0, _ = initial_solve_rates(BernoulliConfig(num_prompts=400, solve_rates=str(path)))
+    n_ext = int((p0 == 0.05).sum())
+    g_ext, g_mid = n_ext * _expected_update(0.05, 8), (400 - n_ext) * _expected_update(0.5, 8)
+    d_ext, d_mid = n_ext * 0.05 * 0.95, (400 - n_ext) * 0.25
+    es = r["extreme_share"]
+    assert es["grpo"]["finite_g"] == pytest.approx(g_ext / (g_ext + g_mid), rel=1e-5)
+    assert es["dr_grpo"]["finite_g"] == pytest.approx(d_ext / (d_ext + d_mid), rel=1e-5)
+    # 400 draws x 400 prompts: the measured share is within Monte Carlo error of E[g]
+    assert es["grpo"]["measured"] == pytest.approx(es["grpo"]["finite_g"], abs=0.005)
+    assert es["dr_grpo"]["measured"] == pytest.approx(es["dr_grpo"]["finite_g"], abs=0.005)
+    assert r["identity_max_abs_err_by_arm"]["initial_mass"] < 1e-12
+
+
+def test_the_initial_mass_counts_every_draw_however_it_is_batched(monkeypatch):
+    cfg = BernoulliConfig(num_prompts=40, group_size=2, mass_draws=60)
+    p0 = np.full(40, 0.5)  # G = 2: σ = 1/2 when k = 1 (probability 1/2), else 0
+    for batch in (B.MASS_BATCH_ROLLOUTS, 2 * 40 * 7):  # one batch; batches of 7 draws
+        monkeypatch.setattr(B, "MASS_BATCH_ROLLOUTS", batch)
+        mass, _ = B.initial_gradient_mass(p0, cfg)
+        draws_with_k1 = mass["grpo"] / 0.5
+        np.testing.assert_array_equal(draws_with_k1, np.round(draws_with_k1))
+        assert draws_with_k1.mean() == pytest.approx(30, abs=3)  # 60 draws x 1/2
+        np.testing.assert_array_equal(mass["dr_grpo"], mass["grpo"] / 2)  # σ² = σ/2 on the same draws
+
+
+def test_mass_draws_below_one_are_rejected():
+    with pytest.raises(ValueError, match="mass_draws must be an integer >= 1, got 0"):
+        BernoulliConfig(mass_draws=0)

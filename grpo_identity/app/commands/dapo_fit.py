@@ -14,8 +14,8 @@ MAX_BOOTSTRAP = 10_000
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("csv", metavar="CSV", help="the digitised curve: step,allcorrect_fraction ('#' lines are comments)")
-    p.add_argument("--solve-rates", metavar="PATH", default=None, help="solve-rate distribution (file or hf:NAME); default: the documented synthetic stand-in")
+    p.add_argument("csv", metavar="CSV", nargs="?", default=None, help="the digitised curve: step,allcorrect_fraction ('#' lines are comments); default: the copy shipped with the package")
+    p.add_argument("--solve-rates", metavar="PATH", default=None, help="solve-rate distribution (bigmath, a file or hf:NAME); default: bigmath, the shipped Big-Math histogram")
     p.add_argument("--bootstrap", type=integer(0, MAX_BOOTSTRAP), default=1000, help=f"bootstrap resamples for the R^2 intervals, 0 (skip) to {MAX_BOOTSTRAP:,} (default 1000)")
     p.add_argument("--seed", type=integer(0), default=0, help="bootstrap seed, an integer >= 0 (default 0)")
     p.add_argument("--out", metavar="DIR", help="write fit.json and dapo_fit.png into DIR")
@@ -25,6 +25,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from grpo_identity import data
     from grpo_identity.analysis.dapo_fit import fit, plot_dapo_fit
     from grpo_identity.app.report import check_out_dir, emit_json, format_table, write_outputs
     from grpo_identity.foundation import require
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:  # before the work: the figure needs matplotlib, the folder must be writable
         check_out_dir(args.out)
         require("matplotlib")
-    r = fit(args.csv, args.solve_rates, n_bootstrap=args.bootstrap, seed=args.seed, progress=not args.json and sys.stderr.isatty())
+    r = fit(args.csv or data.path(data.DAPO_CURVE), args.solve_rates, n_bootstrap=args.bootstrap, seed=args.seed, progress=not args.json and sys.stderr.isatty())
     if args.out:
         write_outputs(args.out, {"fit.json": r}, ("dapo_fit.png", lambda path: plot_dapo_fit(r, path)))
     if args.json:

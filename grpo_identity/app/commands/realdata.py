@@ -14,7 +14,8 @@ MAX_ROLLOUTS = 10_000
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", metavar="PATH", help="solve-rate file (llama8b_solve_rate column, or a solve_rate,count histogram CSV); hf:NAME reads a Hugging Face dataset (online only)")
+    p.add_argument("path", metavar="PATH", nargs="?", default="bigmath",
+                   help="bigmath (default: the shipped Big-Math histogram), a solve-rate file (llama8b_solve_rate column, or a solve_rate,count histogram CSV), or hf:NAME (a Hugging Face dataset, online only)")
     p.add_argument("--rollouts", type=integer(1, MAX_ROLLOUTS), default=64, help=f"rollouts n behind each solve rate k/n, 1 to {MAX_ROLLOUTS:,} (default 64, Big-Math's)")
     p.add_argument("--out", metavar="DIR", help="write summary.json and realdata.png into DIR")
     p.add_argument("--json", action="store_true", help="print JSON")

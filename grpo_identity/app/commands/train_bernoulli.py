@@ -62,10 +62,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"solve rates: {result['solve_rate_source']}")
     verdict = "holds" if holds else f"FAILS the {IDENTITY_ABS_TOL:g} goal"
     print(f"identity: max |autograd gradient - (-c(k)(s+ - s-))| = {err:.3g} over every prompt, step and arm: {verdict}")
-    print(f"silent fraction vs E[p^G + (1-p)^G]: R^2 = {result['r2_silent']:.4f}")
+    print(f"silent fraction vs E[p^G + (1-p)^G]: R^2 = {result['r2_silent']:.4f} (GRPO arm; three arms pooled {result['r2_silent_pooled']:.4f})")
     print()
     es = result["extreme_share"]
-    print("share of gradient mass on extreme prompts (p < 0.1 or > 0.9) at the start")
+    print(f"share of gradient mass on extreme prompts (p0 < 0.1 or >= 0.9), {result['config']['mass_draws']} groups at the initial solve rates")
     print(format_table([[arm, es[arm]["measured"], es[arm]["finite_g"], es[arm]["large_g"]] for arm in ("grpo", "dr_grpo")], ["arm", "measured", "finite-G form", "large-G form"]))
     print()
     hf, fm = result["hard_final"], result["final_mean_solve_rate"]
