@@ -25,6 +25,7 @@ from grpo_identity.proofs.core import (
     expectation_of_polynomial,
     raw_moments,
 )
+from grpo_identity.proofs.identity import _group_variance
 
 __all__ = ["T8", "T9", "T10", "T12", "T13", "explicit_expected_update", "G_VALUES_EXACT"]
 
@@ -123,22 +124,34 @@ def explicit_expected_update(GG: int) -> sp.Expr:
 
 def _t10(f: Formulas) -> list[Claim]:
     k = F.k
-    out = [
-        Claim("E[g] = sum over k = 1..G-1 of P(k)·sigma(k, G), symbolic G", f.expected_update(G, p), sp.Sum(binomial_pmf(k, G) * f.sigma(k, G), (k, 1, G - 1))),
-        Claim("the k = 0 and k = G terms vanish (sigma = 0), so the sum over 1..G-1 is E[sigma]", (binomial_pmf(k, G) * f.sigma(k, G)).subs(k, 0) + (binomial_pmf(k, G) * f.sigma(k, G)).subs(k, G), 0),
+    # the Bernoulli-logit prompt p = sigmoid(theta), written at p = u/(u+v): theta = log(u/v)
+    sig = 1 / (1 + sp.exp(-_theta))
+    at_p = {_theta: sp.log(_u / _v)}
+    s_correct = sp.simplify(sp.diff(sp.log(sig), _theta).subs(at_p))  # score of the correct answer
+    s_incorrect = sp.simplify(sp.diff(sp.log(1 - sig), _theta).subs(at_p))
+    grad = sp.simplify(sp.diff(sig, _theta).subs(at_p))  # dp/dtheta
+    # E[g | k] = c(k, G)·E[s̄₊ − s̄₋ | k] (G7) with c = (k/G)·Â₊, Â₊ from the group's rewards (T1–T3)
+    mean, var = _group_variance(k, G - k)
+    c = (k / G) * (1 - mean) / sp.sqrt(sp.factor(var))
+    gap_in_p = f.expected_score_gap(p, p * (1 - p))  # G7's gap at this policy, dp/dtheta = p(1-p)
+    derived = sp.Sum(binomial_pmf(k, G) * c * gap_in_p, (k, 1, G - 1))  # silent groups (k = 0, G) add 0 (T3)
+    return [
+        Claim("Bernoulli-logit prompt: s(correct) - s(incorrect) = 1, so sbar+ - sbar- = 1 for every group", s_correct - s_incorrect, 1),
+        Claim("dp/dtheta = p(1-p)", grad, _open(p * (1 - p))),
+        Claim("G7's expected score gap grad p/(p(1-p)) is 1 at this policy", f.expected_score_gap(P_OPEN, grad), 1),
+        Claim("E[g] = sum over k of P(k) c(k, G) E[sbar+ - sbar- | k], symbolic G, equals Proposition 2's sum", derived, f.expected_update(G, p)),
     ]
-    for GG in G_VALUES_EXACT:
-        out.append(Claim(f"G={GG}: Sum.doit() equals the explicit closed value", f.expected_update(GG, p).doit(), explicit_expected_update(GG)))
-    return out
 
 
 T10 = Theorem(
     "T10",
-    "exact expected GRPO update",
-    "E[g] = (1/G) Σ_{k=1}^{G−1} C(G,k) p^k (1−p)^{G−k} √(k(G−k)) for the Bernoulli-logit prompt "
-    "(s̄₊ − s̄₋ = 1); equal, for G = 2…12, to closed values that are polynomials in p with radicals.",
+    "exact expected GRPO update, derived",
+    "Proposition 2 derived: for the Bernoulli-logit prompt p = sigmoid(θ) the scores of a correct and an incorrect "
+    "answer are 1 − p and −p, so s̄₊ − s̄₋ = 1, and G7 gives E[g | k] = c(k, G)·∇p/(p(1−p)) = σ_k with c from the "
+    "group's advantages (T1–T3) and ∇p = p(1−p).  Averaging over k ~ Binomial(G, p), the silent groups contributing 0: "
+    "E[g] = (1/G) Σ_{k=1}^{G−1} C(G,k) p^k (1−p)^{G−k} √(k(G−k)), for symbolic G.",
     "Proposition 2",
-    "k ~ Binomial(G, p); exact rational arithmetic with square-free radicals",
+    "k ~ Binomial(G, p); G positive integer; 0 < p < 1 (p = u/(u+v)); theta real",
     _t10,
     lambda f: sp.Eq(sp.Symbol(r"\mathbb{E}[g]"), f.expected_update(), evaluate=False),
     extra=lambda f: ([], {"closed_values": {GG: str(explicit_expected_update(GG)) for GG in (2, 3, 4)}}),
@@ -195,7 +208,7 @@ def _t13(f: Formulas) -> list[Claim]:
     out.append(Claim("lower bound: y - (3y^2 - y^4)/2 = y(y-1)^2(y+2)/2", _y - (3 * _y**2 - _y**4) / 2, _y * (_y - 1) ** 2 * (_y + 2) / 2))
     out.append(Claim("lower bound polynomial is nonnegative for y >= 0", _y * (_y - 1) ** 2 * (_y + 2), kind="nonneg"))
     # E[g] is E[sigma] (the k = 0, G terms are 0, T10): the squeeze below bounds E[sigma]
-    out.append(Claim("E[g] = sum over k = 1..G-1 of P(k)·sigma(k, G) = E[sigma]", f.expected_update(G, p), sp.Sum(binomial_pmf(k, G) * f.sigma(k, G), (k, 1, G - 1))))
+    out.append(Claim("E[g] = sum over k = 0..G of P(k)·sigma(k, G) = E[sigma] (silent terms are 0)", f.expected_update(G, p), sp.Sum(binomial_pmf(k, G) * f.sigma(k, G), (k, 0, G))))
     a = _open(p * (1 - p))
     mom = [_open(mm) for mm in raw_moments(4, _Greal)]
     e2 = expectation_of_polynomial(f.sigma(k, _Greal) ** 2, k, mom)
