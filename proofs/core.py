@@ -167,6 +167,8 @@ def reduce_to_zero(expr: Any) -> sp.Expr:
         lambda x: sp.expand(sp.radsimp(sp.together(x))),
         lambda x: sp.factor(sp.expand(x)),
     ]
+    if e.has(sp.binomial, sp.factorial, sp.gamma):  # ratios of binomials: gamma-function identities
+        steps.insert(0, lambda x: sp.expand(sp.gammasimp(x)))
     best = e
     for step in steps:
         try:
@@ -255,7 +257,7 @@ def _reduce_with_sums(e: sp.Expr) -> sp.Expr:
     shifted ranges, reduce each merged summand and the boundary terms to 0."""
     best: sp.Expr = e
     for shift in (False, True):
-        parts = combine_sums(sp.expand(e, deep=False), shift=shift)
+        parts = combine_sums(sp.expand(e), shift=shift)
         if parts is None:
             return e
         reduced = [(reduce_to_zero(s), r) for s, r in parts]

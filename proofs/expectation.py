@@ -46,17 +46,26 @@ def _open(e: Any) -> Any:
 
 
 # --- T8 ---------------------------------------------------------------------------------------
+_r, _j = sp.symbols("r j", integer=True, nonnegative=True)
+
+
 def _t8(f: Formulas) -> list[Claim]:
     out = [Claim("P(k = 0) + P(k = G) = p^G + (1-p)^G, symbolic G", binomial_pmf(0, G) + binomial_pmf(G, G), f.silent_rate(G, p))]
-    for GG in G_VALUES_EXACT:
+    for GG in range(2, 7):
         interior = sum(binomial_pmf(kk, GG) for kk in range(1, GG))
         out.append(Claim(f"G={GG}: P(0 < k < G) = 1 - silent rate", interior, 1 - f.silent_rate(GG, p)))
-    # drawing G of n logged Bernoulli rollouts without replacement is drawing G fresh ones: the
-    # hypergeometric silent rate averaged over k ~ Binomial(n, p) is p^G + (1-p)^G (claim 8's two forms)
-    for nn in range(2, 9):
-        for GG in range(2, nn + 1):
-            mixed = sum(binomial_pmf(kk, nn) * f.subsampled_silent_rate(GG, kk, nn) for kk in range(nn + 1))
-            out.append(Claim(f"n={nn}, G={GG}: E_k[subsampled silent rate] = p^G + (1-p)^G", mixed, f.silent_rate(GG, p)))
+    # drawing G of n = G + r logged Bernoulli rollouts without replacement, k ~ Binomial(n, p) correct
+    nn, kk = G + _r, F.k
+    out.append(Claim("sub-sampled rate x C(n, G) = C(k, G) + C(n-k, G) (the hypergeometric form)", f.subsampled_silent_rate(G, kk, nn) * sp.binomial(nn, G), sp.binomial(kk, G) + sp.binomial(nn - kk, G)))
+    # all-correct draws: C(k, G) = 0 for k < G, so the sum over k runs from G; with k = G + j
+    all_correct = sp.Sum(binomial_pmf(kk, nn) * sp.binomial(kk, G) / sp.binomial(nn, G), (kk, G, nn))
+    reindexed = sp.Sum(sp.binomial(_r, _j) * p ** (G + _j) * (1 - p) ** (_r - _j), (_j, 0, _r))
+    out.append(Claim("sum_k P(k) C(k,G)/C(n,G) = sum_j C(r,j) p^(G+j) (1-p)^(r-j), symbolic G and n = G + r", all_correct, reindexed))
+    # the binomial theorem (a lemma): sum_j C(r,j) p^j (1-p)^(r-j) = 1, so the all-correct part is p^G
+    out.append(Claim("= p^G sum_j C(r,j) p^j (1-p)^(r-j)", reindexed, p**G * sp.Sum(sp.binomial(_r, _j) * p**_j * (1 - p) ** (_r - _j), (_j, 0, _r))))
+    # all-incorrect draws: k -> n - k maps P(k; n, p) to P(k; n, 1 - p), C(n-k, G) to C(k, G)
+    out.append(Claim("P(n - k; n, p) = P(k; n, 1 - p)", binomial_pmf(nn - kk, nn, p), binomial_pmf(kk, nn, 1 - p)))
+    out.append(Claim("so E_k[sub-sampled rate] = p^G + (1-p)^G, every n >= G", p**G + (1 - p) ** G, f.silent_rate(G, p)))
     return out
 
 
@@ -65,9 +74,11 @@ T8 = Theorem(
     "silent-group rate",
     "For k ~ Binomial(G, p) the probability of a silent group (σ = 0, k ∈ {0, G}) is p^G + (1−p)^G; "
     "it is the mass DAPO discards.  Drawing G of n logged rollouts without replacement, the silent rate "
-    "[C(k,G) + C(n−k,G)]/C(n,G) averages over k ~ Binomial(n, p) to the same p^G + (1−p)^G.",
-    "claim 6",
-    "k ~ Binomial(G, p); G positive integer; p positive",
+    "[C(k,G) + C(n−k,G)]/C(n,G) averages over k ~ Binomial(n, p) to the same p^G + (1−p)^G, for every n ≥ G "
+    "(symbolic n = G + r).",
+    "claim 6, claim 8",
+    "k ~ Binomial(G, p) or Binomial(n, p); G positive integer, n = G + r with r a nonnegative integer; p positive; "
+    "C(k, G) = 0 for integers 0 <= k < G (definition); the binomial theorem (lemma)",
     _t8,
     lambda f: sp.Eq(sp.Symbol(r"P(k \in \{0, G\})"), f.silent_rate(), evaluate=False),
 )
