@@ -240,8 +240,9 @@ def combine_sums(expr: sp.Expr, shift: bool = False) -> list[tuple[sp.Expr, tupl
             families.append([(coef, f, lo, hi)])
     out: list[tuple[sp.Expr, Any]] = []
     for fam in families:
-        L = max((t[2] for t in fam), key=lambda x: _integer_offset(x, fam[0][2]))
-        H = min((t[3] for t in fam), key=lambda x: _integer_offset(x, fam[0][3]))
+        lo0, hi0 = fam[0][2], fam[0][3]
+        L = max((t[2] for t in fam), key=lambda x: int(sp.expand(x - lo0)))  # offsets are integers within a family
+        H = min((t[3] for t in fam), key=lambda x: int(sp.expand(x - hi0)))
         summand = sp.Integer(0)
         for coef, f, lo, hi in fam:
             summand += coef * f
