@@ -74,7 +74,7 @@ def test_verify_end_to_end_holds_and_writes_the_report(tmp_path):
     assert {"name", "paper", "project", "ok"} <= set(out["items"][0])
     sections = {i["section"] for i in out["items"]}
     assert {"proofs", "closed forms", "audits", "controlled run", "notebooks"} <= sections
-    assert sum(i["section"] == "proofs" and i["ok"] for i in out["items"]) == 19
+    assert sum(i["section"] == "proofs" and i["ok"] for i in out["items"]) == 22  # every theorem of grpo_identity.proofs
     assert (tmp_path / "report.html").exists() and (tmp_path / "notebooks" / "index.html").exists()
 
 
