@@ -42,6 +42,7 @@ __all__ = [
     "difficulty_weight",
     "arcsine_objective",
     "expected_score_gap",
+    "expected_update_given_k",
     "update_covariance_given_k",
 ]
 
@@ -444,6 +445,17 @@ def expected_score_gap(p: ArrayLike, grad_p: ArrayLike = 1.0) -> FloatArray | fl
     pp = check_probability(p)
     with np.errstate(divide="ignore"):
         return _out(np.asarray(grad_p, dtype=float) / (pp * (1 - pp)))
+
+
+def expected_update_given_k(k: ArrayLike, G: int, p: ArrayLike, grad_p: ArrayLike = 1.0, c: ArrayLike | None = None) -> FloatArray | float:
+    """Expected update given k, any policy: E[g | k] = c(k, G)·∇p/(p(1−p)), c GRPO's σ unless
+    given (``dial.coefficient(k, G, dial)`` for another dial); theorem G7.
+
+    >>> expected_update_given_k(2, 4, 0.5)
+    2.0
+    """
+    coef = np.asarray(sigma(k, G) if c is None else c, dtype=float)
+    return _out(coef * np.asarray(expected_score_gap(p, grad_p), dtype=float))
 
 
 def update_covariance_given_k(k: ArrayLike, G: int, cov_plus: ArrayLike, cov_minus: ArrayLike, c: ArrayLike | None = None) -> FloatArray | float:

@@ -46,6 +46,7 @@ __all__ = [
     "cov_plus",
     "cov_minus",
     "expected_score_gap",
+    "expected_update_given_k",
     "update_covariance_given_k",
 ]
 
@@ -231,6 +232,20 @@ def expected_score_gap(p: Num = p, grad_p: Num = 1) -> sp.Expr:
     4
     """
     return sp.sympify(grad_p) / (p * (1 - p))
+
+
+def expected_update_given_k(k: Num = k, G: Num = G, p: Num = p, grad_p: Num = grad_p, c: Num = None) -> sp.Expr:
+    """Expected update of a group with k correct answers, for any policy (one component):
+    E[g | k] = c(k, G)·∇p/(p(1−p)), c the update coefficient (GRPO's σ by default; σ² for Dr. GRPO).
+
+    Beyond the paper (theorem G7): the expected score gap :func:`expected_score_gap` times the
+    coefficient, which depends on k only.  The direction is ∇p for every k.
+
+    >>> expected_update_given_k(2, 4, sp.Rational(1, 2), 1)
+    2
+    """
+    coef = sigma(k, G) if c is None else c
+    return coef * expected_score_gap(p, grad_p)
 
 
 def update_covariance_given_k(k: Num = k, G: Num = G, cov_plus: Num = cov_plus, cov_minus: Num = cov_minus, c: Num = None) -> sp.Expr:

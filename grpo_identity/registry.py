@@ -17,7 +17,7 @@ __all__ = ["Formula", "REGISTRY", "by_name", "resolve"]
 
 #: the arguments a definition and its twin share, in order: ``dial`` is a :class:`grpo_identity.dial.Dial`
 #: (the definition takes its parameters), ``cov`` the pair (Σ₊, Σ₋) of class score covariances
-Signature = Literal["k,G", "G,p", "eps,p", "p", "k,G,dial", "G,k,n", "k,G,cov"]
+Signature = Literal["k,G", "G,p", "eps,p", "p", "k,G,dial", "G,k,n", "k,G,cov", "k,G,p"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ REGISTRY: tuple[Formula, ...] = (
     Formula("difficulty_weight", "difficulty weight", "w(p) = 1/√(p(1−p)) = d/dp 2·arcsin√p", "claim 7", _F + "difficulty_weight", _C + "difficulty_weight", "T13", "p"),
     Formula("arcsine_objective", "objective GRPO ascends per prompt", "2·arcsin√p", "claim 7", _F + "arcsine_objective", _C + "arcsine_objective", "T13", "p"),
     Formula("expected_score_gap", "expected score gap given k, any policy (beyond the paper)", "E[s̄₊ − s̄₋ | k] = ∇p/(p(1−p)); E[g | k] = c(k,G)·∇p/(p(1−p))", "beyond the paper (Theorem 1 in expectation)", _F + "expected_score_gap", _C + "expected_score_gap", "G7", "p"),
+    Formula("expected_update_given_k", "expected update given k, any policy (beyond the paper)", "E[g | k] = c(k,G)·∇p/(p(1−p)); GRPO σ_k, Dr. GRPO σ_k²", "beyond the paper (Theorem 1 in expectation)", _F + "expected_update_given_k", _C + "expected_update_given_k", "G7", "k,G,p"),
     Formula("update_covariance_given_k", "covariance of the update given k, any policy (beyond the paper)", "Cov(g | k) = c²(Σ₊/k + Σ₋/(G−k)); GRPO, Σ₊ = Σ₋ = Σ: Σ/G", "beyond the paper", _F + "update_covariance_given_k", _C + "update_covariance_given_k", "G8", "k,G,cov"),
 )
 

@@ -154,7 +154,7 @@ def _g7_enumerated(f: Formulas) -> list[Claim]:
         moments = conditional_moments(pol, GG)
         for kk in range(1, GG):
             mk = moments[kk]
-            out.append(Claim(f"softmax over 3 answers (2 correct), G={GG}, k={kk}: GRPO E[g | k] = sigma grad p/(p(1-p))", mk["C"][0] / (GG * mk["sd"]), f.update_coefficient(k=kk, G=GG) * gap))
+            out.append(Claim(f"softmax over 3 answers (2 correct), G={GG}, k={kk}: GRPO E[g | k] = sigma grad p/(p(1-p))", mk["C"][0] / (GG * mk["sd"]), f.expected_update_given_k(kk, GG, pol["p"], pol["grad_p"][0], f.update_coefficient(k=kk, G=GG))))
             out.append(Claim(f"same, Dr. GRPO: E[g | k] = sigma^2 grad p/(p(1-p)) (G={GG}, k={kk})", mk["C"][0] / GG, f.update_coefficient(scale="none", k=kk, G=GG) * gap))
     return out
 
@@ -173,7 +173,7 @@ G7 = Theorem(
     "answers i = 1..M+L (M correct), pi(i, theta) any differentiable probabilities summing to 1, theta any one "
     "parameter coordinate; G answers independent; M, L, k, m positive integers, G = k + m; silent groups contribute 0",
     lambda f: _g7_symbolic(f) + _g7_enumerated(f),
-    lambda f: sp.Eq(sp.Symbol(r"\mathbb{E}[g \mid k]"), f.update_coefficient() * f.expected_score_gap(p, F.grad_p), evaluate=False),
+    lambda f: sp.Eq(sp.Symbol(r"\mathbb{E}[g \mid k]"), f.expected_update_given_k(), evaluate=False),
 )
 
 

@@ -67,6 +67,8 @@ def points(signature: str) -> list[tuple[object, ...]]:
     if signature == "G,k,n":
         small = [(G, k, n) for n in (2, 5, 16, 64) for G in sorted({2, min(4, n), n}) for k in range(n + 1)]
         return small + [(8, k, 3000) for k in (0, 3, 1500, 2997, 3000)]  # the log-space branch above 1024 rollouts
+    if signature == "k,G,p":
+        return [(k, G, p) for G in range(2, 9) for k in range(G + 1) for p in RATIONAL_P]
     if signature == "k,G,cov":
         return [(k, G, cov) for G in range(2, 9) for k in range(1, G) for cov in COVARIANCES]
     raise ValueError(f"no comparison points for signature {signature!r}: add them to points()")
@@ -80,6 +82,8 @@ def _definition_value(formula: Formula, args: tuple[object, ...]) -> sp.Expr:
     if formula.signature == "k,G,cov":
         k, G, (cp, cm) = args  # type: ignore[misc]
         return definition(k, G, cp, cm)
+    if formula.signature == "k,G,p":
+        return definition(*args, 1)  # one unit of the gradient
     value = definition(*args)
     return value.doit() if isinstance(value, sp.Basic) else value
 
