@@ -42,6 +42,9 @@ __all__ = [
     "group_size_exact",
     "difficulty_weight",
     "arcsine_objective",
+    "expected_score_gap",
+    "expected_update_given_k",
+    "update_covariance_given_k",
 ]
 
 ArrayLike = float | int | npt.ArrayLike
@@ -429,6 +432,46 @@ def arcsine_objective(p: ArrayLike) -> FloatArray | float:
     """
     pp = check_probability(p)
     return _out(2.0 * np.arcsin(np.sqrt(pp)))
+
+
+def expected_score_gap(p: ArrayLike, grad_p: ArrayLike = 1.0) -> FloatArray | float:
+    """Expected score gap given k, any policy: E[s̄₊ − s̄₋ | k] = ∇p/(p(1−p)) (theorem G7).
+
+    Times the dial's coefficient it is the expected update at fixed k,
+    E[g | k] = ``dial.coefficient(k, G, dial) * expected_score_gap(p, grad_p)``.
+
+    >>> expected_score_gap(0.5)
+    4.0
+    """
+    pp = check_probability(p)
+    with np.errstate(divide="ignore"):
+        return _out(np.asarray(grad_p, dtype=float) / (pp * (1 - pp)))
+
+
+def expected_update_given_k(k: ArrayLike, G: int, p: ArrayLike, grad_p: ArrayLike = 1.0, c: ArrayLike | None = None) -> FloatArray | float:
+    """Expected update given k, any policy: E[g | k] = c(k, G)·∇p/(p(1−p)), c GRPO's σ unless
+    given (``dial.coefficient(k, G, dial)`` for another dial); theorem G7.
+
+    >>> expected_update_given_k(2, 4, 0.5)
+    2.0
+    """
+    coef = np.asarray(sigma(k, G) if c is None else c, dtype=float)
+    return _out(coef * np.asarray(expected_score_gap(p, grad_p), dtype=float))
+
+
+def update_covariance_given_k(k: ArrayLike, G: int, cov_plus: ArrayLike, cov_minus: ArrayLike, c: ArrayLike | None = None) -> FloatArray | float:
+    """Covariance of the update given k (one entry, or elementwise for arrays), any policy:
+    Cov(g | k) = c²(Σ₊/k + Σ₋/(G−k)), c GRPO's σ unless given (theorem G8); nan at k ∈ {0, G}.
+
+    >>> round(update_covariance_given_k(1, 4, 2.0, 2.0), 12)
+    0.5
+    """
+    kk = np.asarray(k, dtype=float)
+    coef = np.asarray(sigma(kk, G) if c is None else c, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        live = (kk > 0) & (kk < G)
+        out = np.where(live, coef**2 * (np.asarray(cov_plus, dtype=float) / kk + np.asarray(cov_minus, dtype=float) / (G - kk)), np.nan)
+    return _out(out)
 
 
 # --- summaries for the CLI, the report and the notebooks ---------------------------------------

@@ -15,6 +15,8 @@ sqrt(15)/8
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 import sympy as sp
 
 __all__ = [
@@ -40,6 +42,12 @@ __all__ = [
     "group_size_law",
     "difficulty_weight",
     "arcsine_objective",
+    "grad_p",
+    "cov_plus",
+    "cov_minus",
+    "expected_score_gap",
+    "expected_update_given_k",
+    "update_covariance_given_k",
 ]
 
 # --- symbols, with their assumptions --------------------------------------------------------
@@ -57,8 +65,14 @@ eps = sp.Symbol("epsilon", positive=True)
 batch_std = sp.Symbol("sigma_batch", positive=True)
 #: number of logged rollouts per problem from which a group of G is drawn (64 for Big-Math)
 n = sp.Symbol("n", positive=True, integer=True)
+#: one component of ∇p, the gradient of the success probability in the policy's parameters
+grad_p = sp.Symbol(r"\nabla p", real=True)
+#: covariance (one entry) of the score among correct answers, Σ₊ = Cov(s | y correct), and among incorrect ones
+cov_plus = sp.Symbol(r"\Sigma_{+}", real=True)
+cov_minus = sp.Symbol(r"\Sigma_{-}", real=True)
 
-Num = sp.Expr | int
+#: a SymPy expression or a plain number (SymPy's own annotations are too loose to say more)
+Num: TypeAlias = Any
 
 
 def group_mean(k: Num = k, G: Num = G) -> sp.Expr:
@@ -204,3 +218,46 @@ def difficulty_weight(p: Num = p) -> sp.Expr:
 def arcsine_objective(p: Num = p) -> sp.Expr:
     """Objective that GRPO ascends per prompt, 2·arcsin√p (PAPER claim 7)."""
     return 2 * sp.asin(sp.sqrt(p))
+
+
+def expected_score_gap(p: Num = p, grad_p: Num = 1) -> sp.Expr:
+    """Expected score gap of a group with k correct answers, for any policy:
+    E[s̄₊ − s̄₋ | k] = ∇p/p + ∇p/(1−p) = ∇p/(p(1−p)), the same for every 0 < k < G.
+
+    Beyond the paper (theorem G7): E[s̄₊ | k] = ∇p/p and E[s̄₋ | k] = −∇p/(1−p), so the
+    expected update at fixed k is E[g | k] = c(k, G)·∇p/(p(1−p)) with c the dial's coefficient
+    (:func:`update_coefficient`).  ``grad_p`` is one component of ∇p (default 1: the factor).
+
+    >>> expected_score_gap(sp.Rational(1, 2))
+    4
+    """
+    return sp.sympify(grad_p) / (p * (1 - p))
+
+
+def expected_update_given_k(k: Num = k, G: Num = G, p: Num = p, grad_p: Num = grad_p, c: Num = None) -> sp.Expr:
+    """Expected update of a group with k correct answers, for any policy (one component):
+    E[g | k] = c(k, G)·∇p/(p(1−p)), c the update coefficient (GRPO's σ by default; σ² for Dr. GRPO).
+
+    Beyond the paper (theorem G7): the expected score gap :func:`expected_score_gap` times the
+    coefficient, which depends on k only.  The direction is ∇p for every k.
+
+    >>> expected_update_given_k(2, 4, sp.Rational(1, 2), 1)
+    2
+    """
+    coef = sigma(k, G) if c is None else c
+    return coef * expected_score_gap(p, grad_p)
+
+
+def update_covariance_given_k(k: Num = k, G: Num = G, cov_plus: Num = cov_plus, cov_minus: Num = cov_minus, c: Num = None) -> sp.Expr:
+    """Covariance of the update of a group with k correct answers, for any policy (one entry):
+    Cov(g | k) = c²·(Σ₊/k + Σ₋/(G−k)), c the update coefficient (GRPO's σ by default).
+
+    Beyond the paper (theorem G8): given k, s̄₊ and s̄₋ are independent means of k and G − k
+    draws from the policy restricted to the correct and to the incorrect answers.  For GRPO with
+    Σ₊ = Σ₋ = Σ it is Σ/G for every k.
+
+    >>> update_covariance_given_k(1, 4, 2, 2)
+    1/2
+    """
+    coef = sigma(k, G) if c is None else c
+    return coef**2 * (sp.sympify(cov_plus) / k + sp.sympify(cov_minus) / (G - k))

@@ -15,7 +15,9 @@ from typing import Any, Callable, Literal
 
 __all__ = ["Formula", "REGISTRY", "by_name", "resolve"]
 
-Signature = Literal["k,G", "G,p", "eps,p", "p", "k,G,dial", "G,k,n"]
+#: the arguments a definition and its twin share, in order: ``dial`` is a :class:`grpo_identity.dial.Dial`
+#: (the definition takes its parameters), ``cov`` the pair (Σ₊, Σ₋) of class score covariances
+Signature = Literal["k,G", "G,p", "eps,p", "p", "k,G,dial", "G,k,n", "k,G,cov", "k,G,p"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class Formula:
     """Name of the theorem in :mod:`grpo_identity.proofs` that proves it."""
     signature: Signature
     """Arguments shared by the definition and the twin, in this order."""
+    twin_part: int | None = None
+    """When the twin returns a tuple, the index of this quantity in it."""
 
 
 _F = "grpo_identity.formulas:"
@@ -46,8 +50,8 @@ _C = "grpo_identity.closed_forms:"
 REGISTRY: tuple[Formula, ...] = (
     Formula("group_mean", "group mean reward", "μ = k/G", "§Setting", _F + "group_mean", _C + "group_mean", "T1", "k,G"),
     Formula("sigma", "group standard deviation of binary rewards (ddof 0)", "σ = √(k(G−k))/G = √(μ(1−μ))", "§Setting, Theorem 1", _F + "sigma", _C + "sigma", "T1", "k,G"),
-    Formula("advantage_correct", "GRPO advantage of a correct answer", "Â₊ = (G−k)/(Gσ)", "Theorem 1 (proof)", _F + "advantage_correct", _C + "advantage_values", "T2", "k,G"),
-    Formula("advantage_incorrect", "GRPO advantage of an incorrect answer", "Â₋ = −k/(Gσ)", "Theorem 1 (proof)", _F + "advantage_incorrect", _C + "advantage_values", "T2", "k,G"),
+    Formula("advantage_correct", "GRPO advantage of a correct answer", "Â₊ = (G−k)/(Gσ)", "Theorem 1 (proof)", _F + "advantage_correct", _C + "advantage_values", "T2", "k,G", twin_part=0),
+    Formula("advantage_incorrect", "GRPO advantage of an incorrect answer", "Â₋ = −k/(Gσ)", "Theorem 1 (proof)", _F + "advantage_incorrect", _C + "advantage_values", "T2", "k,G", twin_part=1),
     Formula("update_coefficient", "update coefficient c in g = c·(s̄₊ − s̄₋)", "GRPO σ, Dr. GRPO σ², DAPO 1{0<k<G}·σ", "Theorem 1, §The three methods", _F + "update_coefficient", "grpo_identity.dial:coefficient", "T6", "k,G,dial"),
     Formula("silent_rate", "probability that a group is silent (σ = 0)", "P(k∈{0,G}) = p^G + (1−p)^G", "claim 6", _F + "silent_rate", _C + "silent_rate", "T8", "G,p"),
     Formula("subsampled_silent_rate", "silent rate of G answers drawn from n logged rollouts, k correct", "[C(k,G) + C(n−k,G)] / C(n,G)", "claim 8", _F + "subsampled_silent_rate", _C + "subsampled_silent_rate", "T8", "G,k,n"),
@@ -59,6 +63,9 @@ REGISTRY: tuple[Formula, ...] = (
     Formula("group_size_law", "group-size law (first order)", "G* = 1/(8εp(1−p)) = w(p)²/(8ε)", "Corollary 2", _F + "group_size_law", _C + "group_size_law", "T12", "eps,p"),
     Formula("difficulty_weight", "difficulty weight", "w(p) = 1/√(p(1−p)) = d/dp 2·arcsin√p", "claim 7", _F + "difficulty_weight", _C + "difficulty_weight", "T13", "p"),
     Formula("arcsine_objective", "objective GRPO ascends per prompt", "2·arcsin√p", "claim 7", _F + "arcsine_objective", _C + "arcsine_objective", "T13", "p"),
+    Formula("expected_score_gap", "expected score gap given k, any policy (beyond the paper)", "E[s̄₊ − s̄₋ | k] = ∇p/(p(1−p)); E[g | k] = c(k,G)·∇p/(p(1−p))", "beyond the paper (Theorem 1 in expectation)", _F + "expected_score_gap", _C + "expected_score_gap", "G7", "p"),
+    Formula("expected_update_given_k", "expected update given k, any policy (beyond the paper)", "E[g | k] = c(k,G)·∇p/(p(1−p)); GRPO σ_k, Dr. GRPO σ_k²", "beyond the paper (Theorem 1 in expectation)", _F + "expected_update_given_k", _C + "expected_update_given_k", "G7", "k,G,p"),
+    Formula("update_covariance_given_k", "covariance of the update given k, any policy (beyond the paper)", "Cov(g | k) = c²(Σ₊/k + Σ₋/(G−k)); GRPO, Σ₊ = Σ₋ = Σ: Σ/G", "beyond the paper", _F + "update_covariance_given_k", _C + "update_covariance_given_k", "G8", "k,G,cov"),
 )
 
 

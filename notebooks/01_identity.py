@@ -212,7 +212,37 @@ statement("G6")
 prove("G6")
 
 # %% [markdown]
+# ## The identity in expectation, for any policy
+#
+# Everything above holds group by group. For a language model the score gap $\bar s_+ - \bar s_-$ is a
+# random vector, not the constant 1 of the Bernoulli-logit prompt. Conditioning on $k$ takes its
+# expectation: the correct answers of a group are independent draws from the policy restricted to
+# the correct answers, so $\mathbb{E}[\bar s_+ \mid k] = \nabla p / p$ and
+# $\mathbb{E}[\bar s_- \mid k] = -\nabla p/(1-p)$, whatever $k$ is. The expected update at fixed $k$
+# therefore points along $\nabla p$ for every $k$, with size exactly $c(k, G)$ times $1/(p(1-p))$:
+# $\sigma_k$ for GRPO, $\sigma_k^2$ for Dr. GRPO. This is the prediction a language-model run can
+# measure (bin groups by $k$, average their updates).
+
+# %% tags=["hide-input"]
+statement("G7")
+
+# %%
+prove("G7")
+
+# %% [markdown]
+# The noise around that mean: given $k$, $\bar s_+$ and $\bar s_-$ are independent means of $k$ and
+# $G - k$ draws, so their covariances add. For GRPO with equal class covariances the noise is
+# $\Sigma/G$ at every $k$: dividing by σ makes the signal grow with σ while the noise stays flat.
+
+# %% tags=["hide-input"]
+statement("G8")
+
+# %%
+prove("G8")
+
+# %% [markdown]
 # **What to take away.** With binary rewards, a GRPO step on one prompt is σ times the score
 # gap between the correct and the incorrect answers; Dr. GRPO uses σ², DAPO σ without the silent
 # groups. Everything the three methods disagree about is how they weigh σ, which depends only on
-# $k$ and $G$. Notebook 02 takes its expectation over $k$.
+# $k$ and $G$; and for any policy the expected update at fixed $k$ is that weight times one
+# direction, $\nabla p/(p(1-p))$ (G7). Notebook 02 takes the expectation over $k$.

@@ -55,7 +55,9 @@ prove("T9")
 # ## GRPO: the exact expected update
 #
 # GRPO's coefficient is a square root, so its expectation has no polynomial closed form; it is
-# a finite sum over the interior $k$.
+# a finite sum over the interior $k$. The proof derives it rather than restating it: the
+# Bernoulli-logit prompt's score gap is 1, so G7 (notebook 01) gives $\mathbb{E}[g \mid k] = \sigma_k$,
+# and the binomial law of $k$ does the rest.
 
 # %% tags=["hide-input"]
 statement("T10")
@@ -156,6 +158,18 @@ statement("T12")
 
 # %%
 prove("T12")
+
+# %% [markdown]
+# $G^*$ is where the *first-order law* reaches $1 - \varepsilon$, not the exact fidelity: the next term of
+# the series is negative, so $\lceil G^* \rceil$ falls short. The exact smallest $G$ is certified cell by
+# cell below: interval arithmetic on the exact sum at $G$ and $G - 1$, and a proof that $\varphi$ never
+# decreases in $G$.
+
+# %% tags=["hide-input"]
+statement("T14")
+
+# %%
+prove("T14")
 
 # %% [markdown]
 # The exact smallest $G$ with $\varphi(G, p) \ge 1 - \varepsilon$ (bisection on the exact sum) against

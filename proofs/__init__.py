@@ -10,8 +10,11 @@ to show that a wrong statement fails.
   three modes, RLOO.
 - T8–T10, T12, T13 (:mod:`.expectation`): silent rate, E[σ²], E[g], group-size law, w(p) and
   the large-G limits.
+- T14 (:mod:`.table`): Corollary 2's exact group-size table, certified by interval arithmetic.
 - T11 (:mod:`.attenuation`): the attenuation law to second (and third) order, against mpmath.
 - G1–G6 (:mod:`.beyond`): weights, ddof 1, ε, batch std, {a, b} rewards, clip and KL.
+- G7, G8 (:mod:`.policy`): the identity in expectation for any policy, E[g | k] = c(k, G)·∇p/(p(1−p)),
+  and its noise Cov(g | k) = c²(Σ₊/k + Σ₋/(G−k)).
 
 Imports SymPy (and mpmath); command-line use: ``grpo-identity prove [-k SUBSTRING] [--json]``.
 
@@ -26,6 +29,8 @@ from grpo_identity.proofs.beyond import G1, G2, G3, G4, G5, G6
 from grpo_identity.proofs.core import Claim, Formulas, ProofResult, Theorem, check_claims, check_equal
 from grpo_identity.proofs.expectation import T8, T9, T10, T12, T13
 from grpo_identity.proofs.identity import T1, T2, T3, T4, T5, T6, T7
+from grpo_identity.proofs.policy import G7, G8
+from grpo_identity.proofs.table import T14
 
 __all__ = [
     "THEOREMS",
@@ -44,7 +49,7 @@ __all__ = [
 ]
 
 #: every theorem, in the paper's order, then those beyond the paper
-THEOREMS: tuple[Theorem, ...] = (T1, T2, T3, T4, T5, T6, T7, T8, T9, T10, T11, T12, T13, G1, G2, G3, G4, G5, G6)
+THEOREMS: tuple[Theorem, ...] = (T1, T2, T3, T4, T5, T6, T7, T8, T9, T10, T11, T12, T13, T14, G1, G2, G3, G4, G5, G6, G7, G8)
 
 
 def by_name(name: str) -> Theorem:

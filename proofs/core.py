@@ -27,7 +27,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import sympy as sp
 from sympy.core.function import AppliedUndef
@@ -43,6 +43,10 @@ __all__ = [
     "check_equal",
     "check_claims",
     "reduce_to_zero",
+    "combine_sums",
+    "Method",
+    "METHODS",
+    "weakest",
     "k",
     "m",
     "n",
@@ -58,6 +62,19 @@ __all__ = [
 ]
 
 Status = Literal["proved", "failed"]
+#: how a theorem (or a claim) is established, strongest first: ``symbolic`` (a residual reduced
+#: to exactly 0, or a sign decided from the symbols' assumptions), ``certified numeric`` (interval
+#: arithmetic whose enclosure decides the statement), ``numeric evidence`` (floating-point
+#: computations that agree, which prove nothing)
+Method = Literal["symbolic", "certified numeric", "numeric evidence"]
+METHODS: tuple[Method, ...] = ("symbolic", "certified numeric", "numeric evidence")
+_KIND_METHOD: dict[str, Method] = {"eq": "symbolic", "nonneg": "symbolic", "pos": "symbolic", "certified": "certified numeric", "numeric": "numeric evidence"}
+
+
+def weakest(methods: Iterable[Method]) -> Method:
+    """The weakest of some methods (``symbolic`` when there are none): a theorem is only as
+    strong as its weakest claim."""
+    return max(methods, key=METHODS.index, default="symbolic")
 
 # --- symbols ----------------------------------------------------------------------------------
 #: number correct, interior case: a positive integer
@@ -94,6 +111,8 @@ class ProofResult:
     """The first nonzero residual (``None`` when proved, or for a failed sign or numeric claim)."""
     seconds: float
     details: dict[str, Any] = field(default_factory=dict)
+    method: Method = "symbolic"
+    """The weakest method among the claims (see :data:`METHODS`)."""
 
     @property
     def proved(self) -> bool:
@@ -105,15 +124,22 @@ class Claim:
     """One statement inside a proof.
 
     ``kind='eq'``: lhs = rhs.  ``kind='nonneg'`` / ``'pos'``: lhs ≥ 0 / lhs > 0 (rhs unused).
-    ``kind='numeric'``: ``ok`` says whether the explicit computation agreed; ``value`` is reported.
+    ``kind='certified'``: an interval-arithmetic computation; ``ok`` says whether its enclosure
+    decides the statement.  ``kind='numeric'``: a floating-point computation, evidence only;
+    ``ok`` says whether it agreed.  ``value`` is reported for both.
     """
 
     label: str
     lhs: Any
     rhs: Any = 0
-    kind: Literal["eq", "nonneg", "pos", "numeric"] = "eq"
+    kind: Literal["eq", "nonneg", "pos", "certified", "numeric"] = "eq"
     ok: bool = True
     value: Any = None
+
+    @property
+    def method(self) -> Method:
+        """How this claim is established (``symbolic``, ``certified numeric``, ``numeric evidence``)."""
+        return _KIND_METHOD[self.kind]
 
 
 def reduce_to_zero(expr: Any) -> sp.Expr:
@@ -130,6 +156,8 @@ def reduce_to_zero(expr: Any) -> sp.Expr:
     e = component(expr)
     if e == 0:
         return sp.Integer(0)
+    if e.has(sp.Sum):
+        return _reduce_with_sums(e)
     if _clearly_nonzero(e):  # a failed claim: skip the expensive rewrites
         return e
     steps: list[Callable[[sp.Expr], sp.Expr]] = [
@@ -139,6 +167,8 @@ def reduce_to_zero(expr: Any) -> sp.Expr:
         lambda x: sp.expand(sp.radsimp(sp.together(x))),
         lambda x: sp.factor(sp.expand(x)),
     ]
+    if e.has(sp.binomial, sp.factorial, sp.gamma):  # ratios of binomials: gamma-function identities
+        steps.insert(0, lambda x: sp.expand(sp.gammasimp(x)))
     best = e
     for step in steps:
         try:
@@ -154,6 +184,88 @@ def reduce_to_zero(expr: Any) -> sp.Expr:
         if e2 == 0:
             return sp.Integer(0)
         best = e2 if sp.count_ops(e2) < sp.count_ops(best) else best
+    return best
+
+
+# --- sums: one sum per family of ranges, boundary terms peeled off --------------------------
+_i = sp.Dummy("i", integer=True)
+
+
+def _as_coefficient_times_sum(term: sp.Expr) -> tuple[sp.Expr, sp.Sum] | None:
+    """``c·Sum(f, (i, a, b))`` with c free of sums, or None."""
+    sums = [a for a in sp.Mul.make_args(term) if isinstance(a, sp.Sum)]
+    if len(sums) != 1 or len(sums[0].limits) != 1:
+        return None
+    coef = sp.Mul(*[a for a in sp.Mul.make_args(term) if a is not sums[0]])
+    return (coef, sums[0]) if not coef.has(sp.Sum) else None
+
+
+def _integer_offset(a: sp.Expr, b: sp.Expr) -> int | None:
+    """a − b when it is an integer constant, else None."""
+    d = sp.expand(a - b)
+    return int(d) if d.is_Integer else None
+
+
+def combine_sums(expr: sp.Expr, shift: bool = False) -> list[tuple[sp.Expr, tuple[sp.Expr, sp.Expr]]] | None:
+    """Write an Add of single-index Sums (times sum-free coefficients) plus sum-free terms as
+    ``[(summand, (lo, hi)), …]`` and a remainder: Sums whose limits differ by integer constants
+    are merged into one Sum over their common range, the terms outside it peeled off into the
+    remainder (returned as the entry with range ``None``).  With ``shift``, each Sum's index is
+    first shifted so that the lower limits agree.  None when a term is not of that form.
+
+    >>> i = sp.Symbol("i", integer=True)
+    >>> parts = combine_sums(sp.Sum(i, (i, 0, F.G)) - sp.Sum(i, (i, 1, F.G - 1)))
+    >>> [(sp.simplify(s), r) for s, r in parts]
+    [(0, (1, G - 1)), (G, None)]
+    """
+    families: list[list[tuple[sp.Expr, sp.Expr, sp.Expr, sp.Expr]]] = []  # (coef, summand in _i, lo, hi)
+    rest = sp.Integer(0)
+    for term in sp.Add.make_args(expr):
+        if not term.has(sp.Sum):
+            rest += term
+            continue
+        split = _as_coefficient_times_sum(term)
+        if split is None:
+            return None
+        coef, s = split
+        var, lo, hi = s.limits[0]
+        f = s.function.subs(var, _i)
+        if shift:
+            f, lo, hi = f.subs(_i, _i + lo), sp.Integer(0), hi - lo
+        for fam in families:
+            if _integer_offset(lo, fam[0][2]) is not None and _integer_offset(hi, fam[0][3]) is not None:
+                fam.append((coef, f, lo, hi))
+                break
+        else:
+            families.append([(coef, f, lo, hi)])
+    out: list[tuple[sp.Expr, Any]] = []
+    for fam in families:
+        lo0, hi0 = fam[0][2], fam[0][3]
+        L = max((t[2] for t in fam), key=lambda x: int(sp.expand(x - lo0)))  # offsets are integers within a family
+        H = min((t[3] for t in fam), key=lambda x: int(sp.expand(x - hi0)))
+        summand = sp.Integer(0)
+        for coef, f, lo, hi in fam:
+            summand += coef * f
+            outside = [lo + r for r in range(_integer_offset(L, lo) or 0)] + [H + 1 + r for r in range(_integer_offset(hi, H) or 0)]
+            rest += sum((coef * f.subs(_i, x) for x in outside), sp.Integer(0))
+        out.append((summand, (L, H)))
+    out.append((rest, None))
+    return out
+
+
+def _reduce_with_sums(e: sp.Expr) -> sp.Expr:
+    """Zero test for residuals with Sums: merge Sums over equal, extended or (failing that)
+    shifted ranges, reduce each merged summand and the boundary terms to 0."""
+    best: sp.Expr = e
+    for shift in (False, True):
+        parts = combine_sums(sp.expand(e), shift=shift)
+        if parts is None:
+            return e
+        reduced = [(reduce_to_zero(s), r) for s, r in parts]
+        if all(s == 0 for s, _ in reduced):
+            return sp.Integer(0)
+        if not shift:  # report the unshifted form: its index means what the statement's does
+            best = sp.Add(*[s if r is None else sp.Sum(s, (_i, *r)) for s, r in reduced if s != 0])
     return best
 
 
@@ -193,7 +305,7 @@ def _check_one(c: Claim) -> tuple[bool, sp.Expr | None, str]:
         e = sp.factor(reduce_to_zero(c.lhs)) if c.kind == "nonneg" else sp.factor(sp.sympify(c.lhs))
         truth = e.is_nonnegative if c.kind == "nonneg" else e.is_positive
         return truth is True, (None if truth else e), f"{'>= 0' if c.kind == 'nonneg' else '> 0'}: {truth}"
-    if c.kind == "numeric":
+    if c.kind in ("numeric", "certified"):
         return bool(c.ok), None, str(c.value)
     raise ValueError(f"unknown claim kind {c.kind!r}")
 
@@ -210,14 +322,15 @@ def check_claims(name: str, claims: Sequence[Claim], details: Mapping[str, Any] 
     ok_all = True
     for c in claims:
         ok, r, text = _check_one(c)
-        outcomes.append({"claim": c.label, "kind": c.kind, "holds": ok, "result": text})
+        outcomes.append({"claim": c.label, "kind": c.kind, "method": c.method, "holds": ok, "result": text})
         if not ok:
             ok_all = False
             if residual is None and r is not None:
                 residual = r
     info = dict(details or {})
     info["claims"] = outcomes
-    return ProofResult(name, "proved" if ok_all else "failed", residual, time.perf_counter() - t0, info)
+    method = weakest(c.method for c in claims)
+    return ProofResult(name, "proved" if ok_all else "failed", residual, time.perf_counter() - t0, info, method)
 
 
 def check_equal(lhs: Any, rhs: Any, assumptions: str = "", *, name: str = "check") -> ProofResult:
@@ -238,21 +351,33 @@ def check_equal(lhs: Any, rhs: Any, assumptions: str = "", *, name: str = "check
 class Formulas:
     """:mod:`grpo_identity.formulas` with some functions replaced (to perturb a statement).
 
+    Every formula a proof takes from it is recorded in :attr:`read`, so that a perturbation of
+    a formula the proof never reads is reported instead of silently ignored.  Besides the public
+    formulas, the two pieces of the dial's coefficient (``_centred_correct``, ``_scale``) can be
+    read and replaced.
+
     >>> f = Formulas({"sigma": lambda k, G: 2 * F.sigma(k, G)})
     >>> f.sigma(1, 2), f.group_mean(1, 2)
     (1, 1/2)
+    >>> sorted(f.read)
+    ['group_mean', 'sigma']
     """
+
+    PRIVATE = ("_centred_correct", "_scale")
 
     def __init__(self, overrides: Mapping[str, Callable[..., Any]] | None = None) -> None:
         self._overrides = dict(overrides or {})
-        unknown = [name for name in self._overrides if not hasattr(F, name)]
+        self.read: set[str] = set()
+        unknown = [name for name in self._overrides if name not in F.__all__ and name not in self.PRIVATE]
         if unknown:
             raise ValueError(f"unknown formula {unknown[0]!r} in perturb; known: {', '.join(F.__all__)}")
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") and name not in ("_centred_correct", "_scale"):
+        if name.startswith("_") and name not in self.PRIVATE:
             raise AttributeError(name)
-        return self._overrides.get(name, getattr(F, name))
+        value = self._overrides.get(name, getattr(F, name))
+        self.read.add(name)
+        return value
 
 
 # --- theorems ---------------------------------------------------------------------------------
@@ -276,6 +401,9 @@ class Theorem:
     build: ClaimBuilder = field(repr=False)
     equation: Callable[[Formulas], sp.Basic | tuple[sp.Basic, ...]] = field(repr=False)
     extra: Callable[[Formulas], tuple[Sequence[Claim], dict[str, Any]]] | None = field(default=None, repr=False)
+    method: Method = "symbolic"
+    """How the theorem is established: the weakest method among its claims (a test checks the
+    declared method against the claims)."""
 
     @cached_property
     def latex(self) -> str:
@@ -286,7 +414,8 @@ class Theorem:
         return sp.latex(eq)
 
     def prove(self, perturb: Mapping[str, Callable[..., Any]] | None = None) -> ProofResult:
-        """Check every claim.  ``perturb`` maps formula names to replacements (to test failure).
+        """Check every claim.  ``perturb`` maps formula names to replacements (to test failure);
+        naming a formula this theorem does not read is an error.
 
         >>> from grpo_identity.proofs import by_name
         >>> by_name("T9").prove().status
@@ -296,19 +425,32 @@ class Theorem:
         """
         t0 = time.perf_counter()
         f = Formulas(perturb)
+        claims, details = self._claims(f)
+        unread = sorted(set(perturb or {}) - f.read)
+        if unread:
+            raise ValueError(f"{self.name} does not read {unread[0]!r}, so perturbing it tests nothing; {self.name} reads: {', '.join(sorted(f.read))}")
+        r = check_claims(self.name, claims, details)
+        return ProofResult(self.name, r.status, r.residual, time.perf_counter() - t0, r.details, r.method)
+
+    def _claims(self, f: Formulas) -> tuple[list[Claim], dict[str, Any]]:
         claims = list(self.build(f))
         details: dict[str, Any] = {"assumptions": self.assumptions}
         if self.extra is not None:
             more, info = self.extra(f)
             claims += list(more)
             details.update(info)
-        r = check_claims(self.name, claims, details)
-        return ProofResult(self.name, r.status, r.residual, time.perf_counter() - t0, r.details)
+        return claims, details
+
+    def reads(self) -> set[str]:
+        """The formulas this theorem's claims are built from (the names ``prove(perturb=...)`` accepts)."""
+        f = Formulas()
+        self._claims(f)
+        return set(f.read)
 
     def render_markdown(self) -> str:
         """A markdown cell: name, title, statement, the equation, reference and assumptions."""
         return (
-            f"**{self.name}. {self.title}** ({self.paper_ref})\n\n{self.statement}\n\n"
+            f"**{self.name}. {self.title}** ({self.paper_ref}; method: {self.method})\n\n{self.statement}\n\n"
             f"$$\n{self.latex}\n$$\n\n*Assumptions:* {self.assumptions}\n"
         )
 

@@ -35,9 +35,10 @@ def prove(name: str, show: int = 6) -> None:
     if r.status != "proved":
         raise AssertionError(f"{name} failed; first nonzero residual: {r.residual}")
     claims = r.details["claims"]
-    print(f"{name}: {r.status} — {len(claims)} claim(s), {r.seconds:.2f} s")
+    print(f"{name}: {r.status} ({r.method}) — {len(claims)} claim(s), {r.seconds:.2f} s")
     for c in claims[:show]:
-        print(f"  ✓ {c['claim']}  [{c['result']}]")
+        tag = "" if c["method"] == "symbolic" else f" ({c['method']})"
+        print(f"  ✓ {c['claim']}  [{c['result']}]{tag}")
     if len(claims) > show:
         print(f"  … and {len(claims) - show} more, all holding")
 

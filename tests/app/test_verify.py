@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from grpo_identity.app import verify as V
+from grpo_identity.proofs import THEOREMS
 
 
 def test_a_failed_item_fails_the_run_and_a_skipped_one_does_not(tmp_path, monkeypatch):
@@ -77,7 +78,7 @@ def test_verify_end_to_end_holds_and_writes_the_report(tmp_path):
     big_math = [i for i in out["items"] if i["section"] == "Big-Math"]
     assert len(big_math) == 14 and all(i["status"] == "pass" for i in big_math)
     assert not [i for i in out["items"] if i["section"] in ("controlled run", "DAPO") and i["status"] != "pass"]
-    assert sum(i["section"] == "proofs" and i["ok"] for i in out["items"]) == 19
+    assert sum(i["section"] == "proofs" and i["ok"] for i in out["items"]) == len(THEOREMS)  # every theorem of grpo_identity.proofs
     assert (tmp_path / "report.html").exists() and (tmp_path / "notebooks" / "index.html").exists()
 
 

@@ -42,10 +42,13 @@ def test_attenuation_theorem_t11_is_proved_with_its_numeric_checks() -> None:
         assert abs(e["slope_first_order"] + 2) < 0.1
         assert abs(e["slope_second_order"] + 3) < 0.1
     assert r.details["group_size_table"]["second_order_better"] is True
+    assert r.method == "certified numeric"
+    assert r.details["evidence"] and all(e["holds"] for e in r.details["evidence"])
+    assert not any(c["method"] == "numeric evidence" for c in r.details["claims"])
 
 
 def test_theorem_names_are_the_issue_list_in_order() -> None:
-    assert [t.name for t in THEOREMS] == [f"T{i}" for i in range(1, 14)] + [f"G{i}" for i in range(1, 7)]
+    assert [t.name for t in THEOREMS] == [f"T{i}" for i in range(1, 15)] + [f"G{i}" for i in range(1, 9)]
 
 
 @pytest.mark.parametrize("theorem", THEOREMS, ids=lambda t: t.name)
@@ -90,6 +93,9 @@ PERTURBATIONS = {
     "T8": {"silent_rate": lambda G=F.G, p=F.p: p**G},  # a missing term
     "T9": {"expected_sigma_sq": lambda G=F.G, p=F.p: p * (1 - p)},  # a missing factor 1 - 1/G
     "T10": {"expected_update": lambda G=F.G, p=F.p: F.expected_update(G, p) * (1 + sp.Integer(1) / G)},
+    "T14": {"fidelity": lambda G=F.G, p=F.p: F.fidelity(G, p) * (1 - sp.Rational(1, 1000))},  # 0.1 % low: G=51 misses 99 %
+    "G7": {"expected_score_gap": lambda p=F.p, grad_p=1: grad_p / p},  # E[sbar+ | k] alone, the incorrect side forgotten
+    "G8": {"update_covariance_given_k": lambda k=F.k, G=F.G, cov_plus=F.cov_plus, cov_minus=F.cov_minus, c=None: F.update_covariance_given_k(k, G, cov_plus, cov_minus, c) * k / G},
     "T12": {"group_size_law": lambda eps=F.eps, p=F.p: 1 / (eps * p * (1 - p))},  # missing 1/8
     "T13": {"difficulty_weight": lambda p=F.p: 2 / sp.sqrt(p * (1 - p))},
     "G1": {"sigma": _sigma_inflated},
@@ -109,8 +115,12 @@ def test_every_fast_theorem_has_a_perturbation() -> None:
 def test_a_perturbed_statement_is_reported_failed_with_a_nonzero_residual(name: str) -> None:
     r = by_name(name).prove(perturb=PERTURBATIONS[name])
     assert r.status == "failed"
-    assert any(not c["holds"] for c in r.details["claims"])
-    assert r.residual is not None and r.residual != 0
+    failed = [c for c in r.details["claims"] if not c["holds"]]
+    assert failed
+    if any(c["kind"] == "eq" for c in failed):  # an equation that fails reports its residual
+        assert r.residual is not None and r.residual != 0
+    else:  # a certified claim that fails reports its enclosure
+        assert all(c["kind"] == "certified" and c["result"].startswith("[") for c in failed)
 
 
 def test_sigma_times_one_plus_one_over_G_fails_the_identity_with_that_residual() -> None:
@@ -203,8 +213,8 @@ def test_cli_prove_json_has_the_documented_schema(capsys: pytest.CaptureFixture[
     assert set(out) == {"all_proved", "seconds", "theorems"}
     assert out["all_proved"] is True and isinstance(out["seconds"], float)
     (t,) = out["theorems"]
-    assert set(t) == {"name", "paper_ref", "statement", "status", "seconds"}
-    assert t["name"] == "T2" and t["status"] == "proved"
+    assert set(t) == {"name", "paper_ref", "statement", "status", "method", "seconds"}
+    assert t["name"] == "T2" and t["status"] == "proved" and t["method"] == "symbolic"
 
 
 def test_cli_prove_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -246,8 +256,7 @@ def _wrapped(name: str, calls: set[str], factor: sp.Expr = sp.Integer(1)):  # ty
 @pytest.mark.parametrize("theorem", FAST, ids=lambda t: t.name)
 def test_every_formula_a_theorem_reads_is_checked_by_it(theorem: Theorem) -> None:
     """Scaling any formula the proof reads by 11/10 must make it fail: no ingredient is decorative."""
-    read: set[str] = set()
-    assert theorem.prove(perturb={n: _wrapped(n, read) for n in FORMULA_FUNCTIONS}).status == "proved"
+    read = theorem.reads() & set(FORMULA_FUNCTIONS)
     assert read, f"{theorem.name} reads no formula"
     still_proved = []
     for name in sorted(read):
@@ -261,10 +270,84 @@ def test_an_rloo_coefficient_wrong_by_a_common_factor_fails_t7() -> None:
     assert r.status == "failed" and r.residual is not None and r.residual != 0
 
 
-def test_t10_and_t13_read_sigma_and_the_expected_update_from_the_formulas() -> None:
-    for name in ("T10", "T13"):
-        assert by_name(name).prove(perturb={"sigma": _sigma_inflated}).status == "failed"
+def test_t13_reads_sigma_and_the_expected_update_from_the_formulas() -> None:
+    assert by_name("T13").prove(perturb={"sigma": _sigma_inflated}).status == "failed"
     assert by_name("T13").prove(perturb={"expected_update": lambda G=F.G, p=F.p: 2 * F.expected_update(G, p)}).status == "failed"
+
+
+def _expected_update_over_all_k(G=F.G, p=F.p):  # type: ignore[no-untyped-def]
+    """E[g] written as the sum over k = 0..G: equal to Proposition 2's sum, since sigma = 0 at both ends."""
+    return sp.Sum(sp.binomial(G, F.k) * p**F.k * (1 - p) ** (G - F.k) * F.sigma(F.k, G), (F.k, 0, G))
+
+
+def test_t10_proves_the_true_rewrite_of_the_expected_update_as_a_sum_over_k_0_to_g() -> None:
+    assert by_name("T10").prove(perturb={"expected_update": _expected_update_over_all_k}).status == "proved"
+    wrong = by_name("T10").prove(perturb={"expected_update": lambda G=F.G, p=F.p: _expected_update_over_all_k(G, p) * sp.Rational(11, 10)})
+    assert wrong.status == "failed" and wrong.residual is not None
+
+
+def test_t10_derives_the_expected_update_instead_of_reading_sigma() -> None:
+    assert "sigma" not in by_name("T10").reads()
+    assert {"expected_update", "expected_score_gap"} <= by_name("T10").reads()
+
+
+def test_a_perturbation_of_a_formula_the_theorem_does_not_read_is_an_error() -> None:
+    with pytest.raises(ValueError, match="T1 does not read 'expected_update'"):
+        by_name("T1").prove(perturb={"expected_update": F.expected_update})
+
+
+def test_overriding_the_dials_centred_reward_reaches_t6() -> None:
+    def loo_everywhere(centre, k, G):  # type: ignore[no-untyped-def]
+        return F._centred_correct("loo", k, G)
+
+    assert "_centred_correct" in by_name("T6").reads()
+    assert by_name("T6").prove(perturb={"_centred_correct": loo_everywhere}).status == "failed"
+
+
+@pytest.mark.parametrize("theorem", FAST, ids=lambda t: t.name)
+def test_every_theorem_declares_the_method_its_claims_establish(theorem: Theorem) -> None:
+    assert theorem.prove().method == theorem.method
+    assert f"method: {theorem.method}" in theorem.render_markdown()
+
+
+def test_a_theorem_is_only_as_strong_as_its_weakest_claim() -> None:
+    x = sp.Symbol("x", real=True)
+    claims = [Claim("x = x", x, x), Claim("interval", "i", kind="certified", ok=True, value="[1, 2]")]
+    assert check_claims("c", claims).method == "certified numeric"
+    assert check_claims("n", [*claims, Claim("floats", "f", kind="numeric", ok=True, value=1.0)]).method == "numeric evidence"
+    assert check_claims("s", claims[:1]).method == "symbolic"
+
+
+def test_t12_no_longer_promises_the_exact_fidelity_at_g_star() -> None:
+    t = by_name("T12")
+    assert "not a guarantee" in t.statement
+    assert by_name("T12").prove(perturb={"attenuation_second_order": F.attenuation_first_order}).status == "failed"
+
+
+def test_t14_certifies_the_undershoot_of_ceil_g_star_with_the_issues_numbers() -> None:
+    r = by_name("T14").prove()
+    cells = {(c["p"], c["eps"]): c for c in r.details["cells"]}
+    assert [c["G_exact"] for c in r.details["cells"]] == [7, 11, 51, 9, 14, 61, 22, 36, 144, 42, 69, 273]
+    for (pv, e), printed in {(0.5, 0.1): "0.862", (0.05, 0.1): "0.827", (0.05, 0.01): "0.9896"}.items():
+        assert cells[(pv, e)]["phi_at_ceil_G_star"].startswith("[" + printed), cells[(pv, e)]
+
+
+def test_t14_fails_when_the_table_is_off_by_one() -> None:
+    import grpo_identity.proofs.table as table
+
+    shifted = tuple((p, e, exact + 1, law) for p, e, exact, law in table.CELLS)
+    try:
+        table.CELLS, saved = shifted, table.CELLS
+        assert by_name("T14").prove().status == "failed"
+    finally:
+        table.CELLS = saved
+
+
+def test_g7_fails_when_the_incorrect_side_of_the_score_gap_is_dropped_in_the_enumeration() -> None:
+    from grpo_identity.proofs.policy import _g7_enumerated
+
+    claims = _g7_enumerated(Formulas({"expected_score_gap": lambda p=F.p, grad_p=1: grad_p / p}))
+    assert check_claims("G7", claims).status == "failed"
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-HELP = "prove every claim of the paper (and what it leaves out) in SymPy"
+HELP = "prove every claim of the paper (and what it leaves out) in SymPy; each theorem says its method (symbolic, certified numeric, numeric evidence)"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -21,6 +21,7 @@ def run(args: argparse.Namespace) -> int:
     from grpo_identity.app.report import emit_json, format_table
     from grpo_identity.foundation import UsageError
     from grpo_identity.proofs import select
+    from grpo_identity.proofs.core import METHODS
 
     theorems = select(args.select)
     if not theorems:
@@ -39,15 +40,16 @@ def run(args: argparse.Namespace) -> int:
                 "all_proved": all_proved,
                 "seconds": seconds,
                 "theorems": [
-                    {"name": t.name, "paper_ref": t.paper_ref, "statement": t.statement, "status": r.status, "seconds": r.seconds}
+                    {"name": t.name, "paper_ref": t.paper_ref, "statement": t.statement, "status": r.status, "method": r.method, "seconds": r.seconds}
                     for t, r in zip(theorems, results)
                 ],
             }
         )
     else:
-        rows = [[t.name, t.title, t.paper_ref, r.status, f"{r.seconds:.2f}"] for t, r in zip(theorems, results)]
-        print(format_table(rows, ["theorem", "title", "paper reference", "status", "seconds"]))
-        print(f"\n{sum(r.status == 'proved' for r in results)}/{len(results)} proved in {seconds:.1f} s")
+        rows = [[t.name, t.title, t.paper_ref, r.status, r.method, f"{r.seconds:.2f}"] for t, r in zip(theorems, results)]
+        print(format_table(rows, ["theorem", "title", "paper reference", "status", "method", "seconds"]))
+        methods = ", ".join(f"{sum(r.method == m for r in results)} {m}" for m in METHODS if any(r.method == m for r in results))
+        print(f"\n{sum(r.status == 'proved' for r in results)}/{len(results)} proved in {seconds:.1f} s ({methods})")
         for t, r in zip(theorems, results):
             table = r.details.get("group_size_table")
             if table:  # T11 reports how the second-order law predicts the paper's exact table

@@ -1,0 +1,53 @@
+"""The zero test: residuals with Sums over shifted or extended ranges, boundary terms peeled off."""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from grpo_identity import formulas as F
+from grpo_identity.proofs.core import Formulas, check_equal, combine_sums, reduce_to_zero
+
+G, p = F.G, F.p
+j = sp.Symbol("j", integer=True)
+
+
+def test_a_sum_over_an_extended_range_with_vanishing_end_terms_equals_the_shorter_sum() -> None:
+    full = sp.Sum(sp.binomial(G, F.k) * p**F.k * (1 - p) ** (G - F.k) * F.sigma(F.k, G), (F.k, 0, G))
+    assert reduce_to_zero(F.expected_update(G, p) - full) == 0
+
+
+def test_an_extended_range_whose_end_terms_do_not_vanish_fails_with_those_terms() -> None:
+    r = reduce_to_zero(sp.Sum(j, (j, 1, G - 1)) - sp.Sum(j, (j, 0, G)))
+    assert r != 0 and sp.simplify(r + G) == 0
+
+
+def test_a_shifted_index_is_recognised() -> None:
+    assert reduce_to_zero(sp.Sum(j**2, (j, 1, G)) - sp.Sum((j + 1) ** 2, (j, 0, G - 1))) == 0
+
+
+def test_a_shift_with_a_wrong_range_fails() -> None:
+    assert reduce_to_zero(sp.Sum(j**2, (j, 1, G)) - sp.Sum((j + 1) ** 2, (j, 0, G))) != 0
+
+
+def test_sums_over_unrelated_ranges_are_kept_apart() -> None:
+    k, m = sp.symbols("k m", integer=True, positive=True)
+    parts = combine_sums(sp.Sum(j, (j, 1, k)) + sp.Sum(j, (j, k + 1, k + m)))
+    assert parts is not None and len(parts) == 3  # two families and the remainder
+    assert reduce_to_zero(sp.Sum(j, (j, 1, k)) - sp.Sum(j, (j, k + 1, k + m))) != 0
+
+
+def test_a_nonlinear_use_of_a_sum_is_left_alone() -> None:
+    assert combine_sums(sp.Sum(j, (j, 1, G)) ** 2) is None
+
+
+def test_a_true_rewrite_of_the_expected_update_proves_and_a_scaled_one_fails() -> None:
+    full = sp.Sum(sp.binomial(G, F.k) * p**F.k * (1 - p) ** (G - F.k) * F.sigma(F.k, G), (F.k, 0, G))
+    assert check_equal(F.expected_update(G, p), full).status == "proved"
+    assert check_equal(F.expected_update(G, p), full * sp.Rational(11, 10)).status == "failed"
+
+
+def test_formulas_records_what_a_proof_reads() -> None:
+    f = Formulas()
+    f.sigma(1, 2)
+    f._scale("none", 0, 0, 1, 2, 1)
+    assert f.read == {"sigma", "_scale"}
