@@ -45,7 +45,9 @@ def allocate(solve_rates: npt.ArrayLike, budget: int, eps: float = 0.1) -> npt.N
     Σ G_exact(ε, p_x) over the others, each gets exactly G_exact(ε, p_x) (φ ≥ 1 − ε, Corollary 2)
     and the rest of the budget is left unspent. Otherwise rollouts go greedily to the largest
     gain in fidelity per rollout, min(φ(G, p), 1 − ε), starting a prompt with a group of 2: the
-    spent total never exceeds ``budget``.
+    spent total never exceeds ``budget``. Greedy, so not always the best split of a short budget
+    (a prompt's first step costs two rollouts): on small cases a brute-force search can find up to
+    ~10 % more total fidelity when the budget is a handful of rollouts.
 
     >>> allocate([0.5, 0.05], budget=20, eps=0.1).tolist()  # short of 7 + 42
     [6, 14]
