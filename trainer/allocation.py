@@ -165,6 +165,10 @@ def run_allocation(config: BernoulliConfig | None = None, eps: float = DEFAULT_E
     }
 
 
+#: the option a config field is set by, for error messages
+_FLAG_OF = {"num_prompts": "--M", "group_size": "--G"}
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m grpo_identity.trainer.allocation [options]``: the comparison as a table (or ``--json``)."""
     import argparse
@@ -177,10 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps", type=float, default=DEFAULT_EPS, help=f"the allocator's tolerance: fidelity >= 1 - eps (default: {DEFAULT_EPS})")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
+    if not 0 < args.eps < 1:
+        ap.exit(2, f"{ap.prog}: error: --eps must be in (0, 1), got {args.eps:g}\n")
     try:
-        r = run_allocation(from_namespace(BernoulliConfig, args), args.eps)
-    except ValueError as exc:
-        ap.exit(2, f"{ap.prog}: error: {exc}\n")
+        config = from_namespace(BernoulliConfig, args)
+    except ValueError as exc:  # name the option, not the field: "num_prompts must be ..." -> "--M must be ..."
+        field, _, rest = str(exc).partition(" ")
+        ap.exit(2, f"{ap.prog}: error: {_FLAG_OF.get(field, '--' + field.replace('_', '-'))} {rest}\n")
+    r = run_allocation(config, args.eps)
     if args.json:
         emit_json({k: v for k, v in r.items() if k != "curves"})
         return 0
