@@ -61,8 +61,8 @@ def allocate(solve_rates: npt.ArrayLike, budget: int, eps: float = 0.1) -> npt.N
     table = _fidelity_table(p[live], min(int(budget) + 1, _TABLE_ROWS), target)  # (rows, n_live)
     reached = table >= target
     need = np.where(reached.any(0), reached.argmax(0), 0)
-    for j in np.flatnonzero(need == 0):  # beyond the table: the exact search
-        need[j] = group_size_exact(e, float(p[live[j]]))
+    for far in np.flatnonzero(need == 0):  # beyond the table: the exact search
+        need[far] = group_size_exact(e, float(p[live[far]]))
     if need.sum() <= budget:
         out[live] = need
         return out
@@ -78,7 +78,7 @@ def allocate(solve_rates: npt.ArrayLike, budget: int, eps: float = 0.1) -> npt.N
         return (phi(j, nxt) - phi(j, g)) / (nxt - g)
 
     alloc = np.zeros(live.size, dtype=np.int64)
-    heap = [(-gain(j, 0), j) for j in range(live.size)]
+    heap: list[tuple[float, int]] = [(-gain(j, 0), j) for j in range(live.size)]
     heapq.heapify(heap)
     left = int(budget)
     while heap and left > 0:

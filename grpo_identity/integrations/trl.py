@@ -84,7 +84,7 @@ def read_batch(trainer: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return rewards, adv, [_prompt_key(p) for p in prompts[::G]]
 
 
-class IdentityCallback(TrainerCallback):  # type: ignore[misc]
+class IdentityCallback(TrainerCallback):
     """Logs the live diagnostics of every generation batch of a TRL ``GRPOTrainer`` (see the module
     docstring); ``eps`` is the tolerance of the recommended G, ``prior_rollouts`` the shrinkage of
     the per-prompt solve rates."""
