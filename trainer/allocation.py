@@ -172,14 +172,16 @@ _FLAG_OF = {"num_prompts": "--M", "group_size": "--G"}
 def main(argv: list[str] | None = None) -> int:
     """``python -m grpo_identity.trainer.allocation [options]``: the comparison as a table (or ``--json``)."""
     import argparse
+    from pathlib import Path
 
-    from grpo_identity.foundation import emit_json, format_table
+    from grpo_identity.foundation import dumps, emit_json, format_table
     from grpo_identity.trainer.config import add_arguments, from_namespace
 
     ap = argparse.ArgumentParser(prog="python -m grpo_identity.trainer.allocation", description="fixed G against allocate() at equal total samples")
     add_arguments(ap, BernoulliConfig, {"num_prompts": ["--M", "--num-prompts"], "group_size": ["--G", "--group-size"]})
     ap.add_argument("--eps", type=float, default=DEFAULT_EPS, help=f"the allocator's tolerance: fidelity >= 1 - eps (default: {DEFAULT_EPS})")
-    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON (without the per-step curves)")
+    ap.add_argument("--out", metavar="FILE", help="also write the whole result, per-step curves included, as JSON to FILE")
     args = ap.parse_args(argv)
     if not 0 < args.eps < 1:
         ap.exit(2, f"{ap.prog}: error: --eps must be in (0, 1), got {args.eps:g}\n")
@@ -188,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # name the option, not the field: "num_prompts must be ..." -> "--M must be ..."
         field, _, rest = str(exc).partition(" ")
         ap.exit(2, f"{ap.prog}: error: {_FLAG_OF.get(field, '--' + field.replace('_', '-'))} {rest}\n")
+    if args.out and not Path(args.out).parent.is_dir():  # fail before the run, not after
+        ap.exit(2, f"{ap.prog}: error: --out {args.out}: folder {Path(args.out).parent} does not exist\n")
     r = run_allocation(config, args.eps)
+    if args.out:
+        Path(args.out).write_text(dumps(r) + "\n")
     if args.json:
         emit_json({k: v for k, v in r.items() if k != "curves"})
         return 0
