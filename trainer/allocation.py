@@ -61,13 +61,26 @@ def _draw(theta: Any, sizes: npt.NDArray[np.int64], gen: Any) -> tuple[Any, list
     return p, blocks
 
 
+def _identity_error(grad: FloatArray, p: Any, blocks: list[tuple[npt.NDArray[np.int64], Any]]) -> float:
+    """max |∂L/∂θ_x + c(k, G_x)·(s̄₊ − s̄₋)| over the prompts drawn (Theorem 1; scores y − p)."""
+    from grpo_identity.dial import GRPO, coefficient, score_gap
+
+    err = 0.0
+    for idx, y in blocks:
+        g = y.shape[1]
+        gap = score_gap(y.reshape(-1), (y - p[idx][:, None]).reshape(-1, 1), g)[:, 0].numpy()  # (n_g,)
+        e = float(np.abs(grad[idx] + np.asarray(coefficient(y.sum(1).numpy(), g, GRPO)) * gap).max())
+        err = e if not e <= err else err  # a NaN propagates
+    return err
+
+
 def _run_arm(arm: str, p0: FloatArray, config: BernoulliConfig, eps: float) -> dict[str, Any]:
     """Train one arm; per-step curves and totals."""
     import torch
     import torch.nn.functional as F
 
     from grpo_identity.allocation import allocate
-    from grpo_identity.dial import GRPO, coefficient, score_gap
+    from grpo_identity.dial import GRPO
     from grpo_identity.dial import advantages as dial_advantages
 
     M, budget = config.num_prompts, config.num_prompts * config.group_size
@@ -97,12 +110,8 @@ def _run_arm(arm: str, p0: FloatArray, config: BernoulliConfig, eps: float) -> d
             silent_rollouts += int(silent.sum()) * g
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        grad = theta.grad.detach().numpy() if theta.grad is not None else np.zeros(M)
-        for idx, y in blocks:  # the identity: ∂L/∂θ_x = −c(k, G_x)·(s̄₊ − s̄₋), scores y − p
-            g = y.shape[1]
-            gap = score_gap(y.reshape(-1), (y - p[idx][:, None]).reshape(-1, 1), g)[:, 0].numpy()
-            err = float(np.abs(grad[idx] + np.asarray(coefficient(y.sum(1).numpy(), g, GRPO)) * gap).max())
-            max_err = err if not err <= max_err else max_err  # a NaN propagates
+        err = _identity_error(theta.grad.detach().numpy() if theta.grad is not None else np.zeros(M), p, blocks)
+        max_err = err if not err <= max_err else max_err  # a NaN propagates
         n_groups, spent = int((sizes > 0).sum()), int(sizes.sum())
         samples += spent
         curves["silent_frac"].append(silent_groups / n_groups if n_groups else 1.0)
