@@ -107,7 +107,7 @@ def test_norm_adv_by_std_false_is_dr_grpo_and_the_live_audit_warns_once_under_th
 
 def test_the_wrapped_compute_data_metrics_keeps_verls_metrics_and_adds_the_identitys():
     wrapped = IdentityHook().wrap(lambda batch, use_critic=True: {"critic/score/mean": 0.25})
-    m = wrapped(verl_batch([[1, 0, 0, 0]]), use_critic=False)
+    m = wrapped(batch=verl_batch([[1, 0, 0, 0]]), use_critic=False)  # as RayPPOTrainer.fit calls it
     assert m["critic/score/mean"] == 0.25 and m["identity/silent_frac"] == 0.0
 
 
