@@ -25,8 +25,10 @@ is warned about once, on the logger ``grpo_identity``.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -87,11 +89,16 @@ def read_batch(trainer: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
 class IdentityCallback(TrainerCallback):
     """Logs the live diagnostics of every generation batch of a TRL ``GRPOTrainer`` (see the module
     docstring); ``eps`` is the tolerance of the recommended G, ``prior_rollouts`` the shrinkage of
-    the per-prompt solve rates."""
+    the per-prompt solve rates; ``log_file`` (optional) also gets one JSON line per step from the
+    main process, which ``grpo-identity diagnose`` reads."""
 
-    def __init__(self, trainer: Any, *, eps: float = DEFAULT_EPS, prior_rollouts: float = DEFAULT_PRIOR_ROLLOUTS, dial: D.Dial | None = None) -> None:
+    def __init__(self, trainer: Any, *, eps: float = DEFAULT_EPS, prior_rollouts: float = DEFAULT_PRIOR_ROLLOUTS, dial: D.Dial | None = None,
+                 log_file: str | Path | None = None) -> None:
         if not 0 < eps < 1:
             raise ValueError(f"eps must be in (0, 1), got {eps!r}")
+        self.log_file = Path(log_file) if log_file is not None else None
+        if self.log_file is not None and not self.log_file.parent.is_dir():
+            raise ValueError(f"log_file {log_file}: folder {self.log_file.parent} does not exist")
         self.trainer = trainer
         self.eps = float(eps)
         self.dial = dial if dial is not None else dial_for_config(trainer.args)
@@ -114,9 +121,12 @@ class IdentityCallback(TrainerCallback):
         G = int(t.num_generations)
         self.last = step_metrics(groups[keep].reshape(-1), adv.reshape(groups.shape)[keep].reshape(-1), G, self.dial,
                                  prompts=[p for p, k in zip(prompts, keep) if k], tracker=self.tracker, eps=self.eps)
-        for name, value in self.last.metrics.items():
-            if math.isfinite(value):
-                t._metrics["train"][name].append(value)
+        finite = {k: v for k, v in self.last.metrics.items() if math.isfinite(v)}
+        for name, value in finite.items():
+            t._metrics["train"][name].append(value)
+        if self.log_file is not None:  # one JSON line per step, for grpo-identity diagnose
+            with self.log_file.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": state.global_step, **finite}) + "\n")
         if self.last.departure and not self.warned:
             self.warned = True
             logger.warning("grpo-identity: the trainer's advantages leave the identity of %s at step %d: %s (reported once; see identity/departures)",

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from grpo_identity import dial as D
+from grpo_identity.integrations.diagnose import read_series
 from grpo_identity.integrations.metrics import SolveRateTracker, step_metrics
 
 pytestmark = pytest.mark.frameworks
@@ -84,6 +85,10 @@ def test_under_accelerate_with_two_processes_only_the_main_process_logs_once_per
         for k, v in want.items():
             # TRL's advantages are float32; the reference's are float64
             assert got[k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+    # the callback's own JSONL holds the same values, one line per step, and diagnose reads it
+    lines = [json.loads(x) for x in (tmp_path / "identity.jsonl").read_text().splitlines()]
+    assert [x.pop("step") for x in lines] == [1, 2, 3] and lines == [_identity(e) for e in steps]
+    assert read_series(tmp_path / "identity.jsonl")["silent_frac"] == [(float(e["step"]), e["identity/silent_frac"]) for e in steps]
     # the silent fraction by hand, from the rows each process scored
     rows = [json.loads(x) for r in (0, 1) for x in (tmp_path / f"rows-{r}.jsonl").read_text().splitlines()]
     groups = defaultdict(list)
@@ -178,7 +183,22 @@ def test_the_dial_of_a_grpo_config_is_the_one_the_audit_infers_from_the_real_tra
     assert got == want
 
 
-def test_a_config_off_the_dial_has_no_dial_and_a_bad_eps_is_refused():
+def test_a_config_off_the_dial_has_no_dial_and_bad_options_are_refused(tmp_path):
     assert dial_for_config(SimpleNamespace(scale_rewards="group", multi_objective_aggregation="normalize_then_sum")) is None
     with pytest.raises(ValueError, match="eps must be in"):
         IdentityCallback(_StubTrainer(), eps=1.5)
+    with pytest.raises(ValueError, match="folder .* does not exist"):
+        IdentityCallback(_StubTrainer(), log_file=tmp_path / "no" / "identity.jsonl")
+
+
+def test_the_log_file_gets_one_line_per_generation_batch_from_the_main_process_only(tmp_path):
+    for main, name in ((True, "main.jsonl"), (False, "other.jsonl")):
+        t = _StubTrainer(main=main)
+        cb = IdentityCallback(t, log_file=tmp_path / name)
+        for step, rewards in ((1, [1, 0, 0, 0]), (2, [1, 1, 1, 1])):
+            t.generate(rewards)
+            cb.on_step_end(None, SimpleNamespace(global_step=step), None)
+            cb.on_step_end(None, SimpleNamespace(global_step=step), None)
+    lines = [json.loads(x) for x in (tmp_path / "main.jsonl").read_text().splitlines()]
+    assert [(x["step"], x["identity/silent_frac"]) for x in lines] == [(1, 0.0), (2, 1.0)]
+    assert not (tmp_path / "other.jsonl").exists()

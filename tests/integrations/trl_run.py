@@ -5,7 +5,7 @@
 (``--multi_gpu`` on a machine without GPUs: torchrun processes on the CPU, gloo backend.) Each
 process writes ``OUT/rows-<rank>.jsonl`` (the rows its reward function scored: step, prompt,
 reward, in the order TRL hands them over) and ``OUT/log-<rank>.json`` (its distributed set-up
-and ``state.log_history``). REWARD is ``binary`` (default) or ``silent07`` (every reward 0.7);
+and ``state.log_history``); the callback's main process writes ``OUT/identity.jsonl``. REWARD is ``binary`` (default) or ``silent07`` (every reward 0.7);
 G the group size (default 4).
 """
 
@@ -60,7 +60,7 @@ def main(out: str, reward: str = "binary", group_size: str = "4") -> None:
                       per_device_train_batch_size=G * PER_DEVICE_PROMPTS, max_completion_length=2, max_steps=STEPS, logging_steps=1, save_strategy="no",
                       beta=0.0, learning_rate=1e-2, seed=0, dataloader_num_workers=0)
     trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}))
-    trainer.add_callback(IdentityCallback(trainer))
+    trainer.add_callback(IdentityCallback(trainer, log_file=os.path.join(out, "identity.jsonl")))
     trainer.train()
     dist = torch.distributed.is_initialized()
     setup = {"distributed_type": str(trainer.accelerator.distributed_type), "backend": torch.distributed.get_backend() if dist else None,
