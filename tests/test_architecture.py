@@ -21,7 +21,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "root": ("grpo_identity", "grpo_identity.__main__"),
     "foundation": ("grpo_identity.foundation", "grpo_identity._validate", "grpo_identity.data", "grpo_identity.paper"),
     "formulas": ("grpo_identity.formulas", "grpo_identity.registry"),
-    "closed_forms": ("grpo_identity.closed_forms",),
+    "closed_forms": ("grpo_identity.closed_forms", "grpo_identity.allocation"),
     "dial": ("grpo_identity.dial",),
     "proofs": ("grpo_identity.proofs",),
     "checks": ("grpo_identity.checks",),

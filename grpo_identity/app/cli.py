@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "dapo-fit": "dapo_fit",
     "verify": "verify",
     "render": "render",
+    "diagnose": "diagnose",
 }
 
 __all__ = ["COMMANDS", "build_parser", "main"]

@@ -1,0 +1,106 @@
+"""``grpo-identity diagnose LOGDIR``: read back what a run logged, draw one page, check it in a
+headless browser."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from grpo_identity.app.cli import main
+from grpo_identity.app.render import browser_dom, browser_executable
+
+P = (0.05, 0.5, 1.0)  # a hard prompt, a medium one, one always solved (silent)
+
+
+def group_records(steps: int = 6, G: int = 4) -> list[dict]:
+    """Per-group rewards records: prompt q<i> solves the first round(p·G) answers, shifted each step."""
+    recs = []
+    for s in range(steps):
+        for i, p in enumerate(P):
+            k = round(p * G) if p in (0.5, 1.0) else s % 2  # the hard prompt: silent on even steps
+            recs.append({"step": s, "prompt": f"q{i}", "rewards": [1.0] * k + [0.0] * (G - k)})
+    return recs
+
+
+def write_jsonl(path, recs):
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def run(capsys, *argv):
+    code = main(["diagnose", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_per_group_rewards_give_the_silent_fraction_of_each_step(tmp_path, capsys):
+    write_jsonl(tmp_path / "groups.jsonl", group_records())
+    code, out, _ = run(capsys, tmp_path, "--json")
+    assert code == 0
+    series = json.loads(out)["series"]
+    # step s: the always-solved prompt is silent; the hard one on even steps
+    assert series["silent_frac"] == [[s, (2 if s % 2 == 0 else 1) / 3] for s in range(6)]
+    assert (tmp_path / "diagnose.html").is_file()
+
+
+def test_the_latest_checkpoints_trainer_state_is_read(tmp_path, capsys):
+    for step, value in ((2, 0.25), (4, 0.75)):
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        log = [{"step": s, "loss": 0.0, "identity/silent_frac": value} for s in range(1, step + 1)]
+        (d / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": log}))
+    code, out, _ = run(capsys, tmp_path, "--json")
+    assert code == 0 and json.loads(out)["series"] == {"silent_frac": [[s, 0.75] for s in (1, 2, 3, 4)]}
+
+
+def test_verls_file_logger_records_are_read(tmp_path, capsys):
+    write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1, "data": {"identity/recommended_G": 12, "critic/score/mean": 0.5}}])
+    code, out, _ = run(capsys, tmp_path / "metrics.jsonl", "--json")
+    assert code == 0 and json.loads(out)["series"] == {"recommended_G": [[1, 12]]}
+    assert (tmp_path / "diagnose.html").is_file()
+
+
+def test_the_table_names_every_metric_with_its_last_value(tmp_path, capsys):
+    write_jsonl(tmp_path / "groups.jsonl", group_records())
+    code, out, _ = run(capsys, tmp_path)
+    assert code == 0 and re.search(r"^silent_frac\s+6\s+5\s+0\.333333$", out, re.M) and out.rstrip().endswith("diagnose.html")
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        (lambda d: None, ["{d}/missing"], "LOGDIR {d}/missing does not exist"),
+        (lambda d: None, [], "no identity/ metrics and no per-group rewards under {d}"),
+        (lambda d: (d / "a.jsonl").write_text('{"step": 1, "rewards": [1, 0]}\n{oops\n'), [], "a.jsonl:2: not JSON"),
+        (lambda d: (d / "a.jsonl").write_text('{"rewards": [1, 0]}\n'), [], 'a.jsonl:1: a record must be a JSON object with a numeric "step"'),
+        (lambda d: write_jsonl(d / "a.jsonl", [{"step": 0, "rewards": [1, 0]}, {"step": 0, "rewards": [1, 0, 0]}]), [], "step 0: groups of different sizes [2, 3]"),
+        (lambda d: write_jsonl(d / "a.jsonl", [{"step": 0, "rewards": [1, "x"]}]), [], "step 0: rewards and advantages must be lists of 2 numbers"),
+        (lambda d: write_jsonl(d / "a.jsonl", group_records()), ["--eps", "1.5"], "--eps must be in (0, 1), got 1.5"),
+        (lambda d: write_jsonl(d / "a.jsonl", group_records()), ["--dial", "ppo"], "--dial: unknown preset 'ppo'"),
+        (lambda d: write_jsonl(d / "a.jsonl", group_records()), ["--out", "{d}/no/such/page.html"], "--out {d}/no/such/page.html: folder {d}/no/such does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr_exit_2_and_no_page(tmp_path, capsys, setup, args, message):
+    setup(tmp_path)
+    argv = [a.format(d=tmp_path) for a in args]
+    target = argv.pop(0) if argv and not argv[0].startswith("--") else tmp_path
+    code, out, err = run(capsys, target, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message.format(d=tmp_path) in err and "Traceback" not in err
+    assert not list(tmp_path.rglob("*.html")) and not list(tmp_path.rglob("*.partial"))
+
+
+@pytest.mark.skipif(browser_executable() is None, reason="no headless Chromium on PATH (Debian: apt-get install chromium)")
+def test_the_page_opens_in_a_headless_browser_with_every_curve_drawn(tmp_path, capsys):
+    write_jsonl(tmp_path / "groups.jsonl", group_records())
+    code, out, _ = run(capsys, tmp_path, "--json")
+    series = json.loads(out)["series"]
+    dom = browser_dom(tmp_path / "diagnose.html", budget_ms=2000)
+    figures = re.findall(r'<figure id="([a-z_]+)">', dom)
+    assert figures == ["silent", "mass", "deviation", "fidelity", "group_size"]
+    lines = dict(re.findall(r'<polyline class="series" data-name="([^"]+)"[^>]* points="([^"]+)"', dom))
+    assert len(lines["measured"].split()) == len(series["silent_frac"]) == 6
+    assert len(lines["predicted"].split()) == len(series["silent_frac_pred"])
+    assert {"extreme (p &lt; 0.1 or &gt; 0.9)", "medium (0.4 to 0.6)", "recommended", "used", "medium"} <= set(lines)
