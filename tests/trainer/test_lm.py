@@ -286,11 +286,11 @@ def test_trainer_check_fails_when_dr_grpo_advantages_are_claimed_as_grpo(monkeyp
 
 
 def test_trainer_check_fails_when_the_loss_aggregates_with_other_weights_than_the_scores(monkeypatch):
-    import grpo_identity.trainer.lm.identity as lm_identity
+    import grpo_identity.trainer.lm.loss as lm_loss
 
-    real = lm_identity.group_loss
+    real = lm_loss.group_loss
     # the loss sums tokens (weight 1) while the scores assume GRPO's per-answer mean (weight 1/|y|)
-    monkeypatch.setattr(lm_identity, "group_loss", lambda per_token, mask, weights, G: real(per_token, mask, torch.ones_like(weights), G))
+    monkeypatch.setattr(lm_loss, "group_loss", lambda per_token, mask, weights, G: real(per_token, mask, torch.ones_like(weights), G))
     assert min(g["rel_err"] for g in _one_step()) > 1e-2
 
 
