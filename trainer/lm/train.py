@@ -45,6 +45,7 @@ from grpo_identity.trainer.lm.config import LMConfig, aggregation_of, dial_of, m
 from grpo_identity.trainer.lm.identity import check_identity, flatten, group_gradient, loglog_fit, per_sample_scores, trainable
 from grpo_identity.trainer.lm.loss import rl_loss, sample_weights
 from grpo_identity.trainer.lm.model import autocast, build_model, count_params, resolve_device, sample, token_logprobs
+from grpo_identity.trainer.lm.projected import projected_check, projected_scores, random_directions
 from grpo_identity.trainer.lm.rollout import rollout
 from grpo_identity.trainer.lm.task import AdditionTask, Problems
 
@@ -236,6 +237,10 @@ def _checked_gradient(run: _ModeRun, model: nn.Module, ro: Any, adv: torch.Tenso
     acc = [torch.zeros_like(p) for p in run.params]
     kl_acc = [torch.zeros_like(p) for p in run.params] if ref_logp is not None else None
     step_groups: list[dict[str, Any]] = []
+    dirs = None
+    if cfg.check_directions > 0:  # the projected check: K random directions, fresh each step
+        dirs = random_directions(sum(p.numel() for p in run.params), cfg.check_directions, seed=cfg.seed * 100_003 + step,
+                                 device=run.params[0].device)
     for j in range(n):
         sl = slice(j * G, (j + 1) * G)
         pg, kl, _ = group_gradient(model, ro.seqs[sl], ro.mask[sl], w[sl], adv[sl], prompt_len=prompt_len, group_size=G,
@@ -247,7 +252,7 @@ def _checked_gradient(run: _ModeRun, model: nn.Module, ro: Any, adv: torch.Tenso
             for a, gk in zip(kl_acc, kl):
                 a.add_(gk, alpha=1.0 / n)
         checks_left = cfg.check_groups == 0 or sum("rel_err" in gr for gr in step_groups) < cfg.check_groups
-        step_groups.append(_group_record(model, ro, j, -flatten(pg), adv[sl], w[sl], run.dial, cfg, prompt_len, step, checks_left))
+        step_groups.append(_group_record(model, ro, j, -flatten(pg), adv[sl], w[sl], run.dial, cfg, prompt_len, step, checks_left, dirs))
     for p, a in zip(run.params, acc):
         p.grad = a
     if kl_acc is not None:
@@ -259,10 +264,12 @@ def _checked_gradient(run: _ModeRun, model: nn.Module, ro: Any, adv: torch.Tenso
 
 
 def _group_record(model: nn.Module, ro: Any, j: int, g: torch.Tensor, adv: torch.Tensor, w: torch.Tensor, dial: Any, cfg: LMConfig,
-                  prompt_len: int, step: int, check: bool) -> dict[str, Any]:
+                  prompt_len: int, step: int, check: bool, dirs: torch.Tensor | None = None) -> dict[str, Any]:
     """One group's record; a non-silent group is checked against its per-sample scores when ``check``.
 
-    ``g`` (D,) is the group's ascent direction −∇ℓ_group.
+    ``g`` (D,) is the group's ascent direction −∇ℓ_group.  With directions ``dirs`` (K, D) the
+    check runs on projections (:mod:`.projected`; ``gap_norm`` and ``noise_share`` are then those
+    of the projected vectors), else on the exact per-sample scores.
     """
     G = cfg.group_size
     sl = slice(j * G, (j + 1) * G)
@@ -273,8 +280,11 @@ def _group_record(model: nn.Module, ro: Any, j: int, g: torch.Tensor, adv: torch
     if k in (0, G):
         grec["sigma"] = 0.0
     elif check:
-        scores = per_sample_scores(model, ro.seqs[sl], ro.mask[sl], w, prompt_len=prompt_len)  # (G, D)
-        chk = check_identity(g, scores, r, adv, dial)
+        if dirs is None:
+            scores = per_sample_scores(model, ro.seqs[sl], ro.mask[sl], w, prompt_len=prompt_len)  # (G, D)
+            chk = check_identity(g, scores, r, adv, dial)
+        else:
+            chk = projected_check(g, dirs, projected_scores(model, ro.seqs[sl], ro.mask[sl], w, dirs, prompt_len=prompt_len), r, adv, dial)
         grec.update(sigma=chk.sigma, coef=chk.coef, gap_norm=chk.gap_norm, rel_err=chk.rel_err, rel_err_sum=chk.rel_err_sum,
                     noise_share=chk.noise_share)
     else:
