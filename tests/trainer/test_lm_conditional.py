@@ -225,3 +225,41 @@ def test_weighted_pooled_slope_ignores_a_point_of_no_weight_and_equals_the_plain
 
     assert weighted_pooled_slope(prompt, s, y_bad, np.ones(6)) == pytest.approx(pooled_slope(prompt, s, y_bad))
     assert weighted_pooled_slope(prompt, s, y_bad, [1, 1, 0, 1, 1, 1]) == pytest.approx(2.0)
+    assert weighted_pooled_slope(prompt, s, y_bad, [1, 1, 1e-12, 1, 1, 1]) == pytest.approx(2.0, abs=1e-6)  # weighted centring too
+
+
+def _synthetic_prompt(rng, p: float, n_groups: int, G: int, D: int, a: float, b: float):
+    """One prompt's measurement record built from answers with known class means and noise:
+    correct scores μ₊ + a·N(0, I), incorrect μ₋ + b·N(0, I); g = c(k)·(s̄₊ − s̄₋) per mode."""
+    from grpo_identity.dial import coefficient, preset
+
+    mu_pos, mu_neg = rng.normal(size=D), rng.normal(size=D)
+    k = rng.binomial(G, p, size=n_groups)
+    live = np.flatnonzero((k > 0) & (k < G))
+    gaps = np.stack([mu_pos + a * rng.normal(size=(kk, D)).mean(0) - mu_neg - b * rng.normal(size=(G - kk, D)).mean(0) for kk in k[live]])
+    r = mu_pos - mu_neg
+    refs = np.stack([r + 0.1 * rng.normal(size=D), r + 0.1 * rng.normal(size=D)])
+    modes = {}
+    for mode, agg in (("grpo", "seq_mean"), ("dr_grpo", "constant")):
+        g = np.asarray(coefficient(k[live], G, preset(mode)), dtype=float)[:, None] * gaps
+        dots = g @ refs.T
+        modes[mode] = {"aggregation": agg, "live": live.tolist(), "gram": g @ g.T, "dots": {"class": dots, "grad_p": dots},
+                       "ref_gram": {"class": refs @ refs.T, "grad_p": refs @ refs.T}, "tr_pos": a**2 * D, "tr_neg": b**2 * D,
+                       "projected_errs": [1e-7], "exact_errs": [1e-7], "silent_nonzero": 0}
+    return {"k": k.tolist(), "n_ref": 0, "p_ref": p, "level": 1, "p_probe": p, "modes": modes}
+
+
+def test_summary_recovers_the_theorems_slopes_and_noise_from_vectors_with_known_moments():
+    from grpo_identity.trainer.lm.conditional_summary import summarise
+
+    rng = np.random.default_rng(0)
+    measured = [_synthetic_prompt(rng, p, 400, 8, 60, 0.5, 1.5) for p in (0.3, 0.5, 0.7)]
+    cfg = named_config("cpu-smoke", experiment="conditional", cond_bootstrap=200, cond_min_cell=8)
+    c = summarise(measured, cfg, np.random.default_rng(1))
+    for mode, slope in (("grpo", 1), ("dr_grpo", 2)):
+        sl = c["slope_by_mode"][mode]
+        assert sl["value"] == pytest.approx(slope, abs=0.15) and sl["interval"][0] < slope < sl["interval"][1]
+        assert c["noise_slope_by_mode"][mode]["measured_over_predicted_median"] == pytest.approx(1.0, abs=0.15)
+    assert c["cosine_min"]["by_mode"]["grpo"]["median"] == pytest.approx(1.0, abs=0.05)
+    assert c["grad_p_rel_err"]["value"] < 0.1 and c["grad_p_rel_err"]["mode"] == "dr_grpo"
+    assert c["groups"] == 1200
