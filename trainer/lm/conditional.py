@@ -21,6 +21,10 @@ solve rate of ``cond_candidates`` prompts with ``cond_probe`` answers each and k
 3. check every group along ``cond_directions`` random directions (:mod:`.projected`), and the
    first ``cond_exact_groups`` also with exact per-sample scores.
 
+With ``time_budget`` > 0 no further prompt is started once the time per prompt so far would
+overrun it (at least two prompts are measured).  Sampling runs under bf16 autocast where
+``amp`` is on; every gradient, score and comparison is fp32.
+
 :func:`.conditional_summary.summarise` turns the per-prompt measurements into the report.
 """
 
@@ -63,6 +67,9 @@ def run_conditional(config: LMConfig, progress: bool = False, *, out_dir: str | 
     tick = _progress(progress, len(chosen))
     measured = []
     for i, (prompt, answer, level, p_probe) in enumerate(chosen):
+        per_prompt = (time.perf_counter() - t0) / max(i, 1) if i else 0.0
+        if config.time_budget > 0 and i >= 2 and time.perf_counter() - t0 + per_prompt > config.time_budget:
+            break  # the budget would run out during the next prompt: stop with what is measured
         m = measure_prompt(env, config, prompt, answer, gen, seed=config.seed * 1000 + i)
         m.update(level=level, p_probe=p_probe)
         measured.append(m)

@@ -10,9 +10,10 @@ matrices).  Output: the JSON-ready ``conditional`` entry, keys
 - ``cosine_min``: the smallest cosine between E[g | k] and E[g | k'] of one prompt (prediction 1);
 - ``grad_p_rel_err``: ‖E[g | k]/c − ∇p/(p(1−p))‖ / ‖∇p/(p(1−p))‖, median over prompts, for the
   modes with unweighted scores (constant aggregation); the class-mean comparison for every mode;
-- ``noise_slope_by_mode``: log-log slope of tr Cov(g | k) against σ_k, and the slope predicted
-  from c²(tr Σ₊/k + tr Σ₋/(G − k)) with the measured traces (0 for GRPO, 2 for Dr. GRPO when
-  tr Σ₊ = tr Σ₋);
+- ``noise_slope_by_mode``: log-log slope of tr Cov(g | k) against k (one intercept per prompt),
+  and the slope predicted from c²(tr Σ₊/k + tr Σ₋/(G − k)) with the measured traces (GRPO:
+  ((G − k) tr Σ₊ + k tr Σ₋)/G², flat when tr Σ₊ = tr Σ₋, slope 1 when tr Σ₊ = 0); against σ_k
+  under ``vs_sigma`` (0 for GRPO, 2 for Dr. GRPO when tr Σ₊ = tr Σ₋);
 - ``groups``: groups whose g was computed (per mode); ``projected_check``: the two checks.
 """
 
@@ -148,15 +149,19 @@ def _slope_report(est: dict[str, Any], mode: str, n_prompts: int) -> dict[str, A
 
 
 def _noise_report(est: dict[str, Any], mode: str) -> dict[str, Any]:
-    """Slope of tr Cov(g | k) against σ_k (pooled), measured and predicted from the traces of Σ±."""
+    """Log-log slope of tr Cov(g | k) against k (pooled, one intercept per prompt), measured and
+    predicted from the traces of Σ±; the same against σ_k under ``vs_sigma``."""
     rows = est["rows"]
     q = np.array([r["prompt"] for r in rows])
+    k = np.array([r["k"] for r in rows], dtype=float)
     s = np.array([r["sigma"] for r in rows])
     tr = np.array([r["trace_cov"] for r in rows])
     pred = np.array([r["trace_cov_pred"] for r in rows])
     ratio = tr / pred
-    return {"value": pooled_slope(q, s, tr), "interval": percentile_interval([pooled_slope(q, s, b) for b in est["boot_tr"]]),
-            "predicted_from_traces": pooled_slope(q, s, pred), "predicted_if_equal": PREDICTED_NOISE_SLOPE_IF_EQUAL[mode],
+    vs_sigma = {"value": pooled_slope(q, s, tr), "interval": percentile_interval([pooled_slope(q, s, b) for b in est["boot_tr"]]),
+                "predicted_from_traces": pooled_slope(q, s, pred), "predicted_if_equal": PREDICTED_NOISE_SLOPE_IF_EQUAL[mode]}
+    return {"value": pooled_slope(q, k, tr), "interval": percentile_interval([pooled_slope(q, k, b) for b in est["boot_tr"]]),
+            "predicted_from_traces": pooled_slope(q, k, pred), "vs_sigma": vs_sigma,
             "measured_over_predicted_median": float(np.median(ratio)) if len(ratio) else None,
             "measured_over_predicted_range": [float(ratio.min()), float(ratio.max())] if len(ratio) else None}
 
