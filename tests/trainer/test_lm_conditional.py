@@ -183,6 +183,8 @@ def test_conditional_experiment_reports_every_key_and_its_checks_hold():
     pc = c["projected_check"]
     assert pc["projected_max_rel_err"] < 1e-4 and pc["exact_max_rel_err"] < 1e-4 and pc["groups_exact"] == 2 * 2 * 2
     assert pc["silent_groups_with_nonzero_grad"] == 0
+    assert s["identity_max_rel_err"] == max(pc["projected_max_rel_err"], pc["exact_max_rel_err"])
+    assert s["groups_checked"] == pc["groups_projected"] > 0
     assert c["grad_p_rel_err"]["mode"] == "dr_grpo"  # the mode with unweighted (constant) scores
     assert all(p["p_probe"] >= 0.05 for p in c["prompts"])
 

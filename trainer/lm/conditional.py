@@ -53,7 +53,8 @@ def run_conditional(config: LMConfig, progress: bool = False, *, out_dir: str | 
     """Warm up, freeze, and measure E[g | k] on many groups of a few intermediate prompts.
 
     Returns a JSON-ready dict whose ``conditional`` entry holds ``slope_by_mode``,
-    ``cosine_min``, ``grad_p_rel_err``, ``noise_slope_by_mode``, ``groups`` and the cells; with
+    ``cosine_min``, ``grad_p_rel_err``, ``noise_slope_by_mode``, ``groups`` and the cells, and
+    ``identity_max_rel_err`` / ``groups_checked`` as a training run's summary has them; with
     ``out_dir``: config.json, summary.json and conditional.png there.
     """
     from grpo_identity.trainer.lm.conditional_summary import summarise
@@ -76,7 +77,12 @@ def run_conditional(config: LMConfig, progress: bool = False, *, out_dir: str | 
         tick()
     cond = summarise(measured, config, np.random.default_rng([config.seed, 12]))
     cond["candidates"] = candidates
-    summary = {"experiment": "conditional", "conditional": cond, "device": str(env.device), "amp": env.amp, "model": config.model,
+    pc = cond["projected_check"]
+    errs = [e for e in (pc["projected_max_rel_err"], pc["exact_max_rel_err"]) if e is not None]
+    summary = {"experiment": "conditional", "conditional": cond,
+               # the identity checked on every group (projected) and on a few (exact): the largest of both errors
+               "identity_max_rel_err": max(errs) if errs else None, "groups_checked": pc["groups_projected"],
+               "device": str(env.device), "amp": env.amp, "model": config.model,
                "n_params": count_params(env.model), "warmup": wu, "seconds": time.perf_counter() - t0}
     if out_dir is not None:
         _write_outputs(Path(out_dir), config, summary)
@@ -129,7 +135,8 @@ def select_prompts(env: RunEnv, config: LMConfig, rng: np.random.Generator,
     Returns the kept (prompt (P,), answer, level, p̂) and every candidate's level and p̂.
     """
     probs = env.task.sample(config.cond_candidates, rng)
-    kept, seen = [], []
+    kept: list[tuple[torch.Tensor, list[int], int, float]] = []
+    seen: list[dict[str, Any]] = []
     for i in range(config.cond_candidates):
         prompt = torch.as_tensor(probs.prompts[i], device=env.device)
         _, _, _, r = draw_answers(env, config, prompt, probs.answers[i], config.cond_probe, gen)

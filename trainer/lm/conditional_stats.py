@@ -76,7 +76,7 @@ def bootstrap_u(gram: Array, counts: npt.NDArray[np.int64]) -> Array:
         return np.where(pairs > 0, (cross - ties) / np.where(pairs > 0, pairs, 1.0), np.nan)
 
 
-def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float | None:
+def loglog_slope(x: npt.ArrayLike, y: npt.ArrayLike) -> float | None:
     """Least-squares slope of log y on log x over positive finite pairs (None with fewer than 2 x values)."""
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = np.isfinite(xa) & np.isfinite(ya) & (xa > 0) & (ya > 0)
@@ -86,7 +86,7 @@ def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float | None:
     return float(np.polyfit(lx, ly, 1)[0])
 
 
-def pooled_slope(prompt: Sequence[int], x: Sequence[float], y: Sequence[float]) -> float | None:
+def pooled_slope(prompt: npt.ArrayLike, x: npt.ArrayLike, y: npt.ArrayLike) -> float | None:
     """One log-log slope of y on x over several prompts, each with its own intercept.
 
     The within-prompt regression: log x and log y centred per prompt, then one least-squares
@@ -104,7 +104,7 @@ def pooled_slope(prompt: Sequence[int], x: Sequence[float], y: Sequence[float]) 
     return sxy / sxx if sxx > 0 else None
 
 
-def weighted_pooled_slope(prompt: Sequence[int], x: Sequence[float], y: Sequence[float], weight: Sequence[float]) -> float | None:
+def weighted_pooled_slope(prompt: npt.ArrayLike, x: npt.ArrayLike, y: npt.ArrayLike, weight: npt.ArrayLike) -> float | None:
     """:func:`pooled_slope` with a weight per point (inverse variance of log y): weighted centring per prompt.
 
     Points with a non-finite or zero weight drop out.

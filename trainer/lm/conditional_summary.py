@@ -194,7 +194,7 @@ def _grad_p_report(measured: list[dict[str, Any]], config: LMConfig) -> dict[str
     by_mode: dict[str, Any] = {}
     for mode in conditional_modes(config):
         dial = dial_of(mode)
-        per = {"grad_p": [], "class": []}
+        per: dict[str, list[dict[str, Any]]] = {"grad_p": [], "class": []}
         for m in measured:
             mm = m["modes"][mode]
             k_live = np.asarray(m["k"])[np.asarray(mm["live"], dtype=int)]
@@ -223,7 +223,8 @@ def _median(x: list[Any]) -> float | None:
 
 def _raw_slope(measured: list[dict[str, Any]], mode: str, G: int) -> dict[str, Any]:
     """The per-group ‖g‖ against σ fit the training runs report: dominated by noise."""
-    s, n = [], []
+    s: list[float] = []
+    n: list[float] = []
     for m in measured:
         mm = m["modes"][mode]
         k_live = np.asarray(m["k"])[np.asarray(mm["live"], dtype=int)]
