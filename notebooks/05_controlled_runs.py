@@ -204,9 +204,10 @@ def fmt_iv(d: dict) -> str:
 def show_conditional(folder: Path) -> None:
     s = json.loads((folder / "summary.json").read_text())
     c = s["conditional"]
+    rates = ", ".join(f"{p['p_ref']:.2f}" for p in c["prompts"])
     display(Markdown(f"### `{folder.name}`\n\ncommand: `{command(folder)}`  \nmodel: {s['model']} ({s['n_params']:,} parameters) "
                      f"on {s['device']}, {s['seconds']:.0f} s; {c['groups']} groups of G = {c['group_size']} on {len(c['prompts'])} prompts "
-                     f"(solve rates {', '.join(f'{p['p_ref']:.2f}' for p in c['prompts'])})"))
+                     f"(solve rates measured on the reference answers: {rates})"))
     rows = []
     for mode, sl in c["slope_by_mode"].items():
         ns = c["noise_slope_by_mode"][mode]
