@@ -5,8 +5,8 @@ For a batch of ``--groups`` groups of G answers on the addition task, each of:
 - ``train_step``: one batched forward + backward of the batch loss (what an unchecked step does);
 - ``exact_check``: the checked step as the trainer runs it with exact scores: every group's
   gradient by its own backward, its per-sample scores (G, D) by ``torch.func`` vmap, the comparison;
-- ``projected_check``: the same with K random directions by forward mode (``torch.func.jvp``)
-  instead of per-sample scores;
+- ``projected_check``: the same with K random directions by forward mode (``torch.func.jvp``,
+  the K passes batched by ``vmap``, all groups in one call) instead of per-sample scores;
 - ``projected_extra`` / ``exact_extra``: the scores part alone (without the per-group backward).
 
 Each measurement runs in a fresh subprocess: time is the median of ``--repeat`` calls after one
@@ -94,17 +94,22 @@ def _method(name: str, b: dict[str, Any], directions: int) -> Callable[[], Any]:
         return projected_scores(model, b["seqs"][sl], b["mask"][sl], b["w"][sl], V, prompt_len=P)
 
     def check() -> None:
+        # exact: scores streamed group by group (G·D at a time); projected: one batched pass for all groups (N·K)
+        proj = scores(slice(0, n * G)) if V is not None else None
         for j in range(n):
             sl = slice(j * G, (j + 1) * G)
             pg, _, _ = group_gradient(model, b["seqs"][sl], b["mask"][sl], b["w"][sl], b["adv"][sl], prompt_len=P, group_size=G,
                                       clip_low=0.2, clip_high=0.2)
             g = -flatten(pg)
-            if V is None:
+            if proj is None:
                 check_identity(g, scores(sl), b["rewards"][sl], b["adv"][sl], b["dial"])
             else:
-                projected_check(g, V, scores(sl), b["rewards"][sl], b["adv"][sl], b["dial"])
+                projected_check(g, V, proj[sl], b["rewards"][sl], b["adv"][sl], b["dial"])
 
     def extra() -> None:
+        if V is not None:
+            scores(slice(0, n * G))
+            return
         for j in range(n):
             scores(slice(j * G, (j + 1) * G))
 

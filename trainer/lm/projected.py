@@ -5,8 +5,8 @@ For a direction v, the identity g = c(k, G)·(s̄₊ − s̄₋) implies the sca
     ⟨g, v⟩ = c(k, G)·(⟨s̄₊, v⟩ − ⟨s̄₋, v⟩),     ⟨sᵢ, v⟩ = d/dε [wᵢ Σ_t log π_{θ+εv}(y_{i,t})] at ε = 0,
 
 and every ⟨sᵢ, v⟩ of a batch comes from one forward-mode pass (``torch.func.jvp``) of the
-per-sample weighted log-probabilities: K directions cost K passes and no per-sample gradient is
-ever stored.  g itself comes from the reverse-mode autograd of the group's real loss, as in the
+per-sample weighted log-probabilities: K directions cost K passes (batched by ``vmap``) and no
+per-sample gradient is ever stored.  g itself comes from the reverse-mode autograd of the group's real loss, as in the
 exact check, so forward and reverse mode are compared.  The comparison is the exact check's own
 :func:`.identity.check_identity`, applied to the projected vectors (Vg, V sᵢ), V the (K, D)
 matrix of directions:
@@ -20,6 +20,7 @@ orthogonal to every direction has probability zero.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import torch
@@ -45,7 +46,7 @@ def projected_scores(model: nn.Module, seqs: torch.Tensor, mask: torch.Tensor, w
     sᵢ = ∇_θ(wᵢ Σ_t m_{i,t} log π(y_{i,t})) as in :func:`.identity.per_sample_scores`; seqs (N, P+T),
     mask (N, T), weights (N,), directions (K, D) in the order of :func:`.identity.trainable`.
     """
-    from torch.func import functional_call, jvp
+    from torch.func import functional_call, jvp, vmap
 
     names, params = trainable(model)
     frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
@@ -58,14 +59,13 @@ def projected_scores(model: nn.Module, seqs: torch.Tensor, mask: torch.Tensor, w
         logits = functional_call(model, (theta, frozen), args=(), kwargs={"input_ids": seqs, "use_cache": False}).logits
         return weights * (completion_logprobs(logits, seqs, prompt_len) * m).sum(-1)  # (N,)
 
-    cols = []
+    # each parameter's block of every direction, as a (K, *shape) view of ``directions``
+    K, offsets = directions.shape[0], [0, *itertools.accumulate(sizes)]
+    tangents = {n: directions[:, a:b].reshape(K, *p.shape).to(p.dtype) for n, p, a, b in zip(names, params, offsets, offsets[1:])}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*forward AD.*")
-        for v in directions:
-            tangent = {n: part.reshape(p.shape).to(p.dtype) for n, p, part in zip(names, params, torch.split(v, sizes))}
-            _, dot = jvp(weighted_logp, (theta,), (tangent,))
-            cols.append(dot.float())
-    return torch.stack(cols, dim=1)  # (N, K)
+        dots = vmap(lambda t: jvp(weighted_logp, (theta,), (t,))[1])(tangents)  # (K, N): the K passes batched
+    return dots.float().T  # (N, K)
 
 
 def projected_check(g: torch.Tensor, directions: torch.Tensor, score_proj: torch.Tensor, rewards: torch.Tensor, adv: torch.Tensor,
