@@ -265,3 +265,13 @@ def test_summary_recovers_the_theorems_slopes_and_noise_from_vectors_with_known_
     assert c["cosine_min"]["by_mode"]["grpo"]["median"] == pytest.approx(1.0, abs=0.05)
     assert c["grad_p_rel_err"]["value"] < 0.1 and c["grad_p_rel_err"]["mode"] == "dr_grpo"
     assert c["groups"] == 1200
+
+
+def test_cli_conditional_table_names_the_slopes_and_the_checks(capsys):
+    argv = ["train", "lm", "--experiment", "conditional", "--max-digits", "1", "--warmup-steps", "150", "--warmup-target", "0",
+            "--eval-prompts-per-level", "8", "--cond-prompts", "2", "--cond-groups", "16", "--cond-candidates", "12", "--cond-probe", "16",
+            "--cond-p-low", "0.05", "--cond-p-high", "0.95", "--cond-ref-answers", "64", "--cond-min-cell", "4", "--cond-bootstrap", "20",
+            "--G", "4"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "slope |E[g|k]| vs sigma" in out and "dr_grpo" in out and "holds" in out
