@@ -220,7 +220,8 @@ def show_conditional(folder: Path) -> None:
     print(f"E[g|k]/c against ∇p/(p(1−p)) ({gp['mode']}, unweighted scores): relative difference, median over prompts {gp['value']:.3f} "
           f"(max {gp['max']:.3f}; plug-in, noise included: {gp['plugin_median']:.3f}; cosine {gp['cosine_median']:.3f})")
     print(f"identity along {pc['directions']} random directions: max relative error {pc['projected_max_rel_err']:.1e} over "
-          f"{pc['groups_projected']} groups; exact per-sample check {pc['exact_max_rel_err']:.1e} over {pc['groups_exact']} groups")
+          f"{pc['groups_projected']} groups (normalised by √K‖g‖: {pc.get('projected_max_rel_err_normalised') or float('nan'):.1e}); "
+          f"exact per-sample check {pc['exact_max_rel_err']:.1e} over {pc['groups_exact']} groups")
     assert pc["projected_max_rel_err"] <= LM_REL_TOL and pc["exact_max_rel_err"] <= LM_REL_TOL and pc["silent_groups_with_nonzero_grad"] == 0
     fig, ax = plt.subplots(1, len(c["slope_by_mode"]), figsize=(5.8 * len(c["slope_by_mode"]), 4.2), squeeze=False)
     for a, mode in zip(ax[0], c["slope_by_mode"]):

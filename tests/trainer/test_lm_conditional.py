@@ -182,6 +182,7 @@ def test_conditional_experiment_reports_every_key_and_its_checks_hold():
     assert set(c["slope_by_mode"]) == {"grpo", "dr_grpo"} and c["groups"] == 2 * 24
     pc = c["projected_check"]
     assert pc["projected_max_rel_err"] < 1e-4 and pc["exact_max_rel_err"] < 1e-4 and pc["groups_exact"] == 2 * 2 * 2
+    assert 0 < pc["projected_max_rel_err_normalised"] < 1e-4
     assert pc["silent_groups_with_nonzero_grad"] == 0
     assert s["identity_max_rel_err"] == max(pc["projected_max_rel_err"], pc["exact_max_rel_err"])
     assert s["groups_checked"] == pc["groups_projected"] > 0
@@ -197,6 +198,7 @@ def test_conditional_checks_fail_when_ddof_one_advantages_are_claimed_as_grpo(mo
     # ddof 1 with G = 4: every advantage shrunk by sqrt(3/4), so the error is sqrt(4/3) − 1 on both checks
     assert pc["exact_max_rel_err"] == pytest.approx(math.sqrt(4 / 3) - 1, rel=1e-3)
     assert pc["projected_max_rel_err"] == pytest.approx(math.sqrt(4 / 3) - 1, rel=1e-3)
+    assert pc["projected_max_rel_err_normalised"] > 0.05  # ‖Ve‖/(√K‖g‖): the same error, up to the chi spread of ‖Vg‖
 
 
 def test_cli_conditional_json_prints_the_conditional_keys(tmp_path, capsys):

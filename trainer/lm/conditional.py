@@ -232,7 +232,7 @@ def _measure_mode(env: RunEnv, config: LMConfig, mode: str, seqs: torch.Tensor, 
     live = np.flatnonzero((k > 0) & (k < G))
     D = V.shape[1]
     M = torch.zeros(len(live), D, device=env.device)  # (n_live, D): one row per non-silent group
-    proj_errs, exact_errs, silent_nonzero = [], [], 0
+    proj_errs, proj_norm_errs, exact_errs, silent_nonzero = [], [], [], 0
     for j in range(len(k)):
         sl = slice(j * G, (j + 1) * G)
         w = _mode_weights(config, mode, lengths[sl], T_max)
@@ -245,7 +245,11 @@ def _measure_mode(env: RunEnv, config: LMConfig, mode: str, seqs: torch.Tensor, 
             continue
         row = int(np.searchsorted(live, j))
         M[row] = g
-        proj_errs.append(projected_check(g, V, u_proj[sl] * w[:, None], rewards[sl], adv, dial).rel_err)
+        chk = projected_check(g, V, u_proj[sl] * w[:, None], rewards[sl], adv, dial)
+        proj_errs.append(chk.rel_err)
+        # ‖V e‖ / (√K ‖g‖): E‖Ve‖² = K‖e‖² for Gaussian V, so this estimates ‖e‖/‖g‖ without the
+        # heavy tail of ‖Vg‖ (small when every direction is nearly orthogonal to g)
+        proj_norm_errs.append(chk.rel_err * chk.g_norm / (V.shape[0] ** 0.5 * float(g.norm())))
         if row < config.cond_exact_groups:
             scores = per_sample_scores(env.model, seqs[sl], mask[sl], w, prompt_len=P)
             exact_errs.append(check_identity(g, scores, rewards[sl], adv, dial).rel_err)
@@ -260,6 +264,7 @@ def _measure_mode(env: RunEnv, config: LMConfig, mode: str, seqs: torch.Tensor, 
         "tr_pos": float(ref["tr_pos"]),
         "tr_neg": float(ref["tr_neg"]),
         "projected_errs": proj_errs,
+        "projected_norm_errs": proj_norm_errs,
         "exact_errs": exact_errs,
         "silent_nonzero": silent_nonzero,
     }

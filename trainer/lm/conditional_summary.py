@@ -14,7 +14,8 @@ matrices).  Output: the JSON-ready ``conditional`` entry, keys
   and the slope predicted from c²(tr Σ₊/k + tr Σ₋/(G − k)) with the measured traces (GRPO:
   ((G − k) tr Σ₊ + k tr Σ₋)/G², flat when tr Σ₊ = tr Σ₋, slope 1 when tr Σ₊ = 0); against σ_k
   under ``vs_sigma`` (0 for GRPO, 2 for Dr. GRPO when tr Σ₊ = tr Σ₋);
-- ``groups``: groups whose g was computed (per mode); ``projected_check``: the two checks.
+- ``groups``: groups whose g was computed (per mode); ``projected_check``: the two checks (the
+  projected error both as ‖Ve‖/‖Vg‖ and normalised as ‖Ve‖/(√K‖g‖)).
 """
 
 from __future__ import annotations
@@ -237,6 +238,9 @@ def _projected_report(measured: list[dict[str, Any]], config: LMConfig) -> dict[
     """Largest relative error of the projected check (every group) and of the exact one (the first few)."""
     proj = [e for m in measured for mm in m["modes"].values() for e in mm["projected_errs"]]
     exact = [e for m in measured for mm in m["modes"].values() for e in mm["exact_errs"]]
+    normed = [e for m in measured for mm in m["modes"].values() for e in mm.get("projected_norm_errs", [])]
     return {"directions": config.cond_directions, "groups_projected": len(proj), "groups_exact": len(exact),
             "projected_max_rel_err": max(proj) if proj else None, "exact_max_rel_err": max(exact) if exact else None,
+            "projected_max_rel_err_normalised": max(normed) if normed else None,
+            "projected_median_rel_err": float(np.median(proj)) if proj else None,
             "silent_groups_with_nonzero_grad": sum(mm["silent_nonzero"] for m in measured for mm in m["modes"].values())}
