@@ -131,7 +131,8 @@ plt.show()
 # listed below, whatever hardware produced it.
 
 # %%
-lm_runs = sorted(p for p in RESULTS.glob("lm-*") if (p / "summary.json").is_file())
+lm_runs = sorted(p for p in RESULTS.glob("lm-*") if (p / "summary.json").is_file()
+                 and json.loads((p / "summary.json").read_text()).get("experiment", "train") == "train")
 print(f"{len(lm_runs)} stored language-model run(s):", ", ".join(p.name for p in lm_runs) or "none")
 
 
@@ -166,3 +167,77 @@ for folder in lm_runs:
 # step of every run; the silent fraction follows $\mathbb{E}[p^G + (1-p)^G]$; GRPO spends more of its
 # gradient on the extreme prompts than Dr. GRPO and lifts the hardest prompts further, and DAPO
 # gets there fastest per step while paying for it in samples.
+
+# %% [markdown]
+# ## The expected update at a fixed policy
+#
+# In the training runs above, the log-log slope of one group's $\|g\|$ against $\sigma$ is far
+# from the exponent of $\sigma$ in $c(k, G)$ and its R² is near zero: one group's $g$ is mostly
+# sampling noise. The conditional-expectation theorems G7–G8 (notebook 01) say what does scale: at a fixed
+# policy, for one prompt,
+#
+# $$\mathbb{E}[g \mid k] = c(k, G)\,(\mu_+ - \mu_-), \qquad
+#   \operatorname{Cov}(g \mid k) = c(k, G)^2 \left(\frac{\Sigma_+}{k} + \frac{\Sigma_-}{G-k}\right),$$
+#
+# with $\mu_\pm, \Sigma_\pm$ the mean and covariance of a correct / incorrect answer's score, and
+# $c = \sigma_k$ for GRPO, $\sigma_k^2$ for Dr. GRPO. With unweighted scores (constant aggregation)
+# $\mu_+ - \mu_- = \nabla p / (p(1-p))$. The experiment (`grpo-identity train lm --experiment
+# conditional`) freezes the warmed-up model, keeps prompts whose measured solve rate is intermediate
+# (the run's `cond_p_low` to `cond_p_high`), draws hundreds of groups per prompt, computes every group's $g$ by autograd of the
+# real loss, and estimates $\|\mathbb{E}[g \mid k]\|^2$ without noise bias by the U-statistic
+# $\sum_{a \ne b} \langle g_a, g_b \rangle / (n(n-1))$ over the $n$ groups with that $k$. Intervals are
+# percentile-bootstrap intervals over groups.
+
+# %%
+from grpo_identity.trainer.lm.plots import draw_expected_update  # noqa: E402
+
+cond_runs = sorted(p for p in RESULTS.glob("lm-*") if (p / "summary.json").is_file()
+                   and json.loads((p / "summary.json").read_text()).get("experiment") == "conditional")
+print(f"{len(cond_runs)} stored conditional run(s):", ", ".join(p.name for p in cond_runs) or "none")
+
+
+def fmt_iv(d: dict) -> str:
+    iv = d.get("interval")
+    return "n/a" if d.get("value") is None else f"{d['value']:.2f}" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "")
+
+
+def show_conditional(folder: Path) -> None:
+    s = json.loads((folder / "summary.json").read_text())
+    c = s["conditional"]
+    rates = ", ".join(f"{p['p_ref']:.2f}" for p in c["prompts"])
+    display(Markdown(f"### `{folder.name}`\n\ncommand: `{command(folder)}`  \nmodel: {s['model']} ({s['n_params']:,} parameters) "
+                     f"on {s['device']}, {s['seconds']:.0f} s; {c['groups']} groups of G = {c['group_size']} on {len(c['prompts'])} prompts "
+                     f"(solve rates measured on the reference answers: {rates})"))
+    rows = []
+    for mode, sl in c["slope_by_mode"].items():
+        ns = c["noise_slope_by_mode"][mode]
+        rows.append([LABELS[mode], fmt_iv(sl), fmt_iv(sl["weighted"]), sl["predicted"], f"{c['cosine_min']['by_mode'][mode]['median']:.3f}",
+                     f"{c['cosine_min']['by_mode'][mode]['value']:.2f}", f"{c['raw_slope_by_mode'][mode]['slope']:.2f} (R² {c['raw_slope_by_mode'][mode]['r2']:.2f})",
+                     fmt_iv(ns), f"{ns['predicted_from_traces']:.2f}"])
+    table(rows, ["loss", "slope of ‖E[g|k]‖ vs σ_k", "inverse-variance weighted", "predicted", "cosine, median", "cosine, min",
+                 "raw ‖g‖ slope", "noise slope vs k", "from tr Σ±"])
+    gp, pc = c["grad_p_rel_err"], c["projected_check"]
+    print(f"E[g|k]/c against ∇p/(p(1−p)) ({gp['mode']}, unweighted scores): relative difference, median over prompts {gp['value']:.3f} "
+          f"(max {gp['max']:.3f}; plug-in, noise included: {gp['plugin_median']:.3f}; cosine {gp['cosine_median']:.3f})")
+    print(f"identity along {pc['directions']} random directions: max relative error {pc['projected_max_rel_err']:.1e} over "
+          f"{pc['groups_projected']} groups (normalised by √K‖g‖: {pc.get('projected_max_rel_err_normalised') or float('nan'):.1e}); "
+          f"exact per-sample check {pc['exact_max_rel_err']:.1e} over {pc['groups_exact']} groups")
+    assert pc["projected_max_rel_err"] <= LM_REL_TOL and pc["exact_max_rel_err"] <= LM_REL_TOL and pc["silent_groups_with_nonzero_grad"] == 0
+    fig, ax = plt.subplots(1, len(c["slope_by_mode"]), figsize=(5.8 * len(c["slope_by_mode"]), 4.2), squeeze=False)
+    for a, mode in zip(ax[0], c["slope_by_mode"]):
+        draw_expected_update(a, c, mode)
+    plt.tight_layout()
+    plt.show()
+
+
+for folder in cond_runs:
+    show_conditional(folder)
+
+# %% [markdown]
+# Each colour is one prompt; the dashed lines have the predicted slope (the exponent of σ in
+# $c(k, G)$: one for GRPO, two for Dr. GRPO) through that prompt's points; error bars are one bootstrap standard error. Cells where
+# the signal is buried in noise (small $\|\mathbb{E}[g \mid k]\|^2$ against $\mathbb{E}\|g\|^2$) have
+# wide bars and pull the unweighted fit; the inverse-variance weighted fit counts them less. On
+# addition the correct answer to a prompt is unique, so $\Sigma_+ = 0$ and the GRPO noise
+# $\operatorname{tr}\operatorname{Cov}(g \mid k) = k\,\operatorname{tr}\Sigma_-/G^2$ grows with $k$ instead of
+# staying flat: the measured noise follows the prediction from the measured traces.

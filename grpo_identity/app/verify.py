@@ -291,6 +291,56 @@ def _stored_lm(results: Path = STORED_RESULTS) -> Iterator[Item]:
                     err is not None and err <= REL_TOL, f"read from results/{run.name}, not re-run")
 
 
+def _interval_text(d: dict[str, Any]) -> str:
+    iv = d.get("interval")
+    return ("n/a" if d.get("value") is None else f"{d['value']:.2f}") + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else " (no interval)")
+
+
+def _conditional_items(name: str, c: dict[str, Any], note: str) -> Iterator[Item]:
+    """The checks of one stored fixed-policy run (the conditional-expectation theorems G7-G8)."""
+    from grpo_identity.trainer.lm.identity import REL_TOL
+
+    sec = "LM conditional"
+    for mode, sl in c["slope_by_mode"].items():
+        e = sl["predicted"]
+        for label, d in (("pooled", sl), ("weighted", sl["weighted"])):
+            iv = d.get("interval")
+            yield _item(sec, f"{name} {mode}: slope ‖E[g|k]‖ vs σ_k, {label}, 95 % interval holds {e}", f"{e} (c ∝ σ^{e})",
+                        _interval_text(d), iv is not None and iv[0] <= e <= iv[1], note)
+    for mode, cs in c["cosine_min"]["by_mode"].items():
+        med = cs["median"]
+        yield _item(sec, f"{name} {mode}: cosine of E[g|k], E[g|k'] (median of {cs['pairs']} pairs)", "1",
+                    f"median {med:.3f}, min {cs['value']:.2f}", med is not None and abs(med - 1) <= 0.05, note + "; pass: within 0.05 of 1")
+    gp = c["grad_p_rel_err"]
+    yield _item(sec, f"{name} {gp.get('mode')}: E[g|k]/c against ∇p/(p(1−p)), relative difference", "0",
+                "n/a" if gp["value"] is None else f"{gp['value']:.3f} (max {gp['max']:.3f})",
+                gp["value"] is not None and gp["value"] <= 0.10, note + "; median over prompts, split halves; pass: at most 0.10")
+    for mode, ns in c["noise_slope_by_mode"].items():
+        r = ns["measured_over_predicted_median"]
+        yield _item(sec, f"{name} {mode}: tr Cov(g|k) / c²(tr Σ₊/k + tr Σ₋/(G−k))", "1", f"{r:.2f} (median over cells)",
+                    r is not None and 0.8 <= r <= 1.25, note + "; pass: in [0.8, 1.25]")
+    pc = c["projected_check"]
+    errs = (pc["projected_max_rel_err"], pc["exact_max_rel_err"])
+    yield _item(sec, f"{name}: identity along {pc['directions']} random directions and exact", f"beyond the paper (≤ {REL_TOL:.0e})",
+                f"projected {errs[0]:.1e} ({pc['groups_projected']} groups), exact {errs[1]:.1e} ({pc['groups_exact']})",
+                all(x is not None and x <= REL_TOL for x in errs) and pc["silent_groups_with_nonzero_grad"] == 0, note)
+
+
+def _stored_conditional(results: Path = STORED_RESULTS) -> Iterator[Item]:
+    """The stored fixed-policy runs ``results/lm-conditional-*/summary.json`` (read, not re-run)."""
+    runs = sorted(p.parent for p in results.glob("lm-conditional-*/summary.json"))
+    if not runs:
+        yield _skip("LM conditional", "E[g | k] = c(k, G)·∇p/(p(1−p)) at a fixed policy", "beyond the paper (G7–G8)", f"no stored run under {results.name}/lm-conditional-*")
+        return
+    for run in runs:
+        c = json.loads((run / "summary.json").read_text())["conditional"]
+        yield from _conditional_items(run.name, c, f"read from results/{run.name}, not re-run")
+
+
+def _conditional_count(results: Path = STORED_RESULTS) -> int:
+    return max(1, 10 * len(list(results.glob("lm-conditional-*/summary.json"))))
+
+
 #: what executing and rendering the notebooks imports (all in the 'notebooks' extra)
 _NOTEBOOK_MODULES = ("jupytext", "nbformat", "nbclient", "nbconvert", "ipykernel", "matplotlib", "jupyter_server_mathjax")
 
@@ -343,6 +393,7 @@ def _stages(out: Path, solve_rates: str | None, dapo_curve: Path | None, framewo
         Stage("controlled run", lambda: _bernoulli(solve_rates), 1 + len(QUANTITIES) + 3),
         Stage("DAPO", lambda: _dapo_fit(dapo_curve, solve_rates), 2),
         Stage("LM trainer", _stored_lm, max(1, len(list(STORED_RESULTS.glob("lm-*/summary.json"))))),
+        Stage("LM conditional", _stored_conditional, _conditional_count()),
     ]
     if render:
         stages.append(Stage("notebooks", lambda: _render(out), _notebook_count()))

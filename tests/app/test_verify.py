@@ -322,3 +322,20 @@ def test_notebooks_without_their_extra_are_skipped_naming_it(tmp_path, monkeypat
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jupyter_server_mathjax" else real(name, *a))
     (item,) = V._run_stage(V.Stage("notebooks", lambda: V._render(tmp_path), 5), lambda: None)
     assert item.status == "skipped" and item.note == "this needs jupyter_server_mathjax: pip install 'grpo-identity[notebooks]'"
+
+
+def test_the_stored_conditional_run_gives_passing_items_and_a_planted_miss_fails(tmp_path):
+    import shutil
+
+    items = list(V._stored_conditional())
+    assert len(items) == 10 and all(i.status == "pass" for i in items), [i.name for i in items if i.status != "pass"]
+    run = tmp_path / "lm-conditional-planted"
+    run.mkdir()
+    s = json.loads((V.STORED_RESULTS / "lm-conditional-cpu" / "summary.json").read_text())
+    s["conditional"]["noise_slope_by_mode"]["grpo"]["measured_over_predicted_median"] = 2.0  # noise twice the prediction
+    s["conditional"]["slope_by_mode"]["dr_grpo"]["weighted"]["interval"] = [0.9, 1.1]  # an interval that misses 2
+    (run / "summary.json").write_text(json.dumps(s))
+    failed = [i.name for i in V._stored_conditional(tmp_path) if i.status == "fail"]
+    assert len(failed) == 2 and any("tr Cov" in n for n in failed) and any("dr_grpo" in n and "weighted" in n for n in failed)
+    shutil.rmtree(run)
+    assert [i.status for i in V._stored_conditional(tmp_path)] == ["skipped"]

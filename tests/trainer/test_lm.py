@@ -214,7 +214,7 @@ def test_cli_json_has_the_documented_keys_and_writes_the_outputs(tmp_path, capsy
 def test_cli_rejects_bad_settings_with_exit_2(capsys):
     assert main(["train", "lm", "--G", "1"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "group_size" in err
+    assert err.count("\n") == 1 and "--G" in err  # the option as typed, not the field name
 
 
 def test_amp_and_kl_and_ppo_epochs_run_on_cpu():
@@ -286,11 +286,11 @@ def test_trainer_check_fails_when_dr_grpo_advantages_are_claimed_as_grpo(monkeyp
 
 
 def test_trainer_check_fails_when_the_loss_aggregates_with_other_weights_than_the_scores(monkeypatch):
-    import grpo_identity.trainer.lm.identity as lm_identity
+    import grpo_identity.trainer.lm.loss as lm_loss
 
-    real = lm_identity.group_loss
+    real = lm_loss.group_loss
     # the loss sums tokens (weight 1) while the scores assume GRPO's per-answer mean (weight 1/|y|)
-    monkeypatch.setattr(lm_identity, "group_loss", lambda per_token, mask, weights, G: real(per_token, mask, torch.ones_like(weights), G))
+    monkeypatch.setattr(lm_loss, "group_loss", lambda per_token, mask, weights, G: real(per_token, mask, torch.ones_like(weights), G))
     assert min(g["rel_err"] for g in _one_step()) > 1e-2
 
 

@@ -1,5 +1,7 @@
 """The compact LM trainer: a small transformer from a config, the task, rollouts, the real loss,
-the identity check on real gradients, the training loop and its figure.
+the identity check on real gradients (exact per-sample scores, or projected along random
+directions by forward mode), the training loop, the fixed-policy conditional experiment
+(E[g | k] against σ_k) and their figures.
 
-Import :mod:`.config` without torch; every other module imports torch.
+Import :mod:`.config` and :mod:`.conditional_stats` without torch; every other module imports torch.
 """

@@ -9,6 +9,9 @@ A run of :func:`grpo_identity.trainer.lm.train.run_lm` is fully described by one
 - ``gpu``: a ~25M-parameter Llama, 1–6 digits, about ten minutes on one H200 (a 540 s time
   budget stops each mode early if the estimate of ~1 s per step was optimistic).
 
+Each size also sizes the fixed-policy conditional experiment (``experiment="conditional"``, the
+``cond_*`` fields): ``cpu-smoke`` within five minutes on one CPU thread, ``gpu`` for one H200.
+
 Derived quantities (the dial of a mode, the aggregation a mode implies, the device) are kept
 apart from the settings, in functions below the class.  Light: no torch at import.
 
@@ -37,6 +40,7 @@ __all__ = [
     "default_aggregation",
     "aggregation_of",
     "dial_of",
+    "conditional_modes",
 ]
 
 Mode = Literal["grpo", "dr_grpo", "dapo", "all"]
@@ -108,6 +112,37 @@ class LMConfig:
     eval_prompts_per_level: int = 64
     """evaluation prompts per difficulty level"""
 
+    check_directions: int = 0
+    """identity check of the RL steps: 0 exact per-sample scores (G·D memory), K > 0 K random directions by forward mode"""
+
+    # --- the fixed-policy conditional experiment (--experiment conditional) -------------------
+    experiment: Literal["train", "conditional"] = "train"
+    """train: the RL runs; conditional: freeze the warmed-up policy and measure E[g | k] against sigma_k"""
+    cond_prompts: int = 6
+    """conditional: prompts kept, those with a measured solve rate inside [cond_p_low, cond_p_high]"""
+    cond_groups: int = 240
+    """conditional: groups of G answers drawn per prompt"""
+    cond_candidates: int = 96
+    """conditional: candidate prompts whose solve rate is measured"""
+    cond_probe: int = 48
+    """conditional: answers per candidate that measure its solve rate"""
+    cond_p_low: float = 0.2
+    """conditional: lowest measured solve rate kept"""
+    cond_p_high: float = 0.8
+    """conditional: highest measured solve rate kept"""
+    cond_ref_answers: int = 512
+    """conditional: answers per prompt, apart from the groups, that estimate grad p, mu+ - mu- and tr Sigma+-"""
+    cond_min_cell: int = 8
+    """conditional: fewest groups with one k for E[g | k] to enter the fits"""
+    cond_bootstrap: int = 400
+    """conditional: bootstrap resamples of the groups for the intervals"""
+    cond_directions: int = 2
+    """conditional: random directions of the projected check, run on every group"""
+    cond_exact_groups: int = 4
+    """conditional: groups per prompt and mode also checked with exact per-sample scores"""
+    cond_chunk: int = 64
+    """conditional: sequences per batched forward (sampling, per-sample scores, projections)"""
+
     # --- supervised warm-up -----------------------------------------------------------------
     warmup_steps: int = 800
     """most supervised steps before RL, so that success rates lie inside (0, 1)"""
@@ -142,17 +177,20 @@ class LMConfig:
             "aggregation": ("auto",) + AGGREGATIONS,
             "device": ("auto", "cpu", "cuda"),
             "amp": ("auto", "bf16", "off"),
+            "experiment": ("train", "conditional"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise bad(name, "one of " + ", ".join(allowed))
         positive = ("n_layer", "n_embd", "n_head", "max_digits", "prompts_per_step", "steps", "inner_steps",
-                    "dapo_max_draws", "check_every", "eval_every", "eval_prompts_per_level", "warmup_batch", "warmup_check_every", "threads")
+                    "dapo_max_draws", "check_every", "eval_every", "eval_prompts_per_level", "warmup_batch", "warmup_check_every", "threads",
+                    "cond_prompts", "cond_groups", "cond_candidates", "cond_probe", "cond_ref_answers", "cond_min_cell",
+                    "cond_bootstrap", "cond_directions", "cond_chunk")
         for name in positive:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad(name, "an integer >= 1")
-        for name in ("check_groups", "probe_samples", "warmup_steps", "seed"):
+        for name in ("check_groups", "probe_samples", "warmup_steps", "seed", "check_directions", "cond_exact_groups"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(name, "an integer >= 0")
@@ -172,6 +210,13 @@ class LMConfig:
                 raise bad(name, "a finite number >= 0")
         if not (isinstance(self.warmup_target, (int, float)) and 0 <= self.warmup_target <= 1):
             raise bad("warmup_target", "a number in [0, 1]")
+        if not (isinstance(self.cond_p_low, (int, float)) and isinstance(self.cond_p_high, (int, float))
+                and 0 < self.cond_p_low < self.cond_p_high < 1):
+            raise ValueError(f"cond_p_low and cond_p_high must satisfy 0 < low < high < 1, got {self.cond_p_low!r} and {self.cond_p_high!r}")
+        if self.cond_min_cell < 2:
+            raise bad("cond_min_cell", "an integer >= 2")
+        if self.experiment == "conditional" and (self.mode == "dapo" or self.aggregation == "token_mean"):
+            raise ValueError("the conditional experiment needs per-answer weights: mode grpo, dr_grpo or all, aggregation seq_mean or constant")
         if self.clip_low >= 1:
             raise bad("clip_low", "below 1")
         w = tuple(self.difficulty_weights)
@@ -200,6 +245,8 @@ CONFIGS: Mapping[str, LMConfig] = {
         model="llama", n_layer=8, n_embd=512, n_head=8, max_digits=6, group_size=16,
         prompts_per_step=32, steps=120, lr=1e-4, warmup_steps=1500, warmup_batch=256, warmup_lr=1e-3,
         check_groups=8, probe_samples=32, eval_every=10, eval_prompts_per_level=64, inner_steps=2, time_budget=540.0,
+        # the conditional experiment on one H200 within ~8 minutes: g rows of 384 groups × ~25M fp32 parameters ≈ 38 GB per mode
+        cond_prompts=12, cond_groups=384, cond_candidates=256, cond_probe=64, cond_ref_answers=2048, cond_directions=4,
     ),
 }
 
@@ -240,3 +287,8 @@ def dial_of(mode: str) -> Any:
     from grpo_identity.dial import preset
 
     return preset(mode)
+
+
+def conditional_modes(cfg: LMConfig) -> tuple[str, ...]:
+    """The modes the conditional experiment measures: GRPO and Dr. GRPO (DAPO's non-silent groups are GRPO's)."""
+    return ("grpo", "dr_grpo") if cfg.mode == "all" else (cfg.mode,)

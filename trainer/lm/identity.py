@@ -29,7 +29,7 @@ from torch import nn
 
 from grpo_identity import closed_forms
 from grpo_identity.dial import Dial, coefficient, group_updates, score_gap
-from grpo_identity.trainer.lm.loss import group_loss, kl_k3, surrogate
+from grpo_identity.trainer.lm.loss import rl_loss
 from grpo_identity.trainer.lm.model import completion_logprobs, token_logprobs
 
 #: float32 goal for the identity on real transformer gradients: ‖g − c·(s̄₊ − s̄₋)‖/‖g‖ at most this
@@ -71,13 +71,12 @@ def group_gradient(
     _, params = trainable(model)
     logp = token_logprobs(model, seqs, prompt_len)  # (G, T)
     old = logp.detach()
-    loss = group_loss(surrogate(logp, old, adv, clip_low, clip_high), mask, weights, group_size)
-    want_kl = kl_coef > 0 and ref_logp is not None
-    grads = torch.autograd.grad(loss, params, retain_graph=want_kl, allow_unused=True)
+    loss, kl_loss = rl_loss(logp, old, adv, mask, weights, group_size, clip_low=clip_low, clip_high=clip_high,
+                            ref_logp=ref_logp, kl_coef=kl_coef)
+    grads = torch.autograd.grad(loss, params, retain_graph=kl_loss is not None, allow_unused=True)
     pg = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
     kl = None
-    if want_kl:
-        kl_loss = kl_coef * group_loss(kl_k3(logp, ref_logp), mask, weights, group_size)  # type: ignore[arg-type]
+    if kl_loss is not None:
         kgrads = torch.autograd.grad(kl_loss, params, allow_unused=True)
         kl = [torch.zeros_like(p) if g is None else g for g, p in zip(kgrads, params)]
     return pg, kl, old

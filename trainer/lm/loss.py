@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["sample_weights", "surrogate", "kl_k3", "group_loss"]
+__all__ = ["sample_weights", "surrogate", "kl_k3", "group_loss", "rl_loss"]
 
 
 def sample_weights(lengths: torch.Tensor, aggregation: str, *, n_groups: int, group_size: int, max_new_tokens: int) -> torch.Tensor:
@@ -58,3 +58,28 @@ def group_loss(per_token: torch.Tensor, mask: torch.Tensor, weights: torch.Tenso
     """
     per_sample = (per_token * mask).sum(-1) * weights  # (N,)
     return per_sample.sum() / group_size
+
+
+def rl_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor,
+    group_size: int,
+    *,
+    clip_low: float,
+    clip_high: float,
+    ref_logp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The GRPO-family loss summed over groups: (Σ ℓ_group, β·Σ KL_group or None); divide by n for L.
+
+    The one place the loss is assembled: the batched step, the PPO epochs and each checked
+    group's gradient (:func:`.identity.group_gradient`) all call it.  logp, old_logp, mask (N, T);
+    adv, weights (N,).  The KL term is None without a reference or with ``kl_coef`` 0.
+    """
+    pg = group_loss(surrogate(logp, old_logp, adv, clip_low, clip_high), mask, weights, group_size)
+    if ref_logp is None or kl_coef <= 0:
+        return pg, None
+    return pg, kl_coef * group_loss(kl_k3(logp, ref_logp), mask, weights, group_size)

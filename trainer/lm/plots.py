@@ -70,3 +70,71 @@ def plot_run(results: dict[str, dict[str, Any]], summary: dict[str, Any], path: 
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_conditional(summary: dict[str, Any], path: str | Path) -> Path:
+    """The fixed-policy experiment's figure: per mode, ‖E[g | k]‖ against σ_k (log-log, one colour per
+    prompt, the predicted slope drawn through the points), and tr Cov(g | k) measured against predicted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cond = summary["conditional"]
+    modes = list(cond["slope_by_mode"])
+    fig, ax = plt.subplots(2, len(modes), figsize=(5.5 * len(modes), 8.5), squeeze=False)
+    for col, mode in enumerate(modes):
+        draw_expected_update(ax[0, col], cond, mode)
+        a = ax[1, col]
+        rows = cond["cells"][mode]
+        cmap = matplotlib_cmap()
+        for q in sorted({r["prompt"] for r in rows}):
+            pts = sorted((r["k"], r["trace_cov"], r["trace_cov_pred"]) for r in rows if r["prompt"] == q)
+            k, tr, pred = np.array(pts).T
+            a.plot(k, tr, "o", ms=4, color=cmap(q % 10))
+            a.plot(k, pred, "--", lw=0.8, color=cmap(q % 10))
+        ns = cond["noise_slope_by_mode"][mode]
+        a.set(xscale="log", yscale="log", xlabel="k (correct answers in the group)", ylabel="tr Cov(g | k)",
+              title=f"{mode}: noise (dots) and c²(tr Σ₊/k + tr Σ₋/(G−k)) (dashed); slope {_fmt(ns['value'])}, "
+                    f"from traces {_fmt(ns['predicted_from_traces'])}")
+        a.title.set_fontsize(8)
+    fig.suptitle(f"fixed policy, {summary['model']} {summary['n_params']:,} params: {cond['groups']} groups of G = {cond['group_size']} "
+                 f"on {len(cond['prompts'])} prompts", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _fmt(x: Any) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def draw_expected_update(a: Any, cond: dict[str, Any], mode: str) -> None:
+    """One panel: ‖E[g | k]‖ = √U against σ_k per prompt (log-log), with the predicted slope drawn."""
+    rows = [r for r in cond["cells"][mode] if r["mean_sq"] > 0]
+    sl = cond["slope_by_mode"][mode]
+    cmap = matplotlib_cmap()
+    for q in sorted({r["prompt"] for r in rows}):
+        pts = sorted((r["sigma"], np.sqrt(r["mean_sq"]), r.get("log_norm_se") or 0.0) for r in rows if r["prompt"] == q)
+        s, n, se = np.array(pts).T
+        # error bars: ± one bootstrap standard error of log ‖E[g | k]‖
+        a.errorbar(s, n, yerr=[n - n * np.exp(-se), n * np.exp(se) - n], fmt="o", ms=4, lw=0.8, capsize=2, color=cmap(q % 10))
+        # the prediction through this prompt's geometric centre: ‖E[g | k]‖ ∝ σ_k^e
+        xs = np.linspace(s.min(), s.max(), 10)
+        centre_x, centre_y = np.exp(np.log(s).mean()), np.exp(np.log(n).mean())
+        a.plot(xs, centre_y * (xs / centre_x) ** sl["predicted"], color="k", lw=0.8, ls="--")
+    iv, wt = sl["interval"], sl.get("weighted") or {}
+    wiv = wt.get("interval")
+    a.set(xscale="log", yscale="log", xlabel="σ_k = √(k(G−k))/G", ylabel="‖E[g | k]‖ (U-statistic)",
+          title=f"{mode}: pooled slope {_fmt(sl['value'])}" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "")
+          + f", weighted {_fmt(wt.get('value'))}" + (f" [{wiv[0]:.2f}, {wiv[1]:.2f}]" if wiv else "")
+          + f"; predicted {sl['predicted']} (dashed)")
+    a.title.set_fontsize(8)
+
+
+def matplotlib_cmap() -> Any:
+    import matplotlib.pyplot as plt
+
+    return plt.get_cmap("tab10")

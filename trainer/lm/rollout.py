@@ -12,6 +12,7 @@ keep rule is ``nonzero_std`` (DAPO), silent groups are discarded and fresh promp
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -101,6 +102,12 @@ def rollout(
             if dial.keep == "nonzero_std" and silent[i]:
                 continue
             kept.append((prompts[i], comp[i, :G], lengths[i, :G], r[i, :G], int(probs.levels[i]), float(p_hat[i])))
+    batch = _assemble(kept, G, task.prompt_len, device)
+    return Rollout(**batch, first_silent=first_silent, first_silent_pred=first_pred, samples=samples, draws=draws, generated_tokens=tokens)
+
+
+def _assemble(kept: list[tuple], G: int, P: int, device: torch.device) -> dict[str, Any]:
+    """The kept groups as one right-padded batch: seqs, mask, lengths, rewards, levels, p_probe."""
     T = max((int(c[2].max()) for c in kept), default=1)
     seqs, mask, lens, rewards = [], [], [], []
     for prompt, comp_g, len_g, r_g, _, _ in kept:
@@ -111,18 +118,12 @@ def rollout(
         mask.append((torch.arange(T, device=device)[None, :] < len_g[:, None]).float())
         lens.append(len_g)
         rewards.append(torch.as_tensor(r_g, device=device))
-    P = task.prompt_len
     empty = lambda *s, dt=torch.long: torch.zeros(*s, dtype=dt, device=device)  # noqa: E731
-    return Rollout(
-        seqs=torch.cat(seqs) if kept else empty(0, P + T),
-        mask=torch.cat(mask) if kept else empty(0, T, dt=torch.float32),
-        lengths=torch.cat(lens) if kept else empty(0),
-        rewards=torch.cat(rewards).float() if kept else empty(0, dt=torch.float32),
-        levels=np.array([c[4] for c in kept], dtype=np.int64),
-        p_probe=np.array([c[5] for c in kept], dtype=float),
-        first_silent=first_silent,
-        first_silent_pred=first_pred,
-        samples=samples,
-        draws=draws,
-        generated_tokens=tokens,
-    )
+    return {
+        "seqs": torch.cat(seqs) if kept else empty(0, P + T),
+        "mask": torch.cat(mask) if kept else empty(0, T, dt=torch.float32),
+        "lengths": torch.cat(lens) if kept else empty(0),
+        "rewards": torch.cat(rewards).float() if kept else empty(0, dt=torch.float32),
+        "levels": np.array([c[4] for c in kept], dtype=np.int64),
+        "p_probe": np.array([c[5] for c in kept], dtype=float),
+    }

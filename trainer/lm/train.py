@@ -29,6 +29,7 @@ import copy
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
@@ -42,12 +43,13 @@ from grpo_identity.dial import advantages
 from grpo_identity.foundation import dumps
 from grpo_identity.trainer.lm.config import LMConfig, aggregation_of, dial_of, modes_of
 from grpo_identity.trainer.lm.identity import check_identity, flatten, group_gradient, loglog_fit, per_sample_scores, trainable
-from grpo_identity.trainer.lm.loss import group_loss, kl_k3, sample_weights, surrogate
+from grpo_identity.trainer.lm.loss import rl_loss, sample_weights
 from grpo_identity.trainer.lm.model import autocast, build_model, count_params, resolve_device, sample, token_logprobs
+from grpo_identity.trainer.lm.projected import projected_check, projected_scores, random_directions
 from grpo_identity.trainer.lm.rollout import rollout
 from grpo_identity.trainer.lm.task import AdditionTask, Problems
 
-__all__ = ["run_lm", "train_mode", "warmup", "evaluate"]
+__all__ = ["run_lm", "train_mode", "warmup", "evaluate", "RunEnv", "setup_run", "warm_phase"]
 
 #: the exponent of σ in c(k, G) for each mode: ‖g‖ ∝ σ^e·‖s̄₊ − s̄₋‖
 COEF_EXPONENT = {"grpo": 1, "dr_grpo": 2, "dapo": 1}
@@ -90,6 +92,29 @@ def evaluate(model: nn.Module, task: AdditionTask, problems: Problems, device: t
     return {"acc": float(r.mean()), "acc_by_level": by}
 
 
+@dataclass
+class _ModeRun:
+    """What one mode carries from step to step: its dial, aggregation, optimiser and random streams."""
+
+    mode: str
+    dial: Any
+    aggregation: str
+    params: list[torch.Tensor]
+    opt: torch.optim.Optimizer
+    rng: np.random.Generator
+    generator: torch.Generator
+
+
+def _start_mode(mode: str, model: nn.Module, cfg: LMConfig, device: torch.device) -> _ModeRun:
+    """Seed the mode's streams and build its optimiser (every mode starts identically)."""
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
+    rng = np.random.default_rng([cfg.seed, 2])
+    _, params = trainable(model)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+    return _ModeRun(mode, dial_of(mode), aggregation_of(cfg, mode), params, opt, rng, gen)
+
+
 def train_mode(mode: str, model: nn.Module, ref: nn.Module | None, base: dict[str, torch.Tensor], cfg: LMConfig, task: AdditionTask,
                eval_set: Problems, device: torch.device, amp: bool, sink: TextIO | None = None,
                tick: Callable[[], None] = lambda: None, deadline: float = math.inf) -> dict[str, Any]:
@@ -100,111 +125,23 @@ def train_mode(mode: str, model: nn.Module, ref: nn.Module | None, base: dict[st
     ``time.perf_counter()`` value) the mode stops after its current step.
     """
     model.load_state_dict(base)
-    torch.manual_seed(cfg.seed)
-    gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
-    rng = np.random.default_rng([cfg.seed, 2])
-    dial = dial_of(mode)
-    agg = aggregation_of(cfg, mode)
-    G, P, T_max = cfg.group_size, task.prompt_len, task.max_answer_len
-    _, params = trainable(model)
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99))
+    run = _start_mode(mode, model, cfg, device)
     steps: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
     evals = [{"step": 0, "samples": 0, **evaluate(model, task, eval_set, device, amp)}]
     samples_total = 0
     t0 = time.perf_counter()
     for step in range(cfg.steps):
-        ro = rollout(model, task, dial, n_prompts=cfg.prompts_per_step, group_size=G, n_probe=cfg.probe_samples,
-                     max_draws=cfg.dapo_max_draws, temperature=cfg.temperature, rng=rng, generator=gen, device=device, amp=amp)
+        ro = rollout(model, task, run.dial, n_prompts=cfg.prompts_per_step, group_size=cfg.group_size, n_probe=cfg.probe_samples,
+                     max_draws=cfg.dapo_max_draws, temperature=cfg.temperature, rng=run.rng, generator=run.generator, device=device, amp=amp)
         samples_total += ro.samples
-        n = len(ro.levels)
-        rec: dict[str, Any] = {"mode": mode, "step": step, "n_groups": n, "reward_mean": float(ro.rewards.mean()) if n else float("nan"),
-                               "silent_frac": ro.first_silent, "silent_pred": ro.first_silent_pred, "samples": samples_total,
-                               "draws": ro.draws, "checked": False}
-        if n == 0:  # DAPO found no informative group in any draw: nothing to learn from
+        rec = _step_record(mode, step, ro, samples_total)
+        if len(ro.levels) == 0:  # DAPO found no informative group in any draw: nothing to learn from
             steps.append(rec)
             _write(sink, rec)
             tick()
             continue
-        adv = advantages(ro.rewards, G, dial)  # (n·G,)
-        w = sample_weights(ro.lengths, agg, n_groups=n, group_size=G, max_new_tokens=T_max)  # (n·G,)
-        ref_logp = None
-        if ref is not None and cfg.kl_coef > 0:
-            with torch.no_grad(), autocast(device, amp):
-                ref_logp = token_logprobs(ref, ro.seqs, P)
-        checked = step % cfg.check_every == 0
-        old_logp = None
-        if cfg.inner_steps > 1:  # π_old for the PPO epochs, in the precision those epochs use
-            with torch.no_grad(), autocast(device, amp):
-                old_logp = token_logprobs(model, ro.seqs, P)  # (n·G, T)
-        opt.zero_grad(set_to_none=True)
-        step_groups: list[dict[str, Any]] = []
-        if checked:
-            rec["checked"] = True
-            acc = [torch.zeros_like(p) for p in params]
-            kl_acc = [torch.zeros_like(p) for p in params] if ref_logp is not None else None
-            n_checked = 0
-            for j in range(n):
-                sl = slice(j * G, (j + 1) * G)
-                pg, kl, _ = group_gradient(model, ro.seqs[sl], ro.mask[sl], w[sl], adv[sl], prompt_len=P, group_size=G,
-                                             clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                             ref_logp=None if ref_logp is None else ref_logp[sl], kl_coef=cfg.kl_coef)
-                for a, gp in zip(acc, pg):
-                    a.add_(gp, alpha=1.0 / n)
-                if kl is not None and kl_acc is not None:
-                    for a, gk in zip(kl_acc, kl):
-                        a.add_(gk, alpha=1.0 / n)
-                g = -flatten(pg)  # (D,) ascent direction of this group
-                r = ro.rewards[sl]
-                k = int(r.sum())
-                grec: dict[str, Any] = {"step": step, "level": int(ro.levels[j]), "p_probe": float(ro.p_probe[j]), "k": k,
-                                        "g_norm": float(g.norm()), "silent": k in (0, G)}
-                if k in (0, G):
-                    grec["sigma"] = 0.0
-                elif cfg.check_groups == 0 or n_checked < cfg.check_groups:
-                    scores = per_sample_scores(model, ro.seqs[sl], ro.mask[sl], w[sl], prompt_len=P)  # (G, D)
-                    chk = check_identity(g, scores, r, adv[sl], dial)
-                    grec.update(sigma=chk.sigma, coef=chk.coef, gap_norm=chk.gap_norm, rel_err=chk.rel_err, rel_err_sum=chk.rel_err_sum,
-                                noise_share=chk.noise_share)
-                    n_checked += 1
-                else:
-                    grec["sigma"] = float(closed_forms.sigma(k, G))
-                step_groups.append(grec)
-            for p, a in zip(params, acc):
-                p.grad = a
-            if kl_acc is not None:
-                for p, a in zip(params, kl_acc):
-                    p.grad.add_(a)  # type: ignore[union-attr]
-                rec["kl_grad_ratio"] = float(flatten(kl_acc).norm() / flatten(acc).norm().clamp_min(1e-30))
-        else:
-            with autocast(device, amp):
-                logp = token_logprobs(model, ro.seqs, P)  # (n·G, T)
-            loss = group_loss(surrogate(logp, logp.detach(), adv, cfg.clip_low, cfg.clip_high), ro.mask, w, G) / n
-            if ref_logp is not None:
-                loss = loss + cfg.kl_coef * group_loss(kl_k3(logp, ref_logp), ro.mask, w, G) / n
-            loss.backward()
-        opt.step()
-        clip_fracs = []
-        for _ in range(cfg.inner_steps - 1):  # PPO epochs on the same rollouts: now the ratio moves
-            opt.zero_grad(set_to_none=True)
-            with autocast(device, amp):
-                logp = token_logprobs(model, ro.seqs, P)
-            assert old_logp is not None
-            ratio = torch.exp(logp - old_logp)
-            clipped = ((ratio < 1 - cfg.clip_low) | (ratio > 1 + cfg.clip_high)).float()
-            clip_fracs.append(float((clipped * ro.mask).sum() / ro.mask.sum()))
-            loss = group_loss(surrogate(logp, old_logp, adv, cfg.clip_low, cfg.clip_high), ro.mask, w, G) / n
-            if ref_logp is not None:
-                loss = loss + cfg.kl_coef * group_loss(kl_k3(logp, ref_logp), ro.mask, w, G) / n
-            loss.backward()
-            opt.step()
-        if clip_fracs:
-            rec["clip_frac"] = float(np.mean(clip_fracs))
-        errs = [gr["rel_err"] for gr in step_groups if "rel_err" in gr]
-        rec["identity_max_rel_err"] = max(errs) if errs else None
-        if step_groups:  # Σ‖g‖ over this step's groups, by difficulty level
-            rec["grad_mass_by_level"] = {str(d): sum(gr["g_norm"] for gr in step_groups if gr["level"] == d) for d in task.levels.tolist()}
-        rec["groups"] = step_groups
+        step_groups = _learn(run, model, ref, ro, cfg, task, device, amp, step, rec)
         last = step + 1 == cfg.steps or time.perf_counter() > deadline
         if (step + 1) % cfg.eval_every == 0 or last:
             ev = {"step": step + 1, "samples": samples_total, **evaluate(model, task, eval_set, device, amp)}
@@ -217,7 +154,142 @@ def train_mode(mode: str, model: nn.Module, ref: nn.Module | None, base: dict[st
         tick()
         if last:
             break
-    return {"steps": steps, "groups": groups, "evals": evals, "seconds": time.perf_counter() - t0, "aggregation": agg}
+    return {"steps": steps, "groups": groups, "evals": evals, "seconds": time.perf_counter() - t0, "aggregation": run.aggregation}
+
+
+def _step_record(mode: str, step: int, ro: Any, samples_total: int) -> dict[str, Any]:
+    """The step's record before learning: batch size, reward, silent fraction and its prediction."""
+    n = len(ro.levels)
+    return {"mode": mode, "step": step, "n_groups": n, "reward_mean": float(ro.rewards.mean()) if n else float("nan"),
+            "silent_frac": ro.first_silent, "silent_pred": ro.first_silent_pred, "samples": samples_total,
+            "draws": ro.draws, "checked": False}
+
+
+def _learn(run: _ModeRun, model: nn.Module, ref: nn.Module | None, ro: Any, cfg: LMConfig, task: AdditionTask,
+           device: torch.device, amp: bool, step: int, rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """One batch of rollouts: advantages, the first (checked or batched) step, the PPO epochs.
+
+    Adds the step's measurements to ``rec``; returns the per-group records of a checked step.
+    """
+    G, P, n = cfg.group_size, task.prompt_len, len(ro.levels)
+    adv = advantages(ro.rewards, G, run.dial)  # (n·G,)
+    w = sample_weights(ro.lengths, run.aggregation, n_groups=n, group_size=G, max_new_tokens=task.max_answer_len)  # (n·G,)
+    ref_logp = _frozen_logp(ref, ro.seqs, P, device, amp) if ref is not None and cfg.kl_coef > 0 else None
+    # π_old for the PPO epochs, in the precision those epochs use
+    old_logp = _frozen_logp(model, ro.seqs, P, device, amp) if cfg.inner_steps > 1 else None
+    run.opt.zero_grad(set_to_none=True)
+    step_groups: list[dict[str, Any]] = []
+    if step % cfg.check_every == 0:
+        rec["checked"] = True
+        step_groups = _checked_gradient(run, model, ro, adv, w, ref_logp, cfg, P, step, rec)
+    else:
+        _batch_loss(model, ro, adv, w, None, ref_logp, cfg, P, n, device, amp)[0].backward()
+    run.opt.step()
+    clip_fracs = []
+    for _ in range(cfg.inner_steps - 1):  # PPO epochs on the same rollouts: now the ratio moves
+        assert old_logp is not None
+        run.opt.zero_grad(set_to_none=True)
+        loss, logp = _batch_loss(model, ro, adv, w, old_logp, ref_logp, cfg, P, n, device, amp)
+        ratio = torch.exp(logp.detach() - old_logp)
+        clipped = ((ratio < 1 - cfg.clip_low) | (ratio > 1 + cfg.clip_high)).float()
+        clip_fracs.append(float((clipped * ro.mask).sum() / ro.mask.sum()))
+        loss.backward()
+        run.opt.step()
+    if clip_fracs:
+        rec["clip_frac"] = float(np.mean(clip_fracs))
+    errs = [gr["rel_err"] for gr in step_groups if "rel_err" in gr]
+    rec["identity_max_rel_err"] = max(errs) if errs else None
+    if step_groups:  # Σ‖g‖ over this step's groups, by difficulty level
+        rec["grad_mass_by_level"] = {str(d): sum(gr["g_norm"] for gr in step_groups if gr["level"] == d) for d in task.levels.tolist()}
+    rec["groups"] = step_groups
+    return step_groups
+
+
+def _frozen_logp(model: nn.Module, seqs: torch.Tensor, prompt_len: int, device: torch.device, amp: bool) -> torch.Tensor:
+    """Detached per-token log-probs (N, T) under the batched forward's precision."""
+    with torch.no_grad(), autocast(device, amp):
+        return token_logprobs(model, seqs, prompt_len)
+
+
+def _batch_loss(model: nn.Module, ro: Any, adv: torch.Tensor, w: torch.Tensor, old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None,
+                cfg: LMConfig, prompt_len: int, n: int, device: torch.device, amp: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch loss L (policy gradient + KL, mean over the n groups) and its log-probs (N, T).
+
+    ``old_logp`` None means π_old = π_θ (the on-policy first step, ratio 1).
+    """
+    with autocast(device, amp):
+        logp = token_logprobs(model, ro.seqs, prompt_len)  # (n·G, T)
+    pg, kl = rl_loss(logp, logp.detach() if old_logp is None else old_logp, adv, ro.mask, w, cfg.group_size,
+                     clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logp=ref_logp, kl_coef=cfg.kl_coef)
+    loss = pg / n
+    if kl is not None:
+        loss = loss + kl / n
+    return loss, logp
+
+
+def _checked_gradient(run: _ModeRun, model: nn.Module, ro: Any, adv: torch.Tensor, w: torch.Tensor, ref_logp: torch.Tensor | None,
+                      cfg: LMConfig, prompt_len: int, step: int, rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each group's gradient in fp32 on its own, checked; their mean becomes the parameters' .grad.
+
+    The mean of the groups' gradients is exactly the gradient of the batch loss.
+    """
+    G, n = cfg.group_size, len(ro.levels)
+    acc = [torch.zeros_like(p) for p in run.params]
+    kl_acc = [torch.zeros_like(p) for p in run.params] if ref_logp is not None else None
+    step_groups: list[dict[str, Any]] = []
+    dirs = None
+    if cfg.check_directions > 0:  # the projected check: K random directions, fresh each step
+        dirs = random_directions(sum(p.numel() for p in run.params), cfg.check_directions, seed=cfg.seed * 100_003 + step,
+                                 device=run.params[0].device)
+    for j in range(n):
+        sl = slice(j * G, (j + 1) * G)
+        pg, kl, _ = group_gradient(model, ro.seqs[sl], ro.mask[sl], w[sl], adv[sl], prompt_len=prompt_len, group_size=G,
+                                   clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                   ref_logp=None if ref_logp is None else ref_logp[sl], kl_coef=cfg.kl_coef)
+        for a, gp in zip(acc, pg):
+            a.add_(gp, alpha=1.0 / n)
+        if kl is not None and kl_acc is not None:
+            for a, gk in zip(kl_acc, kl):
+                a.add_(gk, alpha=1.0 / n)
+        checks_left = cfg.check_groups == 0 or sum("rel_err" in gr for gr in step_groups) < cfg.check_groups
+        step_groups.append(_group_record(model, ro, j, -flatten(pg), adv[sl], w[sl], run.dial, cfg, prompt_len, step, checks_left, dirs))
+    for p, a in zip(run.params, acc):
+        p.grad = a
+    if kl_acc is not None:
+        for p, a in zip(run.params, kl_acc):
+            assert p.grad is not None
+            p.grad.add_(a)
+        rec["kl_grad_ratio"] = float(flatten(kl_acc).norm() / flatten(acc).norm().clamp_min(1e-30))
+    return step_groups
+
+
+def _group_record(model: nn.Module, ro: Any, j: int, g: torch.Tensor, adv: torch.Tensor, w: torch.Tensor, dial: Any, cfg: LMConfig,
+                  prompt_len: int, step: int, check: bool, dirs: torch.Tensor | None = None) -> dict[str, Any]:
+    """One group's record; a non-silent group is checked against its per-sample scores when ``check``.
+
+    ``g`` (D,) is the group's ascent direction −∇ℓ_group.  With directions ``dirs`` (K, D) the
+    check runs on projections (:mod:`.projected`; ``gap_norm`` and ``noise_share`` are then those
+    of the projected vectors), else on the exact per-sample scores.
+    """
+    G = cfg.group_size
+    sl = slice(j * G, (j + 1) * G)
+    r = ro.rewards[sl]
+    k = int(r.sum())
+    grec: dict[str, Any] = {"step": step, "level": int(ro.levels[j]), "p_probe": float(ro.p_probe[j]), "k": k,
+                            "g_norm": float(g.norm()), "silent": k in (0, G)}
+    if k in (0, G):
+        grec["sigma"] = 0.0
+    elif check:
+        if dirs is None:
+            scores = per_sample_scores(model, ro.seqs[sl], ro.mask[sl], w, prompt_len=prompt_len)  # (G, D)
+            chk = check_identity(g, scores, r, adv, dial)
+        else:
+            chk = projected_check(g, dirs, projected_scores(model, ro.seqs[sl], ro.mask[sl], w, dirs, prompt_len=prompt_len), r, adv, dial)
+        grec.update(sigma=chk.sigma, coef=chk.coef, gap_norm=chk.gap_norm, rel_err=chk.rel_err, rel_err_sum=chk.rel_err_sum,
+                    noise_share=chk.noise_share)
+    else:
+        grec["sigma"] = float(closed_forms.sigma(k, G))
+    return grec
 
 
 def _write(sink: TextIO | None, rec: dict[str, Any]) -> None:
@@ -233,7 +305,12 @@ def _nanmedian(x: list[float]) -> float | None:
 
 def _mode_summary(mode: str, res: dict[str, Any], cfg: LMConfig) -> dict[str, Any]:
     """Per-mode summary: identity errors, log-log fits, silent fraction, gradient mass, learning."""
-    groups, steps, evals = res["groups"], res["steps"], res["evals"]
+    return {"mode": mode, "aggregation": res["aggregation"], **_identity_summary(mode, res["groups"]),
+            **_silent_and_mass_summary(res["groups"], res["steps"]), **_learning_summary(res)}
+
+
+def _identity_summary(mode: str, groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """The identity's errors over checked groups, and the log-log fits of ‖g‖ and ‖s̄₊ − s̄₋‖ against σ."""
     live = [g for g in groups if not g["silent"]]
     checked = [g for g in live if "rel_err" in g]
     silent = [g for g in groups if g["silent"]]
@@ -244,23 +321,7 @@ def _mode_summary(mode: str, res: dict[str, Any], cfg: LMConfig) -> dict[str, An
                      "gap_norm_mean": float(np.mean([g["gap_norm"] for g in gs])),
                      "noise_share_median": _nanmedian([g["noise_share"] for g in gs])}
             for k in sorted({g["k"] for g in checked}) for gs in [[g for g in checked if g["k"] == k]]}
-    sf = np.array([s["silent_frac"] for s in steps], dtype=float)
-    sp = np.array([s["silent_pred"] for s in steps], dtype=float)
-    ok = np.isfinite(sf) & np.isfinite(sp)
-    corr = float(np.corrcoef(sf[ok], sp[ok])[0, 1]) if ok.sum() > 2 and sf[ok].std() > 0 and sp[ok].std() > 0 else None
-    mass = {}
-    total = sum(g["g_norm"] for g in groups) or 1.0
-    for d in sorted({g["level"] for g in groups}):
-        mass[str(d)] = sum(g["g_norm"] for g in groups if g["level"] == d) / total
-    pp = np.array([g["p_probe"] for g in groups], dtype=float)
-    gn = np.array([g["g_norm"] for g in groups], dtype=float)
-    extreme, medium = is_extreme(pp), is_medium(pp)
-    accs = [e["acc"] for e in evals]
-    rewards = [s["reward_mean"] for s in steps if s["n_groups"]]
-    q = max(1, len(rewards) // 4)
     return {
-        "mode": mode,
-        "aggregation": res["aggregation"],
         "identity_max_rel_err": max((g["rel_err"] for g in checked), default=None),
         "identity_median_rel_err": float(np.median([g["rel_err"] for g in checked])) if checked else None,
         "sum_max_rel_err": max((g["rel_err_sum"] for g in checked), default=None),
@@ -278,12 +339,37 @@ def _mode_summary(mode: str, res: dict[str, Any], cfg: LMConfig) -> dict[str, An
         "by_k": by_k,
         "predicted_slope_if_gap_flat": COEF_EXPONENT[mode],
         "slope_minus_gap_slope": None if fit_g_checked["slope"] is None or fit_gap["slope"] is None else fit_g_checked["slope"] - fit_gap["slope"],
+    }
+
+
+def _silent_and_mass_summary(groups: list[dict[str, Any]], steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Silent fraction against its probe prediction; Σ‖g‖ by difficulty level and by solve rate."""
+    sf = np.array([s["silent_frac"] for s in steps], dtype=float)
+    sp = np.array([s["silent_pred"] for s in steps], dtype=float)
+    ok = np.isfinite(sf) & np.isfinite(sp)
+    corr = float(np.corrcoef(sf[ok], sp[ok])[0, 1]) if ok.sum() > 2 and sf[ok].std() > 0 and sp[ok].std() > 0 else None
+    total = sum(g["g_norm"] for g in groups) or 1.0
+    mass = {str(d): sum(g["g_norm"] for g in groups if g["level"] == d) / total for d in sorted({g["level"] for g in groups})}
+    pp = np.array([g["p_probe"] for g in groups], dtype=float)
+    gn = np.array([g["g_norm"] for g in groups], dtype=float)
+    extreme, medium = is_extreme(pp), is_medium(pp)
+    return {
         "silent_frac_mean": float(np.nanmean(sf)) if np.isfinite(sf).any() else None,
         "silent_pred_mean": float(np.nanmean(sp)) if np.isfinite(sp).any() else None,
         "silent_frac_pred_corr": corr,
         "grad_mass_by_level": mass,
         "grad_mass_extreme_p": float(gn[extreme].sum() / gn.sum()) if gn.sum() > 0 else None,
         "grad_mass_medium_p": float(gn[medium].sum() / gn.sum()) if gn.sum() > 0 else None,
+    }
+
+
+def _learning_summary(res: dict[str, Any]) -> dict[str, Any]:
+    """Greedy accuracy before, after and along the run; training reward in its first and last quarter."""
+    steps, evals = res["steps"], res["evals"]
+    accs = [e["acc"] for e in evals]
+    rewards = [s["reward_mean"] for s in steps if s["n_groups"]]
+    q = max(1, len(rewards) // 4)
+    return {
         "eval_acc_initial": accs[0],
         "eval_acc_final": accs[-1],
         "eval_acc_gain": accs[-1] - accs[0],
@@ -320,6 +406,51 @@ def run_lm(config: LMConfig, progress: bool = False, *, out_dir: str | Path | No
     summary.json and lm_identity.png there.
     """
     t0 = time.perf_counter()
+    env = setup_run(config)
+    modes = modes_of(config)
+    out = Path(out_dir) if out_dir is not None else None
+    sink = _open_outputs(out, config)
+    bar, tick = _progress(progress, config.warmup_steps + config.steps * len(modes))
+    try:
+        wu = warm_phase(env, config, tick)
+        if bar is not None:
+            bar.total = wu["steps"] + config.steps * len(modes)
+            bar.refresh()
+        _write(sink, {"warmup": wu})
+        base = {k: v.detach().clone() for k, v in env.model.state_dict().items()}
+        ref = copy.deepcopy(env.model).requires_grad_(False) if config.kl_coef > 0 else None
+        results = {}
+        for i, m in enumerate(modes):  # with a time budget, each remaining mode gets an equal share of what is left
+            share = (config.time_budget - (time.perf_counter() - t0)) / (len(modes) - i) if config.time_budget > 0 else math.inf
+            results[m] = train_mode(m, env.model, ref, base, config, env.task, env.eval_set, env.device, env.amp, sink, tick,
+                                    time.perf_counter() + share)
+    finally:
+        if bar is not None:
+            bar.close()
+        if sink is not None:
+            sink.close()
+    summary = _run_summary({m: _mode_summary(m, r, config) for m, r in results.items()}, env, config, wu, t0)
+    if out is not None:
+        (out / "summary.json").write_text(dumps(summary) + "\n")
+        from grpo_identity.trainer.lm.plots import plot_run
+
+        plot_run(results, summary, out / "lm_identity.png")
+    return summary
+
+
+@dataclass
+class RunEnv:
+    """What every experiment of one configuration shares: device, precision, task, model, eval set."""
+
+    device: torch.device
+    amp: bool
+    task: AdditionTask
+    model: nn.Module
+    eval_set: Problems
+
+
+def setup_run(config: LMConfig) -> RunEnv:
+    """Resolve the device and precision, build the task, the seeded model and the fixed eval set."""
     device = resolve_device(config.device)
     if device.type == "cpu":
         torch.set_num_threads(config.threads)
@@ -327,66 +458,57 @@ def run_lm(config: LMConfig, progress: bool = False, *, out_dir: str | Path | No
     task = AdditionTask(config.max_digits, config.difficulty_weights)
     torch.manual_seed(config.seed)
     model = build_model(config, task.vocab_size, task.prompt_len + task.max_answer_len).to(device)
-    modes = modes_of(config)
-    out = Path(out_dir) if out_dir is not None else None
-    sink = None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
-        sink = open(out / "metrics.jsonl", "w")
-    bar = None
-    if progress:
-        from tqdm import tqdm
+    eval_set = task.sample(config.eval_prompts_per_level * config.max_digits, np.random.default_rng([config.seed, 3]),
+                           levels=np.repeat(task.levels, config.eval_prompts_per_level))
+    return RunEnv(device, amp, task, model, eval_set)
 
-        bar = tqdm(total=config.warmup_steps + config.steps * len(modes), desc="lm", unit="step", leave=False)
-    tick = (lambda: bar.update(1)) if bar is not None else (lambda: None)
-    try:
-        eval_set = task.sample(config.eval_prompts_per_level * config.max_digits, np.random.default_rng([config.seed, 3]),
-                               levels=np.repeat(task.levels, config.eval_prompts_per_level))
-        w0 = time.perf_counter()
-        wu = warmup(model, task, config, np.random.default_rng([config.seed, 1]), device, amp, eval_set, tick)
-        wu["seconds"] = time.perf_counter() - w0
-        if bar is not None:
-            bar.total = wu["steps"] + config.steps * len(modes)
-            bar.refresh()
-        wu.update({f"eval_{k}": v for k, v in evaluate(model, task, eval_set, device, amp).items()})
-        _write(sink, {"warmup": wu})
-        base = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        ref = None
-        if config.kl_coef > 0:
-            ref = copy.deepcopy(model).requires_grad_(False)
-        results = {}
-        for i, m in enumerate(modes):  # with a time budget, each remaining mode gets an equal share of what is left
-            share = (config.time_budget - (time.perf_counter() - t0)) / (len(modes) - i) if config.time_budget > 0 else math.inf
-            results[m] = train_mode(m, model, ref, base, config, task, eval_set, device, amp, sink, tick, time.perf_counter() + share)
-    finally:
-        if bar is not None:
-            bar.close()
-        if sink is not None:
-            sink.close()
-    summaries = {m: _mode_summary(m, r, config) for m, r in results.items()}
-    first = summaries[modes[0]]
+
+def warm_phase(env: RunEnv, config: LMConfig, tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """The supervised warm-up of ``env.model`` in place, timed, with its greedy evaluation."""
+    w0 = time.perf_counter()
+    wu = warmup(env.model, env.task, config, np.random.default_rng([config.seed, 1]), env.device, env.amp, env.eval_set, tick)
+    wu["seconds"] = time.perf_counter() - w0
+    wu.update({f"eval_{k}": v for k, v in evaluate(env.model, env.task, env.eval_set, env.device, env.amp).items()})
+    return wu
+
+
+def _open_outputs(out: Path | None, config: LMConfig) -> TextIO | None:
+    """Create ``out``, write config.json there and open metrics.jsonl (None without ``out``)."""
+    if out is None:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+    return open(out / "metrics.jsonl", "w")
+
+
+def _progress(on: bool, total: int) -> tuple[Any, Callable[[], None]]:
+    """A tqdm bar of ``total`` steps (or None) and the tick that advances it."""
+    if not on:
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc="lm", unit="step", leave=False)
+    return bar, lambda: bar.update(1)
+
+
+def _run_summary(summaries: dict[str, dict[str, Any]], env: RunEnv, config: LMConfig, wu: dict[str, Any], t0: float) -> dict[str, Any]:
+    """The run's summary: the largest identity error over modes, the first mode's slopes, every mode's record."""
+    first = next(iter(summaries.values()))
     errs = [s["identity_max_rel_err"] for s in summaries.values() if s["identity_max_rel_err"] is not None]
-    summary: dict[str, Any] = {
+    return {
         "identity_max_rel_err": max(errs) if errs else None,
         "groups_checked": sum(s["groups_checked"] for s in summaries.values()),
         "loglog_slope": first["loglog_slope"],
         "loglog_r2": first["loglog_r2"],
-        "primary_mode": modes[0],
+        "primary_mode": first["mode"],
         "loglog_slope_by_mode": {m: s["loglog_slope"] for m, s in summaries.items()},
         "gap_slope_by_mode": {m: s["gap_slope"] for m, s in summaries.items()},
-        "device": str(device),
-        "amp": amp,
+        "device": str(env.device),
+        "amp": env.amp,
         "seconds": time.perf_counter() - t0,
-        "n_params": count_params(model),
+        "n_params": count_params(env.model),
         "model": config.model,
         "warmup": wu,
         "learning_speed": _learning_speed(summaries),
         "modes": summaries,
     }
-    if out is not None:
-        (out / "summary.json").write_text(dumps(summary) + "\n")
-        from grpo_identity.trainer.lm.plots import plot_run
-
-        plot_run(results, summary, out / "lm_identity.png")
-    return summary

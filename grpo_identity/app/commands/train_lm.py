@@ -85,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     out = check_out_dir(args.out) if args.out else None  # before the run: it writes metrics.jsonl as it goes
     require("torch", "transformers", *(["matplotlib"] if out is not None else []))
     from grpo_identity.trainer.lm.identity import REL_TOL
+    if config.experiment == "conditional":
+        return _run_conditional(config, args, out)
     from grpo_identity.trainer.lm.train import run_lm
 
     s = run_lm(config, progress=not args.json and sys.stderr.isatty(), out_dir=out)
@@ -124,3 +126,37 @@ def _print_summary(s: dict[str, typing.Any]) -> None:
     if ls["target_eval_acc"] is not None:
         print(f"samples to reach greedy accuracy {ls['target_eval_acc']:.3f}: "
               + ", ".join(f"{m} {v['samples_to_target'] if v['samples_to_target'] is not None else 'not reached'}" for m, v in ls["by_mode"].items()))
+
+
+def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.Any) -> int:
+    """``--experiment conditional``: run, print the ``conditional`` keys; exit 1 when a check misses the goal."""
+    import sys
+
+    from grpo_identity.app.report import emit_json, format_table
+    from grpo_identity.trainer.lm.conditional import run_conditional
+    from grpo_identity.trainer.lm.identity import REL_TOL
+
+    s = run_conditional(config, progress=not args.json and sys.stderr.isatty(), out_dir=out)
+    c = s["conditional"]
+    pc = c["projected_check"]
+    ok = all(e is not None and e <= REL_TOL for e in (pc["projected_max_rel_err"], pc["exact_max_rel_err"]))
+    if args.json:
+        emit_json(s)
+        return 0 if ok else 1
+    na = lambda v: "n/a" if v is None else v  # noqa: E731
+    iv = lambda d: "n/a" if d.get("interval") is None else f"[{d['interval'][0]:.3f}, {d['interval'][1]:.3f}]"  # noqa: E731
+    print(f"fixed policy: {s['model']} with {s['n_params']:,} parameters on {s['device']}; {c['groups']} groups of G = {c['group_size']} "
+          f"on {len(c['prompts'])} prompts (solve rates " + ", ".join(f"{p['p_ref']:.2f}" for p in c["prompts"]) + ")")
+    rows = [[m, na(v["value"]), iv(v), v["predicted"], v["cells"], na(c["noise_slope_by_mode"][m]["value"]), iv(c["noise_slope_by_mode"][m]),
+             na(c["noise_slope_by_mode"][m]["predicted_from_traces"]), na(c["cosine_min"]["by_mode"][m]["value"]),
+             na(c["raw_slope_by_mode"][m]["slope"])] for m, v in c["slope_by_mode"].items()]
+    print(format_table(rows, ["mode", "slope |E[g|k]| vs sigma", "95% interval", "predicted", "cells", "noise slope", "interval",
+                              "from traces", "cosine min", "raw |g| slope"]))
+    gp = c["grad_p_rel_err"]
+    print(f"E[g|k]/c against grad p/(p(1-p)) ({na(gp.get('mode'))}): relative difference, median over prompts {na(gp['value'])}")
+    print(f"identity along {pc['directions']} random directions: largest relative error {na(pc['projected_max_rel_err'])} over "
+          f"{pc['groups_projected']} groups; exact per-sample check {na(pc['exact_max_rel_err'])} over {pc['groups_exact']} groups: "
+          + ("holds" if ok else f"FAILS the {REL_TOL:g} goal") + f"  ({s['seconds']:.1f} s)")
+    if out is not None:
+        print(f"wrote {out / 'summary.json'}, {out / 'config.json'}, {out / 'conditional.png'}")
+    return 0 if ok else 1
