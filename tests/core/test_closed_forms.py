@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -113,3 +115,11 @@ def test_summary_contains_every_quantity():
 def test_bad_input_raises_a_value_error_naming_the_value(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("G, k, n", [(1000, 100, 1100), (1000, 1000, 1100), (2, 1023, 1025), (2, 2, 1025), (64, 64, 2000), (64, 1936, 2000)])
+def test_subsampled_silent_rate_above_1024_rollouts_counts_a_branch_with_exactly_G_answers(G, k, n):
+    # k = G or n − k = G: one all-equal subset of G exists in that branch, C(G, G) = 1 (PAPER claim 8)
+    exact = (math.comb(k, G) + math.comb(n - k, G)) / math.comb(n, G)
+    got = C.subsampled_silent_rate(G, k, n)
+    assert exact > 0 and abs(got - exact) <= 1e-10 * exact, (got, exact)

@@ -114,6 +114,31 @@ def test_keep_mask_keeps_exactly_the_groups_with_nonzero_std():
     assert D.keep_mask(R, 2, D.GRPO).tolist() == [True, True, True, True]
 
 
+@pytest.mark.parametrize("dial", list(D.PRESETS.values()), ids=lambda d: d.name)
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_a_group_whose_rewards_differ_by_1e_9_is_live_not_silent(dial, backend):
+    # σ > 0 however small: silence is "every reward equal", never "max − min below a threshold"
+    R = np.array([0.1, 0.1 + 1e-9, 1.0, 1.0])  # a live group, then a silent one
+    A = np.asarray(D.advantages(torch.tensor(R) if backend == "torch" else R, 2, dial))
+    assert A[0] < 0 < A[1] and A[0] != 0, A  # the higher reward gets the higher advantage
+    assert D.keep_mask(torch.tensor(R) if backend == "torch" else R, 2, D.DAPO).tolist() == [True, False]
+    if dial.scale == "group_std":  # ±(Δ/2)/(std + ε), std = (Δ/2)·√(2/(2 − ddof)), Δ = 1e-9
+        assert np.allclose(A[:2], np.array([-1.0, 1.0]) * 5e-10 / (5e-10 * np.sqrt(2 / (2 - dial.ddof)) + dial.eps), rtol=1e-6)
+
+
+@pytest.mark.parametrize("scale", ["none", "batch_std"])
+def test_the_keep_rule_zeroes_the_dropped_groups_even_when_nothing_else_would(scale):
+    # uncentred: a silent group of ones keeps its rewards under keep='all' and is zeroed by 'nonzero_std'
+    R = np.array([1.0, 1.0, 0.0, 1.0, 2.0, 2.0])
+    kept = D.Dial(centre="none", scale=scale, keep="all")
+    dropped = kept.replace(keep="nonzero_std")
+    assert np.all(D.advantages(R, 2, kept)[[0, 1, 4, 5]] != 0)
+    A = D.advantages(R, 2, dropped)
+    assert A[[0, 1, 4, 5]].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert np.array_equal(A[2:4], D.advantages(R, 2, kept)[2:4])
+    assert D.keep_mask(R, 2, dropped).tolist() == [False, True, False]
+
+
 @pytest.mark.parametrize("dial", [d for d in D.PRESETS.values()] + [D.GRPO.replace(scale="batch_std")], ids=lambda d: d.name)
 def test_identity_holds_in_vector_form_with_the_dial_coefficient(dial):
     G, n, dim = 8, 40, 17
