@@ -1,6 +1,6 @@
 """Dial inference: which point of the dial a black-box advantage function computes.
 
-The target is probed with designed binary batches — for each G ∈ {2, 3, 4, 8, 16, 64} one call
+The target is probed with designed binary batches — for each G of :data:`PROBE_GROUP_SIZES` one call
 holding a group with k correct for every k = 0…G — and its two advantage levels Â₊, Â₋ are read
 per group.  With gap d = Â₊ − Â₋ and the centre's factor f (1 for the group mean, G/(G−1) for
 leave-one-out, Prop. 1), every scale of the family is linear in a known x:
@@ -281,7 +281,8 @@ def infer_keep_rule(target: Callable[[np.ndarray, int], np.ndarray], sizes: tupl
             if not first_bad:
                 g = int(np.flatnonzero(keep != want)[0])
                 row = r[g * G : (g + 1) * G]
-                first_bad = f"G={G}: group {np.round(row[:8], 7).tolist()}{'…' if G > 8 else ''} is {'kept' if keep[g] else 'dropped'}"
+                shown = ", ".join(f"{v:.12g}" for v in row[:8])  # 12 digits: 0.1 + 1e-9 reads apart from 0.1
+                first_bad = f"G={G}: group [{shown}{', …' if G > 8 else ''}] is {'kept' if keep[g] else 'dropped'}"
     if agree_dapo:
         return "nonzero_std", "keeps exactly the groups with σ > 0"
     if agree_all:

@@ -65,6 +65,6 @@ def test_the_filter_audit_catches_a_bug_in_the_dials_own_keep_mask(monkeypatch):
 
     assert audit(the_dials_filter, kind="filter", expect="dapo", max_examples=20).verdict == "pass"
     monkeypatch.setattr(D, "keep_mask", _keep_mask_with_a_threshold)
-    assert infer_keep_rule(the_dials_filter)[0] == "other"
+    assert infer_keep_rule(the_dials_filter) == ("other", "G=2: group [0.1, 0.100000001] is dropped")
     report = audit(the_dials_filter, kind="filter", expect="dapo", max_examples=20)
     assert report.verdict == "fail" and report.findings[0].property == "keeps_groups_with_nonzero_std", report.format()
