@@ -11,6 +11,7 @@ the kill rate per module and overall, and every surviving mutant.
     python scripts/mutate.py --resume     # go on with an unfinished run (same copy)
     python scripts/mutate.py --sample 5   # only the mutants numbered …5 in each function: a
                                           # systematic 1-in-10 sample, for a busy machine
+    python scripts/mutate.py --only 'grpo_identity.dial.*'   # some mutants only (names or globs)
     python scripts/mutate.py --summary    # only summarise the last run
     python scripts/mutate.py --json FILE  # also write the summary as JSON
 
@@ -49,11 +50,13 @@ def stage() -> None:
     shutil.copy2(ROOT / "pyproject.toml", STAGE / "pyproject.toml")
 
 
-def run_mutmut(max_children: int | None, sample: str) -> int:
-    """``mutmut run`` in the copy; ``sample``: last digits of the mutant numbers to run ('' = all)."""
+def run_mutmut(max_children: int | None, sample: str, only: list[str]) -> int:
+    """``mutmut run`` in the copy; ``sample``: last digits of the mutant numbers to run ('' = all);
+    ``only``: mutant names or globs to run (with ``sample``: both)."""
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTHONDONTWRITEBYTECODE": "1"}
     cmd = [sys.executable, "-m", "mutmut", "run"] + ([f"--max-children={max_children}"] if max_children else [])
     cmd += [f"*__mutmut_*{d}" for d in sample]  # mutmut numbers the mutants of each function 1, 2, …
+    cmd += only
     return subprocess.call(cmd, cwd=STAGE, env=env)
 
 
@@ -124,15 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summary", action="store_true", help="only summarise the last run")
     ap.add_argument("--max-children", type=int, default=None, help="parallel mutant runs (default: mutmut's, the CPU count)")
     ap.add_argument("--sample", default="", help="run only the mutants whose number ends in one of these digits (e.g. 5: one in ten)")
+    ap.add_argument("--only", nargs="+", default=[], metavar="MUTANT", help="run only these mutants (names or globs, as the summary prints them)")
     ap.add_argument("--json", type=Path, default=None, help="also write the summary to this file")
     args = ap.parse_args(argv)
+    if args.sample and not args.sample.isdigit():
+        print(f"--sample takes digits, got {args.sample!r}", file=sys.stderr)
+        return 2
     if not args.summary:
         if not (args.resume and (STAGE / "mutants").exists()):
             stage()
-        if args.sample and not args.sample.isdigit():
-            print(f"--sample takes digits, got {args.sample!r}", file=sys.stderr)
-            return 2
-        rc = run_mutmut(args.max_children, args.sample)
+        rc = run_mutmut(args.max_children, args.sample, args.only)
         if rc != 0:
             print(f"mutmut run exited with {rc}", file=sys.stderr)
             return rc
