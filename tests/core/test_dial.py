@@ -139,6 +139,28 @@ def test_the_keep_rule_zeroes_the_dropped_groups_even_when_nothing_else_would(sc
     assert D.keep_mask(R, 2, dropped).tolist() == [False, True, False]
 
 
+def test_an_uncentred_batch_std_dial_gives_zeros_on_a_batch_of_equal_rewards():
+    # the batch std is 0: nothing to divide by, and (R − 0)/0 must not leak inf or NaN
+    with np.errstate(all="raise"):
+        A = D.advantages(np.full(6, 2.0), 3, D.Dial(centre="none", scale="batch_std"))
+    assert A.tolist() == [0.0] * 6
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_tensors_are_computed_in_float32_and_rounded_once(dtype):
+    R = torch.tensor(_batch(16, 8, values=(0.0, 0.1, 0.3, 1.0)))
+    want = D.advantages(R.to(dtype).to(torch.float32), 8, D.TRL).to(dtype)
+    got = D.advantages(R.to(dtype), 8, D.TRL)
+    assert got.dtype == dtype and torch.equal(got, want)
+
+
+def test_replace_gives_a_custom_dial_and_params_name_every_setting():
+    d = D.TRL.replace(eps=1e-3)
+    assert (d.name, d.citation, d.eps, d.ddof) == ("custom", "", 1e-3, 1)
+    assert D.TRL.params() == {"centre": "mean", "scale": "group_std", "ddof": 1, "eps": 1e-4, "keep": "all", "eps_where": "std"}
+    assert D.DAPO.same_point(D.GRPO.replace(keep="nonzero_std")) and not D.DAPO.same_point(D.GRPO)
+
+
 @pytest.mark.parametrize("dial", [d for d in D.PRESETS.values()] + [D.GRPO.replace(scale="batch_std")], ids=lambda d: d.name)
 def test_identity_holds_in_vector_form_with_the_dial_coefficient(dial):
     G, n, dim = 8, 40, 17
