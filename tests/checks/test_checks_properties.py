@@ -9,7 +9,7 @@ import pytest
 
 from grpo_identity import dial as D
 from grpo_identity.checks import properties as P
-from grpo_identity.checks.infer import Inferred
+from grpo_identity.checks.infer import Inferred, infer_dial, infer_keep_rule
 from grpo_identity.checks.strategies import RewardBatch
 
 CTX64 = P.Context(P.Tolerance.for_precision("float64"))
@@ -84,3 +84,26 @@ def test_the_inferred_reference_carries_the_constant_factor():
     ref = Inferred(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=2.0).reference()
     assert ref is not None and np.array_equal(ref(r, 4), 2.0 * D.advantages(r, 4, D.GRPO))
     assert np.array_equal(Inferred(centre="mean", scale="none", alpha=None).reference()(r, 4), D.advantages(r, 4, D.DR_GRPO))
+
+
+def test_the_silent_residue_is_the_largest_over_every_probe_value_and_says_where():
+    def residue_on_2_5(r, G):  # paper GRPO, but silent groups of 2.5 get 1e-3
+        A = D.advantages(r, G, D.GRPO)
+        return np.where(r == 2.5, 1e-3, A)
+
+    inf = infer_dial(residue_on_2_5)
+    assert inf.silent_nonbinary_max_abs == 1e-3
+    assert inf.silent_nonbinary_worst == {"value": 2.5, "G": 2}
+    assert infer_dial(lambda r, G: D.advantages(r, G, D.GRPO)).silent_nonbinary_worst is None
+
+
+def test_an_unscaled_dial_has_no_epsilon_resolution_and_its_dict_keys_groups_by_size():
+    inf = infer_dial(lambda r, G: D.advantages(r, G, D.DR_GRPO), sizes=(2, 4))
+    assert (inf.scale, inf.eps, inf.eps_resolution) == ("none", 0.0, 0.0)
+    out = inf.to_dict()
+    assert out["coefficients"] == {"2": inf.coefficients[2], "4": inf.coefficients[4]} and set(out["batch_std"]) == {"2", "4"}
+
+
+def test_the_keep_rule_of_a_dapo_filter_is_described_in_words():
+    assert infer_keep_rule(lambda r, G: D.keep_mask(r, G, D.DAPO)) == ("nonzero_std", "keeps exactly the groups with σ > 0")
+    assert infer_keep_rule(lambda r, G: D.keep_mask(r, G, D.GRPO)) == ("all", "keeps every group")

@@ -147,6 +147,8 @@ def test_closed_forms_at_p_0_and_1_return_their_limits_without_numpy_warnings():
         assert C.difficulty_weight(0.0) == C.difficulty_weight(1.0) == np.inf
         assert C.attenuation_first_order(8, 0.0) == C.attenuation_second_order(8, 1.0) == -np.inf
         assert C.fidelity(8, 0.0) == 0.0
+        assert C.binomial_pmf(0, 8, 0.0) == C.binomial_pmf(8, 8, 1.0) == 1.0
+        assert C.binomial_pmf(3, 8, 0.0) == C.binomial_pmf(3, 8, 1.0) == 0.0
 
 
 @pytest.mark.parametrize("G, p", [(2, 0.5), (8, 0.1), (64, 0.03), (1000, 0.77)])
