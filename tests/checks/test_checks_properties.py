@@ -11,6 +11,7 @@ from grpo_identity import dial as D
 from grpo_identity.checks import properties as P
 from grpo_identity.checks.infer import Inferred, infer_dial, infer_keep_rule
 from grpo_identity.checks.strategies import RewardBatch
+from grpo_identity.checks.target import LocalTarget
 
 CTX64 = P.Context(P.Tolerance.for_precision("float64"))
 RNG = np.random.default_rng(0)
@@ -26,8 +27,31 @@ def test_zero_sum_is_checked_in_the_groups_after_a_silent_group_of_0_1():
         A[G : 2 * G] += 0.25  # group 1 no longer sums to 0
         return A
 
-    with pytest.raises(P.PropertyViolation, match=r"zero_sum_per_group: group 1 \(G=2\) sums to 0.5"):
+    with pytest.raises(P.PropertyViolation, match=r"zero_sum_per_group: group 1 \(G=2\) sums to 0.5") as exc:
         P.zero_sum_per_group(off_in_group_1, batch([0.1, 0.1, 1.0, 0.0], 2), CTX64, RNG)
+    assert exc.value.counterexample == {  # the keys the audit's report prints
+        "group_size": 2, "n_groups": 2, "rewards": [0.1, 0.1, 1.0, 0.0], "output": [0.0, 0.0, 1.25, -0.75],
+        "group": 1, "group_rewards": [1.0, 0.0], "group_output": [1.25, -0.75],
+    }
+
+
+def test_a_malformed_probe_output_is_a_well_formed_violation():
+    with pytest.raises(P.PropertyViolation, match="returned shape") as exc:
+        infer_dial(lambda r, G: D.advantages(r, G, D.GRPO)[:-1])
+    assert exc.value.property == "well_formed"
+
+
+def test_an_in_place_update_on_the_first_call_only_is_still_seen():
+    calls = []
+
+    def writes_once(r, G):
+        calls.append(G)
+        if len(calls) == 1:
+            r[0] += 1.0  # the caller's rewards change, once
+        return D.advantages(r, G, D.GRPO)
+
+    with pytest.raises(P.PropertyViolation, match="modified its input rewards in place"):
+        P.well_formed(LocalTarget(writes_once), batch([1.0, 0.0, 0.0, 1.0], 2), CTX64, RNG)
 
 
 @pytest.mark.parametrize("rewards", [[1.0, 0.0, 0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 2.0, 2.0]], ids=["live", "all-silent"])
