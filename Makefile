@@ -12,7 +12,7 @@ TRL_VERSION  := 1.16.0
 VERL_VERSION := 0.9.1
 OUT    ?= out
 
-.PHONY: setup frameworks verify test test-fast lint bench clean
+.PHONY: setup frameworks verify test test-fast lint bench mutate clean
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,13 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
+
+# mutation testing of dial.py, closed_forms.py and checks/{infer,properties}.py (long; not in CI):
+# kill rate per module and overall, and every surviving mutant; see scripts/mutate.py
+mutate: setup
+	$(PIP) -e '.[mutate]'
+	mkdir -p $(OUT)
+	$(BIN)/python scripts/mutate.py --json $(OUT)/mutate.json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info $(OUT)

@@ -1,6 +1,6 @@
 """Dial inference: which point of the dial a black-box advantage function computes.
 
-The target is probed with designed binary batches — for each G ∈ {2, 3, 4, 8, 16, 64} one call
+The target is probed with designed binary batches — for each G of :data:`PROBE_GROUP_SIZES` one call
 holding a group with k correct for every k = 0…G — and its two advantage levels Â₊, Â₋ are read
 per group.  With gap d = Â₊ − Â₋ and the centre's factor f (1 for the group mean, G/(G−1) for
 leave-one-out, Prop. 1), every scale of the family is linear in a known x:
@@ -26,14 +26,16 @@ import numpy as np
 
 from grpo_identity import closed_forms
 from grpo_identity import dial as D
-from grpo_identity.checks.properties import Tolerance, _call, _call_filter, precision_of
+from grpo_identity.checks.properties import Tolerance, _call, _call_filter, kept_by_definition, precision_of
 
-__all__ = ["PROBE_GROUP_SIZES", "SILENT_PROBE_VALUES", "Inferred", "infer_dial", "infer_keep_rule", "probe_batch"]
+__all__ = ["PROBE_GROUP_SIZES", "SILENT_PROBE_VALUES", "NEAR_SILENT_OFFSETS", "Inferred", "infer_dial", "infer_keep_rule", "probe_batch"]
 
-#: group sizes of the designed probes
+#: group sizes of the designed probes; the strategies draw these often too (their one home)
 PROBE_GROUP_SIZES = (2, 3, 4, 8, 16, 64)
 #: rewards of the silent non-binary probe (float rounding of the mean may leave a residue)
 SILENT_PROBE_VALUES = (0.1, 0.3, 1.0 / 3.0, 0.7, -0.2, 2.5)
+#: live groups of the filter probe: G − 1 rewards 0.1 and one 0.1 + offset (σ > 0, tiny)
+NEAR_SILENT_OFFSETS = (1e-6, 1e-9)
 _UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 
@@ -128,18 +130,34 @@ def infer_dial(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int
     Raises :class:`PropertyViolation` when the output is malformed (shape, dtype); returns an
     :class:`Inferred` with ``centre = None`` and ``why`` when no point of the dial fits.
     """
-    outs: dict[int, np.ndarray] = {}
-    for G in sizes:
-        r = probe_batch(G)
-        outs[G] = _call(target, r, G, "well_formed")
+    outs = {G: _call(target, probe_batch(G), G, "well_formed") for G in sizes}
     inf = Inferred(precision=precision_of(np.concatenate(list(outs.values()))))
-    tol = Tolerance.for_precision(inf.precision)
-    u = _UNIT_ROUNDOFF[inf.precision]
     for G, A in outs.items():
-        M = A.reshape(-1, G)
+        M = A.reshape(-1, G)  # (G+3, G): one group per k, then the all-wrong groups
         inf.coefficients[G] = [float(k / G * M[k, :k].mean()) if 0 < k else 0.0 for k in range(G + 1)]
         inf.batch_std[G] = float(probe_batch(G).std())
-    # silent non-binary groups: does float rounding of the mean leave a residue?
+    inf.silent_nonbinary_max_abs, inf.silent_nonbinary_worst = _silent_residue(target, sizes)
+    inf.coupled = _coupled(target, outs, Tolerance.for_precision(inf.precision))
+    if any(not np.all(np.isfinite(A)) for A in outs.values()):
+        inf.why = "non-finite advantages on the probe batches"
+        return inf
+    data = _gap_rows(outs, inf.batch_std)
+    if np.any(data[:, 2] <= 0):
+        inf.why = "the higher reward does not get the higher advantage (sign)"
+        return inf
+    best = _best_fit(_fits(data, inf), _UNIT_ROUNDOFF[inf.precision])
+    if best is None:
+        inf.why = "no centre (mean, leave-one-out) and scale (group std ddof 0/1 + ε, batch std, none) fits the probes: the scale is no function of σ of the dial's form"
+        return inf
+    _adopt(inf, best)
+    if inf.coupled and inf.scale != "batch_std":
+        inf.why = "coupled across groups, but not through a batch std"
+    return inf
+
+
+def _silent_residue(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int, ...]) -> tuple[float, dict[str, float] | None]:
+    """Largest |Â| on silent groups of :data:`SILENT_PROBE_VALUES` (float rounding of the mean may
+    leave one), and the reward value and G where it appeared (``None`` when it is 0 everywhere)."""
     worst, where = 0.0, None
     for G in sizes:
         r = np.repeat(np.array(SILENT_PROBE_VALUES), G)
@@ -148,80 +166,104 @@ def infer_dial(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int
         i = int(np.argmax(S))
         if S[i] > worst:
             worst, where = float(S[i]), {"value": float(r[i]), "G": G}
-    inf.silent_nonbinary_max_abs = worst
-    inf.silent_nonbinary_worst = where
-    # coupling: the k = 1 group alone vs inside its probe batch
+    return worst, where
+
+
+def _coupled(target: Callable[[np.ndarray, int], np.ndarray], outs: dict[int, np.ndarray], tol: Tolerance) -> bool:
+    """Whether the k = 1 group gets other advantages alone than inside its probe batch."""
     for G, A in outs.items():
         alone = _call(target, probe_batch(G)[G : 2 * G], G, "groups_independent")
         if not tol.close(alone, A[G : 2 * G], float(np.abs(A[G : 2 * G]).max())):
-            inf.coupled = True
-    if any(not np.all(np.isfinite(A)) for A in outs.values()):
-        inf.why = "non-finite advantages on the probe batches"
-        return inf
-    rows = []  # (G, k, gap, batch std ddof 0, ddof 1)
+            return True
+    return False
+
+
+def _gap_rows(outs: dict[int, np.ndarray], batch_std: dict[int, float]) -> np.ndarray:
+    """One row (G, k, gap Â₊ − Â₋, batch std ddof 0, ddof 1) per probed 0 < k < G: (rows, 5)."""
+    rows = []
     for G, A in outs.items():
         pos, neg = _levels(A, G)
         n = probe_batch(G).size
-        s0 = inf.batch_std[G]
+        s0 = batch_std[G]
         for k in range(1, G):
             rows.append((G, k, pos[k - 1] - neg[k - 1], s0, s0 * np.sqrt(n / (n - 1))))
-    data = np.array(rows, dtype=np.float64)
-    Gs, ks, gap = data[:, 0], data[:, 1], data[:, 2]
-    if np.any(gap <= 0):
-        inf.why = "the higher reward does not get the higher advantage (sign)"
-        return inf
+    return np.array(rows, dtype=np.float64)
+
+
+#: a candidate scale: (rank, scale, ddof, x, ε under the root); rank orders the simpler forms first
+_Candidate = tuple[int, str, int | None, np.ndarray | None, bool]
+
+
+def _candidates(data: np.ndarray, coupled: bool) -> list[_Candidate]:
+    """Every scale of the family as a known x per row: none, group std (ddof 0/1, ε added or under
+    the root), and the batch std when the groups are coupled."""
+    Gs, ks = data[:, 0], data[:, 1]
     sigma = np.array([closed_forms.sigma(int(k), int(G)) for G, k in zip(Gs, ks)])
-    fit_tol = max(min(30 * tol.rtol, 0.1), 1e-12)
-    best: tuple[int, float, dict[str, Any]] | None = None
-    fits: list[tuple[int, float, dict[str, Any]]] = []
+    cands: list[_Candidate] = [(0, "none", None, None, False)]
+    for d in (0, 1):
+        x_d = sigma * np.sqrt(Gs / (Gs - d))
+        cands.append((1, "group_std", d, x_d, False))
+        cands.append((2, "group_std", d, x_d, True))  # √(σ² + ε): (f/d)² = σ²/α² + ε/α²
+        if coupled:
+            cands.append((1, "batch_std", d, data[:, 3 + d], False))
+    return cands
+
+
+def _fit_one(centre: str, y: np.ndarray, cand: _Candidate, u: float) -> tuple[float, dict[str, Any]] | None:
+    """Fit f/d = x/α + ε/α (or its square, ε under the root) for one candidate: (residual, params),
+    or ``None`` when α or ε comes out negative."""
+    _, scale, ddof, x, inside = cand
+    if x is None:  # no scale: f/d is the constant 1/α
+        gamma = float(np.median(y))
+        return float(np.max(np.abs(y / gamma - 1))), {"centre": centre, "scale": scale, "ddof": None, "eps": 0.0, "alpha": 1.0 / gamma, "eps_resolution": 0.0, "inside": False}
+    xx, yy = (x * x, y * y) if inside else (x, y)
+    beta, gamma, resid = _fit_line(xx, yy)
+    if inside:
+        resid /= 2  # relative residual of y² is twice y's
+    if beta <= 0:
+        return None
+    res_eps = 3 * max(resid, u) * float(np.max(xx)) * (2 if inside else 1)
+    eps = gamma / beta
+    if eps < -res_eps:
+        return None
+    alpha = 1.0 / (np.sqrt(beta) if inside else beta)
+    return resid, {"centre": centre, "scale": scale, "ddof": ddof, "eps": max(eps, 0.0) if abs(eps) > res_eps else 0.0, "alpha": float(alpha), "eps_resolution": res_eps, "inside": inside}
+
+
+def _fits(data: np.ndarray, inf: Inferred) -> list[tuple[int, float, dict[str, Any]]]:
+    """(rank, residual, params) of every (centre, scale) candidate that fits within the precision's tolerance."""
+    Gs, gap = data[:, 0], data[:, 2]
+    fit_tol = max(min(30 * Tolerance.for_precision(inf.precision).rtol, 0.1), 1e-12)
+    u = _UNIT_ROUNDOFF[inf.precision]
+    fits = []
     for centre in ("mean", "loo"):
-        y = (1.0 if centre == "mean" else Gs / (Gs - 1)) / gap
-        cands: list[tuple[int, str, int | None, np.ndarray | None, bool]] = [(0, "none", None, None, False)]
-        for d in (0, 1):
-            x_d = sigma * np.sqrt(Gs / (Gs - d))
-            cands.append((1, "group_std", d, x_d, False))
-            cands.append((2, "group_std", d, x_d, True))  # √(σ² + ε): (f/d)² = σ²/α² + ε/α²
-            if inf.coupled:
-                cands.append((1, "batch_std", d, data[:, 3 + d], False))
-        for rank, scale, ddof, x, inside in cands:
-            if x is None:
-                gamma = float(np.median(y))
-                beta, resid = 0.0, float(np.max(np.abs(y / gamma - 1)))
-                params = {"centre": centre, "scale": scale, "ddof": None, "eps": 0.0, "alpha": 1.0 / gamma, "eps_resolution": 0.0, "inside": False}
-            else:
-                xx, yy = (x * x, y * y) if inside else (x, y)
-                beta, gamma, resid = _fit_line(xx, yy)
-                if inside:
-                    resid /= 2  # relative residual of y² is twice y's
-                if beta <= 0:
-                    continue
-                res_eps = 3 * max(resid, u) * float(np.max(xx)) * (2 if inside else 1)
-                eps = gamma / beta
-                if eps < -res_eps:
-                    continue
-                alpha = 1.0 / (np.sqrt(beta) if inside else beta)
-                params = {"centre": centre, "scale": scale, "ddof": ddof, "eps": max(eps, 0.0) if abs(eps) > res_eps else 0.0, "alpha": float(alpha), "eps_resolution": res_eps, "inside": inside}
-            if resid > fit_tol:
-                continue
-            fits.append((rank, resid, params))
-    if fits:
-        # the simplest form among those that fit about as well as the best one
-        floor = max(4 * min(f[1] for f in fits), 100 * u)
-        best = min((f for f in fits if f[1] <= floor), key=lambda f: (f[0], f[1]))
-        if best[2]["inside"] and best[2]["eps"] == 0.0:  # ε unresolved: the plain group std
-            best = (1, best[1], {**best[2], "inside": False})
-    if best is None:
-        inf.why = "no centre (mean, leave-one-out) and scale (group std ddof 0/1 + ε, batch std, none) fits the probes: the scale is no function of σ of the dial's form"
-        return inf
+        y = (1.0 if centre == "mean" else Gs / (Gs - 1)) / gap  # f/d, f the centre's factor (Prop. 1)
+        for cand in _candidates(data, inf.coupled):
+            fit = _fit_one(centre, y, cand, u)
+            if fit is not None and fit[0] <= fit_tol:
+                fits.append((cand[0], fit[0], fit[1]))
+    return fits
+
+
+def _best_fit(fits: list[tuple[int, float, dict[str, Any]]], u: float) -> tuple[int, float, dict[str, Any]] | None:
+    """The simplest form among those that fit about as well as the best one (``None`` if none fits)."""
+    if not fits:
+        return None
+    floor = max(4 * min(f[1] for f in fits), 100 * u)
+    best = min((f for f in fits if f[1] <= floor), key=lambda f: (f[0], f[1]))
+    if best[2]["inside"] and best[2]["eps"] == 0.0:  # ε unresolved: the plain group std
+        best = (1, best[1], {**best[2], "inside": False})
+    return best
+
+
+def _adopt(inf: Inferred, best: tuple[int, float, dict[str, Any]]) -> None:
+    """Write the chosen fit into ``inf``; α within its resolution of 1 reads as exactly 1."""
     p = best[2]
     inf.centre, inf.scale, inf.ddof, inf.eps, inf.eps_resolution = p["centre"], p["scale"], p["ddof"], float(p["eps"]), float(p["eps_resolution"])
     inf.eps_inside_sqrt = bool(p["inside"])
-    alpha_tol = max(min(1e3 * u, 0.03), 3 * best[1], 1e-12)
+    alpha_tol = max(min(1e3 * _UNIT_ROUNDOFF[inf.precision], 0.03), 3 * best[1], 1e-12)
     inf.alpha = 1.0 if abs(p["alpha"] - 1) <= alpha_tol else float(p["alpha"])
     inf.fit_residual = best[1]
-    if inf.coupled and inf.scale != "batch_std":
-        inf.why = "coupled across groups, but not through a batch std"
-    return inf
 
 
 def infer_keep_rule(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int, ...] = PROBE_GROUP_SIZES) -> tuple[str, str]:
@@ -229,17 +271,18 @@ def infer_keep_rule(target: Callable[[np.ndarray, int], np.ndarray], sizes: tupl
     agree_dapo, agree_all, first_bad = True, True, ""
     for G in sizes:
         silent = np.repeat(np.array(SILENT_PROBE_VALUES), G)
-        near = np.r_[np.full(G - 1, 0.1), 0.1 + 1e-6]  # σ > 0, tiny
-        r = np.concatenate([probe_batch(G), silent, near])
+        near = [np.r_[np.full(G - 1, 0.1), 0.1 + d] for d in NEAR_SILENT_OFFSETS]  # σ > 0, tiny
+        r = np.concatenate([probe_batch(G), silent, *near])
         keep = _call_filter(target, r, G, "filter_well_formed")
-        want = D.keep_mask(r, G, D.DAPO)
+        want = kept_by_definition(r, G, "nonzero_std")
         agree_all &= bool(keep.all())
         if not np.array_equal(keep, want):
             agree_dapo = False
             if not first_bad:
                 g = int(np.flatnonzero(keep != want)[0])
                 row = r[g * G : (g + 1) * G]
-                first_bad = f"G={G}: group {np.round(row[:8], 7).tolist()}{'…' if G > 8 else ''} is {'kept' if keep[g] else 'dropped'}"
+                shown = ", ".join(f"{v:.12g}" for v in row[:8])  # 12 digits: 0.1 + 1e-9 reads apart from 0.1
+                first_bad = f"G={G}: group [{shown}{', …' if G > 8 else ''}] is {'kept' if keep[g] else 'dropped'}"
     if agree_dapo:
         return "nonzero_std", "keeps exactly the groups with σ > 0"
     if agree_all:

@@ -42,6 +42,7 @@ __all__ = [
     "stateless",
     "matches_dial",
     "filter_well_formed",
+    "kept_by_definition",
     "keeps_groups_with_nonzero_std",
     "filter_groups_independent",
     "filter_stateless",
@@ -176,7 +177,7 @@ def well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.Generat
         A = _call(target, r, G, "well_formed")
         issue = target.last_issue
         _call(target, other, G, "well_formed")
-        issue = issue or target.last_issue or target.last_overwrite
+        issue = issue or target.last_issue or getattr(target, "last_overwrite", None)
     else:
         passed = r.copy()
         raw = target(passed, G)
@@ -204,7 +205,7 @@ def silent_groups_exactly_zero(target: Target, batch: Any, ctx: Context, rng: np
     R = r.reshape(-1, G)
     for g in np.flatnonzero(_silent(R)):
         if _exact_silent_value(float(R[g, 0])) and not np.all(A[g] == 0):
-            raise PropertyViolation("silent_groups_exactly_zero", f"silent group {g} (G={G}, every reward {R[g, 0]:g}) has advantages {_fmt(A[g])} instead of exactly 0", _example(r, G, A.reshape(-1), g))
+            raise PropertyViolation("silent_groups_exactly_zero", f"silent group {g} (G={G}, every reward {R[g, 0]:g}) has advantages {_fmt(A[g])} instead of exactly 0", _example(r, G, A.reshape(-1), int(g)))
 
 
 def _two_valued_groups(R: np.ndarray) -> list[tuple[int, float, float]]:
@@ -364,15 +365,36 @@ def filter_well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.
         raise PropertyViolation("filter_well_formed", f"the target {issue} (G={G}, {r.size} rewards)", _example(r, G, keep))
 
 
+def kept_by_definition(rewards: np.ndarray, G: int, keep: str) -> np.ndarray:
+    """Which groups a keep rule keeps, from the rule's definition: the filter audit's reference.
+
+    ``'all'`` keeps every group; ``'nonzero_std'`` (DAPO's dynamic sampling) keeps the groups with
+    σ > 0, and σ = 0 exactly when every reward of the group is equal: one distinct value
+    (``np.unique``), however close the others are.  Written apart from
+    :func:`grpo_identity.dial.keep_mask`, so that the audit of a filter also tests the dial's.
+
+    >>> kept_by_definition(np.array([1., 1., 0.1, 0.1 + 1e-9]), 2, "nonzero_std")
+    array([False,  True])
+    """
+    R = np.asarray(rewards, dtype=np.float64).reshape(-1, G)  # (n, G)
+    if keep == "all":
+        return np.ones(R.shape[0], dtype=bool)
+    if keep != "nonzero_std":
+        raise ValueError(f"keep must be 'all' or 'nonzero_std', got {keep!r}")
+    return np.array([np.unique(row).size > 1 for row in R], dtype=bool)
+
+
 def keeps_groups_with_nonzero_std(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
-    """The filter keeps exactly the groups the reference keep rule keeps (DAPO's: σ > 0)."""
+    """The filter keeps exactly the groups the expected keep rule keeps (DAPO's: σ > 0), by the
+    rule's definition (:func:`kept_by_definition`)."""
     r, G = batch.contiguous(), batch.group_size
     keep = _call_filter(target, r, G, "keeps_groups_with_nonzero_std")
-    want = D.keep_mask(r, G, ctx.keep_reference or D.DAPO)
+    rule = (ctx.keep_reference or D.DAPO).keep
+    want = kept_by_definition(r, G, rule)
     R = r.reshape(-1, G)
     for g in np.flatnonzero(keep != want):
         sd = float(R[g].std())
-        raise PropertyViolation("keeps_groups_with_nonzero_std", f"group {g} (G={G}, rewards {_fmt(R[g])}, σ = {sd:.3g}) is {'kept' if keep[g] else 'dropped'}; the keep rule '{(ctx.keep_reference or D.DAPO).keep}' {'keeps' if want[g] else 'drops'} it", _example(r, G, keep, int(g)))
+        raise PropertyViolation("keeps_groups_with_nonzero_std", f"group {g} (G={G}, rewards {_fmt(R[g])}, σ = {sd:.3g}) is {'kept' if keep[g] else 'dropped'}; the keep rule '{rule}' {'keeps' if want[g] else 'drops'} it", _example(r, G, keep, int(g)))
 
 
 def filter_groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:

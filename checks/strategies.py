@@ -21,6 +21,8 @@ from typing import Any, Sequence
 import numpy as np
 from hypothesis import strategies as st
 
+from grpo_identity.checks.infer import PROBE_GROUP_SIZES
+
 __all__ = ["RewardBatch", "group_sizes", "reward_batches", "score_matrices", "KINDS", "DTYPES", "LAYOUTS"]
 
 #: reward kinds: {0, 1}; two values {a, b} per group (e.g. {0.1, 0.9}); any real numbers
@@ -88,10 +90,11 @@ def _check_int(name: str, v: Any, lo: int, hi: int | None = None) -> int:
 
 
 def group_sizes(*, min_value: int = 2, max_value: int = 256) -> st.SearchStrategy[int]:
-    """Group sizes G in [min_value, max_value], often the usual ones (2, 3, 4, 8, 16, 64)."""
+    """Group sizes G in [min_value, max_value], often the usual ones: the audit's probe sizes
+    :data:`~grpo_identity.checks.infer.PROBE_GROUP_SIZES` (2, 3, 4, 8, 16, 64)."""
     lo = _check_int("min_value", min_value, 2)
     hi = _check_int("max_value", max_value, lo)
-    usual = [g for g in (2, 3, 4, 8, 16, 64) if lo <= g <= hi]
+    usual = [g for g in PROBE_GROUP_SIZES if lo <= g <= hi]
     ints = st.integers(lo, hi)
     return st.one_of(st.sampled_from(usual), ints) if usual else ints
 

@@ -136,7 +136,7 @@ def subsampled_silent_rate(G: int, k: ArrayLike, n: int) -> FloatArray | float:
     kk = np.asarray(k, dtype=np.float64)
     bad = ~np.isfinite(kk) | (kk < 0) | (kk > n) | (kk != np.round(kk))
     if bad.any():
-        raise ValueError(f"number correct k must be an integer in [0, n={n}], got {kk[bad].reshape(-1)[0]!r}")
+        raise ValueError(f"number correct k must be an integer in [0, n={n}], got {float(kk[bad].reshape(-1)[0]):g}")
     # a table over every k in 0..n: the two all-equal branches, each 0 when fewer than G answers exist
     if n <= EXACT_ROLLOUTS_MAX:
         total = math.comb(n, G)

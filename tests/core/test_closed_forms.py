@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 import pytest
 
@@ -108,8 +111,66 @@ def test_summary_contains_every_quantity():
         (lambda: C.sigma(9, 8), "integer in \\[0, G=8\\], got 9"),
         (lambda: C.sigma(1.5, 8), "got 1.5"),
         (lambda: C.silent_rate(True, 0.5), "got True"),
+        (lambda: C.group_size_law(0.1, 0.0), "p must be in \\(0, 1\\), got 0.0"),
+        (lambda: C.group_size_exact(1.0, 0.5), "eps must be in \\(0, 1\\), got 1.0"),
+        (lambda: C.subsampled_silent_rate(2, 0, 1), "number of rollouts n must be an integer >= 2, got 1"),
+        (lambda: C.subsampled_silent_rate(8, 1, 4), "group size G=8 exceeds the 4 logged rollouts"),
+        (lambda: C.subsampled_silent_rate(2, 6, 5), "integer in \\[0, n=5\\], got 6$"),
+        (lambda: C.subsampled_silent_rate(2, -1, 5), "integer in \\[0, n=5\\], got -1$"),
+        (lambda: C.subsampled_silent_rate(2, 1.5, 5), "integer in \\[0, n=5\\], got 1.5$"),
     ],
 )
 def test_bad_input_raises_a_value_error_naming_the_value(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("G, k, n", [(1000, 100, 1100), (1000, 1000, 1100), (2, 1023, 1025), (2, 2, 1025), (64, 64, 2000), (64, 1936, 2000)])
+def test_subsampled_silent_rate_above_1024_rollouts_counts_a_branch_with_exactly_G_answers(G, k, n):
+    # k = G or n − k = G: one all-equal subset of G exists in that branch, C(G, G) = 1 (PAPER claim 8)
+    exact = (math.comb(k, G) + math.comb(n - k, G)) / math.comb(n, G)
+    got = C.subsampled_silent_rate(G, k, n)
+    assert exact > 0 and abs(got - exact) <= 1e-10 * exact, (got, exact)
+
+
+def test_subsampled_silent_rate_up_to_1024_rollouts_is_the_exact_ratio_rounded_once():
+    # the documented contract of the exact-integer branch, at its last n
+    n, G = 1024, 8
+    for k in (0, 1, 7, 8, 9, 100, 512, 1015, 1016, 1017, 1024):
+        exact = (math.comb(k, G) + math.comb(n - k, G)) / math.comb(n, G)  # int / int: one rounding
+        assert C.subsampled_silent_rate(G, k, n) == exact, k
+
+
+def test_closed_forms_at_p_0_and_1_return_their_limits_without_numpy_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a division by zero left to numpy would warn
+        assert C.difficulty_weight(0.0) == C.difficulty_weight(1.0) == np.inf
+        assert C.attenuation_first_order(8, 0.0) == C.attenuation_second_order(8, 1.0) == -np.inf
+        assert C.fidelity(8, 0.0) == 0.0
+        assert C.binomial_pmf(0, 8, 0.0) == C.binomial_pmf(8, 8, 1.0) == 1.0
+        assert C.binomial_pmf(3, 8, 0.0) == C.binomial_pmf(3, 8, 1.0) == 0.0
+
+
+@pytest.mark.parametrize("G, p", [(2, 0.5), (8, 0.1), (64, 0.03), (1000, 0.77)])
+def test_second_order_law_equals_its_symbolic_definition(G, p):
+    import sympy as sp
+
+    from grpo_identity import formulas as F
+
+    want = float(F.attenuation_second_order(sp.Integer(G), sp.Rational(str(p))))
+    assert C.attenuation_second_order(G, p) == pytest.approx(want, rel=1e-13)
+
+
+def test_summary_names_every_quantity_and_leaves_the_laws_out_at_p_0_and_1():
+    keys = {"G", "p", "sigma_by_k", "silent_rate", "expected_update", "expected_sigma_sq", "fidelity", "attenuation_first_order", "difficulty_weight", "arcsine_objective", "group_size"}
+    inner = C.summary(8, 0.5)
+    assert set(inner) == keys and set(inner["group_size"][0]) == {"eps", "G_exact", "G_law"}
+    assert inner["sigma_by_k"][4] == {"k": 4, "sigma": 0.5}
+    assert inner["expected_update"] == C.expected_update(8, 0.5) and inner["fidelity"] == C.fidelity(8, 0.5)
+    assert inner["attenuation_first_order"] == 0.9375 and inner["difficulty_weight"] == 2.0
+    assert [r["G_law"] for r in inner["group_size"]] == [C.group_size_law(e, 0.5) for e in C.PAPER_TABLE_EPS]
+    for p in (0.0, 1.0):
+        edge = C.summary(8, p)
+        assert edge["attenuation_first_order"] is None and edge["difficulty_weight"] is None
+        assert all(r["G_exact"] is None and r["G_law"] is None for r in edge["group_size"])
+        assert edge["silent_rate"] == 1.0 and edge["expected_update"] == 0.0

@@ -114,6 +114,53 @@ def test_keep_mask_keeps_exactly_the_groups_with_nonzero_std():
     assert D.keep_mask(R, 2, D.GRPO).tolist() == [True, True, True, True]
 
 
+@pytest.mark.parametrize("dial", list(D.PRESETS.values()), ids=lambda d: d.name)
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_a_group_whose_rewards_differ_by_1e_9_is_live_not_silent(dial, backend):
+    # σ > 0 however small: silence is "every reward equal", never "max − min below a threshold"
+    R = np.array([0.1, 0.1 + 1e-9, 1.0, 1.0])  # a live group, then a silent one
+    A = np.asarray(D.advantages(torch.tensor(R) if backend == "torch" else R, 2, dial))
+    assert A[0] < 0 < A[1] and A[0] != 0, A  # the higher reward gets the higher advantage
+    assert D.keep_mask(torch.tensor(R) if backend == "torch" else R, 2, D.DAPO).tolist() == [True, False]
+    if dial.scale == "group_std":  # ±(Δ/2)/(std + ε), std = (Δ/2)·√(2/(2 − ddof)), Δ = 1e-9
+        assert np.allclose(A[:2], np.array([-1.0, 1.0]) * 5e-10 / (5e-10 * np.sqrt(2 / (2 - dial.ddof)) + dial.eps), rtol=1e-6)
+
+
+@pytest.mark.parametrize("scale", ["none", "batch_std"])
+def test_the_keep_rule_zeroes_the_dropped_groups_even_when_nothing_else_would(scale):
+    # uncentred: a silent group of ones keeps its rewards under keep='all' and is zeroed by 'nonzero_std'
+    R = np.array([1.0, 1.0, 0.0, 1.0, 2.0, 2.0])
+    kept = D.Dial(centre="none", scale=scale, keep="all")
+    dropped = kept.replace(keep="nonzero_std")
+    assert np.all(D.advantages(R, 2, kept)[[0, 1, 4, 5]] != 0)
+    A = D.advantages(R, 2, dropped)
+    assert A[[0, 1, 4, 5]].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert np.array_equal(A[2:4], D.advantages(R, 2, kept)[2:4])
+    assert D.keep_mask(R, 2, dropped).tolist() == [False, True, False]
+
+
+def test_an_uncentred_batch_std_dial_gives_zeros_on_a_batch_of_equal_rewards():
+    # the batch std is 0: nothing to divide by, and (R − 0)/0 must not leak inf or NaN
+    with np.errstate(all="raise"):
+        A = D.advantages(np.full(6, 2.0), 3, D.Dial(centre="none", scale="batch_std"))
+    assert A.tolist() == [0.0] * 6
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_tensors_are_computed_in_float32_and_rounded_once(dtype):
+    R = torch.tensor(_batch(16, 8, values=(0.0, 0.1, 0.3, 1.0)))
+    want = D.advantages(R.to(dtype).to(torch.float32), 8, D.TRL).to(dtype)
+    got = D.advantages(R.to(dtype), 8, D.TRL)
+    assert got.dtype == dtype and torch.equal(got, want)
+
+
+def test_replace_gives_a_custom_dial_and_params_name_every_setting():
+    d = D.TRL.replace(eps=1e-3)
+    assert (d.name, d.citation, d.eps, d.ddof) == ("custom", "", 1e-3, 1)
+    assert D.TRL.params() == {"centre": "mean", "scale": "group_std", "ddof": 1, "eps": 1e-4, "keep": "all", "eps_where": "std"}
+    assert D.DAPO.same_point(D.GRPO.replace(keep="nonzero_std")) and not D.DAPO.same_point(D.GRPO)
+
+
 @pytest.mark.parametrize("dial", [d for d in D.PRESETS.values()] + [D.GRPO.replace(scale="batch_std")], ids=lambda d: d.name)
 def test_identity_holds_in_vector_form_with_the_dial_coefficient(dial):
     G, n, dim = 8, 40, 17
