@@ -152,7 +152,6 @@ class _Numpy:
     min = staticmethod(lambda x: x.min(axis=-1, keepdims=True))
     sqrt = staticmethod(np.sqrt)
     where = staticmethod(np.where)
-    argsort = staticmethod(lambda x: np.argsort(x, kind="stable"))
     cast = staticmethod(lambda x, dtype: x.astype(dtype, copy=False))
     empty_like = staticmethod(np.empty_like)
 
@@ -181,12 +180,6 @@ class _Torch:
         import torch
 
         return torch.where(c, a, b)
-
-    @staticmethod
-    def argsort(x: Any) -> Any:
-        import torch
-
-        return torch.argsort(x, stable=True)
 
     cast = staticmethod(lambda x, dtype: x.to(dtype))
 

@@ -162,10 +162,11 @@ def test_second_order_law_equals_its_symbolic_definition(G, p):
 
 
 def test_summary_names_every_quantity_and_leaves_the_laws_out_at_p_0_and_1():
-    keys = {"G", "p", "sigma_by_k", "silent_rate", "expected_update", "expected_sigma_sq", "fidelity", "attenuation_first_order", "difficulty_weight", "arcsine_objective", "group_size"}
+    keys = {"G", "p", "sigma_by_k", "silent_rate", "expected_update", "expected_sigma_sq", "fidelity", "attenuation_first_order", "difficulty_weight", "arcsine_objective", "group_size", "sigma_by_k_all"}
     inner = C.summary(8, 0.5)
     assert set(inner) == keys and set(inner["group_size"][0]) == {"eps", "G_exact", "G_law"}
     assert inner["sigma_by_k"][4] == {"k": 4, "sigma": 0.5}
+    assert inner["sigma_by_k_all"] is True and len(inner["sigma_by_k"]) == 9  # every k at a small G
     assert inner["expected_update"] == C.expected_update(8, 0.5) and inner["fidelity"] == C.fidelity(8, 0.5)
     assert inner["attenuation_first_order"] == 0.9375 and inner["difficulty_weight"] == 2.0
     assert [r["G_law"] for r in inner["group_size"]] == [C.group_size_law(e, 0.5) for e in C.PAPER_TABLE_EPS]
