@@ -32,7 +32,7 @@ import numpy as np
 from grpo_identity import dial as D
 from grpo_identity.checks import properties as P
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, Inferred, infer_dial, infer_keep_rule
-from grpo_identity.checks.target import ChildTarget, LocalTarget, TargetCrashed, TargetError, TargetTimeout
+from grpo_identity.checks.target import ChildTarget, LocalTarget, TargetCrashed, TargetError, TargetMalformed, TargetTimeout
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -44,6 +44,9 @@ VERDICTS = ("pass", "deviation", "fail")
 FACTOR_GROUP_SIZES = (4, 8, 16, 64)
 #: silent groups of non-binary rewards: a residue above this fails (below: a note)
 SILENT_RESIDUE_FAIL = 0.5
+#: a deviation whose factor c_target / c_expected is within this of 1 for every probed G and k
+#: changes no update by a material amount (it prints as 1.000000): a pass with a note
+MATERIAL_FACTOR = 1e-6
 
 
 @dataclass
@@ -185,6 +188,40 @@ def _coefficient_tables(inf: Inferred, ref: D.Dial) -> tuple[list[dict[str, Any]
 
 
 # --- hypothesis runner ---------------------------------------------------------------------------
+def _failure(exc: TargetError, where: str = "") -> str:
+    """A target error in words: "the target timed out / crashed / raised{where}: …", or, for a
+    malformed output, "the target returned None{where}, not an array …"."""
+    if isinstance(exc, TargetMalformed):
+        head, _, tail = str(exc).partition(",")
+        return f"the target {head}{where},{tail}" if tail else f"the target {exc}{where}"
+    what = "timed out" if isinstance(exc, TargetTimeout) else "crashed" if isinstance(exc, TargetCrashed) else "raised"
+    return f"the target {what}{where}: {exc}"
+
+
+class _FiniteGuard:
+    """The target, except that a NaN or an inf in its advantages is one ``well_formed`` violation
+    at once: every later comparison (NaN ≠ NaN) would otherwise report false findings
+    ("stateless", "permutation") and an infinite silent-group residue."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def __call__(self, rewards: np.ndarray, group_size: int) -> Any:
+        out = self._target(rewards, group_size)
+        A = np.asarray(out)
+        if A.shape == rewards.shape and np.issubdtype(A.dtype, np.floating):
+            bad = ~np.isfinite(A)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                g, G = i // group_size, int(group_size)
+                row = rewards[g * G : (g + 1) * G]
+                raise P.PropertyViolation("well_formed", f"non-finite advantage {float(A[i])} in group {g} (G={G}, rewards {P._fmt(row)}): the identity is undefined there", P._example(rewards, G, A.astype(np.float64), g))
+        return out
+
+
 def _run_property(prop: Callable[..., None], target: Any, ctx: P.Context, n: int, kinds: tuple[str, ...]) -> tuple[P.PropertyViolation | None, int]:
     """Run one property on ``n`` hypothesis examples; return its (shrunk) violation and the count."""
     from hypothesis import HealthCheck, Verbosity, given, settings
@@ -200,8 +237,7 @@ def _run_property(prop: Callable[..., None], target: Any, ctx: P.Context, n: int
         try:
             prop(target, batch, ctx, np.random.default_rng(seed))
         except TargetError as exc:
-            what = "timed out" if isinstance(exc, TargetTimeout) else "crashed" if isinstance(exc, TargetCrashed) else "raised"
-            raise P.PropertyViolation(name, f"the target {what}: {exc}", P._example(batch.contiguous(), batch.group_size)) from None
+            raise P.PropertyViolation(name, _failure(exc), P._example(batch.contiguous(), batch.group_size)) from None
 
     try:
         run()
@@ -275,7 +311,7 @@ def audit(
     try:
         opened = _open(target, isolate, timeout, kind)
     except (TargetTimeout, TargetCrashed) as exc:
-        report = AuditReport(name, kind, "fail", None, exp.name if exp else None, Inferred(why="not probed"), [Finding("load", f"loading the target failed: {exc}")])
+        report = AuditReport(name, kind, "fail", None, exp.name if exp else None, Inferred(why="not probed"), [Finding("load", str(exc))])
         report.seconds = time.perf_counter() - t0
         return report
     with opened as tgt:
@@ -289,6 +325,8 @@ def audit(
 
 def _audit_open(tgt: Any, name: str, kind: str, exp: D.Dial | None, max_examples: int, progress: bool) -> AuditReport:
     findings: list[Finding] = []
+    if kind == "advantage":
+        tgt = _FiniteGuard(tgt)
     inf = Inferred(why="not probed")
     try:
         if kind == "filter":
@@ -299,8 +337,7 @@ def _audit_open(tgt: Any, name: str, kind: str, exp: D.Dial | None, max_examples
     except P.PropertyViolation as v:
         findings.append(Finding(v.property, v.message, v.counterexample))
     except TargetError as exc:
-        what = "timed out" if isinstance(exc, TargetTimeout) else "crashed" if isinstance(exc, TargetCrashed) else "raised"
-        findings.append(Finding("probe", f"the target {what} on the designed probe batches: {exc}", {"group_sizes": list(PROBE_GROUP_SIZES)}))
+        findings.append(Finding("probe", _failure(exc, " on the designed probe batches"), {"group_sizes": list(PROBE_GROUP_SIZES)}))
     if findings:
         return AuditReport(name, kind, "fail", None, exp.name if exp else None, inf, findings)
     precision = inf.precision if kind == "advantage" else "float64"
@@ -317,7 +354,7 @@ def _audit_open(tgt: Any, name: str, kind: str, exp: D.Dial | None, max_examples
         violation, count = _run_property(prop, tgt, ctx, n_each, kinds)
         examples += count
         ran.append(prop.__name__)
-        if violation is not None:
+        if violation is not None and not any(f.property == violation.property == "well_formed" for f in findings):
             findings.append(Finding(violation.property, violation.message, violation.counterexample, violation.severity))
             if getattr(tgt, "dead", None) is not None:
                 break
@@ -376,6 +413,9 @@ def _advantage_verdict(report: AuditReport, exp: D.Dial | None) -> AuditReport:
         report.verdict, report.matches = "pass", exp.name
     elif exp is None and found is not None:
         report.verdict = "pass"
+    elif _family(inf.scale) == _family(ref.scale) and _immaterial(factors):
+        report.verdict, report.matches, report.factors = "pass", ref.name, factors
+        report.findings.append(Finding("matches_preset", _deviation_message(inf, ref, factors) + f": |factor − 1| < {MATERIAL_FACTOR:g} at every probed G and k, no material change of any update", {}, "note"))
     elif _family(inf.scale) == _family(ref.scale):
         report.verdict = "deviation"
         report.factors = factors
@@ -384,6 +424,12 @@ def _advantage_verdict(report: AuditReport, exp: D.Dial | None) -> AuditReport:
         report.verdict = "fail"
         report.findings.append(Finding("matches_preset", f"wrong family: the target scales like {_describe(inf)} (c ∝ {'σ' if _family(inf.scale) == 'sigma' else 'σ²'}), {ref.name} expects c ∝ {'σ' if _family(ref.scale) == 'sigma' else 'σ²'}", {}))
     return report
+
+
+def _immaterial(factors: list[dict[str, Any]]) -> bool:
+    """Every factor c_target / c_expected (min and max over k, each probed G) within MATERIAL_FACTOR of 1."""
+    vals = [v for f in factors for v in (f["factor_min"], f["factor_max"])]
+    return bool(vals) and all(math.isfinite(v) and abs(v - 1.0) < MATERIAL_FACTOR for v in vals)
 
 
 def _describe(inf: Inferred) -> str:
