@@ -90,6 +90,7 @@ class AuditReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
+            "level": "advantage",
             "kind": self.kind,
             "verdict": self.verdict,
             "matches": self.matches,
@@ -272,17 +273,17 @@ def _first_violation(group: BaseExceptionGroup) -> P.PropertyViolation | None:
 def _open(target: Any, isolate: bool | None, timeout: float, kind: str) -> Any:
     from grpo_identity.checks.target import load_target
 
-    if isinstance(target, str):
+    if not callable(target):  # a spec string or a framework spec
         if isolate is False:
-            return LocalTarget(load_target(target, kind), name=target, kind=kind)
-        return ChildTarget(target, kind=kind, timeout=timeout, name=target)
+            return LocalTarget(load_target(target, kind), name=_name(target), kind=kind)
+        return ChildTarget(target, kind=kind, timeout=timeout, name=_name(target))
     if isolate:
         return ChildTarget(target, kind=kind, timeout=timeout)
     return LocalTarget(target, kind=kind)
 
 
 def audit(
-    target: str | Callable[[np.ndarray, int], Any],
+    target: Any,
     kind: str = "advantage",
     expect: str | D.Dial | None = None,
     max_examples: int = 200,
@@ -290,15 +291,22 @@ def audit(
     *,
     isolate: bool | None = None,
     progress: bool = False,
-) -> AuditReport:
+    level: str = "advantage",
+) -> Any:
     """Audit an advantage function (``kind='advantage'``) or a group filter (``kind='filter'``).
 
     ``target``: a callable ``fn(rewards, group_size)`` (run in this process unless ``isolate``)
     or a spec string (``file.py:fn``, ``module:fn``, an adapter name; run in a child process with
     ``timeout`` seconds per call).  ``expect``: a preset name or :class:`~grpo_identity.dial.Dial`.
-    ``max_examples``: hypothesis examples in total, shared by the properties.  Raises
+    ``max_examples``: hypothesis examples in total, shared by the properties.  ``level``:
+    'advantage' (an :class:`AuditReport`) or 'gradient' (a framework's loss gradient, a
+    :class:`~grpo_identity.checks.gradient.GradientReport`).  Raises
     :class:`~grpo_identity.checks.target.TargetImportError` when the target cannot be loaded.
     """
+    if level not in ("advantage", "gradient"):
+        raise ValueError(f"level must be 'advantage' or 'gradient', got {level!r}")
+    if level == "gradient":
+        return _audit_gradient(target, expect, timeout, isolate)
     if kind not in ("advantage", "filter"):
         raise ValueError(f"kind must be 'advantage' or 'filter', got {kind!r}")
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
@@ -307,7 +315,7 @@ def audit(
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     exp = D.preset(expect) if isinstance(expect, str) else expect
     t0 = time.perf_counter()
-    name = target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
+    name = _name(target)
     try:
         opened = _open(target, isolate, timeout, kind)
     except (TargetTimeout, TargetCrashed) as exc:
@@ -319,6 +327,35 @@ def audit(
         report.target_info = dict(getattr(tgt, "info", {}) or {})
         if not report.target_info and isinstance(tgt, LocalTarget):
             report.target_info = dict(getattr(tgt.fn, "grpo_identity_info", {}) or {})
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _name(target: Any) -> str:
+    from grpo_identity.checks.frameworks import FrameworkSpec
+
+    if isinstance(target, FrameworkSpec):
+        return target.describe()
+    return target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
+
+
+def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, isolate: bool | None) -> Any:
+    """The gradient-level audit of a framework target (see :mod:`grpo_identity.checks.gradient`)."""
+    from grpo_identity.checks.gradient import GradientReport, audit_gradient
+
+    name = _name(target)
+    exp = expect.name if isinstance(expect, D.Dial) else expect
+    t0 = time.perf_counter()
+    try:
+        opened = _open(target, isolate, timeout, "gradient")
+    except (TargetTimeout, TargetCrashed) as exc:
+        return GradientReport(name, "fail", exp, {"per_sample_weight": None}, [Finding("load", str(exc))], seconds=time.perf_counter() - t0)
+    with opened as tgt:
+        try:
+            report = audit_gradient(tgt, expect=exp, name=name)
+        except TargetError as exc:
+            report = GradientReport(name, "fail", exp, {"per_sample_weight": None}, [Finding("probe", _failure(exc, " on the gradient probes"))])
+        report.target_info = dict(getattr(tgt, "info", {}) or {}) or dict(getattr(getattr(tgt, "fn", None), "grpo_identity_info", {}) or {})
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -51,15 +51,15 @@ class TargetImportError(Exception):
     """The target could not be loaded: a bad spec, a missing file, module, function or package."""
 
 
-def load_target(spec: str, kind: str = "advantage") -> Callable[..., Any]:
+def load_target(spec: Any, kind: str = "advantage") -> Callable[..., Any]:
     """The callable named by ``spec`` (file path or module, then ``:function``; or an adapter name)."""
     from grpo_identity.checks import adapters
 
-    if adapters.is_adapter(spec):
+    if not isinstance(spec, str) or adapters.is_adapter(spec):
         try:
             return adapters.build(spec, kind)
         except ImportError as exc:
-            raise TargetImportError(f"adapter {spec!r} needs a package that is not installed: {exc}") from None
+            raise TargetImportError(f"adapter {adapters.describe(spec)!r} needs a package that is not installed: {exc}") from None
     check_spec(spec)
     where, _, name = spec.rpartition(":")
     try:
@@ -85,7 +85,7 @@ def check_spec(spec: str) -> None:
     """Reject a malformed spec or a missing file at once (before any child process starts)."""
     from grpo_identity.checks import adapters
 
-    if adapters.is_adapter(spec):
+    if not isinstance(spec, str) or adapters.is_adapter(spec):
         return
     where, colon, name = spec.rpartition(":")
     if not colon or not where or not name:
@@ -180,13 +180,15 @@ class LocalTarget:
         """Set when the latest call overwrote the previous call's output (a shared buffer)."""
         self._watch = _OutputWatch()
 
-    def __call__(self, rewards: np.ndarray, group_size: int) -> np.ndarray:
+    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
         self.calls += 1
         passed = rewards.copy()
         try:
-            out = self.fn(passed, int(group_size))
+            out = self.fn(passed, int(group_size), *extra)
         except Exception as exc:  # the target's own bug: a finding, not an audit crash
             raise TargetError(_last_line(exc)) from None
+        if self.kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
+            return out
         bad = malformed(out, self.kind)
         if bad is not None:
             raise TargetMalformed(bad)
@@ -221,7 +223,7 @@ def _worker(conn: Any) -> None:
     _, spec, kind, path = conn.recv()
     sys.path[:] = list(dict.fromkeys([*path, *sys.path]))
     try:
-        fn = load_target(spec, kind) if isinstance(spec, str) else _resolve(spec)
+        fn = _resolve(spec) if isinstance(spec, tuple) else load_target(spec, kind)
         conn.send(("ok", dict(getattr(fn, "grpo_identity_info", {}) or {})))
     except (TargetImportError, ValueError) as exc:
         conn.send(("import_error", str(exc)))
@@ -237,10 +239,13 @@ def _worker(conn: Any) -> None:
             return
         if msg[0] == "close":
             return
-        _, rewards, G = msg
+        _, rewards, G, extra = msg
         passed = rewards.copy()
         try:
-            out = fn(passed, G)
+            out = fn(passed, G, *extra)
+            if kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
+                conn.send(("ok", (out, None, None)))
+                continue
             bad = malformed(out, kind)
             if bad is not None:
                 conn.send(("malformed", bad))
@@ -329,7 +334,7 @@ class ChildTarget:
     property search that hits it cannot hang or slow down.
     """
 
-    def __init__(self, spec: str | Callable[..., Any], *, kind: str = "advantage", timeout: float = 60.0, load_timeout: float | None = None, name: str | None = None) -> None:
+    def __init__(self, spec: Any, *, kind: str = "advantage", timeout: float = 60.0, load_timeout: float | None = None, name: str | None = None) -> None:
         self.name = name or (spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec)))
         self.timeout = float(timeout)
         self.calls = 0
@@ -338,9 +343,9 @@ class ChildTarget:
         self.last_overwrite: str | None = None
         """Set when the latest call overwrote the previous call's output (a shared buffer)."""
         self.dead: TargetError | None = None
-        if isinstance(spec, str):
+        if not callable(spec):  # a spec string, or a framework spec (a small frozen record)
             check_spec(spec)
-        payload = spec if isinstance(spec, str) else reference(spec)
+        payload = reference(spec) if callable(spec) else spec
         # a fresh interpreter (not multiprocessing's spawn, which re-runs the caller's __main__)
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
@@ -392,12 +397,12 @@ class ChildTarget:
                 raise TargetImportError(str(self.dead)) from None
             raise self.dead from None
 
-    def __call__(self, rewards: np.ndarray, group_size: int) -> np.ndarray:
+    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
         if self.dead is not None:
             raise type(self.dead)(str(self.dead))
         self.calls += 1
         try:
-            self._out.send(("call", np.ascontiguousarray(rewards), int(group_size)))
+            self._out.send(("call", np.ascontiguousarray(rewards), int(group_size), extra))
         except (BrokenPipeError, OSError):
             self.dead = TargetCrashed(f"the target's process died (exit code {self._proc.poll()})")
             raise self.dead from None

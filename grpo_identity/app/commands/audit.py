@@ -1,26 +1,60 @@
 """``grpo-identity audit TARGET``: infer an advantage implementation's dial and check the identity.
 
-TARGET is ``path/to/file.py:function``, ``package.module:function`` or a built-in adapter name
-(``grpo``, ``dr_grpo``, ``rloo``, ``trl``, ``trl:scale_rewards=batch``, ``verl:grpo_vectorized``,
-``verl:grpo:norm_adv_by_std_in_grpo=false`` …).  The function is called as
-``fn(rewards, group_size)`` in a child process with a timeout.  Exit codes: 0 pass or deviation,
-1 fail, 2 usage or import error.
+TARGET is ``path/to/file.py:function``, ``package.module:function``, a preset (``grpo``,
+``dr_grpo`` …) or a framework configured as its users configure it::
+
+    grpo-identity audit trl --set loss_type=dr_grpo --set scale_rewards=none --level gradient
+    grpo-identity audit verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo
+    grpo-identity audit verl:estimator=grpo_vectorized      # the estimator function alone (bypasses the trainer)
+
+The target runs in a child process with a timeout (loading it too).  Exit codes: 0 pass or
+deviation, 1 fail, 2 usage error (a bad option, a target that cannot be loaded, a configuration
+the framework rejects).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 HELP = "audit an advantage function (or group filter) against the identity and the dial's presets"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="TARGET", help="FILE.py:FUNCTION, MODULE:FUNCTION, or an adapter (grpo, trl, trl:scale_rewards=batch, verl:grpo, verl:grpo_vectorized, verl:rloo …)")
+    p.add_argument("target", metavar="TARGET", help="FILE.py:FUNCTION, MODULE:FUNCTION, a preset (grpo, dr_grpo …), or a framework: trl, verl (with --set), verl:estimator=NAME (the estimator function alone)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="a framework config key as the framework names it (TRL GRPOConfig: loss_type=dr_grpo; verl: algorithm.adv_estimator=grpo); repeatable, later ones win")
+    p.add_argument("--config", metavar="FILE", help="a framework config file (YAML), read as the framework reads it; --set overrides it")
+    p.add_argument("--level", choices=["advantage", "gradient"], help="advantage: the advantages (default); gradient: the gradient of the framework's own loss on completions of different lengths (trl, verl)")
     p.add_argument("--kind", choices=["advantage", "filter"], default="advantage", help="advantage: one advantage per reward; filter: one bool per group (True = keep)")
     p.add_argument("--expect", metavar="PRESET", help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any)")
     p.add_argument("--max-examples", type=int, default=200, metavar="N", help="hypothesis examples in total (default 200)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds allowed for each call into the target (default 60; importing it: at least 120)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds allowed for loading the target and for each call into it (default 60)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def target_of(args: argparse.Namespace) -> object:
+    """The audit's target from TARGET, --set, --config and --level (a framework spec for trl/verl)."""
+    from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, parse_set, parse_spec
+    from grpo_identity.foundation import UsageError
+
+    head = args.target.split(":")[0].strip().lower()
+    if head not in FRAMEWORKS:
+        for flag, given in (("--set", args.sets), ("--config", args.config), ("--level", args.level == "gradient")):
+            if given:
+                raise UsageError(f"{flag} applies to the framework targets ({', '.join(FRAMEWORKS)}), not to {args.target!r}")
+        return args.target
+    if args.config and not os.path.isfile(args.config):
+        raise UsageError(f"--config: no such file: {args.config}")
+    if args.kind == "filter":
+        raise UsageError(f"--kind filter: {args.target!r} computes advantages; only presets and functions can be audited as filters")
+    try:
+        spec = parse_spec(args.target)
+        sets = [parse_set(s) for s in args.sets]
+    except AdapterError as exc:
+        raise UsageError(str(exc)) from None
+    if spec.estimator is not None and (sets or args.config):
+        raise UsageError(f"--set and --config configure the trainer path; {args.target!r} is the estimator function alone (write verl --set algorithm.adv_estimator=NAME)")
+    return spec.with_sets(sets, config=args.config, level=args.level or "advantage")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,16 +68,22 @@ def run(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         raise UsageError(f"--timeout must be > 0, got {args.timeout}")
     if args.expect is not None:
-        preset(args.expect)  # one-line ValueError on an unknown name
+        try:
+            preset(args.expect)
+        except (ValueError, KeyError) as exc:
+            raise UsageError(f"--expect: {exc}") from None
+    target = target_of(args)
     from grpo_identity.app.report import emit_json
     from grpo_identity.checks import TargetImportError, audit
 
     try:
-        report = audit(args.target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, progress=not args.json and sys.stderr.isatty())
+        report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, level=args.level or "advantage", progress=not args.json and sys.stderr.isatty())
     except TargetImportError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
-        emit_json(report.to_dict())
+        out = report.to_dict()
+        out.setdefault("level", "advantage")
+        emit_json(out)
     else:
         print(report.format())
     return 1 if report.verdict == "fail" else 0
