@@ -89,24 +89,37 @@ def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
     rejects only when it runs (TRL checks ``scale_rewards`` at the first batch) is an adapter error."""
     if kind == "filter":
         raise AdapterError(f"{fs.describe()} computes advantages; only presets can be audited as filters")
-    if fs.framework == "verl":
-        from grpo_identity.checks.frameworks import verl as drv
-    else:
-        from grpo_identity.checks.frameworks import trl as drv  # type: ignore[no-redef]
-    if fs.estimator is not None:
-        if kind == "gradient":
-            raise AdapterError(f"{fs.describe()} is the estimator function alone: it has no loss, so --level gradient needs the trainer path (verl --set algorithm.adv_estimator=…)")
-        fn = drv.estimator_target(fs)  # type: ignore[attr-defined]
-    else:
-        fn = drv.gradient_target(fs) if kind == "gradient" else drv.advantage_target(fs)
+    import importlib
+
+    drv: Any = importlib.import_module(f"grpo_identity.checks.frameworks.{fs.framework}")  # the driver: .trl or .verl
+    from importlib.metadata import version
+
+    release = f"{fs.framework} {version(fs.framework)}"
+    if fs.estimator is not None and kind == "gradient":
+        raise AdapterError(f"{fs.describe()} is the estimator function alone: it has no loss, so --level gradient needs the trainer path (verl --set algorithm.adv_estimator=…)")
+    try:
+        if fs.estimator is not None:
+            fn = drv.estimator_target(fs)
+        else:
+            fn = drv.gradient_target(fs) if kind == "gradient" else drv.advantage_target(fs)
+    except (AdapterError, ImportError):
+        raise
+    except Exception as exc:  # an API this driver does not know in this release
+        raise AdapterError(f"{release}: the driver cannot build {fs.describe()} on this release: {_first_line(exc)}") from None
     try:
         fn(np.array([1.0, 0.0]), 2, *((np.array([1, 2]),) if kind == "gradient" else ()))
     except AdapterError:
         raise
+    except AttributeError as exc:
+        raise AdapterError(f"{release}: the driver does not know this release's API ({_first_line(exc)})") from None
     except (ValueError, KeyError, TypeError, NotImplementedError, AssertionError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise AdapterError(f"{fs.describe()}: {fn.grpo_identity_info['framework']} {fn.grpo_identity_info['version']} rejects this configuration on its first batch: {type(exc).__name__}: {msg}") from None  # type: ignore[attr-defined]
+        raise AdapterError(f"{fs.describe()}: {release} rejects this configuration on its first batch: {_first_line(exc)}") from None
     return fn
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _preset(name: str, kind: str) -> Callable[..., Any]:

@@ -216,6 +216,6 @@ def audit_gradient(target: Callable[..., Any], expect: str | None = None, sizes:
                 verdict = "deviation"
                 findings.append(Finding("matches_preset", f"the advantage-level c(k, G) is {min(ratios):.6g}–{max(ratios):.6g} × {ref.name}'s", {}, "deviation"))
     inferred = {"per_sample_weight": law, "weight_by_group_size": {str(G): {"law": lw, "why": why} for G, lw, why in laws}, "silent_groups_zero_gradient": silent_ok, "uniform_within_answer": uniform}
-    report = GradientReport(name or getattr(target, "__qualname__", "target"), verdict, ref.name if ref else None, inferred, findings, coefficient_table=table)
+    report = GradientReport(str(name or getattr(target, "__qualname__", "target")), verdict, ref.name if ref else None, inferred, findings, coefficient_table=table)
     report.seconds = time.perf_counter() - t0
     return report

@@ -334,7 +334,7 @@ class ChildTarget:
     property search that hits it cannot hang or slow down.
     """
 
-    def __init__(self, spec: Any, *, kind: str = "advantage", timeout: float = 60.0, load_timeout: float | None = None, name: str | None = None) -> None:
+    def __init__(self, spec: Any, *, kind: str = "advantage", timeout: float = 60.0, load_timeout: float | None = None, name: str | None = None, python: str | None = None) -> None:
         self.name = name or (spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec)))
         self.timeout = float(timeout)
         self.calls = 0
@@ -354,13 +354,15 @@ class ChildTarget:
             out: Any = sys.stderr.fileno()
         except (AttributeError, OSError, ValueError):
             out = subprocess.DEVNULL
-        self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=out)
+        # ``python``: another interpreter (a release's environment, grpo_identity.checks.releases),
+        # which then finds its own packages first: this process's sys.path is not handed down
+        self._proc = subprocess.Popen([python or sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=out)
         os.close(to_child_r)
         os.close(from_child_w)
         self._out = Connection(to_child_w, readable=False)
         self._in = Connection(from_child_r, writable=False)
         try:
-            self._out.send(("load", payload, kind, [p for p in sys.path if p]))
+            self._out.send(("load", payload, kind, [] if python else [p for p in sys.path if p]))
         except Exception as exc:  # an unpicklable callable
             self.close()
             raise TargetImportError(f"cannot send the target to a child process: {_last_line(exc)}") from None

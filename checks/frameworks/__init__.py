@@ -84,7 +84,7 @@ def parse_spec(spec: str) -> FrameworkSpec:
         opts = tuple((k, _literal(v)) for k, v in pairs if k not in (None, "estimator"))
         if any(k is None for k, _ in pairs):
             raise AdapterError(f"{spec!r}: write the estimator-function form as verl:estimator=NAME,key=value")
-        return FrameworkSpec("verl", estimator=est, options=opts)  # type: ignore[arg-type]
+        return FrameworkSpec("verl", estimator=est, options=opts)
     sets: list[tuple[str, str]] = []
     for key, value in pairs:
         if key is None:

@@ -43,16 +43,16 @@ def lengths_for(n: int, seed: int = 0) -> np.ndarray:
 
 def compose(spec: FrameworkSpec) -> Any:
     """verl's trainer config with the user's overrides (and YAML file), as its Hydra app builds it."""
+    import verl
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    import verl
-
     overrides = [f"{k}={v}" for k, v in (*DRIVER_SETS, *spec.sets)]
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     GlobalHydra.instance().clear()
+    cfg: Any
     try:
         with initialize_config_dir(config_dir=config_dir, version_base=None):
             cfg = hydra_compose("ppo_trainer", overrides=overrides)

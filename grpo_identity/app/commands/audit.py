@@ -25,6 +25,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="a framework config key as the framework names it (TRL GRPOConfig: loss_type=dr_grpo; verl: algorithm.adv_estimator=grpo); repeatable, later ones win")
     p.add_argument("--config", metavar="FILE", help="a framework config file (YAML), read as the framework reads it; --set overrides it")
     p.add_argument("--level", choices=["advantage", "gradient"], help="advantage: the advantages (default); gradient: the gradient of the framework's own loss on completions of different lengths (trl, verl)")
+    p.add_argument("--release", metavar="VERSION", help="audit this release of the framework (trl, verl) in a cached environment of its own ($GRPO_IDENTITY_ENVS, else ~/.cache/grpo-identity/envs)")
+    p.add_argument("--releases", metavar="A,B,C", help="audit several releases: one line per release")
     p.add_argument("--kind", choices=["advantage", "filter"], default="advantage", help="advantage: one advantage per reward; filter: one bool per group (True = keep)")
     p.add_argument("--expect", metavar="PRESET", help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any)")
     p.add_argument("--max-examples", type=int, default=200, metavar="N", help="hypothesis examples in total (default 200)")
@@ -39,7 +41,7 @@ def target_of(args: argparse.Namespace) -> object:
 
     head = args.target.split(":")[0].strip().lower()
     if head not in FRAMEWORKS:
-        for flag, given in (("--set", args.sets), ("--config", args.config), ("--level", args.level == "gradient")):
+        for flag, given in (("--set", args.sets), ("--config", args.config), ("--level", args.level == "gradient"), ("--release", args.release), ("--releases", args.releases)):
             if given:
                 raise UsageError(f"{flag} applies to the framework targets ({', '.join(FRAMEWORKS)}), not to {args.target!r}")
         return args.target
@@ -73,13 +75,18 @@ def run(args: argparse.Namespace) -> int:
         except (ValueError, KeyError) as exc:
             raise UsageError(f"--expect: {exc}") from None
     target = target_of(args)
+    if args.release and args.releases:
+        raise UsageError("give --release VERSION or --releases A,B,C, not both")
     from grpo_identity.app.report import emit_json
     from grpo_identity.checks import TargetImportError, audit
 
+    if args.releases:
+        return _releases(args, target)
+    python = _release_python(args, target) if args.release else None
     try:
-        report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, level=args.level or "advantage", progress=not args.json and sys.stderr.isatty())
+        report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, level=args.level or "advantage", progress=not args.json and sys.stderr.isatty(), python=python)
     except TargetImportError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"{target.framework} {args.release}: {exc}" if args.release else str(exc)) from None  # type: ignore[attr-defined]
     if args.json:
         out = report.to_dict()
         out.setdefault("level", "advantage")
@@ -87,3 +94,62 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(report.format())
     return 1 if report.verdict == "fail" else 0
+
+
+def _release_python(args: argparse.Namespace, target: object) -> str:
+    from grpo_identity.checks.frameworks import AdapterError
+    from grpo_identity.checks.releases import ensure
+    from grpo_identity.foundation import UsageError
+
+    try:
+        return ensure(target.framework, args.release).python  # type: ignore[attr-defined]
+    except AdapterError as exc:
+        raise UsageError(f"--release {args.release}: {exc}") from None
+
+
+def summary_line(report: object) -> str:
+    """One line of a report: the verdict, what it matches, the inferred dial or weight."""
+    r: object = report
+    d = r.to_dict()  # type: ignore[attr-defined]
+    info = d.get("target_info", {})
+    head = f"{info.get('framework', '?')} {info.get('version', '?')}: {d['verdict'].upper()}"
+    if d.get("level") == "gradient":
+        inf = d["inferred"]
+        return f"{head}  per-sample weight {inf.get('per_sample_weight')}, silent groups {'zero' if inf.get('silent_groups_zero_gradient') else 'NOT zero'}"
+    inf = d["inferred"]
+    dial = "no dial fits" if inf.get("centre") is None else f"centre {inf['centre']}, scale {inf['scale']}" + ("" if inf["scale"] == "none" else f", ddof {inf['ddof']}, eps {inf['eps']:.3g}")
+    first = next((f for f in d["findings"] if f["severity"] == "fail"), None)
+    return f"{head}  matches {d.get('matches') or '-'} ({dial})" + (f"; {first['property']}: {first['message']}" if first else "")
+
+
+def _releases(args: argparse.Namespace, target: object) -> int:
+    """``--releases A,B,C``: one audit per release, one line each; exit 2 if a driver could not
+    run some release, else 1 if some release fails, else 0."""
+    import json
+
+    from grpo_identity.checks import TargetImportError, audit
+    from grpo_identity.checks.frameworks import AdapterError
+    from grpo_identity.checks.releases import ensure
+    from grpo_identity.foundation import UsageError
+
+    releases = [v.strip() for v in args.releases.split(",") if v.strip()]
+    if not releases:
+        raise UsageError(f"--releases takes A,B,C, got {args.releases!r}")
+    code, rows = 0, []
+    for release in releases:
+        try:
+            env = ensure(target.framework, release)  # type: ignore[attr-defined]
+            report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, level=args.level or "advantage", python=env.python)
+        except (AdapterError, TargetImportError) as exc:
+            line, row = f"{target.framework} {release}: ADAPTER ERROR  {exc}", {"release": release, "verdict": "adapter_error", "message": str(exc)}  # type: ignore[attr-defined]
+            code = 2
+        else:
+            line, row = summary_line(report), {"release": release, **report.to_dict()}
+            row.setdefault("level", "advantage")
+            code = max(code, 1 if report.verdict == "fail" else 0)
+        rows.append(row)
+        if not args.json:
+            print(line, flush=True)
+    if args.json:
+        print(json.dumps({"target": target.describe(), "releases": rows}, indent=2, default=str))  # type: ignore[attr-defined]
+    return code
