@@ -24,7 +24,8 @@ def test_old_trl_releases_get_the_transformers_they_need_and_new_ones_none():
     assert R.release_pins("trl", "0.22.2") == ["transformers>=4.56.1,<4.57"]
     assert R.release_pins("trl", "0.29.1") == ["transformers<5"]
     assert R.release_pins("trl", "1.16.0") == []
-    assert "cachetools" in R.release_pins("verl", "0.6.0")
+    assert "cachetools" in R.release_pins("verl", "0.6.0") and "transformers<5" in R.release_pins("verl", "0.6.0")
+    assert "transformers<5" not in R.release_pins("verl", "0.9.1")
 
 
 @pytest.mark.parametrize("framework, release, words", [("trl", "0.22; rm -rf /", "is no version number"), ("openrlhf", "0.11.2", "--release applies to")])
