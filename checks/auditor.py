@@ -270,17 +270,17 @@ def _first_violation(group: BaseExceptionGroup) -> P.PropertyViolation | None:
     return None
 
 
-def _open(target: Any, isolate: bool | None, timeout: float, kind: str, python: str | None = None) -> Any:
+def _open(target: Any, isolate: bool | None, timeout: float, kind: str, python: str | None = None, load_timeout: float | None = None) -> Any:
     from grpo_identity.checks.target import load_target
 
     if python is not None:
-        return ChildTarget(target, kind=kind, timeout=timeout, name=_name(target), python=python)
+        return ChildTarget(target, kind=kind, timeout=timeout, load_timeout=load_timeout, name=_name(target), python=python)
     if not callable(target):  # a spec string or a framework spec
         if isolate is False:
             return LocalTarget(load_target(target, kind), name=_name(target), kind=kind)
-        return ChildTarget(target, kind=kind, timeout=timeout, name=_name(target))
+        return ChildTarget(target, kind=kind, timeout=timeout, load_timeout=load_timeout, name=_name(target))
     if isolate:
-        return ChildTarget(target, kind=kind, timeout=timeout)
+        return ChildTarget(target, kind=kind, timeout=timeout, load_timeout=load_timeout)
     return LocalTarget(target, kind=kind)
 
 
@@ -295,6 +295,7 @@ def audit(
     progress: bool = False,
     level: str = "advantage",
     python: str | None = None,
+    load_timeout: float | None = None,
 ) -> Any:
     """Audit an advantage function (``kind='advantage'``) or a group filter (``kind='filter'``).
 
@@ -302,7 +303,8 @@ def audit(
     or a spec string (``file.py:fn``, ``module:fn``, an adapter name; run in a child process with
     ``timeout`` seconds per call).  ``expect``: a preset name or :class:`~grpo_identity.dial.Dial`.
     ``max_examples``: hypothesis examples in total, shared by the properties.  ``python``: the
-    child's interpreter (a release's environment, :mod:`~grpo_identity.checks.releases`).  ``level``:
+    child's interpreter (a release's environment, :mod:`~grpo_identity.checks.releases`);
+    ``load_timeout``: seconds for loading the target (default ``timeout``).  ``level``:
     'advantage' (an :class:`AuditReport`) or 'gradient' (a framework's loss gradient, a
     :class:`~grpo_identity.checks.gradient.GradientReport`).  Raises
     :class:`~grpo_identity.checks.target.TargetImportError` when the target cannot be loaded.
@@ -310,7 +312,7 @@ def audit(
     if level not in ("advantage", "gradient"):
         raise ValueError(f"level must be 'advantage' or 'gradient', got {level!r}")
     if level == "gradient":
-        return _audit_gradient(target, expect, timeout, isolate, python)
+        return _audit_gradient(target, expect, timeout, isolate, python, load_timeout)
     if kind not in ("advantage", "filter"):
         raise ValueError(f"kind must be 'advantage' or 'filter', got {kind!r}")
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
@@ -321,7 +323,7 @@ def audit(
     t0 = time.perf_counter()
     name = _name(target)
     try:
-        opened = _open(target, isolate, timeout, kind, python)
+        opened = _open(target, isolate, timeout, kind, python, load_timeout)
     except (TargetTimeout, TargetCrashed) as exc:
         report = AuditReport(name, kind, "fail", None, exp.name if exp else None, Inferred(why="not probed"), [Finding("load", str(exc))])
         report.seconds = time.perf_counter() - t0
@@ -343,7 +345,7 @@ def _name(target: Any) -> str:
     return target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
 
 
-def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, isolate: bool | None, python: str | None = None) -> Any:
+def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, isolate: bool | None, python: str | None = None, load_timeout: float | None = None) -> Any:
     """The gradient-level audit of a framework target (see :mod:`grpo_identity.checks.gradient`)."""
     from grpo_identity.checks.gradient import GradientReport, audit_gradient
 
@@ -351,7 +353,7 @@ def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, is
     exp = expect.name if isinstance(expect, D.Dial) else expect
     t0 = time.perf_counter()
     try:
-        opened = _open(target, isolate, timeout, "gradient", python)
+        opened = _open(target, isolate, timeout, "gradient", python, load_timeout)
     except (TargetTimeout, TargetCrashed) as exc:
         return GradientReport(name, "fail", exp, {"per_sample_weight": None}, [Finding("load", str(exc))], seconds=time.perf_counter() - t0)
     with opened as tgt:

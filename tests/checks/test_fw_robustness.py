@@ -136,3 +136,10 @@ def test_the_fixture_isolates_test_file_functions_stops_hangs_and_puts_the_verdi
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(["*ran past the 2 s timeout*"])
     result.stdout.fnmatch_lines(["FAILED test_fixture.py::test_sign_flip - *grpo_identity FAIL sign_flip*"])
+
+
+def test_the_cli_timeout_bounds_the_import_of_a_hanging_module(tmp_path, capsys):
+    path = tmp_path / "hangs_too.py"
+    path.write_text("import time\ntime.sleep(600)\n\ndef f(rewards, G):\n    return rewards\n")
+    assert main(["audit", f"{path}:f", "--timeout", "2", "--max-examples", "5"]) == 1
+    assert "loading the target ran past the 2 s timeout (killed)" in capsys.readouterr().out

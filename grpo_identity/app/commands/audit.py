@@ -18,6 +18,10 @@ import argparse
 import os
 
 HELP = "audit an advantage function (or group filter) against the identity and the dial's presets"
+#: default seconds per call into the target, and for loading one (a framework's import and
+#: trainer build take minutes on a busy machine); an explicit --timeout sets both
+CALL_TIMEOUT = 60.0
+FRAMEWORK_LOAD_TIMEOUT = 600.0
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -30,7 +34,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=["advantage", "filter"], default="advantage", help="advantage: one advantage per reward; filter: one bool per group (True = keep)")
     p.add_argument("--expect", metavar="PRESET", help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any)")
     p.add_argument("--max-examples", type=int, default=200, metavar="N", help="hypothesis examples in total (default 200)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds allowed for loading the target and for each call into it (default 60)")
+    p.add_argument("--timeout", type=float, metavar="S", help=f"seconds allowed for loading the target and for each call into it (default {CALL_TIMEOUT:g}; loading a framework: {FRAMEWORK_LOAD_TIMEOUT:g})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -67,14 +71,16 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_examples < 1:
         raise UsageError(f"--max-examples must be >= 1, got {args.max_examples}")
-    if not args.timeout > 0:
-        raise UsageError(f"--timeout must be > 0, got {args.timeout}")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError(f"--timeout must be > 0, got {args.timeout:g}")
     if args.expect is not None:
         try:
             preset(args.expect)
         except (ValueError, KeyError) as exc:
             raise UsageError(f"--expect: {exc}") from None
     target = target_of(args)
+    args.load_timeout = args.timeout if args.timeout is not None else (CALL_TIMEOUT if isinstance(target, str) else FRAMEWORK_LOAD_TIMEOUT)
+    args.timeout = args.timeout if args.timeout is not None else CALL_TIMEOUT
     if args.release and args.releases:
         raise UsageError("give --release VERSION or --releases A,B,C, not both")
     from grpo_identity.app.report import emit_json
@@ -84,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         return _releases(args, target)
     python = _release_python(args, target) if args.release else None
     try:
-        report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, level=args.level or "advantage", progress=not args.json and sys.stderr.isatty(), python=python)
+        report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, load_timeout=args.load_timeout, level=args.level or "advantage", progress=not args.json and sys.stderr.isatty(), python=python)
     except TargetImportError as exc:
         raise UsageError(f"{target.framework} {args.release}: {exc}" if args.release else str(exc)) from None  # type: ignore[attr-defined]
     if args.json:
@@ -139,7 +145,7 @@ def _releases(args: argparse.Namespace, target: object) -> int:
     for release in releases:
         try:
             env = ensure(target.framework, release)  # type: ignore[attr-defined]
-            report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, level=args.level or "advantage", python=env.python)
+            report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, load_timeout=args.load_timeout, level=args.level or "advantage", python=env.python)
         except (AdapterError, TargetImportError) as exc:
             line, row = f"{target.framework} {release}: ADAPTER ERROR  {exc}", {"release": release, "verdict": "adapter_error", "message": str(exc)}  # type: ignore[attr-defined]
             code = 2
