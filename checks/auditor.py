@@ -368,6 +368,7 @@ def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, is
 
 def _audit_open(tgt: Any, name: str, kind: str, exp: D.Dial | None, max_examples: int, progress: bool) -> AuditReport:
     findings: list[Finding] = []
+    raw = tgt
     if kind == "advantage":
         tgt = _FiniteGuard(tgt)
     inf = Inferred(why="not probed")
@@ -401,6 +402,10 @@ def _audit_open(tgt: Any, name: str, kind: str, exp: D.Dial | None, max_examples
             findings.append(Finding(violation.property, violation.message, violation.counterexample, violation.severity))
             if getattr(tgt, "dead", None) is not None:
                 break
+    if kind == "advantage" and getattr(raw, "dead", None) is None:
+        from grpo_identity.checks.probes import run_probes
+
+        findings.extend(f for f in run_probes(raw) if f is not None)
     report = AuditReport(name, kind, "fail", None, exp.name if exp else None, inf, findings, examples=examples, properties_run=ran)
     if kind == "filter":
         return _filter_verdict(report, exp)
