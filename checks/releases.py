@@ -35,8 +35,9 @@ RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     # TRL 0.x imports trl/extras/vllm_client.py, which wants vllm under transformers 5
     ("trl", "0.0", "0.23"): ("transformers>=4.56.1,<4.57",),
     ("trl", "0.23", "1.0"): ("transformers<5",),
-    # verl before 0.8 imports transformers names that 5.x removed (AutoModelForVision2Seq)
-    ("verl", "0.0", "0.8"): ("transformers<5",),
+    # verl before 0.8 imports transformers names that 5.x removed (AutoModelForVision2Seq), and
+    # pins numpy < 2, which the newest pyarrow (and the datasets built on it) no longer import with
+    ("verl", "0.0", "0.8"): ("transformers<5", "pyarrow<21", "datasets<4"),
     # the trainer module (ray_trainer) imports these beyond verl's declared requirements
     ("verl", "0.0", "99"): ("cachetools", "uvicorn", "fastapi", "pillow", "torchdata"),
 }
