@@ -164,3 +164,36 @@ def test_verl_agg_loss_names_the_per_sample_weight_of_each_loss_agg_mode(mode, w
     report = audit(spec, level="gradient", isolate=False)
     assert report.inferred["per_sample_weight"] == weight, report.format()
     assert report.inferred["silent_groups_zero_gradient"] and max(r["G1_residual"] for r in report.coefficient_table) < 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "framework, text, override",
+    [
+        ("trl", "scale_rewards: none\nloss_type: dr_grpo\n", ("scale_rewards", "group")),
+        ("verl", "algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: false\n", ("algorithm.norm_adv_by_std_in_grpo", "true")),
+    ],
+)
+def test_a_config_file_is_read_as_the_framework_reads_it_and_set_overrides_it(framework, text, override, tmp_path):
+    _need("verl.trainer.ppo.ray_trainer" if framework == "verl" else "trl")
+    import numpy as np
+
+    from grpo_identity.checks import adapters
+    from grpo_identity.checks.frameworks import FrameworkSpec
+
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    r = np.array([1.0, 0.0, 0.0, 0.0])
+    from_file = adapters.build(FrameworkSpec(framework, config=str(path)))(r, 4)
+    overridden = adapters.build(FrameworkSpec(framework, sets=(override,), config=str(path)))(r, 4)
+    assert from_file == pytest.approx([0.75, -0.25, -0.25, -0.25])  # no std: Dr. GRPO
+    assert overridden[0] == pytest.approx(1.5, rel=1e-3)  # the group std (ddof 1) is back
+
+
+@pytest.mark.slow
+def test_an_unknown_key_in_a_verl_config_file_is_a_usage_error(tmp_path, capsys):
+    _need("verl.trainer.ppo.ray_trainer")
+    path = tmp_path / "bad.yaml"
+    path.write_text("algorithm:\n  no_such: 1\n")
+    assert main(["audit", "verl", "--config", str(path), "--max-examples", "5"]) == 2
+    assert "Key 'no_such' is not in struct" in capsys.readouterr().err
