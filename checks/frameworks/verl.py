@@ -158,8 +158,9 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         adv, data, order = _advantages(ray_trainer, cfg, rewards, int(group_size), lengths)
         mask = data.batch["response_mask"]
         log_prob = torch.full(mask.shape, -1.0, requires_grad=True)  # (bs, T); on-policy: old = current
-        actor.global_batch_info.update({"dp_size": 1, "batch_num_tokens": mask.sum(), "global_batch_size": mask.shape[0], "loss_scale_factor": actor.loss_scale_factor})
-        loss, _ = loss_fn(old_log_prob=log_prob.detach(), log_prob=log_prob, advantages=data.batch["advantages"], response_mask=mask.bool(), loss_agg_mode=actor.loss_agg_mode, config=actor, rollout_is_weights=None)
+        if hasattr(actor, "global_batch_info"):  # from 0.8 on: agg_loss over the global batch (one rank here)
+            actor.global_batch_info.update({"dp_size": 1, "batch_num_tokens": mask.sum(), "global_batch_size": mask.shape[0], "loss_scale_factor": actor.loss_scale_factor})
+        loss, *_ = loss_fn(old_log_prob=log_prob.detach(), log_prob=log_prob, advantages=data.batch["advantages"], response_mask=mask.bool(), loss_agg_mode=actor.loss_agg_mode, config=actor, rollout_is_weights=None)
         (grad,) = torch.autograd.grad(loss, log_prob)
         coeff, m = np.empty(mask.shape), np.empty(mask.shape)
         coeff[order], m[order] = -grad.double().numpy(), mask.double().numpy()
