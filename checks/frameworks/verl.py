@@ -11,7 +11,8 @@
   lengths with the score on the last response token;
 - gradient: the actor's policy loss (``get_policy_loss_fn(policy_loss.loss_mode)``, which ends in
   ``agg_loss(loss_agg_mode)``) with ``global_batch_info`` filled as ``workers.utils.losses.ppo_loss``
-  fills it, differentiated by autograd with respect to each response token's log-probability;
+  fills it (releases before 0.8 aggregate over the micro-batch, here the whole batch, and return
+  a 4-tuple), differentiated by autograd with respect to each response token's log-probability;
 - ``verl:estimator=NAME``: the ``core_algos`` estimator function alone (bypasses the trainer).
 """
 
