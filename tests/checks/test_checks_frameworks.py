@@ -197,3 +197,21 @@ def test_an_unknown_key_in_a_verl_config_file_is_a_usage_error(tmp_path, capsys)
     path.write_text("algorithm:\n  no_such: 1\n")
     assert main(["audit", "verl", "--config", str(path), "--max-examples", "5"]) == 2
     assert "Key 'no_such' is not in struct" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_through_verls_trainer_grpo_vectorized_ignores_norm_adv_by_std_in_grpo_false():
+    """verl 0.9.1: the trainer's dispatch hands grpo_vectorized only the config object, and the
+    estimator reads norm_adv_by_std_in_grpo from its keyword (default True): the setting is lost.
+    The estimator-function form, given the keyword, computes Dr. GRPO and hides it."""
+    _need("verl.trainer.ppo.ray_trainer")
+    import numpy as np
+
+    from grpo_identity.checks import adapters
+    from grpo_identity.checks.frameworks import FrameworkSpec
+
+    r = np.array([1.0, 0.0, 0.0, 0.0])
+    trainer = adapters.build(FrameworkSpec("verl", sets=(("algorithm.adv_estimator", "grpo_vectorized"), ("algorithm.norm_adv_by_std_in_grpo", "false"))))(r, 4)
+    bypass = adapters.build("verl:estimator=grpo_vectorized,norm_adv_by_std_in_grpo=false")(r, 4)
+    assert trainer[0] == pytest.approx(1.5, rel=1e-3)  # still divided by the group std (ddof 1)
+    assert bypass[0] == pytest.approx(0.75)  # Dr. GRPO
