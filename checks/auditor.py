@@ -110,7 +110,7 @@ class AuditReport:
         from grpo_identity.foundation import format_table
 
         inf = self.inferred
-        info = ", ".join(f"{k} {v}" for k, v in self.target_info.items() if k in ("framework", "version", "estimator", "preset", "options") and v not in ({}, None))
+        info = ", ".join(f"{k} {v}" for k, v in self.target_info.items() if k in ("framework", "version", "entry", "estimator", "preset", "options") and v not in ({}, None))
         lines = [f"audit of {self.target}" + (f" ({info})" if info else "") + f", kind {self.kind}"]
         lines.append(f"verdict: {self.verdict.upper()}   matches: {self.matches or '-'}   expected: {self.expected or 'any preset'}")
         if self.kind == "filter":
