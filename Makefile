@@ -7,9 +7,13 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q -c constraints.txt
 STAMP  := $(VENV)/.installed
 FW     := $(VENV)/.frameworks
-# real frameworks the checks audit in CI (tests marked `frameworks`); verl without its GPU deps
+# real frameworks the checks audit in CI (tests marked `frameworks`), installed together with
+# their declared requirements so that `pip check` passes: verl 0.9.1 wants transformers < 5.11
+# (TRL 1.16.0 takes >= 4.56.2), and its trainer module imports cachetools, uvicorn, fastapi and
+# pillow beyond them. Other releases: `grpo-identity audit trl --release 0.22.0` (own environment).
 TRL_VERSION  := 1.16.0
 VERL_VERSION := 0.9.1
+TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out
 
 .PHONY: setup frameworks verify test test-fast lint bench mutate clean
@@ -22,9 +26,8 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	touch $(STAMP)
 
 $(FW): $(STAMP) constraints.txt
-	$(PIP) trl==$(TRL_VERSION)
-	$(PIP) --no-deps verl==$(VERL_VERSION)
-	$(PIP) ray "tensordict>=0.8.0,!=0.9.0,<=0.10.0" omegaconf codetiming
+	$(PIP) torch==2.13.0 trl==$(TRL_VERSION) verl==$(VERL_VERSION) transformers==$(TRANSFORMERS_VERSION) cachetools uvicorn fastapi pillow
+	$(BIN)/python -m pip check
 	touch $(FW)
 
 frameworks: $(FW)

@@ -1,8 +1,10 @@
 """Benchmark: wall time of one full audit (dial inference + ≥ 200 hypothesis examples).
 
-Goal: ≤ 10 s for one audit on this machine.  Measured for a target in this process, a target in
-a child process (what ``grpo-identity audit`` does), and the real frameworks' adapters when they
-are installed.
+Goal: ≤ 10 s for one audit of a function on this machine, ≤ 20 s for one framework audit.
+Measured for a target in this process, a target in a child process (what ``grpo-identity audit``
+does), and, with ``--frameworks``, the real frameworks as their users configure them (advantage
+and gradient level; each audit starts a fresh child process, so the framework's import is
+included every time).
 
     python benchmarks/bench_audit.py [--max-examples 200] [--repeat 3] [--frameworks] [--json]
 """
@@ -31,6 +33,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-examples", type=int, default=200)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--frameworks", action="store_true", help="also time the TRL and verl adapters (if installed)")
+    p.add_argument("--framework-repeat", type=int, default=1, help="runs of each framework case (default 1)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
 
@@ -48,20 +51,27 @@ def main(argv=None) -> int:
         ("in-process, expect grpo, target trl preset (deviation)", lambda: audit(lambda r, G: D.advantages(r, G, D.TRL), expect="grpo", max_examples=args.max_examples)),
     ]
     if args.frameworks:
+        from grpo_identity.checks.frameworks import FrameworkSpec
+
+        verl = FrameworkSpec("verl", sets=(("algorithm.adv_estimator", "grpo"),))
+        trl = FrameworkSpec("trl", sets=(("loss_type", "grpo"),))
         if importlib.util.find_spec("verl") is not None:
-            cases.append(("verl:grpo (child process, verl 0.9.1)", lambda: audit("verl:grpo", max_examples=args.max_examples)))
+            cases.append(("framework: verl --set algorithm.adv_estimator=grpo (trainer path)", lambda: audit(verl, max_examples=args.max_examples)))
+            cases.append(("framework: verl:estimator=grpo (bypasses the trainer)", lambda: audit("verl:estimator=grpo", max_examples=args.max_examples)))
+            cases.append(("framework: verl ... --level gradient", lambda: audit(verl, level="gradient")))
         if importlib.util.find_spec("trl") is not None:
-            cases.append(("trl (child process, GRPOTrainer)", lambda: audit("trl", max_examples=args.max_examples)))
+            cases.append(("framework: trl --set loss_type=grpo (GRPOTrainer)", lambda: audit(trl, max_examples=args.max_examples)))
+            cases.append(("framework: trl ... --level gradient", lambda: audit(trl, level="gradient")))
     rows = []
     for name, fn in cases:
-        times, report = _time(fn, args.repeat if "framework" not in name and ":" not in name and "trl (" not in name else 1)
-        rows.append({"case": name, "median_s": statistics.median(times), "min_s": min(times), "runs": len(times), "examples": report.examples, "verdict": report.verdict, "matches": report.matches})
+        times, report = _time(fn, args.repeat if not name.startswith("framework") else args.framework_repeat)
+        rows.append({"case": name, "median_s": statistics.median(times), "min_s": min(times), "runs": len(times), "examples": getattr(report, "examples", 0), "verdict": report.verdict, "matches": report.matches})
     if args.json:
-        print(json.dumps({"benchmark": "audit", "goal_s": 10.0, "python": sys.version.split()[0], "numpy": np.__version__, "rows": rows}, indent=2))
+        print(json.dumps({"benchmark": "audit", "goal_s": 10.0, "framework_goal_s": 20.0, "python": sys.version.split()[0], "numpy": np.__version__, "rows": rows}, indent=2))
         return 0
-    print(f"one full audit (dial inference + {args.max_examples} hypothesis examples); goal <= 10 s")
+    print(f"one full audit (dial inference + {args.max_examples} hypothesis examples); goal <= 10 s (a function), <= 20 s (a framework)")
     for r in rows:
-        print(f"  {r['case']:<58} {r['median_s']:6.2f} s median ({r['runs']} runs, min {r['min_s']:.2f} s), {r['examples']} examples, {r['verdict']} ({r['matches']})")
+        print(f"  {r['case']:<70} {r['median_s']:6.2f} s median ({r['runs']} runs, min {r['min_s']:.2f} s), {r['examples']} examples, {r['verdict']} ({r['matches']})")
     return 0
 
 

@@ -1,18 +1,26 @@
-"""Built-in audit targets: the dial's presets and the real frameworks' advantage code.
+"""Built-in audit targets: the dial's presets and the real frameworks, configured as their users
+configure them.
 
 Every adapter is a function ``fn(rewards, group_size)`` (1-D float64 rewards laid out group by
 group → one advantage per reward; for a filter, one bool per group) built from a name:
 
 - a preset of :mod:`grpo_identity.dial` (``grpo``, ``dr_grpo``, ``dapo``, ``rloo``,
   ``openrlhf``; ``preset:NAME`` for any, e.g. ``preset:trl``): the dial itself, the reference;
-- ``trl`` / ``trl:scale_rewards=group|batch|none`` (also ``multi_objective_aggregation=…``): TRL's
-  real ``GRPOTrainer._generate_and_score_completions`` on a tiny offline model (no download);
-- ``verl[:ESTIMATOR][:key=value,…]`` (default estimator ``grpo``) (``grpo``, ``grpo_vectorized``, ``rloo``, ``rloo_vectorized``,
-  … with e.g. ``norm_adv_by_std_in_grpo=false``, ``epsilon=1e-6``): verl's registered
-  ``core_algos`` estimators on per-token rewards with a uid index.
+- ``trl`` with ``--set KEY=VALUE`` (``GRPOConfig`` fields: ``scale_rewards``, ``loss_type`` …;
+  short form ``trl:scale_rewards=none``): TRL's ``GRPOTrainer`` itself
+  (:mod:`~grpo_identity.checks.frameworks.trl`);
+- ``verl`` with ``--set`` dotted config paths (``algorithm.adv_estimator=grpo``,
+  ``algorithm.norm_adv_by_std_in_grpo=false``, ``actor_rollout_ref.actor.loss_agg_mode=…``;
+  short form ``verl:grpo:norm_adv_by_std_in_grpo=false``): the trainer's own advantage dispatch
+  (:mod:`~grpo_identity.checks.frameworks.verl`);
+- ``verl:estimator=NAME[,key=value]``: verl's ``core_algos`` estimator function called directly,
+  which **bypasses the trainer** (its dispatch, config object and batch layout).
 
-The frameworks are imported only inside the builders (never at import of this module).  Each
-built function carries ``grpo_identity_info`` (framework, version, options) for the report.
+With ``kind='gradient'`` a framework adapter returns ``fn(rewards, G, lengths)`` for
+:mod:`~grpo_identity.checks.gradient`.  The frameworks are imported only inside the builders.
+Each built function carries ``grpo_identity_info`` (framework, version, options) for the report.
+A configuration the framework rejects (an unknown key, a bad value, an estimator it does not
+know) is an :class:`~grpo_identity.checks.frameworks.AdapterError`: a usage error, not a FAIL.
 
 >>> fn = build("dr_grpo")
 >>> fn(__import__("numpy").array([1., 0.]), 2).tolist()
@@ -21,18 +29,20 @@ built function carries ``grpo_identity_info`` (framework, version, options) for 
 
 from __future__ import annotations
 
-import ast
 from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["ADAPTERS", "names", "is_adapter", "build", "parse"]
+from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, parse_spec
+
+__all__ = ["ADAPTERS", "names", "is_adapter", "build", "describe"]
 
 #: adapter family -> one-line description (for ``--help`` and reports)
 ADAPTERS: dict[str, str] = {
     "<preset>": "a preset of the dial (grpo, dr_grpo, dapo, rloo, openrlhf; preset:NAME for any): the reference itself",
-    "trl": "TRL GRPOTrainer's advantage (options: scale_rewards=group|batch|none, multi_objective_aggregation=…)",
-    "verl": "verl core_algos estimator: verl:grpo, verl:grpo_vectorized, verl:rloo, … (options: norm_adv_by_std_in_grpo=false, epsilon=…)",
+    "trl": "TRL's GRPOTrainer from a GRPOConfig (--set scale_rewards=none, --set loss_type=dr_grpo …; short form trl:scale_rewards=none)",
+    "verl": "verl's trainer dispatch from its config (--set algorithm.adv_estimator=grpo …; short form verl:grpo:norm_adv_by_std_in_grpo=false)",
+    "verl:estimator=NAME": "verl's core_algos estimator function alone, e.g. verl:estimator=grpo_vectorized (bypasses the trainer)",
 }
 
 #: versions the CI tests pin (``make setup`` installs exactly these)
@@ -43,34 +53,12 @@ def names() -> list[str]:
     """Example adapter names (every preset, plus the framework forms)."""
     from grpo_identity.dial import PRESETS
 
-    return [*(p for p in PRESETS if p not in ("trl", "verl")), "preset:trl", "preset:verl", "trl", "trl:scale_rewards=batch", "trl:scale_rewards=none", "verl:grpo", "verl:grpo_vectorized", "verl:rloo", "verl:grpo:norm_adv_by_std_in_grpo=false"]
+    return [*(p for p in PRESETS if p not in ("trl", "verl")), "preset:trl", "preset:verl", "trl", "trl:scale_rewards=batch", "trl:scale_rewards=none", "verl:grpo", "verl:grpo_vectorized", "verl:rloo", "verl:grpo:norm_adv_by_std_in_grpo=false", "verl:estimator=grpo_vectorized"]
 
 
-def parse(spec: str) -> tuple[str, str | None, dict[str, Any]]:
-    """Split ``framework[:estimator][:key=value,…]`` into its parts (values read as Python literals)."""
-    parts = [p for chunk in spec.split(":") for p in chunk.split(",") if p]
-    if not parts:
-        raise ValueError("empty adapter name")
-    framework, estimator, options = parts[0].strip().lower(), None, {}
-    for p in parts[1:]:
-        if "=" in p:
-            key, _, raw = p.partition("=")
-            options[key.strip()] = _literal(raw.strip())
-        elif estimator is None:
-            estimator = p.strip()
-        else:
-            raise ValueError(f"adapter {spec!r}: more than one estimator name ({estimator!r}, {p!r})")
-    return framework, estimator, options
-
-
-def _literal(raw: str) -> Any:
-    low = raw.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        return raw
+def describe(spec: Any) -> str:
+    """A target spec as the user wrote it (a framework spec in its command-line form)."""
+    return spec.describe() if isinstance(spec, FrameworkSpec) else str(spec)
 
 
 def is_adapter(spec: str) -> bool:
@@ -78,28 +66,60 @@ def is_adapter(spec: str) -> bool:
     from grpo_identity.dial import PRESETS
 
     head = spec.split(":")[0].strip().lower()
-    return head in PRESETS or head in ("trl", "verl", "preset", "dial")
+    return head in PRESETS or head in (*FRAMEWORKS, "preset", "dial")
 
 
-def build(spec: str, kind: str = "advantage") -> Callable[..., Any]:
+def build(spec: str | FrameworkSpec, kind: str = "advantage") -> Callable[..., Any]:
     """The adapter function named by ``spec`` (imports the framework it needs)."""
-
-    framework, estimator, options = parse(spec)
+    if isinstance(spec, FrameworkSpec) or spec.split(":")[0].strip().lower() in FRAMEWORKS:
+        return _framework(spec if isinstance(spec, FrameworkSpec) else parse_spec(spec), kind)
+    parts = [p.strip() for p in spec.split(":")]
+    framework = parts[0].lower()
     if framework in ("preset", "dial"):
-        if estimator is None or options:
+        if len(parts) != 2 or not parts[1] or "=" in parts[1]:
             raise ValueError(f"write a preset as preset:NAME, got {spec!r}")
-        return _preset(estimator, kind)
-    if framework not in ("trl", "verl"):
-        if estimator is not None or options:
-            raise ValueError(f"a preset takes no options, got {spec!r}")
-        return _preset(framework, kind)
+        return _preset(parts[1], kind)
+    if len(parts) > 1:
+        raise ValueError(f"a preset takes no options, got {spec!r}")
+    return _preset(framework, kind)
+
+
+def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
+    """A framework driver's target, tried once on one group so that a configuration the framework
+    rejects only when it runs (TRL checks ``scale_rewards`` at the first batch) is an adapter error."""
     if kind == "filter":
-        raise ValueError(f"adapter {spec!r} computes advantages; only presets can be audited as filters")
-    if framework == "trl":
-        if estimator is not None:
-            raise ValueError(f"trl takes options only (e.g. trl:scale_rewards=batch), got {estimator!r}")
-        return _trl(options)
-    return _verl(estimator or "grpo", options)
+        raise AdapterError(f"{fs.describe()} computes advantages; only presets can be audited as filters")
+    import importlib
+
+    drv: Any = importlib.import_module(f"grpo_identity.checks.frameworks.{fs.framework}")  # the driver: .trl or .verl
+    from importlib.metadata import version
+
+    release = f"{fs.framework} {version(fs.framework)}"
+    if fs.estimator is not None and kind == "gradient":
+        raise AdapterError(f"{fs.describe()} is the estimator function alone: it has no loss, so --level gradient needs the trainer path (verl --set algorithm.adv_estimator=…)")
+    try:
+        if fs.estimator is not None:
+            fn = drv.estimator_target(fs)
+        else:
+            fn = drv.gradient_target(fs) if kind == "gradient" else drv.advantage_target(fs)
+    except (AdapterError, ImportError):
+        raise
+    except Exception as exc:  # an API this driver does not know in this release
+        raise AdapterError(f"{release}: the driver cannot build {fs.describe()} on this release: {_first_line(exc)}") from None
+    try:
+        fn(np.array([1.0, 0.0]), 2, *((np.array([1, 2]),) if kind == "gradient" else ()))
+    except AdapterError:
+        raise
+    except AttributeError as exc:
+        raise AdapterError(f"{release}: the driver does not know this release's API ({_first_line(exc)})") from None
+    except (ValueError, KeyError, TypeError, NotImplementedError, AssertionError) as exc:
+        raise AdapterError(f"{fs.describe()}: {release} rejects this configuration on its first batch: {_first_line(exc)}") from None
+    return fn
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _preset(name: str, kind: str) -> Callable[..., Any]:
@@ -122,95 +142,3 @@ def _preset(name: str, kind: str) -> Callable[..., Any]:
     return fn
 
 
-# --- verl ----------------------------------------------------------------------------------------
-def _verl(estimator: str, options: dict[str, Any]) -> Callable[..., Any]:
-    from importlib.metadata import version
-
-    import torch
-    from verl.trainer.ppo import core_algos
-
-    try:
-        est = core_algos.get_adv_estimator_fn(estimator)
-    except (ValueError, KeyError) as exc:
-        raise ValueError(f"verl has no advantage estimator {estimator!r}: {exc}") from None
-
-    def verl_advantage(rewards: np.ndarray, group_size: int) -> np.ndarray:
-        n, T = len(rewards), 3
-        # rows in a shuffled order (a fixed permutation per batch size): verl groups by uid, not
-        # by position, so the adapter exercises that too
-        order = np.random.default_rng(n).permutation(n)
-        # verl's outcome estimators take per-token rewards (bs, T), summed over the response
-        token_rewards = torch.zeros(n, T, dtype=torch.float32)  # (bs, T)
-        token_rewards[:, -1] = torch.as_tensor(np.asarray(rewards)[order], dtype=torch.float32)
-        mask = torch.ones(n, T, dtype=torch.float32)
-        # one uid per prompt, as verl's trainer assigns them (strings, object array)
-        index = np.array([f"uid-{i // group_size:05d}" for i in order], dtype=object)
-        adv, _ = est(token_level_rewards=token_rewards, response_mask=mask, index=index, **options)
-        out = np.empty(n, dtype=np.float64)  # verl's fp32 values, handed back in the caller's dtype
-        out[order] = adv[:, 0].numpy()  # (bs,): the advantage is broadcast over the tokens
-        return out
-
-    verl_advantage.grpo_identity_info = {"framework": "verl", "version": version("verl"), "estimator": estimator, "options": options, "dtype": "float32"}  # type: ignore[attr-defined]
-    return verl_advantage
-
-
-# --- TRL -----------------------------------------------------------------------------------------
-def _trl(options: dict[str, Any]) -> Callable[..., Any]:
-    """TRL's GRPOTrainer on a one-layer Llama built from a config and a word-level tokenizer.
-
-    Each call sets the group size and the rewards the reward function will return, then runs the
-    trainer's own ``_generate_and_score_completions`` on n_groups × G copies of a prompt (one row
-    per completion, as TRL's repeat sampler lays them out) and reads ``advantages``.
-    """
-    import tempfile
-    import warnings
-    from importlib.metadata import version
-
-    import torch
-    from datasets import Dataset
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-    from trl import GRPOConfig, GRPOTrainer
-
-    warnings.filterwarnings("ignore")
-    vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", "<unk>", "a", "b", "c", "d"])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    tokenizer.padding_side = "left"
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32, pad_token_id=0, bos_token_id=1, eos_token_id=1))
-    state: dict[str, Any] = {"rewards": None}
-
-    def reward_fn(completions: list[Any], **kwargs: Any) -> list[float]:
-        r = state["rewards"]
-        if r is None or len(r) != len(completions):
-            raise RuntimeError("reward batch and completion batch differ in length")
-        return [float(v) for v in r]
-
-    opts = {"scale_rewards": "group", **options}
-    args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="grpo-identity-trl-"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        num_generations=2,
-        per_device_train_batch_size=2,
-        max_completion_length=1,
-        beta=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        **opts,
-    )
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": ["a b"] * 2}))
-
-    def trl_advantage(rewards: np.ndarray, group_size: int) -> np.ndarray:
-        trainer.num_generations = trainer.num_generations_eval = int(group_size)
-        state["rewards"] = np.asarray(rewards, dtype=np.float64)
-        inputs = [{"prompt": "a b"} for _ in range(len(rewards))]  # (n_groups·G,) rows, group by group
-        with torch.no_grad():
-            out = trainer._generate_and_score_completions(inputs)
-        return out["advantages"].detach().cpu().numpy().astype(np.float64)  # TRL's fp32 values, in the caller's dtype
-
-    trl_advantage.grpo_identity_info = {"framework": "trl", "version": version("trl"), "entry": "GRPOTrainer._generate_and_score_completions", "options": opts, "dtype": "float32"}  # type: ignore[attr-defined]
-    return trl_advantage

@@ -32,7 +32,7 @@ import numpy as np
 from grpo_identity import dial as D
 from grpo_identity.checks import properties as P
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, Inferred, infer_dial, infer_keep_rule
-from grpo_identity.checks.target import ChildTarget, LocalTarget, TargetCrashed, TargetError, TargetTimeout
+from grpo_identity.checks.target import ChildTarget, LocalTarget, TargetCrashed, TargetError, TargetMalformed, TargetTimeout
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -44,6 +44,9 @@ VERDICTS = ("pass", "deviation", "fail")
 FACTOR_GROUP_SIZES = (4, 8, 16, 64)
 #: silent groups of non-binary rewards: a residue above this fails (below: a note)
 SILENT_RESIDUE_FAIL = 0.5
+#: a deviation whose factor c_target / c_expected is within this of 1 for every probed G and k
+#: changes no update by a material amount (it prints as 1.000000): a pass with a note
+MATERIAL_FACTOR = 1e-6
 
 
 @dataclass
@@ -87,6 +90,7 @@ class AuditReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
+            "level": "advantage",
             "kind": self.kind,
             "verdict": self.verdict,
             "matches": self.matches,
@@ -106,7 +110,7 @@ class AuditReport:
         from grpo_identity.foundation import format_table
 
         inf = self.inferred
-        info = ", ".join(f"{k} {v}" for k, v in self.target_info.items() if k in ("framework", "version", "estimator", "preset", "options") and v not in ({}, None))
+        info = ", ".join(f"{k} {v}" for k, v in self.target_info.items() if k in ("framework", "version", "entry", "estimator", "preset", "options") and v not in ({}, None))
         lines = [f"audit of {self.target}" + (f" ({info})" if info else "") + f", kind {self.kind}"]
         lines.append(f"verdict: {self.verdict.upper()}   matches: {self.matches or '-'}   expected: {self.expected or 'any preset'}")
         if self.kind == "filter":
@@ -185,6 +189,40 @@ def _coefficient_tables(inf: Inferred, ref: D.Dial) -> tuple[list[dict[str, Any]
 
 
 # --- hypothesis runner ---------------------------------------------------------------------------
+def _failure(exc: TargetError, where: str = "") -> str:
+    """A target error in words: "the target timed out / crashed / raised{where}: …", or, for a
+    malformed output, "the target returned None{where}, not an array …"."""
+    if isinstance(exc, TargetMalformed):
+        head, _, tail = str(exc).partition(",")
+        return f"the target {head}{where},{tail}" if tail else f"the target {exc}{where}"
+    what = "timed out" if isinstance(exc, TargetTimeout) else "crashed" if isinstance(exc, TargetCrashed) else "raised"
+    return f"the target {what}{where}: {exc}"
+
+
+class _FiniteGuard:
+    """The target, except that a NaN or an inf in its advantages is one ``well_formed`` violation
+    at once: every later comparison (NaN ≠ NaN) would otherwise report false findings
+    ("stateless", "permutation") and an infinite silent-group residue."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def __call__(self, rewards: np.ndarray, group_size: int) -> Any:
+        out = self._target(rewards, group_size)
+        A = np.asarray(out)
+        if A.shape == rewards.shape and np.issubdtype(A.dtype, np.floating):
+            bad = ~np.isfinite(A)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                g, G = i // group_size, int(group_size)
+                row = rewards[g * G : (g + 1) * G]
+                raise P.PropertyViolation("well_formed", f"non-finite advantage {float(A[i])} in group {g} (G={G}, rewards {P._fmt(row)}): the identity is undefined there", P._example(rewards, G, A.astype(np.float64), g))
+        return out
+
+
 def _run_property(prop: Callable[..., None], target: Any, ctx: P.Context, n: int, kinds: tuple[str, ...]) -> tuple[P.PropertyViolation | None, int]:
     """Run one property on ``n`` hypothesis examples; return its (shrunk) violation and the count."""
     from hypothesis import HealthCheck, Verbosity, given, settings
@@ -200,8 +238,7 @@ def _run_property(prop: Callable[..., None], target: Any, ctx: P.Context, n: int
         try:
             prop(target, batch, ctx, np.random.default_rng(seed))
         except TargetError as exc:
-            what = "timed out" if isinstance(exc, TargetTimeout) else "crashed" if isinstance(exc, TargetCrashed) else "raised"
-            raise P.PropertyViolation(name, f"the target {what}: {exc}", P._example(batch.contiguous(), batch.group_size)) from None
+            raise P.PropertyViolation(name, _failure(exc), P._example(batch.contiguous(), batch.group_size)) from None
 
     try:
         run()
@@ -233,20 +270,22 @@ def _first_violation(group: BaseExceptionGroup) -> P.PropertyViolation | None:
     return None
 
 
-def _open(target: Any, isolate: bool | None, timeout: float, kind: str) -> Any:
+def _open(target: Any, isolate: bool | None, timeout: float, kind: str, python: str | None = None, load_timeout: float | None = None) -> Any:
     from grpo_identity.checks.target import load_target
 
-    if isinstance(target, str):
+    if python is not None:
+        return ChildTarget(target, kind=kind, timeout=timeout, load_timeout=load_timeout, name=_name(target), python=python)
+    if not callable(target):  # a spec string or a framework spec
         if isolate is False:
-            return LocalTarget(load_target(target, kind), name=target, kind=kind)
-        return ChildTarget(target, kind=kind, timeout=timeout, name=target)
+            return LocalTarget(load_target(target, kind), name=_name(target), kind=kind)
+        return ChildTarget(target, kind=kind, timeout=timeout, load_timeout=load_timeout, name=_name(target))
     if isolate:
-        return ChildTarget(target, kind=kind, timeout=timeout)
+        return ChildTarget(target, kind=kind, timeout=timeout, load_timeout=load_timeout)
     return LocalTarget(target, kind=kind)
 
 
 def audit(
-    target: str | Callable[[np.ndarray, int], Any],
+    target: Any,
     kind: str = "advantage",
     expect: str | D.Dial | None = None,
     max_examples: int = 200,
@@ -254,15 +293,26 @@ def audit(
     *,
     isolate: bool | None = None,
     progress: bool = False,
-) -> AuditReport:
+    level: str = "advantage",
+    python: str | None = None,
+    load_timeout: float | None = None,
+) -> Any:
     """Audit an advantage function (``kind='advantage'``) or a group filter (``kind='filter'``).
 
     ``target``: a callable ``fn(rewards, group_size)`` (run in this process unless ``isolate``)
     or a spec string (``file.py:fn``, ``module:fn``, an adapter name; run in a child process with
     ``timeout`` seconds per call).  ``expect``: a preset name or :class:`~grpo_identity.dial.Dial`.
-    ``max_examples``: hypothesis examples in total, shared by the properties.  Raises
+    ``max_examples``: hypothesis examples in total, shared by the properties.  ``python``: the
+    child's interpreter (a release's environment, :mod:`~grpo_identity.checks.releases`);
+    ``load_timeout``: seconds for loading the target (default ``timeout``).  ``level``:
+    'advantage' (an :class:`AuditReport`) or 'gradient' (a framework's loss gradient, a
+    :class:`~grpo_identity.checks.gradient.GradientReport`).  Raises
     :class:`~grpo_identity.checks.target.TargetImportError` when the target cannot be loaded.
     """
+    if level not in ("advantage", "gradient"):
+        raise ValueError(f"level must be 'advantage' or 'gradient', got {level!r}")
+    if level == "gradient":
+        return _audit_gradient(target, expect, timeout, isolate, python, load_timeout)
     if kind not in ("advantage", "filter"):
         raise ValueError(f"kind must be 'advantage' or 'filter', got {kind!r}")
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
@@ -271,11 +321,11 @@ def audit(
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     exp = D.preset(expect) if isinstance(expect, str) else expect
     t0 = time.perf_counter()
-    name = target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
+    name = _name(target)
     try:
-        opened = _open(target, isolate, timeout, kind)
+        opened = _open(target, isolate, timeout, kind, python, load_timeout)
     except (TargetTimeout, TargetCrashed) as exc:
-        report = AuditReport(name, kind, "fail", None, exp.name if exp else None, Inferred(why="not probed"), [Finding("load", f"loading the target failed: {exc}")])
+        report = AuditReport(name, kind, "fail", None, exp.name if exp else None, Inferred(why="not probed"), [Finding("load", str(exc))])
         report.seconds = time.perf_counter() - t0
         return report
     with opened as tgt:
@@ -287,8 +337,40 @@ def audit(
     return report
 
 
+def _name(target: Any) -> str:
+    from grpo_identity.checks.frameworks import FrameworkSpec
+
+    if isinstance(target, FrameworkSpec):
+        return target.describe()
+    return target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
+
+
+def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, isolate: bool | None, python: str | None = None, load_timeout: float | None = None) -> Any:
+    """The gradient-level audit of a framework target (see :mod:`grpo_identity.checks.gradient`)."""
+    from grpo_identity.checks.gradient import GradientReport, audit_gradient
+
+    name = _name(target)
+    exp = expect.name if isinstance(expect, D.Dial) else expect
+    t0 = time.perf_counter()
+    try:
+        opened = _open(target, isolate, timeout, "gradient", python, load_timeout)
+    except (TargetTimeout, TargetCrashed) as exc:
+        return GradientReport(name, "fail", exp, {"per_sample_weight": None}, [Finding("load", str(exc))], seconds=time.perf_counter() - t0)
+    with opened as tgt:
+        try:
+            report = audit_gradient(tgt, expect=exp, name=name)
+        except TargetError as exc:
+            report = GradientReport(name, "fail", exp, {"per_sample_weight": None}, [Finding("probe", _failure(exc, " on the gradient probes"))])
+        report.target_info = dict(getattr(tgt, "info", {}) or {}) or dict(getattr(getattr(tgt, "fn", None), "grpo_identity_info", {}) or {})
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
 def _audit_open(tgt: Any, name: str, kind: str, exp: D.Dial | None, max_examples: int, progress: bool) -> AuditReport:
     findings: list[Finding] = []
+    raw = tgt
+    if kind == "advantage":
+        tgt = _FiniteGuard(tgt)
     inf = Inferred(why="not probed")
     try:
         if kind == "filter":
@@ -299,8 +381,7 @@ def _audit_open(tgt: Any, name: str, kind: str, exp: D.Dial | None, max_examples
     except P.PropertyViolation as v:
         findings.append(Finding(v.property, v.message, v.counterexample))
     except TargetError as exc:
-        what = "timed out" if isinstance(exc, TargetTimeout) else "crashed" if isinstance(exc, TargetCrashed) else "raised"
-        findings.append(Finding("probe", f"the target {what} on the designed probe batches: {exc}", {"group_sizes": list(PROBE_GROUP_SIZES)}))
+        findings.append(Finding("probe", _failure(exc, " on the designed probe batches"), {"group_sizes": list(PROBE_GROUP_SIZES)}))
     if findings:
         return AuditReport(name, kind, "fail", None, exp.name if exp else None, inf, findings)
     precision = inf.precision if kind == "advantage" else "float64"
@@ -317,10 +398,14 @@ def _audit_open(tgt: Any, name: str, kind: str, exp: D.Dial | None, max_examples
         violation, count = _run_property(prop, tgt, ctx, n_each, kinds)
         examples += count
         ran.append(prop.__name__)
-        if violation is not None:
+        if violation is not None and not any(f.property == violation.property == "well_formed" for f in findings):
             findings.append(Finding(violation.property, violation.message, violation.counterexample, violation.severity))
             if getattr(tgt, "dead", None) is not None:
                 break
+    if kind == "advantage" and getattr(raw, "dead", None) is None:
+        from grpo_identity.checks.probes import run_probes
+
+        findings.extend(f for f in run_probes(raw) if f is not None)
     report = AuditReport(name, kind, "fail", None, exp.name if exp else None, inf, findings, examples=examples, properties_run=ran)
     if kind == "filter":
         return _filter_verdict(report, exp)
@@ -376,6 +461,9 @@ def _advantage_verdict(report: AuditReport, exp: D.Dial | None) -> AuditReport:
         report.verdict, report.matches = "pass", exp.name
     elif exp is None and found is not None:
         report.verdict = "pass"
+    elif _family(inf.scale) == _family(ref.scale) and _immaterial(factors):
+        report.verdict, report.matches, report.factors = "pass", ref.name, factors
+        report.findings.append(Finding("matches_preset", _deviation_message(inf, ref, factors) + f": |factor − 1| < {MATERIAL_FACTOR:g} at every probed G and k, no material change of any update", {}, "note"))
     elif _family(inf.scale) == _family(ref.scale):
         report.verdict = "deviation"
         report.factors = factors
@@ -384,6 +472,12 @@ def _advantage_verdict(report: AuditReport, exp: D.Dial | None) -> AuditReport:
         report.verdict = "fail"
         report.findings.append(Finding("matches_preset", f"wrong family: the target scales like {_describe(inf)} (c ∝ {'σ' if _family(inf.scale) == 'sigma' else 'σ²'}), {ref.name} expects c ∝ {'σ' if _family(ref.scale) == 'sigma' else 'σ²'}", {}))
     return report
+
+
+def _immaterial(factors: list[dict[str, Any]]) -> bool:
+    """Every factor c_target / c_expected (min and max over k, each probed G) within MATERIAL_FACTOR of 1."""
+    vals = [v for f in factors for v in (f["factor_min"], f["factor_max"])]
+    return bool(vals) and all(math.isfinite(v) and abs(v - 1.0) < MATERIAL_FACTOR for v in vals)
 
 
 def _describe(inf: Inferred) -> str:

@@ -10,9 +10,12 @@ audit, numpy and hypothesis load when a test uses the fixture)::
     def test_filter(grpo_identity):
         grpo_identity(my_filter)
 
-A ``fail`` verdict fails the test with the readable report; a ``deviation`` from an expected
-preset fails too unless ``allow_deviation=True``.  Options: ``--grpo-identity-max-examples``,
-``--grpo-identity-timeout``; the report header names them.
+A ``fail`` verdict fails the test with the readable report (its first line: the verdict, the
+target, the deciding finding); a ``deviation`` from an expected preset fails too unless
+``allow_deviation=True``.  A function defined at the top of a module (a test file too) or a spec
+string runs in a child process, so ``timeout`` stops a hang; ``isolate=False`` runs it in this
+process, and a local function or lambda always runs here (the report says so in a note).
+Options: ``--grpo-identity-max-examples``, ``--grpo-identity-timeout``; the header names them.
 """
 
 from __future__ import annotations
@@ -67,6 +70,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             _validate(dict(mark.kwargs), item.nodeid)
 
 
+def _isolable(target: Any) -> tuple[bool, str | None]:
+    """Whether a child process can load ``target`` (a spec, or a function at the top of a module);
+    else why it runs in this process (where no timeout can stop it)."""
+    if isinstance(target, str):
+        return True, None
+    from grpo_identity.checks.target import TargetImportError, reference
+
+    try:
+        reference(target)
+    except TargetImportError as exc:
+        return False, f"ran in this process, where the timeout cannot stop a hang: {exc}"
+    return True, None
+
+
+def summary(report: Any) -> str:
+    """The failure's first line (what pytest's short summary shows): verdict first, then the target
+    and the first finding that decided it."""
+    decisive = next((f for f in report.findings if f.severity != "note"), None)
+    why = f": {decisive.property}: {decisive.message}" if decisive is not None else ""
+    return f"grpo_identity {report.verdict.upper()} {report.target} (expected {report.expected or 'any preset'}){why}"
+
+
 class Checker:
     """The ``grpo_identity`` fixture: ``check(fn, …)`` (also callable) audits and asserts."""
 
@@ -81,11 +106,17 @@ class Checker:
         opts = {**self.defaults, **_validate(dict(options), "grpo_identity.check")}
         allow_deviation = bool(opts.pop("allow_deviation", False))
         from grpo_identity.checks import audit
+        from grpo_identity.checks.auditor import Finding
 
+        note = None
+        if opts.get("isolate") is None:  # a child process, so that the timeout can stop a hang
+            opts["isolate"], note = _isolable(target)
         report = audit(target, **opts)
+        if note:
+            report.findings.append(Finding("isolate", note, {}, "note"))
         self.reports.append(report)
         if report.verdict == "fail" or (report.verdict == "deviation" and opts.get("expect") and not allow_deviation):
-            pytest.fail(report.format(), pytrace=False)
+            pytest.fail(summary(report) + "\n" + report.format(), pytrace=False)
         return report
 
     __call__ = check

@@ -1,26 +1,66 @@
 """``grpo-identity audit TARGET``: infer an advantage implementation's dial and check the identity.
 
-TARGET is ``path/to/file.py:function``, ``package.module:function`` or a built-in adapter name
-(``grpo``, ``dr_grpo``, ``rloo``, ``trl``, ``trl:scale_rewards=batch``, ``verl:grpo_vectorized``,
-``verl:grpo:norm_adv_by_std_in_grpo=false`` …).  The function is called as
-``fn(rewards, group_size)`` in a child process with a timeout.  Exit codes: 0 pass or deviation,
-1 fail, 2 usage or import error.
+TARGET is ``path/to/file.py:function``, ``package.module:function``, a preset (``grpo``,
+``dr_grpo`` …) or a framework configured as its users configure it::
+
+    grpo-identity audit trl --set loss_type=dr_grpo --set scale_rewards=none --level gradient
+    grpo-identity audit verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo
+    grpo-identity audit verl:estimator=grpo_vectorized      # the estimator function alone (bypasses the trainer)
+
+The target runs in a child process with a timeout (loading it too).  Exit codes: 0 pass or
+deviation, 1 fail, 2 usage error (a bad option, a target that cannot be loaded, a configuration
+the framework rejects).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 HELP = "audit an advantage function (or group filter) against the identity and the dial's presets"
+#: default seconds per call into the target, and for loading one (a framework's import and
+#: trainer build take minutes on a busy machine); an explicit --timeout sets both
+CALL_TIMEOUT = 60.0
+FRAMEWORK_LOAD_TIMEOUT = 600.0
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="TARGET", help="FILE.py:FUNCTION, MODULE:FUNCTION, or an adapter (grpo, trl, trl:scale_rewards=batch, verl:grpo, verl:grpo_vectorized, verl:rloo …)")
+    p.add_argument("target", metavar="TARGET", help="FILE.py:FUNCTION, MODULE:FUNCTION, a preset (grpo, dr_grpo …), or a framework: trl, verl (with --set), verl:estimator=NAME (the estimator function alone)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="a framework config key as the framework names it (TRL GRPOConfig: loss_type=dr_grpo; verl: algorithm.adv_estimator=grpo); repeatable, later ones win")
+    p.add_argument("--config", metavar="FILE", help="a framework config file (YAML), read as the framework reads it; --set overrides it")
+    p.add_argument("--level", choices=["advantage", "gradient"], help="advantage: the advantages (default); gradient: the gradient of the framework's own loss on completions of different lengths (trl, verl)")
+    p.add_argument("--release", metavar="VERSION", help="audit this release of the framework (trl, verl) in a cached environment of its own ($GRPO_IDENTITY_ENVS, else ~/.cache/grpo-identity/envs)")
+    p.add_argument("--releases", metavar="A,B,C", help="audit several releases: one line per release")
     p.add_argument("--kind", choices=["advantage", "filter"], default="advantage", help="advantage: one advantage per reward; filter: one bool per group (True = keep)")
     p.add_argument("--expect", metavar="PRESET", help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any)")
     p.add_argument("--max-examples", type=int, default=200, metavar="N", help="hypothesis examples in total (default 200)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds allowed for each call into the target (default 60; importing it: at least 120)")
+    p.add_argument("--timeout", type=float, metavar="S", help=f"seconds allowed for loading the target and for each call into it (default {CALL_TIMEOUT:g}; loading a framework: {FRAMEWORK_LOAD_TIMEOUT:g})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def target_of(args: argparse.Namespace) -> object:
+    """The audit's target from TARGET, --set, --config and --level (a framework spec for trl/verl)."""
+    from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, parse_set, parse_spec
+    from grpo_identity.foundation import UsageError
+
+    head = args.target.split(":")[0].strip().lower()
+    if head not in FRAMEWORKS:
+        for flag, given in (("--set", args.sets), ("--config", args.config), ("--level", args.level == "gradient"), ("--release", args.release), ("--releases", args.releases)):
+            if given:
+                raise UsageError(f"{flag} applies to the framework targets ({', '.join(FRAMEWORKS)}), not to {args.target!r}")
+        return args.target
+    if args.config and not os.path.isfile(args.config):
+        raise UsageError(f"--config: no such file: {args.config}")
+    if args.kind == "filter":
+        raise UsageError(f"--kind filter: {args.target!r} computes advantages; only presets and functions can be audited as filters")
+    try:
+        spec = parse_spec(args.target)
+        sets = [parse_set(s) for s in args.sets]
+    except AdapterError as exc:
+        raise UsageError(str(exc)) from None
+    if spec.estimator is not None and (sets or args.config):
+        raise UsageError(f"--set and --config configure the trainer path; {args.target!r} is the estimator function alone (write verl --set algorithm.adv_estimator=NAME)")
+    return spec.with_sets(sets, config=args.config, level=args.level or "advantage")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,19 +71,91 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_examples < 1:
         raise UsageError(f"--max-examples must be >= 1, got {args.max_examples}")
-    if not args.timeout > 0:
-        raise UsageError(f"--timeout must be > 0, got {args.timeout}")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError(f"--timeout must be > 0, got {args.timeout:g}")
     if args.expect is not None:
-        preset(args.expect)  # one-line ValueError on an unknown name
+        try:
+            preset(args.expect)
+        except (ValueError, KeyError) as exc:
+            raise UsageError(f"--expect: {exc}") from None
+    target = target_of(args)
+    args.load_timeout = args.timeout if args.timeout is not None else (CALL_TIMEOUT if isinstance(target, str) else FRAMEWORK_LOAD_TIMEOUT)
+    args.timeout = args.timeout if args.timeout is not None else CALL_TIMEOUT
+    if args.release and args.releases:
+        raise UsageError("give --release VERSION or --releases A,B,C, not both")
     from grpo_identity.app.report import emit_json
     from grpo_identity.checks import TargetImportError, audit
 
+    if args.releases:
+        return _releases(args, target)
+    python = _release_python(args, target) if args.release else None
     try:
-        report = audit(args.target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, progress=not args.json and sys.stderr.isatty())
+        report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, load_timeout=args.load_timeout, level=args.level or "advantage", progress=not args.json and sys.stderr.isatty(), python=python)
     except TargetImportError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"{target.framework} {args.release}: {exc}" if args.release else str(exc)) from None  # type: ignore[attr-defined]
     if args.json:
-        emit_json(report.to_dict())
+        out = report.to_dict()
+        out.setdefault("level", "advantage")
+        emit_json(out)
     else:
         print(report.format())
     return 1 if report.verdict == "fail" else 0
+
+
+def _release_python(args: argparse.Namespace, target: object) -> str:
+    from grpo_identity.checks.frameworks import AdapterError
+    from grpo_identity.checks.releases import ensure
+    from grpo_identity.foundation import UsageError
+
+    try:
+        return ensure(target.framework, args.release).python  # type: ignore[attr-defined]
+    except AdapterError as exc:
+        raise UsageError(f"--release {args.release}: {exc}") from None
+
+
+def summary_line(report: object) -> str:
+    """One line of a report: the verdict, what it matches, the inferred dial or weight."""
+    r: object = report
+    d = r.to_dict()  # type: ignore[attr-defined]
+    info = d.get("target_info", {})
+    head = f"{info.get('framework', '?')} {info.get('version', '?')}: {d['verdict'].upper()}"
+    if d.get("level") == "gradient":
+        inf = d["inferred"]
+        return f"{head}  per-sample weight {inf.get('per_sample_weight')}, silent groups {'zero' if inf.get('silent_groups_zero_gradient') else 'NOT zero'}"
+    inf = d["inferred"]
+    dial = "no dial fits" if inf.get("centre") is None else f"centre {inf['centre']}, scale {inf['scale']}" + ("" if inf["scale"] == "none" else f", ddof {inf['ddof']}, eps {inf['eps']:.3g}")
+    first = next((f for f in d["findings"] if f["severity"] == "fail"), None)
+    return f"{head}  matches {d.get('matches') or '-'} ({dial})" + (f"; {first['property']}: {first['message']}" if first else "")
+
+
+def _releases(args: argparse.Namespace, target: object) -> int:
+    """``--releases A,B,C``: one audit per release, one line each; exit 2 if a driver could not
+    run some release, else 1 if some release fails, else 0."""
+    import json
+
+    from grpo_identity.checks import TargetImportError, audit
+    from grpo_identity.checks.frameworks import AdapterError
+    from grpo_identity.checks.releases import ensure
+    from grpo_identity.foundation import UsageError
+
+    releases = [v.strip() for v in args.releases.split(",") if v.strip()]
+    if not releases:
+        raise UsageError(f"--releases takes A,B,C, got {args.releases!r}")
+    code, rows = 0, []
+    for release in releases:
+        try:
+            env = ensure(target.framework, release)  # type: ignore[attr-defined]
+            report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, load_timeout=args.load_timeout, level=args.level or "advantage", python=env.python)
+        except (AdapterError, TargetImportError) as exc:
+            line, row = f"{target.framework} {release}: ADAPTER ERROR  {exc}", {"release": release, "verdict": "adapter_error", "message": str(exc)}  # type: ignore[attr-defined]
+            code = 2
+        else:
+            line, row = summary_line(report), {"release": release, **report.to_dict()}
+            row.setdefault("level", "advantage")
+            code = max(code, 1 if report.verdict == "fail" else 0)
+        rows.append(row)
+        if not args.json:
+            print(line, flush=True)
+    if args.json:
+        print(json.dumps({"target": target.describe(), "releases": rows}, indent=2, default=str))  # type: ignore[attr-defined]
+    return code

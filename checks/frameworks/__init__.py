@@ -1,0 +1,110 @@
+"""Framework targets named by their own configuration: what ``audit trl --set KEY=VALUE`` builds.
+
+A :class:`FrameworkSpec` says which framework, which of its config keys the user set (raw
+strings: the framework's own parser reads them), an optional config file, the level (advantage
+or gradient) and, for verl's estimator-function form, the estimator that bypasses the trainer.
+It is a small frozen record, so it travels to the audit's child process as it is; the drivers
+(:mod:`.trl`, :mod:`.verl`) import their framework only when they build a target.
+
+>>> spec = parse_spec("verl:grpo:norm_adv_by_std_in_grpo=false")
+>>> spec.sets
+(('algorithm.adv_estimator', 'grpo'), ('algorithm.norm_adv_by_std_in_grpo', 'false'))
+>>> spec.describe()
+'verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = ["FRAMEWORKS", "LEVELS", "FrameworkSpec", "AdapterError", "parse_spec", "parse_set"]
+
+#: frameworks with a config-driven driver
+FRAMEWORKS = ("trl", "verl")
+#: what the audit compares: the advantages, or the gradient of the framework's loss
+LEVELS = ("advantage", "gradient")
+
+
+class AdapterError(ValueError):
+    """The driver cannot run this framework or release (an API it does not know, a config the
+    framework rejects): a usage error of the audit (exit 2), never a finding about the target."""
+
+
+@dataclass(frozen=True)
+class FrameworkSpec:
+    """A framework target: its config keys as the user typed them, and how to audit it."""
+
+    framework: str
+    sets: tuple[tuple[str, str], ...] = ()
+    """(key, raw value) pairs, in order; the framework parses the values."""
+    config: str | None = None
+    """A YAML file, read as the framework reads its own config files."""
+    level: str = "advantage"
+    estimator: str | None = None
+    """verl only: call ``core_algos``'s estimator function directly (bypasses the trainer)."""
+    options: tuple[tuple[str, Any], ...] = ()
+    """Keyword options of that estimator function (bypass form only)."""
+
+    def describe(self) -> str:
+        """The command-line form of this target."""
+        if self.estimator is not None:
+            opts = "".join(f",{k}={v}" for k, v in self.options)
+            return f"{self.framework}:estimator={self.estimator}{opts}"
+        parts = [self.framework] + [f"--set {k}={v}" for k, v in self.sets]
+        if self.config:
+            parts.append(f"--config {self.config}")
+        return " ".join(parts)
+
+    def with_sets(self, sets: list[tuple[str, str]], config: str | None = None, level: str | None = None) -> FrameworkSpec:
+        """This spec with more ``--set`` pairs (later ones win), a config file and a level."""
+        return replace(self, sets=(*self.sets, *sets), config=config or self.config, level=level or self.level)
+
+
+def parse_set(text: str, option: str = "--set") -> tuple[str, str]:
+    """``KEY=VALUE`` → (key, raw value); a clear error naming ``option`` otherwise."""
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise AdapterError(f"{option} takes KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def parse_spec(spec: str) -> FrameworkSpec:
+    """The short forms: ``trl[:key=value,…]``, ``verl[:ESTIMATOR][:key=value,…]`` (trainer path;
+    a key without a dot is under ``algorithm.``) and ``verl:estimator=NAME[,key=value,…]``
+    (the estimator function alone, bypassing the trainer)."""
+    head, _, rest = spec.partition(":")
+    framework = head.strip().lower()
+    if framework not in FRAMEWORKS:
+        raise AdapterError(f"{spec!r} names no framework ({', '.join(FRAMEWORKS)})")
+    parts = [p.strip() for chunk in rest.split(":") for p in chunk.split(",") if p.strip()]
+    pairs = [parse_set(p, framework) if "=" in p else (None, p) for p in parts]
+    if framework == "verl" and any(k == "estimator" for k, _ in pairs):
+        est = next(v for k, v in pairs if k == "estimator")
+        opts = tuple((k, _literal(v)) for k, v in pairs if k not in (None, "estimator"))
+        if any(k is None for k, _ in pairs):
+            raise AdapterError(f"{spec!r}: write the estimator-function form as verl:estimator=NAME,key=value")
+        return FrameworkSpec("verl", estimator=est, options=opts)
+    sets: list[tuple[str, str]] = []
+    for key, value in pairs:
+        if key is None:
+            if framework != "verl" or any(k == "algorithm.adv_estimator" for k, _ in sets):
+                raise AdapterError(f"{spec!r}: {value!r} is no KEY=VALUE option")
+            sets.append(("algorithm.adv_estimator", value))
+        elif framework == "verl" and "." not in key:
+            sets.append((f"algorithm.{key}", value))
+        else:
+            sets.append((key, value))
+    return FrameworkSpec(framework, sets=tuple(sets))
+
+
+def _literal(raw: str) -> Any:
+    """An estimator-function keyword's value: true/false, a number, or the string itself."""
+    import ast
+
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return raw

@@ -1,0 +1,87 @@
+"""Edge probes: batches real trainers meet that the property search does not draw.
+
+Each probe calls the target once and returns a :class:`~grpo_identity.checks.auditor.Finding`
+(a ``note`` that says what the target does, or a ``fail`` when it returns NaN/inf or changes the
+whole groups' advantages), or ``None`` when there is nothing to say:
+
+- remainder: n·G + G//2 rewards (a last, partial group), where the target accepts them;
+- tiny spread: one group of 0.7 + 1e-5·noise, whose σ is far below any ε;
+- singleton groups (G = 1): σ = 0, so the advantage should be 0 (a note: trainers that need
+  G ≥ 2 reject it in their config).
+
+>>> from grpo_identity import dial as D
+>>> [f.message.split(":")[0] for f in run_probes(lambda r, G: D.advantages(r, G, D.GRPO))][::2]
+['rejects 30 rewards at G=4 (a partial last group)', 'rejects G = 1']
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from grpo_identity.checks.infer import probe_batch
+
+__all__ = ["run_probes", "PROBES"]
+
+
+def _finding(name: str, message: str, severity: str = "note", example: dict[str, Any] | None = None) -> Any:
+    from grpo_identity.checks.auditor import Finding
+
+    return Finding(name, message, example or {}, severity)
+
+
+def remainder(target: Callable[..., Any]) -> Any:
+    """n·G + G//2 rewards: does the target accept a partial last group, and leave the whole ones alone?"""
+    G = 4
+    whole = probe_batch(G)
+    r = np.r_[whole, 1.0, 0.0]
+    try:
+        A = np.asarray(target(r, G), dtype=np.float64)
+    except Exception as exc:
+        return _finding("probe_remainder", f"rejects {r.size} rewards at G={G} (a partial last group): {str(exc).splitlines()[0][:160]}")
+    if A.shape != r.shape or not np.all(np.isfinite(A)):
+        return _finding("probe_remainder", f"accepts {r.size} rewards at G={G} but returns {A.shape} values{'' if A.shape != r.shape else ' with NaN/inf'}", "fail", {"group_size": G, "rewards": r.tolist()})
+    ref = np.asarray(target(whole, G), dtype=np.float64)
+    if not np.allclose(A[: whole.size], ref, rtol=1e-4, atol=1e-6):
+        return _finding("probe_remainder", f"accepts a partial last group at G={G}, and it changes the whole groups' advantages (max change {float(np.abs(A[: whole.size] - ref).max()):.3g})", "fail", {"group_size": G, "rewards": r.tolist()})
+    return _finding("probe_remainder", f"accepts {r.size} rewards at G={G}: the partial last group [1, 0] gets {np.round(A[-2:], 6).tolist()}, the whole groups are unchanged")
+
+
+def tiny_spread(target: Callable[..., Any]) -> Any:
+    """One group of 0.7 + 1e-5·noise (G = 8): how large does the target make a spread of 1e-5?"""
+    G = 8
+    noise = np.random.default_rng(0).standard_normal(G)
+    r = np.r_[0.7 + 1e-5 * noise, np.r_[np.ones(4), np.zeros(4)]]
+    A = np.asarray(target(r, G), dtype=np.float64)
+    if not np.all(np.isfinite(A)):
+        return _finding("probe_tiny_spread", "a group of 0.7 + 1e-5·noise gets NaN/inf advantages", "fail", {"group_size": G})
+    big = float(np.abs(A[:G]).max())
+    return _finding("probe_tiny_spread", f"a group whose rewards differ by ~1e-5 (0.7 + 1e-5·noise, G={G}) gets |Â| up to {big:.3g} (a 0/1 group: {float(np.abs(A[G:]).max()):.3g}): {'noise scaled up to full weight' if big > 0.1 else 'kept small by ε'}")
+
+
+def singletons(target: Callable[..., Any]) -> Any:
+    """G = 1: every group is silent (σ = 0), so every advantage should be exactly 0."""
+    r = np.array([1.0, 0.0, 0.7])
+    try:
+        A = np.asarray(target(r, 1), dtype=np.float64)
+    except Exception as exc:
+        return _finding("probe_singleton", f"rejects G = 1: {str(exc).splitlines()[0][:160]}")
+    if A.shape == r.shape and np.all(A == 0):
+        return None
+    return _finding("probe_singleton", f"G = 1 (σ = 0) gives {np.round(A, 6).tolist()} instead of zeros", "note", {"group_size": 1, "rewards": r.tolist()})
+
+
+#: the edge probes, in report order
+PROBES = (remainder, tiny_spread, singletons)
+
+
+def run_probes(target: Callable[..., Any]) -> list[Any]:
+    """Every probe's finding (or ``None``); a target error inside a probe is that probe's note."""
+    out = []
+    for probe in PROBES:
+        try:
+            out.append(probe(target))
+        except Exception as exc:  # a timeout or crash in the child: say so, do not stop the audit
+            out.append(_finding(f"probe_{probe.__name__}", f"the probe could not run: {str(exc).splitlines()[0][:160]}"))
+    return out

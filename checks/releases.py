@@ -1,0 +1,122 @@
+"""Cached environments for auditing any release of a framework without touching the user's own.
+
+``ensure("trl", "0.22.0")`` creates (once) a virtual environment under :func:`env_root`
+(``$GRPO_IDENTITY_ENVS``, else ``~/.cache/grpo-identity/envs``), installs that release there with
+pip under the project's torch pin (``torch==2.13.0`` on the same command line, and constraints that
+refuse ``vllm`` and ``flash-attn`` outright, so no CUDA stack can be pulled), plus the pins the
+release needs (:data:`RELEASE_PINS`: e.g. TRL before 1.0 imports vLLM under transformers 5), and
+returns its interpreter.  The environment is layered over the project's own: its site-packages
+come first, and what it does not install itself (torch, numpy, this project) is found in the
+project's environment, which pip never writes to from there.  The audit's child process then runs
+under that interpreter.
+
+>>> release_pins("trl", "0.22.0")
+['transformers>=4.56.1,<4.57']
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RELEASE_PINS", "TORCH_PIN", "env_root", "env_dir", "release_pins", "ensure", "ReleaseEnv"]
+
+#: the project's torch (this machine's CPU wheel); named on every pip command line
+TORCH_PIN = "torch==2.13.0"
+#: packages that must never be installed (a CUDA stack): a constraint no release satisfies
+NEVER = ("vllm===never-install", "flash-attn===never-install", "flash_attn===never-install")
+#: (framework, first release, first release no longer needing them) -> extra requirements
+RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
+    # TRL 0.x imports trl/extras/vllm_client.py, which wants vllm under transformers 5
+    ("trl", "0.0", "0.23"): ("transformers>=4.56.1,<4.57",),
+    ("trl", "0.23", "1.0"): ("transformers<5",),
+    # verl before 0.8 imports transformers names that 5.x removed (AutoModelForVision2Seq), and
+    # pins numpy < 2, which the newest pyarrow (and the datasets built on it) no longer import with
+    ("verl", "0.0", "0.8"): ("transformers<5", "pyarrow<21", "datasets<4"),
+    # the trainer module (ray_trainer) imports these beyond verl's declared requirements
+    ("verl", "0.0", "99"): ("cachetools", "uvicorn", "fastapi", "pillow", "torchdata"),
+}
+
+
+def _key(v: str) -> tuple[int, ...]:
+    out = []
+    for part in v.split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def release_pins(framework: str, release: str) -> list[str]:
+    """The extra requirements :data:`RELEASE_PINS` lists for ``framework`` at ``release``."""
+    return [p for (fw, lo, hi), pins in RELEASE_PINS.items() if fw == framework and _key(lo) <= _key(release) < _key(hi) for p in pins]
+
+
+def env_root() -> Path:
+    """Where release environments live: ``$GRPO_IDENTITY_ENVS`` or ``~/.cache/grpo-identity/envs``."""
+    return Path(os.environ.get("GRPO_IDENTITY_ENVS") or Path.home() / ".cache" / "grpo-identity" / "envs")
+
+
+def env_dir(framework: str, release: str) -> Path:
+    """The environment of one release (``trl-0.22.0``)."""
+    return env_root() / f"{framework}-{release}"
+
+
+@dataclass(frozen=True)
+class ReleaseEnv:
+    """A ready environment: the framework, the release, its interpreter."""
+
+    framework: str
+    release: str
+    python: str
+
+
+def _python_of(env: Path) -> Path:
+    return env / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure(framework: str, release: str, *, log: Any = None) -> ReleaseEnv:
+    """The cached environment of ``framework==release``, created on first use.
+
+    Raises :class:`~grpo_identity.checks.frameworks.AdapterError` (a usage error) when pip cannot
+    install the release here (no such version, a requirement no offline index holds, a CUDA stack).
+    """
+    from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError
+
+    if framework not in FRAMEWORKS:
+        raise AdapterError(f"--release applies to {', '.join(FRAMEWORKS)}, not {framework!r}")
+    if not release or not all(ch.isalnum() or ch in ".+-" for ch in release):
+        raise AdapterError(f"--release: {release!r} is no version number")
+    env = env_dir(framework, release)
+    python = _python_of(env)
+    stamp = env / ".grpo-identity-ready"
+    if stamp.is_file() and python.is_file():
+        return ReleaseEnv(framework, release, str(python))
+    out = log if log is not None else sys.stderr
+    print(f"creating the environment of {framework} {release} in {env} (once; pip, a few minutes)", file=out)
+    env.parent.mkdir(parents=True, exist_ok=True)
+    _run([sys.executable, "-m", "venv", "--clear", str(env)], f"creating a virtual environment for {framework} {release}")
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    base = sysconfig.get_paths()["purelib"]  # the project's environment, below the release's own packages
+    (site / "_grpo_identity_base.pth").write_text(f"import site; site.addsitedir({base!r})\n")
+    constraints = env / "constraints.txt"
+    constraints.write_text("\n".join([TORCH_PIN, *NEVER]) + "\n")
+    requirement = f"{framework}=={release}"
+    _run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(constraints), TORCH_PIN, requirement, *release_pins(framework, release)], f"pip could not install {requirement} here")
+    module = "verl.trainer.ppo.core_algos" if framework == "verl" else "trl"
+    _run([str(python), "-c", f"import warnings; warnings.filterwarnings('ignore'); import {module}, grpo_identity.checks.target"], f"{requirement} installed but does not import here")
+    stamp.write_text(requirement + "\n")
+    return ReleaseEnv(framework, release, str(python))
+
+
+def _run(cmd: list[str], what: str) -> None:
+    from grpo_identity.checks.frameworks import AdapterError
+
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
+        raise AdapterError(f"{what}: {lines[-1].strip() if lines else f'exit code {proc.returncode}'}")

@@ -1,0 +1,91 @@
+"""Releases: cached environments (checks.releases) and driver errors that are adapter errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from grpo_identity.app.cli import main
+from grpo_identity.checks import releases as R
+from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
+
+
+def test_release_environments_live_where_the_variable_says(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRPO_IDENTITY_ENVS", str(tmp_path))
+    assert R.env_dir("trl", "0.22.0") == tmp_path / "trl-0.22.0"
+    monkeypatch.delenv("GRPO_IDENTITY_ENVS")
+    assert R.env_root().parts[-3:] == (".cache", "grpo-identity", "envs")
+
+
+def test_old_trl_releases_get_the_transformers_they_need_and_new_ones_none():
+    assert R.release_pins("trl", "0.22.2") == ["transformers>=4.56.1,<4.57"]
+    assert R.release_pins("trl", "0.29.1") == ["transformers<5"]
+    assert R.release_pins("trl", "1.16.0") == []
+    assert "cachetools" in R.release_pins("verl", "0.6.0") and "transformers<5" in R.release_pins("verl", "0.6.0")
+    assert "transformers<5" not in R.release_pins("verl", "0.9.1")
+
+
+@pytest.mark.parametrize("framework, release, words", [("trl", "0.22; rm -rf /", "is no version number"), ("openrlhf", "0.11.2", "--release applies to")])
+def test_a_bad_release_request_is_refused_before_pip_runs(framework, release, words, monkeypatch, tmp_path):
+    monkeypatch.setenv("GRPO_IDENTITY_ENVS", str(tmp_path))
+    with pytest.raises(AdapterError, match=words):
+        R.ensure(framework, release)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_release_and_releases_together_is_a_usage_error(capsys):
+    assert main(["audit", "trl", "--release", "0.22.0", "--releases", "0.22.0,1.16.0"]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
+@pytest.mark.frameworks
+def test_a_driver_that_meets_an_unknown_api_is_an_adapter_error_naming_the_release(monkeypatch):
+    if importlib.util.find_spec("trl") is None:
+        pytest.skip("trl is not installed (make frameworks)")
+    from importlib.metadata import version
+
+    from grpo_identity.checks import adapters
+    from grpo_identity.checks.frameworks import trl as drv
+
+    def no_such_api(spec):
+        def fn(rewards, G):
+            raise AttributeError("'GRPOTrainer' object has no attribute '_generate_and_score_completions'")
+
+        fn.grpo_identity_info = {"framework": "trl", "version": version("trl")}
+        return fn
+
+    monkeypatch.setattr(drv, "advantage_target", no_such_api)
+    with pytest.raises(AdapterError, match=rf"trl {version('trl')}: the driver does not know this release's API .*_generate_and_score_completions"):
+        adapters.build(FrameworkSpec("trl"))
+
+
+def _env_or_skip(framework, release):
+    try:
+        return R.ensure(framework, release)
+    except AdapterError as exc:
+        pytest.skip(f"the environment of {framework} {release} cannot be built here (offline?): {exc}")
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_trl_0_22_0_does_not_scale_by_the_group_std_under_its_default_scale_rewards(capsys):
+    _env_or_skip("trl", "0.22.0")
+    code = main(["audit", "trl", "--release", "0.22.0", "--set", "scale_rewards=group", "--max-examples", "20", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["target_info"]["version"] == "0.22.0"
+    assert out["inferred"]["scale"] == "none" and out["matches"] == "dr_grpo"  # the released bug: 'group' skips the std
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_releases_prints_one_line_per_release(capsys):
+    for release in ("0.22.0", "1.16.0"):
+        _env_or_skip("trl", release)
+    code = main(["audit", "trl", "--releases", "0.22.0,1.16.0", "--max-examples", "20"])
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert code == 0 and len(lines) == 2
+    assert lines[0].startswith("trl 0.22.0: PASS  matches dr_grpo") and lines[1].startswith("trl 1.16.0: PASS  matches trl")
+    assert np.all([" (centre mean" in ln for ln in lines])
