@@ -24,6 +24,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 EXPERIMENT="${EXPERIMENT:-train}"
 DEVICE="${DEVICE:-cuda}"
+# the memory check of `train lm` defaults to 16 GiB; one H200 has ~139 GiB (the conditional run needs ~50 by its estimate)
+export GRPO_IDENTITY_MEMORY_GIB="${GRPO_IDENTITY_MEMORY_GIB:-120}"
 case "$EXPERIMENT" in
   train) OUT=results/lm-gpu; LIMIT=1500; extra=() ;;
   conditional) OUT=results/lm-gpu-conditional; LIMIT=600; extra=(--experiment conditional --time-budget 450) ;;

@@ -70,6 +70,9 @@ def _from_groups(groups: dict[float, list[tuple[str, dict[str, Any]]]], dial: D.
     tracker, out = SolveRateTracker(), {}
     for step in sorted(groups):
         recs = groups[step]
+        bad = next(((w, r) for w, r in recs if not isinstance(r["rewards"], list)), None)
+        if bad is not None:
+            raise UsageError(f"{bad[0]}: step {step:g}: \"rewards\" must be a list of numbers, got {type(bad[1]['rewards']).__name__}")
         sizes = {len(r["rewards"]) for _, r in recs}
         if len(sizes) != 1:
             raise UsageError(f"step {step:g}: groups of different sizes {sorted(sizes)} (one G per step)")
@@ -86,13 +89,35 @@ def _from_groups(groups: dict[float, list[tuple[str, dict[str, Any]]]], dial: D.
     return out
 
 
+def _state(path: Path) -> dict[str, Any]:
+    """A trainer_state.json as a dict; anything else is one line naming the file."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not a JSON file ({exc})") from None
+    if not isinstance(state, dict):
+        raise UsageError(f"{path}: a trainer_state.json must hold a JSON object, got {type(state).__name__}")
+    return state
+
+
+def _global_step(path: Path) -> float:
+    step = _state(path).get("global_step", 0)
+    return float(step) if isinstance(step, (int, float)) else 0.0
+
+
+def _log_history(path: Path) -> list[dict[str, Any]]:
+    history = _state(path).get("log_history", [])
+    if not isinstance(history, list) or not all(isinstance(e, dict) for e in history):
+        raise UsageError(f"{path}: \"log_history\" must be a list of JSON objects")
+    return history
+
+
 def read_series(path: str | Path, *, dial: D.Dial = D.GRPO, eps: float = DEFAULT_EPS) -> Series:
     """Every ``identity/`` metric found under ``path`` as {name without the prefix: [(step, value)]}, by step."""
     states, jsonls = _files(Path(path))
     by_step: dict[float, dict[str, float]] = defaultdict(dict)
     if states:
-        latest = max(states, key=lambda p: json.loads(p.read_text()).get("global_step", 0))
-        for e in json.loads(latest.read_text()).get("log_history", []):
+        for e in _log_history(max(states, key=_global_step)):
             by_step[e.get("step", 0)].update({k: v for k, v in e.items() if k.startswith(PREFIX)})
     groups: dict[float, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
     for f in jsonls:

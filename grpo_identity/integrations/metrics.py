@@ -85,6 +85,12 @@ class SolveRateTracker:
         n_s = np.array([self.counts.get(k, (0.0, 0.0)) for k in keys], dtype=np.float64).reshape(-1, 2)
         return (n_s[:, 1] + m * batch_mean) / (n_s[:, 0] + m)
 
+    def prior_mean(self, fallback: float) -> float:
+        """The mean reward of every rollout seen so far (``fallback`` before the first update):
+        the p̄ a prediction made before a step may use without reading that step's rewards."""
+        n = sum(c[0] for c in self.counts.values())
+        return sum(c[1] for c in self.counts.values()) / n if n > 0 else float(fallback)
+
     def update(self, keys: Sequence[Hashable], rewards: FloatArray) -> None:
         """Add each group's rollouts (``rewards`` is (n_groups, G), rewards in [0, 1])."""
         for k, row in zip(keys, rewards):
@@ -125,7 +131,7 @@ def _audit(R: FloatArray, A: FloatArray, dial: D.Dial, precision: str) -> tuple[
     want = np.asarray(D.advantages(R.reshape(-1), G, dial), dtype=np.float64).reshape(R.shape)
     dev = np.abs(A - want).max(1)
     scale = np.abs(want).max(1)
-    departs = dev > Tolerance.for_precision(precision).rtol * scale
+    departs = ~(dev <= Tolerance.for_precision(precision).rtol * scale)  # a NaN advantage departs too
     return dev, departs, batch_std
 
 
@@ -179,8 +185,8 @@ def step_metrics(
 def _solve_rate_metrics(m: dict[str, float], R: FloatArray, A: FloatArray, keys: list[Any], tracker: SolveRateTracker, eps: float) -> None:
     """Silent prediction, mass shares, fidelity per band and recommended G (adds to ``m``)."""
     G, mean = R.shape[1], float(R.mean())
-    if np.all((R == 0) | (R == 1)):
-        m["silent_frac_pred"] = float(np.mean(silent_rate(G, tracker.estimate(keys, mean))))
+    if np.all((R == 0) | (R == 1)):  # predicted from what was known before this step (first step: its own mean)
+        m["silent_frac_pred"] = float(np.mean(silent_rate(G, tracker.estimate(keys, tracker.prior_mean(mean)))))
     tracker.update(keys, R)
     p = tracker.estimate(keys, mean)  # (n,) with this step's rollouts
     mass = np.abs(A).mean(1)

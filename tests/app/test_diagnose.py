@@ -80,6 +80,9 @@ def test_the_table_names_every_metric_with_its_last_value(tmp_path, capsys):
         (lambda d: write_jsonl(d / "a.jsonl", group_records()), ["--eps", "1.5"], "--eps must be in (0, 1), got 1.5"),
         (lambda d: write_jsonl(d / "a.jsonl", group_records()), ["--dial", "ppo"], "--dial: unknown preset 'ppo'"),
         (lambda d: write_jsonl(d / "a.jsonl", group_records()), ["--out", "{d}/no/such/page.html"], "--out {d}/no/such/page.html: folder {d}/no/such does not exist"),
+        (lambda d: write_jsonl(d / "a.jsonl", [{"step": 0, "rewards": 5}]), [], 'step 0: "rewards" must be a list of numbers, got int'),
+        (lambda d: (d / "trainer_state.json").write_text("[1, 2]"), [], "trainer_state.json: a trainer_state.json must hold a JSON object, got list"),
+        (lambda d: (d / "trainer_state.json").write_text('{"log_history": [1]}'), [], 'trainer_state.json: "log_history" must be a list of JSON objects'),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_exit_2_and_no_page(tmp_path, capsys, setup, args, message):

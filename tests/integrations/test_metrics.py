@@ -23,12 +23,12 @@ def test_the_silent_fraction_counts_groups_whose_rewards_are_all_equal():
     assert m["identity/silent_frac"] == 0.75 and m["identity/groups"] == 4
 
 
-def test_the_prediction_uses_the_solve_rates_known_before_the_step_shrunk_toward_the_batch_mean():
+def test_the_prediction_uses_only_what_was_known_before_the_step():
     tracker = SolveRateTracker(prior_rollouts=2)
-    tracker.update(["x"], np.array([[1.0, 1.0, 1.0, 1.0]]))  # x: 4 of 4 so far
+    tracker.update(["x", "z"], np.array([[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]]))  # x: 4 of 4, z: 0 of 4 so far
     m = metrics([1, 0, 0, 0, 0, 0, 0, 0], 4, prompts=["x", "y"], tracker=tracker).metrics
-    mean = 1 / 8
-    px, py = (4 + 2 * mean) / (4 + 2), mean  # y is new: the batch mean
+    mean = 4 / 8  # every rollout seen before this step, not this step's own rewards (1/8)
+    px, py = (4 + 2 * mean) / (4 + 2), mean  # y is new: the mean seen so far
     want = ((px**4 + (1 - px) ** 4) + (py**4 + (1 - py) ** 4)) / 2
     assert m["identity/silent_frac_pred"] == pytest.approx(want, rel=1e-12)
     assert tracker.counts["x"] == [8.0, 5.0] and tracker.counts["y"] == [4.0, 0.0]

@@ -89,8 +89,8 @@ def test_against_the_papers_grpo_the_hook_measures_bessels_factor():
 
 def test_a_prompt_is_tracked_across_steps_by_its_dataset_index():
     hook = IdentityHook(D.VERL, prior_rollouts=4)
-    hook(verl_batch([[1, 1, 1, 1]], index=[7]))
-    # a new uid, the same dataset index: p̂ before the step = (4 + 4·0.5)/(4 + 4) = 0.75
+    hook(verl_batch([[1, 1, 1, 1], [0, 0, 0, 0]], index=[7, 8]))
+    # a new uid, the same dataset index: p̂ before the step = (4 + 4·0.5)/(4 + 4) = 0.75, 0.5 the mean seen so far
     m = hook(verl_batch([[1, 0, 1, 0]], index=[7]))
     assert m["identity/silent_frac_pred"] == pytest.approx(0.75**4 + 0.25**4, rel=1e-12)
 

@@ -101,7 +101,7 @@ def _cell_estimates(measured: list[dict[str, Any]], cells: list[tuple[int, int, 
         m = measured[q]["modes"][mode]
         gram = m["gram"][np.ix_(idx, idx)]
         c = float(coefficient(kk, G, dial))
-        pred_tr = c**2 * (m["tr_pos"] / kk + m["tr_neg"] / (G - kk))
+        pred_tr = float(closed_forms.update_covariance_given_k(kk, G, m["tr_pos"], m["tr_neg"], c=c))  # theorem G8, traces
         rows.append({"prompt": q, "k": kk, "n": len(idx), "sigma": float(closed_forms.sigma(kk, G)), "coef": c,
                      "mean_sq": u_statistic(gram), "trace_cov": trace_covariance(gram), "trace_cov_pred": pred_tr,
                      "g_norm_sq_mean": float(np.trace(gram) / len(idx))})

@@ -32,8 +32,11 @@ def run(args: argparse.Namespace) -> int:
     logdir = Path(args.logdir)
     if not logdir.exists():
         raise UsageError(f"LOGDIR {args.logdir} does not exist")
-    series = read_series(logdir, dial=dial, eps=args.eps)
     out = Path(args.out) if args.out else (logdir / "diagnose.html" if logdir.is_dir() else logdir.with_name("diagnose.html"))
+    from grpo_identity.app.report import check_out_dir
+
+    check_out_dir(str(out.parent), flag="--out")  # before reading the logs: the page's folder must be writable
+    series = read_series(logdir, dial=dial, eps=args.eps)
     write_page(series, out, title=f"grpo-identity diagnose {logdir.name}")
     if args.json:
         emit_json({"page": str(out), "series": {k: [list(p) for p in v] for k, v in series.items()}})

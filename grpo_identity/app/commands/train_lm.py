@@ -66,7 +66,16 @@ def memory_terms(cfg: typing.Any, vocab: int, modes: int) -> list[tuple[str, flo
         ("the warm-up batch", seq * 20 * cfg.warmup_batch, ["--warmup-batch"]),
         ("the evaluation set", seq * 2 * cfg.eval_prompts_per_level * cfg.max_digits, ["--eval-prompts-per-level"]),
         ("the per-step records", 1000.0 * cfg.steps * modes * (1 + P), ["--steps", "--prompts-per-step"]),
+        *_conditional_terms(cfg, n),
     ]
+
+
+def _conditional_terms(cfg: typing.Any, n: float) -> list[tuple[str, float, list[str]]]:
+    """The fixed-policy experiment keeps one prompt's per-group gradients (groups x parameters)
+    and its reference answers' per-class score sums (a few vectors of N) for every mode."""
+    if getattr(cfg, "experiment", "train") != "conditional":
+        return []
+    return [("the per-group gradients of one prompt (groups x parameters)", 4.0 * cfg.cond_groups * n, ["--cond-groups", "--n-embd", "--n-layer"])]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,6 +149,7 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
     c = s["conditional"]
     pc = c["projected_check"]
     ok = all(e is not None and e <= REL_TOL for e in (pc["projected_max_rel_err"], pc["exact_max_rel_err"]))
+    ok = ok and pc["silent_groups_with_nonzero_grad"] == 0  # a silent group must give exactly zero gradient
     if args.json:
         emit_json(s)
         return 0 if ok else 1
