@@ -11,7 +11,7 @@ to show that a wrong statement fails.
 - T8–T10, T12, T13 (:mod:`.expectation`): silent rate, E[σ²], E[g], group-size law, w(p) and
   the large-G limits.
 - T14 (:mod:`.table`): Corollary 2's exact group-size table, certified by interval arithmetic.
-- T11 (:mod:`.attenuation`): the attenuation law to second (and third) order, against mpmath.
+- T11 (:mod:`.attenuation`): the attenuation law to second (and third) order, derived symbolically; its remainder bound and the paper's fidelities certified by interval arithmetic (mpmath.iv).
 - G1–G6 (:mod:`.beyond`): weights, ddof 1, ε, batch std, {a, b} rewards, clip and KL.
 - G7, G8 (:mod:`.policy`): the identity in expectation for any policy, E[g | k] = c(k, G)·∇p/(p(1−p)),
   and its noise Cov(g | k) = c²(Σ₊/k + Σ₋/(G−k)).

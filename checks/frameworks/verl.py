@@ -61,7 +61,7 @@ def compose(spec: FrameworkSpec) -> Any:
                 with_sets, cfg = cfg, hydra_compose("ppo_trainer")
                 OmegaConf.set_struct(cfg, True)
                 cfg = OmegaConf.merge(cfg, OmegaConf.load(spec.config))
-                for key, _ in spec.sets:
+                for key, _ in (*DRIVER_SETS, *spec.sets):  # the driver's own sizes too, as without a file
                     key = key.lstrip("+~")
                     OmegaConf.update(cfg, key, OmegaConf.select(with_sets, key), merge=False, force_add=True)
     except Exception as exc:  # Hydra's override grammar, an unknown key, a bad YAML file

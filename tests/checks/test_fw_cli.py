@@ -45,3 +45,26 @@ def test_later_sets_come_after_earlier_ones_and_keep_their_raw_text():
 def test_malformed_short_forms_are_adapter_errors(spec):
     with pytest.raises(AdapterError):
         parse_spec(spec)
+
+
+@pytest.mark.frameworks
+def test_a_verl_yaml_config_is_read_as_the_trainer_reads_it(tmp_path, capsys):
+    pytest.importorskip("verl")
+    import json
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: false\n")
+    assert main(["audit", "verl", "--config", str(cfg), "--expect", "dr_grpo", "--max-examples", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["scale"] == "none"
+
+
+@pytest.mark.frameworks
+def test_a_verl_yaml_config_reaches_the_gradient_level_too(tmp_path, capsys):
+    pytest.importorskip("verl")
+    import json
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("algorithm:\n  adv_estimator: grpo\n")
+    assert main(["audit", "verl", "--config", str(cfg), "--level", "gradient", "--max-examples", "10", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["inferred"]["per_sample_weight"] == "1/batch_tokens"  # token-mean, verl's default

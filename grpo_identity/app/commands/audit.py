@@ -28,7 +28,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="TARGET", help="FILE.py:FUNCTION, MODULE:FUNCTION, a preset (grpo, dr_grpo …), or a framework: trl, verl (with --set), verl:estimator=NAME (the estimator function alone)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="a framework config key as the framework names it (TRL GRPOConfig: loss_type=dr_grpo; verl: algorithm.adv_estimator=grpo); repeatable, later ones win")
     p.add_argument("--config", metavar="FILE", help="a framework config file (YAML), read as the framework reads it; --set overrides it")
-    p.add_argument("--level", choices=["advantage", "gradient"], help="advantage: the advantages (default); gradient: the gradient of the framework's own loss on completions of different lengths (trl, verl)")
+    from grpo_identity.checks.frameworks import LEVELS  # standard library only at import
+
+    p.add_argument("--level", choices=list(LEVELS), help="advantage: the advantages (default); gradient: the gradient of the framework's own loss on completions of different lengths (trl, verl)")
     p.add_argument("--release", metavar="VERSION", help="audit this release of the framework (trl, verl) in a cached environment of its own ($GRPO_IDENTITY_ENVS, else ~/.cache/grpo-identity/envs)")
     p.add_argument("--releases", metavar="A,B,C", help="audit several releases: one line per release")
     p.add_argument("--kind", choices=["advantage", "filter"], default="advantage", help="advantage: one advantage per reward; filter: one bool per group (True = keep)")
@@ -110,7 +112,8 @@ def _release_python(args: argparse.Namespace, target: object) -> str:
     try:
         return ensure(target.framework, args.release).python  # type: ignore[attr-defined]
     except AdapterError as exc:
-        raise UsageError(f"--release {args.release}: {exc}") from None
+        message = str(exc)
+        raise UsageError(message if message.startswith("--release") else f"--release {args.release}: {message}") from None
 
 
 def summary_line(report: object) -> str:
@@ -131,7 +134,6 @@ def summary_line(report: object) -> str:
 def _releases(args: argparse.Namespace, target: object) -> int:
     """``--releases A,B,C``: one audit per release, one line each; exit 2 if a driver could not
     run some release, else 1 if some release fails, else 0."""
-    import json
 
     from grpo_identity.checks import TargetImportError, audit
     from grpo_identity.checks.frameworks import AdapterError
@@ -157,5 +159,7 @@ def _releases(args: argparse.Namespace, target: object) -> int:
         if not args.json:
             print(line, flush=True)
     if args.json:
-        print(json.dumps({"target": target.describe(), "releases": rows}, indent=2, default=str))  # type: ignore[attr-defined]
+        from grpo_identity.foundation import emit_json
+
+        emit_json({"target": target.describe(), "releases": rows})  # type: ignore[attr-defined]
     return code
