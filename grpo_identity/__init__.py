@@ -7,7 +7,7 @@ torch (``grpo_identity.trainer``) load when those modules are imported.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: public names loaded on first use (keeps ``import grpo_identity`` light)
 _LAZY = {"allocate": "grpo_identity.allocation"}
