@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from grpo_identity._validate import check_eps, check_probability
-from grpo_identity.closed_forms import fidelity, group_size_exact
+from grpo_identity.closed_forms import fidelity, group_size_exact, smallest_group_size
 
 __all__ = ["allocate", "common_group_size", "MIN_GROUP_SIZE"]
 
@@ -123,17 +123,4 @@ def common_group_size(solve_rates: npt.ArrayLike, eps: float = 0.1, *, G_max: in
         raise ValueError("no prompt with 0 < p < 1: every group is silent at any G")
     target = 1.0 - e
 
-    def ok(g: int) -> bool:
-        return float(np.mean(fidelity(g, p))) >= target
-
-    if ok(MIN_GROUP_SIZE):
-        return MIN_GROUP_SIZE
-    lo, hi = MIN_GROUP_SIZE, 2 * MIN_GROUP_SIZE
-    while not ok(hi):
-        lo, hi = hi, hi * 2
-        if hi > G_max:
-            raise ValueError(f"no G <= {G_max} reaches mean fidelity {target}")
-    while hi - lo > 1:  # invariant: not ok(lo), ok(hi)
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
+    return smallest_group_size(lambda g: float(np.mean(fidelity(g, p))) >= target, G_max=G_max, what=f"mean fidelity {target}")

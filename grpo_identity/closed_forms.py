@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import TypedDict
+from typing import Callable, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -397,16 +397,23 @@ def group_size_exact(eps: float, p: float, *, G_max: int = 10**7) -> int:
     pf = float(check_probability(p, open_interval=True))
     target = 1.0 - e
 
-    def ok(g: int) -> bool:
-        return float(fidelity(g, pf)) >= target
+    return smallest_group_size(lambda g: float(fidelity(g, pf)) >= target, G_max=G_max, what=f"fidelity {target} at p={pf}")
 
+
+def smallest_group_size(ok: Callable[[int], bool], *, G_max: int, what: str) -> int:
+    """The smallest G ≥ 2 with ``ok(G)``, for a test that stays true once true (fidelity grows
+    with G, T14): doubling to bracket it, then bisection.  ``what`` names the target in the error.
+
+    >>> smallest_group_size(lambda g: g * g >= 50, G_max=100, what="g² ≥ 50")
+    8
+    """
     if ok(2):
         return 2
     lo, hi = 2, 4
     while not ok(hi):
         lo, hi = hi, hi * 2
         if hi > G_max:
-            raise ValueError(f"no G <= {G_max} reaches fidelity {target} at p={pf}")
+            raise ValueError(f"no G <= {G_max} reaches {what}")
     while hi - lo > 1:  # invariant: not ok(lo), ok(hi)
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
