@@ -189,7 +189,8 @@ def gap_noise_share(scores: torch.Tensor, rewards: torch.Tensor) -> float:
     v_pos = float(((sp - sp.mean(0)) ** 2).sum()) / (k - 1)
     v_neg = float(((sn - sn.mean(0)) ** 2).sum()) / (G - k - 1)
     gap2 = float(((sp.mean(0) - sn.mean(0)) ** 2).sum())
-    return (v_pos / k + v_neg / (G - k)) / gap2 if gap2 > 0 else float("nan")
+    noise = float(closed_forms.update_covariance_given_k(k, G, v_pos, v_neg, c=1.0))  # V₊/k + V₋/(G−k), theorem G8 with c = 1
+    return noise / gap2 if gap2 > 0 else float("nan")
 
 
 def silent_estimate(num_success: int, num_probe: int, G: int) -> float:
