@@ -7,8 +7,11 @@ refuse ``vllm`` and ``flash-attn`` outright, so no CUDA stack can be pulled), pl
 release needs (:data:`RELEASE_PINS`: e.g. TRL before 1.0 imports vLLM under transformers 5), and
 returns its interpreter.  The environment is layered over the project's own: its site-packages
 come first, and what it does not install itself (torch, numpy, this project) is found in the
-project's environment, which pip never writes to from there.  The audit's child process then runs
-under that interpreter.
+project's environment, which pip never writes to from there.  Which project environment is not
+baked into the release's: its ``.pth`` line reads :data:`BASE_SITE_VAR`, which
+:func:`child_environ` sets to the running interpreter's site-packages, so one cached release
+serves every clone and virtual environment that uses it (and a deleted one leaves nothing stale).
+The audit's child process then runs under that interpreter with that environment.
 
 >>> release_pins("trl", "0.22.0")
 ['transformers>=4.56.1,<4.57']
@@ -24,12 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RELEASE_PINS", "TORCH_PIN", "env_root", "env_dir", "release_pins", "ensure", "ReleaseEnv"]
+__all__ = ["BASE_SITE_VAR", "RELEASE_PINS", "TORCH_PIN", "child_environ", "env_root", "env_dir", "release_pins", "ensure", "ReleaseEnv"]
 
 #: the project's torch (this machine's CPU wheel); named on every pip command line
 TORCH_PIN = "torch==2.13.0"
 #: packages that must never be installed (a CUDA stack): a constraint no release satisfies
 NEVER = ("vllm===never-install", "flash-attn===never-install", "flash_attn===never-install")
+#: the variable through which a release's environment finds the project's site-packages
+BASE_SITE_VAR = "GRPO_IDENTITY_BASE_SITE"
+#: the release environment's ``.pth`` line: add the site-packages the variable names, if any
+_BASE_PTH = f"import os, site; _b = os.environ.get({BASE_SITE_VAR!r}); _b and site.addsitedir(_b)\n"
 #: (framework, first release, first release no longer needing them) -> extra requirements
 RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     # TRL 0.x imports trl/extras/vllm_client.py, which wants vllm under transformers 5
@@ -75,6 +82,21 @@ class ReleaseEnv:
     python: str
 
 
+def child_environ() -> dict[str, str]:
+    """The environment for a child under a release's interpreter: this one's, plus where the
+    project's site-packages are (the ones this interpreter runs from)."""
+    return {**os.environ, BASE_SITE_VAR: sysconfig.get_paths()["purelib"]}
+
+
+def _link_base(python: Path) -> None:
+    """(Re)write the release environment's ``.pth`` line (cheap; also updates environments made
+    by earlier versions, which named one project environment's path)."""
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    pth = site / "_grpo_identity_base.pth"
+    if not pth.is_file() or pth.read_text() != _BASE_PTH:
+        pth.write_text(_BASE_PTH)
+
+
 def _python_of(env: Path) -> Path:
     return env / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
@@ -95,14 +117,13 @@ def ensure(framework: str, release: str, *, log: Any = None) -> ReleaseEnv:
     python = _python_of(env)
     stamp = env / ".grpo-identity-ready"
     if stamp.is_file() and python.is_file():
+        _link_base(python)
         return ReleaseEnv(framework, release, str(python))
     out = log if log is not None else sys.stderr
     print(f"creating the environment of {framework} {release} in {env} (once; pip, a few minutes)", file=out)
     env.parent.mkdir(parents=True, exist_ok=True)
     _run([sys.executable, "-m", "venv", "--clear", str(env)], f"creating a virtual environment for {framework} {release}")
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
-    base = sysconfig.get_paths()["purelib"]  # the project's environment, below the release's own packages
-    (site / "_grpo_identity_base.pth").write_text(f"import site; site.addsitedir({base!r})\n")
+    _link_base(python)  # the project's environment, below the release's own packages
     constraints = env / "constraints.txt"
     constraints.write_text("\n".join([TORCH_PIN, *NEVER]) + "\n")
     requirement = f"{framework}=={release}"
@@ -116,7 +137,7 @@ def ensure(framework: str, release: str, *, log: Any = None) -> ReleaseEnv:
 def _run(cmd: list[str], what: str) -> None:
     from grpo_identity.checks.frameworks import AdapterError
 
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_environ())
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
         raise AdapterError(f"{what}: {lines[-1].strip() if lines else f'exit code {proc.returncode}'}")

@@ -356,7 +356,10 @@ class ChildTarget:
             out = subprocess.DEVNULL
         # ``python``: another interpreter (a release's environment, grpo_identity.checks.releases),
         # which then finds its own packages first: this process's sys.path is not handed down
-        self._proc = subprocess.Popen([python or sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=out)
+        from grpo_identity.checks.releases import child_environ
+
+        environ = child_environ() if python else None
+        self._proc = subprocess.Popen([python or sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=out, env=environ)
         os.close(to_child_r)
         os.close(from_child_w)
         self._out = Connection(to_child_w, readable=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -34,6 +36,27 @@ def test_a_bad_release_request_is_refused_before_pip_runs(framework, release, wo
     with pytest.raises(AdapterError, match=words):
         R.ensure(framework, release)
     assert list(tmp_path.iterdir()) == []
+
+
+def _bare_release_env(tmp_path, monkeypatch):
+    """A cached 'release' environment without pip (venv only), stamped ready."""
+    monkeypatch.setenv("GRPO_IDENTITY_ENVS", str(tmp_path))
+    env = R.env_dir("trl", "9.9.9")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    (env / ".grpo-identity-ready").write_text("trl==9.9.9\n")
+    return env, R._python_of(env)
+
+
+def test_a_cached_environment_finds_the_running_project_whichever_made_it(tmp_path, monkeypatch):
+    env, python = _bare_release_env(tmp_path, monkeypatch)
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    # made by an earlier version from another clone: its .pth names a project environment now gone
+    (env / site / "_grpo_identity_base.pth").write_text("import site; site.addsitedir('/nonexistent/.venv/lib/python3.11/site-packages')\n")
+    assert R.ensure("trl", "9.9.9").python == str(python)
+    probe = [str(python), "-c", "import grpo_identity.checks.target"]
+    assert subprocess.run(probe, cwd=tmp_path, env=R.child_environ(), capture_output=True).returncode == 0
+    bare = {k: v for k, v in R.child_environ().items() if k != R.BASE_SITE_VAR}
+    assert subprocess.run(probe, cwd=tmp_path, env=bare, capture_output=True).returncode != 0  # the variable is what links it
 
 
 def test_release_and_releases_together_is_a_usage_error(capsys):
