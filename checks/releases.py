@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BASE_SITE_VAR", "RELEASE_PINS", "TORCH_PIN", "child_environ", "env_root", "env_dir", "release_pins", "ensure", "ReleaseEnv"]
+__all__ = ["BASE_SITE_VAR", "NO_DEPS", "RELEASE_PINS", "TORCH_PIN", "child_environ", "env_root", "env_dir", "install_commands", "no_deps", "release_pins", "ensure", "ReleaseEnv"]
 
 #: the project's torch (this machine's CPU wheel); named on every pip command line
 TORCH_PIN = "torch==2.13.0"
@@ -48,6 +48,12 @@ RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     # the trainer module (ray_trainer) imports these beyond verl's declared requirements
     ("verl", "0.0", "99"): ("cachetools", "uvicorn", "fastapi", "pillow", "torchdata"),
 }
+#: (framework, first release, first release no longer needing it) -> packages installed with
+#: ``--no-deps`` beside the release, which itself then goes in with ``--no-deps`` too: for
+#: frameworks whose declared requirements cannot install here (a CUDA stack, another torch).
+#: What they do need is then listed in :data:`RELEASE_PINS` (installed with their dependencies,
+#: under the same constraints).
+NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = {}
 
 
 def _key(v: str) -> tuple[int, ...]:
@@ -61,6 +67,23 @@ def _key(v: str) -> tuple[int, ...]:
 def release_pins(framework: str, release: str) -> list[str]:
     """The extra requirements :data:`RELEASE_PINS` lists for ``framework`` at ``release``."""
     return [p for (fw, lo, hi), pins in RELEASE_PINS.items() if fw == framework and _key(lo) <= _key(release) < _key(hi) for p in pins]
+
+
+def no_deps(framework: str, release: str) -> list[str] | None:
+    """The packages :data:`NO_DEPS` installs without dependencies beside ``framework==release``,
+    or None when the release installs with its own declared requirements."""
+    rows = [pins for (fw, lo, hi), pins in NO_DEPS.items() if fw == framework and _key(lo) <= _key(release) < _key(hi)]
+    return None if not rows else [p for pins in rows for p in pins]
+
+
+def install_commands(framework: str, release: str, python: str, constraints: str) -> list[list[str]]:
+    """The pip command lines that install ``framework==release`` into a release environment."""
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", constraints]
+    requirement, extra = f"{framework}=={release}", release_pins(framework, release)
+    bare = no_deps(framework, release)
+    if bare is None:
+        return [[*pip, TORCH_PIN, requirement, *extra]]
+    return [[*pip, "--no-deps", requirement, *bare], [*pip, TORCH_PIN, *extra]]
 
 
 def env_root() -> Path:
@@ -127,9 +150,10 @@ def ensure(framework: str, release: str, *, log: Any = None) -> ReleaseEnv:
     constraints = env / "constraints.txt"
     constraints.write_text("\n".join([TORCH_PIN, *NEVER]) + "\n")
     requirement = f"{framework}=={release}"
-    _run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(constraints), TORCH_PIN, requirement, *release_pins(framework, release)], f"pip could not install {requirement} here")
-    module = "verl.trainer.ppo.core_algos" if framework == "verl" else "trl"
-    _run([str(python), "-c", f"import warnings; warnings.filterwarnings('ignore'); import {module}, grpo_identity.checks.target"], f"{requirement} installed but does not import here")
+    for cmd in install_commands(framework, release, str(python), str(constraints)):
+        _run(cmd, f"pip could not install {requirement} here")
+    check = f"import warnings; warnings.filterwarnings('ignore'); import grpo_identity.checks.frameworks.{framework} as d; d.import_check()"
+    _run([str(python), "-c", check], f"{requirement} installed but does not import here")
     stamp.write_text(requirement + "\n")
     return ReleaseEnv(framework, release, str(python))
 

@@ -27,12 +27,20 @@ import numpy as np
 
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 
-__all__ = ["grpo_config", "advantage_target", "gradient_target", "COMPLETION_LENGTH"]
+__all__ = ["import_check", "grpo_config", "advantage_target", "gradient_target", "COMPLETION_LENGTH"]
 
 #: completion length budget (tokens) of the gradient probes
 COMPLETION_LENGTH = 6
 #: what the driver sets before the user's config: CPU, no logging, no checkpoints, no KL model
 DRIVER_DEFAULTS: dict[str, Any] = {"use_cpu": True, "bf16": False, "report_to": "none", "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": COMPLETION_LENGTH, "beta": 0.0, "logging_steps": 1, "save_strategy": "no"}
+
+
+def import_check() -> None:
+    """Import what the driver needs (a release environment's smoke test)."""
+    import importlib
+
+    importlib.import_module("trl")
+    importlib.import_module("grpo_identity.checks.target")
 
 
 def grpo_config(spec: FrameworkSpec) -> Any:

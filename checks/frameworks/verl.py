@@ -28,13 +28,21 @@ import numpy as np
 
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 
-__all__ = ["compose", "advantage_target", "estimator_target", "gradient_target", "lengths_for"]
+__all__ = ["import_check", "compose", "advantage_target", "estimator_target", "gradient_target", "lengths_for"]
 
 #: response length budget of the probe batches (tokens)
 RESPONSE_LENGTH = 6
 #: settings every verl run must give (the actor's micro-batch size has no default); the user's
 #: ``--set`` come after and win
 DRIVER_SETS = (("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "1"),)
+
+
+def import_check() -> None:
+    """Import what the driver needs (a release environment's smoke test)."""
+    import importlib
+
+    importlib.import_module("verl.trainer.ppo.core_algos")
+    importlib.import_module("grpo_identity.checks.target")
 
 
 def lengths_for(n: int, seed: int = 0) -> np.ndarray:

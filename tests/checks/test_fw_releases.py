@@ -112,3 +112,13 @@ def test_releases_prints_one_line_per_release(capsys):
     assert code == 0 and len(lines) == 2
     assert lines[0].startswith("trl 0.22.0: PASS  matches dr_grpo") and lines[1].startswith("trl 1.16.0: PASS  matches trl")
     assert np.all([" (centre mean" in ln for ln in lines])
+
+
+def test_a_framework_installed_without_its_requirements_gets_two_pip_commands(monkeypatch):
+    monkeypatch.setitem(R.NO_DEPS, ("demo", "0.0", "2.0"), ("torchdata",))
+    monkeypatch.setitem(R.RELEASE_PINS, ("demo", "0.0", "99"), ("ray",))
+    first, second = R.install_commands("demo", "1.0", "py", "c.txt")
+    assert first[-3:] == ["--no-deps", "demo==1.0", "torchdata"] and "torch==2.13.0" not in first
+    assert second[-2:] == ["torch==2.13.0", "ray"] and "--no-deps" not in second
+    assert R.no_deps("demo", "2.0") is None and len(R.install_commands("demo", "2.0", "py", "c.txt")) == 1  # past the range: one command, with dependencies
+    assert all(cmd[cmd.index("-c") + 1] == "c.txt" for cmd in (first, second))
