@@ -32,7 +32,7 @@ import numpy as np
 from grpo_identity import dial as D
 from grpo_identity.checks import properties as P
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, Inferred, infer_dial, infer_keep_rule
-from grpo_identity.checks.target import ChildTarget, LocalTarget, TargetCrashed, TargetError, TargetMalformed, TargetTimeout
+from grpo_identity.checks.target import ChildTarget, LocalTarget, TargetCrashed, TargetError, TargetMalformed, TargetTimeout, malformed
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -293,7 +293,7 @@ def audit(
     *,
     isolate: bool | None = None,
     progress: bool = False,
-    level: str = "advantage",
+    level: str | None = None,
     python: str | None = None,
     load_timeout: float | None = None,
 ) -> Any:
@@ -306,19 +306,24 @@ def audit(
     child's interpreter (a release's environment, :mod:`~grpo_identity.checks.releases`);
     ``load_timeout``: seconds for loading the target (default ``timeout``).  ``level``:
     'advantage' (an :class:`AuditReport`) or 'gradient' (a framework's loss gradient, a
-    :class:`~grpo_identity.checks.gradient.GradientReport`).  Raises
+    :class:`~grpo_identity.checks.gradient.GradientReport`, with the advantage audit of the same
+    target inside); by default a framework spec's own ``level``, else 'advantage'.  Raises
     :class:`~grpo_identity.checks.target.TargetImportError` when the target cannot be loaded.
     """
+    if level is None:
+        from grpo_identity.checks.frameworks import FrameworkSpec
+
+        level = target.level if isinstance(target, FrameworkSpec) else "advantage"
     if level not in ("advantage", "gradient"):
         raise ValueError(f"level must be 'advantage' or 'gradient', got {level!r}")
-    if level == "gradient":
-        return _audit_gradient(target, expect, timeout, isolate, python, load_timeout)
     if kind not in ("advantage", "filter"):
         raise ValueError(f"kind must be 'advantage' or 'filter', got {kind!r}")
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
         raise ValueError(f"max_examples must be a positive integer, got {max_examples!r}")
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if level == "gradient":
+        return _audit_gradient(target, expect, timeout, isolate, python, load_timeout, max_examples, progress)
     exp = D.preset(expect) if isinstance(expect, str) else expect
     t0 = time.perf_counter()
     name = _name(target)
@@ -345,8 +350,10 @@ def _name(target: Any) -> str:
     return target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
 
 
-def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, isolate: bool | None, python: str | None = None, load_timeout: float | None = None) -> Any:
-    """The gradient-level audit of a framework target (see :mod:`grpo_identity.checks.gradient`)."""
+def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, isolate: bool | None, python: str | None = None, load_timeout: float | None = None, max_examples: int = 200, progress: bool = False) -> Any:
+    """The gradient-level audit of a framework target (see :mod:`grpo_identity.checks.gradient`),
+    then the advantage-level audit of the advantages the same target computed (one child process
+    serves both): the verdict is the worse of the two."""
     from grpo_identity.checks.gradient import GradientReport, audit_gradient
 
     name = _name(target)
@@ -361,9 +368,58 @@ def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, is
             report = audit_gradient(tgt, expect=exp, name=name)
         except TargetError as exc:
             report = GradientReport(name, "fail", exp, {"per_sample_weight": None}, [Finding("probe", _failure(exc, " on the gradient probes"))])
+        else:
+            ref = expect if isinstance(expect, D.Dial) else (D.preset(expect) if expect else None)
+            t1 = time.perf_counter()
+            adv = _audit_open(_AdvantageView(tgt), name, "advantage", ref, max_examples, progress)
+            adv.seconds = time.perf_counter() - t1
+            _combine(report, adv)
         report.target_info = dict(getattr(tgt, "info", {}) or {}) or dict(getattr(getattr(tgt, "fn", None), "grpo_identity_info", {}) or {})
     report.seconds = time.perf_counter() - t0
     return report
+
+
+class _AdvantageView:
+    """A gradient target seen as an advantage function: ``fn(rewards, G)`` → the advantages it
+    computed on answers of the gradient probes' lengths.  A target whose info says
+    ``lengths_optional`` (the framework drivers) is called with ``lengths=None`` and skips its
+    loss; any other gets lengths and its loss is computed and ignored."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self._skip_loss = bool((getattr(target, "info", None) or {}).get("lengths_optional"))
+        self.last_issue: str | None = None
+        self.last_overwrite: str | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def __call__(self, rewards: np.ndarray, group_size: int) -> Any:
+        from grpo_identity.checks.gradient import answer_lengths
+
+        out = self._target(rewards, group_size, None if self._skip_loss else answer_lengths(len(rewards)))
+        adv = out.get("advantages") if isinstance(out, dict) else None
+        bad = malformed(adv, "advantage")
+        if bad is not None:
+            raise TargetMalformed(f"{bad} (the 'advantages' of its gradient output)")
+        return np.asarray(adv, dtype=np.float64)
+
+
+_SEVERITY = {"pass": 0, "deviation": 1, "fail": 2}
+
+
+def _combine(report: Any, adv: AuditReport) -> None:
+    """Fold the advantage-level audit into a gradient report: the dial beside the weight law, the
+    advantage findings first, the worse verdict.  The gradient audit's own ``matches_preset``
+    (the probes' c(k, G) against the expected preset) is dropped: the advantage audit says it,
+    with the dial."""
+    report.advantage = adv
+    report.matches = adv.matches
+    report.inferred = {**adv.inferred.to_dict(), **report.inferred}
+    own = [f for f in report.findings if f.property != "matches_preset"]
+    levels = [f.severity for f in own if f.severity in _SEVERITY]
+    report.findings = [*adv.findings, *own]
+    report.verdict = max([adv.verdict, *levels], key=_SEVERITY.__getitem__)
 
 
 def _audit_open(tgt: Any, name: str, kind: str, exp: D.Dial | None, max_examples: int, progress: bool) -> AuditReport:

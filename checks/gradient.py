@@ -33,7 +33,7 @@ import numpy as np
 from grpo_identity import dial as D
 from grpo_identity.checks.infer import probe_batch
 
-__all__ = ["GradientReport", "audit_gradient", "WEIGHTS", "GRADIENT_GROUP_SIZES"]
+__all__ = ["GradientReport", "audit_gradient", "answer_lengths", "WEIGHTS", "GRADIENT_GROUP_SIZES"]
 
 #: group sizes of the gradient probes
 GRADIENT_GROUP_SIZES = (2, 3, 4, 8)
@@ -45,6 +45,16 @@ WEIGHTS = {
 }
 #: relative tolerance of the float32 checks
 RTOL = 1e-4
+#: relative tolerance when the loss's coefficients come out in bfloat16 (8 bits of mantissa)
+RTOL_BF16 = 1e-2
+
+
+def coefficient_precision(C: np.ndarray) -> str:
+    """'bfloat16' when every coefficient is a bfloat16 number (a loss computed in bf16), else
+    'float32' (a float32 or float64 loss: the float32 tolerance applies)."""
+    x = np.asarray(C, dtype=np.float32).ravel()
+    x = x[np.isfinite(x) & (x != 0)]
+    return "bfloat16" if x.size and not np.any(x.view(np.uint32) & np.uint32(0xFFFF)) else "float32"
 
 
 @dataclass
@@ -61,20 +71,25 @@ class GradientReport:
     target_info: dict[str, Any] = field(default_factory=dict)
     level: str = "gradient"
     matches: str | None = None
+    advantage: Any = None
+    """The advantage-level audit of the same target (an ``AuditReport``), when it was run too."""
 
     @property
     def passed(self) -> bool:
         return self.verdict != "fail"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "level": self.level, "verdict": self.verdict, "matches": self.matches, "expected": self.expected, "inferred": self.inferred, "findings": [f.to_dict() for f in self.findings], "coefficient_table": self.coefficient_table, "seconds": round(self.seconds, 3), "target_info": self.target_info}
+        out = {"target": self.target, "level": self.level, "verdict": self.verdict, "matches": self.matches, "expected": self.expected, "inferred": self.inferred, "findings": [f.to_dict() for f in self.findings], "coefficient_table": self.coefficient_table, "seconds": round(self.seconds, 3), "target_info": self.target_info}
+        if self.advantage is not None:
+            out["advantage"] = self.advantage.to_dict()
+        return out
 
     def format(self) -> str:
         from grpo_identity.foundation import format_table
 
         info = ", ".join(f"{k} {v}" for k, v in self.target_info.items() if k in ("framework", "version", "entry", "loss_type", "loss_agg_mode") and v)
         inf = self.inferred
-        lines = [f"gradient audit of {self.target}" + (f" ({info})" if info else ""), f"verdict: {self.verdict.upper()}   level: gradient   expected: {self.expected or 'any preset'}"]
+        lines = [f"gradient audit of {self.target}" + (f" ({info})" if info else ""), f"verdict: {self.verdict.upper()}   level: gradient   matches: {self.matches or '-'}   expected: {self.expected or 'any preset'}"]
         lines.append(f"per-sample weight: {inf.get('per_sample_weight')} ({WEIGHTS.get(inf.get('per_sample_weight') or '', 'no known law')})")
         lines.append(f"silent groups give zero gradient: {'yes' if inf.get('silent_groups_zero_gradient') else 'NO'}; token weights uniform within an answer: {'yes' if inf.get('uniform_within_answer') else 'NO'}")
         if self.coefficient_table:
@@ -82,6 +97,9 @@ class GradientReport:
             lines.append("effective coefficient c in g = c·(s̄₊ʷ − s̄₋ʷ) (the loss's scale included) and the advantage-level c(k, G) = (k/G)·Â₊:")
             rows = [[r["G"], r["k"], r["c_gradient"], r["c_advantage"], r["c_reference"] if r["c_reference"] is not None else "-", r["G1_residual"]] for r in self.coefficient_table]
             lines.append(format_table(rows, ["G", "k", "c gradient", "c advantage", "c reference", "G1 residual"]))
+        if self.advantage is not None:
+            adv = self.advantage.format().splitlines()
+            lines += ["", "advantage level (the same configuration's advantages, property-tested):", *(f"  {ln}" for ln in adv[1:] if not ln.startswith(("findings", "  [")))]
         lines.append("")
         lines.append("findings:" if self.findings else "findings: none")
         for f in self.findings:
@@ -91,7 +109,7 @@ class GradientReport:
         return "\n".join(lines)
 
 
-def _lengths(n: int, longer: int) -> np.ndarray:
+def answer_lengths(n: int, longer: int = 0) -> np.ndarray:
     """Answer lengths 1…6, different from row to row; ``longer`` tokens more (at most 6) for the
     second batch, so that the two batches hold different token totals."""
     return np.minimum(1 + (np.arange(n) * 5 + n) % 6 + longer, 6)
@@ -113,24 +131,24 @@ def _per_answer(C: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, float]:
     return a, float(spread.max() / scale)
 
 
-def _law(u: list[np.ndarray], L: list[np.ndarray]) -> tuple[str, str]:
+def _law(u: list[np.ndarray], L: list[np.ndarray], rtol: float = RTOL) -> tuple[str, str]:
     """The weight law of uᵢ = aᵢ/Âᵢ over the calls (same rows, different lengths)."""
 
     def flat(x: np.ndarray) -> bool:
         x = x[np.isfinite(x)]
-        return bool(x.size) and float(np.ptp(x)) <= 10 * RTOL * float(np.abs(x).max())
+        return bool(x.size) and float(np.ptp(x)) <= 10 * rtol * float(np.abs(x).max())
 
     if all(flat(ui) for ui in u):
         per_call = [float(np.nanmedian(ui)) for ui in u]
         totals = [float(li.sum()) for li in L]
-        if abs(per_call[0] - per_call[1]) <= 10 * RTOL * abs(per_call[0]):
+        if abs(per_call[0] - per_call[1]) <= 10 * rtol * abs(per_call[0]):
             return "constant", f"uᵢ = {per_call[0]:.6g} for every answer, whatever the lengths"
-        if abs(per_call[0] * totals[0] - per_call[1] * totals[1]) <= 10 * RTOL * abs(per_call[0] * totals[0]):
+        if abs(per_call[0] * totals[0] - per_call[1] * totals[1]) <= 10 * rtol * abs(per_call[0] * totals[0]):
             return "1/batch_tokens", f"uᵢ·(tokens in the batch) = {per_call[0] * totals[0]:.6g} in batches of {totals[0]:g} and {totals[1]:g} tokens"
         return "other", f"one weight per batch that follows no known law ({per_call[0]:.6g} at {totals[0]:g} tokens, {per_call[1]:.6g} at {totals[1]:g})"
     if all(flat(ui * li) for ui, li in zip(u, L)):
         prod = [float(np.nanmedian(ui * li)) for ui, li in zip(u, L)]
-        if abs(prod[0] - prod[1]) <= 10 * RTOL * abs(prod[0]):
+        if abs(prod[0] - prod[1]) <= 10 * rtol * abs(prod[0]):
             return "1/length", f"uᵢ·|yᵢ| = {prod[0]:.6g} for every answer"
         return "other", f"1/length within a batch, times a factor that depends on the batch ({prod[0]:.6g}, {prod[1]:.6g})"
     return "other", "uᵢ depends on the answer in no known way (neither constant nor 1/length)"
@@ -166,17 +184,21 @@ def audit_gradient(target: Callable[..., Any], expect: str | None = None, sizes:
     rng = np.random.default_rng(seed)
     findings: list[Finding] = []
     laws, table, silent_ok, uniform, spread_max = [], [], True, True, 0.0
+    precisions: set[str] = set()
     ref = D.preset(expect) if expect else None
     for G in sizes:
         r = probe_batch(G)
-        calls = [(_lengths(r.size, s), *_call(target, r, G, _lengths(r.size, s))) for s in (0, 2)]
+        calls = [(answer_lengths(r.size, s), *_call(target, r, G, answer_lengths(r.size, s))) for s in (0, 2)]
+        precision = coefficient_precision(np.concatenate([C.ravel() for _, _, C, _ in calls]))
+        precisions.add(precision)
+        rtol = RTOL_BF16 if precision == "bfloat16" else RTOL
         us, Ls = [], []
         for L, A, C, M in calls:
             if np.abs(C * (1 - M)).max() > 0:
                 findings.append(Finding("masked_tokens", f"G={G}: tokens past the end of an answer get a gradient", {"group_size": G}))
             a, spread = _per_answer(C, M)
             spread_max = max(spread_max, spread)
-            if spread > 10 * RTOL:
+            if spread > 10 * rtol:
                 uniform = False
             R = r.reshape(-1, G)
             silent = np.repeat(R.max(1) == R.min(1), G)
@@ -187,7 +209,7 @@ def audit_gradient(target: Callable[..., Any], expect: str | None = None, sizes:
             live = ~silent & (A != 0)
             us.append(np.where(live, a / np.where(A == 0, 1.0, A), np.nan))
             Ls.append(L.astype(np.float64))
-        law, why = _law(us, Ls)
+        law, why = _law(us, Ls, rtol)
         laws.append((G, law, why))
         L, A, C, M = calls[0]
         a, _ = _per_answer(C, M)
@@ -215,7 +237,7 @@ def audit_gradient(target: Callable[..., Any], expect: str | None = None, sizes:
             if ratios and max(abs(x - 1) for x in ratios) > 1e3 * RTOL:
                 verdict = "deviation"
                 findings.append(Finding("matches_preset", f"the advantage-level c(k, G) is {min(ratios):.6g}–{max(ratios):.6g} × {ref.name}'s", {}, "deviation"))
-    inferred = {"per_sample_weight": law, "weight_by_group_size": {str(G): {"law": lw, "why": why} for G, lw, why in laws}, "silent_groups_zero_gradient": silent_ok, "uniform_within_answer": uniform}
+    inferred = {"per_sample_weight": law, "coefficient_precision": "bfloat16" if "bfloat16" in precisions else "float32", "weight_by_group_size": {str(G): {"law": lw, "why": why} for G, lw, why in laws}, "silent_groups_zero_gradient": silent_ok, "uniform_within_answer": uniform}
     report = GradientReport(str(name or getattr(target, "__qualname__", "target")), verdict, ref.name if ref else None, inferred, findings, coefficient_table=table)
     report.seconds = time.perf_counter() - t0
     return report

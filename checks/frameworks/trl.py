@@ -146,11 +146,15 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     eos = trainer.processing_class.eos_token_id
     pad = trainer.processing_class.pad_token_id
 
-    def trl_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    def trl_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray | None) -> dict[str, np.ndarray]:
         inputs = _score(trainer, state, rewards, group_size)
-        ids, mask = inputs["completion_ids"].clone(), torch.zeros_like(inputs["completion_mask"])  # (B, T)
-        if ids.shape[1] < int(np.max(lengths)):
-            raise AdapterError(f"TRL {version('trl')}: completions are {ids.shape[1]} tokens, shorter than the probe's {int(np.max(lengths))}")
+        if lengths is None:  # the advantages alone (the advantage audit of the same run)
+            return {"advantages": inputs["advantages"].detach().double().numpy()}
+        ids = inputs["completion_ids"].clone()  # (B, T): T is the longest completion generated
+        short = int(np.max(lengths)) - ids.shape[1]
+        if short > 0:  # every sampled completion ended early: pad, then lay the probe's lengths out
+            ids = torch.cat([ids, torch.full((ids.shape[0], short), pad, dtype=ids.dtype)], dim=1)
+        mask = torch.zeros(ids.shape, dtype=inputs["completion_mask"].dtype)
         for i, ell in enumerate(np.asarray(lengths, dtype=int)):
             ids[i, ell - 1], ids[i, ell:], mask[i, :ell] = eos, pad, 1  # EOS at ell, nothing after
         inputs = {**inputs, "completion_ids": ids, "completion_mask": mask}
@@ -159,12 +163,13 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         for key in ("old_per_token_logps", "importance_sampling_ratio", "sampling_per_token_logps"):
             inputs.pop(key, None)  # on-policy first step: old = current
         trainer.model.zero_grad()
-        loss = trainer.compute_loss(trainer.model, inputs)
+        with trainer.compute_loss_context_manager():  # as Trainer.training_step calls it (autocast under bf16)
+            loss = trainer.compute_loss(trainer.model, inputs)
         loss.backward()
         grad = kept["logps"].grad
         return {"advantages": inputs["advantages"].detach().double().numpy(), "coefficients": -grad.double().numpy(), "mask": mask.double().numpy()}
 
-    trl_loss_gradient.grpo_identity_info = {**_info(spec, args, "GRPOTrainer.compute_loss (autograd)"), "loss_type": str(args.loss_type)}  # type: ignore[attr-defined]
+    trl_loss_gradient.grpo_identity_info = {**_info(spec, args, "GRPOTrainer.compute_loss (autograd)"), "loss_type": str(args.loss_type), "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no")), "lengths_optional": True}  # type: ignore[attr-defined]
     return trl_loss_gradient
 
 

@@ -163,8 +163,10 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         raise AdapterError(f"verl {version('verl')} rejects the actor config ({spec.describe()}): {str(exc).splitlines()[-1]}") from None
     loss_fn = get_policy_loss_fn(actor.policy_loss.get("loss_mode", "vanilla"))
 
-    def verl_policy_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray) -> dict[str, np.ndarray]:
-        adv, data, order = _advantages(ray_trainer, cfg, rewards, int(group_size), lengths)
+    def verl_policy_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray | None) -> dict[str, np.ndarray]:
+        adv, data, order = _advantages(ray_trainer, cfg, rewards, int(group_size), lengths_for(len(rewards)) if lengths is None else lengths)
+        if lengths is None:  # the advantages alone (the advantage audit of the same run)
+            return {"advantages": adv}
         mask = data.batch["response_mask"]
         log_prob = torch.full(mask.shape, -1.0, requires_grad=True)  # (bs, T); on-policy: old = current
         if hasattr(actor, "global_batch_info"):  # from 0.8 on: agg_loss over the global batch (one rank here)
@@ -175,7 +177,7 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         coeff[order], m[order] = -grad.double().numpy(), mask.double().numpy()
         return {"advantages": adv, "coefficients": coeff, "mask": m}
 
-    verl_policy_loss_gradient.grpo_identity_info = {**_info(spec, cfg, "ray_trainer.compute_advantage + core_algos policy loss (agg_loss)"), "loss_agg_mode": str(actor.loss_agg_mode), "loss_mode": str(actor.policy_loss.get("loss_mode", "vanilla"))}  # type: ignore[attr-defined]
+    verl_policy_loss_gradient.grpo_identity_info = {**_info(spec, cfg, "ray_trainer.compute_advantage + core_algos policy loss (agg_loss)"), "loss_agg_mode": str(actor.loss_agg_mode), "loss_mode": str(actor.policy_loss.get("loss_mode", "vanilla")), "lengths_optional": True}  # type: ignore[attr-defined]
     return verl_policy_loss_gradient
 
 

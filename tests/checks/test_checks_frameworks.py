@@ -95,7 +95,7 @@ def test_trl_grpo_trainer_scale_rewards_settings(spec, verdict, matches, scale):
 @pytest.mark.slow
 def test_the_cli_audits_a_framework_and_prints_json(capsys):
     _need("verl.trainer.ppo.core_algos")
-    code = main(["audit", "verl:rloo", "--json", "--max-examples", "20"])
+    code = main(["audit", "verl:rloo", "--level", "advantage", "--json", "--max-examples", "20"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert out["verdict"] == "pass" and out["matches"] == "rloo" and out["target_info"]["version"] == TESTED_VERSIONS["verl"]
@@ -107,9 +107,11 @@ def test_the_cli_audits_a_framework_and_prints_json(capsys):
 def test_verl_grpo_without_std_normalisation_through_the_trainer_is_dr_grpo(capsys):
     _need("verl.trainer.ppo.ray_trainer")
     argv = ["audit", "verl", "--set", "algorithm.adv_estimator=grpo", "--set", "algorithm.norm_adv_by_std_in_grpo=false", "--expect", "dr_grpo", "--max-examples", "30", "--json"]
-    code = main(argv)
+    code = main(argv)  # the default level for a framework: the gradient, then the advantages
     out = json.loads(capsys.readouterr().out)
-    assert code == 0 and out["verdict"] == "pass" and out["matches"] == "dr_grpo"
+    assert code == 0 and out["level"] == "gradient" and out["matches"] == "dr_grpo" and out["inferred"]["scale"] == "none"
+    assert out["advantage"]["verdict"] == "pass"  # the advantages are Dr. GRPO's ...
+    assert out["verdict"] == "deviation" and out["inferred"]["per_sample_weight"] == "1/batch_tokens"  # ... token-mean is not its constant weight
     assert out["target_info"]["entry"].startswith("ray_trainer.compute_advantage") and out["target_info"]["norm_adv_by_std_in_grpo"] is False
 
 
@@ -144,11 +146,23 @@ def test_a_configuration_the_framework_rejects_is_a_usage_error_not_a_fail(argv,
 @pytest.mark.parametrize("loss_type, weight", [("grpo", "1/length"), ("dr_grpo", "constant"), ("bnpo", "1/batch_tokens"), ("dapo", "1/batch_tokens")])
 def test_trl_compute_loss_names_the_per_sample_weight_of_each_loss_type(loss_type, weight, capsys):
     _need("trl")
-    code = main(["audit", "trl", "--set", f"loss_type={loss_type}", "--level", "gradient", "--json"])
+    code = main(["audit", "trl", "--set", f"loss_type={loss_type}", "--level", "gradient", "--max-examples", "20", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["level"] == "gradient"
     assert out["inferred"]["per_sample_weight"] == weight and out["inferred"]["silent_groups_zero_gradient"]
-    assert out["verdict"] == ("pass" if weight == "constant" else "deviation")
+    assert out["verdict"] == ("pass" if weight == "constant" else "deviation") and out["matches"] == "trl"  # its advantages: group std, ddof 1
+
+
+@pytest.mark.slow
+def test_trl_under_bf16_mixed_precision_keeps_the_identity_at_the_gradient(capsys):
+    _need("trl")
+    code = main(["audit", "trl", "--set", "bf16=true", "--set", "loss_type=dr_grpo", "--set", "scale_rewards=none", "--max-examples", "20", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    # compute_loss runs under the trainer's bf16 autocast; TRL's log-probabilities and loss stay
+    # float32, so the coefficients are float32 and Dr. GRPO's constant weight survives
+    assert code == 0 and out["target_info"]["mixed_precision"] == "bf16"
+    assert out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["per_sample_weight"] == "constant"
+    assert out["inferred"]["coefficient_precision"] == "float32" and out["inferred"]["silent_groups_zero_gradient"]
 
 
 @pytest.mark.slow
@@ -161,7 +175,7 @@ def test_verl_agg_loss_names_the_per_sample_weight_of_each_loss_agg_mode(mode, w
     from grpo_identity.checks.frameworks import FrameworkSpec
 
     spec = FrameworkSpec("verl", sets=(("algorithm.adv_estimator", "grpo"), ("actor_rollout_ref.actor.loss_agg_mode", mode)), level="gradient")
-    report = audit(spec, level="gradient", isolate=False)
+    report = audit(spec, level="gradient", isolate=False, max_examples=20)
     assert report.inferred["per_sample_weight"] == weight, report.format()
     assert report.inferred["silent_groups_zero_gradient"] and max(r["G1_residual"] for r in report.coefficient_table) < 1e-3
 

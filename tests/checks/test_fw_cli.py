@@ -54,7 +54,7 @@ def test_a_verl_yaml_config_is_read_as_the_trainer_reads_it(tmp_path, capsys):
 
     cfg = tmp_path / "run.yaml"
     cfg.write_text("algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: false\n")
-    assert main(["audit", "verl", "--config", str(cfg), "--expect", "dr_grpo", "--max-examples", "20", "--json"]) == 0
+    assert main(["audit", "verl", "--config", str(cfg), "--level", "advantage", "--expect", "dr_grpo", "--max-examples", "20", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["scale"] == "none"
 

@@ -73,3 +73,69 @@ def test_the_json_names_level_verdict_inferred_weight_and_findings():
     assert out["level"] == "gradient" and out["verdict"] == "deviation"
     assert out["inferred"]["per_sample_weight"] == "1/length"
     assert {"property", "message", "severity"} <= set(out["findings"][0])
+
+
+# --- the gradient level as the audit runs it: the advantage audit of the same target folded in ---
+def test_the_gradient_level_also_audits_the_advantages_of_the_same_target():
+    from grpo_identity.checks import audit
+
+    report = audit(_target(lambda L, total, n: np.full(L.shape, 1.0 / n), advantage=D.DR_GRPO), level="gradient", expect="dr_grpo", isolate=False, max_examples=30)
+    out = report.to_dict()
+    assert out["verdict"] == "pass" and out["matches"] == "dr_grpo", report.format()
+    assert out["inferred"]["scale"] == "none" and out["inferred"]["centre"] == "mean" and out["inferred"]["per_sample_weight"] == "constant"
+    assert out["advantage"]["level"] == "advantage" and len(out["advantage"]["properties"]) >= 5 and out["advantage"]["examples"] >= 5
+    assert "advantage level" in report.format() and "inferred dial: centre mean, scale none" in report.format()
+
+
+def test_the_worse_verdict_of_the_two_levels_wins_and_the_preset_check_is_said_once():
+    from grpo_identity.checks import audit
+
+    alone = audit_gradient(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO), expect="grpo")
+    both = audit(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO), level="gradient", expect="grpo", isolate=False, max_examples=30)
+    assert alone.verdict == "deviation"  # the gradient level alone: c(k, G) off by a factor
+    assert both.verdict == "fail" and both.matches == "dr_grpo"  # the advantage level: c ∝ σ² where GRPO's c ∝ σ
+    assert [f.property for f in both.findings].count("matches_preset") == 1
+
+
+def _as_bf16(x):
+    import torch
+
+    return torch.as_tensor(x, dtype=torch.float32).to(torch.bfloat16).float().double().numpy()
+
+
+def test_a_loss_computed_in_bf16_is_judged_at_bf16_precision_not_failed_for_rounding():
+    fp32 = _target(lambda L, total, n: 1.0 / (n * L))
+
+    def bf16(rewards, G, lengths):  # the same loss, its coefficients rounded to bfloat16
+        out = fp32(rewards, G, lengths)
+        return {**out, "coefficients": _as_bf16(out["coefficients"])}
+
+    report = audit_gradient(bf16)
+    assert report.inferred["coefficient_precision"] == "bfloat16" and report.inferred["per_sample_weight"] == "1/length", report.format()
+    assert report.verdict == "deviation" and report.inferred["uniform_within_answer"]
+    assert audit_gradient(fp32).inferred["coefficient_precision"] == "float32"
+
+
+def test_bf16_rounding_does_not_hide_a_wrong_weight():
+    wrong = _target(lambda L, total, n: 1.0 / (L * L))
+
+    def bf16(rewards, G, lengths):
+        out = wrong(rewards, G, lengths)
+        return {**out, "coefficients": _as_bf16(out["coefficients"])}
+
+    assert audit_gradient(bf16).verdict == "fail"
+
+
+def test_a_driver_that_says_lengths_are_optional_is_spared_its_loss_in_the_advantage_audit():
+    from grpo_identity.checks import audit
+
+    inner, seen = _target(lambda L, total, n: np.ones_like(L)), []
+
+    def fn(rewards, G, lengths):
+        seen.append(lengths is None)
+        return {"advantages": D.advantages(rewards, G, D.GRPO)} if lengths is None else inner(rewards, G, lengths)
+
+    fn.grpo_identity_info = {"lengths_optional": True}
+    report = audit(fn, level="gradient", isolate=False, max_examples=20)
+    assert report.verdict == "pass" and report.matches == "grpo", report.format()
+    assert seen.count(False) == 2 * 4 and seen.count(True) > 20  # two gradient probes per G; the rest without a loss

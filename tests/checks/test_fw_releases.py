@@ -96,7 +96,7 @@ def _env_or_skip(framework, release):
 @pytest.mark.frameworks
 def test_trl_0_22_0_does_not_scale_by_the_group_std_under_its_default_scale_rewards(capsys):
     _env_or_skip("trl", "0.22.0")
-    code = main(["audit", "trl", "--release", "0.22.0", "--set", "scale_rewards=group", "--max-examples", "20", "--json"])
+    code = main(["audit", "trl", "--release", "0.22.0", "--set", "scale_rewards=group", "--level", "advantage", "--max-examples", "20", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["target_info"]["version"] == "0.22.0"
     assert out["inferred"]["scale"] == "none" and out["matches"] == "dr_grpo"  # the released bug: 'group' skips the std
@@ -110,8 +110,10 @@ def test_releases_prints_one_line_per_release(capsys):
     code = main(["audit", "trl", "--releases", "0.22.0,1.16.0", "--max-examples", "20"])
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
     assert code == 0 and len(lines) == 2
-    assert lines[0].startswith("trl 0.22.0: PASS  matches dr_grpo") and lines[1].startswith("trl 1.16.0: PASS  matches trl")
-    assert np.all([" (centre mean" in ln for ln in lines])
+    # the default level (gradient): each release's advantages, and its default loss_type's weight
+    # (0.22: bnpo, 1.16: dapo; both normalise by the batch's tokens)
+    assert lines[0].startswith("trl 0.22.0: DEVIATION  matches dr_grpo") and lines[1].startswith("trl 1.16.0: DEVIATION  matches trl")
+    assert np.all([" (centre mean" in ln and "per-sample weight 1/batch_tokens" in ln for ln in lines])
 
 
 def test_a_framework_installed_without_its_requirements_gets_two_pip_commands(monkeypatch):
@@ -122,3 +124,23 @@ def test_a_framework_installed_without_its_requirements_gets_two_pip_commands(mo
     assert second[-2:] == ["torch==2.13.0", "ray"] and "--no-deps" not in second
     assert R.no_deps("demo", "2.0") is None and len(R.install_commands("demo", "2.0", "py", "c.txt")) == 1  # past the range: one command, with dependencies
     assert all(cmd[cmd.index("-c") + 1] == "c.txt" for cmd in (first, second))
+
+
+def test_a_framework_not_installed_here_is_audited_in_its_tested_release_environment(monkeypatch, capsys):
+    import importlib.util as iu
+
+    from grpo_identity.checks.adapters import TESTED_VERSIONS
+
+    real = iu.find_spec
+    monkeypatch.setattr(iu, "find_spec", lambda name, *a: None if name == "trl" else real(name, *a))
+    asked = []
+
+    def no_pip_here(framework, release, **kw):
+        asked.append((framework, release))
+        raise AdapterError("pip could not install trl here: no network")
+
+    monkeypatch.setattr(R, "ensure", no_pip_here)
+    assert main(["audit", "trl", "--set", "loss_type=grpo"]) == 2
+    err = capsys.readouterr().err
+    assert asked == [("trl", TESTED_VERSIONS["trl"])]
+    assert "trl is not installed here: auditing its release" in err and f"--release {TESTED_VERSIONS['trl']}: pip could not install" in err

@@ -3,7 +3,7 @@
 TARGET is ``path/to/file.py:function``, ``package.module:function``, a preset (``grpo``,
 ``dr_grpo`` …) or a framework configured as its users configure it::
 
-    grpo-identity audit trl --set loss_type=dr_grpo --set scale_rewards=none --level gradient
+    grpo-identity audit trl --set loss_type=dr_grpo --set scale_rewards=none   # the gradient, then the advantages
     grpo-identity audit verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo
     grpo-identity audit verl:estimator=grpo_vectorized      # the estimator function alone (bypasses the trainer)
 
@@ -30,8 +30,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="a framework config file (YAML), read as the framework reads it; --set overrides it")
     from grpo_identity.checks.frameworks import LEVELS  # standard library only at import
 
-    p.add_argument("--level", choices=list(LEVELS), help="advantage: the advantages (default); gradient: the gradient of the framework's own loss on completions of different lengths (trl, verl)")
-    p.add_argument("--release", metavar="VERSION", help="audit this release of the framework (trl, verl) in a cached environment of its own ($GRPO_IDENTITY_ENVS, else ~/.cache/grpo-identity/envs)")
+    p.add_argument("--level", choices=list(LEVELS), help="gradient (the default for framework targets): the gradient of the framework's own loss on completions of different lengths, then the advantage audit of the same run; advantage: the advantages alone (faster; the default for functions and presets)")
+    p.add_argument("--release", metavar="VERSION", help="audit this release of the framework in a cached environment of its own ($GRPO_IDENTITY_ENVS, else ~/.cache/grpo-identity/envs); a framework not installed here gets its tested release that way by default")
     p.add_argument("--releases", metavar="A,B,C", help="audit several releases: one line per release")
     p.add_argument("--kind", choices=["advantage", "filter"], default="advantage", help="advantage: one advantage per reward; filter: one bool per group (True = keep)")
     p.add_argument("--expect", metavar="PRESET", help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any)")
@@ -62,7 +62,14 @@ def target_of(args: argparse.Namespace) -> object:
         raise UsageError(str(exc)) from None
     if spec.estimator is not None and (sets or args.config):
         raise UsageError(f"--set and --config configure the trainer path; {args.target!r} is the estimator function alone (write verl --set algorithm.adv_estimator=NAME)")
-    return spec.with_sets(sets, config=args.config, level=args.level or "advantage")
+    if spec.estimator is not None and args.level == "gradient":
+        raise UsageError(f"--level gradient: {args.target!r} is the estimator function alone, it has no loss (write verl --set algorithm.adv_estimator=NAME for the trainer path)")
+    return spec.with_sets(sets, config=args.config, level=args.level or ("advantage" if spec.estimator is not None else "gradient"))
+
+
+def level_of(args: argparse.Namespace, target: object) -> str:
+    """The audit's level: a framework spec's own (gradient unless asked otherwise), else --level."""
+    return str(getattr(target, "level", None) or args.level or "advantage")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,9 +97,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.releases:
         return _releases(args, target)
+    args.release = args.release or _fallback_release(target)
     python = _release_python(args, target) if args.release else None
     try:
-        report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, load_timeout=args.load_timeout, level=args.level or "advantage", progress=not args.json and sys.stderr.isatty(), python=python)
+        report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, load_timeout=args.load_timeout, level=level_of(args, target), progress=not args.json and sys.stderr.isatty(), python=python)
     except TargetImportError as exc:
         raise UsageError(f"{target.framework} {args.release}: {exc}" if args.release else str(exc)) from None  # type: ignore[attr-defined]
     if args.json:
@@ -102,6 +110,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(report.format())
     return 1 if report.verdict == "fail" else 0
+
+
+def _fallback_release(target: object) -> str | None:
+    """The tested release of a framework that is not installed here (OpenRLHF and AReaL never
+    are: their requirements clash with this environment's), audited in its own environment."""
+    import importlib.util
+    import sys
+
+    from grpo_identity.checks.adapters import TESTED_VERSIONS
+    from grpo_identity.checks.frameworks import FrameworkSpec
+
+    if not isinstance(target, FrameworkSpec) or importlib.util.find_spec(target.framework) is not None:
+        return None
+    release = TESTED_VERSIONS.get(target.framework)
+    if release is not None:
+        print(f"{target.framework} is not installed here: auditing its release {release} in an environment of its own (--release VERSION for another)", file=sys.stderr)
+    return release
 
 
 def _release_python(args: argparse.Namespace, target: object) -> str:
@@ -122,13 +147,11 @@ def summary_line(report: object) -> str:
     d = r.to_dict()  # type: ignore[attr-defined]
     info = d.get("target_info", {})
     head = f"{info.get('framework', '?')} {info.get('version', '?')}: {d['verdict'].upper()}"
-    if d.get("level") == "gradient":
-        inf = d["inferred"]
-        return f"{head}  per-sample weight {inf.get('per_sample_weight')}, silent groups {'zero' if inf.get('silent_groups_zero_gradient') else 'NOT zero'}"
     inf = d["inferred"]
     dial = "no dial fits" if inf.get("centre") is None else f"centre {inf['centre']}, scale {inf['scale']}" + ("" if inf["scale"] == "none" else f", ddof {inf['ddof']}, eps {inf['eps']:.3g}")
     first = next((f for f in d["findings"] if f["severity"] == "fail"), None)
-    return f"{head}  matches {d.get('matches') or '-'} ({dial})" + (f"; {first['property']}: {first['message']}" if first else "")
+    weight = f"; per-sample weight {inf.get('per_sample_weight')}, silent groups {'zero' if inf.get('silent_groups_zero_gradient') else 'NOT zero'}" if d.get("level") == "gradient" else ""
+    return f"{head}  matches {d.get('matches') or '-'} ({dial}){weight}" + (f"; {first['property']}: {first['message']}" if first else "")
 
 
 def _releases(args: argparse.Namespace, target: object) -> int:
@@ -147,7 +170,7 @@ def _releases(args: argparse.Namespace, target: object) -> int:
     for release in releases:
         try:
             env = ensure(target.framework, release)  # type: ignore[attr-defined]
-            report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, load_timeout=args.load_timeout, level=args.level or "advantage", python=env.python)
+            report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, load_timeout=args.load_timeout, level=level_of(args, target), python=env.python)
         except (AdapterError, TargetImportError) as exc:
             line, row = f"{target.framework} {release}: ADAPTER ERROR  {exc}", {"release": release, "verdict": "adapter_error", "message": str(exc)}  # type: ignore[attr-defined]
             code = 2

@@ -1,0 +1,137 @@
+"""Run the framework audits the README reports, and write their table from the audits' own output.
+
+Every row of :data:`CASES` is one configuration, audited at each of its releases by the CLI
+(``grpo-identity audit … --release R --json``, each in a fresh process, the release's cached
+environment built first if missing).  The JSON of every audit and its wall time go to
+``results/frameworks/audits.jsonl``; ``results/frameworks/table.md`` is rendered from that file
+alone, and ``--readme`` copies it into README.md between the markers
+``<!-- framework-audits:begin -->`` and ``<!-- framework-audits:end -->``
+(``tests/test_readme.py`` checks that the two agree).
+
+    python scripts/framework_audits.py                 # every case (about half an hour on 2 cores)
+    python scripts/framework_audits.py --only trl      # the cases whose target starts with trl
+    python scripts/framework_audits.py --render-only --readme   # re-render from audits.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "results" / "frameworks"
+BEGIN, END = "<!-- framework-audits:begin -->", "<!-- framework-audits:end -->"
+
+TRL = ("0.22.0", "0.22.2", "1.16.0")
+VERL = ("0.6.0", "0.7.1", "0.9.1")
+#: (target and options as typed after ``grpo-identity audit``, releases)
+CASES: list[tuple[str, tuple[str, ...]]] = [
+    ("trl --set scale_rewards=group --set loss_type=grpo", TRL),
+    ("trl --set scale_rewards=none --set loss_type=dr_grpo", TRL),
+    ("trl --set scale_rewards=batch --set loss_type=grpo", TRL),
+    ("trl --set loss_type=bnpo", TRL),
+    ("trl --set loss_type=dapo", ("1.16.0",)),
+    ("verl --set algorithm.adv_estimator=grpo", VERL),
+    ("verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo", VERL),
+    ("verl --set algorithm.adv_estimator=grpo_vectorized --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo", VERL),
+    ("verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", ("0.7.1", "0.9.1")),
+    ("verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum", ("0.9.1",)),
+    ("verl --set algorithm.adv_estimator=rloo", ("0.9.1",)),
+    ("verl --set algorithm.adv_estimator=opo", ("0.9.1",)),
+    ("verl --set algorithm.adv_estimator=gpg", ("0.9.1",)),
+    ("verl --set algorithm.adv_estimator=reinforce_plus_plus_baseline", ("0.9.1",)),
+    ("verl --set algorithm.adv_estimator=grpo_passk", ("0.9.1",)),
+]
+
+
+def run_case(target: str, release: str) -> dict:
+    """One audit through the CLI; its JSON (or its usage error) and its wall time."""
+    cmd = [sys.executable, "-m", "grpo_identity", "audit", *target.split(), "--release", release, "--json"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    seconds = time.perf_counter() - t0
+    row = {"target": target, "release": release, "exit_code": proc.returncode, "wall_seconds": round(seconds, 1)}
+    if proc.returncode in (0, 1) and proc.stdout.strip():
+        row["report"] = json.loads(proc.stdout)
+    else:
+        row["error"] = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+    return row
+
+
+def _dial(inf: dict) -> str:
+    if inf.get("centre") is None:
+        return "no dial fits"
+    if inf.get("scale") == "none":
+        return "no std"
+    return f"{inf['scale'].replace('_', ' ')}, ddof {inf['ddof']}, ε {inf['eps']:.2g}"
+
+
+def _cell(row: dict) -> list[str]:
+    """verdict, matches, dial, per-sample weight, silent groups, the first failing finding."""
+    if "report" not in row:
+        return ["adapter error", "-", "-", "-", "-", row["error"].replace("|", "/")[:160]]
+    d = row["report"]
+    inf = d.get("inferred", {})
+    first = next((f for f in d.get("findings", []) if f.get("severity") == "fail"), None)
+    silent = {True: "0", False: "**not 0**", None: "-"}[inf.get("silent_groups_zero_gradient")]
+    why = f"{first['property']}: {first['message']}".replace("|", "/")[:160] if first else ""
+    return [d["verdict"].upper(), d.get("matches") or "-", _dial(inf), inf.get("per_sample_weight") or "-", silent, why]
+
+
+def render(rows: list[dict]) -> str:
+    """The markdown table: one line per (configuration, release), in the order run."""
+    head = "| audit (`grpo-identity audit …`) | release | verdict | matches | dial | per-sample weight | silent-group gradient | first failing finding | s |"
+    lines = [head, "|" + "---|" * 9]
+    for row in rows:
+        verdict, matches, dial, weight, silent, why = _cell(row)
+        lines.append(f"| `{row['target']}` | {row['release']} | {verdict} | {matches} | {dial} | {weight} | {silent} | {why} | {row['wall_seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_readme(table: str) -> None:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    head, sep, rest = text.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not (sep and sep2):
+        raise SystemExit(f"README.md has no {BEGIN} … {END} block")
+    readme.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", metavar="PREFIX", help="run only the cases whose target starts with PREFIX (the others keep their rows)")
+    p.add_argument("--render-only", action="store_true", help="render table.md from audits.jsonl without running anything")
+    p.add_argument("--readme", action="store_true", help="copy the table into README.md")
+    args = p.parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+    log = OUT / "audits.jsonl"
+    old = [json.loads(ln) for ln in log.read_text().splitlines() if ln.strip()] if log.is_file() else []
+    if args.render_only:
+        rows = old
+    else:
+        kept = {(r["target"], r["release"]): r for r in old}
+        rows = []
+        for target, releases in CASES:
+            for release in releases:
+                if args.only and not target.startswith(args.only):
+                    if (target, release) in kept:
+                        rows.append(kept[(target, release)])
+                    continue
+                row = run_case(target, release)
+                print(f"{row['wall_seconds']:6.1f} s  {target} @ {release}: {_cell(row)[0]}", flush=True)
+                rows.append(row)
+        log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = render(rows)
+    (OUT / "table.md").write_text(table)
+    if args.readme:
+        write_readme(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
