@@ -30,6 +30,9 @@ TRL = ("0.22.0", "0.22.2", "1.16.0")
 VERL = ("0.6.0", "0.7.1", "0.9.1")
 #: (target and options as typed after ``grpo-identity audit``, releases)
 CASES: list[tuple[str, tuple[str, ...]]] = [
+    # TRL 0.16 is the first release with scale_rewards (a bool until 0.21, a string from 0.22)
+    ("trl --set scale_rewards=true", ("0.16.0",)),
+    ("trl --set scale_rewards=false", ("0.16.0",)),
     ("trl --set scale_rewards=group --set loss_type=grpo", TRL),
     ("trl --set scale_rewards=none --set loss_type=dr_grpo", TRL),
     ("trl --set scale_rewards=batch --set loss_type=grpo", TRL),

@@ -133,16 +133,21 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     trainer = _trainer(args, state)
     if not hasattr(trainer, "current_gradient_accumulation_steps"):
         trainer.current_gradient_accumulation_steps = 1  # set by the training loop before each step
-    original = trainer._get_per_token_logps_and_entropies
+    # the method compute_loss gets its log-probabilities from (before 0.20: logps alone)
+    hook = next((n for n in ("_get_per_token_logps_and_entropies", "_get_per_token_logps") if hasattr(trainer, n)), None)
+    if hook is None:
+        raise AdapterError(f"TRL {version('trl')}: GRPOTrainer has neither _get_per_token_logps_and_entropies nor _get_per_token_logps (the driver needs one)")
+    original = getattr(trainer, hook)
     kept: dict[str, Any] = {}
 
     def keep_logps(*a: Any, **k: Any) -> Any:
         out = original(*a, **k)
-        out[0].retain_grad()
-        kept["logps"] = out[0]
+        logps = out[0] if isinstance(out, tuple) else out
+        logps.retain_grad()
+        kept["logps"] = logps
         return out
 
-    trainer._get_per_token_logps_and_entropies = keep_logps
+    setattr(trainer, hook, keep_logps)
     eos = trainer.processing_class.eos_token_id
     pad = trainer.processing_class.pad_token_id
 
@@ -169,7 +174,7 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         grad = kept["logps"].grad
         return {"advantages": inputs["advantages"].detach().double().numpy(), "coefficients": -grad.double().numpy(), "mask": mask.double().numpy()}
 
-    trl_loss_gradient.grpo_identity_info = {**_info(spec, args, "GRPOTrainer.compute_loss (autograd)"), "loss_type": str(args.loss_type), "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no")), "lengths_optional": True}  # type: ignore[attr-defined]
+    trl_loss_gradient.grpo_identity_info = {**_info(spec, args, "GRPOTrainer.compute_loss (autograd)"), "loss_type": str(getattr(args, "loss_type", "none (the release has one loss)")), "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no")), "lengths_optional": True}  # type: ignore[attr-defined]
     return trl_loss_gradient
 
 

@@ -70,3 +70,36 @@ def test_wheel_holds_everything_under_grpo_identity_and_nothing_else(tmp_path):
     assert "grpo_identity/trainer/lm/train.py" in names and "grpo_identity/analysis/realdata.py" in names
     # the data ship with the package: a user's clone needs no shared/ folder beside it
     assert "grpo_identity/data/bigmath_solve_rate_hist.csv" in names and "grpo_identity/data/dapo_fig3b_accuracy1_fraction.csv" in names
+
+
+def _framework_audits():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("framework_audits", ROOT / "scripts" / "framework_audits.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_framework_table_is_rendered_from_the_recorded_audit_output():
+    import json
+
+    fa = _framework_audits()
+    rows = [json.loads(ln) for ln in (ROOT / "results" / "frameworks" / "audits.jsonl").read_text().splitlines() if ln.strip()]
+    table = fa.render(rows)
+    assert (ROOT / "results" / "frameworks" / "table.md").read_text() == table
+    readme = (ROOT / "README.md").read_text()
+    assert f"{fa.BEGIN}\n{table}{fa.END}" in readme  # nobody edited the README's table by hand
+    recorded = {(r["target"], r["release"]) for r in rows}
+    assert recorded == {(t, r) for t, releases in fa.CASES for r in releases}  # every case was run
+
+
+def test_the_framework_table_shows_adapter_errors_and_the_first_failing_finding():
+    fa = _framework_audits()
+    report = {"verdict": "fail", "matches": None, "inferred": {"centre": "mean", "scale": "group_std", "ddof": 1, "eps": 1e-6, "per_sample_weight": "constant", "silent_groups_zero_gradient": False},
+              "findings": [{"severity": "note", "property": "probe_singleton", "message": "n"}, {"severity": "fail", "property": "zero_sum", "message": "a | b"}]}
+    table = fa.render([{"target": "verl --set x=1", "release": "0.9.1", "wall_seconds": 12.3, "report": report},
+                       {"target": "verl --set y=2", "release": "0.6.0", "wall_seconds": 3.0, "error": "grpo-identity: verl 0.6.0: TypeError"}])
+    fail, error = table.splitlines()[2:]
+    assert "| FAIL | - | group std, ddof 1, ε 1e-06 | constant | **not 0** | zero_sum: a / b | 12 |" in fail
+    assert "| adapter error |" in error and "TypeError" in error

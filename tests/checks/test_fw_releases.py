@@ -144,3 +144,15 @@ def test_a_framework_not_installed_here_is_audited_in_its_tested_release_environ
     err = capsys.readouterr().err
     assert asked == [("trl", TESTED_VERSIONS["trl"])]
     assert "trl is not installed here: auditing its release" in err and f"--release {TESTED_VERSIONS['trl']}: pip could not install" in err
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_trl_0_16_0_the_first_with_scale_rewards_a_bool_normalises_its_loss_by_the_batch_tokens(capsys):
+    _env_or_skip("trl", "0.16.0")
+    code = main(["audit", "trl", "--release", "0.16.0", "--set", "scale_rewards=false", "--max-examples", "20", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    # 0.16.0: scale_rewards: bool (False: no std); the loss is Σ token losses / Σ tokens of the batch
+    assert code == 0 and out["target_info"]["version"] == "0.16.0" and out["level"] == "gradient"
+    assert out["matches"] == "dr_grpo" and out["inferred"]["per_sample_weight"] == "1/batch_tokens"
+    assert "has one loss" in out["target_info"]["loss_type"]

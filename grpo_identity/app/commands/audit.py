@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, load_timeout=args.load_timeout, level=level_of(args, target), progress=not args.json and sys.stderr.isatty(), python=python)
     except TargetImportError as exc:
-        raise UsageError(f"{target.framework} {args.release}: {exc}" if args.release else str(exc)) from None  # type: ignore[attr-defined]
+        where = f"{target.framework} {args.release}" if args.release else ""  # type: ignore[attr-defined]
+        raise UsageError(f"{where}: {exc}" if where and not str(exc).lower().startswith(where.lower()) else str(exc)) from None
     if args.json:
         out = report.to_dict()
         out.setdefault("level", "advantage")
