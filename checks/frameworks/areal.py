@@ -16,6 +16,13 @@
   are G consecutive rows.  That is reward scaling/bias/clip → ``reward_norm`` → the token-level
   return (GAE with no values) → ``adv_norm`` over the response tokens.  The engine is never used
   there; the behaviour and reference log-probabilities are 0, so the KL reward is 0;
+- gradient: that batch, concatenated again (``concat_padded_tensors``) as ``_ppo_update`` gets
+  it, through ``grpo_loss_fn`` bound to the config's options as ``_ppo_update`` binds it,
+  differentiated by autograd with respect to the log-probabilities (on-policy: current = old =
+  0).  The whole batch is one minibatch (``ppo_n_minibatches`` splits a step into several
+  updates; the audit's batch is one) and one micro-batch (the engine scales each micro-batch's
+  loss by its ``loss_mask.count_nonzero()`` over the total: 1 here); the engine's forward pass
+  (the model's log-probabilities) is bypassed;
 - group size: ``NormConfig.group_size`` (``${gconfig.n_samples}`` in AReaL's examples) is each
   probe batch's G, set on the actor's config before the actor is built.
 """
@@ -33,7 +40,7 @@ import numpy as np
 
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 
-__all__ = ["import_check", "load_config", "advantage_target", "lengths_for", "PROMPT_LENGTH", "RESPONSE_LENGTH"]
+__all__ = ["import_check", "load_config", "advantage_target", "gradient_target", "lengths_for", "PROMPT_LENGTH", "RESPONSE_LENGTH"]
 
 #: response length budget of the probe batches (tokens), and each prompt's length
 RESPONSE_LENGTH = 6
@@ -153,32 +160,38 @@ class _Actors:
         return self.built[G]
 
 
-def _trajectory(reward: float, length: int) -> dict[str, Any]:
-    """One trajectory as ``RLVRWorkflow.arun_episode`` returns it (batch dim 1)."""
+def _trajectory(reward: float, length: int, prox_logp: bool) -> dict[str, Any]:
+    """One trajectory as ``RLVRWorkflow.arun_episode`` returns it (batch dim 1), with the
+    trainer's ``prox_logp`` (recomputed log-probabilities, on-policy: 0) when the config asks
+    for them (``should_compute_prox_logp``)."""
     import torch
 
-    L = PROMPT_LENGTH + int(length)
-    return {
+    L, P = PROMPT_LENGTH + int(length), PROMPT_LENGTH
+    traj = {
         "input_ids": torch.ones(1, L, dtype=torch.int32),
-        "loss_mask": torch.tensor([[0] * PROMPT_LENGTH + [1] * int(length)], dtype=torch.int32),
+        "loss_mask": torch.tensor([[0] * P + [1] * int(length)], dtype=torch.int32),
         "logprobs": torch.zeros(1, L, dtype=torch.float32),
-        "versions": torch.zeros(1, L, dtype=torch.int32),
+        "versions": torch.tensor([[-1] * P + [0] * int(length)], dtype=torch.int32),
         "attention_mask": torch.ones(1, L, dtype=torch.bool),
         "rewards": torch.tensor([float(reward)], dtype=torch.float32),
     }
+    if prox_logp:
+        traj["prox_logp"] = torch.zeros(1, L, dtype=torch.float32)
+    return traj
 
 
-def _batch(rewards: np.ndarray, G: int, lengths: np.ndarray) -> list[dict[str, Any]]:
+def _batch(actor: Any, rewards: np.ndarray, G: int, lengths: np.ndarray) -> list[dict[str, Any]]:
     """The trainer's ``rollout_batch``: one dict per prompt, its G trajectories concatenated."""
     from areal.utils.data import concat_padded_tensors
 
-    rows = [_trajectory(r, ell) for r, ell in zip(np.asarray(rewards), np.asarray(lengths))]
+    prox = bool(actor.config.should_compute_prox_logp())
+    rows = [_trajectory(r, ell, prox) for r, ell in zip(np.asarray(rewards), np.asarray(lengths))]
     return [concat_padded_tensors(rows[i : i + G]) for i in range(0, len(rows), G)]
 
 
 def _advantages(actor: Any, rewards: np.ndarray, G: int, lengths: np.ndarray) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """One advantage per trajectory (its response tokens' common value), and the actor's output."""
-    out = actor.compute_advantages(_batch(rewards, G, lengths))
+    out = actor.compute_advantages(_batch(actor, rewards, G, lengths))
     values = []
     for group in out:
         adv, mask = group["advantages"].double(), group["loss_mask"].bool()  # (G, T); mask rolled by the actor
@@ -203,6 +216,41 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
 
     areal_actor_advantage.grpo_identity_info = _info(spec, cfg, "PPOActor.compute_advantages (engine unused; KL reward 0)")  # type: ignore[attr-defined]
     return areal_actor_advantage
+
+
+def _loss_fn(module: Any, a: Any) -> Callable[..., Any]:
+    """``grpo_loss_fn`` with the keyword options ``PPOActor._ppo_update`` gives it from the config."""
+    import functools
+
+    if not hasattr(module, "grpo_loss_fn"):
+        raise AdapterError(f"{_release()} has no areal.trainer.ppo.actor.grpo_loss_fn")
+    opts = ("eps_clip", "eps_clip_higher", "c_clip", "rejection_sampling", "m2_threshold", "importance_sampling_level", "prox_logp_method", "use_sapo_loss", "sapo_tau_pos", "sapo_tau_neg", "use_decoupled_loss")
+    return functools.partial(module.grpo_loss_fn, current_version=0, **{k: getattr(a, k) for k in opts})
+
+
+def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
+    """fn(rewards, G, lengths) → {advantages, coefficients, mask}: −∂loss/∂log π per response token,
+    autograd through the actor's ``grpo_loss_fn`` on the whole batch as one minibatch and one
+    micro-batch (the engine then scales the loss by loss_mask.count_nonzero() over the total: 1)."""
+    import torch
+    from areal.utils.data import concat_padded_tensors
+
+    cfg = load_config(spec)
+    actors = _Actors(cfg)
+    loss_fn = _loss_fn(actors.module, cfg.actor)
+
+    def areal_grpo_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray) -> dict[str, np.ndarray]:
+        G = int(group_size)
+        adv, out = _advantages(actors(G), rewards, G, np.asarray(lengths))
+        data = concat_padded_tensors(out)  # the batch _ppo_update receives, rows in the caller's order
+        logp = data["logprobs"].detach().clone().requires_grad_(True)  # (B, T); on-policy: current = old
+        loss = loss_fn(logp, torch.zeros_like(logp), data)
+        (grad,) = torch.autograd.grad(loss, logp)
+        return {"advantages": adv, "coefficients": -grad.double().numpy(), "mask": data["loss_mask"].double().numpy()}
+
+    entry = "PPOActor.compute_advantages, then grpo_loss_fn as _ppo_update binds it (one minibatch, one micro-batch; the engine's forward bypassed: log-probs given)"
+    areal_grpo_loss_gradient.grpo_identity_info = {**_info(spec, cfg, entry), "ppo_n_minibatches": "1 (the audit's batch is one update)"}  # type: ignore[attr-defined]
+    return areal_grpo_loss_gradient
 
 
 def _norm(norm: Any) -> dict[str, Any] | None:

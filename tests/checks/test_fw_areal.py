@@ -206,3 +206,12 @@ def test_a_config_arealss_loader_rejects_is_a_usage_error(setting, words, capsys
     assert main(["audit", "areal", "--release", RELEASE, "--set", setting, "--max-examples", "5"]) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_the_ppo_loss_weights_every_token_by_one_over_the_batchs_tokens(capsys):
+    # ppo_actor_loss_fn: torch.where(loss_mask, pg_loss, 0).sum() / loss_mask.count_nonzero(); the
+    # engine scales each micro-batch's loss by its loss_mask.count_nonzero() over the total
+    code, out = _audit(capsys, *GRPO_SETS, "--level", "gradient")
+    assert code == 0 and out["verdict"] == "deviation" and out["inferred"]["per_sample_weight"] == "1/batch_tokens"
