@@ -148,7 +148,8 @@ class _Actors:
     """One ``PPOActor`` per group size: ``config.actor`` with each normalisation's group_size = G."""
 
     def __init__(self, cfg: Any) -> None:
-        self.cfg, self.module, self.built = cfg, _actor_module(), {}
+        self.cfg, self.module = cfg, _actor_module()
+        self.built: dict[int, Any] = {}
 
     def __call__(self, G: int) -> Any:
         if G not in self.built:
