@@ -13,6 +13,8 @@ FW     := $(VENV)/.frameworks
 # pillow beyond them. Other releases: `grpo-identity audit trl --release 0.22.0` (own environment).
 TRL_VERSION  := 1.16.0
 VERL_VERSION := 0.9.1
+# AReaL is audited in its release environment only (grpo-identity audit areal --release 1.0.4), never in .venv
+AREAL_VERSION := 1.0.4
 TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out
 

@@ -42,11 +42,12 @@ ADAPTERS: dict[str, str] = {
     "<preset>": "a preset of the dial (grpo, dr_grpo, dapo, rloo, openrlhf; preset:NAME for any): the reference itself",
     "trl": "TRL's GRPOTrainer from a GRPOConfig (--set scale_rewards=none, --set loss_type=dr_grpo …; short form trl:scale_rewards=none)",
     "verl": "verl's trainer dispatch from its config (--set algorithm.adv_estimator=grpo …; short form verl:grpo:norm_adv_by_std_in_grpo=false)",
+    "areal": "AReaL's PPO actor (compute_advantages) from its config (--set actor.reward_norm.mean_level=group --set actor.adv_norm=null …)",
     "verl:estimator=NAME": "verl's core_algos estimator function alone, e.g. verl:estimator=grpo_vectorized (bypasses the trainer)",
 }
 
 #: versions the CI tests pin (``make setup`` installs exactly these)
-TESTED_VERSIONS = {"trl": "1.16.0", "verl": "0.9.1"}
+TESTED_VERSIONS = {"trl": "1.16.0", "verl": "0.9.1", "areal": "1.0.4"}
 
 
 def names() -> list[str]:

@@ -47,13 +47,20 @@ RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("verl", "0.0", "0.8"): ("transformers<5", "pyarrow<21", "datasets<4"),
     # the trainer module (ray_trainer) imports these beyond verl's declared requirements
     ("verl", "0.0", "99"): ("cachetools", "uvicorn", "fastapi", "pillow", "torchdata"),
+    # what ``import areal.trainer.ppo.actor`` / ``areal.api.cli_args`` needs (areal/__init__ imports
+    # its whole infra: loggers, stats backends, the launcher), at AReaL's own pins where it has them
+    ("areal", "0.0", "99"): ("omegaconf==2.4.0.dev2", "hydra-core==1.4.0.dev1", "colorlog", "tenacity", "flask", "uvloop>=0.21.0", "numba", "einops", "aiofiles", "openai", "swanlab==0.6.12", "trackio", "tensorboardX", "tabulate", "pybase64"),
 }
 #: (framework, first release, first release no longer needing it) -> packages installed with
 #: ``--no-deps`` beside the release, which itself then goes in with ``--no-deps`` too: for
 #: frameworks whose declared requirements cannot install here (a CUDA stack, another torch).
 #: What they do need is then listed in :data:`RELEASE_PINS` (installed with their dependencies,
 #: under the same constraints).
-NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = {}
+NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = {
+    # AReaL declares torch<2.11 and ~80 requirements (agent SDKs, litellm, openhands, sglang's
+    # stack); its advantage path needs only what RELEASE_PINS lists
+    ("areal", "0.0", "99"): (),
+}
 
 
 def _key(v: str) -> tuple[int, ...]:

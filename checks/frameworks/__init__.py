@@ -21,7 +21,7 @@ from typing import Any
 __all__ = ["FRAMEWORKS", "LEVELS", "FrameworkSpec", "AdapterError", "parse_spec", "parse_set"]
 
 #: frameworks with a config-driven driver
-FRAMEWORKS = ("trl", "verl")
+FRAMEWORKS = ("trl", "verl", "areal")
 #: what the audit compares: the advantages, or the gradient of the framework's loss
 LEVELS = ("advantage", "gradient")
 
