@@ -28,6 +28,7 @@ BEGIN, END = "<!-- framework-audits:begin -->", "<!-- framework-audits:end -->"
 
 TRL = ("0.22.0", "0.22.2", "1.16.0")
 VERL = ("0.6.0", "0.7.1", "0.9.1")
+AREAL = ("1.0.4",)
 #: (target and options as typed after ``grpo-identity audit``, releases)
 CASES: list[tuple[str, tuple[str, ...]]] = [
     # TRL 0.16 is the first release with scale_rewards (a bool until 0.21, a string from 0.22)
@@ -48,6 +49,14 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("verl --set algorithm.adv_estimator=gpg", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=reinforce_plus_plus_baseline", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=grpo_passk", ("0.9.1",)),
+    ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group", AREAL),
+    ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set actor.reward_norm.std_unbiased=false", AREAL),
+    ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=null", AREAL),
+    ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.mean_leave1out=true --set actor.reward_norm.std_level=null", AREAL),
+    ("areal --set actor.reward_norm.mean_level=group", AREAL),
+    ("areal --set actor.adv_norm.mean_level=group --set actor.adv_norm.std_level=group", AREAL),
+    # the normalisation of AReaL's own GRPO example (examples/math/gsm8k_grpo.yaml)
+    ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set actor.adv_norm.mean_level=batch --set actor.adv_norm.std_level=batch", AREAL),
 ]
 
 
@@ -76,7 +85,8 @@ def _dial(inf: dict) -> str:
 def _cell(row: dict) -> list[str]:
     """verdict, matches, dial, per-sample weight, silent groups, the first failing finding."""
     if "report" not in row:
-        return ["adapter error", "-", "-", "-", "-", row["error"].replace("|", "/")[:160]]
+        why = row["error"].split("error: ", 1)[-1].replace("|", "/")
+        return ["adapter error", "-", "-", "-", "-", why if len(why) <= 160 else "…" + why[-159:]]
     d = row["report"]
     inf = d.get("inferred", {})
     first = next((f for f in d.get("findings", []) if f.get("severity") == "fail"), None)

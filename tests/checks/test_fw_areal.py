@@ -97,7 +97,8 @@ def _env_or_skip():
 
 def _audit(capsys, *sets):
     _env_or_skip()
-    code = main(["audit", "areal", "--release", RELEASE, *sets, "--max-examples", "20", "--json"])
+    level = [] if "--level" in sets else ["--level", "advantage"]  # the advantages alone unless a test asks for the gradient
+    code = main(["audit", "areal", "--release", RELEASE, *sets, *level, "--max-examples", "20", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert out["target_info"]["version"] == RELEASE and out["target_info"]["framework"] == "areal"
     return code, out
