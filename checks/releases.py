@@ -47,13 +47,21 @@ RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("verl", "0.0", "0.8"): ("transformers<5", "pyarrow<21", "datasets<4"),
     # the trainer module (ray_trainer) imports these beyond verl's declared requirements
     ("verl", "0.0", "99"): ("cachetools", "uvicorn", "fastapi", "pillow", "torchdata"),
+    # OpenRLHF goes in with --no-deps (it requires flash-attn); what its experience maker and its
+    # train_ppo_ray module import, at the versions 0.11.2 declares (ray without [default]: no dashboard)
+    ("openrlhf", "0.0", "99"): ("ray", "deepspeed", "transformers", "peft", "pylatexenc", "aiohttp"),
+    ("openrlhf", "0.11", "0.12"): ("ray==2.55.0", "deepspeed==0.19.6", "transformers==5.15.0"),
 }
 #: (framework, first release, first release no longer needing it) -> packages installed with
 #: ``--no-deps`` beside the release, which itself then goes in with ``--no-deps`` too: for
 #: frameworks whose declared requirements cannot install here (a CUDA stack, another torch).
 #: What they do need is then listed in :data:`RELEASE_PINS` (installed with their dependencies,
 #: under the same constraints).
-NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = {}
+NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = {
+    # OpenRLHF declares flash-attn==2.8.3 (CUDA only) and vllm in extras; torchdata's own
+    # requirements would resolve torch again
+    ("openrlhf", "0.0", "99"): ("torchdata",),
+}
 
 
 def _key(v: str) -> tuple[int, ...]:
