@@ -13,6 +13,9 @@ FW     := $(VENV)/.frameworks
 # pillow beyond them. Other releases: `grpo-identity audit trl --release 0.22.0` (own environment).
 TRL_VERSION  := 1.16.0
 VERL_VERSION := 0.9.1
+# OpenRLHF requires flash-attn (CUDA) and is never installed here: it is audited from its release
+# environment (`grpo-identity audit openrlhf --release $(OPENRLHF_VERSION) --set …`, checks/releases.py)
+OPENRLHF_VERSION := 0.11.2
 TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out
 
