@@ -34,6 +34,7 @@ import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import io
 import sys
 import warnings
