@@ -80,7 +80,7 @@ class StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         module.__path__ = []
-        module.__getattr__ = _placeholder_of(module.__name__)  # type: ignore[attr-defined]
+        setattr(module, "__getattr__", _placeholder_of(module.__name__))  # noqa: B010 (a module-level __getattr__)
         self.made.append(module.__name__)
 
 
@@ -109,7 +109,7 @@ def stand_ins(roots: tuple[str, ...] = GPU_ONLY) -> Iterator[StandIns]:
     finally:
         sys.meta_path.remove(finder)
         for name in [m for m in sys.modules if m.partition(".")[0] in missing]:
-            if isinstance(sys.modules[name].__spec__, importlib.machinery.ModuleSpec) and sys.modules[name].__spec__.loader is finder:
+            if getattr(sys.modules[name].__spec__, "loader", None) is finder:
                 del sys.modules[name]
 
 
@@ -289,7 +289,8 @@ class _Configs:
     """The parsed config per group size (OpenRLHF checks the group size when it parses)."""
 
     def __init__(self, spec: FrameworkSpec) -> None:
-        self.spec, self.by_g = spec, {}
+        self.spec = spec
+        self.by_g: dict[int, Any] = {}
         if not any(k.lstrip("-") == "algo.advantage.estimator" for k, _ in spec.sets):
             raise AdapterError(f"OpenRLHF {_release()}: set the estimator (--set algo.advantage.estimator=group_norm, dr_grpo, rloo, reinforce_baseline, reinforce …); its default, gae, needs a critic")
         first = self.get(2)
