@@ -291,10 +291,10 @@ class _Configs:
     def __init__(self, spec: FrameworkSpec) -> None:
         self.spec = spec
         self.by_g: dict[int, Any] = {}
-        if not any(k.lstrip("-") == "algo.advantage.estimator" for k, _ in spec.sets):
+        named = [v.strip().lower() for k, v in spec.sets if k.lstrip("-") == "algo.advantage.estimator"]
+        if not named:
             raise AdapterError(f"OpenRLHF {_release()}: set the estimator (--set algo.advantage.estimator=group_norm, dr_grpo, rloo, reinforce_baseline, reinforce …); its default, gae, needs a critic")
-        first = self.get(2)
-        if first.algo.advantage.estimator == "gae":
+        if named[-1] == "gae" or self.get(2).algo.advantage.estimator == "gae":  # the CLI wants a reward model for gae
             raise AdapterError(f"OpenRLHF {_release()}: algo.advantage.estimator=gae needs a critic's values; the driver audits the critic-free estimators (reinforce, rloo, reinforce_baseline, group_norm, dr_grpo …)")
 
     def get(self, G: int) -> Any:

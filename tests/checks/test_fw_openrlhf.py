@@ -99,6 +99,8 @@ def test_sets_become_train_ppo_ray_arguments_flags_and_pairs():
 def test_configs_the_driver_cannot_run_are_adapter_errors_before_openrlhf_is_imported():
     with pytest.raises(AdapterError, match="its default, gae, needs a critic"):
         drv.advantage_target(FrameworkSpec("openrlhf"))
+    with pytest.raises(AdapterError, match="gae needs a critic's values"):
+        drv.advantage_target(FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "rloo"), ("algo.advantage.estimator", "gae"))))
     with pytest.raises(AdapterError, match="takes no config file"):
         drv.cli_args(FrameworkSpec("openrlhf", config="run.yaml"), 2)
 
