@@ -15,6 +15,9 @@ TRL_VERSION  := 1.16.0
 VERL_VERSION := 0.9.1
 # AReaL is audited in its release environment only (grpo-identity audit areal --release 1.0.4), never in .venv
 AREAL_VERSION := 1.0.4
+# OpenRLHF requires flash-attn (CUDA) and is never installed here: it is audited from its release
+# environment (`grpo-identity audit openrlhf --release $(OPENRLHF_VERSION) --set …`, checks/releases.py)
+OPENRLHF_VERSION := 0.11.2
 TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out
 

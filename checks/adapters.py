@@ -4,8 +4,9 @@ configure them.
 Every adapter is a function ``fn(rewards, group_size)`` (1-D float64 rewards laid out group by
 group → one advantage per reward; for a filter, one bool per group) built from a name:
 
-- a preset of :mod:`grpo_identity.dial` (``grpo``, ``dr_grpo``, ``dapo``, ``rloo``,
-  ``openrlhf``; ``preset:NAME`` for any, e.g. ``preset:trl``): the dial itself, the reference;
+- a preset of :mod:`grpo_identity.dial` (``grpo``, ``dr_grpo``, ``dapo``, ``rloo``; ``preset:NAME``
+  for any, and for the presets named like a framework: ``preset:trl``, ``preset:verl``,
+  ``preset:openrlhf``): the dial itself, the reference;
 - ``trl`` with ``--set KEY=VALUE`` (``GRPOConfig`` fields: ``scale_rewards``, ``loss_type`` …;
   short form ``trl:scale_rewards=none``): TRL's ``GRPOTrainer`` itself
   (:mod:`~grpo_identity.checks.frameworks.trl`);
@@ -14,7 +15,12 @@ group → one advantage per reward; for a filter, one bool per group) built from
   short form ``verl:grpo:norm_adv_by_std_in_grpo=false``): the trainer's own advantage dispatch
   (:mod:`~grpo_identity.checks.frameworks.verl`);
 - ``verl:estimator=NAME[,key=value]``: verl's ``core_algos`` estimator function called directly,
-  which **bypasses the trainer** (its dispatch, config object and batch layout).
+  which **bypasses the trainer** (its dispatch, config object and batch layout);
+- ``openrlhf`` with ``--set`` options of its ``train_ppo_ray`` command line
+  (``algo.advantage.estimator=group_norm``, ``algo.advantage.no_std_norm=true``,
+  ``actor.loss_agg_mode=…``; short form ``openrlhf:group_norm``): its experience maker's
+  ``compute_advantages_and_returns`` (:mod:`~grpo_identity.checks.frameworks.openrlhf`; OpenRLHF
+  requires flash-attn, so it is audited from its release environment: ``--release 0.11.2``).
 
 With ``kind='gradient'`` a framework adapter returns ``fn(rewards, G, lengths)`` for
 :mod:`~grpo_identity.checks.gradient`.  The frameworks are imported only inside the builders.
@@ -39,22 +45,23 @@ __all__ = ["ADAPTERS", "names", "is_adapter", "build", "describe"]
 
 #: adapter family -> one-line description (for ``--help`` and reports)
 ADAPTERS: dict[str, str] = {
-    "<preset>": "a preset of the dial (grpo, dr_grpo, dapo, rloo, openrlhf; preset:NAME for any): the reference itself",
+    "<preset>": "a preset of the dial (grpo, dr_grpo, dapo, rloo; preset:NAME for any, e.g. preset:openrlhf): the reference itself",
     "trl": "TRL's GRPOTrainer from a GRPOConfig (--set scale_rewards=none, --set loss_type=dr_grpo …; short form trl:scale_rewards=none)",
     "verl": "verl's trainer dispatch from its config (--set algorithm.adv_estimator=grpo …; short form verl:grpo:norm_adv_by_std_in_grpo=false)",
     "areal": "AReaL's PPO actor (compute_advantages) from its config (--set actor.reward_norm.mean_level=group --set actor.adv_norm=null …)",
     "verl:estimator=NAME": "verl's core_algos estimator function alone, e.g. verl:estimator=grpo_vectorized (bypasses the trainer)",
+    "openrlhf": "OpenRLHF's experience maker from its train_ppo_ray options (--set algo.advantage.estimator=group_norm …; short form openrlhf:group_norm; --release 0.11.2)",
 }
 
 #: versions the CI tests pin (``make setup`` installs exactly these)
-TESTED_VERSIONS = {"trl": "1.16.0", "verl": "0.9.1", "areal": "1.0.4"}
+TESTED_VERSIONS = {"trl": "1.16.0", "verl": "0.9.1", "areal": "1.0.4", "openrlhf": "0.11.2"}
 
 
 def names() -> list[str]:
     """Example adapter names (every preset, plus the framework forms)."""
     from grpo_identity.dial import PRESETS
 
-    return [*(p for p in PRESETS if p not in ("trl", "verl")), "preset:trl", "preset:verl", "trl", "trl:scale_rewards=batch", "trl:scale_rewards=none", "verl:grpo", "verl:grpo_vectorized", "verl:rloo", "verl:grpo:norm_adv_by_std_in_grpo=false", "verl:estimator=grpo_vectorized"]
+    return [*(p for p in PRESETS if p not in FRAMEWORKS), *(f"preset:{p}" for p in PRESETS if p in FRAMEWORKS), "trl", "trl:scale_rewards=batch", "trl:scale_rewards=none", "verl:grpo", "verl:grpo_vectorized", "verl:rloo", "verl:grpo:norm_adv_by_std_in_grpo=false", "verl:estimator=grpo_vectorized", "openrlhf:group_norm", "openrlhf:dr_grpo"]
 
 
 def describe(spec: Any) -> str:
@@ -92,7 +99,7 @@ def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
         raise AdapterError(f"{fs.describe()} computes advantages; only presets can be audited as filters")
     import importlib
 
-    drv: Any = importlib.import_module(f"grpo_identity.checks.frameworks.{fs.framework}")  # the driver: .trl or .verl
+    drv: Any = importlib.import_module(f"grpo_identity.checks.frameworks.{fs.framework}")  # the driver: .trl, .verl or .openrlhf
     from importlib.metadata import version
 
     release = f"{fs.framework} {version(fs.framework)}"

@@ -50,6 +50,10 @@ RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     # what ``import areal.trainer.ppo.actor`` / ``areal.api.cli_args`` needs (areal/__init__ imports
     # its whole infra: loggers, stats backends, the launcher), at AReaL's own pins where it has them
     ("areal", "0.0", "99"): ("omegaconf==2.4.0.dev2", "hydra-core==1.4.0.dev1", "colorlog", "tenacity", "flask", "uvloop>=0.21.0", "numba", "einops", "aiofiles", "openai", "swanlab==0.6.12", "trackio", "tensorboardX", "tabulate", "pybase64"),
+    # OpenRLHF goes in with --no-deps (it requires flash-attn); what its experience maker and its
+    # train_ppo_ray module import, at the versions 0.11.2 declares (ray without [default]: no dashboard)
+    ("openrlhf", "0.0", "99"): ("ray", "deepspeed", "transformers", "peft", "pylatexenc", "aiohttp"),
+    ("openrlhf", "0.11", "0.12"): ("ray==2.55.0", "deepspeed==0.19.6", "transformers==5.15.0"),
 }
 #: (framework, first release, first release no longer needing it) -> packages installed with
 #: ``--no-deps`` beside the release, which itself then goes in with ``--no-deps`` too: for
@@ -60,6 +64,9 @@ NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = {
     # AReaL declares torch<2.11 and ~80 requirements (agent SDKs, litellm, openhands, sglang's
     # stack); its advantage path needs only what RELEASE_PINS lists
     ("areal", "0.0", "99"): (),
+    # OpenRLHF declares flash-attn==2.8.3 (CUDA only) and vllm in extras; torchdata's own
+    # requirements would resolve torch again
+    ("openrlhf", "0.0", "99"): ("torchdata",),
 }
 
 

@@ -4,7 +4,7 @@ A :class:`FrameworkSpec` says which framework, which of its config keys the user
 strings: the framework's own parser reads them), an optional config file, the level (advantage
 or gradient) and, for verl's estimator-function form, the estimator that bypasses the trainer.
 It is a small frozen record, so it travels to the audit's child process as it is; the drivers
-(:mod:`.trl`, :mod:`.verl`) import their framework only when they build a target.
+(:mod:`.trl`, :mod:`.verl`, :mod:`.openrlhf`) import their framework only when they build a target.
 
 >>> spec = parse_spec("verl:grpo:norm_adv_by_std_in_grpo=false")
 >>> spec.sets
@@ -18,10 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["FRAMEWORKS", "LEVELS", "FrameworkSpec", "AdapterError", "parse_spec", "parse_set"]
+__all__ = ["FRAMEWORKS", "ESTIMATOR_KEY", "LEVELS", "FrameworkSpec", "AdapterError", "parse_spec", "parse_set"]
 
 #: frameworks with a config-driven driver
-FRAMEWORKS = ("trl", "verl", "areal")
+FRAMEWORKS = ("trl", "verl", "areal", "openrlhf")
+#: the config key a bare word of the short form sets (``verl:rloo``, ``openrlhf:group_norm``)
+ESTIMATOR_KEY = {"verl": "algorithm.adv_estimator", "openrlhf": "algo.advantage.estimator"}
 #: what the audit compares: the advantages, or the gradient of the framework's loss
 LEVELS = ("advantage", "gradient")
 
@@ -71,8 +73,9 @@ def parse_set(text: str, option: str = "--set") -> tuple[str, str]:
 
 def parse_spec(spec: str) -> FrameworkSpec:
     """The short forms: ``trl[:key=value,…]``, ``verl[:ESTIMATOR][:key=value,…]`` (trainer path;
-    a key without a dot is under ``algorithm.``) and ``verl:estimator=NAME[,key=value,…]``
-    (the estimator function alone, bypassing the trainer)."""
+    a key without a dot is under ``algorithm.``), ``verl:estimator=NAME[,key=value,…]``
+    (the estimator function alone, bypassing the trainer) and ``openrlhf[:ESTIMATOR][:key=value,…]``
+    (``train_ppo_ray`` option names: ``openrlhf:group_norm:algo.advantage.no_std_norm=true``)."""
     head, _, rest = spec.partition(":")
     framework = head.strip().lower()
     if framework not in FRAMEWORKS:
@@ -88,9 +91,9 @@ def parse_spec(spec: str) -> FrameworkSpec:
     sets: list[tuple[str, str]] = []
     for key, value in pairs:
         if key is None:
-            if framework != "verl" or any(k == "algorithm.adv_estimator" for k, _ in sets):
+            if framework not in ESTIMATOR_KEY or any(k == ESTIMATOR_KEY[framework] for k, _ in sets):
                 raise AdapterError(f"{spec!r}: {value!r} is no KEY=VALUE option")
-            sets.append(("algorithm.adv_estimator", value))
+            sets.append((ESTIMATOR_KEY[framework], value))
         elif framework == "verl" and "." not in key:
             sets.append((f"algorithm.{key}", value))
         else:

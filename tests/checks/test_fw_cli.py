@@ -41,7 +41,7 @@ def test_later_sets_come_after_earlier_ones_and_keep_their_raw_text():
     assert spec.describe() == "trl --set beta=0.0 --set beta=0.04"
 
 
-@pytest.mark.parametrize("spec", ["trl:grpo", "verl:grpo:rloo", "openrlhf:x=1"])
+@pytest.mark.parametrize("spec", ["trl:grpo", "verl:grpo:rloo", "openrlhf:group_norm:rloo", "nemo:x=1"])
 def test_malformed_short_forms_are_adapter_errors(spec):
     with pytest.raises(AdapterError):
         parse_spec(spec)

@@ -30,7 +30,7 @@ def test_old_trl_releases_get_the_transformers_they_need_and_new_ones_none():
     assert "transformers<5" not in R.release_pins("verl", "0.9.1")
 
 
-@pytest.mark.parametrize("framework, release, words", [("trl", "0.22; rm -rf /", "is no version number"), ("openrlhf", "0.11.2", "--release applies to")])
+@pytest.mark.parametrize("framework, release, words", [("trl", "0.22; rm -rf /", "is no version number"), ("grpo", "0.11.2", "--release applies to")])
 def test_a_bad_release_request_is_refused_before_pip_runs(framework, release, words, monkeypatch, tmp_path):
     monkeypatch.setenv("GRPO_IDENTITY_ENVS", str(tmp_path))
     with pytest.raises(AdapterError, match=words):

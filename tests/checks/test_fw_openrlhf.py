@@ -1,0 +1,241 @@
+"""OpenRLHF: the driver's parts that need no OpenRLHF (spec, routing, stand-ins, errors), then audits
+of OpenRLHF 0.11.2 itself from its release environment (slow; the environment is built once).
+
+What OpenRLHF 0.11.2 computes (``RemoteExperienceMaker.compute_advantages_and_returns``, read in
+its source): rewards in float32 (at least), reshaped to (prompts, n_samples_per_prompt), then
+
+- ``group_norm``: (r − mean) / (r.std() + 1e-9), torch's std (ddof 1);
+- ``dr_grpo`` and ``reinforce_baseline``: r − mean;
+- ``rloo``: r − (sum − r)/(n − 1) (the leave-one-out baseline);
+
+then ``compute_reward`` clamps that *shaped* reward to ``reward.clip_range`` (default ±10) and
+puts it on the last response token; returns are cumulated with γ (forced to 1 for all but
+``reinforce``); finally ``reinforce`` and ``reinforce_baseline`` (and ``gae``) are whitened over the
+whole batch with a token-weighted mean and variance (``algo.advantage.no_std_norm`` drops the
+variance only). ``no_std_norm`` does not reach ``group_norm``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from grpo_identity.app.cli import main
+from grpo_identity.checks import adapters
+from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, parse_spec
+from grpo_identity.checks.frameworks import openrlhf as drv
+
+RELEASE = "0.11.2"
+FAKE = "grpo_identity_no_such_gpu_pkg"
+
+
+def test_the_short_form_sets_train_ppo_rays_own_option_names():
+    spec = parse_spec("openrlhf:group_norm:algo.advantage.no_std_norm=true")
+    assert spec.framework == "openrlhf" and spec.sets == (("algo.advantage.estimator", "group_norm"), ("algo.advantage.no_std_norm", "true"))
+    assert spec.describe() == "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.no_std_norm=true"
+
+
+def test_openrlhf_is_the_framework_target_and_the_preset_is_preset_openrlhf():
+    assert "openrlhf" in FRAMEWORKS and adapters.is_adapter("openrlhf") and adapters.is_adapter("preset:openrlhf")
+    assert "preset:openrlhf" in adapters.names() and "openrlhf" not in adapters.names()
+    fn = adapters.build("preset:openrlhf")
+    assert fn.grpo_identity_info["framework"] == "grpo-identity dial" and fn.grpo_identity_info["preset"] == "openrlhf"
+    assert adapters.TESTED_VERSIONS["openrlhf"] == RELEASE
+
+
+def test_options_for_other_targets_are_refused_but_openrlhf_takes_them(capsys):
+    assert main(["audit", "preset:openrlhf", "--set", "algo.advantage.estimator=group_norm"]) == 2
+    assert "--set applies to the framework targets (trl, verl, openrlhf)" in capsys.readouterr().err
+
+
+def test_the_stand_ins_answer_only_under_their_roots_and_leave_nothing_behind():
+    before = list(sys.meta_path)
+    with drv.stand_ins((FAKE, "json")) as finder:
+        mod = importlib.import_module(f"{FAKE}.bert_padding")
+        assert mod.__name__ == f"{FAKE}.bert_padding" and isinstance(mod.index_first_axis, type)
+        with pytest.raises(RuntimeError, match="stand-in"):
+            mod.index_first_axis()
+        with pytest.raises(AttributeError):
+            mod.__wrapped__  # noqa: B018 (dunder names are not stood in)
+        assert finder.find_spec(f"{FAKE}x") is None and finder.find_spec("numpy") is None
+        assert importlib.import_module("json").dumps([1]) == "[1]"  # an installed root stays the real one
+        assert "json" not in finder.roots and finder.made == [FAKE, f"{FAKE}.bert_padding"]
+    assert sys.meta_path == before and not [m for m in sys.modules if m.startswith(FAKE)]
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"{FAKE}.bert_padding")
+
+
+def test_a_failed_import_under_the_stand_ins_removes_them_too():
+    before = list(sys.meta_path)
+    with pytest.raises(ZeroDivisionError), drv.stand_ins((FAKE,)):
+        importlib.import_module(FAKE)
+        1 / 0  # noqa: B018
+    assert sys.meta_path == before and FAKE not in sys.modules
+
+
+def _parser():
+    p = argparse.ArgumentParser()
+    p.add_argument("--algo.advantage.estimator", default="gae")
+    p.add_argument("--algo.advantage.no_std_norm", action="store_true", default=False)
+    p.add_argument("--reward.clip_range", type=float, nargs=2, default=(-10, 10))
+    return p
+
+
+def test_sets_become_train_ppo_ray_arguments_flags_and_pairs():
+    argv = drv.argv_of(_parser(), [("algo.advantage.estimator", "rloo"), ("algo.advantage.no_std_norm", "true"), ("reward.clip_range", "-1,1"), ("no.such", "3")])
+    assert argv == ["--algo.advantage.estimator", "rloo", "--algo.advantage.no_std_norm", "--reward.clip_range", "-1", "1", "--no.such", "3"]
+    assert drv.argv_of(_parser(), [("algo.advantage.no_std_norm", "true"), ("algo.advantage.no_std_norm", "false")]) == []  # the later one wins
+    with pytest.raises(AdapterError, match="is a flag"):
+        drv.argv_of(_parser(), [("algo.advantage.no_std_norm", "maybe")])
+
+
+def test_configs_the_driver_cannot_run_are_adapter_errors_before_openrlhf_is_imported():
+    with pytest.raises(AdapterError, match="its default, gae, needs a critic"):
+        drv.advantage_target(FrameworkSpec("openrlhf"))
+    with pytest.raises(AdapterError, match="gae needs a critic's values"):
+        drv.advantage_target(FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "rloo"), ("algo.advantage.estimator", "gae"))))
+    with pytest.raises(AdapterError, match="takes no config file"):
+        drv.cli_args(FrameworkSpec("openrlhf", config="run.yaml"), 2)
+
+
+def test_an_api_the_driver_does_not_know_is_an_adapter_error_naming_the_release_and_the_attribute(monkeypatch):
+    fake_em = SimpleNamespace(__name__="openrlhf.trainer.ppo_utils.experience_maker")  # no RemoteExperienceMaker
+    monkeypatch.setitem(drv._LOADED, "ray", SimpleNamespace())
+    monkeypatch.setitem(drv._LOADED, "openrlhf.trainer.ppo_utils.experience_maker", fake_em)
+    monkeypatch.setitem(drv._LOADED, "openrlhf.trainer.ppo_utils.kl_controller", SimpleNamespace(__name__="kl"))
+    monkeypatch.setattr(drv, "_release", lambda: "9.9")
+    with pytest.raises(AdapterError, match=r"OpenRLHF 9\.9 has no openrlhf\.trainer\.ppo_utils\.experience_maker\.RemoteExperienceMaker"):
+        drv._maker(SimpleNamespace())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("openrlhf") is not None, reason="OpenRLHF is installed in this environment")
+def test_without_openrlhf_the_driver_says_so_as_an_adapter_error():
+    with pytest.raises(AdapterError, match=r"OpenRLHF \(not installed\): its trainer modules do not import here"):
+        drv.advantage_target(FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "group_norm"),)))
+    assert not [m for m in sys.modules if m.partition(".")[0] in drv.GPU_ONLY and importlib.util.find_spec(m.partition(".")[0]) is None]
+
+
+# --- OpenRLHF 0.11.2 itself, from its release environment ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def release_env():
+    from grpo_identity.checks import releases as R
+
+    try:
+        return R.ensure("openrlhf", RELEASE)
+    except AdapterError as exc:
+        pytest.skip(f"the environment of OpenRLHF {RELEASE} cannot be built here (offline?): {exc}")
+
+
+def _audit(capsys, *sets, level=None):
+    argv = ["audit", "openrlhf", "--release", RELEASE, *[a for s in sets for a in ("--set", s)], "--max-examples", "20", "--json"]
+    code = main([*argv, "--level", level or "advantage"])  # the advantages alone unless a test asks for the gradient
+    out = json.loads(capsys.readouterr().out)
+    assert out["target_info"]["version"] == RELEASE and out["target_info"]["stand_ins"] == ["flash_attn", "vllm"]
+    return code, out
+
+
+def _failed(out):
+    return {f["property"] for f in out["findings"] if f["severity"] == "fail"}
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_group_norm_divides_by_the_group_std_with_ddof_1_in_float32(release_env, capsys):
+    # (r - mean) / (r.std() + 1e-9): torch's std is ddof 1; 1e-9 is below what float32 resolves
+    code, out = _audit(capsys, "algo.advantage.estimator=group_norm", "reward.clip_range=-1000,1000")
+    inf = out["inferred"]
+    assert (inf["centre"], inf["scale"], inf["ddof"], inf["precision"], inf["coupled"]) == ("mean", "group_std", 1, "float32", False)
+    assert inf["eps"] <= inf["eps_resolution"] and 1e-9 < inf["eps_resolution"]
+    # the one failure: a silent group of 0.3s has a float32 mean off by rounding, divided by std + 1e-9
+    assert code == 1 and _failed(out) == {"silent_nonbinary_groups_zero"} and inf["silent_nonbinary_max_abs"] > 1
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_no_std_norm_does_not_reach_group_norm_and_the_default_clip_range_cuts_at_10(release_env, capsys):
+    # no_std_norm only drops the batch whitening of gae / reinforce / reinforce_baseline; the
+    # default reward.clip_range (-10, 10) clamps the already normalised rewards
+    code, out = _audit(capsys, "algo.advantage.estimator=group_norm", "algo.advantage.no_std_norm=true")
+    inf = out["inferred"]
+    assert (inf["centre"], inf["scale"], inf["ddof"]) == ("mean", "group_std", 1) and out["target_info"]["no_std_norm"] is True
+    assert code == 1 and "silent_nonbinary_groups_zero" in _failed(out) <= {"silent_nonbinary_groups_zero", "zero_sum_per_group", "matches_dial"}
+    assert inf["silent_nonbinary_max_abs"] == pytest.approx(10.0)  # the clip, not the rounding error's own size
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_dr_grpo_is_the_group_mean_alone(release_env, capsys):
+    code, out = _audit(capsys, "algo.advantage.estimator=dr_grpo")
+    assert code == 0 and out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["scale"] == "none"
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_rloo_is_the_leave_one_out_baseline_once_the_clip_is_out_of_reach(release_env, capsys):
+    code, out = _audit(capsys, "algo.advantage.estimator=rloo", "reward.clip_range=-1000,1000")
+    assert code == 0 and out["matches"] == "rloo" and out["inferred"]["centre"] == "loo"
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize("no_std_norm, scale", [("false", None), ("true", "none")])
+def test_reinforce_baseline_couples_the_groups_through_a_token_weighted_batch_whitening(release_env, capsys, no_std_norm, scale):
+    # group mean subtracted, then (A - batch mean over response tokens) [/ batch std over tokens]:
+    # responses of different lengths weigh differently, so a silent group gets a nonzero advantage
+    code, out = _audit(capsys, "algo.advantage.estimator=reinforce_baseline", f"algo.advantage.no_std_norm={no_std_norm}")
+    assert code == 1 and out["inferred"]["coupled"] is True and out["inferred"]["scale"] == scale
+    assert {"groups_independent", "silent_groups_exactly_zero", "zero_sum_per_group"} <= _failed(out)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize("mode, weight", [("token-mean", "1/batch_tokens"), ("seq-mean-token-mean", "1/length")])
+def test_the_policy_loss_aggregation_sets_the_per_sample_weight(release_env, capsys, mode, weight):
+    code, out = _audit(capsys, "algo.advantage.estimator=dr_grpo", f"actor.loss_agg_mode={mode}", level="gradient")
+    assert out["target_info"]["loss_agg_mode"] == mode and out["verdict"] == "deviation"
+    assert out["inferred"]["per_sample_weight"] == weight  # token-mean: one mean over the step's tokens
+
+
+_PROBE = """
+import json, warnings; warnings.filterwarnings("ignore")
+import numpy as np
+from grpo_identity.checks.frameworks import FrameworkSpec, openrlhf as d
+out = {}
+for name, sets, rewards, G in json.loads(__import__("sys").argv[1]):
+    fn = d.advantage_target(FrameworkSpec("openrlhf", sets=tuple(map(tuple, sets))))
+    out[name] = fn(np.array(rewards, dtype=float), G).tolist()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_the_driver_reads_back_what_the_experience_maker_computes_per_response(release_env):
+    from grpo_identity.checks import releases as R
+
+    one_in_103 = [1.0] + [0.0] * 102
+    cases = [
+        ("group_norm", [["algo.advantage.estimator", "group_norm"]], [1, 0, 0, 1, 1, 1], 3),
+        ("clipped", [["algo.advantage.estimator", "group_norm"]], one_in_103, 103),
+        ("unclipped", [["algo.advantage.estimator", "group_norm"], ["reward.clip_range", "-100,100"]], one_in_103, 103),
+        ("baseline", [["algo.advantage.estimator", "reinforce_baseline"], ["algo.advantage.no_std_norm", "true"]], [1, 0], 2),
+    ]
+    proc = subprocess.run([release_env.python, "-c", _PROBE, json.dumps(cases)], capture_output=True, text=True, env=R.child_environ(), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    s = np.sqrt(1 / 3)  # std (ddof 1) of [1, 0, 0]
+    np.testing.assert_allclose(got["group_norm"], [2 / 3 / s, -1 / 3 / s, -1 / 3 / s, 0, 0, 0], atol=1e-6)
+    top = (1 - 1 / 103) / np.sqrt(1 / 103)  # 10.05: above the default clip range (-10, 10)
+    assert got["clipped"][0] == 10.0 and got["unclipped"][0] == pytest.approx(top, rel=1e-6)
+    L = np.array([3, 2])  # the driver's two responses are 3 and 2 tokens long: the batch mean is over their tokens
+    centred = np.array([0.5, -0.5])
+    np.testing.assert_allclose(got["baseline"], centred - (centred * L).sum() / L.sum(), atol=1e-6)
