@@ -29,6 +29,7 @@ BEGIN, END = "<!-- framework-audits:begin -->", "<!-- framework-audits:end -->"
 TRL = ("0.22.0", "0.22.2", "1.16.0")
 VERL = ("0.6.0", "0.7.1", "0.9.1")
 AREAL = ("1.0.4",)
+OPENRLHF = ("0.11.2",)
 #: (target and options as typed after ``grpo-identity audit``, releases)
 CASES: list[tuple[str, tuple[str, ...]]] = [
     # TRL 0.16 is the first release with scale_rewards (a bool until 0.21, a string from 0.22)
@@ -49,6 +50,14 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("verl --set algorithm.adv_estimator=gpg", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=reinforce_plus_plus_baseline", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=grpo_passk", ("0.9.1",)),
+    ("openrlhf --set algo.advantage.estimator=group_norm", OPENRLHF),
+    ("openrlhf --set algo.advantage.estimator=group_norm --set reward.clip_range=-1000,1000", OPENRLHF),
+    ("openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.no_std_norm=true", OPENRLHF),
+    ("openrlhf --set algo.advantage.estimator=dr_grpo", OPENRLHF),
+    ("openrlhf --set algo.advantage.estimator=dr_grpo --set actor.loss_agg_mode=seq-mean-token-mean", OPENRLHF),
+    ("openrlhf --set algo.advantage.estimator=rloo", OPENRLHF),
+    ("openrlhf --set algo.advantage.estimator=rloo --set reward.clip_range=-1000,1000", OPENRLHF),
+    ("openrlhf --set algo.advantage.estimator=reinforce_baseline", OPENRLHF),
     ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group", AREAL),
     ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set actor.reward_norm.std_unbiased=false", AREAL),
     ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=null", AREAL),

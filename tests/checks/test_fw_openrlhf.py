@@ -52,7 +52,7 @@ def test_openrlhf_is_the_framework_target_and_the_preset_is_preset_openrlhf():
 
 def test_options_for_other_targets_are_refused_but_openrlhf_takes_them(capsys):
     assert main(["audit", "preset:openrlhf", "--set", "algo.advantage.estimator=group_norm"]) == 2
-    assert "--set applies to the framework targets (trl, verl, openrlhf)" in capsys.readouterr().err
+    assert "--set applies to the framework targets (trl, verl, areal, openrlhf)" in capsys.readouterr().err
 
 
 def test_the_stand_ins_answer_only_under_their_roots_and_leave_nothing_behind():

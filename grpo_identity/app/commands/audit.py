@@ -25,7 +25,7 @@ FRAMEWORK_LOAD_TIMEOUT = 600.0
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="TARGET", help="FILE.py:FUNCTION, MODULE:FUNCTION, a preset (grpo, dr_grpo …), or a framework: trl, verl (with --set), verl:estimator=NAME (the estimator function alone)")
+    p.add_argument("target", metavar="TARGET", help="FILE.py:FUNCTION, MODULE:FUNCTION, a preset (grpo, dr_grpo …; preset:NAME), or a framework: trl, verl, areal, openrlhf (with --set), verl:estimator=NAME (the estimator function alone)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="a framework config key as the framework names it (TRL GRPOConfig: loss_type=dr_grpo; verl: algorithm.adv_estimator=grpo); repeatable, later ones win")
     p.add_argument("--config", metavar="FILE", help="a framework config file (YAML), read as the framework reads it; --set overrides it")
     from grpo_identity.checks.frameworks import LEVELS  # standard library only at import
