@@ -176,6 +176,25 @@ def _g1(A: np.ndarray, a: np.ndarray, M: np.ndarray, w: np.ndarray, G: int, r: n
     return rows
 
 
+def _verdict(findings: list[Any], law: str, table: list[dict[str, Any]], ref: D.Dial | None) -> str:
+    """fail on any failing finding; else deviation for a non-constant weight or an advantage
+    coefficient off the expected preset's (each appends its finding); else pass."""
+    from grpo_identity.checks.auditor import Finding
+
+    if any(f.severity == "fail" for f in findings):
+        return "fail"
+    verdict = "pass"
+    if law != "constant":
+        verdict = "deviation"
+        findings.append(Finding("per_sample_weight", f"per-sample weight {law}: {WEIGHTS[law]}; G1 holds with the weighted means s̄±ʷ, the direction changes", {}, "deviation"))
+    if ref is not None:
+        ratios = [row["c_advantage"] / row["c_reference"] for row in table if row["c_reference"]]
+        if ratios and max(abs(x - 1) for x in ratios) > 1e3 * RTOL:
+            verdict = "deviation"
+            findings.append(Finding("matches_preset", f"the advantage-level c(k, G) is {min(ratios):.6g}–{max(ratios):.6g} × {ref.name}'s", {}, "deviation"))
+    return verdict
+
+
 def audit_gradient(target: Callable[..., Any], expect: str | None = None, sizes: tuple[int, ...] = GRADIENT_GROUP_SIZES, name: str | None = None, seed: int = 0) -> GradientReport:
     """Probe a gradient target (see the module docstring) and give the gradient-level verdict."""
     from grpo_identity.checks.auditor import Finding
@@ -225,18 +244,7 @@ def audit_gradient(target: Callable[..., Any], expect: str | None = None, sizes:
         findings.append(Finding("per_sample_weight", "; ".join(f"G={G}: {why}" for G, lw, why in laws if lw == "other")))
     elif bad:
         findings.append(Finding("identity_G1", f"g is not c·(s̄₊ʷ − s̄₋ʷ) with weight {law}: residual {bad[0]['G1_residual']:.3g} at G={bad[0]['G']}, k={bad[0]['k']}", {"group_size": bad[0]["G"], "k": bad[0]["k"]}))
-    if any(f.severity == "fail" for f in findings):
-        verdict = "fail"
-    else:
-        verdict = "pass"
-        if law != "constant":
-            verdict = "deviation"
-            findings.append(Finding("per_sample_weight", f"per-sample weight {law}: {WEIGHTS[law]}; G1 holds with the weighted means s̄±ʷ, the direction changes", {}, "deviation"))
-        if ref is not None:
-            ratios = [row["c_advantage"] / row["c_reference"] for row in table if row["c_reference"]]
-            if ratios and max(abs(x - 1) for x in ratios) > 1e3 * RTOL:
-                verdict = "deviation"
-                findings.append(Finding("matches_preset", f"the advantage-level c(k, G) is {min(ratios):.6g}–{max(ratios):.6g} × {ref.name}'s", {}, "deviation"))
+    verdict = _verdict(findings, law, table, ref)
     inferred = {"per_sample_weight": law, "coefficient_precision": "bfloat16" if "bfloat16" in precisions else "float32", "weight_by_group_size": {str(G): {"law": lw, "why": why} for G, lw, why in laws}, "silent_groups_zero_gradient": silent_ok, "uniform_within_answer": uniform}
     report = GradientReport(str(name or getattr(target, "__qualname__", "target")), verdict, ref.name if ref else None, inferred, findings, coefficient_table=table)
     report.seconds = time.perf_counter() - t0
