@@ -358,7 +358,10 @@ class ChildTarget:
         # which then finds its own packages first: this process's sys.path is not handed down
         from grpo_identity.checks.releases import child_environ
 
-        environ = child_environ() if python else None
+        environ = child_environ() if python else dict(os.environ)
+        # not "under pytest" in the child: frameworks branch on it (verl 0.6.0 picks the CPU when
+        # PYTEST_CURRENT_TEST is set), and the audit must see what the user's run sees
+        environ.pop("PYTEST_CURRENT_TEST", None)
         self._proc = subprocess.Popen([python or sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=out, env=environ)
         os.close(to_child_r)
         os.close(from_child_w)

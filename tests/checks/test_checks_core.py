@@ -364,3 +364,11 @@ def test_docstring_examples_of_the_checks_run(module):
     mod = importlib.import_module(f"grpo_identity.checks.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_the_child_does_not_run_under_pytest_s_marker_so_it_sees_the_users_environment(tmp_path, monkeypatch):
+    path = tmp_path / "envtarget.py"
+    path.write_text("import os, numpy as np\ndef fn(r, G):\n    return np.full(len(r), 1.0 if 'PYTEST_CURRENT_TEST' in os.environ else 0.0)\n")
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::y (call)")  # as pytest sets it during a test
+    with ChildTarget(f"{path}:fn", timeout=20) as t:
+        assert t(np.array([1.0, 0.0]), 2).tolist() == [0.0, 0.0]  # the framework's own "under pytest" branches stay off

@@ -156,3 +156,18 @@ def test_trl_0_16_0_the_first_with_scale_rewards_a_bool_normalises_its_loss_by_t
     assert code == 0 and out["target_info"]["version"] == "0.16.0" and out["level"] == "gradient"
     assert out["matches"] == "dr_grpo" and out["inferred"]["per_sample_weight"] == "1/batch_tokens"
     assert "has one loss" in out["target_info"]["loss_type"]
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_verl_grpo_vectorized_through_the_trainer_crashes_in_0_6_0_and_ignores_the_std_switch_in_0_7_1(capsys):
+    for release in ("0.6.0", "0.7.1"):
+        _env_or_skip("verl", release)
+    argv = ["audit", "verl", "--set", "algorithm.adv_estimator=grpo_vectorized", "--set", "algorithm.norm_adv_by_std_in_grpo=false", "--expect", "dr_grpo"]
+    code = main([*argv, "--releases", "0.6.0,0.7.1", "--level", "advantage", "--max-examples", "20"])
+    old, new = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert code == 2  # one release could not be run
+    # 0.6.0: group_mean_std(device=None) resolves the device to a module (get_torch_device()) outside pytest
+    assert old.startswith("verl 0.6.0: ADAPTER ERROR") and "TypeError: to() received an invalid combination" in old
+    # 0.7.1: the trainer hands the estimator its config; the estimator reads the switch from a keyword
+    assert new.startswith("verl 0.7.1: FAIL  matches verl") and "scale group_std" in new
