@@ -32,7 +32,7 @@ import numpy as np
 from grpo_identity import dial as D
 from grpo_identity.checks import properties as P
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, Inferred, infer_dial, infer_keep_rule
-from grpo_identity.checks.target import ChildTarget, LocalTarget, TargetCrashed, TargetError, TargetMalformed, TargetTimeout, malformed
+from grpo_identity.checks.target import ChildTarget, LocalTarget, TargetCrashed, TargetError, TargetMalformed, TargetTimeout, _OutputWatch, malformed, output_issue, to_numpy
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -307,13 +307,12 @@ def audit(
     ``load_timeout``: seconds for loading the target (default ``timeout``).  ``level``:
     'advantage' (an :class:`AuditReport`) or 'gradient' (a framework's loss gradient, a
     :class:`~grpo_identity.checks.gradient.GradientReport`, with the advantage audit of the same
-    target inside); by default a framework spec's own ``level``, else 'advantage'.  Raises
+    target inside); by default 'gradient' for a framework target (its spec's ``level`` if set;
+    'advantage' for the estimator-function form), else 'advantage'.  Raises
     :class:`~grpo_identity.checks.target.TargetImportError` when the target cannot be loaded.
     """
     if level is None:
-        from grpo_identity.checks.frameworks import FrameworkSpec
-
-        level = target.level if isinstance(target, FrameworkSpec) else "advantage"
+        level = _default_level(target)
     if level not in ("advantage", "gradient"):
         raise ValueError(f"level must be 'advantage' or 'gradient', got {level!r}")
     if kind not in ("advantage", "filter"):
@@ -342,6 +341,15 @@ def audit(
     return report
 
 
+def _default_level(target: Any) -> str:
+    """Gradient for a framework target (a spec or its short form), advantage for anything else."""
+    from grpo_identity.checks.frameworks import FRAMEWORKS, FrameworkSpec, parse_spec
+
+    if isinstance(target, str) and target.split(":")[0].strip().lower() in FRAMEWORKS:
+        target = parse_spec(target)
+    return target.default_level() if isinstance(target, FrameworkSpec) else "advantage"
+
+
 def _name(target: Any) -> str:
     from grpo_identity.checks.frameworks import FrameworkSpec
 
@@ -357,7 +365,8 @@ def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, is
     from grpo_identity.checks.gradient import GradientReport, audit_gradient
 
     name = _name(target)
-    exp = expect.name if isinstance(expect, D.Dial) else expect
+    ref = D.preset(expect) if isinstance(expect, str) else expect
+    exp = ref.name if ref is not None else None
     t0 = time.perf_counter()
     try:
         opened = _open(target, isolate, timeout, "gradient", python, load_timeout)
@@ -365,11 +374,10 @@ def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, is
         return GradientReport(name, "fail", exp, {"per_sample_weight": None}, [Finding("load", str(exc))], seconds=time.perf_counter() - t0)
     with opened as tgt:
         try:
-            report = audit_gradient(tgt, expect=exp, name=name)
+            report = audit_gradient(tgt, expect=ref, name=name)
         except TargetError as exc:
             report = GradientReport(name, "fail", exp, {"per_sample_weight": None}, [Finding("probe", _failure(exc, " on the gradient probes"))])
         else:
-            ref = expect if isinstance(expect, D.Dial) else (D.preset(expect) if expect else None)
             t1 = time.perf_counter()
             adv = _audit_open(_AdvantageView(tgt), name, "advantage", ref, max_examples, progress)
             adv.seconds = time.perf_counter() - t1
@@ -388,6 +396,7 @@ class _AdvantageView:
     def __init__(self, target: Any) -> None:
         self._target = target
         self._skip_loss = bool((getattr(target, "info", None) or {}).get("lengths_optional"))
+        self._watch = _OutputWatch()
         self.last_issue: str | None = None
         self.last_overwrite: str | None = None
 
@@ -402,7 +411,11 @@ class _AdvantageView:
         bad = malformed(adv, "advantage")
         if bad is not None:
             raise TargetMalformed(f"{bad} (the 'advantages' of its gradient output)")
-        return np.asarray(adv, dtype=np.float64)
+        # the same checks as a call at the advantage level: input untouched (the child saw it),
+        # dtype kept, no shared output buffer
+        self.last_overwrite = self._watch.check(adv)
+        self.last_issue = getattr(self._target, "last_issue", None) or output_issue(rewards, rewards, adv)
+        return np.array(to_numpy(adv), dtype=np.float64, copy=True)
 
 
 _SEVERITY = {"pass": 0, "deviation": 1, "fail": 2}

@@ -19,13 +19,14 @@ The audit's child process then runs under that interpreter with that environment
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 __all__ = ["BASE_SITE_VAR", "NO_DEPS", "RELEASE_PINS", "TORCH_PIN", "child_environ", "env_root", "env_dir", "install_commands", "no_deps", "release_pins", "ensure", "ReleaseEnv"]
 
@@ -127,11 +128,39 @@ def child_environ() -> dict[str, str]:
 
 def _link_base(python: Path) -> None:
     """(Re)write the release environment's ``.pth`` line (cheap; also updates environments made
-    by earlier versions, which named one project environment's path)."""
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
-    pth = site / "_grpo_identity_base.pth"
+    by earlier versions, which named one project environment's path); atomically, so a child
+    starting meanwhile reads the old line or the new one."""
+    from grpo_identity.checks.frameworks import AdapterError
+
+    proc = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AdapterError(f"the release environment's interpreter {python} does not run (remove {python.parent.parent} to rebuild it)")
+    pth = Path(proc.stdout.strip()) / "_grpo_identity_base.pth"
     if not pth.is_file() or pth.read_text() != _BASE_PTH:
-        pth.write_text(_BASE_PTH)
+        tmp = pth.with_name(f".{pth.name}.{os.getpid()}")
+        tmp.write_text(_BASE_PTH)
+        os.replace(tmp, pth)
+
+
+@contextlib.contextmanager
+def _locked(env: Path) -> Iterator[None]:
+    """One process at a time checks and builds ``env`` (an advisory lock beside it; another
+    audit of the same release waits for the build instead of clearing it halfway)."""
+    env.parent.mkdir(parents=True, exist_ok=True)
+    with open(env.parent / f".{env.name}.lock", "w") as fh:
+        try:
+            import fcntl
+
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except ImportError:  # no fcntl (Windows): unlocked, as before
+            pass
+        yield
+
+
+def _recipe(framework: str, release: str) -> str:
+    """What the stamp records: the pip commands that build the environment (a change in the pins
+    rebuilds it instead of reusing one that no longer matches)."""
+    return "\n".join(" ".join(cmd[1:]) for cmd in install_commands(framework, release, "python", "constraints.txt")) + "\n"
 
 
 def _python_of(env: Path) -> Path:
@@ -153,12 +182,19 @@ def ensure(framework: str, release: str, *, log: Any = None) -> ReleaseEnv:
     env = env_dir(framework, release)
     python = _python_of(env)
     stamp = env / ".grpo-identity-ready"
-    if stamp.is_file() and python.is_file():
-        _link_base(python)
-        return ReleaseEnv(framework, release, str(python))
-    out = log if log is not None else sys.stderr
-    print(f"creating the environment of {framework} {release} in {env} (once; pip, a few minutes)", file=out)
-    env.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(env):
+        if stamp.is_file() and python.is_file() and stamp.read_text() == _recipe(framework, release):
+            _link_base(python)
+            return ReleaseEnv(framework, release, str(python))
+        out = log if log is not None else sys.stderr
+        print(f"creating the environment of {framework} {release} in {env} (once; pip, a few minutes)", file=out)
+        _build(env, framework, release)
+        stamp.write_text(_recipe(framework, release))
+    return ReleaseEnv(framework, release, str(python))
+
+
+def _build(env: Path, framework: str, release: str) -> None:
+    python = _python_of(env)
     _run([sys.executable, "-m", "venv", "--clear", str(env)], f"creating a virtual environment for {framework} {release}")
     _link_base(python)  # the project's environment, below the release's own packages
     constraints = env / "constraints.txt"
@@ -168,8 +204,6 @@ def ensure(framework: str, release: str, *, log: Any = None) -> ReleaseEnv:
         _run(cmd, f"pip could not install {requirement} here")
     check = f"import warnings; warnings.filterwarnings('ignore'); import grpo_identity.checks.frameworks.{framework} as d; d.import_check()"
     _run([str(python), "-c", check], f"{requirement} installed but does not import here")
-    stamp.write_text(requirement + "\n")
-    return ReleaseEnv(framework, release, str(python))
 
 
 def _run(cmd: list[str], what: str) -> None:

@@ -6,7 +6,7 @@ environment built first if missing).  The JSON of every audit and its wall time 
 ``results/frameworks/audits.jsonl``; ``results/frameworks/table.md`` is rendered from that file
 alone, and ``--readme`` copies it into README.md between the markers
 ``<!-- framework-audits:begin -->`` and ``<!-- framework-audits:end -->``
-(``tests/test_readme.py`` checks that the two agree).
+(``tests/app/test_packaging.py`` checks that the two agree).
 
     python scripts/framework_audits.py                 # every case (about half an hour on 2 cores)
     python scripts/framework_audits.py --only trl      # the cases whose target starts with trl

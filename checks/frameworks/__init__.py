@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["FRAMEWORKS", "ESTIMATOR_KEY", "LEVELS", "FrameworkSpec", "AdapterError", "parse_spec", "parse_set"]
+__all__ = ["FRAMEWORKS", "ESTIMATOR_KEY", "LEVELS", "RESPONSE_LENGTH", "PROMPT_LENGTH", "lengths_for", "FrameworkSpec", "AdapterError", "parse_spec", "parse_set"]
 
 #: frameworks with a config-driven driver
 FRAMEWORKS = ("trl", "verl", "areal", "openrlhf")
@@ -26,6 +26,16 @@ FRAMEWORKS = ("trl", "verl", "areal", "openrlhf")
 ESTIMATOR_KEY = {"verl": "algorithm.adv_estimator", "openrlhf": "algo.advantage.estimator"}
 #: what the audit compares: the advantages, or the gradient of the framework's loss
 LEVELS = ("advantage", "gradient")
+#: response length budget of every driver's probe batches (tokens), and their prompts' length
+RESPONSE_LENGTH = 6
+PROMPT_LENGTH = 2
+
+
+def lengths_for(n: int, seed: int = 0) -> Any:
+    """Response lengths 1…RESPONSE_LENGTH, different from row to row (a fixed pattern per n)."""
+    import numpy as np
+
+    return 1 + (np.arange(n) * 5 + 3 * seed + n) % RESPONSE_LENGTH
 
 
 class AdapterError(ValueError):
@@ -42,7 +52,8 @@ class FrameworkSpec:
     """(key, raw value) pairs, in order; the framework parses the values."""
     config: str | None = None
     """A YAML file, read as the framework reads its own config files."""
-    level: str = "advantage"
+    level: str | None = None
+    """'gradient' or 'advantage'; None: the default, gradient (advantage for the estimator form)."""
     estimator: str | None = None
     """verl only: call ``core_algos``'s estimator function directly (bypasses the trainer)."""
     options: tuple[tuple[str, Any], ...] = ()
@@ -57,6 +68,11 @@ class FrameworkSpec:
         if self.config:
             parts.append(f"--config {self.config}")
         return " ".join(parts)
+
+    def default_level(self) -> str:
+        """The level an audit of this target runs unless told: its own, else the gradient (the
+        estimator-function form has no loss: the advantages)."""
+        return self.level or ("advantage" if self.estimator is not None else "gradient")
 
     def with_sets(self, sets: list[tuple[str, str]], config: str | None = None, level: str | None = None) -> FrameworkSpec:
         """This spec with more ``--set`` pairs (later ones win), a config file and a level."""

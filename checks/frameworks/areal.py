@@ -38,13 +38,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import PROMPT_LENGTH, RESPONSE_LENGTH, AdapterError, FrameworkSpec, lengths_for
 
 __all__ = ["import_check", "load_config", "advantage_target", "gradient_target", "lengths_for", "PROMPT_LENGTH", "RESPONSE_LENGTH"]
 
-#: response length budget of the probe batches (tokens), and each prompt's length
-RESPONSE_LENGTH = 6
-PROMPT_LENGTH = 2
 #: the names AReaL's config leaves mandatory (``???``), which a training YAML always gives;
 #: ``{root}`` is a fresh temporary directory (nothing is written there)
 DRIVER_YAML = """\
@@ -70,10 +67,6 @@ def import_check() -> None:
     importlib.import_module("areal.trainer.ppo.actor")
     importlib.import_module("grpo_identity.checks.target")
 
-
-def lengths_for(n: int, seed: int = 0) -> np.ndarray:
-    """Response lengths 1…RESPONSE_LENGTH, different from row to row (a fixed pattern per n)."""
-    return 1 + (np.arange(n) * 5 + 3 * seed + n) % RESPONSE_LENGTH
 
 
 def _release() -> str:
@@ -240,9 +233,11 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     actors = _Actors(cfg)
     loss_fn = _loss_fn(actors.module, cfg.actor)
 
-    def areal_grpo_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    def areal_grpo_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray | None) -> dict[str, np.ndarray]:
         G = int(group_size)
-        adv, out = _advantages(actors(G), rewards, G, np.asarray(lengths))
+        adv, out = _advantages(actors(G), rewards, G, lengths_for(len(rewards)) if lengths is None else np.asarray(lengths))
+        if lengths is None:  # the advantages alone (the advantage audit of the same run)
+            return {"advantages": adv}
         data = concat_padded_tensors(out)  # the batch _ppo_update receives, rows in the caller's order
         logp = data["logprobs"].detach().clone().requires_grad_(True)  # (B, T); on-policy: current = old
         loss = loss_fn(logp, torch.zeros_like(logp), data)
@@ -250,7 +245,7 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         return {"advantages": adv, "coefficients": -grad.double().numpy(), "mask": data["loss_mask"].double().numpy()}
 
     entry = "PPOActor.compute_advantages, then grpo_loss_fn as _ppo_update binds it (one minibatch, one micro-batch; the engine's forward bypassed: log-probs given)"
-    areal_grpo_loss_gradient.grpo_identity_info = {**_info(spec, cfg, entry), "ppo_n_minibatches": "1 (the audit's batch is one update)"}  # type: ignore[attr-defined]
+    areal_grpo_loss_gradient.grpo_identity_info = {**_info(spec, cfg, entry), "ppo_n_minibatches": "1 (the audit's batch is one update)", "lengths_optional": True}  # type: ignore[attr-defined]
     return areal_grpo_loss_gradient
 
 

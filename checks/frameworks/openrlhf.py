@@ -44,15 +44,12 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import PROMPT_LENGTH, AdapterError, FrameworkSpec, lengths_for
 
 __all__ = ["import_check", "StandIns", "stand_ins", "cli_args", "argv_of", "advantage_target", "gradient_target", "lengths_for", "GPU_ONLY"]
 
 #: packages OpenRLHF's import chain reaches that only exist for CUDA
 GPU_ONLY = ("flash_attn", "vllm")
-#: response length budget of the probe batches (tokens); prompts are PROMPT_LENGTH tokens
-RESPONSE_LENGTH = 6
-PROMPT_LENGTH = 2
 #: what the driver sets before the user's options (theirs come after and win); the group size
 #: (``rollout.n_samples_per_prompt``) comes after those
 DRIVER_SETS = (("rollout.micro_batch_size", "3"),)
@@ -224,10 +221,6 @@ def cli_args(spec: FrameworkSpec, group_size: int) -> Any:
     raise AdapterError(f"OpenRLHF {_release()}: {CLI_MODULE} ran to its end without calling get_strategy(args) (the driver knows the 0.11 command line)")
 
 
-def lengths_for(n: int, seed: int = 0) -> np.ndarray:
-    """Response lengths 1…RESPONSE_LENGTH, different from row to row (a fixed pattern per n)."""
-    return 1 + (np.arange(n) * 5 + 3 * seed + n) % RESPONSE_LENGTH
-
 
 def _maker(args: Any) -> Any:
     """A real ``RemoteExperienceMaker``: no model groups, the strategy's args, the trainer's KL controller."""
@@ -330,11 +323,13 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
             raise AdapterError(f"OpenRLHF {_release()} has no openrlhf.models.loss.{name} (the driver knows 0.11)")
     from openrlhf.utils.loss_utils import get_loss_batch_info
 
-    def openrlhf_policy_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    def openrlhf_policy_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray | None) -> dict[str, np.ndarray]:
         args = configs.get(int(group_size))
         rewards = np.asarray(rewards, dtype=np.float64)
-        exps = _experiences(_maker(args), rewards, np.asarray(lengths, dtype=int))
+        exps = _experiences(_maker(args), rewards, lengths_for(len(rewards)) if lengths is None else np.asarray(lengths, dtype=int))
         adv = _per_response(exps, len(rewards), args.algo.advantage.estimator)
+        if lengths is None:  # the advantages alone (the advantage audit of the same run)
+            return {"advantages": adv}
         Experience = mods["openrlhf.trainer.ppo_utils.experience"].Experience
         batch = Experience.concat_experiences(exps, 0)  # the whole batch as one training micro-batch (one optimizer step)
         mask = batch.action_mask
@@ -347,7 +342,7 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         return {"advantages": adv, "coefficients": coeff, "mask": m}
 
     args = configs.get(2)
-    openrlhf_policy_loss_gradient.grpo_identity_info = {**_info(spec, args, "compute_advantages_and_returns + models.loss.PolicyLoss (aggregate_loss)"), "loss_agg_mode": str(args.actor.loss_agg_mode), "policy_loss_type": str(args.actor.policy_loss_type)}  # type: ignore[attr-defined]
+    openrlhf_policy_loss_gradient.grpo_identity_info = {**_info(spec, args, "compute_advantages_and_returns + models.loss.PolicyLoss (aggregate_loss)"), "loss_agg_mode": str(args.actor.loss_agg_mode), "policy_loss_type": str(args.actor.policy_loss_type), "lengths_optional": True}  # type: ignore[attr-defined]
     return openrlhf_policy_loss_gradient
 
 

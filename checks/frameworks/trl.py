@@ -25,12 +25,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec
 
 __all__ = ["import_check", "grpo_config", "advantage_target", "gradient_target", "COMPLETION_LENGTH"]
 
 #: completion length budget (tokens) of the gradient probes
-COMPLETION_LENGTH = 6
+COMPLETION_LENGTH = RESPONSE_LENGTH
 #: what the driver sets before the user's config: CPU, no logging, no checkpoints, no KL model
 DRIVER_DEFAULTS: dict[str, Any] = {"use_cpu": True, "bf16": False, "report_to": "none", "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": COMPLETION_LENGTH, "beta": 0.0, "logging_steps": 1, "save_strategy": "no"}
 

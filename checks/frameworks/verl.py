@@ -26,12 +26,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec, lengths_for
 
 __all__ = ["import_check", "compose", "advantage_target", "estimator_target", "gradient_target", "lengths_for"]
 
-#: response length budget of the probe batches (tokens)
-RESPONSE_LENGTH = 6
 #: settings every verl run must give (the actor's micro-batch size has no default); the user's
 #: ``--set`` come after and win
 DRIVER_SETS = (("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "1"),)
@@ -44,10 +42,6 @@ def import_check() -> None:
     importlib.import_module("verl.trainer.ppo.core_algos")
     importlib.import_module("grpo_identity.checks.target")
 
-
-def lengths_for(n: int, seed: int = 0) -> np.ndarray:
-    """Response lengths 1…RESPONSE_LENGTH, different from row to row (a fixed pattern per n)."""
-    return 1 + (np.arange(n) * 5 + 3 * seed + n) % RESPONSE_LENGTH
 
 
 def compose(spec: FrameworkSpec) -> Any:

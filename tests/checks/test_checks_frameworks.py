@@ -40,7 +40,7 @@ def test_the_makefile_pins_the_versions_the_adapters_were_tested_with():
 )
 def test_verl_estimators_match_their_presets(spec, matches):
     _need("verl.trainer.ppo.core_algos")
-    report = audit(spec, max_examples=100)
+    report = audit(spec, level="advantage", max_examples=100)
     assert report.verdict == "pass", report.format()
     assert report.matches == matches
     assert report.target_info["framework"] == "verl" and report.target_info["version"] == TESTED_VERSIONS["verl"]
@@ -52,7 +52,7 @@ def test_verl_estimators_match_their_presets(spec, matches):
 @pytest.mark.slow
 def test_verl_grpo_deviates_from_paper_grpo_by_bessel_and_its_epsilon():
     _need("verl.trainer.ppo.core_algos")
-    report = audit("verl:grpo", expect="grpo", max_examples=50)
+    report = audit("verl:grpo", expect="grpo", level="advantage", max_examples=50)
     assert report.verdict == "deviation" and report.matches == "verl"
     assert report.inferred.ddof == 1 and report.inferred.eps == pytest.approx(1e-6, rel=0.2)
     factors = {f["G"]: f["factor_at_half"] for f in report.factors}
@@ -63,7 +63,7 @@ def test_verl_grpo_deviates_from_paper_grpo_by_bessel_and_its_epsilon():
 @pytest.mark.slow
 def test_verl_keeps_binary_silent_groups_exactly_zero_but_not_silent_groups_of_0_1():
     _need("verl.trainer.ppo.core_algos")
-    report = audit("verl:grpo_vectorized", max_examples=20)
+    report = audit("verl:grpo_vectorized", level="advantage", max_examples=20)
     # binary silent groups: exactly 0 (a property, checked on every example)
     assert "silent_groups_exactly_zero" in report.properties_run
     assert not [f for f in report.findings if f.property == "silent_groups_exactly_zero"]
@@ -83,7 +83,7 @@ def test_verl_keeps_binary_silent_groups_exactly_zero_but_not_silent_groups_of_0
 )
 def test_trl_grpo_trainer_scale_rewards_settings(spec, verdict, matches, scale):
     _need("trl")
-    report = audit(spec, max_examples=40)
+    report = audit(spec, level="advantage", max_examples=40)
     assert report.verdict == verdict, report.format()
     assert report.matches == matches
     assert report.inferred.scale == scale

@@ -88,11 +88,19 @@ def test_a_bad_areal_release_is_refused_before_pip_runs(monkeypatch, tmp_path):
 # ---- AReaL 1.0.4 itself, in its release environment ------------------------------------------
 
 
+_ENVS: dict = {}  # one build attempt per release and test session: an offline CI skips at once after the first
+
+
 def _env_or_skip():
-    try:
-        return R.ensure("areal", RELEASE)
-    except AdapterError as exc:
-        pytest.skip(f"the environment of areal {RELEASE} cannot be built here (offline?): {exc}")
+    key = ()
+    if key not in _ENVS:
+        try:
+            _ENVS[key] = R.ensure("areal", RELEASE)
+        except AdapterError as exc:
+            _ENVS[key] = f"the environment of areal {RELEASE} cannot be built here (offline?): {exc}"
+    if isinstance(_ENVS[key], str):
+        pytest.skip(_ENVS[key])
+    return _ENVS[key]
 
 
 def _audit(capsys, *sets):

@@ -68,3 +68,11 @@ def test_a_verl_yaml_config_reaches_the_gradient_level_too(tmp_path, capsys):
     cfg.write_text("algorithm:\n  adv_estimator: grpo\n")
     assert main(["audit", "verl", "--config", str(cfg), "--level", "gradient", "--max-examples", "10", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["inferred"]["per_sample_weight"] == "1/batch_tokens"  # token-mean, verl's default
+
+
+def test_the_python_api_and_the_cli_default_a_framework_target_to_the_gradient():
+    from grpo_identity.checks.auditor import _default_level
+
+    assert parse_spec("trl").default_level() == "gradient" and _default_level("verl:grpo") == "gradient"
+    assert _default_level("verl:estimator=grpo_vectorized") == "advantage"  # no loss to differentiate
+    assert _default_level(FrameworkSpec("trl", level="advantage")) == "advantage" and _default_level("grpo") == "advantage"

@@ -139,3 +139,31 @@ def test_a_driver_that_says_lengths_are_optional_is_spared_its_loss_in_the_advan
     report = audit(fn, level="gradient", isolate=False, max_examples=20)
     assert report.verdict == "pass" and report.matches == "grpo", report.format()
     assert seen.count(False) == 2 * 4 and seen.count(True) > 20  # two gradient probes per G; the rest without a loss
+
+
+def test_an_exact_float64_loss_is_judged_at_float32_tolerance_even_if_its_values_are_short_fractions():
+    report = audit_gradient(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO))
+    assert report.inferred["coefficient_precision"] == "float32" and report.verdict == "pass"
+
+
+def test_a_custom_dial_can_be_expected_at_the_gradient_level():
+    from grpo_identity.checks import audit
+
+    mine = D.GRPO.replace(eps=1e-3)
+    report = audit(_target(lambda L, total, n: np.ones_like(L), advantage=mine), level="gradient", expect=mine, isolate=False, max_examples=20)
+    assert report.expected == mine.name and report.verdict in ("pass", "deviation"), report.format()
+
+
+def test_the_advantages_of_a_gradient_target_get_the_advantage_levels_buffer_and_dtype_checks():
+    from grpo_identity.checks import audit
+
+    inner, buf = _target(lambda L, total, n: np.ones_like(L)), {}
+
+    def shared(rewards, G, lengths):  # hands out one advantages buffer, overwritten call after call
+        out = inner(rewards, G, lengths)
+        a = buf.setdefault(len(rewards), np.empty(len(rewards)))
+        a[:] = out["advantages"]
+        return {**out, "advantages": a}
+
+    report = audit(shared, level="gradient", isolate=False, max_examples=40)
+    assert report.verdict == "fail" and any("shared buffer" in f.message for f in report.findings), report.format()

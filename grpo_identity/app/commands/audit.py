@@ -64,12 +64,13 @@ def target_of(args: argparse.Namespace) -> object:
         raise UsageError(f"--set and --config configure the trainer path; {args.target!r} is the estimator function alone (write verl --set algorithm.adv_estimator=NAME)")
     if spec.estimator is not None and args.level == "gradient":
         raise UsageError(f"--level gradient: {args.target!r} is the estimator function alone, it has no loss (write verl --set algorithm.adv_estimator=NAME for the trainer path)")
-    return spec.with_sets(sets, config=args.config, level=args.level or ("advantage" if spec.estimator is not None else "gradient"))
+    return spec.with_sets(sets, config=args.config, level=args.level)
 
 
 def level_of(args: argparse.Namespace, target: object) -> str:
-    """The audit's level: a framework spec's own (gradient unless asked otherwise), else --level."""
-    return str(getattr(target, "level", None) or args.level or "advantage")
+    """The audit's level: --level, else a framework spec's default (the gradient), else 'advantage'."""
+    default = getattr(target, "default_level", None)
+    return str(args.level or (default() if callable(default) else "advantage"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.releases:
         return _releases(args, target)
+    args.release_auto = not args.release
     args.release = args.release or _fallback_release(target)
     python = _release_python(args, target) if args.release else None
     try:
@@ -139,7 +141,8 @@ def _release_python(args: argparse.Namespace, target: object) -> str:
         return ensure(target.framework, args.release).python  # type: ignore[attr-defined]
     except AdapterError as exc:
         message = str(exc)
-        raise UsageError(message if message.startswith("--release") else f"--release {args.release}: {message}") from None
+        where = f"{target.framework} {args.release} (its tested release; it is not installed here)" if getattr(args, "release_auto", False) else f"--release {args.release}"  # type: ignore[attr-defined]
+        raise UsageError(message if message.startswith("--release") else f"{where}: {message}") from None
 
 
 def summary_line(report: object) -> str:
