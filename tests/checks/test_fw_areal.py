@@ -22,8 +22,8 @@ import subprocess
 
 import numpy as np
 import pytest
+from _fw_support import Ahead, env_or_skip
 
-from grpo_identity.app.cli import main
 from grpo_identity.checks import adapters
 from grpo_identity.checks import releases as R
 from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, parse_spec
@@ -88,19 +88,8 @@ def test_a_bad_areal_release_is_refused_before_pip_runs(monkeypatch, tmp_path):
 # ---- AReaL 1.0.4 itself, in its release environment ------------------------------------------
 
 
-_ENVS: dict = {}  # one build attempt per release and test session: an offline CI skips at once after the first
-
-
 def _env_or_skip():
-    key = ()
-    if key not in _ENVS:
-        try:
-            _ENVS[key] = R.ensure("areal", RELEASE)
-        except AdapterError as exc:
-            _ENVS[key] = f"the environment of areal {RELEASE} cannot be built here (offline?): {exc}"
-    if isinstance(_ENVS[key], str):
-        pytest.skip(_ENVS[key])
-    return _ENVS[key]
+    return env_or_skip("areal", RELEASE)
 
 
 def _argv(*sets):
@@ -108,36 +97,25 @@ def _argv(*sets):
     return ("audit", "areal", "--release", RELEASE, *sets, *level, "--max-examples", "20", "--json")
 
 
-#: the audits of the slow tests below, run ahead two at a time (tests/checks/_parallel_cli.py)
-PREFETCH = [
-    GRPO_SETS,
-    [*GRPO_SETS, "--set", "actor.reward_norm.std_unbiased=false"],
-    ["--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=null", "--expect", "dr_grpo"],
-    ["--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.mean_leave1out=true", "--set", "actor.reward_norm.std_level=null"],
-    ["--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=batch"],
-    ["--set", "actor.reward_norm.mean_level=group"],
-    ["--set", "actor.adv_norm.mean_level=group", "--set", "actor.adv_norm.std_level=group"],
-    [*GRPO_SETS, "--level", "gradient"],
-]
-_RUNS: dict = {}
+#: the audits of the slow tests below, run ahead two at a time (tests/checks/_fw_support.py)
+AHEAD = Ahead([
+    _argv(*GRPO_SETS),
+    _argv(*GRPO_SETS, "--set", "actor.reward_norm.std_unbiased=false"),
+    _argv("--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=null", "--expect", "dr_grpo"),
+    _argv("--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.mean_leave1out=true", "--set", "actor.reward_norm.std_level=null"),
+    _argv("--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=batch"),
+    _argv("--set", "actor.reward_norm.mean_level=group"),
+    _argv("--set", "actor.adv_norm.mean_level=group", "--set", "actor.adv_norm.std_level=group"),
+    _argv(*GRPO_SETS, "--level", "gradient"),
+])
 #: settings AReaL's loader (or the driver) refuses -> words of the one-line error
 REJECTED = {"actor.adv_norm.mean_levle=group": "Key 'mean_levle' not in 'NormConfig'", "actor.adv_norm.mean_level=grup": "mean_level must be 'batch', 'group' or None", "actor.reward_norm.group_size=4": "the audit's group size G"}
-_REJECTED: dict = {}
+REJECTED_AHEAD = Ahead([("audit", "areal", "--release", RELEASE, "--set", s, "--max-examples", "5") for s in REJECTED])
 
 
 def _audit(capsys, *sets):
     _env_or_skip()
-    if not _RUNS:
-        from _parallel_cli import run_all
-
-        _RUNS.update(run_all([_argv(*s) for s in PREFETCH]))
-    argv = _argv(*sets)
-    if argv in _RUNS:
-        code, stdout, _ = _RUNS[argv]
-    else:  # not run ahead: in this process
-        code = main(list(argv))
-        stdout = capsys.readouterr().out
-    out = json.loads(stdout)
+    code, out = AHEAD.json(_argv(*sets))
     assert out["target_info"]["version"] == RELEASE and out["target_info"]["framework"] == "areal"
     return code, out
 
@@ -242,11 +220,7 @@ def test_batch_std_is_the_pooled_within_group_std_and_a_partial_group_is_divided
 @pytest.mark.parametrize("setting, words", list(REJECTED.items()))
 def test_a_config_arealss_loader_rejects_is_a_usage_error(setting, words):
     _env_or_skip()
-    if not _REJECTED:  # the three, two at a time
-        from _parallel_cli import run_all
-
-        _REJECTED.update(run_all([("audit", "areal", "--release", RELEASE, "--set", s, "--max-examples", "5") for s in REJECTED]))
-    code, _, err = _REJECTED[("audit", "areal", "--release", RELEASE, "--set", setting, "--max-examples", "5")]
+    code, _, err = REJECTED_AHEAD.get(("audit", "areal", "--release", RELEASE, "--set", setting, "--max-examples", "5"))
     assert code == 2 and words in err and "Traceback" not in err
 
 

@@ -26,6 +26,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from _fw_support import Ahead, env_or_skip
 
 from grpo_identity.app.cli import main
 from grpo_identity.checks import adapters
@@ -127,20 +128,15 @@ def test_without_openrlhf_the_driver_says_so_as_an_adapter_error():
 
 @pytest.fixture(scope="module")
 def release_env():
-    from grpo_identity.checks import releases as R
-
-    try:
-        return R.ensure("openrlhf", RELEASE)
-    except AdapterError as exc:
-        pytest.skip(f"the environment of OpenRLHF {RELEASE} cannot be built here (offline?): {exc}")
+    return env_or_skip("openrlhf", RELEASE)
 
 
 def _argv(*sets, level=None):  # the advantages alone unless a test asks for the gradient
     return ("audit", "openrlhf", "--release", RELEASE, *[a for s in sets for a in ("--set", s)], "--max-examples", "20", "--json", "--level", level or "advantage")
 
 
-#: the audits of the slow tests below, run ahead two at a time (tests/checks/_parallel_cli.py)
-PREFETCH = [
+#: the audits of the slow tests below, run ahead two at a time (tests/checks/_fw_support.py)
+AHEAD = Ahead([
     _argv("algo.advantage.estimator=group_norm", "reward.clip_range=-1000,1000"),
     _argv("algo.advantage.estimator=group_norm", "algo.advantage.no_std_norm=true"),
     _argv("algo.advantage.estimator=dr_grpo"),
@@ -149,22 +145,11 @@ PREFETCH = [
     _argv("algo.advantage.estimator=reinforce_baseline", "algo.advantage.no_std_norm=true"),
     _argv("algo.advantage.estimator=dr_grpo", "actor.loss_agg_mode=token-mean", level="gradient"),
     _argv("algo.advantage.estimator=dr_grpo", "actor.loss_agg_mode=seq-mean-token-mean", level="gradient"),
-]
-_RUNS: dict = {}
+])
 
 
 def _audit(capsys, *sets, level=None):
-    if not _RUNS:
-        from _parallel_cli import run_all
-
-        _RUNS.update(run_all(PREFETCH))
-    argv = _argv(*sets, level=level)
-    if argv in _RUNS:
-        code, stdout, _ = _RUNS[argv]
-    else:  # not run ahead: in this process
-        code = main(list(argv))
-        stdout = capsys.readouterr().out
-    out = json.loads(stdout)
+    code, out = AHEAD.json(_argv(*sets, level=level))
     assert out["target_info"]["version"] == RELEASE and out["target_info"]["stand_ins"] == ["flash_attn", "vllm"]
     return code, out
 

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from _fw_support import env_or_skip
 
 from grpo_identity.app.cli import main
 from grpo_identity.checks import releases as R
@@ -85,19 +86,8 @@ def test_a_driver_that_meets_an_unknown_api_is_an_adapter_error_naming_the_relea
         adapters.build(FrameworkSpec("trl"))
 
 
-_ENVS: dict = {}  # one build attempt per release and test session: an offline CI skips at once after the first
-
-
 def _env_or_skip(framework, release):
-    key = (framework, release)
-    if key not in _ENVS:
-        try:
-            _ENVS[key] = R.ensure(framework, release)
-        except AdapterError as exc:
-            _ENVS[key] = f"the environment of {framework} {release} cannot be built here (offline?): {exc}"
-    if isinstance(_ENVS[key], str):
-        pytest.skip(_ENVS[key])
-    return _ENVS[key]
+    return env_or_skip(framework, release)
 
 
 @pytest.mark.slow
