@@ -47,8 +47,14 @@ def main(argv=None) -> int:
 
     cases = [
         ("in-process numpy (dial grpo)", lambda: audit(grpo_numpy, expect="grpo", max_examples=args.max_examples)),
-        ("child process (adapter grpo, as the CLI)", lambda: audit("grpo", expect="grpo", max_examples=args.max_examples)),
-        ("in-process, expect grpo, target trl preset (deviation)", lambda: audit(lambda r, G: D.advantages(r, G, D.TRL), expect="grpo", max_examples=args.max_examples)),
+        (
+            "child process (adapter grpo, as the CLI)",
+            lambda: audit("grpo", expect="grpo", max_examples=args.max_examples),
+        ),
+        (
+            "in-process, expect grpo, target trl preset (deviation)",
+            lambda: audit(lambda r, G: D.advantages(r, G, D.TRL), expect="grpo", max_examples=args.max_examples),
+        ),
     ]
     if args.frameworks:
         from grpo_identity.checks.frameworks import FrameworkSpec
@@ -56,22 +62,73 @@ def main(argv=None) -> int:
         verl = FrameworkSpec("verl", sets=(("algorithm.adv_estimator", "grpo"),))
         trl = FrameworkSpec("trl", sets=(("loss_type", "grpo"),))
         if importlib.util.find_spec("verl") is not None:
-            cases.append(("framework: verl --set algorithm.adv_estimator=grpo (default: gradient + advantages)", lambda: audit(verl, level="gradient", max_examples=args.max_examples)))
-            cases.append(("framework: verl ... --level advantage (trainer path)", lambda: audit(verl, level="advantage", max_examples=args.max_examples)))
-            cases.append(("framework: verl:estimator=grpo (bypasses the trainer)", lambda: audit("verl:estimator=grpo", max_examples=args.max_examples)))
+            cases.append(
+                (
+                    "framework: verl --set algorithm.adv_estimator=grpo (default: gradient + advantages)",
+                    lambda: audit(verl, level="gradient", max_examples=args.max_examples),
+                )
+            )
+            cases.append(
+                (
+                    "framework: verl ... --level advantage (trainer path)",
+                    lambda: audit(verl, level="advantage", max_examples=args.max_examples),
+                )
+            )
+            cases.append(
+                (
+                    "framework: verl:estimator=grpo (bypasses the trainer)",
+                    lambda: audit("verl:estimator=grpo", max_examples=args.max_examples),
+                )
+            )
         if importlib.util.find_spec("trl") is not None:
-            cases.append(("framework: trl --set loss_type=grpo (default: gradient + advantages)", lambda: audit(trl, level="gradient", max_examples=args.max_examples)))
-            cases.append(("framework: trl ... --level advantage (GRPOTrainer)", lambda: audit(trl, level="advantage", max_examples=args.max_examples)))
+            cases.append(
+                (
+                    "framework: trl --set loss_type=grpo (default: gradient + advantages)",
+                    lambda: audit(trl, level="gradient", max_examples=args.max_examples),
+                )
+            )
+            cases.append(
+                (
+                    "framework: trl ... --level advantage (GRPOTrainer)",
+                    lambda: audit(trl, level="advantage", max_examples=args.max_examples),
+                )
+            )
     rows = []
     for name, fn in cases:
         times, report = _time(fn, args.repeat if not name.startswith("framework") else args.framework_repeat)
-        rows.append({"case": name, "median_s": statistics.median(times), "min_s": min(times), "runs": len(times), "examples": getattr(getattr(report, "advantage", None) or report, "examples", 0), "verdict": report.verdict, "matches": report.matches})
+        rows.append(
+            {
+                "case": name,
+                "median_s": statistics.median(times),
+                "min_s": min(times),
+                "runs": len(times),
+                "examples": getattr(getattr(report, "advantage", None) or report, "examples", 0),
+                "verdict": report.verdict,
+                "matches": report.matches,
+            }
+        )
     if args.json:
-        print(json.dumps({"benchmark": "audit", "goal_s": 10.0, "framework_goal_s": 20.0, "python": sys.version.split()[0], "numpy": np.__version__, "rows": rows}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "benchmark": "audit",
+                    "goal_s": 10.0,
+                    "framework_goal_s": 20.0,
+                    "python": sys.version.split()[0],
+                    "numpy": np.__version__,
+                    "rows": rows,
+                },
+                indent=2,
+            )
+        )
         return 0
-    print(f"one full audit (dial inference + {args.max_examples} hypothesis examples); goal <= 10 s (a function), <= 20 s (a framework)")
+    print(
+        f"one full audit (dial inference + {args.max_examples} hypothesis examples); goal <= 10 s (a function), <= 20 s (a framework)"
+    )
     for r in rows:
-        print(f"  {r['case']:<70} {r['median_s']:6.2f} s median ({r['runs']} runs, min {r['min_s']:.2f} s), {r['examples']} examples, {r['verdict']} ({r['matches']})")
+        print(
+            f"  {r['case']:<70} {r['median_s']:6.2f} s median ({r['runs']} runs, min {r['min_s']:.2f} s), {r['examples']} examples, {r['verdict']} ({r['matches']})"
+        )
     return 0
 
 

@@ -20,7 +20,9 @@ GOAL_SECONDS = 10.0
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs (default 3); the best and the median are reported")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="timed runs (default 3); the best and the median are reported"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args()
 
@@ -54,10 +56,15 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        print(f"Bernoulli-logit run, three arms, M={config.num_prompts}, G={config.group_size}, {config.steps} steps, 1 torch thread")
+        print(
+            f"Bernoulli-logit run, three arms, M={config.num_prompts}, G={config.group_size}, {config.steps} steps, 1 torch thread"
+        )
         rows = [
             ("import torch + trainer", f"{import_s:.2f} s"),
-            (f"run, best of {len(times)}", f"{times[0]:.2f} s (median {out['seconds_median']:.2f} s, {out['steps_per_second']:.0f} steps/s)"),
+            (
+                f"run, best of {len(times)}",
+                f"{times[0]:.2f} s (median {out['seconds_median']:.2f} s, {out['steps_per_second']:.0f} steps/s)",
+            ),
             (f"goal <= {GOAL_SECONDS:.0f} s (median)", "met" if out["meets_goal"] else "NOT met"),
             ("identity max abs err", f"{out['identity_max_abs_err']:.3g}"),
         ]

@@ -56,8 +56,14 @@ def main() -> None:
         for G in args.G:
             eg, t_fast = timed(C.expected_update, G, p)
             sr, t_sr = timed(C.silent_rate, G, p)
-            row = {"p_source": label, "G": G, "n": int(p.size), "seconds": t_fast, "seconds_silent_rate": t_sr,
-                   "finite": bool(np.isfinite(eg).all() and np.isfinite(sr).all())}
+            row = {
+                "p_source": label,
+                "G": G,
+                "n": int(p.size),
+                "seconds": t_fast,
+                "seconds_silent_rate": t_sr,
+                "finite": bool(np.isfinite(eg).all() and np.isfinite(sr).all()),
+            }
             if G <= 2000:
                 try:
                     with np.errstate(all="ignore"):
@@ -65,7 +71,9 @@ def main() -> None:
                     ok = np.isfinite(ref)
                     row["naive_seconds"] = t_naive
                     row["naive_finite_fraction"] = float(ok.mean())
-                    row["max_rel_diff_where_naive_finite"] = float(np.max(np.abs(eg[ok] - ref[ok]) / np.maximum(ref[ok], 1e-300))) if ok.any() else None
+                    row["max_rel_diff_where_naive_finite"] = (
+                        float(np.max(np.abs(eg[ok] - ref[ok]) / np.maximum(ref[ok], 1e-300))) if ok.any() else None
+                    )
                     row["speedup"] = t_naive / t_fast
                 except OverflowError as exc:
                     row["naive_error"] = f"OverflowError: {exc}"
@@ -80,13 +88,21 @@ def main() -> None:
                 row["naive_error"] = "not attempted: float(comb(G, k)) overflows for G >= 1030"
             rows.append(row)
             if not args.json:
-                extra = (f"vectorised naive {row['naive_seconds']:.3f} s (x{row['speedup']:.1f}); "
-                         if "naive_seconds" in row else row.get("naive_error", ""))
+                extra = (
+                    f"vectorised naive {row['naive_seconds']:.3f} s (x{row['speedup']:.1f}); "
+                    if "naive_seconds" in row
+                    else row.get("naive_error", "")
+                )
                 if "scalar_seconds_extrapolated" in row:
-                    extra += f"scalar loop ~{row['scalar_seconds_extrapolated']:.1f} s (x{row['speedup_vs_scalar']:.0f})"
+                    extra += (
+                        f"scalar loop ~{row['scalar_seconds_extrapolated']:.1f} s (x{row['speedup_vs_scalar']:.0f})"
+                    )
                 elif "scalar_error" in row:
                     extra += " scalar loop: " + row["scalar_error"]
-                print(f"{label:40s} G={G:>8d}: {t_fast:8.3f} s  silent {t_sr:.4f} s  finite={row['finite']}  {extra}", flush=True)
+                print(
+                    f"{label:40s} G={G:>8d}: {t_fast:8.3f} s  silent {t_sr:.4f} s  finite={row['finite']}  {extra}",
+                    flush=True,
+                )
     if args.json:
         print(json.dumps({"rows": rows}, indent=2))
 

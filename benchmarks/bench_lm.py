@@ -33,9 +33,13 @@ def _best(fn, repeat: int) -> tuple[float, object]:  # type: ignore[no-untyped-d
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="cpu-smoke", help="named LM config whose model size is measured (default cpu-smoke)")
+    parser.add_argument(
+        "--config", default="cpu-smoke", help="named LM config whose model size is measured (default cpu-smoke)"
+    )
     parser.add_argument("--batch", type=int, default=64, help="sequences per batch (default 64)")
-    parser.add_argument("--repeat", type=int, default=9, help="timed repeats after one warm-up; the median is reported (default 9)")
+    parser.add_argument(
+        "--repeat", type=int, default=9, help="timed repeats after one warm-up; the median is reported (default 9)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args()
@@ -120,10 +124,16 @@ def main() -> int:
         print(json.dumps(out, indent=2))
     else:
         print(f"{cfg.model} {out['n_params']:,} params, batch {B}, {args.threads} thread(s), torch {torch.__version__}")
-        print(f"generation : {out['generation_tokens_per_second']:10.0f} new tok/s  ({new_tokens} tokens in {t_gen * 1e3:.1f} ms)")
-        print(f"training   : {out['training_tokens_per_second']:10.0f} tok/s      ({seqs.numel()} tokens fwd+bwd in {t_train * 1e3:.1f} ms)")
-        print(f"per-sample : torch.func {t_func * 1e3:.1f} ms, loop of {B} backward calls {t_loop * 1e3:.1f} ms "
-              f"-> {out['per_sample_speedup']:.1f}x (goal {GOAL_SPEEDUP:.0f}x: {'met' if out['meets_goal'] else 'NOT met'}); max rel diff {diff:.1e}")
+        print(
+            f"generation : {out['generation_tokens_per_second']:10.0f} new tok/s  ({new_tokens} tokens in {t_gen * 1e3:.1f} ms)"
+        )
+        print(
+            f"training   : {out['training_tokens_per_second']:10.0f} tok/s      ({seqs.numel()} tokens fwd+bwd in {t_train * 1e3:.1f} ms)"
+        )
+        print(
+            f"per-sample : torch.func {t_func * 1e3:.1f} ms, loop of {B} backward calls {t_loop * 1e3:.1f} ms "
+            f"-> {out['per_sample_speedup']:.1f}x (goal {GOAL_SPEEDUP:.0f}x: {'met' if out['meets_goal'] else 'NOT met'}); max rel diff {diff:.1e}"
+        )
     return 0
 
 

@@ -66,10 +66,23 @@ def _batch(size: str, groups: int, device: str) -> dict[str, Any]:
     comp, lengths = sample(model, prompts, task.max_answer_len, generator=torch.Generator(device=dev).manual_seed(0))
     seqs = torch.cat([prompts, comp], 1)
     mask = (torch.arange(comp.shape[1], device=dev)[None] < lengths[:, None]).float()
-    rewards = torch.as_tensor(np.tile([1.0, 0, 0, 1, 0, 0, 0, 1], groups), dtype=torch.float32, device=dev)  # k = 3 in every group
+    rewards = torch.as_tensor(
+        np.tile([1.0, 0, 0, 1, 0, 0, 0, 1], groups), dtype=torch.float32, device=dev
+    )  # k = 3 in every group
     w = sample_weights(lengths, "seq_mean", n_groups=groups, group_size=G, max_new_tokens=task.max_answer_len)
-    return {"model": model, "seqs": seqs, "mask": mask, "rewards": rewards, "w": w, "adv": advantages(rewards, G, GRPO), "G": G,
-            "P": task.prompt_len, "groups": groups, "n_params": count_params(model), "dial": GRPO}
+    return {
+        "model": model,
+        "seqs": seqs,
+        "mask": mask,
+        "rewards": rewards,
+        "w": w,
+        "adv": advantages(rewards, G, GRPO),
+        "G": G,
+        "P": task.prompt_len,
+        "groups": groups,
+        "n_params": count_params(model),
+        "dial": GRPO,
+    }
 
 
 def _method(name: str, b: dict[str, Any], directions: int) -> Callable[[], Any]:
@@ -98,8 +111,17 @@ def _method(name: str, b: dict[str, Any], directions: int) -> Callable[[], Any]:
         proj = scores(slice(0, n * G)) if V is not None else None
         for j in range(n):
             sl = slice(j * G, (j + 1) * G)
-            pg, _, _ = group_gradient(model, b["seqs"][sl], b["mask"][sl], b["w"][sl], b["adv"][sl], prompt_len=P, group_size=G,
-                                      clip_low=0.2, clip_high=0.2)
+            pg, _, _ = group_gradient(
+                model,
+                b["seqs"][sl],
+                b["mask"][sl],
+                b["w"][sl],
+                b["adv"][sl],
+                prompt_len=P,
+                group_size=G,
+                clip_low=0.2,
+                clip_high=0.2,
+            )
             g = -flatten(pg)
             if proj is None:
                 check_identity(g, scores(sl), b["rewards"][sl], b["adv"][sl], b["dial"])
@@ -113,7 +135,13 @@ def _method(name: str, b: dict[str, Any], directions: int) -> Callable[[], Any]:
         for j in range(n):
             scores(slice(j * G, (j + 1) * G))
 
-    return {"train_step": train_step, "exact_check": check, "projected_check": check, "exact_extra": extra, "projected_extra": extra}[name]
+    return {
+        "train_step": train_step,
+        "exact_check": check,
+        "projected_check": check,
+        "exact_extra": extra,
+        "projected_extra": extra,
+    }[name]
 
 
 def worker(size: str, method: str, groups: int, directions: int, repeat: int, device: str) -> dict[str, Any]:
@@ -132,15 +160,29 @@ def worker(size: str, method: str, groups: int, directions: int, repeat: int, de
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     seconds = _median_seconds(fn, repeat, sync)
     after = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"size": size, "method": method, "n_params": b["n_params"], "seconds": seconds, "peak_mib": max(0, after - before) / 2**20}
+    return {
+        "size": size,
+        "method": method,
+        "n_params": b["n_params"],
+        "seconds": seconds,
+        "peak_mib": max(0, after - before) / 2**20,
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--sizes", default="2x64,4x128,6x256", help="GPT-2 sizes as LAYERSxWIDTH, comma-separated (default 2x64,4x128,6x256)")
+    parser.add_argument(
+        "--sizes",
+        default="2x64,4x128,6x256",
+        help="GPT-2 sizes as LAYERSxWIDTH, comma-separated (default 2x64,4x128,6x256)",
+    )
     parser.add_argument("--groups", type=int, default=4, help="groups of G = 8 answers in the batch (default 4)")
-    parser.add_argument("--directions", type=int, default=2, help="random directions K of the projected check (default 2)")
-    parser.add_argument("--repeat", type=int, default=5, help="timed calls after one warm-up; the median is reported (default 5)")
+    parser.add_argument(
+        "--directions", type=int, default=2, help="random directions K of the projected check (default 2)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="timed calls after one warm-up; the median is reported (default 5)"
+    )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device (default cpu)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--worker", nargs=2, metavar=("SIZE", "METHOD"), help=argparse.SUPPRESS)
@@ -151,24 +193,52 @@ def main() -> int:
     rows = []
     for size in args.sizes.split(","):
         for method in METHODS:
-            cmd = [sys.executable, __file__, "--worker", size, method, "--groups", str(args.groups), "--directions", str(args.directions),
-                   "--repeat", str(args.repeat), "--device", args.device]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--worker",
+                size,
+                method,
+                "--groups",
+                str(args.groups),
+                "--directions",
+                str(args.directions),
+                "--repeat",
+                str(args.repeat),
+                "--device",
+                args.device,
+            ]
             rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
     base = {r["size"]: r for r in rows if r["method"] == "train_step"}
     for r in rows:
         r["time_vs_train_step"] = r["seconds"] / base[r["size"]]["seconds"]
     ratios = [r["time_vs_train_step"] for r in rows if r["method"] == "projected_check"]
-    out = {"benchmark": "lm_identity_check_cost", "groups": args.groups, "group_size": 8, "directions": args.directions, "device": args.device,
-           "threads": 1, "machine": platform.processor() or platform.machine(), "rows": rows, "goal_ratio": GOAL_RATIO,
-           "meets_goal": all(x <= GOAL_RATIO for x in ratios)}
+    out = {
+        "benchmark": "lm_identity_check_cost",
+        "groups": args.groups,
+        "group_size": 8,
+        "directions": args.directions,
+        "device": args.device,
+        "threads": 1,
+        "machine": platform.processor() or platform.machine(),
+        "rows": rows,
+        "goal_ratio": GOAL_RATIO,
+        "meets_goal": all(x <= GOAL_RATIO for x in ratios),
+    }
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"{args.groups} groups of G = 8, K = {args.directions} directions, {args.device}, 1 thread; time: median of {args.repeat}")
+    print(
+        f"{args.groups} groups of G = 8, K = {args.directions} directions, {args.device}, 1 thread; time: median of {args.repeat}"
+    )
     print(f"{'size':>7} {'params':>10} {'method':>16} {'ms':>9} {'x train step':>13} {'peak MiB':>9}")
     for r in rows:
-        print(f"{r['size']:>7} {r['n_params']:>10,} {r['method']:>16} {1e3 * r['seconds']:9.1f} {r['time_vs_train_step']:13.2f} {r['peak_mib']:9.1f}")
-    print(f"projected check <= {GOAL_RATIO:g}x a training step at every size: {'met' if out['meets_goal'] else 'NOT met'}")
+        print(
+            f"{r['size']:>7} {r['n_params']:>10,} {r['method']:>16} {1e3 * r['seconds']:9.1f} {r['time_vs_train_step']:13.2f} {r['peak_mib']:9.1f}"
+        )
+    print(
+        f"projected check <= {GOAL_RATIO:g}x a training step at every size: {'met' if out['meets_goal'] else 'NOT met'}"
+    )
     return 0
 
 

@@ -27,13 +27,22 @@ def main() -> int:
         r = t.prove()
         rows.append({"name": t.name, "status": r.status, "seconds": r.seconds})
     total = time.perf_counter() - t_start
-    out = {"import_seconds": t_import, "total_seconds": total, "goal_seconds": GOAL_SECONDS, "within_goal": total <= GOAL_SECONDS, "all_proved": all(r["status"] == "proved" for r in rows), "theorems": rows}
+    out = {
+        "import_seconds": t_import,
+        "total_seconds": total,
+        "goal_seconds": GOAL_SECONDS,
+        "within_goal": total <= GOAL_SECONDS,
+        "all_proved": all(r["status"] == "proved" for r in rows),
+        "theorems": rows,
+    }
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         for r in rows:
             print(f"{r['name']:<4} {r['status']:<7} {r['seconds']:7.2f} s")
-        print(f"import {t_import:.2f} s; total {total:.2f} s (goal <= {GOAL_SECONDS:.0f} s): {'ok' if out['within_goal'] else 'OVER'}")
+        print(
+            f"import {t_import:.2f} s; total {total:.2f} s (goal <= {GOAL_SECONDS:.0f} s): {'ok' if out['within_goal'] else 'OVER'}"
+        )
     return 0 if out["all_proved"] else 1
 
 

@@ -27,15 +27,27 @@ def main() -> int:
         t0 = time.perf_counter()
         r = render(Path(tmp), execute=True)
         total = time.perf_counter() - t0
-    rows = [{"name": nb["name"], "seconds": nb["seconds"], "errors": nb["errors"], "figures": nb["figures"]} for nb in r["notebooks"]]
+    rows = [
+        {"name": nb["name"], "seconds": nb["seconds"], "errors": nb["errors"], "figures": nb["figures"]}
+        for nb in r["notebooks"]
+    ]
     within = total <= GOAL_TOTAL_SECONDS and all(x["seconds"] <= GOAL_NOTEBOOK_SECONDS for x in rows)
-    out = {"total_seconds": total, "goal_notebook_seconds": GOAL_NOTEBOOK_SECONDS, "goal_total_seconds": GOAL_TOTAL_SECONDS, "within_goal": within, "ok": r["ok"], "notebooks": rows}
+    out = {
+        "total_seconds": total,
+        "goal_notebook_seconds": GOAL_NOTEBOOK_SECONDS,
+        "goal_total_seconds": GOAL_TOTAL_SECONDS,
+        "within_goal": within,
+        "ok": r["ok"],
+        "notebooks": rows,
+    }
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         for x in rows:
             print(f"{x['name']:<22} {x['seconds']:6.2f} s  {x['figures']} figures  {x['errors']} errors")
-        print(f"total {total:.2f} s (goals: <= {GOAL_NOTEBOOK_SECONDS:.0f} s a notebook, <= {GOAL_TOTAL_SECONDS:.0f} s in all): {'ok' if within else 'OVER'}")
+        print(
+            f"total {total:.2f} s (goals: <= {GOAL_NOTEBOOK_SECONDS:.0f} s a notebook, <= {GOAL_TOTAL_SECONDS:.0f} s in all): {'ok' if within else 'OVER'}"
+        )
     return 0 if r["ok"] else 1
 
 

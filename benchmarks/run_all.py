@@ -1,6 +1,6 @@
 """Run every benchmark in this folder, one after the other, and print their output.
 
-    python benchmarks/run_all.py
+python benchmarks/run_all.py
 """
 
 from __future__ import annotations

@@ -61,7 +61,20 @@ def names() -> list[str]:
     """Example adapter names (every preset, plus the framework forms)."""
     from grpo_identity.dial import PRESETS
 
-    return [*(p for p in PRESETS if p not in FRAMEWORKS), *(f"preset:{p}" for p in PRESETS if p in FRAMEWORKS), "trl", "trl:scale_rewards=batch", "trl:scale_rewards=none", "verl:grpo", "verl:grpo_vectorized", "verl:rloo", "verl:grpo:norm_adv_by_std_in_grpo=false", "verl:estimator=grpo_vectorized", "openrlhf:group_norm", "openrlhf:dr_grpo"]
+    return [
+        *(p for p in PRESETS if p not in FRAMEWORKS),
+        *(f"preset:{p}" for p in PRESETS if p in FRAMEWORKS),
+        "trl",
+        "trl:scale_rewards=batch",
+        "trl:scale_rewards=none",
+        "verl:grpo",
+        "verl:grpo_vectorized",
+        "verl:rloo",
+        "verl:grpo:norm_adv_by_std_in_grpo=false",
+        "verl:estimator=grpo_vectorized",
+        "openrlhf:group_norm",
+        "openrlhf:dr_grpo",
+    ]
 
 
 def describe(spec: Any) -> str:
@@ -99,12 +112,16 @@ def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
         raise AdapterError(f"{fs.describe()} computes advantages; only presets can be audited as filters")
     import importlib
 
-    drv: Any = importlib.import_module(f"grpo_identity.checks.frameworks.{fs.framework}")  # the driver: .trl, .verl or .openrlhf
+    drv: Any = importlib.import_module(
+        f"grpo_identity.checks.frameworks.{fs.framework}"
+    )  # the driver: .trl, .verl or .openrlhf
     from importlib.metadata import version
 
     release = f"{fs.framework} {version(fs.framework)}"
     if fs.estimator is not None and kind == "gradient":
-        raise AdapterError(f"{fs.describe()} is the estimator function alone: it has no loss, so --level gradient needs the trainer path (verl --set algorithm.adv_estimator=…)")
+        raise AdapterError(
+            f"{fs.describe()} is the estimator function alone: it has no loss, so --level gradient needs the trainer path (verl --set algorithm.adv_estimator=…)"
+        )
     try:
         if fs.estimator is not None:
             fn = drv.estimator_target(fs)
@@ -113,7 +130,9 @@ def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
     except (AdapterError, ImportError):
         raise
     except Exception as exc:  # an API this driver does not know in this release
-        raise AdapterError(f"{release}: the driver cannot build {fs.describe()} on this release: {_first_line(exc)}") from None
+        raise AdapterError(
+            f"{release}: the driver cannot build {fs.describe()} on this release: {_first_line(exc)}"
+        ) from None
     try:
         fn(np.array([1.0, 0.0]), 2, *((np.array([1, 2]),) if kind == "gradient" else ()))
     except AdapterError:
@@ -121,7 +140,9 @@ def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
     except AttributeError as exc:
         raise AdapterError(f"{release}: the driver does not know this release's API ({_first_line(exc)})") from None
     except (ValueError, KeyError, TypeError, NotImplementedError, AssertionError) as exc:
-        raise AdapterError(f"{fs.describe()}: {release} rejects this configuration on its first batch: {_first_line(exc)}") from None
+        raise AdapterError(
+            f"{fs.describe()}: {release} rejects this configuration on its first batch: {_first_line(exc)}"
+        ) from None
     return fn
 
 
@@ -148,5 +169,3 @@ def _preset(name: str, kind: str) -> Callable[..., Any]:
         fn = adv
     fn.grpo_identity_info = {"framework": "grpo-identity dial", "preset": d.name, **d.params()}  # type: ignore[attr-defined]
     return fn
-
-

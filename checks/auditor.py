@@ -32,7 +32,18 @@ import numpy as np
 from grpo_identity import dial as D
 from grpo_identity.checks import properties as P
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, Inferred, infer_dial, infer_keep_rule
-from grpo_identity.checks.target import ChildTarget, LocalTarget, TargetCrashed, TargetError, TargetMalformed, TargetTimeout, _OutputWatch, malformed, output_issue, to_numpy
+from grpo_identity.checks.target import (
+    ChildTarget,
+    LocalTarget,
+    TargetCrashed,
+    TargetError,
+    TargetMalformed,
+    TargetTimeout,
+    _OutputWatch,
+    malformed,
+    output_issue,
+    to_numpy,
+)
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -60,7 +71,12 @@ class Finding:
     """'fail' (breaks the identity), 'deviation' (a bounded factor), or 'note' (no effect on the verdict)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"property": self.property, "message": self.message, "counterexample": self.counterexample, "severity": self.severity}
+        return {
+            "property": self.property,
+            "message": self.message,
+            "counterexample": self.counterexample,
+            "severity": self.severity,
+        }
 
 
 @dataclass
@@ -110,9 +126,15 @@ class AuditReport:
         from grpo_identity.foundation import format_table
 
         inf = self.inferred
-        info = ", ".join(f"{k} {v}" for k, v in self.target_info.items() if k in ("framework", "version", "entry", "estimator", "preset", "options") and v not in ({}, None))
+        info = ", ".join(
+            f"{k} {v}"
+            for k, v in self.target_info.items()
+            if k in ("framework", "version", "entry", "estimator", "preset", "options") and v not in ({}, None)
+        )
         lines = [f"audit of {self.target}" + (f" ({info})" if info else "") + f", kind {self.kind}"]
-        lines.append(f"verdict: {self.verdict.upper()}   matches: {self.matches or '-'}   expected: {self.expected or 'any preset'}")
+        lines.append(
+            f"verdict: {self.verdict.upper()}   matches: {self.matches or '-'}   expected: {self.expected or 'any preset'}"
+        )
         if self.kind == "filter":
             lines.append(f"inferred keep rule: {inf.keep} ({inf.why})")
         elif inf.centre is None:
@@ -120,28 +142,50 @@ class AuditReport:
         else:
             parts = [f"centre {inf.centre}", f"scale {inf.scale}"]
             if inf.scale != "none":
-                parts += [f"ddof {inf.ddof}", f"eps {inf.eps:.3g}{' inside the square root, √(σ² + ε)' if inf.eps_inside_sqrt else ''} (resolution {inf.eps_resolution:.1g})"]
+                parts += [
+                    f"ddof {inf.ddof}",
+                    f"eps {inf.eps:.3g}{' inside the square root, √(σ² + ε)' if inf.eps_inside_sqrt else ''} (resolution {inf.eps_resolution:.1g})",
+                ]
             if inf.alpha != 1.0:
                 parts.append(f"constant factor {inf.alpha:.6g}")
             lines.append("inferred dial: " + ", ".join(parts) + f"; computes in {inf.precision}")
             if inf.silent_nonbinary_max_abs is not None:
-                binary = "NOT exactly 0 (see findings)" if any(f.property == "silent_groups_exactly_zero" for f in self.findings) else "exactly 0"
-                lines.append(f"silent groups: binary {binary}; all-0.1-style groups |Â| ≤ {inf.silent_nonbinary_max_abs:.3g}")
-        lines.append(f"properties: {len(self.properties_run)} run on {self.examples} hypothesis examples in {self.seconds:.1f} s")
+                binary = (
+                    "NOT exactly 0 (see findings)"
+                    if any(f.property == "silent_groups_exactly_zero" for f in self.findings)
+                    else "exactly 0"
+                )
+                lines.append(
+                    f"silent groups: binary {binary}; all-0.1-style groups |Â| ≤ {inf.silent_nonbinary_max_abs:.3g}"
+                )
+        lines.append(
+            f"properties: {len(self.properties_run)} run on {self.examples} hypothesis examples in {self.seconds:.1f} s"
+        )
         if self.coefficient_table:
             lines.append("")
-            lines.append(f"update coefficient c(k, G) in g = c·(s̄₊ − s̄₋), against {self.coefficient_table[0]['reference']}:")
+            lines.append(
+                f"update coefficient c(k, G) in g = c·(s̄₊ − s̄₋), against {self.coefficient_table[0]['reference']}:"
+            )
             rows = [[r["G"], r["k"], r["c_target"], r["c_reference"], r["ratio"]] for r in self.coefficient_table]
             lines.append(format_table(rows, ["G", "k", "c target", "c reference", "ratio"]))
         if self.factors:
             lines.append("")
-            lines.append(format_table([[f["G"], f["factor_at_half"], f["factor_min"], f["factor_max"]] for f in self.factors], ["G", "factor at k=G/2", "min over k", "max over k"]))
+            lines.append(
+                format_table(
+                    [[f["G"], f["factor_at_half"], f["factor_min"], f["factor_max"]] for f in self.factors],
+                    ["G", "factor at k=G/2", "min over k", "max over k"],
+                )
+            )
         if self.findings:
             lines.append("")
             lines.append("findings:")
             for f in self.findings:
                 lines.append(f"  [{f.severity}] {f.property}: {f.message}")
-                ce = {k: v for k, v in f.counterexample.items() if k in ("group_size", "n_groups", "group", "group_rewards", "group_output", "rewards")}
+                ce = {
+                    k: v
+                    for k, v in f.counterexample.items()
+                    if k in ("group_size", "n_groups", "group", "group_rewards", "group_output", "rewards")
+                }
                 if ce:
                     lines.append(f"      counterexample: {ce}")
         else:
@@ -169,7 +213,14 @@ def _nearest(inf: Inferred) -> D.Dial | None:
     fam = [d for d in D.PRESETS.values() if _family(d.scale) == _family(inf.scale) and d.keep == "all"]
     if not fam:
         return None
-    return min(fam, key=lambda d: (d.centre != inf.centre, d.ddof != inf.ddof, abs(math.log10((d.eps or 1e-12) / max(inf.eps or 0.0, 1e-12)))))
+    return min(
+        fam,
+        key=lambda d: (
+            d.centre != inf.centre,
+            d.ddof != inf.ddof,
+            abs(math.log10((d.eps or 1e-12) / max(inf.eps or 0.0, 1e-12))),
+        ),
+    )
 
 
 def _coefficient_tables(inf: Inferred, ref: D.Dial) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -183,8 +234,24 @@ def _coefficient_tables(inf: Inferred, ref: D.Dial) -> tuple[list[dict[str, Any]
             cr = float(D.coefficient(k, G, ref))
             ratios.append(ct / cr if cr else float("nan"))
             if k in sorted({1, max(1, G // 4), G // 2, G - 1}):
-                table.append({"G": G, "k": k, "c_target": ct, "c_reference": cr, "ratio": ct / cr if cr else None, "reference": ref.name})
-        factors.append({"G": G, "factor_at_half": ratios[G // 2 - 1], "factor_min": float(np.nanmin(ratios)), "factor_max": float(np.nanmax(ratios))})
+                table.append(
+                    {
+                        "G": G,
+                        "k": k,
+                        "c_target": ct,
+                        "c_reference": cr,
+                        "ratio": ct / cr if cr else None,
+                        "reference": ref.name,
+                    }
+                )
+        factors.append(
+            {
+                "G": G,
+                "factor_at_half": ratios[G // 2 - 1],
+                "factor_min": float(np.nanmin(ratios)),
+                "factor_max": float(np.nanmax(ratios)),
+            }
+        )
     return table, factors
 
 
@@ -219,11 +286,17 @@ class _FiniteGuard:
                 i = int(np.flatnonzero(bad)[0])
                 g, G = i // group_size, int(group_size)
                 row = rewards[g * G : (g + 1) * G]
-                raise P.PropertyViolation("well_formed", f"non-finite advantage {float(A[i])} in group {g} (G={G}, rewards {P._fmt(row)}): the identity is undefined there", P._example(rewards, G, A.astype(np.float64), g))
+                raise P.PropertyViolation(
+                    "well_formed",
+                    f"non-finite advantage {float(A[i])} in group {g} (G={G}, rewards {P._fmt(row)}): the identity is undefined there",
+                    P._example(rewards, G, A.astype(np.float64), g),
+                )
         return out
 
 
-def _run_property(prop: Callable[..., None], target: Any, ctx: P.Context, n: int, kinds: tuple[str, ...]) -> tuple[P.PropertyViolation | None, int]:
+def _run_property(
+    prop: Callable[..., None], target: Any, ctx: P.Context, n: int, kinds: tuple[str, ...]
+) -> tuple[P.PropertyViolation | None, int]:
     """Run one property on ``n`` hypothesis examples; return its (shrunk) violation and the count."""
     from hypothesis import HealthCheck, Verbosity, given, settings
     from hypothesis import strategies as st
@@ -231,7 +304,16 @@ def _run_property(prop: Callable[..., None], target: Any, ctx: P.Context, n: int
     count = [0]
     name = prop.__name__
 
-    @settings(max_examples=n, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, report_multiple_bugs=False, print_blob=False)
+    @settings(
+        max_examples=n,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
     @given(batch=_batches(kinds), seed=st.integers(0, 2**32 - 1))
     def run(batch: Any, seed: int) -> None:
         count[0] += 1
@@ -248,7 +330,11 @@ def _run_property(prop: Callable[..., None], target: Any, ctx: P.Context, n: int
         first = _first_violation(group)
         if first is None:
             raise
-        return P.PropertyViolation(first.property, f"{first.message} (and not on every run of the same input: flaky, the target is not deterministic)", first.counterexample), count[0]
+        return P.PropertyViolation(
+            first.property,
+            f"{first.message} (and not on every run of the same input: flaky, the target is not deterministic)",
+            first.counterexample,
+        ), count[0]
     return None, count[0]
 
 
@@ -270,11 +356,20 @@ def _first_violation(group: BaseExceptionGroup) -> P.PropertyViolation | None:
     return None
 
 
-def _open(target: Any, isolate: bool | None, timeout: float, kind: str, python: str | None = None, load_timeout: float | None = None) -> Any:
+def _open(
+    target: Any,
+    isolate: bool | None,
+    timeout: float,
+    kind: str,
+    python: str | None = None,
+    load_timeout: float | None = None,
+) -> Any:
     from grpo_identity.checks.target import load_target
 
     if python is not None:
-        return ChildTarget(target, kind=kind, timeout=timeout, load_timeout=load_timeout, name=_name(target), python=python)
+        return ChildTarget(
+            target, kind=kind, timeout=timeout, load_timeout=load_timeout, name=_name(target), python=python
+        )
     if not callable(target):  # a spec string or a framework spec
         if isolate is False:
             return LocalTarget(load_target(target, kind), name=_name(target), kind=kind)
@@ -329,7 +424,9 @@ def audit(
     try:
         opened = _open(target, isolate, timeout, kind, python, load_timeout)
     except (TargetTimeout, TargetCrashed) as exc:
-        report = AuditReport(name, kind, "fail", None, exp.name if exp else None, Inferred(why="not probed"), [Finding("load", str(exc))])
+        report = AuditReport(
+            name, kind, "fail", None, exp.name if exp else None, Inferred(why="not probed"), [Finding("load", str(exc))]
+        )
         report.seconds = time.perf_counter() - t0
         return report
     with opened as tgt:
@@ -358,7 +455,16 @@ def _name(target: Any) -> str:
     return target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
 
 
-def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, isolate: bool | None, python: str | None = None, load_timeout: float | None = None, max_examples: int = 200, progress: bool = False) -> Any:
+def _audit_gradient(
+    target: Any,
+    expect: str | D.Dial | None,
+    timeout: float,
+    isolate: bool | None,
+    python: str | None = None,
+    load_timeout: float | None = None,
+    max_examples: int = 200,
+    progress: bool = False,
+) -> Any:
     """The gradient-level audit of a framework target (see :mod:`grpo_identity.checks.gradient`),
     then the advantage-level audit of the advantages the same target computed (one child process
     serves both): the verdict is the worse of the two."""
@@ -371,18 +477,33 @@ def _audit_gradient(target: Any, expect: str | D.Dial | None, timeout: float, is
     try:
         opened = _open(target, isolate, timeout, "gradient", python, load_timeout)
     except (TargetTimeout, TargetCrashed) as exc:
-        return GradientReport(name, "fail", exp, {"per_sample_weight": None}, [Finding("load", str(exc))], seconds=time.perf_counter() - t0)
+        return GradientReport(
+            name,
+            "fail",
+            exp,
+            {"per_sample_weight": None},
+            [Finding("load", str(exc))],
+            seconds=time.perf_counter() - t0,
+        )
     with opened as tgt:
         try:
             report = audit_gradient(tgt, expect=ref, name=name)
         except TargetError as exc:
-            report = GradientReport(name, "fail", exp, {"per_sample_weight": None}, [Finding("probe", _failure(exc, " on the gradient probes"))])
+            report = GradientReport(
+                name,
+                "fail",
+                exp,
+                {"per_sample_weight": None},
+                [Finding("probe", _failure(exc, " on the gradient probes"))],
+            )
         else:
             t1 = time.perf_counter()
             adv = _audit_open(_AdvantageView(tgt), name, "advantage", ref, max_examples, progress)
             adv.seconds = time.perf_counter() - t1
             _combine(report, adv)
-        report.target_info = dict(getattr(tgt, "info", {}) or {}) or dict(getattr(getattr(tgt, "fn", None), "grpo_identity_info", {}) or {})
+        report.target_info = dict(getattr(tgt, "info", {}) or {}) or dict(
+            getattr(getattr(tgt, "fn", None), "grpo_identity_info", {}) or {}
+        )
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -450,32 +571,47 @@ def _audit_open(tgt: Any, name: str, kind: str, exp: D.Dial | None, max_examples
     except P.PropertyViolation as v:
         findings.append(Finding(v.property, v.message, v.counterexample))
     except TargetError as exc:
-        findings.append(Finding("probe", _failure(exc, " on the designed probe batches"), {"group_sizes": list(PROBE_GROUP_SIZES)}))
+        findings.append(
+            Finding("probe", _failure(exc, " on the designed probe batches"), {"group_sizes": list(PROBE_GROUP_SIZES)})
+        )
     if findings:
         return AuditReport(name, kind, "fail", None, exp.name if exp else None, inf, findings)
     precision = inf.precision if kind == "advantage" else "float64"
-    ctx = P.Context(P.Tolerance.for_precision(precision), reference=inf.reference() if kind == "advantage" else None, batch_scale=inf.scale == "batch_std", keep_reference=exp if (kind == "filter" and exp is not None) else None)
+    ctx = P.Context(
+        P.Tolerance.for_precision(precision),
+        reference=inf.reference() if kind == "advantage" else None,
+        batch_scale=inf.scale == "batch_std",
+        keep_reference=exp if (kind == "filter" and exp is not None) else None,
+    )
     props = P.ADVANTAGE_PROPERTIES if kind == "advantage" else P.FILTER_PROPERTIES
     n_each = max(1, math.ceil(max_examples / len(props)))
     examples, ran = 0, []
     from tqdm import tqdm
 
     for prop in tqdm(props, desc=f"audit {name}", unit="property", disable=not progress, leave=False):
-        kinds = ("binary", "two_valued") if prop in (P.two_valued_per_group, P.identity_in_vector_form, P.silent_groups_exactly_zero) else ("binary", "two_valued", "continuous")
+        kinds = (
+            ("binary", "two_valued")
+            if prop in (P.two_valued_per_group, P.identity_in_vector_form, P.silent_groups_exactly_zero)
+            else ("binary", "two_valued", "continuous")
+        )
         if kind == "filter":
             kinds = ("binary", "two_valued", "continuous")
         violation, count = _run_property(prop, tgt, ctx, n_each, kinds)
         examples += count
         ran.append(prop.__name__)
         if violation is not None and not any(f.property == violation.property == "well_formed" for f in findings):
-            findings.append(Finding(violation.property, violation.message, violation.counterexample, violation.severity))
+            findings.append(
+                Finding(violation.property, violation.message, violation.counterexample, violation.severity)
+            )
             if getattr(tgt, "dead", None) is not None:
                 break
     if kind == "advantage" and getattr(raw, "dead", None) is None:
         from grpo_identity.checks.probes import run_probes
 
         findings.extend(f for f in run_probes(raw) if f is not None)
-    report = AuditReport(name, kind, "fail", None, exp.name if exp else None, inf, findings, examples=examples, properties_run=ran)
+    report = AuditReport(
+        name, kind, "fail", None, exp.name if exp else None, inf, findings, examples=examples, properties_run=ran
+    )
     if kind == "filter":
         return _filter_verdict(report, exp)
     return _advantage_verdict(report, exp)
@@ -497,7 +633,12 @@ def _filter_verdict(report: AuditReport, exp: D.Dial | None) -> AuditReport:
     report.verdict = "pass" if match is not None else "fail"
     report.matches = match.name if match is not None else None
     if match is None:
-        report.findings.append(Finding("keeps_groups_with_nonzero_std", f"keep rule '{rule}' where '{exp.keep if exp else 'nonzero_std'}' is expected"))
+        report.findings.append(
+            Finding(
+                "keeps_groups_with_nonzero_std",
+                f"keep rule '{rule}' where '{exp.keep if exp else 'nonzero_std'}' is expected",
+            )
+        )
     return report
 
 
@@ -507,15 +648,34 @@ def _advantage_verdict(report: AuditReport, exp: D.Dial | None) -> AuditReport:
     if res is not None and res > 0:
         w = inf.silent_nonbinary_worst or {}
         sev = "fail" if not math.isfinite(res) or res > SILENT_RESIDUE_FAIL else "note"
-        report.findings.append(Finding("silent_nonbinary_groups_zero", f"silent groups of non-binary rewards (every reward 0.1, 0.3, 1/3 …) get |Â| up to {res:.3g} instead of exactly 0 (worst: every reward {w.get('value', float('nan')):.6g} at G = {w.get('G')}): float rounding of the group mean{' amplified by 1/(std + ε)' if inf.scale == 'group_std' else ''}", {"group_rewards": f"every reward {w.get('value')}", "group_size": w.get("G"), "values": list(SILENT_PROBE_VALUES), "group_sizes": list(PROBE_GROUP_SIZES)}, sev))
+        report.findings.append(
+            Finding(
+                "silent_nonbinary_groups_zero",
+                f"silent groups of non-binary rewards (every reward 0.1, 0.3, 1/3 …) get |Â| up to {res:.3g} instead of exactly 0 (worst: every reward {w.get('value', float('nan')):.6g} at G = {w.get('G')}): float rounding of the group mean{' amplified by 1/(std + ε)' if inf.scale == 'group_std' else ''}",
+                {
+                    "group_rewards": f"every reward {w.get('value')}",
+                    "group_size": w.get("G"),
+                    "values": list(SILENT_PROBE_VALUES),
+                    "group_sizes": list(PROBE_GROUP_SIZES),
+                },
+                sev,
+            )
+        )
     if inf.centre is None:
         report.findings.append(Finding("dial", f"no point of the dial fits: {inf.why}"))
-    elif inf.coupled and inf.scale != "batch_std" and not any(f.property == "groups_independent" for f in report.findings):
+    elif (
+        inf.coupled
+        and inf.scale != "batch_std"
+        and not any(f.property == "groups_independent" for f in report.findings)
+    ):
         report.findings.append(Finding("groups_independent", inf.why))
     if any(f.severity == "fail" for f in report.findings):
         report.verdict = "fail"
         return report
-    found = next((d for d in ([exp] if exp else []) + list(D.PRESETS.values()) if _matches_preset(inf, d.replace(keep="all"))), None)
+    found = next(
+        (d for d in ([exp] if exp else []) + list(D.PRESETS.values()) if _matches_preset(inf, d.replace(keep="all"))),
+        None,
+    )
     report.matches = found.name if found is not None else None
     ref = exp if exp is not None else (found or _nearest(inf))
     if ref is None:
@@ -532,14 +692,28 @@ def _advantage_verdict(report: AuditReport, exp: D.Dial | None) -> AuditReport:
         report.verdict = "pass"
     elif _family(inf.scale) == _family(ref.scale) and _immaterial(factors):
         report.verdict, report.matches, report.factors = "pass", ref.name, factors
-        report.findings.append(Finding("matches_preset", _deviation_message(inf, ref, factors) + f": |factor − 1| < {MATERIAL_FACTOR:g} at every probed G and k, no material change of any update", {}, "note"))
+        report.findings.append(
+            Finding(
+                "matches_preset",
+                _deviation_message(inf, ref, factors)
+                + f": |factor − 1| < {MATERIAL_FACTOR:g} at every probed G and k, no material change of any update",
+                {},
+                "note",
+            )
+        )
     elif _family(inf.scale) == _family(ref.scale):
         report.verdict = "deviation"
         report.factors = factors
         report.findings.append(Finding("matches_preset", _deviation_message(inf, ref, factors), {}, "deviation"))
     else:
         report.verdict = "fail"
-        report.findings.append(Finding("matches_preset", f"wrong family: the target scales like {_describe(inf)} (c ∝ {'σ' if _family(inf.scale) == 'sigma' else 'σ²'}), {ref.name} expects c ∝ {'σ' if _family(ref.scale) == 'sigma' else 'σ²'}", {}))
+        report.findings.append(
+            Finding(
+                "matches_preset",
+                f"wrong family: the target scales like {_describe(inf)} (c ∝ {'σ' if _family(inf.scale) == 'sigma' else 'σ²'}), {ref.name} expects c ∝ {'σ' if _family(ref.scale) == 'sigma' else 'σ²'}",
+                {},
+            )
+        )
     return report
 
 

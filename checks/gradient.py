@@ -83,7 +83,18 @@ class GradientReport:
         return self.verdict != "fail"
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"target": self.target, "level": self.level, "verdict": self.verdict, "matches": self.matches, "expected": self.expected, "inferred": self.inferred, "findings": [f.to_dict() for f in self.findings], "coefficient_table": self.coefficient_table, "seconds": round(self.seconds, 3), "target_info": self.target_info}
+        out = {
+            "target": self.target,
+            "level": self.level,
+            "verdict": self.verdict,
+            "matches": self.matches,
+            "expected": self.expected,
+            "inferred": self.inferred,
+            "findings": [f.to_dict() for f in self.findings],
+            "coefficient_table": self.coefficient_table,
+            "seconds": round(self.seconds, 3),
+            "target_info": self.target_info,
+        }
         if self.advantage is not None:
             out["advantage"] = self.advantage.to_dict()
         return out
@@ -91,19 +102,46 @@ class GradientReport:
     def format(self) -> str:
         from grpo_identity.foundation import format_table
 
-        info = ", ".join(f"{k} {v}" for k, v in self.target_info.items() if k in ("framework", "version", "entry", "loss_type", "loss_agg_mode") and v)
+        info = ", ".join(
+            f"{k} {v}"
+            for k, v in self.target_info.items()
+            if k in ("framework", "version", "entry", "loss_type", "loss_agg_mode") and v
+        )
         inf = self.inferred
-        lines = [f"gradient audit of {self.target}" + (f" ({info})" if info else ""), f"verdict: {self.verdict.upper()}   level: gradient   matches: {self.matches or '-'}   expected: {self.expected or 'any preset'}"]
-        lines.append(f"per-sample weight: {inf.get('per_sample_weight')} ({WEIGHTS.get(inf.get('per_sample_weight') or '', 'no known law')})")
-        lines.append(f"silent groups give zero gradient: {'yes' if inf.get('silent_groups_zero_gradient') else 'NO'}; token weights uniform within an answer: {'yes' if inf.get('uniform_within_answer') else 'NO'}")
+        lines = [
+            f"gradient audit of {self.target}" + (f" ({info})" if info else ""),
+            f"verdict: {self.verdict.upper()}   level: gradient   matches: {self.matches or '-'}   expected: {self.expected or 'any preset'}",
+        ]
+        lines.append(
+            f"per-sample weight: {inf.get('per_sample_weight')} ({WEIGHTS.get(inf.get('per_sample_weight') or '', 'no known law')})"
+        )
+        lines.append(
+            f"silent groups give zero gradient: {'yes' if inf.get('silent_groups_zero_gradient') else 'NO'}; token weights uniform within an answer: {'yes' if inf.get('uniform_within_answer') else 'NO'}"
+        )
         if self.coefficient_table:
             lines.append("")
-            lines.append("effective coefficient c in g = c·(s̄₊ʷ − s̄₋ʷ) (the loss's scale included) and the advantage-level c(k, G) = (k/G)·Â₊:")
-            rows = [[r["G"], r["k"], r["c_gradient"], r["c_advantage"], r["c_reference"] if r["c_reference"] is not None else "-", r["G1_residual"]] for r in self.coefficient_table]
+            lines.append(
+                "effective coefficient c in g = c·(s̄₊ʷ − s̄₋ʷ) (the loss's scale included) and the advantage-level c(k, G) = (k/G)·Â₊:"
+            )
+            rows = [
+                [
+                    r["G"],
+                    r["k"],
+                    r["c_gradient"],
+                    r["c_advantage"],
+                    r["c_reference"] if r["c_reference"] is not None else "-",
+                    r["G1_residual"],
+                ]
+                for r in self.coefficient_table
+            ]
             lines.append(format_table(rows, ["G", "k", "c gradient", "c advantage", "c reference", "G1 residual"]))
         if self.advantage is not None:
             adv = self.advantage.format().splitlines()
-            lines += ["", "advantage level (the same configuration's advantages, property-tested):", *(f"  {ln}" for ln in adv[1:] if not ln.startswith(("findings", "  [")))]
+            lines += [
+                "",
+                "advantage level (the same configuration's advantages, property-tested):",
+                *(f"  {ln}" for ln in adv[1:] if not ln.startswith(("findings", "  ["))),
+            ]
         lines.append("")
         lines.append("findings:" if self.findings else "findings: none")
         for f in self.findings:
@@ -122,7 +160,9 @@ def answer_lengths(n: int, longer: int = 0) -> np.ndarray:
     return np.minimum(lengths_for(n) + longer, RESPONSE_LENGTH)
 
 
-def _call(target: Callable[..., Any], r: np.ndarray, G: int, L: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _call(
+    target: Callable[..., Any], r: np.ndarray, G: int, L: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     out = target(r, G, L)
     A = np.asarray(out["advantages"], dtype=np.float64).reshape(-1)
     C, M = np.asarray(out["coefficients"], dtype=np.float64), np.asarray(out["mask"], dtype=np.float64)
@@ -151,13 +191,22 @@ def _law(u: list[np.ndarray], L: list[np.ndarray], rtol: float = RTOL) -> tuple[
         if abs(per_call[0] - per_call[1]) <= 10 * rtol * abs(per_call[0]):
             return "constant", f"uᵢ = {per_call[0]:.6g} for every answer, whatever the lengths"
         if abs(per_call[0] * totals[0] - per_call[1] * totals[1]) <= 10 * rtol * abs(per_call[0] * totals[0]):
-            return "1/batch_tokens", f"uᵢ·(tokens in the batch) = {per_call[0] * totals[0]:.6g} in batches of {totals[0]:g} and {totals[1]:g} tokens"
-        return "other", f"one weight per batch that follows no known law ({per_call[0]:.6g} at {totals[0]:g} tokens, {per_call[1]:.6g} at {totals[1]:g})"
+            return (
+                "1/batch_tokens",
+                f"uᵢ·(tokens in the batch) = {per_call[0] * totals[0]:.6g} in batches of {totals[0]:g} and {totals[1]:g} tokens",
+            )
+        return (
+            "other",
+            f"one weight per batch that follows no known law ({per_call[0]:.6g} at {totals[0]:g} tokens, {per_call[1]:.6g} at {totals[1]:g})",
+        )
     if all(flat(ui * li) for ui, li in zip(u, L)):
         prod = [float(np.nanmedian(ui * li)) for ui, li in zip(u, L)]
         if abs(prod[0] - prod[1]) <= 10 * rtol * abs(prod[0]):
             return "1/length", f"uᵢ·|yᵢ| = {prod[0]:.6g} for every answer"
-        return "other", f"1/length within a batch, times a factor that depends on the batch ({prod[0]:.6g}, {prod[1]:.6g})"
+        return (
+            "other",
+            f"1/length within a batch, times a factor that depends on the batch ({prod[0]:.6g}, {prod[1]:.6g})",
+        )
     return "other", "uᵢ depends on the answer in no known way (neither constant nor 1/length)"
 
 
@@ -165,7 +214,9 @@ def _weights(law: str, L: np.ndarray) -> np.ndarray:
     return 1.0 / L if law == "1/length" else np.full(L.shape, 1.0 / L.sum() if law == "1/batch_tokens" else 1.0)
 
 
-def _g1(A: np.ndarray, a: np.ndarray, M: np.ndarray, w: np.ndarray, G: int, r: np.ndarray, rng: np.random.Generator) -> list[dict[str, Any]]:
+def _g1(
+    A: np.ndarray, a: np.ndarray, M: np.ndarray, w: np.ndarray, G: int, r: np.ndarray, rng: np.random.Generator
+) -> list[dict[str, Any]]:
     """Per non-silent group: c from g = c·(s̄₊ʷ − s̄₋ʷ) on random token scores, and the residual."""
     rows = []
     S = rng.standard_normal((*M.shape, 3)) * M[..., None]  # (n, T, d) token scores, 0 past the answer
@@ -179,7 +230,15 @@ def _g1(A: np.ndarray, a: np.ndarray, M: np.ndarray, w: np.ndarray, G: int, r: n
         gap = (w[pos, None] * s[pos]).sum(0) / pos.size - (w[neg, None] * s[neg]).sum(0) / neg.size
         c = float(grad @ gap / (gap @ gap))
         resid = float(np.linalg.norm(grad - c * gap) / max(np.linalg.norm(grad), 1e-30))
-        rows.append({"G": G, "k": int(pos.size), "c_gradient": c, "c_advantage": float(pos.size / G * A[pos].mean()), "G1_residual": resid})
+        rows.append(
+            {
+                "G": G,
+                "k": int(pos.size),
+                "c_gradient": c,
+                "c_advantage": float(pos.size / G * A[pos].mean()),
+                "G1_residual": resid,
+            }
+        )
     return rows
 
 
@@ -193,16 +252,36 @@ def _verdict(findings: list[Any], law: str, table: list[dict[str, Any]], ref: D.
     verdict = "pass"
     if law != "constant":
         verdict = "deviation"
-        findings.append(Finding("per_sample_weight", f"per-sample weight {law}: {WEIGHTS[law]}; G1 holds with the weighted means s̄±ʷ, the direction changes", {}, "deviation"))
+        findings.append(
+            Finding(
+                "per_sample_weight",
+                f"per-sample weight {law}: {WEIGHTS[law]}; G1 holds with the weighted means s̄±ʷ, the direction changes",
+                {},
+                "deviation",
+            )
+        )
     if ref is not None:
         ratios = [row["c_advantage"] / row["c_reference"] for row in table if row["c_reference"]]
         if ratios and max(abs(x - 1) for x in ratios) > 1e3 * RTOL:
             verdict = "deviation"
-            findings.append(Finding("matches_preset", f"the advantage-level c(k, G) is {min(ratios):.6g}–{max(ratios):.6g} × {ref.name}'s", {}, "deviation"))
+            findings.append(
+                Finding(
+                    "matches_preset",
+                    f"the advantage-level c(k, G) is {min(ratios):.6g}–{max(ratios):.6g} × {ref.name}'s",
+                    {},
+                    "deviation",
+                )
+            )
     return verdict
 
 
-def audit_gradient(target: Callable[..., Any], expect: str | D.Dial | None = None, sizes: tuple[int, ...] = GRADIENT_GROUP_SIZES, name: str | None = None, seed: int = 0) -> GradientReport:
+def audit_gradient(
+    target: Callable[..., Any],
+    expect: str | D.Dial | None = None,
+    sizes: tuple[int, ...] = GRADIENT_GROUP_SIZES,
+    name: str | None = None,
+    seed: int = 0,
+) -> GradientReport:
     """Probe a gradient target (see the module docstring) and give the gradient-level verdict."""
     from grpo_identity.checks.auditor import Finding
 
@@ -218,7 +297,11 @@ def audit_gradient(target: Callable[..., Any], expect: str | D.Dial | None = Non
         us, Ls, spread_G = [], [], 0.0
         for L, A, C, M in calls:
             if np.abs(C * (1 - M)).max() > 0:
-                findings.append(Finding("masked_tokens", f"G={G}: tokens past the end of an answer get a gradient", {"group_size": G}))
+                findings.append(
+                    Finding(
+                        "masked_tokens", f"G={G}: tokens past the end of an answer get a gradient", {"group_size": G}
+                    )
+                )
             a, spread = _per_answer(C, M)
             spread_G = max(spread_G, spread)
             R = r.reshape(-1, G)
@@ -226,12 +309,20 @@ def audit_gradient(target: Callable[..., Any], expect: str | D.Dial | None = Non
             if np.any(C[silent] != 0):
                 silent_ok = False
                 i = int(np.flatnonzero(np.any(C[silent] != 0, axis=1))[0])
-                findings.append(Finding("silent_groups_zero_gradient", f"G={G}: a silent group's answer gets a gradient {float(np.abs(C[silent][i]).max()):.3g} (σ = 0 should give g = 0)", {"group_size": G, "group_rewards": R[np.flatnonzero(R.max(1) == R.min(1))[0]].tolist()}))
+                findings.append(
+                    Finding(
+                        "silent_groups_zero_gradient",
+                        f"G={G}: a silent group's answer gets a gradient {float(np.abs(C[silent][i]).max()):.3g} (σ = 0 should give g = 0)",
+                        {"group_size": G, "group_rewards": R[np.flatnonzero(R.max(1) == R.min(1))[0]].tolist()},
+                    )
+                )
             live = ~silent & (A != 0)
             us.append(np.where(live, a / np.where(A == 0, 1.0, A), np.nan))
             Ls.append(L.astype(np.float64))
         law, why = _law(us, Ls)
-        if (law == "other" or spread_G > 10 * RTOL) and coefficient_precision(np.concatenate([C.ravel() for _, _, C, _ in calls])) == "bfloat16":
+        if (law == "other" or spread_G > 10 * RTOL) and coefficient_precision(
+            np.concatenate([C.ravel() for _, _, C, _ in calls])
+        ) == "bfloat16":
             law, why = _law(us, Ls, RTOL_BF16)  # what failed at float32's tolerance, judged at bf16's
             precisions.add("bfloat16")
         uniform = uniform and spread_G <= 10 * (RTOL_BF16 if "bfloat16" in precisions else RTOL)
@@ -245,14 +336,40 @@ def audit_gradient(target: Callable[..., Any], expect: str | D.Dial | None = Non
     law_set = {law for _, law, _ in laws}
     law = law_set.pop() if len(law_set) == 1 else "other"
     if not uniform:
-        findings.append(Finding("uniform_within_answer", f"token coefficients vary within an answer (relative spread {spread_max:.3g}): no per-answer score sᵢ, the identity's form does not apply"))
+        findings.append(
+            Finding(
+                "uniform_within_answer",
+                f"token coefficients vary within an answer (relative spread {spread_max:.3g}): no per-answer score sᵢ, the identity's form does not apply",
+            )
+        )
     bad = [row for row in table if not row["G1_residual"] <= 1e3 * RTOL]
     if law == "other":
-        findings.append(Finding("per_sample_weight", "; ".join(f"G={G}: {why}" for G, lw, why in laws if lw == "other")))
+        findings.append(
+            Finding("per_sample_weight", "; ".join(f"G={G}: {why}" for G, lw, why in laws if lw == "other"))
+        )
     elif bad:
-        findings.append(Finding("identity_G1", f"g is not c·(s̄₊ʷ − s̄₋ʷ) with weight {law}: residual {bad[0]['G1_residual']:.3g} at G={bad[0]['G']}, k={bad[0]['k']}", {"group_size": bad[0]["G"], "k": bad[0]["k"]}))
+        findings.append(
+            Finding(
+                "identity_G1",
+                f"g is not c·(s̄₊ʷ − s̄₋ʷ) with weight {law}: residual {bad[0]['G1_residual']:.3g} at G={bad[0]['G']}, k={bad[0]['k']}",
+                {"group_size": bad[0]["G"], "k": bad[0]["k"]},
+            )
+        )
     verdict = _verdict(findings, law, table, ref)
-    inferred = {"per_sample_weight": law, "coefficient_precision": "bfloat16" if "bfloat16" in precisions else "float32", "weight_by_group_size": {str(G): {"law": lw, "why": why} for G, lw, why in laws}, "silent_groups_zero_gradient": silent_ok, "uniform_within_answer": uniform}
-    report = GradientReport(str(name or getattr(target, "__qualname__", "target")), verdict, ref.name if ref else None, inferred, findings, coefficient_table=table)
+    inferred = {
+        "per_sample_weight": law,
+        "coefficient_precision": "bfloat16" if "bfloat16" in precisions else "float32",
+        "weight_by_group_size": {str(G): {"law": lw, "why": why} for G, lw, why in laws},
+        "silent_groups_zero_gradient": silent_ok,
+        "uniform_within_answer": uniform,
+    }
+    report = GradientReport(
+        str(name or getattr(target, "__qualname__", "target")),
+        verdict,
+        ref.name if ref else None,
+        inferred,
+        findings,
+        coefficient_table=table,
+    )
     report.seconds = time.perf_counter() - t0
     return report

@@ -28,7 +28,15 @@ from grpo_identity import closed_forms
 from grpo_identity import dial as D
 from grpo_identity.checks.properties import Tolerance, _call, _call_filter, kept_by_definition, precision_of
 
-__all__ = ["PROBE_GROUP_SIZES", "SILENT_PROBE_VALUES", "NEAR_SILENT_OFFSETS", "Inferred", "infer_dial", "infer_keep_rule", "probe_batch"]
+__all__ = [
+    "PROBE_GROUP_SIZES",
+    "SILENT_PROBE_VALUES",
+    "NEAR_SILENT_OFFSETS",
+    "Inferred",
+    "infer_dial",
+    "infer_keep_rule",
+    "probe_batch",
+]
 
 #: group sizes of the designed probes; the strategies draw these often too (their one home)
 PROBE_GROUP_SIZES = (2, 3, 4, 8, 16, 64)
@@ -46,7 +54,9 @@ PROBE_EXTRA_SILENT = 2
 
 def probe_batch(G: int) -> np.ndarray:
     """One group per k = 0…G (k ones first, then zeros), then two all-wrong groups: (G+3)·G rewards."""
-    return np.concatenate([np.r_[np.ones(k), np.zeros(G - k)] for k in range(G + 1)] + [np.zeros(G * PROBE_EXTRA_SILENT)])
+    return np.concatenate(
+        [np.r_[np.ones(k), np.zeros(G - k)] for k in range(G + 1)] + [np.zeros(G * PROBE_EXTRA_SILENT)]
+    )
 
 
 @dataclass
@@ -155,7 +165,9 @@ def infer_dial(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int
     return inf
 
 
-def _silent_residue(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int, ...]) -> tuple[float, dict[str, float] | None]:
+def _silent_residue(
+    target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int, ...]
+) -> tuple[float, dict[str, float] | None]:
     """Largest |Â| on silent groups of :data:`SILENT_PROBE_VALUES` (float rounding of the mean may
     leave one), and the reward value and G where it appeared (``None`` when it is 0 everywhere)."""
     worst, where = 0.0, None
@@ -215,7 +227,15 @@ def _fit_one(centre: str, y: np.ndarray, cand: _Candidate, u: float) -> tuple[fl
     _, scale, ddof, x, inside = cand
     if x is None:  # no scale: f/d is the constant 1/α
         gamma = float(np.median(y))
-        return float(np.max(np.abs(y / gamma - 1))), {"centre": centre, "scale": scale, "ddof": None, "eps": 0.0, "alpha": 1.0 / gamma, "eps_resolution": 0.0, "inside": False}
+        return float(np.max(np.abs(y / gamma - 1))), {
+            "centre": centre,
+            "scale": scale,
+            "ddof": None,
+            "eps": 0.0,
+            "alpha": 1.0 / gamma,
+            "eps_resolution": 0.0,
+            "inside": False,
+        }
     xx, yy = (x * x, y * y) if inside else (x, y)
     beta, gamma, resid = _fit_line(xx, yy)
     if inside:
@@ -227,7 +247,15 @@ def _fit_one(centre: str, y: np.ndarray, cand: _Candidate, u: float) -> tuple[fl
     if eps < -res_eps:
         return None
     alpha = 1.0 / (np.sqrt(beta) if inside else beta)
-    return resid, {"centre": centre, "scale": scale, "ddof": ddof, "eps": max(eps, 0.0) if abs(eps) > res_eps else 0.0, "alpha": float(alpha), "eps_resolution": res_eps, "inside": inside}
+    return resid, {
+        "centre": centre,
+        "scale": scale,
+        "ddof": ddof,
+        "eps": max(eps, 0.0) if abs(eps) > res_eps else 0.0,
+        "alpha": float(alpha),
+        "eps_resolution": res_eps,
+        "inside": inside,
+    }
 
 
 def _fits(data: np.ndarray, inf: Inferred) -> list[tuple[int, float, dict[str, Any]]]:
@@ -259,14 +287,22 @@ def _best_fit(fits: list[tuple[int, float, dict[str, Any]]], u: float) -> tuple[
 def _adopt(inf: Inferred, best: tuple[int, float, dict[str, Any]]) -> None:
     """Write the chosen fit into ``inf``; α within its resolution of 1 reads as exactly 1."""
     p = best[2]
-    inf.centre, inf.scale, inf.ddof, inf.eps, inf.eps_resolution = p["centre"], p["scale"], p["ddof"], float(p["eps"]), float(p["eps_resolution"])
+    inf.centre, inf.scale, inf.ddof, inf.eps, inf.eps_resolution = (
+        p["centre"],
+        p["scale"],
+        p["ddof"],
+        float(p["eps"]),
+        float(p["eps_resolution"]),
+    )
     inf.eps_inside_sqrt = bool(p["inside"])
     alpha_tol = max(min(1e3 * _UNIT_ROUNDOFF[inf.precision], 0.03), 3 * best[1], 1e-12)
     inf.alpha = 1.0 if abs(p["alpha"] - 1) <= alpha_tol else float(p["alpha"])
     inf.fit_residual = best[1]
 
 
-def infer_keep_rule(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int, ...] = PROBE_GROUP_SIZES) -> tuple[str, str]:
+def infer_keep_rule(
+    target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int, ...] = PROBE_GROUP_SIZES
+) -> tuple[str, str]:
     """The keep rule of a group filter: ('nonzero_std' | 'all' | 'other', description)."""
     agree_dapo, agree_all, first_bad = True, True, ""
     for G in sizes:

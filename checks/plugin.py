@@ -31,12 +31,26 @@ _KINDS = ("advantage", "filter")
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("grpo-identity", "audits of advantage functions (grpo-identity)")
-    group.addoption("--grpo-identity-max-examples", type=int, default=200, metavar="N", help="hypothesis examples per audit (default 200)")
-    group.addoption("--grpo-identity-timeout", type=float, default=60.0, metavar="S", help="seconds per call into an isolated target (default 60)")
+    group.addoption(
+        "--grpo-identity-max-examples",
+        type=int,
+        default=200,
+        metavar="N",
+        help="hypothesis examples per audit (default 200)",
+    )
+    group.addoption(
+        "--grpo-identity-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds per call into an isolated target (default 60)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"grpo_identity(**options): options for the grpo_identity fixture ({', '.join(MARKER_OPTIONS)})")
+    config.addinivalue_line(
+        "markers", f"grpo_identity(**options): options for the grpo_identity fixture ({', '.join(MARKER_OPTIONS)})"
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -48,7 +62,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 def _validate(options: dict[str, Any], where: str) -> dict[str, Any]:
     bad = sorted(set(options) - set(MARKER_OPTIONS))
     if bad:
-        raise pytest.UsageError(f"{where}: grpo_identity marker got unknown option(s) {', '.join(bad)}; allowed: {', '.join(MARKER_OPTIONS)}")
+        raise pytest.UsageError(
+            f"{where}: grpo_identity marker got unknown option(s) {', '.join(bad)}; allowed: {', '.join(MARKER_OPTIONS)}"
+        )
     if "kind" in options and options["kind"] not in _KINDS:
         raise pytest.UsageError(f"{where}: grpo_identity marker kind must be one of {_KINDS}, got {options['kind']!r}")
     n = options.get("max_examples", 1)
@@ -58,7 +74,9 @@ def _validate(options: dict[str, Any], where: str) -> dict[str, Any]:
     if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
         raise pytest.UsageError(f"{where}: grpo_identity marker timeout must be a positive number, got {t!r}")
     if "expect" in options and options["expect"] is not None and not isinstance(options["expect"], str):
-        raise pytest.UsageError(f"{where}: grpo_identity marker expect must be a preset name, got {options['expect']!r}")
+        raise pytest.UsageError(
+            f"{where}: grpo_identity marker expect must be a preset name, got {options['expect']!r}"
+        )
     return options
 
 
@@ -66,7 +84,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for mark in item.iter_markers("grpo_identity"):
             if mark.args:
-                raise pytest.UsageError(f"{item.nodeid}: grpo_identity marker takes keyword options only, got {mark.args!r}")
+                raise pytest.UsageError(
+                    f"{item.nodeid}: grpo_identity marker takes keyword options only, got {mark.args!r}"
+                )
             _validate(dict(mark.kwargs), item.nodeid)
 
 
@@ -126,7 +146,10 @@ class Checker:
 def grpo_identity(request: pytest.FixtureRequest) -> Checker:
     """Audit advantage functions in a test: ``grpo_identity.check(fn, expect="grpo")``."""
     config = request.config
-    defaults: dict[str, Any] = {"max_examples": config.getoption("--grpo-identity-max-examples"), "timeout": config.getoption("--grpo-identity-timeout")}
+    defaults: dict[str, Any] = {
+        "max_examples": config.getoption("--grpo-identity-max-examples"),
+        "timeout": config.getoption("--grpo-identity-timeout"),
+    }
     for mark in reversed(list(request.node.iter_markers("grpo_identity"))):  # closest marker wins
         defaults.update(mark.kwargs)
     return Checker(defaults)

@@ -39,13 +39,29 @@ def remainder(target: Callable[..., Any]) -> Any:
     try:
         A = np.asarray(target(r, G), dtype=np.float64)
     except Exception as exc:
-        return _finding("probe_remainder", f"rejects {r.size} rewards at G={G} (a partial last group): {str(exc).splitlines()[0][:160]}")
+        return _finding(
+            "probe_remainder",
+            f"rejects {r.size} rewards at G={G} (a partial last group): {str(exc).splitlines()[0][:160]}",
+        )
     if A.shape != r.shape or not np.all(np.isfinite(A)):
-        return _finding("probe_remainder", f"accepts {r.size} rewards at G={G} but returns {A.shape} values{'' if A.shape != r.shape else ' with NaN/inf'}", "fail", {"group_size": G, "rewards": r.tolist()})
+        return _finding(
+            "probe_remainder",
+            f"accepts {r.size} rewards at G={G} but returns {A.shape} values{'' if A.shape != r.shape else ' with NaN/inf'}",
+            "fail",
+            {"group_size": G, "rewards": r.tolist()},
+        )
     ref = np.asarray(target(whole, G), dtype=np.float64)
     if not np.allclose(A[: whole.size], ref, rtol=1e-4, atol=1e-6):
-        return _finding("probe_remainder", f"accepts a partial last group at G={G}, and it changes the whole groups' advantages (max change {float(np.abs(A[: whole.size] - ref).max()):.3g})", "fail", {"group_size": G, "rewards": r.tolist()})
-    return _finding("probe_remainder", f"accepts {r.size} rewards at G={G}: the partial last group [1, 0] gets {np.round(A[-2:], 6).tolist()}, the whole groups are unchanged")
+        return _finding(
+            "probe_remainder",
+            f"accepts a partial last group at G={G}, and it changes the whole groups' advantages (max change {float(np.abs(A[: whole.size] - ref).max()):.3g})",
+            "fail",
+            {"group_size": G, "rewards": r.tolist()},
+        )
+    return _finding(
+        "probe_remainder",
+        f"accepts {r.size} rewards at G={G}: the partial last group [1, 0] gets {np.round(A[-2:], 6).tolist()}, the whole groups are unchanged",
+    )
 
 
 def tiny_spread(target: Callable[..., Any]) -> Any:
@@ -55,9 +71,14 @@ def tiny_spread(target: Callable[..., Any]) -> Any:
     r = np.r_[0.7 + 1e-5 * noise, np.r_[np.ones(4), np.zeros(4)]]
     A = np.asarray(target(r, G), dtype=np.float64)
     if not np.all(np.isfinite(A)):
-        return _finding("probe_tiny_spread", "a group of 0.7 + 1e-5·noise gets NaN/inf advantages", "fail", {"group_size": G})
+        return _finding(
+            "probe_tiny_spread", "a group of 0.7 + 1e-5·noise gets NaN/inf advantages", "fail", {"group_size": G}
+        )
     big = float(np.abs(A[:G]).max())
-    return _finding("probe_tiny_spread", f"a group whose rewards differ by ~1e-5 (0.7 + 1e-5·noise, G={G}) gets |Â| up to {big:.3g} (a 0/1 group: {float(np.abs(A[G:]).max()):.3g}): {'noise scaled up to full weight' if big > 0.1 else 'kept small by ε'}")
+    return _finding(
+        "probe_tiny_spread",
+        f"a group whose rewards differ by ~1e-5 (0.7 + 1e-5·noise, G={G}) gets |Â| up to {big:.3g} (a 0/1 group: {float(np.abs(A[G:]).max()):.3g}): {'noise scaled up to full weight' if big > 0.1 else 'kept small by ε'}",
+    )
 
 
 def singletons(target: Callable[..., Any]) -> Any:
@@ -69,7 +90,12 @@ def singletons(target: Callable[..., Any]) -> Any:
         return _finding("probe_singleton", f"rejects G = 1: {str(exc).splitlines()[0][:160]}")
     if A.shape == r.shape and np.all(A == 0):
         return None
-    return _finding("probe_singleton", f"G = 1 (σ = 0) gives {np.round(A, 6).tolist()} instead of zeros", "note", {"group_size": 1, "rewards": r.tolist()})
+    return _finding(
+        "probe_singleton",
+        f"G = 1 (σ = 0) gives {np.round(A, 6).tolist()} instead of zeros",
+        "note",
+        {"group_size": 1, "rewards": r.tolist()},
+    )
 
 
 #: the edge probes, in report order
@@ -83,5 +109,7 @@ def run_probes(target: Callable[..., Any]) -> list[Any]:
         try:
             out.append(probe(target))
         except Exception as exc:  # a timeout or crash in the child: say so, do not stop the audit
-            out.append(_finding(f"probe_{probe.__name__}", f"the probe could not run: {str(exc).splitlines()[0][:160]}"))
+            out.append(
+                _finding(f"probe_{probe.__name__}", f"the probe could not run: {str(exc).splitlines()[0][:160]}")
+            )
     return out

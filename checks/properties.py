@@ -56,7 +56,9 @@ Target = Callable[[np.ndarray, int], np.ndarray]
 class PropertyViolation(AssertionError):
     """A property does not hold: ``property`` (its name), ``message``, ``counterexample`` (a dict)."""
 
-    def __init__(self, property: str, message: str, counterexample: dict[str, Any] | None = None, severity: str = "fail") -> None:
+    def __init__(
+        self, property: str, message: str, counterexample: dict[str, Any] | None = None, severity: str = "fail"
+    ) -> None:
         super().__init__(f"{property}: {message}")
         self.property = property
         self.message = message
@@ -122,9 +124,15 @@ class Context:
 def _call(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.ndarray:
     out = np.asarray(target(rewards, G))
     if out.shape != rewards.shape:
-        raise PropertyViolation(prop, f"returned shape {out.shape} for {rewards.shape[0]} rewards (G={G}); expected {rewards.shape}", _example(rewards, G, out))
+        raise PropertyViolation(
+            prop,
+            f"returned shape {out.shape} for {rewards.shape[0]} rewards (G={G}); expected {rewards.shape}",
+            _example(rewards, G, out),
+        )
     if not np.issubdtype(out.dtype, np.floating):
-        raise PropertyViolation(prop, f"returned dtype {out.dtype}; advantages must be floating point", _example(rewards, G, out))
+        raise PropertyViolation(
+            prop, f"returned dtype {out.dtype}; advantages must be floating point", _example(rewards, G, out)
+        )
     return out.astype(np.float64)
 
 
@@ -191,7 +199,11 @@ def well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.Generat
     bad = ~np.isfinite(A)
     if bad.any():
         g = int(np.flatnonzero(bad)[0] // G)
-        raise PropertyViolation("well_formed", f"non-finite advantage {A[bad][0]} in group {g} (G={G}, rewards {_fmt(r[g * G:(g + 1) * G])})", _example(r, G, A, g))
+        raise PropertyViolation(
+            "well_formed",
+            f"non-finite advantage {A[bad][0]} in group {g} (G={G}, rewards {_fmt(r[g * G : (g + 1) * G])})",
+            _example(r, G, A, g),
+        )
 
 
 def silent_groups_exactly_zero(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
@@ -205,7 +217,11 @@ def silent_groups_exactly_zero(target: Target, batch: Any, ctx: Context, rng: np
     R = r.reshape(-1, G)
     for g in np.flatnonzero(_silent(R)):
         if _exact_silent_value(float(R[g, 0])) and not np.all(A[g] == 0):
-            raise PropertyViolation("silent_groups_exactly_zero", f"silent group {g} (G={G}, every reward {R[g, 0]:g}) has advantages {_fmt(A[g])} instead of exactly 0", _example(r, G, A.reshape(-1), int(g)))
+            raise PropertyViolation(
+                "silent_groups_exactly_zero",
+                f"silent group {g} (G={G}, every reward {R[g, 0]:g}) has advantages {_fmt(A[g])} instead of exactly 0",
+                _example(r, G, A.reshape(-1), int(g)),
+            )
 
 
 def _two_valued_groups(R: np.ndarray) -> list[tuple[int, float, float]]:
@@ -227,9 +243,17 @@ def two_valued_per_group(target: Target, batch: Any, ctx: Context, rng: np.rando
         scale = float(np.abs(A[g]).max())
         a_hi, a_lo = A[g][R[g] == hi], A[g][R[g] == lo]
         if not (ctx.tol.close(a_hi, a_hi[0], scale) and ctx.tol.close(a_lo, a_lo[0], scale)):
-            raise PropertyViolation("two_valued_per_group", f"group {g} (G={G}) has rewards {{{lo:g}, {hi:g}}} but more than two advantages: {_fmt(np.unique(A[g]))}", _example(r, G, A.reshape(-1), g))
+            raise PropertyViolation(
+                "two_valued_per_group",
+                f"group {g} (G={G}) has rewards {{{lo:g}, {hi:g}}} but more than two advantages: {_fmt(np.unique(A[g]))}",
+                _example(r, G, A.reshape(-1), g),
+            )
         if not a_hi[0] > a_lo[0]:
-            raise PropertyViolation("two_valued_per_group", f"group {g} (G={G}): reward {hi:g} gets advantage {a_hi[0]:.6g} ≤ {a_lo[0]:.6g} of reward {lo:g} (wrong sign or order)", _example(r, G, A.reshape(-1), g))
+            raise PropertyViolation(
+                "two_valued_per_group",
+                f"group {g} (G={G}): reward {hi:g} gets advantage {a_hi[0]:.6g} ≤ {a_lo[0]:.6g} of reward {lo:g} (wrong sign or order)",
+                _example(r, G, A.reshape(-1), g),
+            )
 
 
 def _cancellation(row: np.ndarray) -> float:
@@ -251,7 +275,11 @@ def zero_sum_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.
             continue  # rounding residue of a silent 0.1-group: the audit's silent probe reports it
         s, scale = float(A[g].sum()), float(np.abs(A[g]).sum())
         if abs(s) > ctx.tol.rtol * max(scale, 1e-300) * max(1.0, np.sqrt(G) / 4) * _cancellation(R[g]):
-            raise PropertyViolation("zero_sum_per_group", f"group {g} (G={G}) sums to {s:.6g} instead of 0: rewards {_list(R[g], 16)}, advantages {_list(A[g], 16)}", _example(r, G, A.reshape(-1), g))
+            raise PropertyViolation(
+                "zero_sum_per_group",
+                f"group {g} (G={G}) sums to {s:.6g} instead of 0: rewards {_list(R[g], 16)}, advantages {_list(A[g], 16)}",
+                _example(r, G, A.reshape(-1), g),
+            )
 
 
 def identity_in_vector_form(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
@@ -275,7 +303,11 @@ def identity_in_vector_form(target: Target, batch: Any, ctx: Context, rng: np.ra
         c = (k / G) * float(Ag[g][R[g] == hi].mean())
         scale = float(np.abs(Ag[g]).max() * np.abs(S[g * G : (g + 1) * G]).max())
         if not ctx.tol.close(g_all[g], c * gap[g], scale * 4):
-            raise PropertyViolation("identity_in_vector_form", f"group {g} (G={G}, k={k}): g = {_fmt(g_all[g], 4)} is not c·(s̄₊ − s̄₋) = {_fmt(c * gap[g], 4)} with c = (k/G)·Â₊ = {c:.6g}", _example(r, G, A, g))
+            raise PropertyViolation(
+                "identity_in_vector_form",
+                f"group {g} (G={G}, k={k}): g = {_fmt(g_all[g], 4)} is not c·(s̄₊ − s̄₋) = {_fmt(c * gap[g], 4)} with c = (k/G)·Â₊ = {c:.6g}",
+                _example(r, G, A, g),
+            )
 
 
 def groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
@@ -290,7 +322,11 @@ def groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.
     for pos, g in enumerate(order):
         scale = float(np.abs(A[g]).max())
         if not _residue_group(R, g) and not ctx.tol.close(B[pos], A[g], scale):
-            raise PropertyViolation("groups_independent", f"reordering the {n} groups changed group {g}'s advantages from {_fmt(A[g])} to {_fmt(B[pos])} (G={G})", _example(r, G, A.reshape(-1), int(g)))
+            raise PropertyViolation(
+                "groups_independent",
+                f"reordering the {n} groups changed group {g}'s advantages from {_fmt(A[g])} to {_fmt(B[pos])} (G={G})",
+                _example(r, G, A.reshape(-1), int(g)),
+            )
     # the same group with fresh neighbours (a different batch around it)
     g = int(rng.integers(n))
     if _residue_group(R, g):
@@ -306,7 +342,11 @@ def groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.
         elif ctx.tol.close(C, A[g], scale):
             continue
         what = "alone" if neighbours.size == 0 else f"beside {neighbours.size // G} other groups"
-        raise PropertyViolation("groups_independent", f"group {g} (G={G}, rewards {_fmt(R[g])}) gets {_fmt(A[g])} in the batch but {_fmt(C)} {what}: coupled across groups", _example(r, G, A.reshape(-1), g))
+        raise PropertyViolation(
+            "groups_independent",
+            f"group {g} (G={G}, rewards {_fmt(R[g])}) gets {_fmt(A[g])} in the batch but {_fmt(C)} {what}: coupled across groups",
+            _example(r, G, A.reshape(-1), g),
+        )
 
 
 def permutation_equivariant(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
@@ -319,7 +359,11 @@ def permutation_equivariant(target: Target, batch: Any, ctx: Context, rng: np.ra
     expect = np.take_along_axis(A, perm, 1)
     for g in range(R.shape[0]):
         if not _residue_group(R, g) and not ctx.tol.close(P[g], expect[g], float(np.abs(A[g]).max())):
-            raise PropertyViolation("permutation_equivariant", f"group {g} (G={G}): permuting the rewards {_fmt(R[g])} by {_fmt(perm[g])} gave {_fmt(P[g])}, expected {_fmt(expect[g])}", _example(r, G, A.reshape(-1), g))
+            raise PropertyViolation(
+                "permutation_equivariant",
+                f"group {g} (G={G}): permuting the rewards {_fmt(R[g])} by {_fmt(perm[g])} gave {_fmt(P[g])}, expected {_fmt(expect[g])}",
+                _example(r, G, A.reshape(-1), g),
+            )
 
 
 def stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
@@ -330,7 +374,11 @@ def stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator
     A2 = _call(target, r, G, "stateless")
     if not ctx.tol.close(A1, A2, float(np.abs(A1).max())):
         i = int(np.argmax(np.abs(A1 - A2)))
-        raise PropertyViolation("stateless", f"the same rewards gave {A1[i]:.6g} then {A2[i]:.6g} at row {i} (G={G}) after another call: the target keeps state", _example(r, G, A1, i // G))
+        raise PropertyViolation(
+            "stateless",
+            f"the same rewards gave {A1[i]:.6g} then {A2[i]:.6g} at row {i} (G={G}) after another call: the target keeps state",
+            _example(r, G, A1, i // G),
+        )
 
 
 def matches_dial(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
@@ -347,7 +395,11 @@ def matches_dial(target: Target, batch: Any, ctx: Context, rng: np.random.Genera
         if silent[g] and not _exact_silent_value(float(R[g, 0])):
             continue
         if not ctx.tol.close(A[g], E[g], float(max(np.abs(E[g]).max(), np.abs(A[g]).max())) * 4):
-            raise PropertyViolation("matches_dial", f"group {g} (G={G}, rewards {_fmt(R[g])}): advantages {_fmt(A[g])}, the dial gives {_fmt(E[g])}", _example(r, G, A.reshape(-1), g))
+            raise PropertyViolation(
+                "matches_dial",
+                f"group {g} (G={G}, rewards {_fmt(R[g])}): advantages {_fmt(A[g])}, the dial gives {_fmt(E[g])}",
+                _example(r, G, A.reshape(-1), g),
+            )
 
 
 # --- filter properties ---------------------------------------------------------------------------
@@ -355,11 +407,19 @@ def _call_filter(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.n
     out = np.asarray(target(rewards, G))
     n = rewards.size // G
     if out.shape != (n,):
-        raise PropertyViolation(prop, f"returned shape {out.shape} for {n} groups (G={G}); a filter returns one bool per group", _example(rewards, G, out))
+        raise PropertyViolation(
+            prop,
+            f"returned shape {out.shape} for {n} groups (G={G}); a filter returns one bool per group",
+            _example(rewards, G, out),
+        )
     if out.dtype != np.bool_:
         if np.issubdtype(out.dtype, np.number) and np.all((out == 0) | (out == 1)):
             return out.astype(bool)
-        raise PropertyViolation(prop, f"returned dtype {out.dtype} with values {_fmt(out)}; a filter returns bools", _example(rewards, G, out))
+        raise PropertyViolation(
+            prop,
+            f"returned dtype {out.dtype} with values {_fmt(out)}; a filter returns bools",
+            _example(rewards, G, out),
+        )
     return out
 
 
@@ -370,7 +430,9 @@ def filter_well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.
     keep = _call_filter(target, passed, G, "filter_well_formed")
     issue = getattr(target, "last_issue", None) or output_issue(r, passed, keep, "filter")
     if issue:
-        raise PropertyViolation("filter_well_formed", f"the target {issue} (G={G}, {r.size} rewards)", _example(r, G, keep))
+        raise PropertyViolation(
+            "filter_well_formed", f"the target {issue} (G={G}, {r.size} rewards)", _example(r, G, keep)
+        )
 
 
 def kept_by_definition(rewards: np.ndarray, G: int, keep: str) -> np.ndarray:
@@ -402,7 +464,11 @@ def keeps_groups_with_nonzero_std(target: Target, batch: Any, ctx: Context, rng:
     R = r.reshape(-1, G)
     for g in np.flatnonzero(keep != want):
         sd = float(R[g].std())
-        raise PropertyViolation("keeps_groups_with_nonzero_std", f"group {g} (G={G}, rewards {_fmt(R[g])}, σ = {sd:.3g}) is {'kept' if keep[g] else 'dropped'}; the keep rule '{rule}' {'keeps' if want[g] else 'drops'} it", _example(r, G, keep, int(g)))
+        raise PropertyViolation(
+            "keeps_groups_with_nonzero_std",
+            f"group {g} (G={G}, rewards {_fmt(R[g])}, σ = {sd:.3g}) is {'kept' if keep[g] else 'dropped'}; the keep rule '{rule}' {'keeps' if want[g] else 'drops'} it",
+            _example(r, G, keep, int(g)),
+        )
 
 
 def filter_groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
@@ -414,11 +480,19 @@ def filter_groups_independent(target: Target, batch: Any, ctx: Context, rng: np.
     k2 = _call_filter(target, R[order].reshape(-1), G, "filter_groups_independent")
     for pos, g in enumerate(order):
         if k2[pos] != keep[g]:
-            raise PropertyViolation("filter_groups_independent", f"reordering the groups changed the decision for group {g} (G={G}, rewards {_fmt(R[g])})", _example(r, G, keep, int(g)))
+            raise PropertyViolation(
+                "filter_groups_independent",
+                f"reordering the groups changed the decision for group {g} (G={G}, rewards {_fmt(R[g])})",
+                _example(r, G, keep, int(g)),
+            )
     for g in range(R.shape[0]):
         alone = _call_filter(target, R[g], G, "filter_groups_independent")[0]
         if alone != keep[g]:
-            raise PropertyViolation("filter_groups_independent", f"group {g} (G={G}, rewards {_fmt(R[g])}) is {'kept' if alone else 'dropped'} alone but {'kept' if keep[g] else 'dropped'} in the batch", _example(r, G, keep, g))
+            raise PropertyViolation(
+                "filter_groups_independent",
+                f"group {g} (G={G}, rewards {_fmt(R[g])}) is {'kept' if alone else 'dropped'} alone but {'kept' if keep[g] else 'dropped'} in the batch",
+                _example(r, G, keep, g),
+            )
 
 
 def filter_stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
@@ -431,10 +505,24 @@ def filter_stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Ge
     k3 = _call_filter(target, r, G, "filter_stateless")
     if not (np.array_equal(k1, k3) and np.array_equal(k1, k2)):
         g = int(np.flatnonzero((k1 != k3) | (k1 != k2))[0])
-        raise PropertyViolation("filter_stateless", f"group {g} (G={G}, rewards {_fmt(R[g])}): decisions changed between calls on the same (or a within-group permuted) batch", _example(r, G, k1, g))
+        raise PropertyViolation(
+            "filter_stateless",
+            f"group {g} (G={G}, rewards {_fmt(R[g])}): decisions changed between calls on the same (or a within-group permuted) batch",
+            _example(r, G, k1, g),
+        )
 
 
 #: advantage properties, in the order the audit runs them
-ADVANTAGE_PROPERTIES = (well_formed, silent_groups_exactly_zero, two_valued_per_group, zero_sum_per_group, identity_in_vector_form, groups_independent, permutation_equivariant, stateless, matches_dial)
+ADVANTAGE_PROPERTIES = (
+    well_formed,
+    silent_groups_exactly_zero,
+    two_valued_per_group,
+    zero_sum_per_group,
+    identity_in_vector_form,
+    groups_independent,
+    permutation_equivariant,
+    stateless,
+    matches_dial,
+)
 #: filter properties
 FILTER_PROPERTIES = (filter_well_formed, keeps_groups_with_nonzero_std, filter_groups_independent, filter_stateless)

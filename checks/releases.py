@@ -28,7 +28,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["BASE_SITE_VAR", "NO_DEPS", "RELEASE_PINS", "TORCH_PIN", "child_environ", "env_root", "env_dir", "install_commands", "no_deps", "release_pins", "ensure", "ReleaseEnv"]
+__all__ = [
+    "BASE_SITE_VAR",
+    "NO_DEPS",
+    "RELEASE_PINS",
+    "TORCH_PIN",
+    "child_environ",
+    "env_root",
+    "env_dir",
+    "install_commands",
+    "no_deps",
+    "release_pins",
+    "ensure",
+    "ReleaseEnv",
+]
 
 #: the project's torch (this machine's CPU wheel); named on every pip command line
 TORCH_PIN = "torch==2.13.0"
@@ -50,7 +63,23 @@ RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("verl", "0.0", "99"): ("cachetools", "uvicorn", "fastapi", "pillow", "torchdata"),
     # what ``import areal.trainer.ppo.actor`` / ``areal.api.cli_args`` needs (areal/__init__ imports
     # its whole infra: loggers, stats backends, the launcher), at AReaL's own pins where it has them
-    ("areal", "0.0", "99"): ("omegaconf==2.4.0.dev2", "hydra-core==1.4.0.dev1", "colorlog", "tenacity", "flask", "uvloop>=0.21.0", "numba", "einops", "aiofiles", "openai", "swanlab==0.6.12", "trackio", "tensorboardX", "tabulate", "pybase64"),
+    ("areal", "0.0", "99"): (
+        "omegaconf==2.4.0.dev2",
+        "hydra-core==1.4.0.dev1",
+        "colorlog",
+        "tenacity",
+        "flask",
+        "uvloop>=0.21.0",
+        "numba",
+        "einops",
+        "aiofiles",
+        "openai",
+        "swanlab==0.6.12",
+        "trackio",
+        "tensorboardX",
+        "tabulate",
+        "pybase64",
+    ),
     # OpenRLHF goes in with --no-deps (it requires flash-attn); what its experience maker and its
     # train_ppo_ray module import, at the versions 0.11.2 declares (ray without [default]: no dashboard)
     ("openrlhf", "0.0", "99"): ("ray", "deepspeed", "transformers", "peft", "pylatexenc", "aiohttp"),
@@ -81,7 +110,12 @@ def _key(v: str) -> tuple[int, ...]:
 
 def release_pins(framework: str, release: str) -> list[str]:
     """The extra requirements :data:`RELEASE_PINS` lists for ``framework`` at ``release``."""
-    return [p for (fw, lo, hi), pins in RELEASE_PINS.items() if fw == framework and _key(lo) <= _key(release) < _key(hi) for p in pins]
+    return [
+        p
+        for (fw, lo, hi), pins in RELEASE_PINS.items()
+        if fw == framework and _key(lo) <= _key(release) < _key(hi)
+        for p in pins
+    ]
 
 
 def no_deps(framework: str, release: str) -> list[str] | None:
@@ -132,9 +166,13 @@ def _link_base(python: Path) -> None:
     starting meanwhile reads the old line or the new one."""
     from grpo_identity.checks.frameworks import AdapterError
 
-    proc = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    )
     if proc.returncode != 0:
-        raise AdapterError(f"the release environment's interpreter {python} does not run (remove {python.parent.parent} to rebuild it)")
+        raise AdapterError(
+            f"the release environment's interpreter {python} does not run (remove {python.parent.parent} to rebuild it)"
+        )
     pth = Path(proc.stdout.strip()) / "_grpo_identity_base.pth"
     if not pth.is_file() or pth.read_text() != _BASE_PTH:
         tmp = pth.with_name(f".{pth.name}.{os.getpid()}")
@@ -160,7 +198,9 @@ def _locked(env: Path) -> Iterator[None]:
 def _recipe(framework: str, release: str) -> str:
     """What the stamp records: the pip commands that build the environment (a change in the pins
     rebuilds it instead of reusing one that no longer matches)."""
-    return "\n".join(" ".join(cmd[1:]) for cmd in install_commands(framework, release, "python", "constraints.txt")) + "\n"
+    return (
+        "\n".join(" ".join(cmd[1:]) for cmd in install_commands(framework, release, "python", "constraints.txt")) + "\n"
+    )
 
 
 def _python_of(env: Path) -> Path:
@@ -195,7 +235,9 @@ def ensure(framework: str, release: str, *, log: Any = None) -> ReleaseEnv:
 
 def _build(env: Path, framework: str, release: str) -> None:
     python = _python_of(env)
-    _run([sys.executable, "-m", "venv", "--clear", str(env)], f"creating a virtual environment for {framework} {release}")
+    _run(
+        [sys.executable, "-m", "venv", "--clear", str(env)], f"creating a virtual environment for {framework} {release}"
+    )
     _link_base(python)  # the project's environment, below the release's own packages
     constraints = env / "constraints.txt"
     constraints.write_text("\n".join([TORCH_PIN, *NEVER]) + "\n")
@@ -211,5 +253,9 @@ def _run(cmd: list[str], what: str) -> None:
 
     proc = subprocess.run(cmd, capture_output=True, text=True, env=child_environ())
     if proc.returncode != 0:
-        lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
+        lines = [
+            ln
+            for ln in (proc.stderr + proc.stdout).splitlines()
+            if ln.strip() and not ln.startswith("WARNING: Location")
+        ]
         raise AdapterError(f"{what}: {lines[-1].strip() if lines else f'exit code {proc.returncode}'}")

@@ -203,7 +203,9 @@ def _cast(x: np.ndarray, dtype: str) -> Any:
     return torch.as_tensor(x, dtype=getattr(torch, dtype.split(".")[1]))
 
 
-def score_matrices(n_rows: int, *, max_dims: int = 3, max_side: int = 4, dtype: str = "float64") -> st.SearchStrategy[Any]:
+def score_matrices(
+    n_rows: int, *, max_dims: int = 3, max_side: int = 4, dtype: str = "float64"
+) -> st.SearchStrategy[Any]:
     """Score matrices with ``n_rows`` rows (one per answer) and 0…``max_dims`` trailing dimensions.
 
     Entries are standard normal (from a drawn seed); a score row sᵢ = ∇ log π(yᵢ|x) may have any

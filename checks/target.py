@@ -24,7 +24,20 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["TargetError", "TargetCrashed", "TargetTimeout", "TargetMalformed", "TargetImportError", "load_target", "LocalTarget", "ChildTarget", "to_numpy", "output_issue", "malformed", "reference"]
+__all__ = [
+    "TargetError",
+    "TargetCrashed",
+    "TargetTimeout",
+    "TargetMalformed",
+    "TargetImportError",
+    "load_target",
+    "LocalTarget",
+    "ChildTarget",
+    "to_numpy",
+    "output_issue",
+    "malformed",
+    "reference",
+]
 
 
 #: seconds allowed for the child interpreter to start (python, numpy, torch), before the target loads
@@ -59,7 +72,9 @@ def load_target(spec: Any, kind: str = "advantage") -> Callable[..., Any]:
         try:
             return adapters.build(spec, kind)
         except ImportError as exc:
-            raise TargetImportError(f"adapter {adapters.describe(spec)!r} needs a package that is not installed: {exc}") from None
+            raise TargetImportError(
+                f"adapter {adapters.describe(spec)!r} needs a package that is not installed: {exc}"
+            ) from None
     check_spec(spec)
     where, _, name = spec.rpartition(":")
     try:
@@ -89,7 +104,9 @@ def check_spec(spec: str) -> None:
         return
     where, colon, name = spec.rpartition(":")
     if not colon or not where or not name:
-        raise TargetImportError(f"target {spec!r} is neither FILE.py:FUNCTION, MODULE:FUNCTION nor an adapter ({', '.join(adapters.names())})")
+        raise TargetImportError(
+            f"target {spec!r} is neither FILE.py:FUNCTION, MODULE:FUNCTION nor an adapter ({', '.join(adapters.names())})"
+        )
     if _is_path(where) and not os.path.isfile(where):
         raise TargetImportError(f"no such file: {where}")
 
@@ -142,7 +159,9 @@ def output_issue(rewards: np.ndarray, passed: np.ndarray, out: Any, kind: str = 
     else:
         return f"returned a {type(out).__name__}, not an array (numpy or torch): the dtype and shape of the rewards are not kept"
     if dtype != str(rewards.dtype) and ("float" in dtype or "bfloat" in dtype):
-        return f"returned {mod}.{dtype} advantages for {rewards.dtype} rewards: the dtype is not kept (precision is lost)"
+        return (
+            f"returned {mod}.{dtype} advantages for {rewards.dtype} rewards: the dtype is not kept (precision is lost)"
+        )
     return None
 
 
@@ -161,7 +180,9 @@ class _OutputWatch:
             if now.shape != snap.shape or not np.array_equal(now, snap, equal_nan=True):
                 issue = "overwrote the advantages it returned on the call before (it hands out one shared buffer)"
         arr = to_numpy(out)
-        self._prev = (out, np.array(arr, copy=True)) if type(out).__module__.split(".")[0] in ("numpy", "torch") else None
+        self._prev = (
+            (out, np.array(arr, copy=True)) if type(out).__module__.split(".")[0] in ("numpy", "torch") else None
+        )
         return issue
 
 
@@ -265,7 +286,9 @@ def reference(fn: Callable[..., Any]) -> tuple[Any, ...]:
     qualname, module = getattr(fn, "__qualname__", None), getattr(fn, "__module__", None)
     if isinstance(qualname, str) and isinstance(module, str):
         if "<locals>" in qualname or "<lambda>" in qualname:
-            raise TargetImportError(f"{qualname} is a local function or a lambda: a child process cannot load it (define it at the top of a module, or run it in this process with isolate=False)")
+            raise TargetImportError(
+                f"{qualname} is a local function or a lambda: a child process cannot load it (define it at the top of a module, or run it in this process with isolate=False)"
+            )
         return ("ref", module, getattr(sys.modules.get(module), "__file__", None), qualname)
     try:
         return ("pickle", pickle.dumps(fn))
@@ -334,7 +357,16 @@ class ChildTarget:
     property search that hits it cannot hang or slow down.
     """
 
-    def __init__(self, spec: Any, *, kind: str = "advantage", timeout: float = 60.0, load_timeout: float | None = None, name: str | None = None, python: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: Any,
+        *,
+        kind: str = "advantage",
+        timeout: float = 60.0,
+        load_timeout: float | None = None,
+        name: str | None = None,
+        python: str | None = None,
+    ) -> None:
         self.name = name or (spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec)))
         self.timeout = float(timeout)
         self.calls = 0
@@ -362,7 +394,13 @@ class ChildTarget:
         # not "under pytest" in the child: frameworks branch on it (verl 0.6.0 picks the CPU when
         # PYTEST_CURRENT_TEST is set), and the audit must see what the user's run sees
         environ.pop("PYTEST_CURRENT_TEST", None)
-        self._proc = subprocess.Popen([python or sys.executable, "-c", code], pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=out, env=environ)
+        self._proc = subprocess.Popen(
+            [python or sys.executable, "-c", code],
+            pass_fds=(to_child_r, from_child_w),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            env=environ,
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         self._out = Connection(to_child_w, readable=False)

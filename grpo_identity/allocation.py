@@ -123,4 +123,6 @@ def common_group_size(solve_rates: npt.ArrayLike, eps: float = 0.1, *, G_max: in
         raise ValueError("no prompt with 0 < p < 1: every group is silent at any G")
     target = 1.0 - e
 
-    return smallest_group_size(lambda g: float(np.mean(fidelity(g, p))) >= target, G_max=G_max, what=f"mean fidelity {target}")
+    return smallest_group_size(
+        lambda g: float(np.mean(fidelity(g, p))) >= target, G_max=G_max, what=f"mean fidelity {target}"
+    )

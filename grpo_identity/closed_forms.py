@@ -397,7 +397,9 @@ def group_size_exact(eps: float, p: float, *, G_max: int = 10**7) -> int:
     pf = float(check_probability(p, open_interval=True))
     target = 1.0 - e
 
-    return smallest_group_size(lambda g: float(fidelity(g, pf)) >= target, G_max=G_max, what=f"fidelity {target} at p={pf}")
+    return smallest_group_size(
+        lambda g: float(fidelity(g, pf)) >= target, G_max=G_max, what=f"fidelity {target} at p={pf}"
+    )
 
 
 def smallest_group_size(ok: Callable[[int], bool], *, G_max: int, what: str) -> int:
@@ -455,7 +457,9 @@ def expected_score_gap(p: ArrayLike, grad_p: ArrayLike = 1.0) -> FloatArray | fl
         return _out(np.asarray(grad_p, dtype=float) / (pp * (1 - pp)))
 
 
-def expected_update_given_k(k: ArrayLike, G: int, p: ArrayLike, grad_p: ArrayLike = 1.0, c: ArrayLike | None = None) -> FloatArray | float:
+def expected_update_given_k(
+    k: ArrayLike, G: int, p: ArrayLike, grad_p: ArrayLike = 1.0, c: ArrayLike | None = None
+) -> FloatArray | float:
     """Expected update given k, any policy: E[g | k] = c(k, G)·∇p/(p(1−p)), c GRPO's σ unless
     given (``dial.coefficient(k, G, dial)`` for another dial); theorem G7.
 
@@ -466,7 +470,9 @@ def expected_update_given_k(k: ArrayLike, G: int, p: ArrayLike, grad_p: ArrayLik
     return _out(coef * np.asarray(expected_score_gap(p, grad_p), dtype=float))
 
 
-def update_covariance_given_k(k: ArrayLike, G: int, cov_plus: ArrayLike, cov_minus: ArrayLike, c: ArrayLike | None = None) -> FloatArray | float:
+def update_covariance_given_k(
+    k: ArrayLike, G: int, cov_plus: ArrayLike, cov_minus: ArrayLike, c: ArrayLike | None = None
+) -> FloatArray | float:
     """Covariance of the update given k (one entry, or elementwise for arrays), any policy:
     Cov(g | k) = c²(Σ₊/k + Σ₋/(G−k)), c GRPO's σ unless given (theorem G8); nan at k ∈ {0, G}.
 
@@ -477,7 +483,11 @@ def update_covariance_given_k(k: ArrayLike, G: int, cov_plus: ArrayLike, cov_min
     coef = np.asarray(sigma(kk, G) if c is None else c, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         live = (kk > 0) & (kk < G)
-        out = np.where(live, coef**2 * (np.asarray(cov_plus, dtype=float) / kk + np.asarray(cov_minus, dtype=float) / (G - kk)), np.nan)
+        out = np.where(
+            live,
+            coef**2 * (np.asarray(cov_plus, dtype=float) / kk + np.asarray(cov_minus, dtype=float) / (G - kk)),
+            np.nan,
+        )
     return _out(out)
 
 
@@ -575,7 +585,9 @@ def summary(G: int, p: float, eps_values: tuple[float, ...] = PAPER_TABLE_EPS) -
     }
 
 
-def group_size_table(p_values: tuple[float, ...] = PAPER_TABLE_P, eps_values: tuple[float, ...] = PAPER_TABLE_EPS) -> list[GroupSizeTableRow]:
+def group_size_table(
+    p_values: tuple[float, ...] = PAPER_TABLE_P, eps_values: tuple[float, ...] = PAPER_TABLE_EPS
+) -> list[GroupSizeTableRow]:
     """Rows {p, eps, G_exact, G_law} of the group-size table (Corollary 2); G_law unrounded."""
     return [
         {"p": p, "eps": e, "G_exact": group_size_exact(e, p), "G_law": float(group_size_law(e, p))}

@@ -105,7 +105,14 @@ class Dial:
 
     def params(self) -> dict[str, Any]:
         """The dial parameters as a dict (no name, no citation)."""
-        return {"centre": self.centre, "scale": self.scale, "ddof": self.ddof, "eps": self.eps, "keep": self.keep, "eps_where": self.eps_where}
+        return {
+            "centre": self.centre,
+            "scale": self.scale,
+            "ddof": self.ddof,
+            "eps": self.eps,
+            "keep": self.keep,
+            "eps_where": self.eps_where,
+        }
 
     def same_point(self, other: Dial) -> bool:
         """Whether two dials compute the same advantages (names ignored)."""
@@ -113,12 +120,26 @@ class Dial:
 
 
 GRPO = Dial(name="grpo", citation="Shao et al. 2024 (DeepSeekMath), eq. for outcome supervision; population std")
-DR_GRPO = Dial(scale="none", name="dr_grpo", citation="Liu et al. 2025 (Understanding R1-Zero-Like Training), drops the std")
+DR_GRPO = Dial(
+    scale="none", name="dr_grpo", citation="Liu et al. 2025 (Understanding R1-Zero-Like Training), drops the std"
+)
 DAPO = Dial(keep="nonzero_std", name="dapo", citation="Yu et al. 2025 (DAPO), dynamic sampling drops groups with std 0")
-RLOO = Dial(centre="loo", scale="none", name="rloo", citation="Ahmadian et al. 2024 (Back to Basics), leave-one-out baseline")
+RLOO = Dial(
+    centre="loo", scale="none", name="rloo", citation="Ahmadian et al. 2024 (Back to Basics), leave-one-out baseline"
+)
 TRL = Dial(ddof=1, eps=1e-4, name="trl", citation="TRL GRPOTrainer: (r - mean) / (std + 1e-4), torch std (ddof 1)")
-VERL = Dial(ddof=1, eps=1e-6, name="verl", citation="verl core_algos.compute_grpo_outcome_advantage: epsilon 1e-6, torch.std (ddof 1)")
-OPENRLHF = Dial(ddof=1, eps=1e-9, name="openrlhf", citation="OpenRLHF experience maker, group_norm: (r - mean) / (std + 1e-9), ddof 1")
+VERL = Dial(
+    ddof=1,
+    eps=1e-6,
+    name="verl",
+    citation="verl core_algos.compute_grpo_outcome_advantage: epsilon 1e-6, torch.std (ddof 1)",
+)
+OPENRLHF = Dial(
+    ddof=1,
+    eps=1e-9,
+    name="openrlhf",
+    citation="OpenRLHF experience maker, group_norm: (r - mean) / (std + 1e-9), ddof 1",
+)
 
 #: every named preset, by name
 PRESETS: Mapping[str, Dial] = {d.name: d for d in (GRPO, DR_GRPO, DAPO, RLOO, TRL, VERL, OPENRLHF)}
@@ -290,7 +311,9 @@ def advantages(
     return _ungroup(xp, A, perm, out_dtype, shape)
 
 
-def keep_mask(rewards: Any, group_size: int | None = None, dial: Dial = DAPO, *, group_ids: Any = None) -> npt.NDArray[np.bool_]:
+def keep_mask(
+    rewards: Any, group_size: int | None = None, dial: Dial = DAPO, *, group_ids: Any = None
+) -> npt.NDArray[np.bool_]:
     """One bool per group (in group order): True where the dial's keep rule keeps the group.
 
     With ``group_ids``, groups are ordered by sorted id.
@@ -349,7 +372,11 @@ def group_updates(advantages_: Any, scores: Any, group_size: int) -> Any:
     """
     G = check_group_size(group_size)
     s = _rows(scores)
-    a = advantages_.reshape(-1, 1) if _is_torch(advantages_) else np.asarray(advantages_, dtype=np.float64).reshape(-1, 1)
+    a = (
+        advantages_.reshape(-1, 1)
+        if _is_torch(advantages_)
+        else np.asarray(advantages_, dtype=np.float64).reshape(-1, 1)
+    )
     if s.shape[0] != a.shape[0]:
         raise ValueError(f"scores have {s.shape[0]} rows but there are {a.shape[0]} advantages")
     return (a * s).reshape(-1, G, s.shape[1]).sum(1) / G

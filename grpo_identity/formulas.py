@@ -248,7 +248,9 @@ def expected_update_given_k(k: Num = k, G: Num = G, p: Num = p, grad_p: Num = gr
     return coef * expected_score_gap(p, grad_p)
 
 
-def update_covariance_given_k(k: Num = k, G: Num = G, cov_plus: Num = cov_plus, cov_minus: Num = cov_minus, c: Num = None) -> sp.Expr:
+def update_covariance_given_k(
+    k: Num = k, G: Num = G, cov_plus: Num = cov_plus, cov_minus: Num = cov_minus, c: Num = None
+) -> sp.Expr:
     """Covariance of the update of a group with k correct answers, for any policy (one entry):
     Cov(g | k) = c²·(Σ₊/k + Σ₋/(G−k)), c the update coefficient (GRPO's σ by default).
 

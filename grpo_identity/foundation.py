@@ -24,8 +24,18 @@ import sys
 from typing import Any, Iterable, Sequence, TextIO
 
 __all__ = [
-    "EXIT_OK", "EXIT_FAIL", "EXIT_USAGE", "EXIT_CODES_HELP", "UsageError", "EXTRAS", "missing_extra", "require",
-    "dumps", "finite", "emit_json", "format_table",
+    "EXIT_OK",
+    "EXIT_FAIL",
+    "EXIT_USAGE",
+    "EXIT_CODES_HELP",
+    "UsageError",
+    "EXTRAS",
+    "missing_extra",
+    "require",
+    "dumps",
+    "finite",
+    "emit_json",
+    "format_table",
 ]
 
 #: exit codes of every command: 0 success, 1 a check failed, 2 bad input (usage)

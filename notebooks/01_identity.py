@@ -93,7 +93,14 @@ for dial, marker in ((D.GRPO, "o"), (D.DR_GRPO, "x")):
     print(f"{dial.name:8s} max |g − c(k)·(s̄₊ − s̄₋)| over {n_groups} groups × {dim} components = {err:.1e}")
     assert err < 1e-12
     live = (k > 0) & (k < G)
-    ax.loglog(np.linalg.norm(predicted[live], axis=1), np.linalg.norm(g[live], axis=1), marker, ms=3, alpha=0.5, label=f"{dial.name}: c = {'σ' if dial is D.GRPO else 'σ²'}")
+    ax.loglog(
+        np.linalg.norm(predicted[live], axis=1),
+        np.linalg.norm(g[live], axis=1),
+        marker,
+        ms=3,
+        alpha=0.5,
+        label=f"{dial.name}: c = {'σ' if dial is D.GRPO else 'σ²'}",
+    )
 lims = np.array(ax.get_xlim())
 ax.plot(lims, lims, "k-", lw=0.8, label="equality")
 ax.set_xlabel("‖c(k) · (s̄₊ − s̄₋)‖  (the identity)")
@@ -101,7 +108,9 @@ ax.set_ylabel("‖(1/G) Σ Âᵢ sᵢ‖  (the trainer's update)")
 ax.set_title(f"Every non-silent group lies on the diagonal (G = {G}, d = {dim})", fontsize=10)
 ax.legend(fontsize=8)
 plt.show()
-print(f"silent groups (k ∈ {{0, G}}): {int((~live).sum())}, update exactly 0: {bool(np.all(D.group_updates(D.advantages(rewards.reshape(-1), G, D.GRPO), scores, G)[~live] == 0))}")
+print(
+    f"silent groups (k ∈ {{0, G}}): {int((~live).sum())}, update exactly 0: {bool(np.all(D.group_updates(D.advantages(rewards.reshape(-1), G, D.GRPO), scores, G)[~live] == 0))}"
+)
 
 # %% [markdown]
 # Adding a constant to every reward (a baseline, or rewards in {−1, 1} shifted) changes nothing:
@@ -148,7 +157,14 @@ ks = np.arange(G + 1)
 fig, ax = plt.subplots(figsize=(7, 3.6))
 width = 0.27
 for i, dial in enumerate((D.GRPO, D.DR_GRPO, D.DAPO)):
-    ax.bar(ks + (i - 1) * width, D.coefficient(ks, G, dial), width, label={"grpo": "GRPO: σ", "dr_grpo": "Dr. GRPO: σ²", "dapo": "DAPO: 1{0<k<G}·σ (silent groups redrawn)"}[dial.name])
+    ax.bar(
+        ks + (i - 1) * width,
+        D.coefficient(ks, G, dial),
+        width,
+        label={"grpo": "GRPO: σ", "dr_grpo": "Dr. GRPO: σ²", "dapo": "DAPO: 1{0<k<G}·σ (silent groups redrawn)"}[
+            dial.name
+        ],
+    )
 ax.plot(ks, D.coefficient(ks, G, D.TRL), "k_", ms=14, mew=2, label="TRL convention (ddof 1, ε = 1e-4)")
 ax.set_xticks(ks)
 ax.set_xlabel(f"number correct k in a group of G = {G}")
@@ -166,7 +182,10 @@ statement("T7")
 
 # %%
 prove("T7")
-print("RLOO / Dr. GRPO coefficient, G = 8, k = 1..7:", np.round(D.coefficient(ks[1:-1], G, D.RLOO) / D.coefficient(ks[1:-1], G, D.DR_GRPO), 12))
+print(
+    "RLOO / Dr. GRPO coefficient, G = 8, k = 1..7:",
+    np.round(D.coefficient(ks[1:-1], G, D.RLOO) / D.coefficient(ks[1:-1], G, D.DR_GRPO), 12),
+)
 
 # %% [markdown]
 # ## Beyond the paper

@@ -108,7 +108,9 @@ for (G, p), printed in paper.FIDELITY.items():
     first = C.attenuation_first_order(G, p)
     second = C.attenuation_second_order(G, p)
     assert round(exact, 4) == printed
-    rows.append([G, p, f"{exact:.4f}", printed, f"{first:.4f}", paper.ATTENUATION_FIRST_ORDER.get((G, p), "—"), f"{second:.4f}"])
+    rows.append(
+        [G, p, f"{exact:.4f}", printed, f"{first:.4f}", paper.ATTENUATION_FIRST_ORDER.get((G, p), "—"), f"{second:.4f}"]
+    )
 table(rows, ["G", "p", "φ exact", "paper", "first-order law", "paper", "second-order law"])
 
 # %%
@@ -195,7 +197,14 @@ fig, ax = plt.subplots(figsize=(7.5, 4.2))
 for eps in C.PAPER_TABLE_EPS:
     exact = [C.group_size_exact(eps, float(p)) for p in p_grid]
     (line,) = ax.semilogy(p_grid, exact, "o-", ms=3, label=f"ε = {eps:g}: exact smallest G")
-    ax.semilogy(p_grid, C.group_size_law(eps, p_grid), "--", color=line.get_color(), lw=1, label=f"ε = {eps:g}: G* = 1/(8εp(1−p))")
+    ax.semilogy(
+        p_grid,
+        C.group_size_law(eps, p_grid),
+        "--",
+        color=line.get_color(),
+        lw=1,
+        label=f"ε = {eps:g}: G* = 1/(8εp(1−p))",
+    )
 ax.axhline(8, color="grey", lw=0.6)
 ax.text(0.4, 8.6, "G = 8", fontsize=7, color="grey")
 ax.set_xlabel("solve rate p (mirror for p > 0.5)")
@@ -220,11 +229,13 @@ table(rows, ["p", "G*(p)/G*(½) = 1/(4p(1−p))", "paper", "exact G ratio at 90 
 from IPython.display import Markdown, display
 
 G_common, p_hard, eps_90 = 8, 0.05, 0.1
-display(Markdown(
-    f"**What to take away.** At the common $G = {G_common}$, a balanced prompt gets "
-    f"{C.fidelity(G_common, 0.5):.0%} of its large-$G$ update but a prompt at {p_hard:.0%} solve rate only "
-    f"{C.fidelity(G_common, p_hard):.0%}; the first-order law overstates the latter "
-    f"({C.attenuation_first_order(G_common, p_hard):.2f}). Reaching {1 - eps_90:.0%} at $p = {p_hard}$ takes "
-    f"$G = {C.group_size_exact(eps_90, p_hard)}$, not the law's {C.group_size_law(eps_90, p_hard):.0f}. "
-    "Notebook 03 turns to the groups that deliver nothing at all."
-))
+display(
+    Markdown(
+        f"**What to take away.** At the common $G = {G_common}$, a balanced prompt gets "
+        f"{C.fidelity(G_common, 0.5):.0%} of its large-$G$ update but a prompt at {p_hard:.0%} solve rate only "
+        f"{C.fidelity(G_common, p_hard):.0%}; the first-order law overstates the latter "
+        f"({C.attenuation_first_order(G_common, p_hard):.2f}). Reaching {1 - eps_90:.0%} at $p = {p_hard}$ takes "
+        f"$G = {C.group_size_exact(eps_90, p_hard)}$, not the law's {C.group_size_law(eps_90, p_hard):.0f}. "
+        "Notebook 03 turns to the groups that deliver nothing at all."
+    )
+)

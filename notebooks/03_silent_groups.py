@@ -98,7 +98,14 @@ ps = np.linspace(0.005, 0.995, 399)
 for G in (8, 16):
     s = C.silent_rate(G, ps)
     (line,) = ax.semilogy(ps, 1 / (1 - s), lw=1.5, label=f"G = {G}, no cap")
-    ax.semilogy(ps, sum(s**d for d in range(max_draws)), "--", color=line.get_color(), lw=1, label=f"G = {G}, at most {max_draws} draws")
+    ax.semilogy(
+        ps,
+        sum(s**d for d in range(max_draws)),
+        "--",
+        color=line.get_color(),
+        lw=1,
+        label=f"G = {G}, at most {max_draws} draws",
+    )
 ax.set_xlabel("solve rate p")
 ax.set_ylabel("groups drawn per prompt and step")
 ax.set_title("Dynamic sampling pays for every silent group with a redraw", fontsize=10)
@@ -129,8 +136,20 @@ ci = lambda x: f"{x[0]:.2f}–{x[1]:.2f}" if x else "—"  # noqa: E731
 comp, sat = result["competence"], result["saturating"]
 table(
     [
-        ["E_p[p^32], one competence timescale", f"τ = {comp['tau']:.0f} steps", f"{comp['r2']:.3f}", ci(comp["r2_bootstrap"]), f"{paper.DAPO_FIT['competence_r2']} ({ci(paper.DAPO_FIT['competence_r2_bootstrap'])})"],
-        ["a(1 − e^(−(s−s₀)/τ)), generic", f"a = {sat['a']:.3f}, τ = {sat['tau']:.0f}", f"{sat['r2']:.3f}", ci(sat["r2_bootstrap"]), paper.DAPO_FIT["saturating_r2"]],
+        [
+            "E_p[p^32], one competence timescale",
+            f"τ = {comp['tau']:.0f} steps",
+            f"{comp['r2']:.3f}",
+            ci(comp["r2_bootstrap"]),
+            f"{paper.DAPO_FIT['competence_r2']} ({ci(paper.DAPO_FIT['competence_r2_bootstrap'])})",
+        ],
+        [
+            "a(1 − e^(−(s−s₀)/τ)), generic",
+            f"a = {sat['a']:.3f}, τ = {sat['tau']:.0f}",
+            f"{sat['r2']:.3f}",
+            ci(sat["r2_bootstrap"]),
+            paper.DAPO_FIT["saturating_r2"],
+        ],
     ],
     ["model", "parameters", "R²", "bootstrap 95 %", "paper R²"],
 )

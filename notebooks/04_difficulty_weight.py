@@ -89,7 +89,9 @@ plt.show()
 gain = C.arcsine_objective(0.05) - C.arcsine_objective(0.01)  # GRPO's objective, 1 % -> 5 %
 p_to = np.interp(C.arcsine_objective(0.40) + gain, C.arcsine_objective(ps), ps)
 p_to_dr = 0.40 + (0.05 - 0.01)  # Dr. GRPO's objective is p itself: equal gains are equal steps in p
-print(f"GRPO: raising a prompt from 1 % to 5 % gains as much as raising one from 40 % to {100 * p_to:.1f} %; Dr. GRPO counts it as 40 % to {100 * p_to_dr:.0f} %")
+print(
+    f"GRPO: raising a prompt from 1 % to 5 % gains as much as raising one from 40 % to {100 * p_to:.1f} %; Dr. GRPO counts it as 40 % to {100 * p_to_dr:.0f} %"
+)
 
 # %% [markdown]
 # ## Real solve rates
@@ -105,7 +107,11 @@ print(f"GRPO: raising a prompt from 1 % to 5 % gains as much as raising one from
 spec = os.environ.get("GRPO_IDENTITY_SOLVE_RATES") or None  # None: the shipped Big-Math histogram
 solve_rates = resolve(spec)
 summary = summarise(solve_rates)
-display(Markdown(f"Source: {summary['source']}; n = {summary['n']:,} problems. The paper's Big-Math: n = {paper.BIG_MATH['n']:,} problems."))
+display(
+    Markdown(
+        f"Source: {summary['source']}; n = {summary['n']:,} problems. The paper's Big-Math: n = {paper.BIG_MATH['n']:,} problems."
+    )
+)
 
 pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
 big, dec = paper.BIG_MATH, paper.PRINTED_DECIMALS
@@ -120,18 +126,35 @@ def row(name: str, key: str, ours: float, theirs: float) -> list[str]:
     return [name, pct(ours), printed(theirs, key), "yes" if printed(ours, key) == printed(theirs, key) else "NO"]
 
 
-rows = [row("p̂ = 0 (never solved)", "frac_p0", summary["frac_p0"], big["frac_p0"]),
-        row("p̂ = 1 (always solved)", "frac_p1", summary["frac_p1"], big["frac_p1"])]
-rows += [row(f"silent at G = {g}, E[p̂^G + (1−p̂)^G]", "silent_closed_form", v, big["silent_closed_form"][g]) for g, v in summary["silent_closed_form"].items()]
-rows += [row(f"silent at G = {g}, G of 64 logged rollouts", "silent_subsampled", v, big["silent_subsampled"][g]) for g, v in summary["silent_subsampled"].items()]
+rows = [
+    row("p̂ = 0 (never solved)", "frac_p0", summary["frac_p0"], big["frac_p0"]),
+    row("p̂ = 1 (always solved)", "frac_p1", summary["frac_p1"], big["frac_p1"]),
+]
+rows += [
+    row(f"silent at G = {g}, E[p̂^G + (1−p̂)^G]", "silent_closed_form", v, big["silent_closed_form"][g])
+    for g, v in summary["silent_closed_form"].items()
+]
+rows += [
+    row(f"silent at G = {g}, G of 64 logged rollouts", "silent_subsampled", v, big["silent_subsampled"][g])
+    for g, v in summary["silent_subsampled"].items()
+]
 for arm, name in (("dr_grpo", "Dr. GRPO, p(1−p)"), ("grpo", "GRPO, √(p(1−p))")):
     for part in ("extreme", "medium"):
-        rows.append(row(f"gradient mass on {part} prompts, {name}", "mass_share", summary["mass_share"][arm][part], big["mass_share"][arm][part]))
+        rows.append(
+            row(
+                f"gradient mass on {part} prompts, {name}",
+                "mass_share",
+                summary["mass_share"][arm][part],
+                big["mass_share"][arm][part],
+            )
+        )
 table(rows, ["quantity", "this distribution", "paper (Big-Math)", "same at the paper's digits"])
 if spec is None:  # the shipped histogram reproduces every printed digit (PAPER claim 8)
     assert all(r[3] == "yes" for r in rows), [r for r in rows if r[3] != "yes"]
 ratio = summary["mass_share"]["grpo"]["extreme"] / summary["mass_share"]["dr_grpo"]["extreme"]
-print(f"GRPO puts {ratio:.2f}× Dr. GRPO's share of gradient mass on extreme prompts (paper: {big['mass_share']['grpo']['extreme'] / big['mass_share']['dr_grpo']['extreme']:.2f}×)")
+print(
+    f"GRPO puts {ratio:.2f}× Dr. GRPO's share of gradient mass on extreme prompts (paper: {big['mass_share']['grpo']['extreme'] / big['mass_share']['dr_grpo']['extreme']:.2f}×)"
+)
 assert ratio > 1
 
 # %% [markdown]
@@ -153,12 +176,26 @@ for arm, name in (("dr_grpo", "Dr. GRPO"), ("grpo", "GRPO")):
     a.plot(centres, 100 * mass / mass.sum(), "o-", ms=3, label=f"{name}: gradient mass")
 a.set_xlabel("solve rate p̂")
 a.set_ylabel("share (%)")
-a.set_title("Big-Math: problems and gradient mass" if spec is None else "your solve rates: problems and gradient mass", fontsize=10)
+a.set_title(
+    "Big-Math: problems and gradient mass" if spec is None else "your solve rates: problems and gradient mass",
+    fontsize=10,
+)
 a.legend(fontsize=8)
 Gs = [int(g) for g in summary["silent_closed_form"]]
 b.plot(Gs, [100 * x for x in summary["silent_closed_form"].values()], "o-", label="closed form E[p̂^G + (1−p̂)^G]")
-b.plot([int(g) for g in summary["silent_subsampled"]], [100 * x for x in summary["silent_subsampled"].values()], "s--", label="G of the 64 logged rollouts")
-b.plot([int(g) for g in big["silent_closed_form"]], [100 * x for x in big["silent_closed_form"].values()], "k^:", ms=4, label="paper, Big-Math")
+b.plot(
+    [int(g) for g in summary["silent_subsampled"]],
+    [100 * x for x in summary["silent_subsampled"].values()],
+    "s--",
+    label="G of the 64 logged rollouts",
+)
+b.plot(
+    [int(g) for g in big["silent_closed_form"]],
+    [100 * x for x in big["silent_closed_form"].values()],
+    "k^:",
+    ms=4,
+    label="paper, Big-Math",
+)
 b.axhline(100 * (summary["frac_p0"] + summary["frac_p1"]), color="grey", lw=0.8, label="floor: p̂ ∈ {0, 1}")
 b.set_xscale("log", base=2)
 b.set_xlabel("group size G")

@@ -42,12 +42,15 @@ plt.rcParams.update({"figure.dpi": 100, "axes.grid": True, "grid.alpha": 0.3})
 ROOT = repo_root()  # the parent of notebooks/, where results/ lies
 RESULTS = ROOT / "results"
 LABELS = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "dapo": "DAPO"}
-from grpo_identity.trainer.lm.identity import REL_TOL as LM_REL_TOL  # the float32 goal for the identity in the language-model runs
+from grpo_identity.trainer.lm.identity import (
+    REL_TOL as LM_REL_TOL,
+)  # the float32 goal for the identity in the language-model runs
 
 
 def command(folder: Path) -> str:
     f = folder / "command.txt"
     return f.read_text().strip() if f.is_file() else "(no command.txt)"
+
 
 # %% [markdown]
 # ## The Bernoulli-logit run
@@ -64,9 +67,13 @@ run = RESULTS / "bernoulli"
 result = json.loads((run / "result.json").read_text())
 cfg = result["config"]
 print("command:", command(run))
-print(f"M = {cfg['num_prompts']:,} prompts, G = {cfg['group_size']}, lr = {cfg['lr']}, {cfg['steps']} steps, DAPO up to {cfg['max_draws']} draws, initial p clipped to [{cfg['clip_low']}, {cfg['clip_high']}]")
+print(
+    f"M = {cfg['num_prompts']:,} prompts, G = {cfg['group_size']}, lr = {cfg['lr']}, {cfg['steps']} steps, DAPO up to {cfg['max_draws']} draws, initial p clipped to [{cfg['clip_low']}, {cfg['clip_high']}]"
+)
 print("initial solve rates:", result["solve_rate_source"])
-print(f"identity: max |autograd gradient − c(k)(s̄₊ − s̄₋)| over every prompt, step and arm = {result['identity_max_abs_err']:.1e}")
+print(
+    f"identity: max |autograd gradient − c(k)(s̄₊ − s̄₋)| over every prompt, step and arm = {result['identity_max_abs_err']:.1e}"
+)
 assert result["identity_max_abs_err"] < 1e-10
 
 # %%
@@ -74,11 +81,26 @@ cr = paper.CONTROLLED_RUN
 es = result["extreme_share"]
 rows = [
     ["R² of measured silent fraction vs E[p^G + (1−p)^G]", f"{result['r2_silent']:.4f}", cr["r2_silent"]],
-    [f"gradient mass on extreme prompts, GRPO (measured, {cfg['mass_draws']} groups at p0)", f"{100 * es['grpo']['measured']:.1f} %", f"{100 * cr['extreme_share']['grpo']:.1f} %"],
+    [
+        f"gradient mass on extreme prompts, GRPO (measured, {cfg['mass_draws']} groups at p0)",
+        f"{100 * es['grpo']['measured']:.1f} %",
+        f"{100 * cr['extreme_share']['grpo']:.1f} %",
+    ],
     ["… GRPO, finite-G form E[g]", f"{100 * es['grpo']['finite_g']:.1f} %", ""],
-    [f"gradient mass on extreme prompts, Dr. GRPO (measured, {cfg['mass_draws']} groups at p0)", f"{100 * es['dr_grpo']['measured']:.1f} %", f"{100 * cr['extreme_share']['dr_grpo']:.1f} %"],
+    [
+        f"gradient mass on extreme prompts, Dr. GRPO (measured, {cfg['mass_draws']} groups at p0)",
+        f"{100 * es['dr_grpo']['measured']:.1f} %",
+        f"{100 * cr['extreme_share']['dr_grpo']:.1f} %",
+    ],
     ["… Dr. GRPO, finite-G form E[σ²]", f"{100 * es['dr_grpo']['finite_g']:.1f} %", ""],
-    *[[f"hardest initial quartile, final mean solve rate, {LABELS[a]}", f"{result['hard_final'][a]:.3f}", cr["hard_final"].get(a, "")] for a in ("grpo", "dr_grpo", "dapo")],
+    *[
+        [
+            f"hardest initial quartile, final mean solve rate, {LABELS[a]}",
+            f"{result['hard_final'][a]:.3f}",
+            cr["hard_final"].get(a, ""),
+        ]
+        for a in ("grpo", "dr_grpo", "dapo")
+    ],
     ["DAPO samples / GRPO samples", f"{result['dapo_oversample']:.2f}×", f"{cr['dapo_oversample']}×"],
 ]
 table(rows, ["measurement", "this run", "paper"])
@@ -88,7 +110,11 @@ hf = result["hard_final"]
 assert es["grpo"]["measured"] > es["dr_grpo"]["measured"] and hf["grpo"] > hf["dr_grpo"]
 assert hf["dapo"] >= max(hf["grpo"], hf["dr_grpo"]) and result["dapo_oversample"] > 1
 if "synthetic" in result["solve_rate_source"]:
-    display(Markdown("*The initial solve rates come from the synthetic stand-in, not Big-Math: the shares and final rates are comparable in shape, not in digits.*"))
+    display(
+        Markdown(
+            "*The initial solve rates come from the synthetic stand-in, not Big-Math: the shares and final rates are comparable in shape, not in digits.*"
+        )
+    )
 
 # %% [markdown]
 # The stored figure of the run: (a) the silent fraction of every step against the closed form at
@@ -131,27 +157,40 @@ plt.show()
 # listed below, whatever hardware produced it.
 
 # %%
-lm_runs = sorted(p for p in RESULTS.glob("lm-*") if (p / "summary.json").is_file()
-                 and json.loads((p / "summary.json").read_text()).get("experiment", "train") == "train")
+lm_runs = sorted(
+    p
+    for p in RESULTS.glob("lm-*")
+    if (p / "summary.json").is_file()
+    and json.loads((p / "summary.json").read_text()).get("experiment", "train") == "train"
+)
 print(f"{len(lm_runs)} stored language-model run(s):", ", ".join(p.name for p in lm_runs) or "none")
 
 
 def show_lm_run(folder: Path) -> None:
     s = json.loads((folder / "summary.json").read_text())
-    display(Markdown(f"### `{folder.name}`\n\ncommand: `{command(folder)}`  \nmodel: {s.get('model', '?')} "
-                     f"({s.get('n_params', '?'):,} parameters) on {s.get('device', '?')}, {s.get('seconds', 0):.0f} s"))
+    display(
+        Markdown(
+            f"### `{folder.name}`\n\ncommand: `{command(folder)}`  \nmodel: {s.get('model', '?')} "
+            f"({s.get('n_params', '?'):,} parameters) on {s.get('device', '?')}, {s.get('seconds', 0):.0f} s"
+        )
+    )
     rows = []
     for mode, m in s.get("modes", {}).items():
-        rows.append([
-            LABELS.get(mode, mode),
-            m.get("aggregation", ""),
-            m.get("groups_checked", ""),
-            f"{m['identity_max_rel_err']:.1e}" if "identity_max_rel_err" in m else "",
-            f"{m.get('silent_groups', '')} ({m.get('silent_groups_with_nonzero_grad', '?')} with a gradient)",
-            f"{m['eval_acc_initial']:.3f} → {m['eval_acc_final']:.3f}" if "eval_acc_final" in m else "",
-            m.get("samples", ""),
-        ])
-    table(rows, ["loss", "aggregation", "groups checked", "max relative error", "silent groups", "eval accuracy", "samples"])
+        rows.append(
+            [
+                LABELS.get(mode, mode),
+                m.get("aggregation", ""),
+                m.get("groups_checked", ""),
+                f"{m['identity_max_rel_err']:.1e}" if "identity_max_rel_err" in m else "",
+                f"{m.get('silent_groups', '')} ({m.get('silent_groups_with_nonzero_grad', '?')} with a gradient)",
+                f"{m['eval_acc_initial']:.3f} → {m['eval_acc_final']:.3f}" if "eval_acc_final" in m else "",
+                m.get("samples", ""),
+            ]
+        )
+    table(
+        rows,
+        ["loss", "aggregation", "groups checked", "max relative error", "silent groups", "eval accuracy", "samples"],
+    )
     for m in s.get("modes", {}).values():
         assert m.get("silent_groups_with_nonzero_grad", 0) == 0
         assert m.get("identity_max_rel_err", 0.0) <= LM_REL_TOL, (folder.name, m.get("identity_max_rel_err"))
@@ -191,8 +230,12 @@ for folder in lm_runs:
 # %%
 from grpo_identity.trainer.lm.plots import draw_expected_update  # noqa: E402
 
-cond_runs = sorted(p for p in RESULTS.glob("lm-*") if (p / "summary.json").is_file()
-                   and json.loads((p / "summary.json").read_text()).get("experiment") == "conditional")
+cond_runs = sorted(
+    p
+    for p in RESULTS.glob("lm-*")
+    if (p / "summary.json").is_file()
+    and json.loads((p / "summary.json").read_text()).get("experiment") == "conditional"
+)
 print(f"{len(cond_runs)} stored conditional run(s):", ", ".join(p.name for p in cond_runs) or "none")
 
 
@@ -205,24 +248,58 @@ def show_conditional(folder: Path) -> None:
     s = json.loads((folder / "summary.json").read_text())
     c = s["conditional"]
     rates = ", ".join(f"{p['p_ref']:.2f}" for p in c["prompts"])
-    display(Markdown(f"### `{folder.name}`\n\ncommand: `{command(folder)}`  \nmodel: {s['model']} ({s['n_params']:,} parameters) "
-                     f"on {s['device']}, {s['seconds']:.0f} s; {c['groups']} groups of G = {c['group_size']} on {len(c['prompts'])} prompts "
-                     f"(solve rates measured on the reference answers: {rates})"))
+    display(
+        Markdown(
+            f"### `{folder.name}`\n\ncommand: `{command(folder)}`  \nmodel: {s['model']} ({s['n_params']:,} parameters) "
+            f"on {s['device']}, {s['seconds']:.0f} s; {c['groups']} groups of G = {c['group_size']} on {len(c['prompts'])} prompts "
+            f"(solve rates measured on the reference answers: {rates})"
+        )
+    )
     rows = []
     for mode, sl in c["slope_by_mode"].items():
         ns = c["noise_slope_by_mode"][mode]
-        rows.append([LABELS[mode], fmt_iv(sl), fmt_iv(sl["weighted"]), sl["predicted"], f"{c['cosine_min']['by_mode'][mode]['median']:.3f}",
-                     f"{c['cosine_min']['by_mode'][mode]['value']:.2f}", f"{c['raw_slope_by_mode'][mode]['slope']:.2f} (R² {c['raw_slope_by_mode'][mode]['r2']:.2f})",
-                     fmt_iv(ns), f"{ns['predicted_from_traces']:.2f}"])
-    table(rows, ["loss", "slope of ‖E[g|k]‖ vs σ_k", "inverse-variance weighted", "predicted", "cosine, median", "cosine, min",
-                 "raw ‖g‖ slope", "noise slope vs k", "from tr Σ±"])
+        rows.append(
+            [
+                LABELS[mode],
+                fmt_iv(sl),
+                fmt_iv(sl["weighted"]),
+                sl["predicted"],
+                f"{c['cosine_min']['by_mode'][mode]['median']:.3f}",
+                f"{c['cosine_min']['by_mode'][mode]['value']:.2f}",
+                f"{c['raw_slope_by_mode'][mode]['slope']:.2f} (R² {c['raw_slope_by_mode'][mode]['r2']:.2f})",
+                fmt_iv(ns),
+                f"{ns['predicted_from_traces']:.2f}",
+            ]
+        )
+    table(
+        rows,
+        [
+            "loss",
+            "slope of ‖E[g|k]‖ vs σ_k",
+            "inverse-variance weighted",
+            "predicted",
+            "cosine, median",
+            "cosine, min",
+            "raw ‖g‖ slope",
+            "noise slope vs k",
+            "from tr Σ±",
+        ],
+    )
     gp, pc = c["grad_p_rel_err"], c["projected_check"]
-    print(f"E[g|k]/c against ∇p/(p(1−p)) ({gp['mode']}, unweighted scores): relative difference, median over prompts {gp['value']:.3f} "
-          f"(max {gp['max']:.3f}; plug-in, noise included: {gp['plugin_median']:.3f}; cosine {gp['cosine_median']:.3f})")
-    print(f"identity along {pc['directions']} random directions: max relative error {pc['projected_max_rel_err']:.1e} over "
-          f"{pc['groups_projected']} groups (normalised by √K‖g‖: {pc.get('projected_max_rel_err_normalised') or float('nan'):.1e}); "
-          f"exact per-sample check {pc['exact_max_rel_err']:.1e} over {pc['groups_exact']} groups")
-    assert pc["projected_max_rel_err"] <= LM_REL_TOL and pc["exact_max_rel_err"] <= LM_REL_TOL and pc["silent_groups_with_nonzero_grad"] == 0
+    print(
+        f"E[g|k]/c against ∇p/(p(1−p)) ({gp['mode']}, unweighted scores): relative difference, median over prompts {gp['value']:.3f} "
+        f"(max {gp['max']:.3f}; plug-in, noise included: {gp['plugin_median']:.3f}; cosine {gp['cosine_median']:.3f})"
+    )
+    print(
+        f"identity along {pc['directions']} random directions: max relative error {pc['projected_max_rel_err']:.1e} over "
+        f"{pc['groups_projected']} groups (normalised by √K‖g‖: {pc.get('projected_max_rel_err_normalised') or float('nan'):.1e}); "
+        f"exact per-sample check {pc['exact_max_rel_err']:.1e} over {pc['groups_exact']} groups"
+    )
+    assert (
+        pc["projected_max_rel_err"] <= LM_REL_TOL
+        and pc["exact_max_rel_err"] <= LM_REL_TOL
+        and pc["silent_groups_with_nonzero_grad"] == 0
+    )
     fig, ax = plt.subplots(1, len(c["slope_by_mode"]), figsize=(5.8 * len(c["slope_by_mode"]), 4.2), squeeze=False)
     for a, mode in zip(ax[0], c["slope_by_mode"]):
         draw_expected_update(a, c, mode)

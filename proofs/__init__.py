@@ -49,7 +49,30 @@ __all__ = [
 ]
 
 #: every theorem, in the paper's order, then those beyond the paper
-THEOREMS: tuple[Theorem, ...] = (T1, T2, T3, T4, T5, T6, T7, T8, T9, T10, T11, T12, T13, T14, G1, G2, G3, G4, G5, G6, G7, G8)
+THEOREMS: tuple[Theorem, ...] = (
+    T1,
+    T2,
+    T3,
+    T4,
+    T5,
+    T6,
+    T7,
+    T8,
+    T9,
+    T10,
+    T11,
+    T12,
+    T13,
+    T14,
+    G1,
+    G2,
+    G3,
+    G4,
+    G5,
+    G6,
+    G7,
+    G8,
+)
 
 
 def by_name(name: str) -> Theorem:

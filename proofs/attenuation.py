@@ -132,11 +132,23 @@ def table_comparison() -> dict[str, Any]:
     g2 = sp.lambdify((F.eps, p), group_size_second_order(), modules="math")
     law = sp.lambdify((F.eps, p), F.group_size_law(), modules="math")
     rows = []
-    cells = [(pv, e, exact) for pv, row in paper.GROUP_SIZE_TABLE.items() for e, (exact, _) in zip(paper.GROUP_SIZE_EPS, row)]
+    cells = [
+        (pv, e, exact) for pv, row in paper.GROUP_SIZE_TABLE.items() for e, (exact, _) in zip(paper.GROUP_SIZE_EPS, row)
+    ]
     for pv, e, exact in cells:  # the paper's exact smallest G (closed_forms reproduces them; tests check that)
         first = math.ceil(law(e, pv) - 1e-12)
         second = math.ceil(g2(e, pv) - 1e-12)
-        rows.append({"p": pv, "eps": e, "G_exact": exact, "G_law": float(law(e, pv)), "G_first_order": first, "G_second_order_real": float(g2(e, pv)), "G_second_order": second})
+        rows.append(
+            {
+                "p": pv,
+                "eps": e,
+                "G_exact": exact,
+                "G_law": float(law(e, pv)),
+                "G_first_order": first,
+                "G_second_order_real": float(g2(e, pv)),
+                "G_second_order": second,
+            }
+        )
     n = len(rows)
     m1 = sum(r["G_first_order"] == r["G_exact"] for r in rows)
     m2 = sum(r["G_second_order"] == r["G_exact"] for r in rows)
@@ -194,7 +206,10 @@ def remainder_constant(bounds: dict[str, Any], pv: float, G_min: int = 1) -> flo
     """B with |φ(G,p) − (1 − 1/(8Gp(1−p)))| ≤ B/G² for every G ≥ ``G_min``, from
     :func:`remainder_bounds`: the larger over the two bounds of Σ_{j≥2} |cⱼ(p)|·G_min^(2−j)
     (for G ≥ G_min, G^(−j) ≤ G_min^(2−j)·G^(−2))."""
-    return max(sum(abs(float(c.subs(p, pv))) * G_min ** (2 - j) for j, c in enumerate(bounds[key]) if j >= 2) for key in ("upper_coeffs", "lower_coeffs"))
+    return max(
+        sum(abs(float(c.subs(p, pv))) * G_min ** (2 - j) for j, c in enumerate(bounds[key]) if j >= 2)
+        for key in ("upper_coeffs", "lower_coeffs")
+    )
 
 
 def _t11_symbolic(f: Formulas) -> list[Claim]:
@@ -204,7 +219,11 @@ def _t11_symbolic(f: Formulas) -> list[Claim]:
     out = [
         Claim("leading term of the fidelity series is 1", c[0], 1),
         Claim("second-order delta method: phi = 1 - 1/(8Gp(1-p)) + O(1/G^2)", law1, f.attenuation_first_order(_G, p)),
-        Claim("next term: phi = 1 - 1/(8Gp(1-p)) - (7 - 16p(1-p))/(128G^2p^2(1-p)^2) + O(1/G^3)", law2, f.attenuation_second_order(_G, p)),
+        Claim(
+            "next term: phi = 1 - 1/(8Gp(1-p)) - (7 - 16p(1-p))/(128G^2p^2(1-p)^2) + O(1/G^3)",
+            law2,
+            f.attenuation_second_order(_G, p),
+        ),
     ]
     # the remainder, bounded for every G >= 1: with t = sigma(mu)/sigma(p) >= 0 and z = t^2 - 1,
     # T3(z) - t and t - T3(z) + K z^4 are (t-1)^4 times polynomials with nonnegative coefficients
@@ -212,13 +231,31 @@ def _t11_symbolic(f: Formulas) -> list[Claim]:
     lo_t = _t - _taylor3(_t**2 - 1) + K_LOWER * (_t**2 - 1) ** 4
     out += [
         Claim("T3(t^2-1) - t = (t-1)^4 (t^2 + 4t + 5)/16", up_t, (_t - 1) ** 4 * (_t**2 + 4 * _t + 5) / 16),
-        Claim("(t-1)^4 (t^2 + 4t + 5)/16 >= 0, so sqrt(1+z) <= T3(z) for z >= -1", (_t - 1) ** 4 * (_t**2 + 4 * _t + 5) / 16, kind="nonneg"),
-        Claim("t - T3(t^2-1) + (5/16)(t^2-1)^4 = t (t-1)^4 (5t^3 + 20t^2 + 29t + 16)/16", lo_t, _t * (_t - 1) ** 4 * (5 * _t**3 + 20 * _t**2 + 29 * _t + 16) / 16),
-        Claim("t (t-1)^4 (5t^3 + 20t^2 + 29t + 16)/16 >= 0, so sqrt(1+z) >= T3(z) - (5/16) z^4", _t * (_t - 1) ** 4 * (5 * _t**3 + 20 * _t**2 + 29 * _t + 16) / 16, kind="nonneg"),
+        Claim(
+            "(t-1)^4 (t^2 + 4t + 5)/16 >= 0, so sqrt(1+z) <= T3(z) for z >= -1",
+            (_t - 1) ** 4 * (_t**2 + 4 * _t + 5) / 16,
+            kind="nonneg",
+        ),
+        Claim(
+            "t - T3(t^2-1) + (5/16)(t^2-1)^4 = t (t-1)^4 (5t^3 + 20t^2 + 29t + 16)/16",
+            lo_t,
+            _t * (_t - 1) ** 4 * (5 * _t**3 + 20 * _t**2 + 29 * _t + 16) / 16,
+        ),
+        Claim(
+            "t (t-1)^4 (5t^3 + 20t^2 + 29t + 16)/16 >= 0, so sqrt(1+z) >= T3(z) - (5/16) z^4",
+            _t * (_t - 1) ** 4 * (5 * _t**3 + 20 * _t**2 + 29 * _t + 16) / 16,
+            kind="nonneg",
+        ),
     ]
     b = remainder_bounds(f)
     for key, name in (("upper_coeffs", "upper"), ("lower_coeffs", "lower")):
-        out.append(Claim(f"E[{name} bound] - (1 - 1/(8Gp(1-p))) has no G^0 and no G^-1 term: it is O(G^-2) for every G >= 1", sp.Matrix(b[key][:2]), sp.Matrix([0, 0])))
+        out.append(
+            Claim(
+                f"E[{name} bound] - (1 - 1/(8Gp(1-p))) has no G^0 and no G^-1 term: it is O(G^-2) for every G >= 1",
+                sp.Matrix(b[key][:2]),
+                sp.Matrix([0, 0]),
+            )
+        )
     # the cumulant route to the central moments against the explicit binomial sums at G = 7
     mom = central_moments(6)
     for r in range(2, 7):
@@ -243,35 +280,83 @@ def _t11_numeric(f: Formulas) -> tuple[list[Claim], dict[str, Any]]:
             rows = []
             for GG in G_GRID:
                 phi = exact(GG, pm)
-                rows.append((GG, float(phi - law1(GG, pm)), float(phi - law2(GG, pm)), float((phi - law2(GG, pm)) * GG**3 / third(pm))))
+                rows.append(
+                    (
+                        GG,
+                        float(phi - law1(GG, pm)),
+                        float(phi - law2(GG, pm)),
+                        float((phi - law2(GG, pm)) * GG**3 / third(pm)),
+                    )
+                )
             tail = [r for r in rows if r[0] >= 256]
             s1 = _slope([r[0] for r in tail], [r[1] for r in tail])
             s2 = _slope([r[0] for r in tail], [r[2] for r in tail])
-            errors[f"p={pv}"] = {"G": [r[0] for r in rows], "error_first_order": [r[1] for r in rows], "error_second_order": [r[2] for r in rows], "slope_first_order": s1, "slope_second_order": s2, "error_second_order_times_G3_over_c3": [r[3] for r in rows]}
+            errors[f"p={pv}"] = {
+                "G": [r[0] for r in rows],
+                "error_first_order": [r[1] for r in rows],
+                "error_second_order": [r[2] for r in rows],
+                "slope_first_order": s1,
+                "slope_second_order": s2,
+                "error_second_order_times_G3_over_c3": [r[3] for r in rows],
+            }
             ratio = rows[-1][3]
             better = all(abs(r[2]) < abs(r[1]) for r in rows if r[0] >= 16)
             evidence += [
-                {"check": f"p={pv}: first-order error ~ G^-2 (slope {s1:.3f})", "holds": abs(s1 + 2) < 0.1, "value": s1},
-                {"check": f"p={pv}: second-order error ~ G^-3 (slope {s2:.3f})", "holds": abs(s2 + 3) < 0.1, "value": s2},
-                {"check": f"p={pv}: at G={G_GRID[-1]} the second-order error is the derived c3/G^3 (ratio {ratio:.4f})", "holds": abs(ratio - 1) < 0.05, "value": ratio},
-                {"check": f"p={pv}: second-order law closer to the exact fidelity than the first for every G >= 16", "holds": better, "value": better},
+                {
+                    "check": f"p={pv}: first-order error ~ G^-2 (slope {s1:.3f})",
+                    "holds": abs(s1 + 2) < 0.1,
+                    "value": s1,
+                },
+                {
+                    "check": f"p={pv}: second-order error ~ G^-3 (slope {s2:.3f})",
+                    "holds": abs(s2 + 3) < 0.1,
+                    "value": s2,
+                },
+                {
+                    "check": f"p={pv}: at G={G_GRID[-1]} the second-order error is the derived c3/G^3 (ratio {ratio:.4f})",
+                    "holds": abs(ratio - 1) < 0.05,
+                    "value": ratio,
+                },
+                {
+                    "check": f"p={pv}: second-order law closer to the exact fidelity than the first for every G >= 16",
+                    "holds": better,
+                    "value": better,
+                },
             ]
     # the paper's printed numbers: intervals that contain the exact fidelity lie inside the printed rounding
     for (GG, pv), printed in paper.FIDELITY.items():
         enclosure = certified_fidelity(f, GG, Fraction(str(pv)))
         lo, hi = Fraction(str(printed)) - Fraction(1, 20000), Fraction(str(printed)) + Fraction(1, 20000)
-        inside = (enclosure - iv.mpf(lo.numerator) / lo.denominator > 0) is True and (enclosure - iv.mpf(hi.numerator) / hi.denominator < 0) is True
-        claims.append(Claim(f"paper's number fidelity({GG}, {pv}) = {printed}, certified", "interval", kind="certified", ok=inside, value=str(enclosure)))
+        inside = (enclosure - iv.mpf(lo.numerator) / lo.denominator > 0) is True and (
+            enclosure - iv.mpf(hi.numerator) / hi.denominator < 0
+        ) is True
+        claims.append(
+            Claim(
+                f"paper's number fidelity({GG}, {pv}) = {printed}, certified",
+                "interval",
+                kind="certified",
+                ok=inside,
+                value=str(enclosure),
+            )
+        )
     for (GG, pv), printed in paper.ATTENUATION_FIRST_ORDER.items():
         exact_law = f.attenuation_first_order(GG, sp.nsimplify(pv))
-        claims.append(Claim(f"paper's number first-order law({GG}, {pv}) = {printed} (exact rational, rounded)", sp.Integer(round(100 * exact_law)), sp.Integer(round(100 * printed))))
+        claims.append(
+            Claim(
+                f"paper's number first-order law({GG}, {pv}) = {printed} (exact rational, rounded)",
+                sp.Integer(round(100 * exact_law)),
+                sp.Integer(round(100 * printed)),
+            )
+        )
     info = {
         "series_coefficients_in_v=p(1-p)": [str(sp.factor(_in_v(cc))) for cc in c3],
         "third_order_coefficient": str(c3[3]),
         "mpmath_dps": 30,
         "errors": errors,
         "evidence": evidence,
-        "remainder_constant_B": {f"p={pv}, G>={g}": remainder_constant(bounds, pv, g) for pv in (0.5, 0.3, 0.1, 0.05) for g in (1, 8, 64)},
+        "remainder_constant_B": {
+            f"p={pv}, G>={g}": remainder_constant(bounds, pv, g) for pv in (0.5, 0.3, 0.1, 0.05) for g in (1, 8, 64)
+        },
         "group_size_table": table_comparison(),
     }
     return claims, info
@@ -291,7 +376,9 @@ T11 = Theorem(
     "Corollary 1 (and its next term, not in the paper)",
     "0 < p < 1, G >= 1 for the bound (G -> oo for the series); k ~ Binomial(G, p); intervals at 30 digits",
     _t11_symbolic,
-    lambda f: sp.Eq(sp.Symbol(r"\varphi"), f.attenuation_second_order() + sp.Order(1 / F.G**3, (F.G, sp.oo)), evaluate=False),
+    lambda f: sp.Eq(
+        sp.Symbol(r"\varphi"), f.attenuation_second_order() + sp.Order(1 / F.G**3, (F.G, sp.oo)), evaluate=False
+    ),
     extra=_t11_numeric,
     method="certified numeric",
 )

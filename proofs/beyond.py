@@ -33,8 +33,12 @@ S_minus_c = sp.MatrixSymbol(r"S^{c}_{-}", d, 1)
 
 
 def _g1(f: Formulas) -> list[Claim]:
-    g = group_update(f.advantage_correct(k, GI), f.advantage_incorrect(k, GI), s_plus=S_plus_c / k, s_minus=S_minus_c / m)
-    out = [Claim("g = (1/G) sum A_i c_i s_i = sigma (S+c/k - S-c/m)", g, f.sigma(k, GI) * (S_plus_c / k - S_minus_c / m))]
+    g = group_update(
+        f.advantage_correct(k, GI), f.advantage_incorrect(k, GI), s_plus=S_plus_c / k, s_minus=S_minus_c / m
+    )
+    out = [
+        Claim("g = (1/G) sum A_i c_i s_i = sigma (S+c/k - S-c/m)", g, f.sigma(k, GI) * (S_plus_c / k - S_minus_c / m))
+    ]
     # explicit groups with one weight and one scalar score per answer
     for GG in range(2, 5):
         c = sp.symbols(f"c1:{GG + 1}", positive=True)
@@ -42,7 +46,9 @@ def _g1(f: Formulas) -> list[Claim]:
         for kk in range(1, GG):
             A = [f.advantage_correct(kk, GG)] * kk + [f.advantage_incorrect(kk, GG)] * (GG - kk)
             g_explicit = sum(a * ci * si for a, ci, si in zip(A, c, s)) / GG
-            gap = sum(ci * si for ci, si in zip(c[:kk], s[:kk])) / kk - sum(ci * si for ci, si in zip(c[kk:], s[kk:])) / (GG - kk)
+            gap = sum(ci * si for ci, si in zip(c[:kk], s[:kk])) / kk - sum(
+                ci * si for ci, si in zip(c[kk:], s[kk:])
+            ) / (GG - kk)
             out.append(Claim(f"explicit weights, G={GG}, k={kk}", g_explicit, f.sigma(kk, GG) * gap))
     return out
 
@@ -75,7 +81,11 @@ def _g2(f: Formulas) -> list[Claim]:
     out = [
         Claim("Bessel std = sqrt(G/(G-1)) sigma", std1, sp.sqrt(GG / (GG - 1)) * f.sigma(kk, GG)),
         Claim("update coefficient with ddof 1 = sqrt((G-1)/G) sigma", c1, sp.sqrt((GG - 1) / GG) * f.sigma(kk, GG)),
-        Claim("update with ddof 1 = sqrt((G-1)/G) sigma (sbar+ - sbar-)", group_update((1 - mu) / std1, (0 - mu) / std1, kk, m), sp.sqrt((GG - 1) / GG) * f.sigma(kk, GG) * (sbar_plus - sbar_minus)),
+        Claim(
+            "update with ddof 1 = sqrt((G-1)/G) sigma (sbar+ - sbar-)",
+            group_update((1 - mu) / std1, (0 - mu) / std1, kk, m),
+            sp.sqrt((GG - 1) / GG) * f.sigma(kk, GG) * (sbar_plus - sbar_minus),
+        ),
     ]
     return out
 
@@ -112,7 +122,10 @@ def _g3(f: Formulas) -> list[Claim]:
 
 
 def _g3_extra(f: Formulas) -> tuple[list[Claim], dict[str, Any]]:
-    bounds = {dial.name: {G: float(dial.eps * G / math.sqrt(G - 1)) for G in (8, 16, 64)} for dial in (D.TRL, D.VERL, D.OPENRLHF)}
+    bounds = {
+        dial.name: {G: float(dial.eps * G / math.sqrt(G - 1)) for G in (8, 16, 64)}
+        for dial in (D.TRL, D.VERL, D.OPENRLHF)
+    }
     return [], {"relative_error_bound_by_preset_and_G": bounds}
 
 
@@ -135,8 +148,16 @@ def _g4(f: Formulas) -> list[Claim]:
     mean, _ = _group_variance(k, m)
     a_plus, a_minus = (1 - mean) / sb, (0 - mean) / sb  # (R - group mean)/batch std, from the group's rewards
     out = [
-        Claim("update with the batch std = (sigma^2/sigma_batch)(sbar+ - sbar-)", group_update(a_plus, a_minus), f.sigma(k, GI) ** 2 / sb * (sbar_plus - sbar_minus)),
-        Claim("the dial's batch-std coefficient is sigma^2/sigma_batch", f.update_coefficient(scale="batch_std", k=k, G=GI, sigma_batch=sb), f.sigma(k, GI) ** 2 / sb),
+        Claim(
+            "update with the batch std = (sigma^2/sigma_batch)(sbar+ - sbar-)",
+            group_update(a_plus, a_minus),
+            f.sigma(k, GI) ** 2 / sb * (sbar_plus - sbar_minus),
+        ),
+        Claim(
+            "the dial's batch-std coefficient is sigma^2/sigma_batch",
+            f.update_coefficient(scale="batch_std", k=k, G=GI, sigma_batch=sb),
+            f.sigma(k, GI) ** 2 / sb,
+        ),
     ]
     # an explicit batch of two groups of 4 (k = 1 and k = 2): the batch std from its 8 rewards
     groups = [[1, 0, 0, 0], [1, 1, 0, 0]]
@@ -151,11 +172,35 @@ def _g4(f: Formulas) -> list[Claim]:
         update = sum((r - mu) / sd_batch * si for r, si in zip(g, s)) / 4
         gap = sum(s[:kk]) / kk - sum(s[kk:]) / (4 - kk)
         c = f.update_coefficient(scale="batch_std", k=kk, G=4, sigma_batch=sd_batch)
-        out.append(Claim(f"batch of two groups of 4, group k={kk}: update = c (sbar+ - sbar-), c the batch-std coefficient", update, c * gap))
+        out.append(
+            Claim(
+                f"batch of two groups of 4, group k={kk}: update = c (sbar+ - sbar-), c the batch-std coefficient",
+                update,
+                c * gap,
+            )
+        )
         ratios.append(c / f.sigma(kk, 4))
-    out.append(Claim("c/sigma is sigma/sigma_batch: k=2 minus k=1 equals (sigma(2,4) - sigma(1,4))/sigma_batch", ratios[1] - ratios[0], (f.sigma(2, 4) - f.sigma(1, 4)) / sd_batch))
-    out.append(Claim("which is > 0: the per-group scale 1/sigma of GRPO is lost", (sp.Rational(1, 2) - sp.sqrt(3) / 4) / sd_batch, kind="pos"))
-    out.append(Claim("sigma(2,4) = 1/2 and sigma(1,4) = sqrt(3)/4", sp.Matrix([f.sigma(2, 4), f.sigma(1, 4)]), sp.Matrix([sp.Rational(1, 2), sp.sqrt(3) / 4])))
+    out.append(
+        Claim(
+            "c/sigma is sigma/sigma_batch: k=2 minus k=1 equals (sigma(2,4) - sigma(1,4))/sigma_batch",
+            ratios[1] - ratios[0],
+            (f.sigma(2, 4) - f.sigma(1, 4)) / sd_batch,
+        )
+    )
+    out.append(
+        Claim(
+            "which is > 0: the per-group scale 1/sigma of GRPO is lost",
+            (sp.Rational(1, 2) - sp.sqrt(3) / 4) / sd_batch,
+            kind="pos",
+        )
+    )
+    out.append(
+        Claim(
+            "sigma(2,4) = 1/2 and sigma(1,4) = sqrt(3)/4",
+            sp.Matrix([f.sigma(2, 4), f.sigma(1, 4)]),
+            sp.Matrix([sp.Rational(1, 2), sp.sqrt(3) / 4]),
+        )
+    )
     return out
 
 
@@ -187,9 +232,21 @@ def _g5(f: Formulas) -> list[Claim]:
         Claim("std of {a, b} rewards = |b - a| sigma", sd, _delta * f.sigma(k, GI)),
         Claim("GRPO advantage of a correct answer equals the binary A+", a_plus, f.advantage_correct(k, GI)),
         Claim("GRPO advantage of an incorrect answer equals the binary A-", a_minus, f.advantage_incorrect(k, GI)),
-        Claim("GRPO update = sigma (sbar+ - sbar-)", group_update(a_plus, a_minus), f.sigma(k, GI) * (sbar_plus - sbar_minus)),
-        Claim("Dr. GRPO advantages scale by |b - a|", sp.Matrix([b - mean, _a - mean]), _delta * sp.Matrix([1 - mu, 0 - mu])),
-        Claim("Dr. GRPO update = |b - a| sigma^2 (sbar+ - sbar-)", group_update(b - mean, _a - mean), _delta * f.sigma(k, GI) ** 2 * (sbar_plus - sbar_minus)),
+        Claim(
+            "GRPO update = sigma (sbar+ - sbar-)",
+            group_update(a_plus, a_minus),
+            f.sigma(k, GI) * (sbar_plus - sbar_minus),
+        ),
+        Claim(
+            "Dr. GRPO advantages scale by |b - a|",
+            sp.Matrix([b - mean, _a - mean]),
+            _delta * sp.Matrix([1 - mu, 0 - mu]),
+        ),
+        Claim(
+            "Dr. GRPO update = |b - a| sigma^2 (sbar+ - sbar-)",
+            group_update(b - mean, _a - mean),
+            _delta * f.sigma(k, GI) ** 2 * (sbar_plus - sbar_minus),
+        ),
     ]
 
 
@@ -202,7 +259,9 @@ G5 = Theorem(
     "beyond the paper (§Limits: non-binary rewards)",
     "a real, b = a + delta with delta > 0; k, m positive integers, G = k + m",
     _g5,
-    lambda f: sp.Eq((_a + _delta - (_a + _delta * f.group_mean())) / (_delta * f.sigma()), f.advantage_correct(), evaluate=False),
+    lambda f: sp.Eq(
+        (_a + _delta - (_a + _delta * f.group_mean())) / (_delta * f.sigma()), f.advantage_correct(), evaluate=False
+    ),
 )
 
 
@@ -251,7 +310,11 @@ def _g6(f: Formulas) -> list[Claim]:
     ell = sp.Function("ell")
     score = _at_start(sp.diff(ell(_theta), _theta))
     out = [
-        Claim("d/dtheta [min(rA, clip(r)A) - beta KL] at theta_0 = A d/dtheta log pi (any sign of A)", _at_start(sp.diff(answer_objective(ell, _A), _theta)), _A * score),
+        Claim(
+            "d/dtheta [min(rA, clip(r)A) - beta KL] at theta_0 = A d/dtheta log pi (any sign of A)",
+            _at_start(sp.diff(answer_objective(ell, _A), _theta)),
+            _A * score,
+        ),
         Claim("the KL gradient vanishes at theta_0", _at_start(sp.diff(answer_objective(ell, 0), _theta)), 0),
     ]
     # a whole group, symbolic k correct and m incorrect: answer i has log-probability ell(i, theta)
@@ -263,10 +326,19 @@ def _g6(f: Formulas) -> list[Claim]:
         return _at_start(sp.diff(answer_objective(sp.Lambda(x, ell_i(i, x)), A), _theta))
 
     score_i = _at_start(sp.diff(ell_i(i, _theta), _theta))
-    J_grad = (sp.Sum(grad_at_start(f.advantage_correct(k, GI)), (i, 1, k)) + sp.Sum(grad_at_start(f.advantage_incorrect(k, GI)), (i, k + 1, k + m))) / GI
+    J_grad = (
+        sp.Sum(grad_at_start(f.advantage_correct(k, GI)), (i, 1, k))
+        + sp.Sum(grad_at_start(f.advantage_incorrect(k, GI)), (i, k + 1, k + m))
+    ) / GI
     s_plus = sp.Sum(score_i, (i, 1, k)) / k
     s_minus = sp.Sum(score_i, (i, k + 1, k + m)) / m
-    out.append(Claim("group of G = k + m answers, symbolic k and m: gradient of the full objective = sigma (sbar+ - sbar-)", J_grad, f.sigma(k, GI) * (s_plus - s_minus)))
+    out.append(
+        Claim(
+            "group of G = k + m answers, symbolic k and m: gradient of the full objective = sigma (sbar+ - sbar-)",
+            J_grad,
+            f.sigma(k, GI) * (s_plus - s_minus),
+        )
+    )
     return out
 
 
@@ -280,5 +352,9 @@ G6 = Theorem(
     "beyond the paper (§Limits: clipping, KL)",
     "theta real (one coordinate); log-probability a differentiable function; epsilon_clip, beta > 0; A real",
     _g6,
-    lambda f: sp.Eq(sp.Derivative(answer_objective(sp.Function("ell"), _A), _theta).subs(_theta, _theta0), _A * sp.Derivative(sp.Function("ell")(_theta), _theta).subs(_theta, _theta0), evaluate=False),
+    lambda f: sp.Eq(
+        sp.Derivative(answer_objective(sp.Function("ell"), _A), _theta).subs(_theta, _theta0),
+        _A * sp.Derivative(sp.Function("ell")(_theta), _theta).subs(_theta, _theta0),
+        evaluate=False,
+    ),
 )

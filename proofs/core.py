@@ -68,13 +68,20 @@ Status = Literal["proved", "failed"]
 #: computations that agree, which prove nothing)
 Method = Literal["symbolic", "certified numeric", "numeric evidence"]
 METHODS: tuple[Method, ...] = ("symbolic", "certified numeric", "numeric evidence")
-_KIND_METHOD: dict[str, Method] = {"eq": "symbolic", "nonneg": "symbolic", "pos": "symbolic", "certified": "certified numeric", "numeric": "numeric evidence"}
+_KIND_METHOD: dict[str, Method] = {
+    "eq": "symbolic",
+    "nonneg": "symbolic",
+    "pos": "symbolic",
+    "certified": "certified numeric",
+    "numeric": "numeric evidence",
+}
 
 
 def weakest(methods: Iterable[Method]) -> Method:
     """The weakest of some methods (``symbolic`` when there are none): a theorem is only as
     strong as its weakest claim."""
     return max(methods, key=METHODS.index, default="symbolic")
+
 
 # --- symbols ----------------------------------------------------------------------------------
 #: number correct, interior case: a positive integer
@@ -246,7 +253,9 @@ def combine_sums(expr: sp.Expr, shift: bool = False) -> list[tuple[sp.Expr, tupl
         summand = sp.Integer(0)
         for coef, f, lo, hi in fam:
             summand += coef * f
-            outside = [lo + r for r in range(_integer_offset(L, lo) or 0)] + [H + 1 + r for r in range(_integer_offset(hi, H) or 0)]
+            outside = [lo + r for r in range(_integer_offset(L, lo) or 0)] + [
+                H + 1 + r for r in range(_integer_offset(hi, H) or 0)
+            ]
             rest += sum((coef * f.subs(_i, x) for x in outside), sp.Integer(0))
         out.append((summand, (L, H)))
     out.append((rest, None))
@@ -270,7 +279,14 @@ def _reduce_with_sums(e: sp.Expr) -> sp.Expr:
 
 
 _PROBE_INTEGERS = (2, 3, 5, 7, 11, 13, 17, 19)
-_PROBE_REALS = (sp.Rational(3, 10), sp.Rational(7, 13), sp.Rational(5, 17), sp.Rational(11, 23), sp.Rational(2, 29), sp.Rational(13, 31))
+_PROBE_REALS = (
+    sp.Rational(3, 10),
+    sp.Rational(7, 13),
+    sp.Rational(5, 17),
+    sp.Rational(11, 23),
+    sp.Rational(2, 29),
+    sp.Rational(13, 31),
+)
 
 
 def _clearly_nonzero(e: sp.Expr) -> bool:
@@ -428,7 +444,9 @@ class Theorem:
         claims, details = self._claims(f)
         unread = sorted(set(perturb or {}) - f.read)
         if unread:
-            raise ValueError(f"{self.name} does not read {unread[0]!r}, so perturbing it tests nothing; {self.name} reads: {', '.join(sorted(f.read))}")
+            raise ValueError(
+                f"{self.name} does not read {unread[0]!r}, so perturbing it tests nothing; {self.name} reads: {', '.join(sorted(f.read))}"
+            )
         r = check_claims(self.name, claims, details)
         return ProofResult(self.name, r.status, r.residual, time.perf_counter() - t0, r.details, r.method)
 
@@ -484,7 +502,9 @@ def central_moments(order: int, GG: Any = F.G, pp: Any = F.p) -> list[sp.Expr]:
         yn = trunc(yn * y)
         K += yn * sp.Rational((-1) ** (nn + 1), nn)
     # central cumulants: drop t¹ (the mean), multiply by G (k is a sum of G Bernoulli draws)
-    x = sp.Poly.from_dict({mon: c for mon, c in K.terms() if mon[0] >= 2} or {(0,) * len(gens): 0}, *gens) * sp.Poly(GG, *gens)
+    x = sp.Poly.from_dict({mon: c for mon, c in K.terms() if mon[0] >= 2} or {(0,) * len(gens): 0}, *gens) * sp.Poly(
+        GG, *gens
+    )
     # exp(x) = Σ xⁿ/n!, x = O(t²): n ≤ order/2 suffices
     M, xn = one, one
     for nn in range(1, order // 2 + 1):

@@ -50,22 +50,48 @@ _r, _j = sp.symbols("r j", integer=True, nonnegative=True)
 
 
 def _t8(f: Formulas) -> list[Claim]:
-    out = [Claim("P(k = 0) + P(k = G) = p^G + (1-p)^G, symbolic G", binomial_pmf(0, G) + binomial_pmf(G, G), f.silent_rate(G, p))]
+    out = [
+        Claim(
+            "P(k = 0) + P(k = G) = p^G + (1-p)^G, symbolic G",
+            binomial_pmf(0, G) + binomial_pmf(G, G),
+            f.silent_rate(G, p),
+        )
+    ]
     for GG in range(2, 7):
         interior = sum(binomial_pmf(kk, GG) for kk in range(1, GG))
         out.append(Claim(f"G={GG}: P(0 < k < G) = 1 - silent rate", interior, 1 - f.silent_rate(GG, p)))
     # drawing G of n = G + r logged Bernoulli rollouts without replacement, k ~ Binomial(n, p) correct
     nn, kk = G + _r, F.k
-    out.append(Claim("sub-sampled rate x C(n, G) = C(k, G) + C(n-k, G) (the hypergeometric form)", f.subsampled_silent_rate(G, kk, nn) * sp.binomial(nn, G), sp.binomial(kk, G) + sp.binomial(nn - kk, G)))
+    out.append(
+        Claim(
+            "sub-sampled rate x C(n, G) = C(k, G) + C(n-k, G) (the hypergeometric form)",
+            f.subsampled_silent_rate(G, kk, nn) * sp.binomial(nn, G),
+            sp.binomial(kk, G) + sp.binomial(nn - kk, G),
+        )
+    )
     # all-correct draws: C(k, G) = 0 for k < G, so the sum over k runs from G; with k = G + j
     all_correct = sp.Sum(binomial_pmf(kk, nn) * sp.binomial(kk, G) / sp.binomial(nn, G), (kk, G, nn))
     reindexed = sp.Sum(sp.binomial(_r, _j) * p ** (G + _j) * (1 - p) ** (_r - _j), (_j, 0, _r))
-    out.append(Claim("sum_k P(k) C(k,G)/C(n,G) = sum_j C(r,j) p^(G+j) (1-p)^(r-j), symbolic G and n = G + r", all_correct, reindexed))
+    out.append(
+        Claim(
+            "sum_k P(k) C(k,G)/C(n,G) = sum_j C(r,j) p^(G+j) (1-p)^(r-j), symbolic G and n = G + r",
+            all_correct,
+            reindexed,
+        )
+    )
     # the binomial theorem (a lemma): sum_j C(r,j) p^j (1-p)^(r-j) = 1, so the all-correct part is p^G
-    out.append(Claim("= p^G sum_j C(r,j) p^j (1-p)^(r-j)", reindexed, p**G * sp.Sum(sp.binomial(_r, _j) * p**_j * (1 - p) ** (_r - _j), (_j, 0, _r))))
+    out.append(
+        Claim(
+            "= p^G sum_j C(r,j) p^j (1-p)^(r-j)",
+            reindexed,
+            p**G * sp.Sum(sp.binomial(_r, _j) * p**_j * (1 - p) ** (_r - _j), (_j, 0, _r)),
+        )
+    )
     # all-incorrect draws: k -> n - k maps P(k; n, p) to P(k; n, 1 - p), C(n-k, G) to C(k, G)
     out.append(Claim("P(n - k; n, p) = P(k; n, 1 - p)", binomial_pmf(nn - kk, nn, p), binomial_pmf(kk, nn, 1 - p)))
-    out.append(Claim("so E_k[sub-sampled rate] = p^G + (1-p)^G, every n >= G", p**G + (1 - p) ** G, f.silent_rate(G, p)))
+    out.append(
+        Claim("so E_k[sub-sampled rate] = p^G + (1-p)^G, every n >= G", p**G + (1 - p) ** G, f.silent_rate(G, p))
+    )
     return out
 
 
@@ -88,7 +114,9 @@ T8 = Theorem(
 def _t9(f: Formulas) -> list[Claim]:
     k = F.k
     e_sig2 = expectation_of_polynomial(f.sigma(k, G) ** 2, k, raw_moments(2))
-    out = [Claim("E[sigma^2] = p(1-p)(1 - 1/G), symbolic G (moments of the binomial)", e_sig2, f.expected_sigma_sq(G, p))]
+    out = [
+        Claim("E[sigma^2] = p(1-p)(1 - 1/G), symbolic G (moments of the binomial)", e_sig2, f.expected_sigma_sq(G, p))
+    ]
     for GG in (2, 5, 12):
         exact = sum(binomial_pmf(kk, GG) * f.sigma(kk, GG) ** 2 for kk in range(GG + 1))
         out.append(Claim(f"G={GG}: explicit sum equals p(1-p)(1 - 1/G)", exact, f.expected_sigma_sq(GG, p)))
@@ -148,10 +176,18 @@ def _t10(f: Formulas) -> list[Claim]:
     gap_in_p = f.expected_score_gap(p, p * (1 - p))  # G7's gap at this policy, dp/dtheta = p(1-p)
     derived = sp.Sum(binomial_pmf(k, G) * c * gap_in_p, (k, 1, G - 1))  # silent groups (k = 0, G) add 0 (T3)
     return [
-        Claim("Bernoulli-logit prompt: s(correct) - s(incorrect) = 1, so sbar+ - sbar- = 1 for every group", s_correct - s_incorrect, 1),
+        Claim(
+            "Bernoulli-logit prompt: s(correct) - s(incorrect) = 1, so sbar+ - sbar- = 1 for every group",
+            s_correct - s_incorrect,
+            1,
+        ),
         Claim("dp/dtheta = p(1-p)", grad, _open(p * (1 - p))),
         Claim("G7's expected score gap grad p/(p(1-p)) is 1 at this policy", f.expected_score_gap(P_OPEN, grad), 1),
-        Claim("E[g] = sum over k of P(k) c(k, G) E[sbar+ - sbar- | k], symbolic G, equals Proposition 2's sum", derived, f.expected_update(G, p)),
+        Claim(
+            "E[g] = sum over k of P(k) c(k, G) E[sbar+ - sbar- | k], symbolic G, equals Proposition 2's sum",
+            derived,
+            f.expected_update(G, p),
+        ),
     ]
 
 
@@ -180,11 +216,23 @@ def _t12(f: Formulas) -> list[Claim]:
         Claim("the first-order law has one root in G", len(roots), 1),
         Claim("G* solves 1 - 1/(8Gp(1-p)) = 1 - eps", roots[0] if roots else sp.nan, g_star),
         Claim("G* = w(p)^2/(8 eps)", g_star, f.difficulty_weight(p) ** 2 / (8 * e)),
-        Claim("the first-order law increases with G, so G* is the smallest G at which the law reaches 1 - eps", _open(sp.diff(f.attenuation_first_order(_Greal, p), _Greal)), kind="pos"),
+        Claim(
+            "the first-order law increases with G, so G* is the smallest G at which the law reaches 1 - eps",
+            _open(sp.diff(f.attenuation_first_order(_Greal, p), _Greal)),
+            kind="pos",
+        ),
         # the law is only the first term: the next one is negative, so G* undershoots
         Claim("7 - 16p(1-p) = 3 + 16(p - 1/2)^2", 7 - 16 * v, 3 + 16 * (p - sp.Rational(1, 2)) ** 2),
-        Claim("3 + 16x^2 > 0 for every real x = p - 1/2: the 1/G^2 term of the series is negative for every p", 3 + 16 * _x**2, kind="pos"),
-        Claim("at G = G* the second-order law is 1 - eps - eps^2 (7 - 16p(1-p))/2", f.attenuation_second_order(g_star, p), 1 - e - e**2 * (7 - 16 * v) / 2),
+        Claim(
+            "3 + 16x^2 > 0 for every real x = p - 1/2: the 1/G^2 term of the series is negative for every p",
+            3 + 16 * _x**2,
+            kind="pos",
+        ),
+        Claim(
+            "at G = G* the second-order law is 1 - eps - eps^2 (7 - 16p(1-p))/2",
+            f.attenuation_second_order(g_star, p),
+            1 - e - e**2 * (7 - 16 * v) / 2,
+        ),
     ]
 
 
@@ -221,15 +269,31 @@ def _t13(f: Formulas) -> list[Claim]:
     grad_arcsine = sp.diff(f.arcsine_objective(p), p) * p * (1 - p)  # chain rule with dp/dtheta
     out.append(Claim("d/dtheta 2 arcsin sqrt(p) = sqrt(p(1-p))", _open(grad_arcsine), _open(sp.sqrt(p * (1 - p)))))
     # Dr. GRPO's large-G limit
-    out.append(Claim("lim E[sigma^2] = p(1-p) = d/dtheta p", sp.limit(f.expected_sigma_sq(_Greal, p), _Greal, sp.oo), p * (1 - p)))
+    out.append(
+        Claim(
+            "lim E[sigma^2] = p(1-p) = d/dtheta p", sp.limit(f.expected_sigma_sq(_Greal, p), _Greal, sp.oo), p * (1 - p)
+        )
+    )
     # GRPO's large-G limit, by a squeeze with two pointwise bounds on sqrt(x), x = sigma^2 in [0, 1/4]:
     #   upper  sqrt(x) <= x/(2 sqrt a) + sqrt(a)/2              <=> (sqrt x - sqrt a)^2 >= 0
     #   lower  sqrt(x) >= 3x/(2 sqrt a) - x^2/(2 a^(3/2))       <=> y (y-1)^2 (y+2) >= 0, y = sqrt(x/a)
     out.append(Claim("upper bound: y^2 + 1 - 2y = (y-1)^2", _y**2 + 1 - 2 * _y, (_y - 1) ** 2))
-    out.append(Claim("lower bound: y - (3y^2 - y^4)/2 = y(y-1)^2(y+2)/2", _y - (3 * _y**2 - _y**4) / 2, _y * (_y - 1) ** 2 * (_y + 2) / 2))
+    out.append(
+        Claim(
+            "lower bound: y - (3y^2 - y^4)/2 = y(y-1)^2(y+2)/2",
+            _y - (3 * _y**2 - _y**4) / 2,
+            _y * (_y - 1) ** 2 * (_y + 2) / 2,
+        )
+    )
     out.append(Claim("lower bound polynomial is nonnegative for y >= 0", _y * (_y - 1) ** 2 * (_y + 2), kind="nonneg"))
     # E[g] is E[sigma] (the k = 0, G terms are 0, T10): the squeeze below bounds E[sigma]
-    out.append(Claim("E[g] = sum over k = 0..G of P(k)·sigma(k, G) = E[sigma] (silent terms are 0)", f.expected_update(G, p), sp.Sum(binomial_pmf(k, G) * f.sigma(k, G), (k, 0, G))))
+    out.append(
+        Claim(
+            "E[g] = sum over k = 0..G of P(k)·sigma(k, G) = E[sigma] (silent terms are 0)",
+            f.expected_update(G, p),
+            sp.Sum(binomial_pmf(k, G) * f.sigma(k, G), (k, 0, G)),
+        )
+    )
     a = _open(p * (1 - p))
     mom = [_open(mm) for mm in raw_moments(4, _Greal)]
     e2 = expectation_of_polynomial(f.sigma(k, _Greal) ** 2, k, mom)
@@ -238,7 +302,13 @@ def _t13(f: Formulas) -> list[Claim]:
     lower = 3 * e2 / (2 * sp.sqrt(a)) - e4 / (2 * a ** sp.Rational(3, 2))
     out.append(Claim("upper bound on E[g]: sqrt(p(1-p))(1 - 1/(2G))", upper, sp.sqrt(a) * (1 - 1 / (2 * _Greal))))
     out.append(Claim("lim upper bound = sqrt(p(1-p))", sp.limit(upper, _Greal, sp.oo), sp.sqrt(a)))
-    out.append(Claim("lim lower bound = sqrt(p(1-p)), so E[g] -> sqrt(p(1-p)) = d/dtheta 2 arcsin sqrt(p)", sp.limit(lower, _Greal, sp.oo), sp.sqrt(a)))
+    out.append(
+        Claim(
+            "lim lower bound = sqrt(p(1-p)), so E[g] -> sqrt(p(1-p)) = d/dtheta 2 arcsin sqrt(p)",
+            sp.limit(lower, _Greal, sp.oo),
+            sp.sqrt(a),
+        )
+    )
     return out
 
 

@@ -36,7 +36,9 @@ _g = sp.Symbol("g")
 _gap = sp.Symbol(r"\bar{s}_{+}") - sp.Symbol(r"\bar{s}_{-}")  # display only
 
 
-def group_update(a_plus: Any, a_minus: Any, kk: Any = k, mm: Any = m, s_plus: Any = sbar_plus, s_minus: Any = sbar_minus) -> Any:
+def group_update(
+    a_plus: Any, a_minus: Any, kk: Any = k, mm: Any = m, s_plus: Any = sbar_plus, s_minus: Any = sbar_minus
+) -> Any:
     """Per-prompt update g = (1/G) Σᵢ Âᵢ sᵢ with the sum split over the two index sets.
 
     Σ over the kk correct answers of Â₊ sᵢ = Â₊·kk·s̄₊; over the mm incorrect, Â₋·mm·s̄₋; G = kk + mm.
@@ -86,8 +88,14 @@ def _t2(f: Formulas) -> list[Claim]:
     mu, s = f.group_mean(k, GI), f.sigma(k, GI)
     return [
         Claim("advantage of a correct answer (R = 1): (1 - mu)/sigma = A+", (1 - mu) / s, f.advantage_correct(k, GI)),
-        Claim("advantage of an incorrect answer (R = 0): (0 - mu)/sigma = A-", (0 - mu) / s, f.advantage_incorrect(k, GI)),
-        Claim("advantages sum to zero over the group: k A+ + m A- = 0", k * f.advantage_correct(k, GI) + m * f.advantage_incorrect(k, GI), 0),
+        Claim(
+            "advantage of an incorrect answer (R = 0): (0 - mu)/sigma = A-", (0 - mu) / s, f.advantage_incorrect(k, GI)
+        ),
+        Claim(
+            "advantages sum to zero over the group: k A+ + m A- = 0",
+            k * f.advantage_correct(k, GI) + m * f.advantage_incorrect(k, GI),
+            0,
+        ),
     ]
 
 
@@ -99,7 +107,10 @@ T2 = Theorem(
     "Theorem 1 (proof)",
     "k, m positive integers, G = k + m; rewards in {0, 1}",
     _t2,
-    lambda f: (sp.Eq(sp.Symbol(r"\hat{A}_{+}"), f.advantage_correct(), evaluate=False), sp.Eq(sp.Symbol(r"\hat{A}_{-}"), f.advantage_incorrect(), evaluate=False)),
+    lambda f: (
+        sp.Eq(sp.Symbol(r"\hat{A}_{+}"), f.advantage_correct(), evaluate=False),
+        sp.Eq(sp.Symbol(r"\hat{A}_{-}"), f.advantage_incorrect(), evaluate=False),
+    ),
 )
 
 
@@ -126,7 +137,11 @@ def _explicit_groups(f: Formulas, G_max: int = 6) -> list[Claim]:
 def _t3(f: Formulas) -> list[Claim]:
     g = group_update(f.advantage_correct(k, GI), f.advantage_incorrect(k, GI))
     out = [
-        Claim("g = sigma (sbar+ - sbar-) for 0 < k < G, every component of every dimension", g, f.sigma(k, GI) * (sbar_plus - sbar_minus)),
+        Claim(
+            "g = sigma (sbar+ - sbar-) for 0 < k < G, every component of every dimension",
+            g,
+            f.sigma(k, GI) * (sbar_plus - sbar_minus),
+        ),
         # silent groups: every centred reward is 0, the advantage is defined as 0, and sigma is 0 too
         Claim("k = 0: every centred reward R - mu is 0", 0 - f.group_mean(0, F.G), 0),
         Claim("k = G: every centred reward R - mu is 0", 1 - f.group_mean(F.G, F.G), 0),
@@ -134,7 +149,13 @@ def _t3(f: Formulas) -> list[Claim]:
         Claim("k = G: coefficient sigma is 0", f.sigma(F.G, F.G), 0),
     ]
     # the scalar Bernoulli-logit prompt: s_i = y_i - p, so sbar+ - sbar- = (1 - p) - (0 - p) = 1 and g = sigma
-    out.append(Claim("Bernoulli-logit prompt: g(k) = sigma", group_update(f.advantage_correct(k, GI), f.advantage_incorrect(k, GI), s_plus=1 - F.p, s_minus=0 - F.p), f.sigma(k, GI)))
+    out.append(
+        Claim(
+            "Bernoulli-logit prompt: g(k) = sigma",
+            group_update(f.advantage_correct(k, GI), f.advantage_incorrect(k, GI), s_plus=1 - F.p, s_minus=0 - F.p),
+            f.sigma(k, GI),
+        )
+    )
     out += _explicit_groups(f)
     return out
 
@@ -163,7 +184,11 @@ def _t4(f: Formulas) -> list[Claim]:
         Claim("std of the shifted rewards equals sigma", sd_b, f.sigma(k, GI)),
         Claim("shifted advantage of a correct answer equals A+", a_plus_b, f.advantage_correct(k, GI)),
         Claim("shifted advantage of an incorrect answer equals A-", a_minus_b, f.advantage_incorrect(k, GI)),
-        Claim("update with shifted rewards equals sigma (sbar+ - sbar-)", group_update(a_plus_b, a_minus_b), f.sigma(k, GI) * (sbar_plus - sbar_minus)),
+        Claim(
+            "update with shifted rewards equals sigma (sbar+ - sbar-)",
+            group_update(a_plus_b, a_minus_b),
+            f.sigma(k, GI) * (sbar_plus - sbar_minus),
+        ),
     ]
 
 
@@ -185,7 +210,11 @@ def _t5(f: Formulas) -> list[Claim]:
     g = group_update(1 - mu, 0 - mu)  # Dr. GRPO advantage: R - mu
     return [
         Claim("Dr. GRPO: g = sigma^2 (sbar+ - sbar-)", g, f.sigma(k, GI) ** 2 * (sbar_plus - sbar_minus)),
-        Claim("k = 0 and k = G: the Dr. GRPO advantage is 0", (0 - f.group_mean(0, F.G)) ** 2 + (1 - f.group_mean(F.G, F.G)) ** 2, 0),
+        Claim(
+            "k = 0 and k = G: the Dr. GRPO advantage is 0",
+            (0 - f.group_mean(0, F.G)) ** 2 + (1 - f.group_mean(F.G, F.G)) ** 2,
+            0,
+        ),
     ]
 
 
@@ -227,11 +256,21 @@ def _t6(f: Formulas) -> list[Claim]:
     expected = {"grpo": s, "dr_grpo": s**2, "dapo": s}  # interior; DAPO's indicator is 1 here
     for dial in THREE_MODES:
         kw = _kwargs(dial)
-        a_plus = f._centred_correct(dial.centre, k, GI) / f._scale(dial.scale, dial.ddof, sp.nsimplify(kw["eps"]), k, GI, F.batch_std, dial.eps_where)
+        a_plus = f._centred_correct(dial.centre, k, GI) / f._scale(
+            dial.scale, dial.ddof, sp.nsimplify(kw["eps"]), k, GI, F.batch_std, dial.eps_where
+        )
         if dial.keep == "nonzero_std":
             a_plus = sp.Piecewise((a_plus, sp.And(sp.Gt(k, 0), sp.Lt(k, GI))), (0, True))
-        out.append(Claim(f"{dial.name}: dial advantage of a correct answer is the published one", a_plus, _published(dial.name, f, 1, k, GI)))
-        out.append(Claim(f"{dial.name}: update coefficient", f.update_coefficient(k=k, G=GI, **kw), expected[dial.name]))
+        out.append(
+            Claim(
+                f"{dial.name}: dial advantage of a correct answer is the published one",
+                a_plus,
+                _published(dial.name, f, 1, k, GI),
+            )
+        )
+        out.append(
+            Claim(f"{dial.name}: update coefficient", f.update_coefficient(k=k, G=GI, **kw), expected[dial.name])
+        )
     # DAPO's indicator: 0 for silent groups
     kw = _kwargs(D.DAPO)
     out.append(Claim("dapo: coefficient 0 at k = 0", f.update_coefficient(k=0, G=F.G, **kw), 0))
@@ -249,7 +288,9 @@ T6 = Theorem(
     _t6,
     lambda f: sp.Eq(
         sp.Matrix([f.update_coefficient(**_kwargs(d)) for d in THREE_MODES]),
-        sp.Matrix([f.sigma(), f.sigma() ** 2, sp.Piecewise((f.sigma(), sp.And(sp.Gt(F.k, 0), sp.Lt(F.k, F.G))), (0, True))]),
+        sp.Matrix(
+            [f.sigma(), f.sigma() ** 2, sp.Piecewise((f.sigma(), sp.And(sp.Gt(F.k, 0), sp.Lt(F.k, F.G))), (0, True))]
+        ),
         evaluate=False,
     ),
 )
@@ -264,10 +305,22 @@ def _t7(f: Formulas) -> list[Claim]:
     GG = n + 1  # G >= 2
     mu = (_R + _S) / GG
     b_loo = _S / (GG - 1)
-    out = [Claim("R_i - mu = ((G-1)/G)(R_i - b_i) for any real rewards", _R - mu, sp.Rational(1, 1) * (GG - 1) / GG * (_R - b_loo))]
+    out = [
+        Claim(
+            "R_i - mu = ((G-1)/G)(R_i - b_i) for any real rewards",
+            _R - mu,
+            sp.Rational(1, 1) * (GG - 1) / GG * (_R - b_loo),
+        )
+    ]
     # binary rewards: the correct answer's baseline is (k-1)/(G-1); the mean-centred value is (G-1)/G of the LOO one
     b_correct = (k - 1) / (GI - 1)
-    out.append(Claim("binary, correct answer: 1 - mu = ((G-1)/G)(1 - b)", 1 - f.group_mean(k, GI), (GI - 1) / GI * (1 - b_correct)))
+    out.append(
+        Claim(
+            "binary, correct answer: 1 - mu = ((G-1)/G)(1 - b)",
+            1 - f.group_mean(k, GI),
+            (GI - 1) / GI * (1 - b_correct),
+        )
+    )
     out.append(
         Claim(
             "RLOO coefficient = G/(G-1) times Dr. GRPO's sigma^2",
@@ -276,7 +329,13 @@ def _t7(f: Formulas) -> list[Claim]:
         )
     )
     # pinned to sigma, so that a coefficient wrong by the same factor on both sides cannot pass
-    out.append(Claim("RLOO coefficient = (G/(G-1)) sigma^2", f.update_coefficient(centre="loo", scale="none", k=k, G=GI), GI / (GI - 1) * f.sigma(k, GI) ** 2))
+    out.append(
+        Claim(
+            "RLOO coefficient = (G/(G-1)) sigma^2",
+            f.update_coefficient(centre="loo", scale="none", k=k, G=GI),
+            GI / (GI - 1) * f.sigma(k, GI) ** 2,
+        )
+    )
     return out
 
 

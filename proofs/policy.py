@@ -29,7 +29,17 @@ from typing import Any, Sequence
 import sympy as sp
 
 from grpo_identity import formulas as F
-from grpo_identity.proofs.core import Claim, Formulas, G_interior, Theorem, binomial_pmf, expectation_of_polynomial, k, m, raw_moments
+from grpo_identity.proofs.core import (
+    Claim,
+    Formulas,
+    G_interior,
+    Theorem,
+    binomial_pmf,
+    expectation_of_polynomial,
+    k,
+    m,
+    raw_moments,
+)
 
 __all__ = ["G7", "G8", "softmax_policy", "conditional_moments"]
 
@@ -103,7 +113,9 @@ def conditional_moments(policy: dict[str, Any], GG: int, second: bool = False) -
         sd = sp.sqrt(sum((r - mu) ** 2 for r in R) / GG)  # the group's population std, from its rewards
         weight = sp.Mul(*[w[y] for y in ys])  # probability × S^GG
         C = [sp.expand(sum((R[t] - mu) * nc[ys[t]] for t in range(GG))) for nc in num]  # centred sums × S
-        row = acc.setdefault(kk, {"P": sp.Integer(0), "C": [sp.Integer(0)] * len(C), "CC": [sp.Integer(0)] * len(C), "sd": set()})
+        row = acc.setdefault(
+            kk, {"P": sp.Integer(0), "C": [sp.Integer(0)] * len(C), "CC": [sp.Integer(0)] * len(C), "sd": set()}
+        )
         row["sd"].add(sd)
         row["P"] += weight
         row["C"] = [x + sp.expand(weight * c) for x, c in zip(row["C"], C)]
@@ -112,7 +124,11 @@ def conditional_moments(policy: dict[str, Any], GG: int, second: bool = False) -
     out = {}
     for kk, r in acc.items():
         (sd,) = r["sd"]  # one std per k: the advantages depend on the group through k only
-        out[kk] = {"sd": sd, "C": [sp.cancel(x / (r["P"] * S)) for x in r["C"]], "CC": [sp.cancel(x / (r["P"] * S**2)) for x in r["CC"]]}
+        out[kk] = {
+            "sd": sd,
+            "C": [sp.cancel(x / (r["P"] * S)) for x in r["C"]],
+            "CC": [sp.cancel(x / (r["P"] * S**2)) for x in r["CC"]],
+        }
     return out
 
 
@@ -128,21 +144,47 @@ def _g7_symbolic(f: Formulas) -> list[Claim]:
     e_plus = GG / kk * w_plus * grad  # with Σ_{a correct} π(a) s(a) = ∇p, proved first
     e_minus = GG / m * w_minus * (-grad)  # Σ over the incorrect answers = ∇(1 − p) = −∇p
     out = [
-        Claim("sum over the correct answers of pi(a) s(a) = grad p (any number M of them)", sp.Sum(_pi(_i, _theta) * _score(_i), (_i, 1, _M)), sp.diff(p_theta, _theta)),
-        Claim("sum over the incorrect answers of pi(a) s(a) = grad of their probability", sp.Sum(_pi(_i, _theta) * _score(_i), (_i, _M + 1, _M + _L)), sp.diff(sp.Sum(_pi(_i, _theta), (_i, _M + 1, _M + _L)), _theta)),
+        Claim(
+            "sum over the correct answers of pi(a) s(a) = grad p (any number M of them)",
+            sp.Sum(_pi(_i, _theta) * _score(_i), (_i, 1, _M)),
+            sp.diff(p_theta, _theta),
+        ),
+        Claim(
+            "sum over the incorrect answers of pi(a) s(a) = grad of their probability",
+            sp.Sum(_pi(_i, _theta) * _score(_i), (_i, _M + 1, _M + _L)),
+            sp.diff(sp.Sum(_pi(_i, _theta), (_i, _M + 1, _M + _L)), _theta),
+        ),
         Claim("P(one given position is a correct a | k) = pi(a) k/(G p), symbolic G, k", w_plus, kk / (GG * p)),
         Claim("P(one given position is an incorrect a | k) = pi(a) (G - k)/(G (1 - p))", w_minus, m / (GG * (1 - p))),
         Claim("E[sbar+ | k] = grad p / p, the same for every k", e_plus, grad / p),
         Claim("E[sbar- | k] = -grad p / (1 - p)", e_minus, -grad / (1 - p)),
-        Claim("E[sbar+ - sbar- | k] = grad p / (p(1-p)) (the expected score gap)", e_plus - e_minus, f.expected_score_gap(p, grad)),
+        Claim(
+            "E[sbar+ - sbar- | k] = grad p / (p(1-p)) (the expected score gap)",
+            e_plus - e_minus,
+            f.expected_score_gap(p, grad),
+        ),
     ]
     # E[g | k] = c(k, G)·E[s̄₊ − s̄₋ | k] (T3: g = c·(s̄₊ − s̄₋), c a function of k only); over k:
     gap = f.expected_score_gap(p, grad)
-    e_grpo = sp.Sum(binomial_pmf(F.k, G) * f.update_coefficient(k=F.k, G=G) * gap, (F.k, 1, G - 1))  # silent groups add 0
-    out.append(Claim("GRPO: E[g] = phi(G, p) grad(2 arcsin sqrt p)", e_grpo, f.fidelity(G, p) * sp.diff(f.arcsine_objective(p), p) * grad))
+    e_grpo = sp.Sum(
+        binomial_pmf(F.k, G) * f.update_coefficient(k=F.k, G=G) * gap, (F.k, 1, G - 1)
+    )  # silent groups add 0
+    out.append(
+        Claim(
+            "GRPO: E[g] = phi(G, p) grad(2 arcsin sqrt p)",
+            e_grpo,
+            f.fidelity(G, p) * sp.diff(f.arcsine_objective(p), p) * grad,
+        )
+    )
     e_dr = expectation_of_polynomial(f.update_coefficient(scale="none", k=F.k, G=G), F.k, raw_moments(2)) * gap
     out.append(Claim("Dr. GRPO: E[g] = (1 - 1/G) grad p", e_dr, (1 - 1 / G) * grad))
-    out.append(Claim("Dr. GRPO: E[g] = E[sigma^2] grad p/(p(1-p)) (Proposition 2's E[sigma^2])", e_dr, f.expected_sigma_sq(G, p) * gap))
+    out.append(
+        Claim(
+            "Dr. GRPO: E[g] = E[sigma^2] grad p/(p(1-p)) (Proposition 2's E[sigma^2])",
+            e_dr,
+            f.expected_sigma_sq(G, p) * gap,
+        )
+    )
     return out
 
 
@@ -154,8 +196,20 @@ def _g7_enumerated(f: Formulas) -> list[Claim]:
         moments = conditional_moments(pol, GG)
         for kk in range(1, GG):
             mk = moments[kk]
-            out.append(Claim(f"softmax over 3 answers (2 correct), G={GG}, k={kk}: GRPO E[g | k] = sigma grad p/(p(1-p))", mk["C"][0] / (GG * mk["sd"]), f.expected_update_given_k(kk, GG, pol["p"], pol["grad_p"][0], f.update_coefficient(k=kk, G=GG))))
-            out.append(Claim(f"same, Dr. GRPO: E[g | k] = sigma^2 grad p/(p(1-p)) (G={GG}, k={kk})", mk["C"][0] / GG, f.update_coefficient(scale="none", k=kk, G=GG) * gap))
+            out.append(
+                Claim(
+                    f"softmax over 3 answers (2 correct), G={GG}, k={kk}: GRPO E[g | k] = sigma grad p/(p(1-p))",
+                    mk["C"][0] / (GG * mk["sd"]),
+                    f.expected_update_given_k(kk, GG, pol["p"], pol["grad_p"][0], f.update_coefficient(k=kk, G=GG)),
+                )
+            )
+            out.append(
+                Claim(
+                    f"same, Dr. GRPO: E[g | k] = sigma^2 grad p/(p(1-p)) (G={GG}, k={kk})",
+                    mk["C"][0] / GG,
+                    f.update_coefficient(scale="none", k=kk, G=GG) * gap,
+                )
+            )
     return out
 
 
@@ -188,9 +242,21 @@ def _g8_symbolic(f: Formulas) -> list[Claim]:
     return [
         Claim("Cov of the mean of n independent draws = Cov/n", second - mu_a * mu_b, (m_ab - mu_a * mu_b) / kk),
         # given k, s̄₊ and s̄₋ are means of disjoint independent draws: their covariances add
-        Claim("GRPO: Cov(g | k) = sigma^2 (Sigma+/k + Sigma-/(G-k))", c**2 * (sp_ / k + sm_ / m), f.update_covariance_given_k(k, GI, sp_, sm_, c)),
-        Claim("GRPO with Sigma+ = Sigma- = Sigma: Cov(g | k) = Sigma/G for every k", f.update_covariance_given_k(k, GI, sp_, sp_, f.sigma(k, GI)), sp_ / GI),
-        Claim("Dr. GRPO with Sigma+ = Sigma- = Sigma: Cov(g | k) = sigma^2 Sigma/G", f.update_covariance_given_k(k, GI, sp_, sp_, f.update_coefficient(scale="none", k=k, G=GI)), f.sigma(k, GI) ** 2 * sp_ / GI),
+        Claim(
+            "GRPO: Cov(g | k) = sigma^2 (Sigma+/k + Sigma-/(G-k))",
+            c**2 * (sp_ / k + sm_ / m),
+            f.update_covariance_given_k(k, GI, sp_, sm_, c),
+        ),
+        Claim(
+            "GRPO with Sigma+ = Sigma- = Sigma: Cov(g | k) = Sigma/G for every k",
+            f.update_covariance_given_k(k, GI, sp_, sp_, f.sigma(k, GI)),
+            sp_ / GI,
+        ),
+        Claim(
+            "Dr. GRPO with Sigma+ = Sigma- = Sigma: Cov(g | k) = sigma^2 Sigma/G",
+            f.update_covariance_given_k(k, GI, sp_, sp_, f.update_coefficient(scale="none", k=k, G=GI)),
+            f.sigma(k, GI) ** 2 * sp_ / GI,
+        ),
     ]
 
 
@@ -213,7 +279,9 @@ NOISE_POLICIES = (
 def _at(pol: dict[str, Any], a: Sequence[Any], d: Sequence[Sequence[Any]]) -> dict[str, Any]:
     """The policy with e^{z_i} = a[i] and ∂z_i/∂θ_c = d[c][i]: exact rationals."""
     values = {sp.Symbol(f"a{i}", positive=True): sp.nsimplify(x) for i, x in enumerate(a)}
-    values.update({sp.Symbol(f"d{c}_{i}", real=True): sp.nsimplify(x) for c, row in enumerate(d) for i, x in enumerate(row)})
+    values.update(
+        {sp.Symbol(f"d{c}_{i}", real=True): sp.nsimplify(x) for c, row in enumerate(d) for i, x in enumerate(row)}
+    )
 
     def put(x: Any) -> Any:
         return [put(y) for y in x] if isinstance(x, list) else (x.subs(values) if isinstance(x, sp.Basic) else x)
@@ -233,8 +301,20 @@ def _g8_enumerated(f: Formulas) -> list[Claim]:
                 mk = mom[kk]
                 for b in (0, 1):  # the variance of g_1 and the covariance of g_1 and g_2 (GRPO: g = C/(G sigma))
                     cov = (mk["CC"][b] - mk["C"][0] * mk["C"][b]) / (GG * mk["sd"]) ** 2
-                    want = f.update_covariance_given_k(kk, GG, _class_covariance(pol, right, 0, b), _class_covariance(pol, wrong, 0, b), f.sigma(kk, GG))
-                    out.append(Claim(f"rational softmax policy {n_pol} over 4 answers, 2 parameters, G={GG}, k={kk}: GRPO Cov(g_1, g_{b + 1} | k)", cov, want))
+                    want = f.update_covariance_given_k(
+                        kk,
+                        GG,
+                        _class_covariance(pol, right, 0, b),
+                        _class_covariance(pol, wrong, 0, b),
+                        f.sigma(kk, GG),
+                    )
+                    out.append(
+                        Claim(
+                            f"rational softmax policy {n_pol} over 4 answers, 2 parameters, G={GG}, k={kk}: GRPO Cov(g_1, g_{b + 1} | k)",
+                            cov,
+                            want,
+                        )
+                    )
     return out
 
 

@@ -36,7 +36,9 @@ _S, _R = sp.symbols("S R", real=True)
 DPS = 30
 #: the table's cells: (p, ε, exact smallest G, G* as printed), p and ε as exact rationals
 CELLS: tuple[tuple[Fraction, Fraction, int, int], ...] = tuple(
-    (Fraction(str(pv)), Fraction(str(e)), exact, law) for pv, row in paper.GROUP_SIZE_TABLE.items() for e, (exact, law) in zip(paper.GROUP_SIZE_EPS, row)
+    (Fraction(str(pv)), Fraction(str(e)), exact, law)
+    for pv, row in paper.GROUP_SIZE_TABLE.items()
+    for e, (exact, law) in zip(paper.GROUP_SIZE_EPS, row)
 )
 
 
@@ -47,7 +49,14 @@ def _iv_sqrt(x: Any) -> Any:
 def certified_fidelity(f: Formulas, G: int, pv: Fraction) -> Any:
     """An interval that contains φ(G, p) exactly: ``f.fidelity`` lambdified into ``mpmath.iv``
     (binomials as exact integers, p as the interval of the rational pv)."""
-    fn = sp.lambdify((F.G, p), f.fidelity(F.G, p), modules=[{"binomial": lambda n, r: iv.mpf(math.comb(int(n), int(r))), "sqrt": _iv_sqrt, "mpf": iv.mpf}, "mpmath"])
+    fn = sp.lambdify(
+        (F.G, p),
+        f.fidelity(F.G, p),
+        modules=[
+            {"binomial": lambda n, r: iv.mpf(math.comb(int(n), int(r))), "sqrt": _iv_sqrt, "mpf": iv.mpf},
+            "mpmath",
+        ],
+    )
     saved, iv.dps = iv.dps, DPS
     try:
         return fn(G, iv.mpf(pv.numerator) / pv.denominator)
@@ -61,8 +70,16 @@ def _monotone(f: Formulas) -> list[Claim]:
     GG = sp.Symbol("G", positive=True, integer=True)
     return [
         Claim("sigma(mu)^2 = mu(1 - mu) (T1), as a function of mu", sig**2, mu * (1 - mu)),
-        Claim("the mean of G+1 rewards is the average of its G+1 leave-one-out means", ((GG + 1) * _S - _S) / GG / (GG + 1), _S / (GG + 1)),
-        Claim("sigma(mu) is concave on (0, 1): -d^2 sigma/d mu^2 > 0", sp.factor(-sp.diff(f.sigma(_Gs * sp.Symbol("x"), _Gs), sp.Symbol("x"), 2).subs(sp.Symbol("x"), mu)), kind="pos"),
+        Claim(
+            "the mean of G+1 rewards is the average of its G+1 leave-one-out means",
+            ((GG + 1) * _S - _S) / GG / (GG + 1),
+            _S / (GG + 1),
+        ),
+        Claim(
+            "sigma(mu) is concave on (0, 1): -d^2 sigma/d mu^2 > 0",
+            sp.factor(-sp.diff(f.sigma(_Gs * sp.Symbol("x"), _Gs), sp.Symbol("x"), 2).subs(sp.Symbol("x"), mu)),
+            kind="pos",
+        ),
     ]
 
 
@@ -77,11 +94,44 @@ def _cells(f: Formulas) -> tuple[list[Claim], dict[str, Any]]:
         ceil_star = int(sp.ceiling(g_star))
         at_ceil = certified_fidelity(f, ceil_star, pv)
         label = f"p={float(pv):g}, eps={float(e):g}"
-        out.append(Claim(f"{label}: phi(G={exact}) >= {float(target):g}, certified", "interval", kind="certified", ok=(at - t_iv > 0) is True, value=str(at)))
-        out.append(Claim(f"{label}: phi(G={exact - 1}) < {float(target):g}, certified", "interval", kind="certified", ok=(below - t_iv < 0) is True, value=str(below)))
-        out.append(Claim(f"{label}: ceil(G*) = {ceil_star} undershoots the exact G = {exact}", sp.Integer(exact - ceil_star), kind="pos"))
+        out.append(
+            Claim(
+                f"{label}: phi(G={exact}) >= {float(target):g}, certified",
+                "interval",
+                kind="certified",
+                ok=(at - t_iv > 0) is True,
+                value=str(at),
+            )
+        )
+        out.append(
+            Claim(
+                f"{label}: phi(G={exact - 1}) < {float(target):g}, certified",
+                "interval",
+                kind="certified",
+                ok=(below - t_iv < 0) is True,
+                value=str(below),
+            )
+        )
+        out.append(
+            Claim(
+                f"{label}: ceil(G*) = {ceil_star} undershoots the exact G = {exact}",
+                sp.Integer(exact - ceil_star),
+                kind="pos",
+            )
+        )
         out.append(Claim(f"{label}: the paper prints G* = {printed}", sp.Integer(round(g_star)), sp.Integer(printed)))
-        rows.append({"p": float(pv), "eps": float(e), "G_exact": exact, "phi_at_G_exact": str(at), "phi_below": str(below), "G_star": float(g_star), "ceil_G_star": ceil_star, "phi_at_ceil_G_star": str(at_ceil)})
+        rows.append(
+            {
+                "p": float(pv),
+                "eps": float(e),
+                "G_exact": exact,
+                "phi_at_G_exact": str(at),
+                "phi_below": str(below),
+                "G_star": float(g_star),
+                "ceil_G_star": ceil_star,
+                "phi_at_ceil_G_star": str(at_ceil),
+            }
+        )
     return out, {"cells": rows, "interval_dps": DPS}
 
 
@@ -97,7 +147,11 @@ T14 = Theorem(
     "p, eps the exact rationals of the table; intervals at 30 digits (mpmath.iv); Jensen's inequality for the "
     "concave sigma(mu) (a lemma); phi(G, p) = phi(G, 1 - p) by k <-> G - k",
     _monotone,
-    lambda f: sp.Eq(sp.Symbol(r"G_{\mathrm{exact}}(\varepsilon, p)"), sp.Symbol(r"\min\{G : \varphi(G, p) \ge 1 - \varepsilon\}"), evaluate=False),
+    lambda f: sp.Eq(
+        sp.Symbol(r"G_{\mathrm{exact}}(\varepsilon, p)"),
+        sp.Symbol(r"\min\{G : \varphi(G, p) \ge 1 - \varepsilon\}"),
+        evaluate=False,
+    ),
     extra=_cells,
     method="certified numeric",
 )

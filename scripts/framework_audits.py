@@ -42,9 +42,18 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("trl --set loss_type=dapo", ("1.16.0",)),
     ("verl --set algorithm.adv_estimator=grpo", VERL),
     ("verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo", VERL),
-    ("verl --set algorithm.adv_estimator=grpo_vectorized --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo", VERL),
-    ("verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", ("0.7.1", "0.9.1")),
-    ("verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum", ("0.9.1",)),
+    (
+        "verl --set algorithm.adv_estimator=grpo_vectorized --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo",
+        VERL,
+    ),
+    (
+        "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+        ("0.7.1", "0.9.1"),
+    ),
+    (
+        "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
+        ("0.9.1",),
+    ),
     ("verl --set algorithm.adv_estimator=rloo", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=opo", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=gpg", ("0.9.1",)),
@@ -59,13 +68,22 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("openrlhf --set algo.advantage.estimator=rloo --set reward.clip_range=-1000,1000", OPENRLHF),
     ("openrlhf --set algo.advantage.estimator=reinforce_baseline", OPENRLHF),
     ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group", AREAL),
-    ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set actor.reward_norm.std_unbiased=false", AREAL),
+    (
+        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set actor.reward_norm.std_unbiased=false",
+        AREAL,
+    ),
     ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=null", AREAL),
-    ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.mean_leave1out=true --set actor.reward_norm.std_level=null", AREAL),
+    (
+        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.mean_leave1out=true --set actor.reward_norm.std_level=null",
+        AREAL,
+    ),
     ("areal --set actor.reward_norm.mean_level=group", AREAL),
     ("areal --set actor.adv_norm.mean_level=group --set actor.adv_norm.std_level=group", AREAL),
     # the normalisation of AReaL's own GRPO example (examples/math/gsm8k_grpo.yaml)
-    ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set actor.adv_norm.mean_level=batch --set actor.adv_norm.std_level=batch", AREAL),
+    (
+        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set actor.adv_norm.mean_level=batch --set actor.adv_norm.std_level=batch",
+        AREAL,
+    ),
 ]
 
 
@@ -110,7 +128,9 @@ def render(rows: list[dict]) -> str:
     lines = [head, "|" + "---|" * 9]
     for row in rows:
         verdict, matches, dial, weight, silent, why = _cell(row)
-        lines.append(f"| `{row['target']}` | {row['release']} | {verdict} | {matches} | {dial} | {weight} | {silent} | {why} | {row['wall_seconds']:.0f} |")
+        lines.append(
+            f"| `{row['target']}` | {row['release']} | {verdict} | {matches} | {dial} | {weight} | {silent} | {why} | {row['wall_seconds']:.0f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -126,8 +146,14 @@ def write_readme(table: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", metavar="PREFIX", help="run only the cases whose target starts with PREFIX (the others keep their rows)")
-    p.add_argument("--render-only", action="store_true", help="render table.md from audits.jsonl without running anything")
+    p.add_argument(
+        "--only",
+        metavar="PREFIX",
+        help="run only the cases whose target starts with PREFIX (the others keep their rows)",
+    )
+    p.add_argument(
+        "--render-only", action="store_true", help="render table.md from audits.jsonl without running anything"
+    )
     p.add_argument("--readme", action="store_true", help="copy the table into README.md")
     args = p.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STAGE = ROOT / "build" / "mutate"
 #: repository folder -> where it lives in the installed package
-MAPPED = {"grpo_identity": "grpo_identity", "checks": "grpo_identity/checks", "proofs": "grpo_identity/proofs", "trainer": "grpo_identity/trainer"}
+MAPPED = {
+    "grpo_identity": "grpo_identity",
+    "checks": "grpo_identity/checks",
+    "proofs": "grpo_identity/proofs",
+    "trainer": "grpo_identity/trainer",
+}
 #: mutmut's exit codes of a mutant run (its ``status_by_exit_code``), by what they mean here
 KILLED, SURVIVED, TIMEOUT, NO_TESTS = {1, 3, 37}, {0}, {36, -24, 24, 152, 255}, {5, 33}
 
@@ -111,11 +116,17 @@ def results(sample: str = "") -> dict[str, ModuleResult]:
 
 def print_summary(res: dict[str, ModuleResult]) -> None:
     """One row per module and one overall, then every survivor."""
-    print(f"{'module':36} {'mutants':>8} {'killed':>7} {'timeout':>8} {'survived':>9} {'no tests':>9} {'unjudged':>9} {'kill rate':>10}")
+    print(
+        f"{'module':36} {'mutants':>8} {'killed':>7} {'timeout':>8} {'survived':>9} {'no tests':>9} {'unjudged':>9} {'kill rate':>10}"
+    )
     rows = list(res.items())
-    total = ModuleResult(*(sum(getattr(r, f) for _, r in rows) for f in ("killed", "timeout", "survived", "no_tests", "unjudged")))
+    total = ModuleResult(
+        *(sum(getattr(r, f) for _, r in rows) for f in ("killed", "timeout", "survived", "no_tests", "unjudged"))
+    )
     for module, r in rows + [("overall", total)]:
-        print(f"{module:36} {r.total:>8} {r.killed:>7} {r.timeout:>8} {r.survived:>9} {r.no_tests:>9} {r.unjudged:>9} {r.kill_rate:>10.1%}")
+        print(
+            f"{module:36} {r.total:>8} {r.killed:>7} {r.timeout:>8} {r.survived:>9} {r.no_tests:>9} {r.unjudged:>9} {r.kill_rate:>10.1%}"
+        )
     for _, r in rows:
         for name in r.survivors:
             print(f"survived: {name}")
@@ -123,11 +134,25 @@ def print_summary(res: dict[str, ModuleResult]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--resume", action="store_true", help="go on with the last, unfinished run on its copy (default: a fresh copy)")
+    ap.add_argument(
+        "--resume", action="store_true", help="go on with the last, unfinished run on its copy (default: a fresh copy)"
+    )
     ap.add_argument("--summary", action="store_true", help="only summarise the last run")
-    ap.add_argument("--max-children", type=int, default=None, help="parallel mutant runs (default: mutmut's, the CPU count)")
-    ap.add_argument("--sample", default="", help="run only the mutants whose number ends in one of these digits (e.g. 5: one in ten)")
-    ap.add_argument("--only", nargs="+", default=[], metavar="MUTANT", help="run only these mutants (names or globs, as the summary prints them)")
+    ap.add_argument(
+        "--max-children", type=int, default=None, help="parallel mutant runs (default: mutmut's, the CPU count)"
+    )
+    ap.add_argument(
+        "--sample",
+        default="",
+        help="run only the mutants whose number ends in one of these digits (e.g. 5: one in ten)",
+    )
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        metavar="MUTANT",
+        help="run only these mutants (names or globs, as the summary prints them)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the summary to this file")
     args = ap.parse_args(argv)
     if args.sample and not args.sample.isdigit():
@@ -146,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     res = results(args.sample)
     print_summary(res)
     if args.json:
-        args.json.write_text(json.dumps({m: {**asdict(r), "total": r.total, "kill_rate": r.kill_rate} for m, r in res.items()}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps({m: {**asdict(r), "total": r.total, "kill_rate": r.kill_rate} for m, r in res.items()}, indent=1)
+            + "\n"
+        )
     return 0
 
 

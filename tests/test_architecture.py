@@ -14,7 +14,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: source folder -> the package it is installed as (pyproject's package-dir)
-SOURCES = {"grpo_identity": "grpo_identity", "proofs": "grpo_identity.proofs", "checks": "grpo_identity.checks", "trainer": "grpo_identity.trainer"}
+SOURCES = {
+    "grpo_identity": "grpo_identity",
+    "proofs": "grpo_identity.proofs",
+    "checks": "grpo_identity.checks",
+    "trainer": "grpo_identity.trainer",
+}
 
 #: layer -> module prefixes (longest prefix wins)
 LAYERS: dict[str, tuple[str, ...]] = {
@@ -65,7 +70,12 @@ def modules() -> dict[str, Path]:
             rel = path.relative_to(ROOT / folder).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
             name = ".".join([package, *parts]) if parts else package
-            if folder == "grpo_identity" and name.split(".")[1:2] and (ROOT / name.split(".")[1]).is_dir() and name.split(".")[1] in SOURCES:
+            if (
+                folder == "grpo_identity"
+                and name.split(".")[1:2]
+                and (ROOT / name.split(".")[1]).is_dir()
+                and name.split(".")[1] in SOURCES
+            ):
                 continue  # not reached: the mapped folders live outside grpo_identity/
             out[name] = path
     return out
@@ -96,7 +106,9 @@ def violations() -> list[str]:
     bad = []
     for name, path in mods.items():
         own = layer_of(name)
-        assert own is not None, f"module {name} belongs to no layer: add it to LAYERS (tests/test_architecture.py) and ARCHITECTURE.md"
+        assert own is not None, (
+            f"module {name} belongs to no layer: add it to LAYERS (tests/test_architecture.py) and ARCHITECTURE.md"
+        )
         for target in sorted(imports_of(name, path, known)):
             if target == "grpo_identity":
                 continue
@@ -123,7 +135,15 @@ def test_the_checker_sees_imports_inside_functions(tmp_path, monkeypatch):
     assert "grpo_identity.dial (dial) imports grpo_identity.app.cli (app)" in violations()
 
 
-@pytest.mark.parametrize("name", ["grpo_identity.formulas", "grpo_identity.checks.auditor", "grpo_identity.trainer.lm.train", "grpo_identity.app.commands.verify"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "grpo_identity.formulas",
+        "grpo_identity.checks.auditor",
+        "grpo_identity.trainer.lm.train",
+        "grpo_identity.app.commands.verify",
+    ],
+)
 def test_every_module_has_a_layer(name):
     assert layer_of(name) is not None and name in modules()
 

@@ -11,8 +11,7 @@ import pytest
 import grpo_identity
 
 MODULES = sorted(
-    {m.name for m in pkgutil.walk_packages(grpo_identity.__path__, "grpo_identity.")}
-    - {"grpo_identity.__main__"}
+    {m.name for m in pkgutil.walk_packages(grpo_identity.__path__, "grpo_identity.")} - {"grpo_identity.__main__"}
 )
 
 

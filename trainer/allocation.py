@@ -88,7 +88,9 @@ def _run_arm(arm: str, p0: FloatArray, config: BernoulliConfig, eps: float) -> d
     theta = torch.logit(torch.as_tensor(p0, dtype=torch.float64)).requires_grad_(True)  # (M,)
     opt = torch.optim.SGD([theta], lr=config.lr)
     hard = np.argsort(p0, kind="stable")[: max(1, int(round(HARD_QUANTILE * M)))]
-    curves: dict[str, list[float]] = {k: [] for k in ("hard_mean_p", "mean_p", "silent_frac", "silent_rollouts", "samples", "max_group")}
+    curves: dict[str, list[float]] = {
+        k: [] for k in ("hard_mean_p", "mean_p", "silent_frac", "silent_rollouts", "samples", "max_group")
+    }
     max_err, samples = 0.0, 0
     for _ in range(config.steps):
         p_np = torch.sigmoid(theta).detach().numpy().copy()
@@ -186,11 +188,21 @@ def main(argv: list[str] | None = None) -> int:
     from grpo_identity.foundation import dumps, emit_json, format_table
     from grpo_identity.trainer.config import add_arguments, from_namespace
 
-    ap = argparse.ArgumentParser(prog="python -m grpo_identity.trainer.allocation", description="fixed G against allocate() at equal total samples")
+    ap = argparse.ArgumentParser(
+        prog="python -m grpo_identity.trainer.allocation",
+        description="fixed G against allocate() at equal total samples",
+    )
     add_arguments(ap, BernoulliConfig, {"num_prompts": ["--M", "--num-prompts"], "group_size": ["--G", "--group-size"]})
-    ap.add_argument("--eps", type=float, default=DEFAULT_EPS, help=f"the allocator's tolerance: fidelity >= 1 - eps (default: {DEFAULT_EPS})")
+    ap.add_argument(
+        "--eps",
+        type=float,
+        default=DEFAULT_EPS,
+        help=f"the allocator's tolerance: fidelity >= 1 - eps (default: {DEFAULT_EPS})",
+    )
     ap.add_argument("--json", action="store_true", help="print the result as JSON (without the per-step curves)")
-    ap.add_argument("--out", metavar="FILE", help="also write the whole result, per-step curves included, as JSON to FILE")
+    ap.add_argument(
+        "--out", metavar="FILE", help="also write the whole result, per-step curves included, as JSON to FILE"
+    )
     args = ap.parse_args(argv)
     if not 0 < args.eps < 1:
         ap.exit(2, f"{ap.prog}: error: --eps must be in (0, 1), got {args.eps:g}\n")
@@ -207,10 +219,35 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         emit_json({k: v for k, v in r.items() if k != "curves"})
         return 0
-    rows = [[a, r["samples"][a], r["hard_final"][a], r["hard_steps_to_target"][a] if r["hard_steps_to_target"][a] is not None else "never",
-             r["silent_frac"][a], r["silent_rollouts"][a], r["final_mean_solve_rate"][a]] for a in ALLOCATION_ARMS]
-    print(format_table(rows, ["arm", "samples", "hard quartile final p", f"steps to {HARD_TARGET}", "silent groups", "rollouts in silent groups", "final mean p"]))
-    print(f"identity max |autograd - prediction| = {r['identity_max_abs_err']:.3g}; hard quartile starts at {r['hard_initial']:.4f}; eps {r['eps']}; {r['solve_rate_source']}")
+    rows = [
+        [
+            a,
+            r["samples"][a],
+            r["hard_final"][a],
+            r["hard_steps_to_target"][a] if r["hard_steps_to_target"][a] is not None else "never",
+            r["silent_frac"][a],
+            r["silent_rollouts"][a],
+            r["final_mean_solve_rate"][a],
+        ]
+        for a in ALLOCATION_ARMS
+    ]
+    print(
+        format_table(
+            rows,
+            [
+                "arm",
+                "samples",
+                "hard quartile final p",
+                f"steps to {HARD_TARGET}",
+                "silent groups",
+                "rollouts in silent groups",
+                "final mean p",
+            ],
+        )
+    )
+    print(
+        f"identity max |autograd - prediction| = {r['identity_max_abs_err']:.3g}; hard quartile starts at {r['hard_initial']:.4f}; eps {r['eps']}; {r['solve_rate_source']}"
+    )
     return 0
 
 

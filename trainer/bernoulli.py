@@ -110,7 +110,9 @@ class _Measurements:
     def __init__(self, arm: str, p0: FloatArray, config: BernoulliConfig) -> None:
         self.arm, self.G, self.steps = arm, config.group_size, config.steps
         self.hard = hardest_quartile(p0)
-        self.curves: dict[str, list[float]] = {k: [] for k in ("silent_measured", "silent_predicted", "mean_p", "hard_mean_p", "samples")}
+        self.curves: dict[str, list[float]] = {
+            k: [] for k in ("silent_measured", "silent_predicted", "mean_p", "hard_mean_p", "samples")
+        }
         self.max_err = 0.0
         self.samples = 0
         self.silent_after = 0.0
@@ -138,7 +140,10 @@ class _Measurements:
         ext = is_extreme(p_np)
         weights = {"measured": np.abs(grad)}
         if self.arm != "dapo":
-            weights |= {"finite_g": gradient_weights(p_np, self.G)[self.arm], "large_g": gradient_weights(p_np)[self.arm]}
+            weights |= {
+                "finite_g": gradient_weights(p_np, self.G)[self.arm],
+                "large_g": gradient_weights(p_np)[self.arm],
+            }
         for form, w in weights.items():
             self.run_mass[form]["all"] += float(w.sum())
             self.run_mass[form]["extreme"] += float(w[ext].sum())
@@ -153,7 +158,10 @@ class _Measurements:
             "final_mean_p": float(p_final.mean()),
             "samples": self.samples,
             "silent_after_draws": self.silent_after / self.steps,
-            "extreme_share_run": {f: self.run_mass[f]["extreme"] / self.run_mass[f]["all"] if self.run_mass[f]["all"] > 0 else 0.0 for f in forms},
+            "extreme_share_run": {
+                f: self.run_mass[f]["extreme"] / self.run_mass[f]["all"] if self.run_mass[f]["all"] > 0 else 0.0
+                for f in forms
+            },
         }
 
 
@@ -275,10 +283,16 @@ def _initial_shares(p0: FloatArray, config: BernoulliConfig, mass: dict[str, Flo
     bins = mass_bin(p0)
     out: dict[str, dict[str, Any]] = {}
     for arm in ("grpo", "dr_grpo"):
-        forms = {"measured": mass[arm], "finite_g": gradient_weights(p0, config.group_size)[arm], "large_g": gradient_weights(p0)[arm]}
+        forms = {
+            "measured": mass[arm],
+            "finite_g": gradient_weights(p0, config.group_size)[arm],
+            "large_g": gradient_weights(p0)[arm],
+        }
         by_bin = {form: _bin_share(w, bins) for form, w in forms.items()}
-        out[arm] = {"extreme": {form: float(v[EXTREME_BINS].sum()) for form, v in by_bin.items()},
-                    "by_bin": {form: v.tolist() for form, v in by_bin.items()}}
+        out[arm] = {
+            "extreme": {form: float(v[EXTREME_BINS].sum()) for form, v in by_bin.items()},
+            "by_bin": {form: v.tolist() for form, v in by_bin.items()},
+        }
     return out
 
 
@@ -352,7 +366,10 @@ def run_bernoulli(config: BernoulliConfig | None = None, progress: bool = False)
         "solve_rate_source": source,
         "config": dataclasses.asdict(config),
         "curves": curves,
-        "mass_by_p": {"bin_edges": np.linspace(0.0, 1.0, MASS_BINS + 1).tolist(), **{a: shares[a]["by_bin"] for a in shares}},
+        "mass_by_p": {
+            "bin_edges": np.linspace(0.0, 1.0, MASS_BINS + 1).tolist(),
+            **{a: shares[a]["by_bin"] for a in shares},
+        },
     }
     result["seconds"] = time.perf_counter() - start
     return _round(result)
@@ -388,12 +405,21 @@ def plot_bernoulli(result: dict[str, Any], path: str) -> None:
     width = np.diff(edges)
     for i, arm in enumerate(("dr_grpo", "grpo")):
         mb = result["mass_by_p"][arm]
-        bars = b.bar(centres + (i - 0.5) * width * 0.45, mb["measured"], width * 0.45, alpha=0.6, label=f"{_LABELS[arm]} measured")
+        bars = b.bar(
+            centres + (i - 0.5) * width * 0.45,
+            mb["measured"],
+            width * 0.45,
+            alpha=0.6,
+            label=f"{_LABELS[arm]} measured",
+        )
         colour = bars.patches[0].get_facecolor()[:3]
         b.plot(centres, mb["finite_g"], "-", color=colour, lw=1.2, label=f"{_LABELS[arm]} finite-G form")
         b.plot(centres, mb["large_g"], ":", color=colour, lw=1.2, label=f"{_LABELS[arm]} large-G form")
     es = result["extreme_share"]
-    b.set_title(f"(b) gradient mass at the start; extreme: GRPO {100 * es['grpo']['measured']:.1f} %, Dr. GRPO {100 * es['dr_grpo']['measured']:.1f} %", fontsize=9)
+    b.set_title(
+        f"(b) gradient mass at the start; extreme: GRPO {100 * es['grpo']['measured']:.1f} %, Dr. GRPO {100 * es['dr_grpo']['measured']:.1f} %",
+        fontsize=9,
+    )
     b.set_xlabel("initial solve rate p")
     b.set_ylabel(f"share of |gradient| at p0 ({cfg.get('mass_draws', '?')} draws)")
     b.set_ylim(0, 1.45 * b.get_ylim()[1])
@@ -401,12 +427,19 @@ def plot_bernoulli(result: dict[str, Any], path: str) -> None:
 
     for arm in ARMS:
         cv = result["curves"][arm]
-        c.plot(np.arange(len(cv["hard_mean_p"])), cv["hard_mean_p"], label=f"{_LABELS[arm]} (final {result['hard_final'][arm]:.2f})")
+        c.plot(
+            np.arange(len(cv["hard_mean_p"])),
+            cv["hard_mean_p"],
+            label=f"{_LABELS[arm]} (final {result['hard_final'][arm]:.2f})",
+        )
     c.set_xlabel("step")
     c.set_ylabel("mean p, hardest initial quartile")
     c.set_title(f"(c) hardest quartile; DAPO uses {result['dapo_oversample']:.2f}× the samples", fontsize=9)
     c.legend(fontsize=7)
-    fig.suptitle(f"Bernoulli-logit run: M={cfg['num_prompts']}, G={cfg['group_size']}, lr={cfg['lr']}, {cfg['steps']} steps; {result['solve_rate_source']}", fontsize=8)
+    fig.suptitle(
+        f"Bernoulli-logit run: M={cfg['num_prompts']}, G={cfg['group_size']}, lr={cfg['lr']}, {cfg['steps']} steps; {result['solve_rate_source']}",
+        fontsize=8,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

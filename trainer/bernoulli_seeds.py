@@ -84,7 +84,10 @@ def seed_spread(config: BernoulliConfig, seeds: Sequence[int], progress: bool = 
             per_seed[name].append(v)
         seconds.append(r["seconds"])
         if progress:
-            print(f"seed {seed} ({i + 1}/{len(seeds)}): " + ", ".join(f"{k} {v[-1]:.6g}" for k, v in per_seed.items()), file=sys.stderr)
+            print(
+                f"seed {seed} ({i + 1}/{len(seeds)}): " + ", ".join(f"{k} {v[-1]:.6g}" for k, v in per_seed.items()),
+                file=sys.stderr,
+            )
     cfg = {k: v for k, v in dataclasses.asdict(config).items() if k != "seed"}
     return {
         "config": cfg,
@@ -100,7 +103,9 @@ def seed_spread(config: BernoulliConfig, seeds: Sequence[int], progress: bool = 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m grpo_identity.trainer.bernoulli_seeds --seeds N --out DIR`` (default settings)."""
-    p = argparse.ArgumentParser(prog="python -m grpo_identity.trainer.bernoulli_seeds", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m grpo_identity.trainer.bernoulli_seeds", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--seeds", type=int, default=10, help="run seeds 0 … N−1 (default 10, at least 2)")
     p.add_argument("--out", required=True, help="folder for spread.json and command.txt")
     args = p.parse_args(argv)
@@ -112,7 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     spread = seed_spread(BernoulliConfig(), list(range(args.seeds)), progress=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "spread.json").write_text(json.dumps(spread, indent=2) + "\n")
-    (out / "command.txt").write_text(f"python -m grpo_identity.trainer.bernoulli_seeds --seeds {args.seeds} --out {args.out}\n")
+    (out / "command.txt").write_text(
+        f"python -m grpo_identity.trainer.bernoulli_seeds --seeds {args.seeds} --out {args.out}\n"
+    )
     print(f"wrote {out / 'spread.json'}")
     return 0
 

@@ -94,8 +94,14 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, flags: Mapping[str
         opts = list(flags.get(f.name, [f"--{f.name.replace('_', '-')}"]))
         kind: Any = {"int": int, "float": float}.get(str(f.type), str)
         default = f.default
-        parser.add_argument(*opts, dest=f.name, type=kind, default=default, metavar=f.name.upper() if kind is str else None,
-                            help=f"{docs.get(f.name, '')} (default: {default})")
+        parser.add_argument(
+            *opts,
+            dest=f.name,
+            type=kind,
+            default=default,
+            metavar=f.name.upper() if kind is str else None,
+            help=f"{docs.get(f.name, '')} (default: {default})",
+        )
 
 
 def from_namespace(cls: type[C], args: argparse.Namespace) -> C:

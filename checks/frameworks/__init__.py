@@ -18,7 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["FRAMEWORKS", "ESTIMATOR_KEY", "LEVELS", "RESPONSE_LENGTH", "PROMPT_LENGTH", "lengths_for", "FrameworkSpec", "AdapterError", "parse_spec", "parse_set"]
+__all__ = [
+    "FRAMEWORKS",
+    "ESTIMATOR_KEY",
+    "LEVELS",
+    "RESPONSE_LENGTH",
+    "PROMPT_LENGTH",
+    "lengths_for",
+    "FrameworkSpec",
+    "AdapterError",
+    "parse_spec",
+    "parse_set",
+]
 
 #: frameworks with a config-driven driver
 FRAMEWORKS = ("trl", "verl", "areal", "openrlhf")
@@ -74,7 +85,9 @@ class FrameworkSpec:
         estimator-function form has no loss: the advantages)."""
         return self.level or ("advantage" if self.estimator is not None else "gradient")
 
-    def with_sets(self, sets: list[tuple[str, str]], config: str | None = None, level: str | None = None) -> FrameworkSpec:
+    def with_sets(
+        self, sets: list[tuple[str, str]], config: str | None = None, level: str | None = None
+    ) -> FrameworkSpec:
         """This spec with more ``--set`` pairs (later ones win), a config file and a level."""
         return replace(self, sets=(*self.sets, *sets), config=config or self.config, level=level or self.level)
 

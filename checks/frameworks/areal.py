@@ -40,7 +40,15 @@ import numpy as np
 
 from grpo_identity.checks.frameworks import PROMPT_LENGTH, RESPONSE_LENGTH, AdapterError, FrameworkSpec, lengths_for
 
-__all__ = ["import_check", "load_config", "advantage_target", "gradient_target", "lengths_for", "PROMPT_LENGTH", "RESPONSE_LENGTH"]
+__all__ = [
+    "import_check",
+    "load_config",
+    "advantage_target",
+    "gradient_target",
+    "lengths_for",
+    "PROMPT_LENGTH",
+    "RESPONSE_LENGTH",
+]
 
 #: the names AReaL's config leaves mandatory (``???``), which a training YAML always gives;
 #: ``{root}`` is a fresh temporary directory (nothing is written there)
@@ -66,7 +74,6 @@ def import_check() -> None:
     importlib.import_module("areal.api.cli_args")
     importlib.import_module("areal.trainer.ppo.actor")
     importlib.import_module("grpo_identity.checks.target")
-
 
 
 def _release() -> str:
@@ -103,7 +110,9 @@ def load_config(spec: FrameworkSpec) -> Any:
         raise AdapterError(f"AReaL {version('areal')}: areal.api.cli_args does not import here ({exc})") from None
     for name in ("parse_cli_args", "to_structured_cfg", "GRPOConfig"):
         if not hasattr(cli_args, name):
-            raise AdapterError(f"{_release()} has no areal.api.cli_args.{name} (the driver knows AReaL's loader of 1.0)")
+            raise AdapterError(
+                f"{_release()} has no areal.api.cli_args.{name} (the driver knows AReaL's loader of 1.0)"
+            )
     overrides = [_override(k, v) for k, v in spec.sets]
     try:
         with tempfile.TemporaryDirectory(prefix="grpo-identity-areal-") as folder:
@@ -183,7 +192,9 @@ def _batch(actor: Any, rewards: np.ndarray, G: int, lengths: np.ndarray) -> list
     return [concat_padded_tensors(rows[i : i + G]) for i in range(0, len(rows), G)]
 
 
-def _advantages(actor: Any, rewards: np.ndarray, G: int, lengths: np.ndarray) -> tuple[np.ndarray, list[dict[str, Any]]]:
+def _advantages(
+    actor: Any, rewards: np.ndarray, G: int, lengths: np.ndarray
+) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """One advantage per trajectory (its response tokens' common value), and the actor's output."""
     out = actor.compute_advantages(_batch(actor, rewards, G, lengths))
     values = []
@@ -194,7 +205,9 @@ def _advantages(actor: Any, rewards: np.ndarray, G: int, lengths: np.ndarray) ->
             if tokens.numel() == 0:
                 raise RuntimeError("a response has no token in the actor's loss mask")
             if float((tokens - tokens[0]).abs().max()) > 1e-6 * max(1.0, float(tokens[0].abs())):
-                raise RuntimeError("token advantages vary within a response: not an outcome advantage of one value per answer")
+                raise RuntimeError(
+                    "token advantages vary within a response: not an outcome advantage of one value per answer"
+                )
             values.append(float(tokens[0]))
     return np.asarray(values, dtype=np.float64), out
 
@@ -208,7 +221,9 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
         G = int(group_size)
         return _advantages(actors(G), rewards, G, lengths_for(len(rewards)))[0]
 
-    areal_actor_advantage.grpo_identity_info = _info(spec, cfg, "PPOActor.compute_advantages (engine unused; KL reward 0)")  # type: ignore[attr-defined]
+    areal_actor_advantage.grpo_identity_info = _info(
+        spec, cfg, "PPOActor.compute_advantages (engine unused; KL reward 0)"
+    )  # type: ignore[attr-defined]
     return areal_actor_advantage
 
 
@@ -218,7 +233,19 @@ def _loss_fn(module: Any, a: Any) -> Callable[..., Any]:
 
     if not hasattr(module, "grpo_loss_fn"):
         raise AdapterError(f"{_release()} has no areal.trainer.ppo.actor.grpo_loss_fn")
-    opts = ("eps_clip", "eps_clip_higher", "c_clip", "rejection_sampling", "m2_threshold", "importance_sampling_level", "prox_logp_method", "use_sapo_loss", "sapo_tau_pos", "sapo_tau_neg", "use_decoupled_loss")
+    opts = (
+        "eps_clip",
+        "eps_clip_higher",
+        "c_clip",
+        "rejection_sampling",
+        "m2_threshold",
+        "importance_sampling_level",
+        "prox_logp_method",
+        "use_sapo_loss",
+        "sapo_tau_pos",
+        "sapo_tau_neg",
+        "use_decoupled_loss",
+    )
     return functools.partial(module.grpo_loss_fn, current_version=0, **{k: getattr(a, k) for k in opts})
 
 
@@ -233,9 +260,13 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     actors = _Actors(cfg)
     loss_fn = _loss_fn(actors.module, cfg.actor)
 
-    def areal_grpo_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray | None) -> dict[str, np.ndarray]:
+    def areal_grpo_loss_gradient(
+        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None
+    ) -> dict[str, np.ndarray]:
         G = int(group_size)
-        adv, out = _advantages(actors(G), rewards, G, lengths_for(len(rewards)) if lengths is None else np.asarray(lengths))
+        adv, out = _advantages(
+            actors(G), rewards, G, lengths_for(len(rewards)) if lengths is None else np.asarray(lengths)
+        )
         if lengths is None:  # the advantages alone (the advantage audit of the same run)
             return {"advantages": adv}
         data = concat_padded_tensors(out)  # the batch _ppo_update receives, rows in the caller's order
@@ -245,7 +276,11 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         return {"advantages": adv, "coefficients": -grad.double().numpy(), "mask": data["loss_mask"].double().numpy()}
 
     entry = "PPOActor.compute_advantages, then grpo_loss_fn as _ppo_update binds it (one minibatch, one micro-batch; the engine's forward bypassed: log-probs given)"
-    areal_grpo_loss_gradient.grpo_identity_info = {**_info(spec, cfg, entry), "ppo_n_minibatches": "1 (the audit's batch is one update)", "lengths_optional": True}  # type: ignore[attr-defined]
+    areal_grpo_loss_gradient.grpo_identity_info = {
+        **_info(spec, cfg, entry),
+        "ppo_n_minibatches": "1 (the audit's batch is one update)",
+        "lengths_optional": True,
+    }  # type: ignore[attr-defined]
     return areal_grpo_loss_gradient
 
 

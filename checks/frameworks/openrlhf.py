@@ -46,7 +46,17 @@ import numpy as np
 
 from grpo_identity.checks.frameworks import PROMPT_LENGTH, AdapterError, FrameworkSpec, lengths_for
 
-__all__ = ["import_check", "StandIns", "stand_ins", "cli_args", "argv_of", "advantage_target", "gradient_target", "lengths_for", "GPU_ONLY"]
+__all__ = [
+    "import_check",
+    "StandIns",
+    "stand_ins",
+    "cli_args",
+    "argv_of",
+    "advantage_target",
+    "gradient_target",
+    "lengths_for",
+    "GPU_ONLY",
+]
 
 #: packages OpenRLHF's import chain reaches that only exist for CUDA
 GPU_ONLY = ("flash_attn", "vllm")
@@ -56,7 +66,12 @@ DRIVER_SETS = (("rollout.micro_batch_size", "3"),)
 #: the CLI module whose parser the driver runs
 CLI_MODULE = "openrlhf.cli.train_ppo_ray"
 #: the modules the driver calls into
-MODULES = ("openrlhf.trainer.ppo_utils.experience_maker", "openrlhf.trainer.ppo_utils.experience", "openrlhf.trainer.ppo_utils.kl_controller", "openrlhf.models.loss")
+MODULES = (
+    "openrlhf.trainer.ppo_utils.experience_maker",
+    "openrlhf.trainer.ppo_utils.experience",
+    "openrlhf.trainer.ppo_utils.kl_controller",
+    "openrlhf.models.loss",
+)
 
 
 class StandIns(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -87,7 +102,9 @@ def _placeholder_of(module: str) -> Callable[[str], Any]:
             raise AttributeError(name)
 
         def refuse(self: Any, *a: Any, **k: Any) -> None:
-            raise RuntimeError(f"{module}.{name} is a grpo-identity stand-in (a GPU-only package): the audit never calls it")
+            raise RuntimeError(
+                f"{module}.{name} is a grpo-identity stand-in (a GPU-only package): the audit never calls it"
+            )
 
         return type(name, (), {"__init__": refuse, "__module__": module})
 
@@ -193,7 +210,11 @@ def cli_args(spec: FrameworkSpec, group_size: int) -> Any:
     def stop(args: Any) -> Any:
         raise _Parsed(args)
 
-    patches = [(argparse.ArgumentParser, "parse_args", parse), (mods["ray"], "is_initialized", lambda: True), (mods["openrlhf.utils"], "get_strategy", stop)]
+    patches = [
+        (argparse.ArgumentParser, "parse_args", parse),
+        (mods["ray"], "is_initialized", lambda: True),
+        (mods["openrlhf.utils"], "get_strategy", stop),
+    ]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
     err = io.StringIO()
     try:
@@ -208,18 +229,25 @@ def cli_args(spec: FrameworkSpec, group_size: int) -> Any:
         return done.config
     except SystemExit:  # argparse: an unknown option, a value of the wrong type or choice
         last = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        raise AdapterError(f"OpenRLHF {_release()} rejects the config ({spec.describe()}): {last[-1].split('error: ')[-1] if last else 'bad arguments'}") from None
+        raise AdapterError(
+            f"OpenRLHF {_release()} rejects the config ({spec.describe()}): {last[-1].split('error: ')[-1] if last else 'bad arguments'}"
+        ) from None
     except AssertionError as exc:  # train_ppo_ray's checks after parsing
-        raise AdapterError(f"OpenRLHF {_release()} rejects the config ({spec.describe()}): {str(exc) or 'an assertion of train_ppo_ray'}") from None
+        raise AdapterError(
+            f"OpenRLHF {_release()} rejects the config ({spec.describe()}): {str(exc) or 'an assertion of train_ppo_ray'}"
+        ) from None
     except ImportError as exc:
         raise AdapterError(f"OpenRLHF {_release()}: {CLI_MODULE} does not import here ({exc})") from None
     except Exception as exc:  # its checks fail on a config they do not expect (gae without a reward model …)
-        raise AdapterError(f"OpenRLHF {_release()}: {CLI_MODULE} fails on this config ({spec.describe()}): {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        raise AdapterError(
+            f"OpenRLHF {_release()}: {CLI_MODULE} fails on this config ({spec.describe()}): {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
     finally:
         for obj, name, old in saved:
             setattr(obj, name, old)
-    raise AdapterError(f"OpenRLHF {_release()}: {CLI_MODULE} ran to its end without calling get_strategy(args) (the driver knows the 0.11 command line)")
-
+    raise AdapterError(
+        f"OpenRLHF {_release()}: {CLI_MODULE} ran to its end without calling get_strategy(args) (the driver knows the 0.11 command line)"
+    )
 
 
 def _maker(args: Any) -> Any:
@@ -232,7 +260,11 @@ def _maker(args: Any) -> Any:
         if not hasattr(module, name):
             raise AdapterError(f"OpenRLHF {_release()} has no {module.__name__}.{name} (the driver knows 0.11)")
     kl = args.algo.kl
-    kl_ctl = klc.AdaptiveKLController(kl.init_coef, kl.target, kl.horizon) if kl.target else klc.FixedKLController(kl.init_coef)  # as PPOTrainer builds it
+    kl_ctl = (
+        klc.AdaptiveKLController(kl.init_coef, kl.target, kl.horizon)
+        if kl.target
+        else klc.FixedKLController(kl.init_coef)
+    )  # as PPOTrainer builds it
     tokenizer = SimpleNamespace(pad_token_id=0)
     return em.RemoteExperienceMaker(None, None, None, None, kl_ctl, SimpleNamespace(args=args), tokenizer)
 
@@ -246,7 +278,19 @@ def _rollout(rewards: np.ndarray, lengths: np.ndarray) -> list[Any]:
     for i, (r, ell) in enumerate(zip(np.asarray(rewards, dtype=np.float64), np.asarray(lengths, dtype=int))):
         seq = torch.arange(3, 3 + PROMPT_LENGTH + int(ell)).unsqueeze(0)  # (1, prompt + response)
         action = torch.ones(1, int(ell), dtype=torch.bool)  # (1, response)
-        out.append(Experience(sequences=seq, attention_mask=torch.ones_like(seq), action_mask=action, rewards=torch.tensor([float(r)], dtype=torch.float32), response_length=torch.tensor([int(ell)]), truncated=torch.tensor([False]), total_length=torch.tensor([PROMPT_LENGTH + int(ell)]), prompts=[f"prompt {i}"], labels=[""]))
+        out.append(
+            Experience(
+                sequences=seq,
+                attention_mask=torch.ones_like(seq),
+                action_mask=action,
+                rewards=torch.tensor([float(r)], dtype=torch.float32),
+                response_length=torch.tensor([int(ell)]),
+                truncated=torch.tensor([False]),
+                total_length=torch.tensor([PROMPT_LENGTH + int(ell)]),
+                prompts=[f"prompt {i}"],
+                labels=[""],
+            )
+        )
     return out
 
 
@@ -271,7 +315,9 @@ def _per_response(experiences: list[Any], n: int, estimator: str) -> np.ndarray:
         for row, i in enumerate(exp.index):
             tokens = adv[row][mask[row]]
             if float(tokens.max() - tokens.min()) > 1e-6 * max(1.0, float(tokens.abs().max())):
-                raise RuntimeError(f"estimator {estimator!r} gives token advantages that vary within a response (spread {float(tokens.max() - tokens.min()):.3g}): not an outcome advantage of one value per answer")
+                raise RuntimeError(
+                    f"estimator {estimator!r} gives token advantages that vary within a response (spread {float(tokens.max() - tokens.min()):.3g}): not an outcome advantage of one value per answer"
+                )
             out[i] = float(tokens[0])
     if np.isnan(out).any():
         raise RuntimeError("the experience maker returned fewer responses than it was given")
@@ -286,9 +332,13 @@ class _Configs:
         self.by_g: dict[int, Any] = {}
         named = [v.strip().lower() for k, v in spec.sets if k.lstrip("-") == "algo.advantage.estimator"]
         if not named:
-            raise AdapterError(f"OpenRLHF {_release()}: set the estimator (--set algo.advantage.estimator=group_norm, dr_grpo, rloo, reinforce_baseline, reinforce …); its default, gae, needs a critic")
+            raise AdapterError(
+                f"OpenRLHF {_release()}: set the estimator (--set algo.advantage.estimator=group_norm, dr_grpo, rloo, reinforce_baseline, reinforce …); its default, gae, needs a critic"
+            )
         if named[-1] == "gae" or self.get(2).algo.advantage.estimator == "gae":  # the CLI wants a reward model for gae
-            raise AdapterError(f"OpenRLHF {_release()}: algo.advantage.estimator=gae needs a critic's values; the driver audits the critic-free estimators (reinforce, rloo, reinforce_baseline, group_norm, dr_grpo …)")
+            raise AdapterError(
+                f"OpenRLHF {_release()}: algo.advantage.estimator=gae needs a critic's values; the driver audits the critic-free estimators (reinforce, rloo, reinforce_baseline, group_norm, dr_grpo …)"
+            )
 
     def get(self, G: int) -> Any:
         if G not in self.by_g:
@@ -306,7 +356,9 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
         exps = _experiences(_maker(args), rewards, lengths_for(len(rewards)))
         return _per_response(exps, len(rewards), args.algo.advantage.estimator)
 
-    openrlhf_advantage.grpo_identity_info = _info(spec, configs.get(2), "RemoteExperienceMaker.compute_advantages_and_returns")  # type: ignore[attr-defined]
+    openrlhf_advantage.grpo_identity_info = _info(
+        spec, configs.get(2), "RemoteExperienceMaker.compute_advantages_and_returns"
+    )  # type: ignore[attr-defined]
     return openrlhf_advantage
 
 
@@ -323,35 +375,71 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
             raise AdapterError(f"OpenRLHF {_release()} has no openrlhf.models.loss.{name} (the driver knows 0.11)")
     from openrlhf.utils.loss_utils import get_loss_batch_info
 
-    def openrlhf_policy_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray | None) -> dict[str, np.ndarray]:
+    def openrlhf_policy_loss_gradient(
+        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None
+    ) -> dict[str, np.ndarray]:
         args = configs.get(int(group_size))
         rewards = np.asarray(rewards, dtype=np.float64)
-        exps = _experiences(_maker(args), rewards, lengths_for(len(rewards)) if lengths is None else np.asarray(lengths, dtype=int))
+        exps = _experiences(
+            _maker(args), rewards, lengths_for(len(rewards)) if lengths is None else np.asarray(lengths, dtype=int)
+        )
         adv = _per_response(exps, len(rewards), args.algo.advantage.estimator)
         if lengths is None:  # the advantages alone (the advantage audit of the same run)
             return {"advantages": adv}
         Experience = mods["openrlhf.trainer.ppo_utils.experience"].Experience
-        batch = Experience.concat_experiences(exps, 0)  # the whole batch as one training micro-batch (one optimizer step)
+        batch = Experience.concat_experiences(
+            exps, 0
+        )  # the whole batch as one training micro-batch (one optimizer step)
         mask = batch.action_mask
         log_prob = torch.full(mask.shape, -1.0, requires_grad=True)  # (B, A); on-policy: old = current
         info = get_loss_batch_info(SimpleNamespace(), mask)
-        loss, *_ = _policy_loss(loss_mod, args)(log_prob, log_prob.detach(), batch.advantages, action_mask=mask, rollout_log_probs=None, **info)
+        loss, *_ = _policy_loss(loss_mod, args)(
+            log_prob, log_prob.detach(), batch.advantages, action_mask=mask, rollout_log_probs=None, **info
+        )
         (grad,) = torch.autograd.grad(loss, log_prob)
         coeff, m = np.empty(mask.shape), np.empty(mask.shape)
         coeff[batch.index], m[batch.index] = -grad.double().numpy(), mask.double().numpy()
         return {"advantages": adv, "coefficients": coeff, "mask": m}
 
     args = configs.get(2)
-    openrlhf_policy_loss_gradient.grpo_identity_info = {**_info(spec, args, "compute_advantages_and_returns + models.loss.PolicyLoss (aggregate_loss)"), "loss_agg_mode": str(args.actor.loss_agg_mode), "policy_loss_type": str(args.actor.policy_loss_type), "lengths_optional": True}  # type: ignore[attr-defined]
+    openrlhf_policy_loss_gradient.grpo_identity_info = {
+        **_info(spec, args, "compute_advantages_and_returns + models.loss.PolicyLoss (aggregate_loss)"),
+        "loss_agg_mode": str(args.actor.loss_agg_mode),
+        "policy_loss_type": str(args.actor.policy_loss_type),
+        "lengths_optional": True,
+    }  # type: ignore[attr-defined]
     return openrlhf_policy_loss_gradient
 
 
 def _policy_loss(loss_mod: Any, args: Any) -> Any:
     """The actor's loss as ``PolicyModelActor`` builds it from the config."""
     actor, adv = args.actor, args.algo.advantage
-    return loss_mod.PolicyLoss(clip_eps_low=actor.eps_clip_low_high[0], clip_eps_high=actor.eps_clip_low_high[1], dual_clip=actor.dual_clip, token_level_loss=actor.loss_agg_mode == "token-mean", policy_loss_type=actor.policy_loss_type, is_correction_level=adv.is_correction_level, is_correction_mode=adv.is_correction_mode, is_correction_gating=adv.is_correction_gating, is_correction_threshold=adv.is_correction_threshold)
+    return loss_mod.PolicyLoss(
+        clip_eps_low=actor.eps_clip_low_high[0],
+        clip_eps_high=actor.eps_clip_low_high[1],
+        dual_clip=actor.dual_clip,
+        token_level_loss=actor.loss_agg_mode == "token-mean",
+        policy_loss_type=actor.policy_loss_type,
+        is_correction_level=adv.is_correction_level,
+        is_correction_mode=adv.is_correction_mode,
+        is_correction_gating=adv.is_correction_gating,
+        is_correction_threshold=adv.is_correction_threshold,
+    )
 
 
 def _info(spec: FrameworkSpec, args: Any, entry: str) -> dict[str, Any]:
     adv = args.algo.advantage
-    return {"framework": "openrlhf", "version": _release(), "entry": entry, "options": dict(spec.sets), "estimator": str(adv.estimator), "no_std_norm": bool(adv.no_std_norm), "gamma": float(adv.gamma), "kl_init_coef": float(args.algo.kl.init_coef), "reward_clip_range": list(args.reward.clip_range), "micro_batch_size": int(args.rollout.micro_batch_size), "stand_ins": sorted(_LOADED["stand_ins"]), "dtype": "float32"}
+    return {
+        "framework": "openrlhf",
+        "version": _release(),
+        "entry": entry,
+        "options": dict(spec.sets),
+        "estimator": str(adv.estimator),
+        "no_std_norm": bool(adv.no_std_norm),
+        "gamma": float(adv.gamma),
+        "kl_init_coef": float(args.algo.kl.init_coef),
+        "reward_clip_range": list(args.reward.clip_range),
+        "micro_batch_size": int(args.rollout.micro_batch_size),
+        "stand_ins": sorted(_LOADED["stand_ins"]),
+        "dtype": "float32",
+    }

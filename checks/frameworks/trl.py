@@ -32,7 +32,17 @@ __all__ = ["import_check", "grpo_config", "advantage_target", "gradient_target",
 #: completion length budget (tokens) of the gradient probes
 COMPLETION_LENGTH = RESPONSE_LENGTH
 #: what the driver sets before the user's config: CPU, no logging, no checkpoints, no KL model
-DRIVER_DEFAULTS: dict[str, Any] = {"use_cpu": True, "bf16": False, "report_to": "none", "num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": COMPLETION_LENGTH, "beta": 0.0, "logging_steps": 1, "save_strategy": "no"}
+DRIVER_DEFAULTS: dict[str, Any] = {
+    "use_cpu": True,
+    "bf16": False,
+    "report_to": "none",
+    "num_generations": 2,
+    "per_device_train_batch_size": 2,
+    "max_completion_length": COMPLETION_LENGTH,
+    "beta": 0.0,
+    "logging_steps": 1,
+    "save_strategy": "no",
+}
 
 
 def import_check() -> None:
@@ -64,9 +74,13 @@ def grpo_config(spec: FrameworkSpec) -> Any:
             (args,) = parser.parse_args_and_config(args=argv)
     except SystemExit:  # argparse: an unknown option or a value of the wrong type
         last = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        raise AdapterError(f"TRL {version('trl')} rejects the config ({spec.describe()}): {last[-1].split('error: ')[-1] if last else 'bad arguments'}") from None
+        raise AdapterError(
+            f"TRL {version('trl')} rejects the config ({spec.describe()}): {last[-1].split('error: ')[-1] if last else 'bad arguments'}"
+        ) from None
     except Exception as exc:  # GRPOConfig.__post_init__'s checks, an unreadable YAML file
-        raise AdapterError(f"TRL {version('trl')} rejects the config ({spec.describe()}): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise AdapterError(
+            f"TRL {version('trl')} rejects the config ({spec.describe()}): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
     return args
 
 
@@ -80,10 +94,29 @@ def _trainer(args: Any, state: dict[str, Any]) -> Any:
     vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", "<unk>", "a", "b", "c", "d"])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>", model_input_names=["input_ids", "attention_mask"])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        model_input_names=["input_ids", "attention_mask"],
+    )
     tokenizer.padding_side = "left"
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32, pad_token_id=0, bos_token_id=1, eos_token_id=1))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(vocab),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=32,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=1,
+        )
+    )
 
     def reward_fn(completions: list[Any], **kwargs: Any) -> list[float]:
         r = state["rewards"]
@@ -92,16 +125,26 @@ def _trainer(args: Any, state: dict[str, Any]) -> Any:
         return [float(v) for v in r]
 
     try:
-        return GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": ["a b"] * 2}))
+        return GRPOTrainer(
+            model=model,
+            reward_funcs=reward_fn,
+            args=args,
+            processing_class=tokenizer,
+            train_dataset=Dataset.from_dict({"prompt": ["a b"] * 2}),
+        )
     except Exception as exc:
-        raise AdapterError(f"TRL {version('trl')}: GRPOTrainer rejects the config: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise AdapterError(
+            f"TRL {version('trl')}: GRPOTrainer rejects the config: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
 
 
 def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> dict[str, Any]:
     import torch
 
     if not hasattr(trainer, "_generate_and_score_completions"):
-        raise AdapterError(f"TRL {version('trl')} has no GRPOTrainer._generate_and_score_completions (the driver knows it from 0.14 on)")
+        raise AdapterError(
+            f"TRL {version('trl')} has no GRPOTrainer._generate_and_score_completions (the driver knows it from 0.14 on)"
+        )
     trainer.num_generations = trainer.num_generations_eval = int(G)
     state["rewards"] = np.asarray(rewards, dtype=np.float64)
     inputs = [{"prompt": "a b"} for _ in range(len(rewards))]  # (n_groups·G,) rows, group by group
@@ -134,9 +177,13 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     if not hasattr(trainer, "current_gradient_accumulation_steps"):
         trainer.current_gradient_accumulation_steps = 1  # set by the training loop before each step
     # the method compute_loss gets its log-probabilities from (before 0.20: logps alone)
-    hook = next((n for n in ("_get_per_token_logps_and_entropies", "_get_per_token_logps") if hasattr(trainer, n)), None)
+    hook = next(
+        (n for n in ("_get_per_token_logps_and_entropies", "_get_per_token_logps") if hasattr(trainer, n)), None
+    )
     if hook is None:
-        raise AdapterError(f"TRL {version('trl')}: GRPOTrainer has neither _get_per_token_logps_and_entropies nor _get_per_token_logps (the driver needs one)")
+        raise AdapterError(
+            f"TRL {version('trl')}: GRPOTrainer has neither _get_per_token_logps_and_entropies nor _get_per_token_logps (the driver needs one)"
+        )
     original = getattr(trainer, hook)
     kept: dict[str, Any] = {}
 
@@ -172,11 +219,28 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
             loss = trainer.compute_loss(trainer.model, inputs)
         loss.backward()
         grad = kept["logps"].grad
-        return {"advantages": inputs["advantages"].detach().double().numpy(), "coefficients": -grad.double().numpy(), "mask": mask.double().numpy()}
+        return {
+            "advantages": inputs["advantages"].detach().double().numpy(),
+            "coefficients": -grad.double().numpy(),
+            "mask": mask.double().numpy(),
+        }
 
-    trl_loss_gradient.grpo_identity_info = {**_info(spec, args, "GRPOTrainer.compute_loss (autograd)"), "loss_type": str(getattr(args, "loss_type", "none (the release has one loss)")), "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no")), "lengths_optional": True}  # type: ignore[attr-defined]
+    trl_loss_gradient.grpo_identity_info = {
+        **_info(spec, args, "GRPOTrainer.compute_loss (autograd)"),
+        "loss_type": str(getattr(args, "loss_type", "none (the release has one loss)")),
+        "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no")),
+        "lengths_optional": True,
+    }  # type: ignore[attr-defined]
     return trl_loss_gradient
 
 
 def _info(spec: FrameworkSpec, args: Any, entry: str) -> dict[str, Any]:
-    return {"framework": "trl", "version": version("trl"), "entry": entry, "options": dict(spec.sets), "scale_rewards": str(getattr(args, "scale_rewards", "")), "loss_type": str(getattr(args, "loss_type", "")), "dtype": "float32"}
+    return {
+        "framework": "trl",
+        "version": version("trl"),
+        "entry": entry,
+        "options": dict(spec.sets),
+        "scale_rewards": str(getattr(args, "scale_rewards", "")),
+        "loss_type": str(getattr(args, "loss_type", "")),
+        "dtype": "float32",
+    }

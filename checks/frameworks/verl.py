@@ -43,7 +43,6 @@ def import_check() -> None:
     importlib.import_module("grpo_identity.checks.target")
 
 
-
 def compose(spec: FrameworkSpec) -> Any:
     """verl's trainer config with the user's overrides (and YAML file), as its Hydra app builds it."""
     import verl
@@ -81,7 +80,9 @@ def _trainer_module() -> Any:
     except ImportError as exc:
         raise AdapterError(f"verl {version('verl')}: its trainer module does not import here ({exc})") from None
     if not hasattr(ray_trainer, "compute_advantage"):
-        raise AdapterError(f"verl {version('verl')} has no verl.trainer.ppo.ray_trainer.compute_advantage (the driver knows the trainer's dispatch from 0.6 on)")
+        raise AdapterError(
+            f"verl {version('verl')} has no verl.trainer.ppo.ray_trainer.compute_advantage (the driver knows the trainer's dispatch from 0.6 on)"
+        )
     return ray_trainer
 
 
@@ -105,7 +106,9 @@ def _batch(rewards: np.ndarray, G: int, lengths: np.ndarray) -> tuple[Any, np.nd
     return data, order
 
 
-def _advantages(ray_trainer: Any, cfg: Any, rewards: np.ndarray, G: int, lengths: np.ndarray) -> tuple[np.ndarray, Any, np.ndarray]:
+def _advantages(
+    ray_trainer: Any, cfg: Any, rewards: np.ndarray, G: int, lengths: np.ndarray
+) -> tuple[np.ndarray, Any, np.ndarray]:
     """Per-row advantages the trainer's dispatch computes, in the caller's row order; also the
     token advantages and the mask in batch order, and the order."""
     data, order = _batch(rewards, G, lengths)
@@ -123,7 +126,9 @@ def _advantages(ray_trainer: Any, cfg: Any, rewards: np.ndarray, G: int, lengths
     first = adv[:, 0]
     spread = ((adv - first[:, None]).abs() * mask).max()
     if float(spread) > 1e-6 * max(1.0, float(first.abs().max())):
-        raise RuntimeError(f"estimator {alg.adv_estimator!r} gives token advantages that vary within a response (spread {float(spread):.3g}): not an outcome advantage of one value per answer")
+        raise RuntimeError(
+            f"estimator {alg.adv_estimator!r} gives token advantages that vary within a response (spread {float(spread):.3g}): not an outcome advantage of one value per answer"
+        )
     out = np.empty(len(rewards), dtype=np.float64)
     out[order] = first.detach().numpy()
     return out, data, order
@@ -137,7 +142,9 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
     def verl_trainer_advantage(rewards: np.ndarray, group_size: int) -> np.ndarray:
         return _advantages(ray_trainer, cfg, rewards, int(group_size), lengths_for(len(rewards)))[0]
 
-    verl_trainer_advantage.grpo_identity_info = _info(spec, cfg, "ray_trainer.compute_advantage (the trainer's dispatch)")  # type: ignore[attr-defined]
+    verl_trainer_advantage.grpo_identity_info = _info(
+        spec, cfg, "ray_trainer.compute_advantage (the trainer's dispatch)"
+    )  # type: ignore[attr-defined]
     return verl_trainer_advantage
 
 
@@ -154,30 +161,64 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     try:
         actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     except Exception as exc:
-        raise AdapterError(f"verl {version('verl')} rejects the actor config ({spec.describe()}): {str(exc).splitlines()[-1]}") from None
+        raise AdapterError(
+            f"verl {version('verl')} rejects the actor config ({spec.describe()}): {str(exc).splitlines()[-1]}"
+        ) from None
     loss_fn = get_policy_loss_fn(actor.policy_loss.get("loss_mode", "vanilla"))
 
-    def verl_policy_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray | None) -> dict[str, np.ndarray]:
-        adv, data, order = _advantages(ray_trainer, cfg, rewards, int(group_size), lengths_for(len(rewards)) if lengths is None else lengths)
+    def verl_policy_loss_gradient(
+        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None
+    ) -> dict[str, np.ndarray]:
+        adv, data, order = _advantages(
+            ray_trainer, cfg, rewards, int(group_size), lengths_for(len(rewards)) if lengths is None else lengths
+        )
         if lengths is None:  # the advantages alone (the advantage audit of the same run)
             return {"advantages": adv}
         mask = data.batch["response_mask"]
         log_prob = torch.full(mask.shape, -1.0, requires_grad=True)  # (bs, T); on-policy: old = current
         if hasattr(actor, "global_batch_info"):  # from 0.8 on: agg_loss over the global batch (one rank here)
-            actor.global_batch_info.update({"dp_size": 1, "batch_num_tokens": mask.sum(), "global_batch_size": mask.shape[0], "loss_scale_factor": actor.loss_scale_factor})
-        loss, *_ = loss_fn(old_log_prob=log_prob.detach(), log_prob=log_prob, advantages=data.batch["advantages"], response_mask=mask.bool(), loss_agg_mode=actor.loss_agg_mode, config=actor, rollout_is_weights=None)
+            actor.global_batch_info.update(
+                {
+                    "dp_size": 1,
+                    "batch_num_tokens": mask.sum(),
+                    "global_batch_size": mask.shape[0],
+                    "loss_scale_factor": actor.loss_scale_factor,
+                }
+            )
+        loss, *_ = loss_fn(
+            old_log_prob=log_prob.detach(),
+            log_prob=log_prob,
+            advantages=data.batch["advantages"],
+            response_mask=mask.bool(),
+            loss_agg_mode=actor.loss_agg_mode,
+            config=actor,
+            rollout_is_weights=None,
+        )
         (grad,) = torch.autograd.grad(loss, log_prob)
         coeff, m = np.empty(mask.shape), np.empty(mask.shape)
         coeff[order], m[order] = -grad.double().numpy(), mask.double().numpy()
         return {"advantages": adv, "coefficients": coeff, "mask": m}
 
-    verl_policy_loss_gradient.grpo_identity_info = {**_info(spec, cfg, "ray_trainer.compute_advantage + core_algos policy loss (agg_loss)"), "loss_agg_mode": str(actor.loss_agg_mode), "loss_mode": str(actor.policy_loss.get("loss_mode", "vanilla")), "lengths_optional": True}  # type: ignore[attr-defined]
+    verl_policy_loss_gradient.grpo_identity_info = {
+        **_info(spec, cfg, "ray_trainer.compute_advantage + core_algos policy loss (agg_loss)"),
+        "loss_agg_mode": str(actor.loss_agg_mode),
+        "loss_mode": str(actor.policy_loss.get("loss_mode", "vanilla")),
+        "lengths_optional": True,
+    }  # type: ignore[attr-defined]
     return verl_policy_loss_gradient
 
 
 def _info(spec: FrameworkSpec, cfg: Any, entry: str) -> dict[str, Any]:
     alg = cfg.algorithm
-    return {"framework": "verl", "version": version("verl"), "entry": entry, "options": dict(spec.sets), "estimator": str(alg.adv_estimator), "norm_adv_by_std_in_grpo": bool(alg.get("norm_adv_by_std_in_grpo", True)), "dtype": "float32"}
+    return {
+        "framework": "verl",
+        "version": version("verl"),
+        "entry": entry,
+        "options": dict(spec.sets),
+        "estimator": str(alg.adv_estimator),
+        "norm_adv_by_std_in_grpo": bool(alg.get("norm_adv_by_std_in_grpo", True)),
+        "dtype": "float32",
+    }
 
 
 def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
@@ -203,5 +244,12 @@ def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
         out[order] = adv[:, 0].numpy()  # (bs,): broadcast over the tokens
         return out
 
-    verl_estimator_function.grpo_identity_info = {"framework": "verl", "version": version("verl"), "entry": f"core_algos estimator {spec.estimator!r} called directly: bypasses the trainer", "estimator": spec.estimator, "options": options, "dtype": "float32"}  # type: ignore[attr-defined]
+    verl_estimator_function.grpo_identity_info = {
+        "framework": "verl",
+        "version": version("verl"),
+        "entry": f"core_algos estimator {spec.estimator!r} called directly: bypasses the trainer",
+        "estimator": spec.estimator,
+        "options": options,
+        "dtype": "float32",
+    }  # type: ignore[attr-defined]
     return verl_estimator_function

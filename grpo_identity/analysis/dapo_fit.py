@@ -83,7 +83,9 @@ def read_curve(path: str | Path) -> tuple[FloatArray, FloatArray]:
     try:
         text = p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{p.name} is not UTF-8 text (undecodable byte at offset {exc.start}); expected a CSV") from None
+        raise ValueError(
+            f"{p.name} is not UTF-8 text (undecodable byte at offset {exc.start}); expected a CSV"
+        ) from None
     rows = [r for r in csv.reader(text.splitlines()) if r and r[0].strip() and not r[0].lstrip().startswith("#")]
     if rows and _numeric_pair(rows[0]) is None:
         rows = rows[1:]  # the header
@@ -96,7 +98,9 @@ def read_curve(path: str | Path) -> tuple[FloatArray, FloatArray]:
     bad = ~np.isfinite(data).all(axis=1) | (data[:, 1] < 0) | (data[:, 1] > 1)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{p.name}: need a finite step and a fraction in [0, 1], got step {data[i, 0]:g}, value {data[i, 1]:g}")
+        raise ValueError(
+            f"{p.name}: need a finite step and a fraction in [0, 1], got step {data[i, 0]:g}, value {data[i, 1]:g}"
+        )
     order = np.argsort(data[:, 0], kind="stable")
     steps, values = data[order, 0], data[order, 1]
     if len(steps) < PLATEAU_POINTS + 2:
@@ -114,7 +118,9 @@ def _numeric_pair(row: list[str]) -> tuple[float, float] | None:
         return None
 
 
-def minimise_scalar(f: Callable[[float], float], lo: float, hi: float, *, grid: int = 41, log: bool = False, tol: float = 1e-9) -> tuple[float, float]:
+def minimise_scalar(
+    f: Callable[[float], float], lo: float, hi: float, *, grid: int = 41, log: bool = False, tol: float = 1e-9
+) -> tuple[float, float]:
     """Bounded 1-D minimiser: the best of ``grid`` points (log-spaced if ``log``), then a
     golden-section search between its neighbours.  Returns (x, f(x))."""
     if not (lo < hi) or (log and lo <= 0):
@@ -141,7 +147,9 @@ def minimise_scalar(f: Callable[[float], float], lo: float, hi: float, *, grid: 
     return to(u), float(fx)
 
 
-def all_correct_mass(values: FloatArray, weights: FloatArray, temperature: npt.ArrayLike, n: int = AVG_AT) -> FloatArray:
+def all_correct_mass(
+    values: FloatArray, weights: FloatArray, temperature: npt.ArrayLike, n: int = AVG_AT
+) -> FloatArray:
     """All-correct mass E_p[p^{n/T}] after sharpening p ↦ p^{1/T}; broadcasts over T."""
     T = np.asarray(temperature, dtype=np.float64)
     with np.errstate(divide="ignore"):
@@ -177,7 +185,13 @@ def rescaled_competence(steps: FloatArray, tau: float, step_range: tuple[float, 
 
 
 def competence_prediction(
-    steps: FloatArray, tau: float, values: FloatArray, weights: FloatArray, t_end: float, n: int = AVG_AT, step_range: tuple[float, float] | None = None
+    steps: FloatArray,
+    tau: float,
+    values: FloatArray,
+    weights: FloatArray,
+    t_end: float,
+    n: int = AVG_AT,
+    step_range: tuple[float, float] | None = None,
 ) -> FloatArray:
     """ŷ(s) = E_p[p^{n/T(s)}] with T(s) = 1 + (T_end − 1)·c̃(s)."""
     return all_correct_mass(values, weights, 1.0 + (t_end - 1.0) * rescaled_competence(steps, tau, step_range), n)
@@ -212,7 +226,14 @@ def fit_competence(
 
     tau, _ = minimise_scalar(sse, *_tau_bounds(steps), log=True)
     pred = competence_prediction(steps, tau, v, w, t_end, n, step_range)
-    return {"tau": tau, "t_end": t_end, "plateau": plateau, "start": float(all_correct_mass(v, w, 1.0, n)), "r2": r_squared(y, pred), "prediction": pred}
+    return {
+        "tau": tau,
+        "t_end": t_end,
+        "plateau": plateau,
+        "start": float(all_correct_mass(v, w, 1.0, n)),
+        "r2": r_squared(y, pred),
+        "prediction": pred,
+    }
 
 
 def fit_saturating(steps: FloatArray, y: FloatArray, *, s0: float | None = None) -> dict[str, Any]:
@@ -278,10 +299,17 @@ def fit(
         boot["competence"].append(fit_competence(s_b, y_b, sr, plateau=comp["plateau"], step_range=step_range)["r2"])
         boot["saturating"].append(fit_saturating(s_b, y_b, s0=sat["s0"])["r2"])
     return {
-        "competence": {k: v for k, v in comp.items() if k != "prediction"} | {"r2_bootstrap": _interval(boot["competence"]) if n_bootstrap else None},
-        "saturating": {k: v for k, v in sat.items() if k != "prediction"} | {"r2_bootstrap": _interval(boot["saturating"]) if n_bootstrap else None},
+        "competence": {k: v for k, v in comp.items() if k != "prediction"}
+        | {"r2_bootstrap": _interval(boot["competence"]) if n_bootstrap else None},
+        "saturating": {k: v for k, v in sat.items() if k != "prediction"}
+        | {"r2_bootstrap": _interval(boot["saturating"]) if n_bootstrap else None},
         "paper": {**paper.DAPO_FIT, "competence_r2_bootstrap": list(paper.DAPO_FIT["competence_r2_bootstrap"])},
-        "curve": {"step": steps.tolist(), "value": y.tolist(), "competence": comp["prediction"].tolist(), "saturating": sat["prediction"].tolist()},
+        "curve": {
+            "step": steps.tolist(),
+            "value": y.tolist(),
+            "competence": comp["prediction"].tolist(),
+            "saturating": sat["prediction"].tolist(),
+        },
         "solve_rate_source": sr.interior().source,
         "n_points": int(steps.size),
         "n_bootstrap": n_bootstrap,

@@ -94,7 +94,10 @@ def gradient_weights(p: npt.ArrayLike, group_size: int | None = None) -> dict[st
             inv_w = np.where((pp > 0) & (pp < 1), 1.0 / np.asarray(difficulty_weight(pp)), 0.0)
         return {"grpo": inv_w, "dr_grpo": inv_w**2}
     G = check_group_size(group_size)
-    return {"grpo": np.asarray(expected_update(G, pp), dtype=np.float64), "dr_grpo": np.asarray(expected_sigma_sq(G, pp), dtype=np.float64)}
+    return {
+        "grpo": np.asarray(expected_update(G, pp), dtype=np.float64),
+        "dr_grpo": np.asarray(expected_sigma_sq(G, pp), dtype=np.float64),
+    }
 
 
 def mass_share(weights: npt.ArrayLike, mask: npt.ArrayLike, counts: npt.ArrayLike | None = None) -> float:
@@ -103,8 +106,6 @@ def mass_share(weights: npt.ArrayLike, mask: npt.ArrayLike, counts: npt.ArrayLik
     c = np.ones_like(w) if counts is None else np.asarray(counts, dtype=np.float64)
     total = float((c * w).sum())
     return float((c * w * np.asarray(mask, dtype=bool)).sum() / total) if total > 0 else 0.0
-
-
 
 
 def _as_solve_rates(solve_rates: SolveRates | npt.ArrayLike) -> SolveRates:
@@ -167,13 +168,16 @@ def summarise(
     sizes = [G for G in subsample_sizes if G <= num_rollouts]
     if sizes:
         k, out["off_grid_share"] = _num_correct(v, c, num_rollouts, sr.source)
-        out["silent_subsampled"] = {str(G): float((c * subsampled_silent_rate(G, k, num_rollouts)).sum()) for G in sizes}
+        out["silent_subsampled"] = {
+            str(G): float((c * subsampled_silent_rate(G, k, num_rollouts)).sum()) for G in sizes
+        }
     else:
         out["silent_subsampled"], out["off_grid_share"] = {}, 0.0
     w = gradient_weights(v)
     ext, med = is_extreme(v), is_medium(v)
     out["mass_share"] = {
-        arm: {"extreme": mass_share(w[arm], ext, c), "medium": mass_share(w[arm], med, c)} for arm in ("grpo", "dr_grpo")
+        arm: {"extreme": mass_share(w[arm], ext, c), "medium": mass_share(w[arm], med, c)}
+        for arm in ("grpo", "dr_grpo")
     }
     return out
 
@@ -200,7 +204,12 @@ def plot_realdata(summary: dict[str, Any], path: str) -> None:
     ms = summary["mass_share"]
     x = np.arange(2)
     for i, arm in enumerate(("dr_grpo", "grpo")):
-        b.bar(x + 0.38 * i, [100 * ms[arm]["extreme"], 100 * ms[arm]["medium"]], 0.38, label={"grpo": "GRPO √(p(1-p))", "dr_grpo": "Dr. GRPO p(1-p)"}[arm])
+        b.bar(
+            x + 0.38 * i,
+            [100 * ms[arm]["extreme"], 100 * ms[arm]["medium"]],
+            0.38,
+            label={"grpo": "GRPO √(p(1-p))", "dr_grpo": "Dr. GRPO p(1-p)"}[arm],
+        )
     b.set_xticks(x + 0.19, ["extreme (p<0.1 or >0.9)", "medium (0.4-0.6)"])
     b.set_ylabel("share of gradient mass (%)")
     b.legend(fontsize=7)

@@ -148,7 +148,9 @@ def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path.name} is not UTF-8 text (undecodable byte at offset {exc.start}); expected CSV or JSONL") from None
+        raise ValueError(
+            f"{path.name} is not UTF-8 text (undecodable byte at offset {exc.start}); expected CSV or JSONL"
+        ) from None
 
 
 def _number(v: Any, where: str, column: str) -> float:
@@ -181,7 +183,9 @@ def _column_values(raw: Iterable[tuple[str, Any]]) -> FloatArray:
 
 def _csv_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """(header, [(line number, cells)]) of a CSV, comments and blank lines skipped."""
-    lines = [(n, line) for n, line in enumerate(_read_text(path).splitlines(), 1) if line.strip() and not _is_comment(line)]
+    lines = [
+        (n, line) for n, line in enumerate(_read_text(path).splitlines(), 1) if line.strip() and not _is_comment(line)
+    ]
     if not lines:
         raise ValueError(f"{path.name} has no header line")
     cells = list(csv.reader(line for _, line in lines))
@@ -243,7 +247,9 @@ def _read_parquet(path: Path) -> SolveRates:
         raise ValueError(f"{path.name} is not a readable parquet file ({why})") from None
     if column is None:
         raise ValueError(f"{path.name} has no {COLUMN!r} column")
-    return from_values(_column_values((f"{path.name} row {i}", v) for i, v in enumerate(column, 1)), source=f"{path.name} ({COLUMN})")
+    return from_values(
+        _column_values((f"{path.name} row {i}", v) for i, v in enumerate(column, 1)), source=f"{path.name} ({COLUMN})"
+    )
 
 
 def load_solve_rates(path: str | Path) -> SolveRates:
@@ -274,11 +280,18 @@ def big_math() -> SolveRates:
     from grpo_identity import data
 
     sr = _read_csv(data.path(data.BIGMATH_HISTOGRAM))
-    return SolveRates(sr.values, sr.counts, f"Big-Math {COLUMN}, shipped histogram (N = {int(sr.total):,}, p̂ = k/64, {BIG_MATH_COUNTS})")
+    return SolveRates(
+        sr.values,
+        sr.counts,
+        f"Big-Math {COLUMN}, shipped histogram (N = {int(sr.total):,}, p̂ = k/64, {BIG_MATH_COUNTS})",
+    )
 
 
 def _offline_requested() -> bool:
-    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def _behind_proxy() -> bool:
@@ -291,7 +304,9 @@ def _check_reachable(name: str) -> None:
     try:
         socket.create_connection((host, 443), timeout=HF_PROBE_TIMEOUT).close()
     except OSError:
-        raise ValueError(f"hf:{name}: cannot reach {host} (offline?); download the dataset's parquet and pass its path, or use the shipped '{BIG_MATH}'") from None
+        raise ValueError(
+            f"hf:{name}: cannot reach {host} (offline?); download the dataset's parquet and pass its path, or use the shipped '{BIG_MATH}'"
+        ) from None
 
 
 def load_hf_dataset(name: str = BIG_MATH_DATASET, split: str = "train") -> SolveRates:
@@ -310,10 +325,14 @@ def load_hf_dataset(name: str = BIG_MATH_DATASET, split: str = "train") -> Solve
         ds = datasets.load_dataset(name, split=split)
     except Exception as exc:  # network, cache or hub errors: one line, naming the dataset
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ValueError(f"hf:{name}: could not load the dataset ({type(exc).__name__}{': ' + first if first else ''})") from None
+        raise ValueError(
+            f"hf:{name}: could not load the dataset ({type(exc).__name__}{': ' + first if first else ''})"
+        ) from None
     if COLUMN not in ds.column_names:
         raise ValueError(f"hf:{name} has no {COLUMN!r} column")
-    return from_values(_column_values((f"hf:{name} row {i}", v) for i, v in enumerate(ds[COLUMN], 1)), source=f"{name} ({COLUMN})")
+    return from_values(
+        _column_values((f"hf:{name} row {i}", v) for i, v in enumerate(ds[COLUMN], 1)), source=f"{name} ({COLUMN})"
+    )
 
 
 def resolve(spec: str | Path | SolveRates | None) -> SolveRates:

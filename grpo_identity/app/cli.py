@@ -44,7 +44,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="grpo-identity", description="Proofs, CI checks and evidence for the group-standard-deviation identity of GRPO, Dr. GRPO and DAPO (arXiv 2607.00152).")
+    parser = _Parser(
+        prog="grpo-identity",
+        description="Proofs, CI checks and evidence for the group-standard-deviation identity of GRPO, Dr. GRPO and DAPO (arXiv 2607.00152).",
+    )
     parser.add_argument("--version", action="version", version=f"grpo-identity {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module in COMMANDS.items():

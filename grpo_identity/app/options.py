@@ -20,8 +20,19 @@ import re
 from typing import Callable, Mapping, Sequence, TypeVar
 
 __all__ = [
-    "MEMORY_BUDGET", "MEMORY_BUDGET_VARIABLE", "memory_budget", "budget_help", "integer", "number", "in_options", "typed_option", "option_names", "build_config", "over_budget",
-    "refuse_over_budget", "human_bytes",
+    "MEMORY_BUDGET",
+    "MEMORY_BUDGET_VARIABLE",
+    "memory_budget",
+    "budget_help",
+    "integer",
+    "number",
+    "in_options",
+    "typed_option",
+    "option_names",
+    "build_config",
+    "over_budget",
+    "refuse_over_budget",
+    "human_bytes",
 ]
 
 C = TypeVar("C")
@@ -53,8 +64,10 @@ def memory_budget() -> int:
 
 def budget_help() -> str:
     """The sentence of a training command's ``--help`` that states the budget."""
-    return (f"Settings whose estimated memory exceeds {human_bytes(MEMORY_BUDGET)} are refused before the run "
-            f"(set {MEMORY_BUDGET_VARIABLE} to another number of GiB to change that).")
+    return (
+        f"Settings whose estimated memory exceeds {human_bytes(MEMORY_BUDGET)} are refused before the run "
+        f"(set {MEMORY_BUDGET_VARIABLE} to another number of GiB to change that)."
+    )
 
 
 def _fmt(x: float) -> str:
@@ -82,8 +95,15 @@ def number(lo: float | None = None, hi: float | None = None) -> Callable[[str], 
     """An argparse ``type``: a finite float in [lo, hi] (either end may be open-ended)."""
 
     def parse(text: str) -> float:
-        want = "a finite number" + (f" in [{_fmt(lo)}, {_fmt(hi)}]" if lo is not None and hi is not None
-                                    else f" >= {_fmt(lo)}" if lo is not None else f" <= {_fmt(hi)}" if hi is not None else "")
+        want = "a finite number" + (
+            f" in [{_fmt(lo)}, {_fmt(hi)}]"
+            if lo is not None and hi is not None
+            else f" >= {_fmt(lo)}"
+            if lo is not None
+            else f" <= {_fmt(hi)}"
+            if hi is not None
+            else ""
+        )
         try:
             v = float(text)
         except ValueError:
@@ -129,8 +149,10 @@ def over_budget(terms: Sequence[tuple[str, float, Sequence[str]]], budget: int =
     if total <= budget:
         return None
     what, _, options = max(terms, key=lambda t: t[1])
-    return (f"these settings need about {human_bytes(total)} of memory, mostly {what}, over the budget of {human_bytes(budget)}: "
-            f"lower {', '.join(options[:-1]) + ' or ' + options[-1] if len(options) > 1 else options[0]} (or raise {MEMORY_BUDGET_VARIABLE})")
+    return (
+        f"these settings need about {human_bytes(total)} of memory, mostly {what}, over the budget of {human_bytes(budget)}: "
+        f"lower {', '.join(options[:-1]) + ' or ' + options[-1] if len(options) > 1 else options[0]} (or raise {MEMORY_BUDGET_VARIABLE})"
+    )
 
 
 def option_names(cls: type, flags: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:

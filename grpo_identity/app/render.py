@@ -107,7 +107,9 @@ def _copy_mathjax(out_dir: Path) -> str:
     src, dest = mathjax_source(), out_dir / MATHJAX_DIR
     if not (dest / "MathJax.js").is_file():
         # the pages use neither the SVG output nor the translations
-        shutil.copytree(src, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("SVG", "localization", "__pycache__", "*.py"))
+        shutil.copytree(
+            src, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("SVG", "localization", "__pycache__", "*.py")
+        )
     return f"{MATHJAX_DIR}/MathJax.js?config={MATHJAX_CONFIG}"
 
 
@@ -163,7 +165,9 @@ def _kernel_dir(tmp: Path) -> Path:
     spec = tmp / "grpo-identity-python"
     spec.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-Xfrozen_modules=off", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "Python (grpo-identity)", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "Python (grpo-identity)", "language": "python"})
+    )
     return tmp
 
 
@@ -182,12 +186,18 @@ def _execute(nb: Any, cwd: Path, kernel_dirs: Path) -> None:
         transport="ipc",  # local sockets in the temporary folder, not TCP ports
         ip=str(kernel_dirs / "kernel-ipc"),
     )
-    client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, allow_errors=True, resources={"metadata": {"path": str(cwd)}})
+    client = NotebookClient(
+        nb, km=km, timeout=CELL_TIMEOUT, allow_errors=True, resources={"metadata": {"path": str(cwd)}}
+    )
     try:
         client.execute(cwd=str(cwd))
     except (CellTimeoutError, DeadKernelError) as exc:
         cell = next((c for c in reversed(nb.cells) if c.cell_type == "code" and c.get("execution_count")), nb.cells[-1])
-        cell.setdefault("outputs", []).append(nbformat.v4.new_output("error", ename=type(exc).__name__, evalue=str(exc).splitlines()[0] if str(exc) else "", traceback=[]))
+        cell.setdefault("outputs", []).append(
+            nbformat.v4.new_output(
+                "error", ename=type(exc).__name__, evalue=str(exc).splitlines()[0] if str(exc) else "", traceback=[]
+            )
+        )
     finally:
         if km.has_kernel:  # the client leaves a kernel it was given running
             km.shutdown_kernel(now=True)
@@ -228,8 +238,15 @@ def _browser(args: list[str], timeout: float) -> subprocess.CompletedProcess[str
         raise ValueError(f"no headless browser found (looked for {', '.join(_BROWSERS)})")
     with tempfile.TemporaryDirectory(prefix="grpo-identity-browser-") as profile:
         cmd = [
-            exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run", f"--user-data-dir={profile}", *args,
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            *args,
         ]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -238,7 +255,9 @@ def browser_dom(page: Path, *, budget_ms: int = 10_000, timeout: float = 120.0) 
     """The DOM of ``page`` after a headless Chromium has loaded it and run its scripts (MathJax)."""
     res = _browser([f"--virtual-time-budget={budget_ms}", "--dump-dom", Path(page).resolve().as_uri()], timeout)
     if res.returncode != 0 or "<html" not in res.stdout:
-        raise ValueError(f"the browser could not load {page}: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}")
+        raise ValueError(
+            f"the browser could not load {page}: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}"
+        )
     return res.stdout
 
 
@@ -251,9 +270,20 @@ def _pdf(nb: Any, page: Path, pdf_path: Path) -> None:
         data, _ = PDFExporter().from_notebook_node(nb)
         pdf_path.write_bytes(data)
         return
-    res = _browser(["--virtual-time-budget=10000", "--run-all-compositor-stages-before-draw", "--no-pdf-header-footer", f"--print-to-pdf={pdf_path}", page.resolve().as_uri()], 180.0)
+    res = _browser(
+        [
+            "--virtual-time-budget=10000",
+            "--run-all-compositor-stages-before-draw",
+            "--no-pdf-header-footer",
+            f"--print-to-pdf={pdf_path}",
+            page.resolve().as_uri(),
+        ],
+        180.0,
+    )
     if res.returncode != 0 or not pdf_path.is_file():
-        raise ValueError(f"printing {page.name} to PDF failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}")
+        raise ValueError(
+            f"printing {page.name} to PDF failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}"
+        )
 
 
 # --- the index ----------------------------------------------------------------------------
@@ -263,10 +293,12 @@ def _index(rows: list[dict[str, Any]], executed: bool) -> str:
     for r in rows:
         status = "not executed" if not executed else ("ok" if r["errors"] == 0 else f"{r['errors']} error(s)")
         links = f'<a href="{e(r["html"])}">{e(r["title"])}</a>'
-        extra = f' · <a href="{e(r["ipynb"])}">ipynb</a>' + (f' · <a href="{e(r["pdf"])}">pdf</a>' if r.get("pdf") else "")
+        extra = f' · <a href="{e(r["ipynb"])}">ipynb</a>' + (
+            f' · <a href="{e(r["pdf"])}">pdf</a>' if r.get("pdf") else ""
+        )
         body.append(
-            f"<tr><td>{links}<span class=\"extra\">{extra}</span></td><td>{r['seconds']:.1f}</td>"
-            f"<td>{r['figures']}</td><td>{r['math']}</td><td class=\"{'ok' if status == 'ok' else 'bad'}\">{e(status)}</td></tr>"
+            f'<tr><td>{links}<span class="extra">{extra}</span></td><td>{r["seconds"]:.1f}</td>'
+            f'<td>{r["figures"]}</td><td>{r["math"]}</td><td class="{"ok" if status == "ok" else "bad"}">{e(status)}</td></tr>'
         )
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -295,7 +327,9 @@ DAPO's 1{{0&lt;k&lt;G}}·σ·(s̄₊ − s̄₋) (arXiv 2607.00152). Each notebo
 """
 
 
-def _render_one(src: Path, out: Path, *, execute: bool, pdf: bool, cwd: Path, kernels: Path, mathjax_url: str) -> dict[str, Any]:
+def _render_one(
+    src: Path, out: Path, *, execute: bool, pdf: bool, cwd: Path, kernels: Path, mathjax_url: str
+) -> dict[str, Any]:
     """Execute (optionally) and write one notebook's page, ``.ipynb`` (and PDF); its index row."""
     import jupytext
     import nbformat
@@ -352,11 +386,16 @@ def render(
     from tqdm import tqdm
 
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="grpo-identity-kernel-") as tmp, tqdm(total=len(sources), desc="render", unit="notebook", leave=False, disable=not progress) as bar:
+    with (
+        tempfile.TemporaryDirectory(prefix="grpo-identity-kernel-") as tmp,
+        tqdm(total=len(sources), desc="render", unit="notebook", leave=False, disable=not progress) as bar,
+    ):
         kernels = _kernel_dir(Path(tmp))
         for src in sources:
             bar.set_postfix_str(src.stem)
-            rows.append(_render_one(src, out, execute=execute, pdf=pdf, cwd=cwd, kernels=kernels, mathjax_url=mathjax_url))
+            rows.append(
+                _render_one(src, out, execute=execute, pdf=pdf, cwd=cwd, kernels=kernels, mathjax_url=mathjax_url)
+            )
             bar.update(1)
     index = out / "index.html"
     index.write_text(_index(rows, execute), encoding="utf-8")

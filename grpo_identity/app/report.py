@@ -56,7 +56,9 @@ def output_folder(out: str | Path, flag: str = "--out") -> Path:
     return folder
 
 
-def write_outputs(out: str | Path, json_files: Mapping[str, Any], figure: tuple[str, Callable[[str], None]] | None = None) -> Path:
+def write_outputs(
+    out: str | Path, json_files: Mapping[str, Any], figure: tuple[str, Callable[[str], None]] | None = None
+) -> Path:
     """Create the folder ``out``, write each ``{name: object}`` as JSON and draw ``figure``
     (``(file name, draw(path))``) into it.  Check ``out`` with :func:`check_out_dir` (and import
     what ``draw`` needs) before the work; this only reports what fails after."""

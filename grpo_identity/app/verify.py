@@ -33,7 +33,16 @@ from typing import Any, Callable, Iterable, Iterator
 from grpo_identity import data, paper
 from grpo_identity.foundation import missing_extra
 
-__all__ = ["Item", "Stage", "verify", "write_report", "format_summary", "DEFAULT_DAPO_CURVE", "SEED_SPREAD", "TABLE_WIDTH"]
+__all__ = [
+    "Item",
+    "Stage",
+    "verify",
+    "write_report",
+    "format_summary",
+    "DEFAULT_DAPO_CURVE",
+    "SEED_SPREAD",
+    "TABLE_WIDTH",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the digitised DAPO Fig. 3b curve shipped with the package
@@ -61,8 +70,15 @@ class Item:
         return None if self.status == "skipped" else self.status == "pass"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"section": self.section, "name": self.name, "paper": self.paper, "project": self.project,
-                "ok": self.ok, "status": self.status, "note": self.note}
+        return {
+            "section": self.section,
+            "name": self.name,
+            "paper": self.paper,
+            "project": self.project,
+            "ok": self.ok,
+            "status": self.status,
+            "note": self.note,
+        }
 
 
 def _item(section: str, name: str, paper_value: Any, project: Any, ok: bool, note: str = "") -> Item:
@@ -80,7 +96,14 @@ def _proofs() -> Iterator[Item]:
     for t in THEOREMS:
         r = t.prove()
         note = "" if r.status == "proved" else f"residual: {r.residual}"
-        yield _item("proofs", f"{t.name} {t.title}", f"{t.paper_ref}", f"{r.status} in {r.seconds:.2f} s", r.status == "proved", note)
+        yield _item(
+            "proofs",
+            f"{t.name} {t.title}",
+            f"{t.paper_ref}",
+            f"{r.status} in {r.seconds:.2f} s",
+            r.status == "proved",
+            note,
+        )
 
 
 def _closed_forms() -> Iterator[Item]:
@@ -90,7 +113,9 @@ def _closed_forms() -> Iterator[Item]:
         exact, law = paper.GROUP_SIZE_TABLE[row["p"]][C.PAPER_TABLE_EPS.index(row["eps"])]
         name = f"group size p={row['p']}, fidelity {1 - row['eps']:.0%}"
         project = f"{row['G_exact']} ({round(row['G_law'])})"
-        yield _item("closed forms", name, f"{exact} ({law})", project, row["G_exact"] == exact and round(row["G_law"]) == law)
+        yield _item(
+            "closed forms", name, f"{exact} ({law})", project, row["G_exact"] == exact and round(row["G_law"]) == law
+        )
     for (G, p), value in paper.FIDELITY.items():
         v = round(float(C.fidelity(G, p)), 4)
         yield _item("closed forms", f"fidelity φ(G={G}, p={p})", f"{value:.4f}", f"{v:.4f}", v == value)
@@ -105,7 +130,12 @@ def _closed_forms() -> Iterator[Item]:
         yield _item("closed forms", f"difficulty penalty 1/(4p(1−p)) at p={p}", value, v, v == value)
 
 
-_PRESET_AUDITS = (("grpo", "grpo", "advantage"), ("dr_grpo", "dr_grpo", "advantage"), ("rloo", "rloo", "advantage"), ("dapo", "dapo", "filter"))
+_PRESET_AUDITS = (
+    ("grpo", "grpo", "advantage"),
+    ("dr_grpo", "dr_grpo", "advantage"),
+    ("rloo", "rloo", "advantage"),
+    ("dapo", "dapo", "filter"),
+)
 #: the paper audits no framework: what the report's paper column says for TRL and verl
 _FRAMEWORK_PAPER = "beyond the paper"
 _FRAMEWORK_AUDITS = (("trl", "trl", "grpo"), ("verl", "verl:grpo", "grpo"), ("verl", "verl:grpo_vectorized", "grpo"))
@@ -116,7 +146,13 @@ def _audits(frameworks: bool, max_examples: int) -> Iterator[Item]:
 
     for target, expect, kind in _PRESET_AUDITS:
         rep = audit(target, kind=kind, expect=expect, max_examples=max_examples)
-        yield _item("audits", f"audit preset {target} ({kind})", "identity holds (Theorem 1): pass", f"{rep.verdict} (matches {rep.matches})", rep.verdict == "pass")
+        yield _item(
+            "audits",
+            f"audit preset {target} ({kind})",
+            "identity holds (Theorem 1): pass",
+            f"{rep.verdict} (matches {rep.matches})",
+            rep.verdict == "pass",
+        )
     for package, target, expect in _FRAMEWORK_AUDITS:
         name = f"audit {target} against {expect} (expected: GRPO up to Bessel's ddof 1 and ε)"
         if not frameworks:
@@ -129,7 +165,9 @@ def _audits(frameworks: bool, max_examples: int) -> Iterator[Item]:
         inf = rep.inferred.to_dict() if hasattr(rep.inferred, "to_dict") else dict(rep.inferred)
         project = f"{rep.verdict}: centre {inf.get('centre')}, {inf.get('scale')}, ddof {inf.get('ddof')}, ε ≈ {inf.get('eps', 0):.2g}"
         silent = inf.get("silent_nonbinary_max_abs")
-        note = f"{package} {_version(package)}" + (f"; silent groups of 0.1 rewards in fp32: max |Â| = {silent:.2g}" if silent is not None else "")
+        note = f"{package} {_version(package)}" + (
+            f"; silent groups of 0.1 rewards in fp32: max |Â| = {silent:.2g}" if silent is not None else ""
+        )
         yield _item("audits", name, _FRAMEWORK_PAPER, project, rep.verdict in ("pass", "deviation"), note)
 
 
@@ -179,7 +217,10 @@ def _load_spread(path: Path, config: Any) -> tuple[dict[str, Any] | None, str]:
     import dataclasses
 
     if not path.is_file():
-        return None, f"no stored seed spread at {path.parent.name}/{path.name}: python -m grpo_identity.trainer.bernoulli_seeds --out {path.parent}"
+        return (
+            None,
+            f"no stored seed spread at {path.parent.name}/{path.name}: python -m grpo_identity.trainer.bernoulli_seeds --out {path.parent}",
+        )
     spread = json.loads(path.read_text())
     want = {k: v for k, v in dataclasses.asdict(config).items() if k != "seed"}
     if spread.get("config") != want:
@@ -198,9 +239,18 @@ def _run_item(name: str, value: float, spread: dict[str, Any] | None, why: str) 
     sd, n = float(spread["sd"][name]), len(spread["seeds"])
     tol = tolerance(sd, paper.PRINTED_DECIMALS[top])
     scale = 100.0 if top == "extreme_share" else 1.0
-    note = (f"tolerance ±{scale * tol:.2g}{' pt' if scale != 1 else ''} = 3·√2·s + half the paper's last digit; "
-            f"s = {scale * sd:.2g} over {n} seeds (mean {_RUN_FORMAT[top](spread['mean'][name])})")
-    return _item("controlled run", label, _RUN_PAPER_FORMAT[top](want), f"{shown} (±{scale * tol:.2g}{' pt' if scale != 1 else ''})", abs(value - want) <= tol, note)
+    note = (
+        f"tolerance ±{scale * tol:.2g}{' pt' if scale != 1 else ''} = 3·√2·s + half the paper's last digit; "
+        f"s = {scale * sd:.2g} over {n} seeds (mean {_RUN_FORMAT[top](spread['mean'][name])})"
+    )
+    return _item(
+        "controlled run",
+        label,
+        _RUN_PAPER_FORMAT[top](want),
+        f"{shown} (±{scale * tol:.2g}{' pt' if scale != 1 else ''})",
+        abs(value - want) <= tol,
+        note,
+    )
 
 
 def _bernoulli(solve_rates: str | None = None, spread_path: Path | None = None) -> Iterator[Item]:
@@ -211,41 +261,80 @@ def _bernoulli(solve_rates: str | None = None, spread_path: Path | None = None) 
     config = BernoulliConfig(solve_rates=None if solve_rates == BIG_MATH else solve_rates)  # None: the shipped Big-Math
     r = run_bernoulli(config)
     ext, hard = r["extreme_share"], r["hard_final"]
-    yield _item("controlled run", "autograd gradient equals the identity's σ (max abs error)", "exact", f"{r['identity_max_abs_err']:.2g}",
-                r["identity_max_abs_err"] <= IDENTITY_ABS_TOL, f"solve rates: {r['solve_rate_source']}")
+    yield _item(
+        "controlled run",
+        "autograd gradient equals the identity's σ (max abs error)",
+        "exact",
+        f"{r['identity_max_abs_err']:.2g}",
+        r["identity_max_abs_err"] <= IDENTITY_ABS_TOL,
+        f"solve rates: {r['solve_rate_source']}",
+    )
     spread, why = _load_spread(SEED_SPREAD if spread_path is None else spread_path, config)
     for name, value in quantities(r).items():
         yield _run_item(name, value, spread, why)
     ref = paper.CONTROLLED_RUN
-    yield _item("controlled run", "extreme share at p0, GRPO > Dr. GRPO", f"{ref['extreme_share']['grpo']:.1%} > {ref['extreme_share']['dr_grpo']:.1%}",
-                f"{ext['grpo']['measured']:.1%} > {ext['dr_grpo']['measured']:.1%}", ext["grpo"]["measured"] > ext["dr_grpo"]["measured"])
-    yield _item("controlled run", "measured extreme share equals the finite-G form (±1 pt)", "finite-G forms",
-                f"{ext['grpo']['measured']:.3f} vs {ext['grpo']['finite_g']:.3f}; {ext['dr_grpo']['measured']:.3f} vs {ext['dr_grpo']['finite_g']:.3f}",
-                all(abs(ext[a]["measured"] - ext[a]["finite_g"]) <= 0.01 for a in ("grpo", "dr_grpo")), "GRPO; Dr. GRPO: measured vs E[g] / p(1−p)(1−1/G)")
-    yield _item("controlled run", "hardest quartile: GRPO > Dr. GRPO, DAPO fastest", f"{ref['hard_final']['grpo']} > {ref['hard_final']['dr_grpo']}, DAPO fastest",
-                f"{hard['grpo']:.3f} > {hard['dr_grpo']:.3f}; DAPO {hard['dapo']:.3f}", hard["dapo"] >= hard["grpo"] > hard["dr_grpo"])
+    yield _item(
+        "controlled run",
+        "extreme share at p0, GRPO > Dr. GRPO",
+        f"{ref['extreme_share']['grpo']:.1%} > {ref['extreme_share']['dr_grpo']:.1%}",
+        f"{ext['grpo']['measured']:.1%} > {ext['dr_grpo']['measured']:.1%}",
+        ext["grpo"]["measured"] > ext["dr_grpo"]["measured"],
+    )
+    yield _item(
+        "controlled run",
+        "measured extreme share equals the finite-G form (±1 pt)",
+        "finite-G forms",
+        f"{ext['grpo']['measured']:.3f} vs {ext['grpo']['finite_g']:.3f}; {ext['dr_grpo']['measured']:.3f} vs {ext['dr_grpo']['finite_g']:.3f}",
+        all(abs(ext[a]["measured"] - ext[a]["finite_g"]) <= 0.01 for a in ("grpo", "dr_grpo")),
+        "GRPO; Dr. GRPO: measured vs E[g] / p(1−p)(1−1/G)",
+    )
+    yield _item(
+        "controlled run",
+        "hardest quartile: GRPO > Dr. GRPO, DAPO fastest",
+        f"{ref['hard_final']['grpo']} > {ref['hard_final']['dr_grpo']}, DAPO fastest",
+        f"{hard['grpo']:.3f} > {hard['dr_grpo']:.3f}; DAPO {hard['dapo']:.3f}",
+        hard["dapo"] >= hard["grpo"] > hard["dr_grpo"],
+    )
 
 
 def _dapo_fit(curve: Path | None, solve_rates: str | None) -> Iterator[Item]:
     ref = paper.DAPO_FIT
     if curve is None:
-        yield _skip("DAPO", "fit of Fig. 3b with E_p[p^32] (one timescale)", ref["competence_r2"], "no DAPO curve given")
+        yield _skip(
+            "DAPO", "fit of Fig. 3b with E_p[p^32] (one timescale)", ref["competence_r2"], "no DAPO curve given"
+        )
         return
     from grpo_identity.analysis.dapo_fit import fit
 
     r = fit(curve, solve_rates, n_bootstrap=200)
     c, s = r["competence"], r["saturating"]
     lo, hi = c["r2_bootstrap"]
-    yield _item("DAPO", "R² of E_p[p^32] under one timescale", f"{ref['competence_r2']} ({ref['competence_r2_bootstrap'][0]}–{ref['competence_r2_bootstrap'][1]})",
-                f"{c['r2']:.3f} ({lo:.3f}–{hi:.3f})", c["r2"] >= ref["competence_r2_bootstrap"][0],
-                f"pass: at least the paper's bootstrap lower bound; solve rates: {r['solve_rate_source']}")
-    yield _item("DAPO", "R² of the two-parameter saturating curve (better)", ref["saturating_r2"], f"{s['r2']:.3f}",
-                round(s["r2"], 2) == ref["saturating_r2"] and s["r2"] >= c["r2"], "independent of the solve rates: the paper's value to 2 decimals")
+    yield _item(
+        "DAPO",
+        "R² of E_p[p^32] under one timescale",
+        f"{ref['competence_r2']} ({ref['competence_r2_bootstrap'][0]}–{ref['competence_r2_bootstrap'][1]})",
+        f"{c['r2']:.3f} ({lo:.3f}–{hi:.3f})",
+        c["r2"] >= ref["competence_r2_bootstrap"][0],
+        f"pass: at least the paper's bootstrap lower bound; solve rates: {r['solve_rate_source']}",
+    )
+    yield _item(
+        "DAPO",
+        "R² of the two-parameter saturating curve (better)",
+        ref["saturating_r2"],
+        f"{s['r2']:.3f}",
+        round(s["r2"], 2) == ref["saturating_r2"] and s["r2"] >= c["r2"],
+        "independent of the solve rates: the paper's value to 2 decimals",
+    )
 
 
 def _realdata_expected() -> int:
     ref = paper.BIG_MATH
-    return 2 + len(ref["silent_closed_form"]) + len(ref["silent_subsampled"]) + sum(len(v) for v in ref["mass_share"].values())
+    return (
+        2
+        + len(ref["silent_closed_form"])
+        + len(ref["silent_subsampled"])
+        + sum(len(v) for v in ref["mass_share"].values())
+    )
 
 
 def _realdata(solve_rates: str | None) -> Iterator[Item]:
@@ -260,25 +349,33 @@ def _realdata(solve_rates: str | None) -> Iterator[Item]:
     def printed(name: str, key: str, want: float, got: float) -> Item:
         d = dec[key]
         shown = f"{100 * want:.{max(d - 2, 0)}f} %"
-        return _item("Big-Math", name, shown, f"{100 * got:.{max(d - 2, 0) + 2}f} %", round(got, d) == round(want, d), note)
+        return _item(
+            "Big-Math", name, shown, f"{100 * got:.{max(d - 2, 0) + 2}f} %", round(got, d) == round(want, d), note
+        )
 
     yield printed("fraction with p̂ = 0", "frac_p0", ref["frac_p0"], s["frac_p0"])
     yield printed("fraction with p̂ = 1", "frac_p1", ref["frac_p1"], s["frac_p1"])
     for G, want in ref["silent_closed_form"].items():
         yield printed(f"silent fraction, closed form, G={G}", "silent_closed_form", want, s["silent_closed_form"][G])
     for G, want in ref["silent_subsampled"].items():
-        yield printed(f"silent fraction, G={G} of 64 logged rollouts", "silent_subsampled", want, s["silent_subsampled"][G])
+        yield printed(
+            f"silent fraction, G={G} of 64 logged rollouts", "silent_subsampled", want, s["silent_subsampled"][G]
+        )
     for arm, shares in ref["mass_share"].items():
         for part, want in shares.items():
             label = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO"}[arm]
-            yield printed(f"{label} gradient-mass share on {part} prompts", "mass_share", want, s["mass_share"][arm][part])
+            yield printed(
+                f"{label} gradient-mass share on {part} prompts", "mass_share", want, s["mass_share"][arm][part]
+            )
 
 
 def _stored_lm(results: Path = STORED_RESULTS) -> Iterator[Item]:
     """One item per stored language-model run ``results/lm-*/summary.json`` (read, not re-run)."""
     from grpo_identity.trainer.lm.identity import REL_TOL
 
-    runs = sorted(p.parent for p in results.glob("lm-*/summary.json") if not p.parent.name.startswith("lm-conditional-"))  # those: _stored_conditional
+    runs = sorted(
+        p.parent for p in results.glob("lm-*/summary.json") if not p.parent.name.startswith("lm-conditional-")
+    )  # those: _stored_conditional
     if not runs:
         name = "LM trainer: identity g = c(k,G)(s̄₊ − s̄₋) in a transformer"
         yield _skip("LM trainer", name, "beyond the paper", f"no stored run under {results.name}/lm-*")
@@ -286,15 +383,26 @@ def _stored_lm(results: Path = STORED_RESULTS) -> Iterator[Item]:
     for run in runs:
         s = json.loads((run / "summary.json").read_text())
         err = s.get("identity_max_rel_err")
-        project = f"max rel err {err:.2g} over {s.get('groups_checked')} groups" if err is not None else "no identity_max_rel_err"
-        yield _item("LM trainer", f"LM trainer {run.name}: identity g = c(k,G)(s̄₊ − s̄₋) in a transformer",
-                    f"beyond the paper (fp32 goal ≤ {REL_TOL:.0e})", project,
-                    err is not None and err <= REL_TOL, f"read from results/{run.name}, not re-run")
+        project = (
+            f"max rel err {err:.2g} over {s.get('groups_checked')} groups"
+            if err is not None
+            else "no identity_max_rel_err"
+        )
+        yield _item(
+            "LM trainer",
+            f"LM trainer {run.name}: identity g = c(k,G)(s̄₊ − s̄₋) in a transformer",
+            f"beyond the paper (fp32 goal ≤ {REL_TOL:.0e})",
+            project,
+            err is not None and err <= REL_TOL,
+            f"read from results/{run.name}, not re-run",
+        )
 
 
 def _interval_text(d: dict[str, Any]) -> str:
     iv = d.get("interval")
-    return ("n/a" if d.get("value") is None else f"{d['value']:.2f}") + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else " (no interval)")
+    return ("n/a" if d.get("value") is None else f"{d['value']:.2f}") + (
+        f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else " (no interval)"
+    )
 
 
 def _conditional_items(name: str, c: dict[str, Any], note: str) -> Iterator[Item]:
@@ -307,34 +415,70 @@ def _conditional_items(name: str, c: dict[str, Any], note: str) -> Iterator[Item
         for label, d in (("pooled", sl), ("weighted", sl["weighted"])):
             iv, v = d.get("interval"), d.get("value")
             what = f"{name} {mode}: slope ‖E[g|k]‖ vs σ_k, {label}, 95 % interval holds {e}"
-            if iv is not None and v is not None and not iv[0] <= v <= iv[1]:  # a bootstrap interval that misses its own estimate decides nothing
-                yield Item(sec, what, f"{e} (c ∝ σ^{e})", _interval_text(d), "skipped", note + "; the estimate lies outside its own bootstrap interval: unreliable, not counted")
+            if (
+                iv is not None and v is not None and not iv[0] <= v <= iv[1]
+            ):  # a bootstrap interval that misses its own estimate decides nothing
+                yield Item(
+                    sec,
+                    what,
+                    f"{e} (c ∝ σ^{e})",
+                    _interval_text(d),
+                    "skipped",
+                    note + "; the estimate lies outside its own bootstrap interval: unreliable, not counted",
+                )
                 continue
             yield _item(sec, what, f"{e} (c ∝ σ^{e})", _interval_text(d), iv is not None and iv[0] <= e <= iv[1], note)
     for mode, cs in c["cosine_min"]["by_mode"].items():
         med = cs["median"]
-        yield _item(sec, f"{name} {mode}: cosine of E[g|k], E[g|k'] (median of {cs['pairs']} pairs)", "1",
-                    f"median {med:.3f}, min {cs['value']:.2f}", med is not None and abs(med - 1) <= 0.05, note + "; pass: within 0.05 of 1")
+        yield _item(
+            sec,
+            f"{name} {mode}: cosine of E[g|k], E[g|k'] (median of {cs['pairs']} pairs)",
+            "1",
+            f"median {med:.3f}, min {cs['value']:.2f}",
+            med is not None and abs(med - 1) <= 0.05,
+            note + "; pass: within 0.05 of 1",
+        )
     gp = c["grad_p_rel_err"]
-    yield _item(sec, f"{name} {gp.get('mode')}: E[g|k]/c against ∇p/(p(1−p)), relative difference", "0",
-                "n/a" if gp["value"] is None else f"{gp['value']:.3f} (max {gp['max']:.3f})",
-                gp["value"] is not None and gp["value"] <= 0.10, note + "; median over prompts, split halves; pass: at most 0.10")
+    yield _item(
+        sec,
+        f"{name} {gp.get('mode')}: E[g|k]/c against ∇p/(p(1−p)), relative difference",
+        "0",
+        "n/a" if gp["value"] is None else f"{gp['value']:.3f} (max {gp['max']:.3f})",
+        gp["value"] is not None and gp["value"] <= 0.10,
+        note + "; median over prompts, split halves; pass: at most 0.10",
+    )
     for mode, ns in c["noise_slope_by_mode"].items():
         r = ns["measured_over_predicted_median"]
-        yield _item(sec, f"{name} {mode}: tr Cov(g|k) / c²(tr Σ₊/k + tr Σ₋/(G−k))", "1", f"{r:.2f} (median over cells)",
-                    r is not None and 0.8 <= r <= 1.25, note + "; pass: in [0.8, 1.25]")
+        yield _item(
+            sec,
+            f"{name} {mode}: tr Cov(g|k) / c²(tr Σ₊/k + tr Σ₋/(G−k))",
+            "1",
+            f"{r:.2f} (median over cells)",
+            r is not None and 0.8 <= r <= 1.25,
+            note + "; pass: in [0.8, 1.25]",
+        )
     pc = c["projected_check"]
     errs = (pc["projected_max_rel_err"], pc["exact_max_rel_err"])
-    yield _item(sec, f"{name}: identity along {pc['directions']} random directions and exact", f"beyond the paper (≤ {REL_TOL:.0e})",
-                f"projected {errs[0]:.1e} ({pc['groups_projected']} groups), exact {errs[1]:.1e} ({pc['groups_exact']})",
-                all(x is not None and x <= REL_TOL for x in errs) and pc["silent_groups_with_nonzero_grad"] == 0, note)
+    yield _item(
+        sec,
+        f"{name}: identity along {pc['directions']} random directions and exact",
+        f"beyond the paper (≤ {REL_TOL:.0e})",
+        f"projected {errs[0]:.1e} ({pc['groups_projected']} groups), exact {errs[1]:.1e} ({pc['groups_exact']})",
+        all(x is not None and x <= REL_TOL for x in errs) and pc["silent_groups_with_nonzero_grad"] == 0,
+        note,
+    )
 
 
 def _stored_conditional(results: Path = STORED_RESULTS) -> Iterator[Item]:
     """The stored fixed-policy runs ``results/lm-conditional-*/summary.json`` (read, not re-run)."""
     runs = sorted(p.parent for p in results.glob("lm-conditional-*/summary.json"))
     if not runs:
-        yield _skip("LM conditional", "E[g | k] = c(k, G)·∇p/(p(1−p)) at a fixed policy", "beyond the paper (G7–G8)", f"no stored run under {results.name}/lm-conditional-*")
+        yield _skip(
+            "LM conditional",
+            "E[g | k] = c(k, G)·∇p/(p(1−p)) at a fixed policy",
+            "beyond the paper (G7–G8)",
+            f"no stored run under {results.name}/lm-conditional-*",
+        )
         return
     for run in runs:
         c = json.loads((run / "summary.json").read_text())["conditional"]
@@ -346,7 +490,15 @@ def _conditional_count(results: Path = STORED_RESULTS) -> int:
 
 
 #: what executing and rendering the notebooks imports (all in the 'notebooks' extra)
-_NOTEBOOK_MODULES = ("jupytext", "nbformat", "nbclient", "nbconvert", "ipykernel", "matplotlib", "jupyter_server_mathjax")
+_NOTEBOOK_MODULES = (
+    "jupytext",
+    "nbformat",
+    "nbclient",
+    "nbconvert",
+    "ipykernel",
+    "matplotlib",
+    "jupyter_server_mathjax",
+)
 
 
 def _render(out: Path) -> Iterator[Item]:
@@ -359,7 +511,13 @@ def _render(out: Path) -> Iterator[Item]:
     r = render(out / "notebooks", execute=True)
     for nb in r["notebooks"]:
         ok = nb["errors"] == 0
-        yield _item("notebooks", f"notebook {nb['name']} executes and renders", "—", f"{nb['errors']} error cells, {nb['figures']} figures, {nb['seconds']:.1f} s", ok)
+        yield _item(
+            "notebooks",
+            f"notebook {nb['name']} executes and renders",
+            "—",
+            f"{nb['errors']} error cells, {nb['figures']} figures, {nb['seconds']:.1f} s",
+            ok,
+        )
 
 
 # --- the job ----------------------------------------------------------------------------------
@@ -378,10 +536,14 @@ def _notebook_count() -> int:
     return max(1, len(list(NOTEBOOKS_DIR.glob("[0-9]*.py"))))
 
 
-def _stages(out: Path, solve_rates: str | None, dapo_curve: Path | None, frameworks: bool, render: bool, max_examples: int) -> list[Stage]:
+def _stages(
+    out: Path, solve_rates: str | None, dapo_curve: Path | None, frameworks: bool, render: bool, max_examples: int
+) -> list[Stage]:
     from grpo_identity.trainer.bernoulli_seeds import QUANTITIES
 
-    n_closed = sum(len(v) for v in paper.GROUP_SIZE_TABLE.values()) + len(paper.FIDELITY) + len(paper.ATTENUATION_FIRST_ORDER)
+    n_closed = (
+        sum(len(v) for v in paper.GROUP_SIZE_TABLE.values()) + len(paper.FIDELITY) + len(paper.ATTENUATION_FIRST_ORDER)
+    )
     n_closed += len(paper.DIFFICULTY_WEIGHT) + len(paper.DIFFICULTY_PENALTY)
     try:
         from grpo_identity.proofs import THEOREMS
@@ -415,12 +577,16 @@ def _run_stage(stage: Stage, tick: Callable[[], None]) -> list[Item]:
     except ImportError as exc:
         hint = missing_extra(exc)
         if hint is None:
-            items.append(Item(stage.name, f"{stage.name} stage ran", "—", f"{type(exc).__name__}: {exc}".splitlines()[0], "fail"))
+            items.append(
+                Item(stage.name, f"{stage.name} stage ran", "—", f"{type(exc).__name__}: {exc}".splitlines()[0], "fail")
+            )
         else:
             items.append(Item(stage.name, f"{stage.name} stage", "—", None, "skipped", hint))
         tick()
     except Exception as exc:  # a broken stage is a failed item, never a lost report
-        items.append(Item(stage.name, f"{stage.name} stage ran", "—", f"{type(exc).__name__}: {exc}".splitlines()[0], "fail"))
+        items.append(
+            Item(stage.name, f"{stage.name} stage ran", "—", f"{type(exc).__name__}: {exc}".splitlines()[0], "fail")
+        )
         tick()
     return items
 
@@ -446,7 +612,12 @@ def verify(
     from grpo_identity.app.render import output_folder
 
     out = output_folder(out)
-    if solve_rates is not None and solve_rates != BIG_MATH and not str(solve_rates).startswith("hf:") and not Path(solve_rates).is_file():
+    if (
+        solve_rates is not None
+        and solve_rates != BIG_MATH
+        and not str(solve_rates).startswith("hf:")
+        and not Path(solve_rates).is_file()
+    ):
         raise ValueError(f"--solve-rates: no such file: {solve_rates}")
     start = time.perf_counter()
     stages = _stages(out, solve_rates, Path(dapo_curve) if dapo_curve else None, frameworks, render, max_examples)
@@ -529,8 +700,8 @@ table {{ border-collapse: collapse; width: 100%; }} td, th {{ border-bottom: 1px
 tr.section th {{ background: #f6f8fa; padding-top: 1em; }} .note {{ color: #656d76; font-size: .85em; }}
 </style></head><body>
 <h1>grpo-identity verify: {esc(verdict)}</h1>
-<p>The group-standard-deviation identity (arXiv 2607.00152): {counts['pass']} passed, {counts['fail']} failed,
-{counts['skipped']} skipped, in {result['seconds']:.0f} s.</p>
+<p>The group-standard-deviation identity (arXiv 2607.00152): {counts["pass"]} passed, {counts["fail"]} failed,
+{counts["skipped"]} skipped, in {result["seconds"]:.0f} s.</p>
 {link}
 <table><thead><tr><th>claim</th><th>paper</th><th>project</th><th>status</th></tr></thead>
 <tbody>
@@ -575,4 +746,7 @@ def format_summary(result: dict[str, Any], width: int = TABLE_WIDTH) -> str:
             out.append(section)
         out.append(line)
     c = result["counts"]
-    return "\n".join(out) + f"\n{c['pass']} passed, {c['fail']} failed, {c['skipped']} skipped in {result['seconds']:.1f} s"
+    return (
+        "\n".join(out)
+        + f"\n{c['pass']} passed, {c['fail']} failed, {c['skipped']} skipped in {result['seconds']:.1f} s"
+    )

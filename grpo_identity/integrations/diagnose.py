@@ -35,10 +35,25 @@ __all__ = ["FIGURES", "read_series", "page", "write_page"]
 
 #: figure id -> (title, y label, [(metric without the prefix, legend)])
 FIGURES: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
-    "silent": ("Silent fraction: measured vs predicted p^G + (1-p)^G", "fraction of groups", [("silent_frac", "measured"), ("silent_frac_pred", "predicted")]),
-    "mass": ("Share of update mass", "share", [("mass_share_extreme", "extreme (p < 0.1 or > 0.9)"), ("mass_share_medium", "medium (0.4 to 0.6)")]),
-    "deviation": ("Deviation from the identity of the configured method", "absolute deviation",
-                  [("coef_dev_max", "coefficient, max"), ("coef_dev_mean", "coefficient, mean"), ("adv_dev_max", "advantage, max")]),
+    "silent": (
+        "Silent fraction: measured vs predicted p^G + (1-p)^G",
+        "fraction of groups",
+        [("silent_frac", "measured"), ("silent_frac_pred", "predicted")],
+    ),
+    "mass": (
+        "Share of update mass",
+        "share",
+        [("mass_share_extreme", "extreme (p < 0.1 or > 0.9)"), ("mass_share_medium", "medium (0.4 to 0.6)")],
+    ),
+    "deviation": (
+        "Deviation from the identity of the configured method",
+        "absolute deviation",
+        [
+            ("coef_dev_max", "coefficient, max"),
+            ("coef_dev_mean", "coefficient, mean"),
+            ("adv_dev_max", "advantage, max"),
+        ],
+    ),
     "fidelity": ("Fidelity of the current G per difficulty band", "fidelity", [(f"fidelity/{b}", b) for b in BANDS]),
     "group_size": ("Recommended G against the G used", "G", [("recommended_G", "recommended"), ("group_size", "used")]),
 }
@@ -61,31 +76,49 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{path}:{n}: not JSON ({exc.msg})") from None
             if not isinstance(rec, dict) or not isinstance(rec.get("step"), (int, float)):
-                raise UsageError(f"{path}:{n}: a record must be a JSON object with a numeric \"step\"")
+                raise UsageError(f'{path}:{n}: a record must be a JSON object with a numeric "step"')
             yield n, rec
 
 
-def _from_groups(groups: dict[float, list[tuple[str, dict[str, Any]]]], dial: D.Dial, eps: float) -> dict[float, dict[str, float]]:
+def _from_groups(
+    groups: dict[float, list[tuple[str, dict[str, Any]]]], dial: D.Dial, eps: float
+) -> dict[float, dict[str, float]]:
     """Metrics per step from per-group rewards records (steps in order, one tracker)."""
     tracker, out = SolveRateTracker(), {}
     for step in sorted(groups):
         recs = groups[step]
         bad = next(((w, r) for w, r in recs if not isinstance(r["rewards"], list)), None)
         if bad is not None:
-            raise UsageError(f"{bad[0]}: step {step:g}: \"rewards\" must be a list of numbers, got {type(bad[1]['rewards']).__name__}")
+            raise UsageError(
+                f'{bad[0]}: step {step:g}: "rewards" must be a list of numbers, got {type(bad[1]["rewards"]).__name__}'
+            )
         sizes = {len(r["rewards"]) for _, r in recs}
         if len(sizes) != 1:
             raise UsageError(f"step {step:g}: groups of different sizes {sorted(sizes)} (one G per step)")
         G = sizes.pop()
         try:
             rewards = np.array([r["rewards"] for _, r in recs], dtype=np.float64)  # (n, G)
-            adv = np.array([r["advantages"] if "advantages" in r else D.advantages(np.asarray(r["rewards"], dtype=np.float64), G, dial) for _, r in recs], dtype=np.float64)
+            adv = np.array(
+                [
+                    r["advantages"]
+                    if "advantages" in r
+                    else D.advantages(np.asarray(r["rewards"], dtype=np.float64), G, dial)
+                    for _, r in recs
+                ],
+                dtype=np.float64,
+            )
         except (TypeError, ValueError) as exc:
-            raise UsageError(f"{recs[0][0]}: step {step:g}: rewards and advantages must be lists of {G} numbers ({exc})") from None
+            raise UsageError(
+                f"{recs[0][0]}: step {step:g}: rewards and advantages must be lists of {G} numbers ({exc})"
+            ) from None
         if adv.shape != rewards.shape or not np.all(np.isfinite(rewards)):
-            raise UsageError(f"{recs[0][0]}: step {step:g}: every group needs {G} finite rewards and as many advantages")
+            raise UsageError(
+                f"{recs[0][0]}: step {step:g}: every group needs {G} finite rewards and as many advantages"
+            )
         prompts = [str(r.get("prompt", f"{where}#{i}")) for i, (where, r) in enumerate(recs)]
-        out[step] = step_metrics(rewards.reshape(-1), adv.reshape(-1), G, dial, prompts=prompts, tracker=tracker, eps=eps).metrics
+        out[step] = step_metrics(
+            rewards.reshape(-1), adv.reshape(-1), G, dial, prompts=prompts, tracker=tracker, eps=eps
+        ).metrics
     return out
 
 
@@ -108,7 +141,7 @@ def _global_step(path: Path) -> float:
 def _log_history(path: Path) -> list[dict[str, Any]]:
     history = _state(path).get("log_history", [])
     if not isinstance(history, list) or not all(isinstance(e, dict) for e in history):
-        raise UsageError(f"{path}: \"log_history\" must be a list of JSON objects")
+        raise UsageError(f'{path}: "log_history" must be a list of JSON objects')
     return history
 
 
@@ -133,7 +166,7 @@ def read_series(path: str | Path, *, dial: D.Dial = D.GRPO, eps: float = DEFAULT
     for step in sorted(by_step):
         for k, v in by_step[step].items():
             if isinstance(v, (int, float)) and np.isfinite(v):
-                series[k[len(PREFIX):]].append((float(step), float(v)))
+                series[k[len(PREFIX) :]].append((float(step), float(v)))
     if not series:
         raise UsageError(f"no identity/ metrics and no per-group rewards under {path}")
     return dict(series)
@@ -152,14 +185,18 @@ def _svg(lines: list[tuple[str, list[tuple[float, float]]]], ylabel: str, w: int
     sx = lambda x: L + (x - x0) / (x1 - x0) * (w - L - R)
     sy = lambda y: h - B - (y - y0) / (y1 - y0) * (h - T - B)
     e = html.escape
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 20 * len(lines)}" role="img">',
-           f'<line x1="{L}" y1="{h - B}" x2="{w - R}" y2="{h - B}" stroke="#333"/><line x1="{L}" y1="{T}" x2="{L}" y2="{h - B}" stroke="#333"/>',
-           f'<text x="{L}" y="{h - B + 16}" font-size="11">step {x0:g}</text><text x="{w - R}" y="{h - B + 16}" font-size="11" text-anchor="end">{x1:g}</text>',
-           f'<text x="{L - 4}" y="{h - B}" font-size="11" text-anchor="end">{y0:.3g}</text><text x="{L - 4}" y="{T + 8}" font-size="11" text-anchor="end">{y1:.3g}</text>',
-           f'<text x="14" y="{(T + h - B) / 2}" font-size="11" transform="rotate(-90 14 {(T + h - B) / 2})" text-anchor="middle">{e(ylabel)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 20 * len(lines)}" role="img">',
+        f'<line x1="{L}" y1="{h - B}" x2="{w - R}" y2="{h - B}" stroke="#333"/><line x1="{L}" y1="{T}" x2="{L}" y2="{h - B}" stroke="#333"/>',
+        f'<text x="{L}" y="{h - B + 16}" font-size="11">step {x0:g}</text><text x="{w - R}" y="{h - B + 16}" font-size="11" text-anchor="end">{x1:g}</text>',
+        f'<text x="{L - 4}" y="{h - B}" font-size="11" text-anchor="end">{y0:.3g}</text><text x="{L - 4}" y="{T + 8}" font-size="11" text-anchor="end">{y1:.3g}</text>',
+        f'<text x="14" y="{(T + h - B) / 2}" font-size="11" transform="rotate(-90 14 {(T + h - B) / 2})" text-anchor="middle">{e(ylabel)}</text>',
+    ]
     for i, (legend, ps) in enumerate(lines):
         c = _COLOURS[i % len(_COLOURS)]
-        out.append(f'<polyline class="series" data-name="{e(legend)}" fill="none" stroke="{c}" stroke-width="2" points="{" ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in ps)}"/>')
+        out.append(
+            f'<polyline class="series" data-name="{e(legend)}" fill="none" stroke="{c}" stroke-width="2" points="{" ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in ps)}"/>'
+        )
         out.append(f'<text x="{L + 10}" y="{h + 14 + 20 * i}" font-size="12" fill="{c}">— {e(legend)}</text>')
     out.append("</svg>")
     return "".join(out)
@@ -174,10 +211,13 @@ def page(series: Series, title: str = "grpo-identity diagnose") -> str:
         if lines:
             body.append(f'<figure id="{fid}"><figcaption>{e(heading)}</figcaption>{_svg(lines, ylabel)}</figure>')
     steps = sorted({s for ps in series.values() for s, _ in ps})
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
-            '<style>body{font-family:sans-serif;max-width:720px;margin:2em auto}figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}</style>'
-            f'</head><body><h1>{e(title)}</h1><p id="summary">{len(steps)} steps ({steps[0]:g} to {steps[-1]:g}); metrics: {e(", ".join(sorted(series)))}</p>'
-            + "".join(body) + "</body></html>\n")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
+        "<style>body{font-family:sans-serif;max-width:720px;margin:2em auto}figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}</style>"
+        f'</head><body><h1>{e(title)}</h1><p id="summary">{len(steps)} steps ({steps[0]:g} to {steps[-1]:g}); metrics: {e(", ".join(sorted(series)))}</p>'
+        + "".join(body)
+        + "</body></html>\n"
+    )
 
 
 def write_page(series: Series, out: str | Path, title: str = "grpo-identity diagnose") -> Path:

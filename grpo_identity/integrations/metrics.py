@@ -41,7 +41,16 @@ from grpo_identity.analysis.realdata import is_extreme, is_medium
 from grpo_identity.checks.properties import Tolerance, precision_of
 from grpo_identity.closed_forms import fidelity, silent_rate
 
-__all__ = ["PREFIX", "BANDS", "DEFAULT_EPS", "DEFAULT_PRIOR_ROLLOUTS", "SolveRateTracker", "StepReport", "step_metrics", "band_of"]
+__all__ = [
+    "PREFIX",
+    "BANDS",
+    "DEFAULT_EPS",
+    "DEFAULT_PRIOR_ROLLOUTS",
+    "SolveRateTracker",
+    "StepReport",
+    "step_metrics",
+    "band_of",
+]
 
 #: every metric name starts with this
 PREFIX = "identity/"
@@ -182,7 +191,9 @@ def step_metrics(
     return report
 
 
-def _solve_rate_metrics(m: dict[str, float], R: FloatArray, A: FloatArray, keys: list[Any], tracker: SolveRateTracker, eps: float) -> None:
+def _solve_rate_metrics(
+    m: dict[str, float], R: FloatArray, A: FloatArray, keys: list[Any], tracker: SolveRateTracker, eps: float
+) -> None:
     """Silent prediction, mass shares, fidelity per band and recommended G (adds to ``m``)."""
     G, mean = R.shape[1], float(R.mean())
     if np.all((R == 0) | (R == 1)):  # predicted from what was known before this step (first step: its own mean)

@@ -35,7 +35,13 @@ import numpy as np
 from transformers import TrainerCallback
 
 from grpo_identity import dial as D
-from grpo_identity.integrations.metrics import DEFAULT_EPS, DEFAULT_PRIOR_ROLLOUTS, SolveRateTracker, StepReport, step_metrics
+from grpo_identity.integrations.metrics import (
+    DEFAULT_EPS,
+    DEFAULT_PRIOR_ROLLOUTS,
+    SolveRateTracker,
+    StepReport,
+    step_metrics,
+)
 
 __all__ = ["IdentityCallback", "dial_for_config", "read_batch"]
 
@@ -62,7 +68,13 @@ def dial_for_config(args: Any) -> D.Dial | None:
     if scale == "none":
         return D.DR_GRPO
     if scale == "batch":
-        return D.Dial(scale="batch_std", ddof=_TRL_DDOF, eps=_TRL_EPS, name="trl_batch", citation="TRL GRPOTrainer, scale_rewards='batch'")
+        return D.Dial(
+            scale="batch_std",
+            ddof=_TRL_DDOF,
+            eps=_TRL_EPS,
+            name="trl_batch",
+            citation="TRL GRPOTrainer, scale_rewards='batch'",
+        )
     raise ValueError(f"unknown scale_rewards {args.scale_rewards!r}")
 
 
@@ -75,14 +87,18 @@ def read_batch(trainer: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
     reward functions, NaN where every function returned None, as TRL forms them — advantages
     (n·G,) and one prompt key per group."""
     logs, G = trainer._logs, int(trainer.num_generations)
-    per_func = np.array([list(logs["rewards"][name]) for name in trainer.reward_func_names], dtype=np.float64)  # (F, n·G)
+    per_func = np.array(
+        [list(logs["rewards"][name]) for name in trainer.reward_func_names], dtype=np.float64
+    )  # (F, n·G)
     weights = np.asarray(trainer.reward_weights.detach().cpu(), dtype=np.float64).reshape(-1, 1)  # (F, 1)
     unscorable = np.isnan(per_func).all(0)
     rewards = np.where(unscorable, np.nan, np.nansum(per_func * weights, axis=0))
     adv = np.asarray(list(logs["advantages"]), dtype=np.float64)
     prompts = list(logs["prompt"])
     if not (rewards.size == adv.size == len(prompts)) or adv.size % G:
-        raise ValueError(f"TRL's buffers disagree: {rewards.size} rewards, {adv.size} advantages, {len(prompts)} prompts, G = {G}")
+        raise ValueError(
+            f"TRL's buffers disagree: {rewards.size} rewards, {adv.size} advantages, {len(prompts)} prompts, G = {G}"
+        )
     return rewards, adv, [_prompt_key(p) for p in prompts[::G]]
 
 
@@ -92,8 +108,15 @@ class IdentityCallback(TrainerCallback):
     the per-prompt solve rates; ``log_file`` (optional) also gets one JSON line per step from the
     main process, which ``grpo-identity diagnose`` reads."""
 
-    def __init__(self, trainer: Any, *, eps: float = DEFAULT_EPS, prior_rollouts: float = DEFAULT_PRIOR_ROLLOUTS, dial: D.Dial | None = None,
-                 log_file: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        trainer: Any,
+        *,
+        eps: float = DEFAULT_EPS,
+        prior_rollouts: float = DEFAULT_PRIOR_ROLLOUTS,
+        dial: D.Dial | None = None,
+        log_file: str | Path | None = None,
+    ) -> None:
         if not 0 < eps < 1:
             raise ValueError(f"eps must be in (0, 1), got {eps!r}")
         self.log_file = Path(log_file) if log_file is not None else None
@@ -119,8 +142,15 @@ class IdentityCallback(TrainerCallback):
         groups = rewards.reshape(-1, int(t.num_generations))
         keep = ~np.isnan(groups).any(1)  # groups with an unscorable completion are left out
         G = int(t.num_generations)
-        self.last = step_metrics(groups[keep].reshape(-1), adv.reshape(groups.shape)[keep].reshape(-1), G, self.dial,
-                                 prompts=[p for p, k in zip(prompts, keep) if k], tracker=self.tracker, eps=self.eps)
+        self.last = step_metrics(
+            groups[keep].reshape(-1),
+            adv.reshape(groups.shape)[keep].reshape(-1),
+            G,
+            self.dial,
+            prompts=[p for p, k in zip(prompts, keep) if k],
+            tracker=self.tracker,
+            eps=self.eps,
+        )
         finite = {k: v for k, v in self.last.metrics.items() if math.isfinite(v)}
         for name, value in finite.items():
             t._metrics["train"][name].append(value)
@@ -129,6 +159,10 @@ class IdentityCallback(TrainerCallback):
                 f.write(json.dumps({"step": state.global_step, **finite}) + "\n")
         if self.last.departure and not self.warned:
             self.warned = True
-            logger.warning("grpo-identity: the trainer's advantages leave the identity of %s at step %d: %s (reported once; see identity/departures)",
-                           self.dial.name if self.dial else "its method", state.global_step, self.last.departure)
+            logger.warning(
+                "grpo-identity: the trainer's advantages leave the identity of %s at step %d: %s (reported once; see identity/departures)",
+                self.dial.name if self.dial else "its method",
+                state.global_step,
+                self.last.departure,
+            )
         return control

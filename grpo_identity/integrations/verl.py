@@ -33,7 +33,13 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import dial as D
-from grpo_identity.integrations.metrics import DEFAULT_EPS, DEFAULT_PRIOR_ROLLOUTS, SolveRateTracker, StepReport, step_metrics
+from grpo_identity.integrations.metrics import (
+    DEFAULT_EPS,
+    DEFAULT_PRIOR_ROLLOUTS,
+    SolveRateTracker,
+    StepReport,
+    step_metrics,
+)
 
 __all__ = ["IdentityHook", "read_dataproto"]
 
@@ -53,7 +59,9 @@ def read_dataproto(batch: Any) -> tuple[np.ndarray, np.ndarray, int, list[Any]]:
     tokens = np.maximum(mask.sum(-1), 1.0)
     adv = (_numpy(td["advantages"]) * mask).sum(-1) / tokens  # (bs,)
     uid = np.asarray(nt["uid"], dtype=object)
-    names, first, inverse, counts = np.unique(uid.astype(str), return_index=True, return_inverse=True, return_counts=True)
+    names, first, inverse, counts = np.unique(
+        uid.astype(str), return_index=True, return_inverse=True, return_counts=True
+    )
     if counts.min() != counts.max():
         raise ValueError(f"every uid must have the same number of responses, got {counts.min()} to {counts.max()}")
     order_of_group = np.argsort(first, kind="stable")  # groups in order of first appearance
@@ -70,7 +78,9 @@ class IdentityHook:
     as a dict of floats (non-finite values left out); warns once on the logger ``grpo_identity``
     when the batch's advantages leave the identity of ``dial``."""
 
-    def __init__(self, dial: D.Dial | None = D.VERL, *, eps: float = DEFAULT_EPS, prior_rollouts: float = DEFAULT_PRIOR_ROLLOUTS) -> None:
+    def __init__(
+        self, dial: D.Dial | None = D.VERL, *, eps: float = DEFAULT_EPS, prior_rollouts: float = DEFAULT_PRIOR_ROLLOUTS
+    ) -> None:
         if not 0 < eps < 1:
             raise ValueError(f"eps must be in (0, 1), got {eps!r}")
         self.dial, self.eps = dial, float(eps)
@@ -83,8 +93,11 @@ class IdentityHook:
         self.last = step_metrics(rewards, adv, G, self.dial, prompts=keys, tracker=self.tracker, eps=self.eps)
         if self.last.departure and not self.warned:
             self.warned = True
-            logger.warning("grpo-identity: the batch's advantages leave the identity of %s: %s (reported once; see identity/departures)",
-                           self.dial.name if self.dial else "its method", self.last.departure)
+            logger.warning(
+                "grpo-identity: the batch's advantages leave the identity of %s: %s (reported once; see identity/departures)",
+                self.dial.name if self.dial else "its method",
+                self.last.departure,
+            )
         return {k: v for k, v in self.last.metrics.items() if math.isfinite(v)}
 
     def wrap(self, compute_data_metrics: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:

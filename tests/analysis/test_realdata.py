@@ -171,6 +171,8 @@ def test_a_few_rates_off_the_grid_are_rounded_to_the_nearest_k_as_the_paper_does
 
 
 def test_many_rates_off_the_grid_are_an_error_naming_the_share_as_a_plain_number():
-    with pytest.raises(ValueError, match=r"2 % of the solve rates in array are not multiples of 1/64 \(e\.g\. 0\.3\)") as e:
+    with pytest.raises(
+        ValueError, match=r"2 % of the solve rates in array are not multiples of 1/64 \(e\.g\. 0\.3\)"
+    ) as e:
         summarise([0.5] * 98 + [0.3] * 2)
     assert "np." not in str(e.value)

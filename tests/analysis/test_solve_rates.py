@@ -141,8 +141,15 @@ def test_a_directory_is_not_a_solve_rate_file(tmp_path):
 
 
 # --- bad input: one line, naming the file and the line or row ----------------------------------
-@pytest.mark.parametrize("cell, message", [("", "line 3: llama8b_solve_rate is missing"), ("nan", "line 3: llama8b_solve_rate is NaN"),
-                                           ("NaN", "line 3: llama8b_solve_rate is NaN"), ("abc", "line 3: llama8b_solve_rate must be numeric, got 'abc'")])
+@pytest.mark.parametrize(
+    "cell, message",
+    [
+        ("", "line 3: llama8b_solve_rate is missing"),
+        ("nan", "line 3: llama8b_solve_rate is NaN"),
+        ("NaN", "line 3: llama8b_solve_rate is NaN"),
+        ("abc", "line 3: llama8b_solve_rate must be numeric, got 'abc'"),
+    ],
+)
 def test_a_missing_or_nan_csv_value_is_an_error_naming_the_file_and_line(tmp_path, cell, message):
     path = tmp_path / "rates.csv"
     path.write_text(f"id,{COLUMN}\nq1,0.5\nq2,{cell}\nq3,0.25\n")
@@ -202,7 +209,15 @@ def test_an_array_with_nan_names_the_position_as_a_plain_number():
 
 
 def _no_network(monkeypatch):
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HF_ENDPOINT"):
+    for var in (
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "HF_ENDPOINT",
+    ):
         monkeypatch.delenv(var, raising=False)
 
     def refuse(*args, **kwargs):

@@ -53,7 +53,10 @@ CASES = [
     (["train", "bernoulli", "--solve-rates", "{tmp}/absent.csv"], "absent.csv"),
     (["train", "bernoulli", "--solve-rates", "{dir}"], "is not a file"),
     (["train", "bernoulli", "--solve-rates", "{empty}"], "empty.csv"),
-    (["train", "bernoulli", "--out", "/dev/null/x"], "--out /dev/null/x: cannot create the folder (/dev/null is not a folder)"),
+    (
+        ["train", "bernoulli", "--out", "/dev/null/x"],
+        "--out /dev/null/x: cannot create the folder (/dev/null is not a folder)",
+    ),
     (["train", "bernoulli", "--out", "{file}"], "is a file, not a folder"),
     (["train", "bernoulli", "--out", "{file}/sub"], "cannot create the folder"),
     # train lm
@@ -83,7 +86,10 @@ CASES = [
     (["realdata", "{rates}", "--out", "/dev/null/x"], "--out /dev/null/x"),
     (["realdata", "{rates}", "--out", "{file}"], "is a file, not a folder"),
     # dapo-fit
-    (["dapo-fit", CURVE, "--bootstrap", "1000000"], "argument --bootstrap: must be an integer from 0 to 10,000, got 1000000"),
+    (
+        ["dapo-fit", CURVE, "--bootstrap", "1000000"],
+        "argument --bootstrap: must be an integer from 0 to 10,000, got 1000000",
+    ),
     (["dapo-fit", CURVE, "--bootstrap", "-1"], "--bootstrap"),
     (["dapo-fit", CURVE, "--seed", "-1"], "--seed"),
     (["dapo-fit", "{tmp}/absent.csv"], "absent.csv"),
@@ -122,8 +128,14 @@ def paths(tmp_path):
     (tmp_path / "empty.csv").write_text("")
     (tmp_path / "rates.csv").write_text("llama8b_solve_rate\n0\n0.5\n1\n")
     (tmp_path / "bad.csv").write_text("llama8b_solve_rate\nabc\n")
-    return {"tmp": tmp_path, "file": tmp_path / "afile", "dir": tmp_path / "adir", "empty": tmp_path / "empty.csv",
-            "rates": tmp_path / "rates.csv", "bad": tmp_path / "bad.csv"}
+    return {
+        "tmp": tmp_path,
+        "file": tmp_path / "afile",
+        "dir": tmp_path / "adir",
+        "empty": tmp_path / "empty.csv",
+        "rates": tmp_path / "rates.csv",
+        "bad": tmp_path / "bad.csv",
+    }
 
 
 def run_bad(argv, paths, capsys):
@@ -152,13 +164,18 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, needle, paths,
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder")
-@pytest.mark.parametrize("argv", [["train", "bernoulli"], ["train", "lm"], ["realdata", "{rates}"], ["dapo-fit", CURVE], ["render"], ["verify"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["train", "bernoulli"], ["train", "lm"], ["realdata", "{rates}"], ["dapo-fit", CURVE], ["render"], ["verify"]],
+)
 def test_an_out_folder_in_a_read_only_folder_is_refused_before_the_work(argv, paths, capsys):
     ro = paths["tmp"] / "ro"
     ro.mkdir()
     ro.chmod(0o555)
     try:
-        assert_one_line_and_nothing_written(*run_bad([*argv, "--out", str(ro / "out")], paths, capsys), "cannot create the folder")
+        assert_one_line_and_nothing_written(
+            *run_bad([*argv, "--out", str(ro / "out")], paths, capsys), "cannot create the folder"
+        )
     finally:
         ro.chmod(0o755)
 
@@ -177,8 +194,12 @@ MISSING = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "module", "extra"), MISSING, ids=[f"{' '.join(a[:2])} without {m}" for a, m, _ in MISSING])
-def test_a_missing_optional_package_is_one_line_naming_its_extra_before_any_work(argv, module, extra, paths, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    ("argv", "module", "extra"), MISSING, ids=[f"{' '.join(a[:2])} without {m}" for a, m, _ in MISSING]
+)
+def test_a_missing_optional_package_is_one_line_naming_its_extra_before_any_work(
+    argv, module, extra, paths, capsys, monkeypatch
+):
     monkeypatch.setitem(sys.modules, module, None)  # `import module` now raises ImportError
     needle = f"this needs {module}: pip install 'grpo-identity[{extra}]'"
     assert_one_line_and_nothing_written(*run_bad(argv, paths, capsys), needle)

@@ -22,7 +22,19 @@ def test_version_prints_the_version_and_exits_0(capsys):
     assert __version__ in capsys.readouterr().out
 
 
-HELPS = [[], ["closed-forms"], ["train"], ["train", "bernoulli"], ["train", "lm"], ["audit"], ["prove"], ["realdata"], ["dapo-fit"], ["verify"], ["render"]]
+HELPS = [
+    [],
+    ["closed-forms"],
+    ["train"],
+    ["train", "bernoulli"],
+    ["train", "lm"],
+    ["audit"],
+    ["prove"],
+    ["realdata"],
+    ["dapo-fit"],
+    ["verify"],
+    ["render"],
+]
 
 
 @pytest.mark.parametrize("command", HELPS, ids=[" ".join(c) or "grpo-identity" for c in HELPS])
@@ -34,8 +46,13 @@ def test_help_of_every_command_exits_0_and_lists_the_exit_codes(command, capsys)
 
 
 def test_help_states_the_bounds_of_sizes(capsys):
-    for command, bound in ((["closed-forms"], "1,000,000"), (["dapo-fit"], "10,000"), (["realdata"], "10,000"),
-                           (["train", "bernoulli"], "16 GiB"), (["train", "lm"], "16 GiB")):
+    for command, bound in (
+        (["closed-forms"], "1,000,000"),
+        (["dapo-fit"], "10,000"),
+        (["realdata"], "10,000"),
+        (["train", "bernoulli"], "16 GiB"),
+        (["train", "lm"], "16 GiB"),
+    ):
         assert main([*command, "--help"]) == 0
         assert bound in " ".join(capsys.readouterr().out.split()), command
 
@@ -73,8 +90,14 @@ def test_edges_of_p_print_undefined_rather_than_crash(capsys):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["closed-forms", "--G", "1"], "grpo-identity closed-forms: error: argument --G: must be an integer from 2 to 1,000,000, got 1"),
-        (["train", "bernoulli", "--G", "1"], "grpo-identity train bernoulli: error: --G must be an integer >= 2, got 1"),
+        (
+            ["closed-forms", "--G", "1"],
+            "grpo-identity closed-forms: error: argument --G: must be an integer from 2 to 1,000,000, got 1",
+        ),
+        (
+            ["train", "bernoulli", "--G", "1"],
+            "grpo-identity train bernoulli: error: --G must be an integer >= 2, got 1",
+        ),
     ],
 )
 def test_the_installed_module_entry_point_prints_one_line_and_exits_2(args, needle):
@@ -100,7 +123,9 @@ def _raise_in_realdata(monkeypatch, exc):
 def test_a_numpy_repr_in_an_error_is_printed_as_a_plain_number(tmp_path, monkeypatch, capsys):
     import numpy as np
 
-    _raise_in_realdata(monkeypatch, ValueError(f"rate {np.float64(0.015625)!r} and count {np.int64(3)!r} are bad\nsecond line"))
+    _raise_in_realdata(
+        monkeypatch, ValueError(f"rate {np.float64(0.015625)!r} and count {np.int64(3)!r} are bad\nsecond line")
+    )
     (tmp_path / "r.csv").write_text("llama8b_solve_rate\n0.5\n")
     assert main(["realdata", str(tmp_path / "r.csv")]) == 2
     assert capsys.readouterr().err == "grpo-identity realdata: error: rate 0.015625 and count 3 are bad\n"

@@ -56,7 +56,9 @@ def test_the_latest_checkpoints_trainer_state_is_read(tmp_path, capsys):
 
 
 def test_verls_file_logger_records_are_read(tmp_path, capsys):
-    write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1, "data": {"identity/recommended_G": 12, "critic/score/mean": 0.5}}])
+    write_jsonl(
+        tmp_path / "metrics.jsonl", [{"step": 1, "data": {"identity/recommended_G": 12, "critic/score/mean": 0.5}}]
+    )
     code, out, _ = run(capsys, tmp_path / "metrics.jsonl", "--json")
     assert code == 0 and json.loads(out)["series"] == {"recommended_G": [[1, 12]]}
     assert (tmp_path / "diagnose.html").is_file()
@@ -65,7 +67,11 @@ def test_verls_file_logger_records_are_read(tmp_path, capsys):
 def test_the_table_names_every_metric_with_its_last_value(tmp_path, capsys):
     write_jsonl(tmp_path / "groups.jsonl", group_records())
     code, out, _ = run(capsys, tmp_path)
-    assert code == 0 and re.search(r"^silent_frac\s+6\s+5\s+0\.333333$", out, re.M) and out.rstrip().endswith("diagnose.html")
+    assert (
+        code == 0
+        and re.search(r"^silent_frac\s+6\s+5\s+0\.333333$", out, re.M)
+        and out.rstrip().endswith("diagnose.html")
+    )
 
 
 @pytest.mark.parametrize(
@@ -74,15 +80,43 @@ def test_the_table_names_every_metric_with_its_last_value(tmp_path, capsys):
         (lambda d: None, ["{d}/missing"], "LOGDIR {d}/missing does not exist"),
         (lambda d: None, [], "no identity/ metrics and no per-group rewards under {d}"),
         (lambda d: (d / "a.jsonl").write_text('{"step": 1, "rewards": [1, 0]}\n{oops\n'), [], "a.jsonl:2: not JSON"),
-        (lambda d: (d / "a.jsonl").write_text('{"rewards": [1, 0]}\n'), [], 'a.jsonl:1: a record must be a JSON object with a numeric "step"'),
-        (lambda d: write_jsonl(d / "a.jsonl", [{"step": 0, "rewards": [1, 0]}, {"step": 0, "rewards": [1, 0, 0]}]), [], "step 0: groups of different sizes [2, 3]"),
-        (lambda d: write_jsonl(d / "a.jsonl", [{"step": 0, "rewards": [1, "x"]}]), [], "step 0: rewards and advantages must be lists of 2 numbers"),
+        (
+            lambda d: (d / "a.jsonl").write_text('{"rewards": [1, 0]}\n'),
+            [],
+            'a.jsonl:1: a record must be a JSON object with a numeric "step"',
+        ),
+        (
+            lambda d: write_jsonl(d / "a.jsonl", [{"step": 0, "rewards": [1, 0]}, {"step": 0, "rewards": [1, 0, 0]}]),
+            [],
+            "step 0: groups of different sizes [2, 3]",
+        ),
+        (
+            lambda d: write_jsonl(d / "a.jsonl", [{"step": 0, "rewards": [1, "x"]}]),
+            [],
+            "step 0: rewards and advantages must be lists of 2 numbers",
+        ),
         (lambda d: write_jsonl(d / "a.jsonl", group_records()), ["--eps", "1.5"], "--eps must be in (0, 1), got 1.5"),
         (lambda d: write_jsonl(d / "a.jsonl", group_records()), ["--dial", "ppo"], "--dial: unknown preset 'ppo'"),
-        (lambda d: write_jsonl(d / "a.jsonl", group_records()), ["--out", "{d}/no/such/page.html"], "--out {d}/no/such/page.html: folder {d}/no/such does not exist"),
-        (lambda d: write_jsonl(d / "a.jsonl", [{"step": 0, "rewards": 5}]), [], 'step 0: "rewards" must be a list of numbers, got int'),
-        (lambda d: (d / "trainer_state.json").write_text("[1, 2]"), [], "trainer_state.json: a trainer_state.json must hold a JSON object, got list"),
-        (lambda d: (d / "trainer_state.json").write_text('{"log_history": [1]}'), [], 'trainer_state.json: "log_history" must be a list of JSON objects'),
+        (
+            lambda d: write_jsonl(d / "a.jsonl", group_records()),
+            ["--out", "{d}/no/such/page.html"],
+            "--out {d}/no/such/page.html: folder {d}/no/such does not exist",
+        ),
+        (
+            lambda d: write_jsonl(d / "a.jsonl", [{"step": 0, "rewards": 5}]),
+            [],
+            'step 0: "rewards" must be a list of numbers, got int',
+        ),
+        (
+            lambda d: (d / "trainer_state.json").write_text("[1, 2]"),
+            [],
+            "trainer_state.json: a trainer_state.json must hold a JSON object, got list",
+        ),
+        (
+            lambda d: (d / "trainer_state.json").write_text('{"log_history": [1]}'),
+            [],
+            'trainer_state.json: "log_history" must be a list of JSON objects',
+        ),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_exit_2_and_no_page(tmp_path, capsys, setup, args, message):
@@ -95,7 +129,9 @@ def test_bad_input_is_one_line_on_stderr_exit_2_and_no_page(tmp_path, capsys, se
     assert not list(tmp_path.rglob("*.html")) and not list(tmp_path.rglob("*.partial"))
 
 
-@pytest.mark.skipif(browser_executable() is None, reason="no headless Chromium on PATH (Debian: apt-get install chromium)")
+@pytest.mark.skipif(
+    browser_executable() is None, reason="no headless Chromium on PATH (Debian: apt-get install chromium)"
+)
 def test_the_page_opens_in_a_headless_browser_with_every_curve_drawn(tmp_path, capsys):
     write_jsonl(tmp_path / "groups.jsonl", group_records())
     code, out, _ = run(capsys, tmp_path, "--json")

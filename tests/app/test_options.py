@@ -47,7 +47,10 @@ def test_the_option_the_user_typed_is_named_else_the_first_alias():
 def test_field_names_become_options_as_whole_words_only():
     flags = {"lr": ["--lr"], "warmup_lr": ["--warmup-lr"], "n_head": ["--n-head"], "n_embd": ["--n-embd"]}
     msg = "warmup_lr must be > 0 and lr too; n_head must divide n_embd, got n_head=3"
-    assert in_options(msg, flags, []) == "--warmup-lr must be > 0 and --lr too; --n-head must divide --n-embd, got --n-head=3"
+    assert (
+        in_options(msg, flags, [])
+        == "--warmup-lr must be > 0 and --lr too; --n-head must divide --n-embd, got --n-head=3"
+    )
 
 
 def test_a_name_already_an_option_is_left_alone():
@@ -57,11 +60,18 @@ def test_a_name_already_an_option_is_left_alone():
 def test_memory_within_the_budget_passes_and_over_it_names_the_options_of_the_largest_term():
     assert over_budget([("a", MEMORY_BUDGET / 2, ["--M"]), ("b", MEMORY_BUDGET / 2, ["--G"])]) is None
     line = over_budget([("small", 1.0, ["--steps"]), ("the draws", MEMORY_BUDGET, ["--M", "--G", "--max-draws"])])
-    assert line is not None and "mostly the draws" in line and line.endswith("lower --M, --G or --max-draws (or raise GRPO_IDENTITY_MEMORY_GIB)")
+    assert (
+        line is not None
+        and "mostly the draws" in line
+        and line.endswith("lower --M, --G or --max-draws (or raise GRPO_IDENTITY_MEMORY_GIB)")
+    )
     assert "16 GiB" in line and "\n" not in line
 
 
-@pytest.mark.parametrize(("n", "text"), [(512, "512 B"), (1536, "1.5 KiB"), (16 * 2**30, "16 GiB"), (3 * 2**50, "3 PiB"), (2**70, "1.05e+06 PiB")])
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [(512, "512 B"), (1536, "1.5 KiB"), (16 * 2**30, "16 GiB"), (3 * 2**50, "3 PiB"), (2**70, "1.05e+06 PiB")],
+)
 def test_bytes_are_told_in_the_largest_unit(n, text):
     assert human_bytes(n) == text
 

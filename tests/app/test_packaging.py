@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LIGHT = ["grpo_identity", "grpo_identity.checks", "grpo_identity.dial", "grpo_identity.closed_forms",
-         "grpo_identity.registry", "grpo_identity.app.cli", "grpo_identity.trainer"]
+LIGHT = [
+    "grpo_identity",
+    "grpo_identity.checks",
+    "grpo_identity.dial",
+    "grpo_identity.closed_forms",
+    "grpo_identity.registry",
+    "grpo_identity.app.cli",
+    "grpo_identity.trainer",
+]
 
 
 @pytest.mark.parametrize("module", LIGHT)
@@ -22,8 +29,10 @@ def test_light_modules_import_neither_torch_nor_sympy(module):
 
 
 def test_building_the_cli_parser_stays_light():
-    code = ("import sys; from grpo_identity.app.cli import build_parser; build_parser(); "
-            "heavy = {'torch', 'sympy', 'transformers', 'matplotlib'} & set(sys.modules); assert not heavy, heavy")
+    code = (
+        "import sys; from grpo_identity.app.cli import build_parser; build_parser(); "
+        "heavy = {'torch', 'sympy', 'transformers', 'matplotlib'} & set(sys.modules); assert not heavy, heavy"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
 
@@ -52,8 +61,21 @@ def test_readme_quick_start_is_the_two_make_commands_and_ci_calls_the_test_one()
 @pytest.mark.slow
 def test_wheel_holds_everything_under_grpo_identity_and_nothing_else(tmp_path):
     r = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     (wheel,) = tmp_path.glob("grpo_identity-*.whl")
@@ -69,7 +91,10 @@ def test_wheel_holds_everything_under_grpo_identity_and_nothing_else(tmp_path):
     assert "grpo_identity/app/commands/__init__.py" in names and "grpo_identity/app/commands/verify.py" in names
     assert "grpo_identity/trainer/lm/train.py" in names and "grpo_identity/analysis/realdata.py" in names
     # the data ship with the package: a user's clone needs no shared/ folder beside it
-    assert "grpo_identity/data/bigmath_solve_rate_hist.csv" in names and "grpo_identity/data/dapo_fig3b_accuracy1_fraction.csv" in names
+    assert (
+        "grpo_identity/data/bigmath_solve_rate_hist.csv" in names
+        and "grpo_identity/data/dapo_fig3b_accuracy1_fraction.csv" in names
+    )
 
 
 def _framework_audits():
@@ -85,7 +110,11 @@ def test_the_readme_framework_table_is_rendered_from_the_recorded_audit_output()
     import json
 
     fa = _framework_audits()
-    rows = [json.loads(ln) for ln in (ROOT / "results" / "frameworks" / "audits.jsonl").read_text().splitlines() if ln.strip()]
+    rows = [
+        json.loads(ln)
+        for ln in (ROOT / "results" / "frameworks" / "audits.jsonl").read_text().splitlines()
+        if ln.strip()
+    ]
     table = fa.render(rows)
     assert (ROOT / "results" / "frameworks" / "table.md").read_text() == table
     readme = (ROOT / "README.md").read_text()
@@ -96,10 +125,33 @@ def test_the_readme_framework_table_is_rendered_from_the_recorded_audit_output()
 
 def test_the_framework_table_shows_adapter_errors_and_the_first_failing_finding():
     fa = _framework_audits()
-    report = {"verdict": "fail", "matches": None, "inferred": {"centre": "mean", "scale": "group_std", "ddof": 1, "eps": 1e-6, "per_sample_weight": "constant", "silent_groups_zero_gradient": False},
-              "findings": [{"severity": "note", "property": "probe_singleton", "message": "n"}, {"severity": "fail", "property": "zero_sum", "message": "a | b"}]}
-    table = fa.render([{"target": "verl --set x=1", "release": "0.9.1", "wall_seconds": 12.3, "report": report},
-                       {"target": "verl --set y=2", "release": "0.6.0", "wall_seconds": 3.0, "error": "grpo-identity: verl 0.6.0: TypeError"}])
+    report = {
+        "verdict": "fail",
+        "matches": None,
+        "inferred": {
+            "centre": "mean",
+            "scale": "group_std",
+            "ddof": 1,
+            "eps": 1e-6,
+            "per_sample_weight": "constant",
+            "silent_groups_zero_gradient": False,
+        },
+        "findings": [
+            {"severity": "note", "property": "probe_singleton", "message": "n"},
+            {"severity": "fail", "property": "zero_sum", "message": "a | b"},
+        ],
+    }
+    table = fa.render(
+        [
+            {"target": "verl --set x=1", "release": "0.9.1", "wall_seconds": 12.3, "report": report},
+            {
+                "target": "verl --set y=2",
+                "release": "0.6.0",
+                "wall_seconds": 3.0,
+                "error": "grpo-identity: verl 0.6.0: TypeError",
+            },
+        ]
+    )
     fail, error = table.splitlines()[2:]
     assert "| FAIL | - | group std, ddof 1, ε 1e-06 | constant | **not 0** | zero_sum: a / b | 12 |" in fail
     assert "| adapter error |" in error and "TypeError" in error

@@ -145,14 +145,18 @@ def test_every_notebook_page_embeds_at_least_one_figure(executed):
 def test_a_failing_cell_is_reported_and_the_render_is_not_ok(tmp_path):
     src = tmp_path / "notebooks"
     src.mkdir()
-    (src / "01_broken.py").write_text('# %% [markdown]\n# # Broken\n\n# %%\nraise RuntimeError("deliberate")\n\n# %%\nprint("after")\n')
+    (src / "01_broken.py").write_text(
+        '# %% [markdown]\n# # Broken\n\n# %%\nraise RuntimeError("deliberate")\n\n# %%\nprint("after")\n'
+    )
     report = render(tmp_path / "out", notebooks_dir=src)
     assert report["ok"] is False and report["notebooks"][0]["errors"] == 1
     assert "deliberate" in (tmp_path / "out" / "01_broken.html").read_text()
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(browser_executable() is None, reason="no headless Chromium on PATH (Debian: apt-get install chromium)")
+@pytest.mark.skipif(
+    browser_executable() is None, reason="no headless Chromium on PATH (Debian: apt-get install chromium)"
+)
 def test_headless_chromium_typesets_the_math_and_shows_the_figures(executed):
     dom = browser_dom(Path(executed["out"]) / "01_identity.html")
     displays = len(re.findall(r'class="MathJax_Display"', dom))

@@ -25,11 +25,14 @@ def test_an_existing_folder_passes_and_keeps_its_files(tmp_path):
     assert _listing(tmp_path) == ["keep.txt"]
 
 
-@pytest.mark.parametrize(("out", "message"), [
-    ("{file}", "--out {file} is a file, not a folder"),
-    ("{file}/sub/deeper", "--out {file}/sub/deeper: cannot create the folder ({file} is not a folder)"),
-    ("/dev/null/x", "--out /dev/null/x: cannot create the folder (/dev/null is not a folder)"),
-])
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        ("{file}", "--out {file} is a file, not a folder"),
+        ("{file}/sub/deeper", "--out {file}/sub/deeper: cannot create the folder ({file} is not a folder)"),
+        ("/dev/null/x", "--out /dev/null/x: cannot create the folder (/dev/null is not a folder)"),
+    ],
+)
 def test_a_path_through_a_file_is_one_line_naming_the_option(tmp_path, out, message):
     f = tmp_path / "afile"
     f.write_text("x")
@@ -53,7 +56,9 @@ def test_a_folder_that_refuses_a_file_is_reported_without_leaving_one(tmp_path, 
 def test_output_folder_creates_the_folder_and_write_outputs_fills_it(tmp_path):
     assert output_folder(tmp_path / "o").is_dir()
     write_outputs(tmp_path / "w", {"a.json": {"x": float("nan")}}, ("fig.txt", lambda p: open(p, "w").write("drawn")))
-    assert (tmp_path / "w" / "a.json").read_text() == '{\n  "x": null\n}\n' and (tmp_path / "w" / "fig.txt").read_text() == "drawn"
+    assert (tmp_path / "w" / "a.json").read_text() == '{\n  "x": null\n}\n' and (
+        tmp_path / "w" / "fig.txt"
+    ).read_text() == "drawn"
 
 
 def test_render_uses_the_same_folder_check():

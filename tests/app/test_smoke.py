@@ -11,8 +11,32 @@ from grpo_identity import data
 from grpo_identity.app.cli import main
 
 CURVE = str(data.path(data.DAPO_CURVE))
-TINY_LM = ["train", "lm", "--mode", "dapo", "--steps", "2", "--warmup-steps", "100", "--n-layer", "1", "--n-embd", "16", "--n-head", "2",
-           "--max-digits", "1", "--eval-prompts-per-level", "8", "--prompts-per-step", "4", "--probe-samples", "0", "--eval-every", "1"]
+TINY_LM = [
+    "train",
+    "lm",
+    "--mode",
+    "dapo",
+    "--steps",
+    "2",
+    "--warmup-steps",
+    "100",
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "16",
+    "--n-head",
+    "2",
+    "--max-digits",
+    "1",
+    "--eval-prompts-per-level",
+    "8",
+    "--prompts-per-step",
+    "4",
+    "--probe-samples",
+    "0",
+    "--eval-every",
+    "1",
+]
 
 
 def _rates(tmp_path):
@@ -39,11 +63,19 @@ def cheap_verify(monkeypatch):
 CASES = {
     "closed-forms": (["closed-forms", "--G", "8", "--p", "0.3"], "k  sigma", {"sigma_by_k", "fidelity", "group_size"}),
     "closed-forms table": (["closed-forms", "--table", "group-size"], "90 %", {"rows"}),
-    "train bernoulli": (["train", "bernoulli", "--M", "40", "--steps", "2"], "arm      hardest quartile", {"identity_max_abs_err", "r2_silent", "hard_final"}),
+    "train bernoulli": (
+        ["train", "bernoulli", "--M", "40", "--steps", "2"],
+        "arm      hardest quartile",
+        {"identity_max_abs_err", "r2_silent", "hard_final"},
+    ),
     "realdata": (["realdata", "{rates}"], "silent fraction", {"frac_p0", "silent_closed_form", "mass_share"}),
     "dapo-fit": (["dapo-fit", CURVE, "--bootstrap", "5"], "model", {"competence", "saturating", "n_points"}),
     "prove": (["prove", "-k", "T2"], "theorem  title", {"all_proved", "theorems"}),
-    "verify": (["verify", "--no-render", "--no-frameworks", "--out", "{tmp}/verify"], "claim", {"all_ok", "counts", "items"}),
+    "verify": (
+        ["verify", "--no-render", "--no-frameworks", "--out", "{tmp}/verify"],
+        "claim",
+        {"all_ok", "counts", "items"},
+    ),
 }
 SLOW_CASES = {
     "train lm": (TINY_LM, "mode  aggregation", {"identity_max_rel_err", "modes", "groups_checked"}),

@@ -24,7 +24,11 @@ def test_realdata_json_has_the_documented_keys_and_fractions(tmp_path, capsys):
     assert main(["realdata", str(_rates_csv(tmp_path)), "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["n"] == 10 and r["frac_p0"] == 0.2 and r["frac_p1"] == 0.2
-    assert set(r["silent_closed_form"]) == {"4", "8", "16", "32", "64"} and set(r["silent_subsampled"]) == {"4", "8", "16"}
+    assert set(r["silent_closed_form"]) == {"4", "8", "16", "32", "64"} and set(r["silent_subsampled"]) == {
+        "4",
+        "8",
+        "16",
+    }
     fractions = [*r["silent_closed_form"].values(), *r["silent_subsampled"].values()]
     fractions += [v for arm in ("grpo", "dr_grpo") for v in r["mass_share"][arm].values()]
     assert all(0 <= f <= 1 for f in fractions)
@@ -85,7 +89,9 @@ def test_train_bernoulli_exits_1_when_the_identity_fails(monkeypatch, capsys, as
     assert json.loads(out)["identity_max_abs_err"] == 1e-6 if as_json else "FAILS the 1e-10 goal" in out
 
 
-@pytest.mark.parametrize(("err", "code", "verdict"), [(5e-7, 0, "holds"), (1e-2, 1, "FAILS the 0.0001 goal"), (None, 1, "not checked")])
+@pytest.mark.parametrize(
+    ("err", "code", "verdict"), [(5e-7, 0, "holds"), (1e-2, 1, "FAILS the 0.0001 goal"), (None, 1, "not checked")]
+)
 def test_train_lm_exit_code_says_whether_the_identity_held(monkeypatch, capsys, err, code, verdict):
     pytest.importorskip("torch")
     from grpo_identity.trainer.lm import train
@@ -99,7 +105,11 @@ def test_train_lm_exit_code_says_whether_the_identity_held(monkeypatch, capsys, 
 
 #: the work function of each command that writes into --out, by module
 WORK = {
-    "train bernoulli": ("grpo_identity.trainer.bernoulli", "run_bernoulli", ["train", "bernoulli", "--M", "10", "--steps", "1"]),
+    "train bernoulli": (
+        "grpo_identity.trainer.bernoulli",
+        "run_bernoulli",
+        ["train", "bernoulli", "--M", "10", "--steps", "1"],
+    ),
     "train lm": ("grpo_identity.trainer.lm.train", "run_lm", ["train", "lm", "--steps", "1"]),
     "realdata": ("grpo_identity.analysis.realdata", "summarise", ["realdata", "{rates}"]),
     "dapo-fit": ("grpo_identity.analysis.dapo_fit", "fit", ["dapo-fit", str(CURVE), "--bootstrap", "0"]),
@@ -129,7 +139,9 @@ def test_an_unwritable_out_is_refused_before_the_work_starts(command, out, tmp_p
 
 def test_dapo_fit_on_a_made_curve(tmp_path, capsys):
     path = tmp_path / "curve.csv"
-    path.write_text("step,frac\n" + "".join(f"{s},{0.5 * (1 - 2.718281828 ** (-s / 800))}\n" for s in range(0, 6000, 300)))
+    path.write_text(
+        "step,frac\n" + "".join(f"{s},{0.5 * (1 - 2.718281828 ** (-s / 800))}\n" for s in range(0, 6000, 300))
+    )
     assert main(["dapo-fit", str(path), "--bootstrap", "10", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["saturating"]["r2"] > 0.999 and r["n_bootstrap"] == 10
@@ -157,7 +169,11 @@ BAD_RATE_FILES = {
 def test_bad_solve_rate_files_exit_2_with_one_line(tmp_path, capsys, name, command):
     path = tmp_path / name
     path.write_text(BAD_RATE_FILES[name])
-    argv = ["realdata", str(path)] if command == "realdata" else ["dapo-fit", str(CURVE), "--solve-rates", str(path), "--bootstrap", "0"]
+    argv = (
+        ["realdata", str(path)]
+        if command == "realdata"
+        else ["dapo-fit", str(CURVE), "--solve-rates", str(path), "--bootstrap", "0"]
+    )
     if command != "realdata" and not CURVE.exists():
         pytest.skip("digitised DAPO curve not present")
     assert main(argv) == 2
@@ -165,7 +181,9 @@ def test_bad_solve_rate_files_exit_2_with_one_line(tmp_path, capsys, name, comma
     assert err.count("\n") == 1 and "error:" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("text", ["", "step,value\n", "step,value\n1,x\n", "step,value\n" + "".join(f"{i},{i}\n" for i in range(12))])
+@pytest.mark.parametrize(
+    "text", ["", "step,value\n", "step,value\n1,x\n", "step,value\n" + "".join(f"{i},{i}\n" for i in range(12))]
+)
 def test_bad_dapo_curves_exit_2_with_one_line(tmp_path, capsys, text):
     path = tmp_path / "curve.csv"
     path.write_text(text)
@@ -178,12 +196,15 @@ def test_dapo_fit_on_a_missing_curve_exits_2(tmp_path, capsys):
     assert "absent.csv" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("command", "sizes", "options"), [
-    ("train bernoulli", ["--G", "1000000000"], "--M or --G"),
-    ("train bernoulli", ["--steps", "100000000"], "--steps"),
-    ("train lm", ["--G", "1000000000"], "--G"),
-    ("train lm", ["--n-embd", "65536", "--n-head", "1"], "--n-embd"),
-])
+@pytest.mark.parametrize(
+    ("command", "sizes", "options"),
+    [
+        ("train bernoulli", ["--G", "1000000000"], "--M or --G"),
+        ("train bernoulli", ["--steps", "100000000"], "--steps"),
+        ("train lm", ["--G", "1000000000"], "--G"),
+        ("train lm", ["--n-embd", "65536", "--n-head", "1"], "--n-embd"),
+    ],
+)
 def test_sizes_over_the_memory_budget_are_refused_before_the_run(command, sizes, options, monkeypatch, capsys):
     import importlib
 

@@ -59,7 +59,12 @@ def test_realdata_items_compare_with_the_paper_when_a_file_is_given(tmp_path):
 
 
 def test_verify_cli_bad_input_is_one_line_exit_2():
-    r = subprocess.run([sys.executable, "-m", "grpo_identity", "verify", "--max-examples", "0"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "grpo_identity", "verify", "--max-examples", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "max-examples must be >= 1" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -67,7 +72,9 @@ def test_verify_cli_bad_input_is_one_line_exit_2():
 def test_verify_end_to_end_holds_and_writes_the_report(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "grpo_identity", "verify", "--json", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     out = json.loads(r.stdout)
     failed = [i for i in out["items"] if i["status"] == "fail"]
@@ -78,7 +85,9 @@ def test_verify_end_to_end_holds_and_writes_the_report(tmp_path):
     big_math = [i for i in out["items"] if i["section"] == "Big-Math"]
     assert len(big_math) == 14 and all(i["status"] == "pass" for i in big_math)
     assert not [i for i in out["items"] if i["section"] in ("controlled run", "DAPO") and i["status"] != "pass"]
-    assert sum(i["section"] == "proofs" and i["ok"] for i in out["items"]) == len(THEOREMS)  # every theorem of grpo_identity.proofs
+    assert sum(i["section"] == "proofs" and i["ok"] for i in out["items"]) == len(
+        THEOREMS
+    )  # every theorem of grpo_identity.proofs
     assert (tmp_path / "report.html").exists() and (tmp_path / "notebooks" / "index.html").exists()
 
 
@@ -138,7 +147,16 @@ def _spread_file(tmp_path, sd):
 
     cfg = {k: v for k, v in dataclasses.asdict(BernoulliConfig()).items() if k != "seed"}
     path = tmp_path / "spread.json"
-    path.write_text(json.dumps({"config": cfg, "seeds": [0, 1, 2, 3, 4], "sd": {k: sd for k in QUANTITIES}, "mean": {k: 0.5 for k in QUANTITIES}}))
+    path.write_text(
+        json.dumps(
+            {
+                "config": cfg,
+                "seeds": [0, 1, 2, 3, 4],
+                "sd": {k: sd for k in QUANTITIES},
+                "mean": {k: 0.5 for k in QUANTITIES},
+            }
+        )
+    )
     return path
 
 
@@ -169,14 +187,18 @@ def test_a_silent_fraction_r2_below_its_seed_tolerance_fails(monkeypatch):
 
 def test_every_big_math_number_of_the_paper_is_reproduced_from_the_shipped_histogram():
     items = list(V._realdata(None))
-    assert len(items) == 14 and all(i.status == "pass" for i in items), [(i.name, i.project) for i in items if i.status != "pass"]
+    assert len(items) == 14 and all(i.status == "pass" for i in items), [
+        (i.name, i.project) for i in items if i.status != "pass"
+    ]
 
 
 def test_a_big_math_number_passes_only_when_it_rounds_to_the_printed_value(monkeypatch):
     from grpo_identity import paper
 
     # the project's G = 64 silent fraction is 16.53 %: within 0.6 points of 16 %, but it prints as 17 %
-    monkeypatch.setitem(paper.BIG_MATH, "silent_closed_form", dict(paper.BIG_MATH["silent_closed_form"], **{"64": 0.16}))
+    monkeypatch.setitem(
+        paper.BIG_MATH, "silent_closed_form", dict(paper.BIG_MATH["silent_closed_form"], **{"64": 0.16})
+    )
     items = {i.name: i for i in V._realdata(None)}
     assert items["silent fraction, closed form, G=64"].status == "fail"
     assert sum(i.status == "fail" for i in items.values()) == 1
@@ -231,7 +253,9 @@ def test_the_progress_bar_counts_items_not_stages(tmp_path, monkeypatch):
             pass
 
     monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=Bar))
-    monkeypatch.setattr(V, "_audits", lambda frameworks, n: [V._skip("audits", "x", "y", "not installed")])  # 1 item, 7 expected
+    monkeypatch.setattr(
+        V, "_audits", lambda frameworks, n: [V._skip("audits", "x", "y", "not installed")]
+    )  # 1 item, 7 expected
     monkeypatch.setattr(V, "_bernoulli", lambda solve_rates=None: [])
     monkeypatch.setattr(V, "_proofs", lambda: [V._item("proofs", f"T{i}", "", "", True) for i in range(3)])
     result = V.verify(tmp_path, dapo_curve=None, render=False, progress=True)
@@ -240,7 +264,10 @@ def test_the_progress_bar_counts_items_not_stages(tmp_path, monkeypatch):
 
 
 def test_the_summary_fits_120_columns_however_long_the_cells():
-    items = [V.Item(section, "claim " * 30, "paper " * 20, "project " * 20, "skipped", "") for section in ("proofs", "controlled run")]
+    items = [
+        V.Item(section, "claim " * 30, "paper " * 20, "project " * 20, "skipped", "")
+        for section in ("proofs", "controlled run")
+    ]
     result = {"items": [i.to_dict() for i in items], "counts": {"pass": 0, "fail": 0, "skipped": 2}, "seconds": 1.0}
     lines = V.format_summary(result).splitlines()
     assert max(len(line) for line in lines) <= 120
@@ -254,8 +281,15 @@ def test_dapo_fit_items_hold_the_papers_saturating_r2_and_bootstrap_lower_bound(
     curve.write_text("step,value\n0,0\n")
 
     def items(comp, sat):
-        monkeypatch.setattr(F, "fit", lambda *a, **k: {"competence": {"r2": comp, "r2_bootstrap": [comp - 0.01, comp + 0.01]},
-                                                       "saturating": {"r2": sat}, "solve_rate_source": "x"})
+        monkeypatch.setattr(
+            F,
+            "fit",
+            lambda *a, **k: {
+                "competence": {"r2": comp, "r2_bootstrap": [comp - 0.01, comp + 0.01]},
+                "saturating": {"r2": sat},
+                "solve_rate_source": "x",
+            },
+        )
         return [i.status for i in V._dapo_fit(curve, None)]
 
     assert items(0.966, 0.976) == ["pass", "pass"]
@@ -278,7 +312,9 @@ def test_framework_audits_say_the_paper_does_not_cover_them(monkeypatch):
 def test_skipped_items_show_a_dash_not_none_in_the_html_and_the_summary(tmp_path, monkeypatch):
     monkeypatch.setattr(V, "_proofs", lambda: [])
     monkeypatch.setattr(V, "_closed_forms", lambda: [])
-    monkeypatch.setattr(V, "_audits", lambda frameworks, n: [V._skip("audits", "audit x", "beyond the paper", "not installed")])
+    monkeypatch.setattr(
+        V, "_audits", lambda frameworks, n: [V._skip("audits", "audit x", "beyond the paper", "not installed")]
+    )
     monkeypatch.setattr(V, "_bernoulli", lambda solve_rates=None: [])
     result = V.verify(tmp_path, dapo_curve=None, render=False)
     page = (tmp_path / "report.html").read_text()
@@ -293,19 +329,26 @@ def test_every_stored_lm_run_is_an_item_and_a_large_error_fails(tmp_path):
     items = list(V._stored_lm(tmp_path))
     assert [i.status for i in items] == ["pass", "fail"] and "lm-b" in items[1].name
     assert list(V._stored_lm(tmp_path / "none"))[0].status == "skipped"
-    trained = [p for p in (V.ROOT / "results").glob("lm-*/summary.json") if not p.parent.name.startswith("lm-conditional-")]
+    trained = [
+        p for p in (V.ROOT / "results").glob("lm-*/summary.json") if not p.parent.name.startswith("lm-conditional-")
+    ]
     assert len(list(V._stored_lm())) == len(trained) >= 1  # the fixed-policy runs have items of their own
     (tmp_path / "lm-conditional-x").mkdir()
-    (tmp_path / "lm-conditional-x" / "summary.json").write_text(json.dumps({"identity_max_rel_err": 1e-9, "groups_checked": 1}))
+    (tmp_path / "lm-conditional-x" / "summary.json").write_text(
+        json.dumps({"identity_max_rel_err": 1e-9, "groups_checked": 1})
+    )
     assert len(list(V._stored_lm(tmp_path))) == 2
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--out", "{file}"], "is a file, not a folder"),
-    (["--out", "{file}/sub"], "cannot create the folder"),
-    (["--dapo-curve", "{tmp}/missing.csv"], "--dapo-curve: no such file"),
-    (["--solve-rates", "{tmp}/missing.csv"], "--solve-rates: no such file"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--out", "{file}"], "is a file, not a folder"),
+        (["--out", "{file}/sub"], "cannot create the folder"),
+        (["--dapo-curve", "{tmp}/missing.csv"], "--dapo-curve: no such file"),
+        (["--solve-rates", "{tmp}/missing.csv"], "--solve-rates: no such file"),
+    ],
+)
 def test_verify_bad_paths_are_one_line_exit_2_before_any_work(tmp_path, capsys, args, message):
     from grpo_identity.app.cli import main
 
@@ -323,9 +366,14 @@ def test_notebooks_without_their_extra_are_skipped_naming_it(tmp_path, monkeypat
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "jupyter_server_mathjax" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "jupyter_server_mathjax" else real(name, *a)
+    )
     (item,) = V._run_stage(V.Stage("notebooks", lambda: V._render(tmp_path), 5), lambda: None)
-    assert item.status == "skipped" and item.note == "this needs jupyter_server_mathjax: pip install 'grpo-identity[notebooks]'"
+    assert (
+        item.status == "skipped"
+        and item.note == "this needs jupyter_server_mathjax: pip install 'grpo-identity[notebooks]'"
+    )
 
 
 def test_the_stored_conditional_run_gives_passing_items_and_a_planted_miss_fails(tmp_path):
@@ -334,14 +382,24 @@ def test_the_stored_conditional_run_gives_passing_items_and_a_planted_miss_fails
     items = list(V._stored_conditional())
     assert len(items) == 10 and not [i.name for i in items if i.status == "fail"]
     # the GRPO pooled fit's estimate lies outside its own bootstrap interval: not counted, said so
-    assert [i.name for i in items if i.status == "skipped"] == ["lm-conditional-cpu grpo: slope ‖E[g|k]‖ vs σ_k, pooled, 95 % interval holds 1"]
+    assert [i.name for i in items if i.status == "skipped"] == [
+        "lm-conditional-cpu grpo: slope ‖E[g|k]‖ vs σ_k, pooled, 95 % interval holds 1"
+    ]
     run = tmp_path / "lm-conditional-planted"
     run.mkdir()
     s = json.loads((V.STORED_RESULTS / "lm-conditional-cpu" / "summary.json").read_text())
-    s["conditional"]["noise_slope_by_mode"]["grpo"]["measured_over_predicted_median"] = 2.0  # noise twice the prediction
-    s["conditional"]["slope_by_mode"]["dr_grpo"]["weighted"].update(value=1.0, interval=[0.9, 1.1])  # a slope of 1 where 2 is predicted
+    s["conditional"]["noise_slope_by_mode"]["grpo"]["measured_over_predicted_median"] = (
+        2.0  # noise twice the prediction
+    )
+    s["conditional"]["slope_by_mode"]["dr_grpo"]["weighted"].update(
+        value=1.0, interval=[0.9, 1.1]
+    )  # a slope of 1 where 2 is predicted
     (run / "summary.json").write_text(json.dumps(s))
     failed = [i.name for i in V._stored_conditional(tmp_path) if i.status == "fail"]
-    assert len(failed) == 2 and any("tr Cov" in n for n in failed) and any("dr_grpo" in n and "weighted" in n for n in failed)
+    assert (
+        len(failed) == 2
+        and any("tr Cov" in n for n in failed)
+        and any("dr_grpo" in n and "weighted" in n for n in failed)
+    )
     shutil.rmtree(run)
     assert [i.status for i in V._stored_conditional(tmp_path)] == ["skipped"]

@@ -41,7 +41,9 @@ def run_all(argvs: list[tuple[str, ...]], workers: int = 2) -> dict[tuple[str, .
     """{argv: (exit code, stdout, stderr)} of ``python -m grpo_identity *argv`` for each argv."""
 
     def one(argv: tuple[str, ...]) -> tuple[int, str, str]:
-        proc = subprocess.run([sys.executable, "-m", "grpo_identity", *argv], capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(
+            [sys.executable, "-m", "grpo_identity", *argv], capture_output=True, text=True, timeout=900
+        )
         return proc.returncode, proc.stdout, proc.stderr
 
     with ThreadPoolExecutor(workers) as pool:

@@ -32,7 +32,9 @@ def test_a_residue_on_silent_binary_groups_fails_the_audit_by_the_silent_groups_
 def test_the_silent_groups_property_names_the_group_and_its_advantages():
     batch = type("B", (), {"contiguous": lambda self: np.array([1.0, 1.0, 0.0, 1.0]), "group_size": 2})()
     with pytest.raises(P.PropertyViolation, match=r"silent group 0 \(G=2, every reward 1\)"):
-        P.silent_groups_exactly_zero(grpo_with_a_silent_residue, batch, P.Context(P.Tolerance.for_precision("float64")), np.random.default_rng(0))
+        P.silent_groups_exactly_zero(
+            grpo_with_a_silent_residue, batch, P.Context(P.Tolerance.for_precision("float64")), np.random.default_rng(0)
+        )
 
 
 @pytest.mark.parametrize("eps, matches", [(1.3e-4, False), (0.7e-4, False), (1.01e-4, True)])

@@ -39,13 +39,21 @@ def test_every_public_name_is_importable_and_listed():
 
 def test_importing_checks_loads_neither_torch_sympy_nor_hypothesis():
     code = "import grpo_identity.checks, sys; print([m for m in ('torch', 'sympy', 'hypothesis') if m in sys.modules])"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    )
 
 
 # --- strategies ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "kwargs, word",
-    [({"kinds": ("bernoulli",)}, "kinds"), ({"min_groups": 0}, "min_groups"), ({"max_groups": 1, "min_groups": 2}, "max_groups"), ({"layouts": ()}, "layouts"), ({"dtypes": ("float8",)}, "dtypes")],
+    [
+        ({"kinds": ("bernoulli",)}, "kinds"),
+        ({"min_groups": 0}, "min_groups"),
+        ({"max_groups": 1, "min_groups": 2}, "max_groups"),
+        ({"layouts": ()}, "layouts"),
+        ({"dtypes": ("float8",)}, "dtypes"),
+    ],
 )
 def test_bad_strategy_options_fail_when_the_strategy_is_built(kwargs, word):
     with pytest.raises(ValueError, match=word):
@@ -53,7 +61,11 @@ def test_bad_strategy_options_fail_when_the_strategy_is_built(kwargs, word):
 
 
 @settings(max_examples=40)
-@given(batch=reward_batches(layouts=("contiguous", "shuffled"), dtypes=("float64", "float32", "torch.float32", "torch.bfloat16")))
+@given(
+    batch=reward_batches(
+        layouts=("contiguous", "shuffled"), dtypes=("float64", "float32", "torch.float32", "torch.bfloat16")
+    )
+)
 def test_drawn_batches_have_whole_groups_and_their_layout_undoes(batch):
     r = batch.contiguous()
     assert r.shape == (batch.n_groups * batch.group_size,) and 2 <= batch.group_size <= 256
@@ -61,7 +73,11 @@ def test_drawn_batches_have_whole_groups_and_their_layout_undoes(batch):
     if batch.group_ids is not None:  # shuffled rows: the ids name each row's group
         ids = np.asarray(batch.group_ids)
         for g in range(batch.n_groups):
-            got = np.sort(np.asarray(batch.rewards, dtype=np.float64)[ids == g]) if not hasattr(batch.rewards, "float") else np.sort(batch.rewards.float().numpy()[ids == g])
+            got = (
+                np.sort(np.asarray(batch.rewards, dtype=np.float64)[ids == g])
+                if not hasattr(batch.rewards, "float")
+                else np.sort(batch.rewards.float().numpy()[ids == g])
+            )
             assert np.allclose(got, np.sort(R[g]), rtol=1e-2)
     if batch.kind == "binary":
         assert set(np.unique(r)) <= {0.0, 1.0}
@@ -98,8 +114,12 @@ def _batch(rewards, G, kind="binary"):
         (P.two_valued_per_group, lambda r, G: -dial_fn(D.GRPO)(r, G), "wrong sign"),
         (P.two_valued_per_group, lambda r, G: dial_fn(D.GRPO)(r, G) * (1 + 0.1 * np.arange(len(r))), "more than two"),
         (P.zero_sum_per_group, lambda r, G: r, "sums to"),
-        (P.groups_independent, lambda r, G: (r - r.mean()), "coupled"),
-        (P.permutation_equivariant, lambda r, G: np.sort(dial_fn(D.GRPO)(r, G).reshape(-1, G), 1).reshape(-1), "permuting"),
+        (P.groups_independent, lambda r, G: r - r.mean(), "coupled"),
+        (
+            P.permutation_equivariant,
+            lambda r, G: np.sort(dial_fn(D.GRPO)(r, G).reshape(-1, G), 1).reshape(-1),
+            "permuting",
+        ),
     ],
 )
 def test_each_property_names_itself_and_gives_a_counterexample(prop, fn, word):
@@ -145,7 +165,12 @@ def test_inference_recovers_every_preset(name):
 
 @pytest.mark.parametrize(
     "d",
-    [D.Dial(eps=1e-3), D.Dial(centre="loo"), D.Dial(scale="batch_std", ddof=1, eps=1e-4), D.Dial(centre="loo", scale="batch_std")],
+    [
+        D.Dial(eps=1e-3),
+        D.Dial(centre="loo"),
+        D.Dial(scale="batch_std", ddof=1, eps=1e-4),
+        D.Dial(centre="loo", scale="batch_std"),
+    ],
     ids=["eps", "loo-std", "batch-std", "loo-batch-std"],
 )
 def test_inference_recovers_points_off_the_presets(d):
@@ -228,7 +253,9 @@ def test_audit_reports_a_deviation_with_its_factor_table():
     report = checks.audit(dial_fn(D.TRL), expect="grpo", max_examples=30)
     assert report.verdict == "deviation" and report.matches == "trl"
     assert [f["G"] for f in report.factors] == [4, 8, 16, 64]
-    assert report.factors[0]["factor_at_half"] == pytest.approx(float(D.coefficient(2, 4, D.TRL) / D.coefficient(2, 4, D.GRPO)))
+    assert report.factors[0]["factor_at_half"] == pytest.approx(
+        float(D.coefficient(2, 4, D.TRL) / D.coefficient(2, 4, D.GRPO))
+    )
     text = report.format()
     assert "DEVIATION" in text and "c reference" in text and "Bessel" in text
     json.dumps(report.to_dict())
@@ -319,7 +346,15 @@ def test_an_exception_in_the_target_is_a_finding_with_a_shrunk_example(target_fi
     assert f.counterexample["group_size"] == 5 and f.counterexample["n_groups"] == 1  # shrunk
 
 
-@pytest.mark.parametrize("spec, word", [("nope/missing.py:fn", "no such file"), ("no_such_module_xyz:fn", "No module named"), ("{file}:missing", "has no function"), ("justaname", "neither")])
+@pytest.mark.parametrize(
+    "spec, word",
+    [
+        ("nope/missing.py:fn", "no such file"),
+        ("no_such_module_xyz:fn", "No module named"),
+        ("{file}:missing", "has no function"),
+        ("justaname", "neither"),
+    ],
+)
 def test_import_errors_are_target_import_errors(target_file, spec, word):
     with pytest.raises(TargetImportError, match=word):
         checks.audit(spec.format(file=target_file), max_examples=5)
@@ -368,7 +403,9 @@ def test_docstring_examples_of_the_checks_run(module):
 
 def test_the_child_does_not_run_under_pytest_s_marker_so_it_sees_the_users_environment(tmp_path, monkeypatch):
     path = tmp_path / "envtarget.py"
-    path.write_text("import os, numpy as np\ndef fn(r, G):\n    return np.full(len(r), 1.0 if 'PYTEST_CURRENT_TEST' in os.environ else 0.0)\n")
+    path.write_text(
+        "import os, numpy as np\ndef fn(r, G):\n    return np.full(len(r), 1.0 if 'PYTEST_CURRENT_TEST' in os.environ else 0.0)\n"
+    )
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::y (call)")  # as pytest sets it during a test
     with ChildTarget(f"{path}:fn", timeout=20) as t:
         assert t(np.array([1.0, 0.0]), 2).tolist() == [0.0, 0.0]  # the framework's own "under pytest" branches stay off

@@ -97,7 +97,11 @@ def test_the_cli_audits_a_framework_and_prints_json(capsys):
     code = main(["audit", "verl:rloo", "--level", "advantage", "--json", "--max-examples", "20"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert out["verdict"] == "pass" and out["matches"] == "rloo" and out["target_info"]["version"] == TESTED_VERSIONS["verl"]
+    assert (
+        out["verdict"] == "pass"
+        and out["matches"] == "rloo"
+        and out["target_info"]["version"] == TESTED_VERSIONS["verl"]
+    )
     assert {"target", "kind", "verdict", "matches", "inferred", "findings"} <= set(out)
 
 
@@ -105,13 +109,32 @@ def test_the_cli_audits_a_framework_and_prints_json(capsys):
 @pytest.mark.slow
 def test_verl_grpo_without_std_normalisation_through_the_trainer_is_dr_grpo(capsys):
     _need("verl.trainer.ppo.ray_trainer")
-    argv = ["audit", "verl", "--set", "algorithm.adv_estimator=grpo", "--set", "algorithm.norm_adv_by_std_in_grpo=false", "--expect", "dr_grpo", "--max-examples", "30", "--json"]
+    argv = [
+        "audit",
+        "verl",
+        "--set",
+        "algorithm.adv_estimator=grpo",
+        "--set",
+        "algorithm.norm_adv_by_std_in_grpo=false",
+        "--expect",
+        "dr_grpo",
+        "--max-examples",
+        "30",
+        "--json",
+    ]
     code = main(argv)  # the default level for a framework: the gradient, then the advantages
     out = json.loads(capsys.readouterr().out)
-    assert code == 0 and out["level"] == "gradient" and out["matches"] == "dr_grpo" and out["inferred"]["scale"] == "none"
+    assert (
+        code == 0 and out["level"] == "gradient" and out["matches"] == "dr_grpo" and out["inferred"]["scale"] == "none"
+    )
     assert out["advantage"]["verdict"] == "pass"  # the advantages are Dr. GRPO's ...
-    assert out["verdict"] == "deviation" and out["inferred"]["per_sample_weight"] == "1/batch_tokens"  # ... token-mean is not its constant weight
-    assert out["target_info"]["entry"].startswith("ray_trainer.compute_advantage") and out["target_info"]["norm_adv_by_std_in_grpo"] is False
+    assert (
+        out["verdict"] == "deviation" and out["inferred"]["per_sample_weight"] == "1/batch_tokens"
+    )  # ... token-mean is not its constant weight
+    assert (
+        out["target_info"]["entry"].startswith("ray_trainer.compute_advantage")
+        and out["target_info"]["norm_adv_by_std_in_grpo"] is False
+    )
 
 
 @pytest.mark.slow
@@ -142,41 +165,77 @@ def test_a_configuration_the_framework_rejects_is_a_usage_error_not_a_fail(argv,
 
 # --- gradient level ------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("loss_type, weight", [("grpo", "1/length"), ("dr_grpo", "constant"), ("bnpo", "1/batch_tokens"), ("dapo", "1/batch_tokens")])
+@pytest.mark.parametrize(
+    "loss_type, weight",
+    [("grpo", "1/length"), ("dr_grpo", "constant"), ("bnpo", "1/batch_tokens"), ("dapo", "1/batch_tokens")],
+)
 def test_trl_compute_loss_names_the_per_sample_weight_of_each_loss_type(loss_type, weight, capsys):
     _need("trl")
-    code = main(["audit", "trl", "--set", f"loss_type={loss_type}", "--level", "gradient", "--max-examples", "20", "--json"])
+    code = main(
+        ["audit", "trl", "--set", f"loss_type={loss_type}", "--level", "gradient", "--max-examples", "20", "--json"]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["level"] == "gradient"
     assert out["inferred"]["per_sample_weight"] == weight and out["inferred"]["silent_groups_zero_gradient"]
-    assert out["verdict"] == ("pass" if weight == "constant" else "deviation") and out["matches"] == "trl"  # its advantages: group std, ddof 1
+    assert (
+        out["verdict"] == ("pass" if weight == "constant" else "deviation") and out["matches"] == "trl"
+    )  # its advantages: group std, ddof 1
 
 
 @pytest.mark.slow
 def test_trl_under_bf16_mixed_precision_keeps_the_identity_at_the_gradient(capsys):
     _need("trl")
-    code = main(["audit", "trl", "--set", "bf16=true", "--set", "loss_type=dr_grpo", "--set", "scale_rewards=none", "--max-examples", "20", "--json"])
+    code = main(
+        [
+            "audit",
+            "trl",
+            "--set",
+            "bf16=true",
+            "--set",
+            "loss_type=dr_grpo",
+            "--set",
+            "scale_rewards=none",
+            "--max-examples",
+            "20",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     # compute_loss runs under the trainer's bf16 autocast; TRL's log-probabilities and loss stay
     # float32, so the coefficients are float32 and Dr. GRPO's constant weight survives
     assert code == 0 and out["target_info"]["mixed_precision"] == "bf16"
-    assert out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["per_sample_weight"] == "constant"
+    assert (
+        out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["per_sample_weight"] == "constant"
+    )
     assert out["inferred"]["coefficient_precision"] == "float32" and out["inferred"]["silent_groups_zero_gradient"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "mode, weight",
-    [("token-mean", "1/batch_tokens"), ("token-sum", "constant"), ("seq-mean-token-sum", "constant"), ("seq-mean-token-mean", "1/length"), ("seq-mean-token-sum-norm", "constant")],
+    [
+        ("token-mean", "1/batch_tokens"),
+        ("token-sum", "constant"),
+        ("seq-mean-token-sum", "constant"),
+        ("seq-mean-token-mean", "1/length"),
+        ("seq-mean-token-sum-norm", "constant"),
+    ],
 )
 def test_verl_agg_loss_names_the_per_sample_weight_of_each_loss_agg_mode(mode, weight):
     _need("verl.trainer.ppo.ray_trainer")
     from grpo_identity.checks.frameworks import FrameworkSpec
 
-    spec = FrameworkSpec("verl", sets=(("algorithm.adv_estimator", "grpo"), ("actor_rollout_ref.actor.loss_agg_mode", mode)), level="gradient")
+    spec = FrameworkSpec(
+        "verl",
+        sets=(("algorithm.adv_estimator", "grpo"), ("actor_rollout_ref.actor.loss_agg_mode", mode)),
+        level="gradient",
+    )
     report = audit(spec, level="gradient", isolate=False, max_examples=20)
     assert report.inferred["per_sample_weight"] == weight, report.format()
-    assert report.inferred["silent_groups_zero_gradient"] and max(r["G1_residual"] for r in report.coefficient_table) < 1e-3
+    assert (
+        report.inferred["silent_groups_zero_gradient"]
+        and max(r["G1_residual"] for r in report.coefficient_table) < 1e-3
+    )
 
 
 @pytest.mark.slow
@@ -184,7 +243,11 @@ def test_verl_agg_loss_names_the_per_sample_weight_of_each_loss_agg_mode(mode, w
     "framework, text, override",
     [
         ("trl", "scale_rewards: none\nloss_type: dr_grpo\n", ("scale_rewards", "group")),
-        ("verl", "algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: false\n", ("algorithm.norm_adv_by_std_in_grpo", "true")),
+        (
+            "verl",
+            "algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: false\n",
+            ("algorithm.norm_adv_by_std_in_grpo", "true"),
+        ),
     ],
 )
 def test_a_config_file_is_read_as_the_framework_reads_it_and_set_overrides_it(framework, text, override, tmp_path):
@@ -224,7 +287,12 @@ def test_through_verls_trainer_grpo_vectorized_ignores_norm_adv_by_std_in_grpo_f
     from grpo_identity.checks.frameworks import FrameworkSpec
 
     r = np.array([1.0, 0.0, 0.0, 0.0])
-    trainer = adapters.build(FrameworkSpec("verl", sets=(("algorithm.adv_estimator", "grpo_vectorized"), ("algorithm.norm_adv_by_std_in_grpo", "false"))))(r, 4)
+    trainer = adapters.build(
+        FrameworkSpec(
+            "verl",
+            sets=(("algorithm.adv_estimator", "grpo_vectorized"), ("algorithm.norm_adv_by_std_in_grpo", "false")),
+        )
+    )(r, 4)
     bypass = adapters.build("verl:estimator=grpo_vectorized,norm_adv_by_std_in_grpo=false")(r, 4)
     assert trainer[0] == pytest.approx(1.5, rel=1e-3)  # still divided by the group std (ddof 1)
     assert bypass[0] == pytest.approx(0.75)  # Dr. GRPO

@@ -116,7 +116,9 @@ def grpo_bf16_arithmetic(rewards, G):
     R = torch.as_tensor(rewards, dtype=torch.bfloat16).view(-1, G)  # computes in bf16 …
     sd = R.float().std(1, unbiased=False, keepdim=True).to(torch.bfloat16)
     live = R.amax(1, keepdim=True) > R.amin(1, keepdim=True)
-    A = torch.where(live, (R - R.mean(1, keepdim=True)) / torch.where(live, sd, torch.ones_like(sd)), torch.zeros_like(R))
+    A = torch.where(
+        live, (R - R.mean(1, keepdim=True)) / torch.where(live, sd, torch.ones_like(sd)), torch.zeros_like(R)
+    )
     return A.view(-1).double()  # … and hands back float64
 
 
@@ -296,7 +298,9 @@ def filter_keeps_all(rewards, G):
 def std_over_wrong_axis(rewards, G):
     R = rewards.reshape(-1, G)
     sd = R.std(0, keepdims=True)  # (1, G): across groups, per position
-    return np.divide(R - R.mean(1, keepdims=True), sd + 1e-8, out=np.zeros_like(R), where=np.ptp(R, 1, keepdims=True) > 0).reshape(-1)
+    return np.divide(
+        R - R.mean(1, keepdims=True), sd + 1e-8, out=np.zeros_like(R), where=np.ptp(R, 1, keepdims=True) > 0
+    ).reshape(-1)
 
 
 def eps_inside_sqrt(rewards, G):

@@ -30,8 +30,13 @@ def test_zero_sum_is_checked_in_the_groups_after_a_silent_group_of_0_1():
     with pytest.raises(P.PropertyViolation, match=r"zero_sum_per_group: group 1 \(G=2\) sums to 0.5") as exc:
         P.zero_sum_per_group(off_in_group_1, batch([0.1, 0.1, 1.0, 0.0], 2), CTX64, RNG)
     assert exc.value.counterexample == {  # the keys the audit's report prints
-        "group_size": 2, "n_groups": 2, "rewards": [0.1, 0.1, 1.0, 0.0], "output": [0.0, 0.0, 1.25, -0.75],
-        "group": 1, "group_rewards": [1.0, 0.0], "group_output": [1.25, -0.75],
+        "group_size": 2,
+        "n_groups": 2,
+        "rewards": [0.1, 0.1, 1.0, 0.0],
+        "output": [0.0, 0.0, 1.25, -0.75],
+        "group": 1,
+        "group_rewards": [1.0, 0.0],
+        "group_output": [1.25, -0.75],
     }
 
 
@@ -54,7 +59,9 @@ def test_an_in_place_update_on_the_first_call_only_is_still_seen():
         P.well_formed(LocalTarget(writes_once), batch([1.0, 0.0, 0.0, 1.0], 2), CTX64, RNG)
 
 
-@pytest.mark.parametrize("rewards", [[1.0, 0.0, 0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 2.0, 2.0]], ids=["live", "all-silent"])
+@pytest.mark.parametrize(
+    "rewards", [[1.0, 0.0, 0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 2.0, 2.0]], ids=["live", "all-silent"]
+)
 def test_a_batch_std_scale_passes_group_independence_up_to_one_factor(rewards):
     ctx = P.Context(P.Tolerance.for_precision("float64"), batch_scale=True)
     fn = lambda r, G: D.advantages(r, G, D.GRPO.replace(scale="batch_std"))
@@ -65,13 +72,18 @@ def test_a_batch_std_scale_passes_group_independence_up_to_one_factor(rewards):
 def test_a_batch_factor_that_flips_the_sign_is_not_independence():
     ctx = P.Context(P.Tolerance.for_precision("float64"), batch_scale=True)
     fn = lambda r, G: D.advantages(r, G, D.GRPO) * (-1.0 if r.size == G else 1.0)  # alone: sign flipped
-    with pytest.raises(P.PropertyViolation, match=r"groups_independent: group \d \(G=2, rewards \[\d, \d\]\) gets \[.*\] in the batch but \[.*\] alone: coupled"):
+    with pytest.raises(
+        P.PropertyViolation,
+        match=r"groups_independent: group \d \(G=2, rewards \[\d, \d\]\) gets \[.*\] in the batch but \[.*\] alone: coupled",
+    ):
         P.groups_independent(fn, batch([1.0, 0.0, 0.0, 1.0], 2), ctx, RNG)
 
 
 def test_a_filter_may_return_zeros_and_ones_but_not_other_numbers():
     P.filter_well_formed(lambda r, G: np.array([0, 1]), batch([1.0, 1.0, 0.0, 1.0], 2), CTX64, RNG)
-    with pytest.raises(P.PropertyViolation, match="returned dtype int64 with values \\[0, 2\\]; a filter returns bools"):
+    with pytest.raises(
+        P.PropertyViolation, match="returned dtype int64 with values \\[0, 2\\]; a filter returns bools"
+    ):
         P.filter_well_formed(lambda r, G: np.array([0, 2]), batch([1.0, 1.0, 0.0, 1.0], 2), CTX64, RNG)
 
 
@@ -87,7 +99,10 @@ def test_a_filter_that_writes_into_its_input_is_not_well_formed():
 
 def test_a_wrong_keep_decision_names_the_group_and_its_rewards():
     keep_all = lambda r, G: np.ones(r.size // G, dtype=bool)
-    with pytest.raises(P.PropertyViolation, match=r"group 0 \(G=2, rewards \[0.1, 0.1\], σ = 0\) is kept; the keep rule 'nonzero_std' drops it"):
+    with pytest.raises(
+        P.PropertyViolation,
+        match=r"group 0 \(G=2, rewards \[0.1, 0.1\], σ = 0\) is kept; the keep rule 'nonzero_std' drops it",
+    ):
         P.keeps_groups_with_nonzero_std(keep_all, batch([0.1, 0.1, 0.0, 1.0], 2), CTX64, RNG)
 
 
@@ -107,7 +122,9 @@ def test_the_inferred_reference_carries_the_constant_factor():
     r = np.array([1.0, 0.0, 0.0, 0.0])
     ref = Inferred(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=2.0).reference()
     assert ref is not None and np.array_equal(ref(r, 4), 2.0 * D.advantages(r, 4, D.GRPO))
-    assert np.array_equal(Inferred(centre="mean", scale="none", alpha=None).reference()(r, 4), D.advantages(r, 4, D.DR_GRPO))
+    assert np.array_equal(
+        Inferred(centre="mean", scale="none", alpha=None).reference()(r, 4), D.advantages(r, 4, D.DR_GRPO)
+    )
 
 
 def test_the_silent_residue_is_the_largest_over_every_probe_value_and_says_where():
@@ -125,9 +142,15 @@ def test_an_unscaled_dial_has_no_epsilon_resolution_and_its_dict_keys_groups_by_
     inf = infer_dial(lambda r, G: D.advantages(r, G, D.DR_GRPO), sizes=(2, 4))
     assert (inf.scale, inf.eps, inf.eps_resolution) == ("none", 0.0, 0.0)
     out = inf.to_dict()
-    assert out["coefficients"] == {"2": inf.coefficients[2], "4": inf.coefficients[4]} and set(out["batch_std"]) == {"2", "4"}
+    assert out["coefficients"] == {"2": inf.coefficients[2], "4": inf.coefficients[4]} and set(out["batch_std"]) == {
+        "2",
+        "4",
+    }
 
 
 def test_the_keep_rule_of_a_dapo_filter_is_described_in_words():
-    assert infer_keep_rule(lambda r, G: D.keep_mask(r, G, D.DAPO)) == ("nonzero_std", "keeps exactly the groups with σ > 0")
+    assert infer_keep_rule(lambda r, G: D.keep_mask(r, G, D.DAPO)) == (
+        "nonzero_std",
+        "keeps exactly the groups with σ > 0",
+    )
     assert infer_keep_rule(lambda r, G: D.keep_mask(r, G, D.GRPO)) == ("all", "keeps every group")

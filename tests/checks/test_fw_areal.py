@@ -40,7 +40,10 @@ def test_areal_is_a_framework_with_a_tested_release():
 
 def test_the_short_form_keeps_arealss_dotted_keys_and_their_raw_values():
     spec = parse_spec("areal:actor.reward_norm.mean_level=group,actor.reward_norm.std_level=null")
-    assert spec.framework == "areal" and spec.sets == (("actor.reward_norm.mean_level", "group"), ("actor.reward_norm.std_level", "null"))
+    assert spec.framework == "areal" and spec.sets == (
+        ("actor.reward_norm.mean_level", "group"),
+        ("actor.reward_norm.std_level", "null"),
+    )
     assert spec.describe() == "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=null"
     with pytest.raises(AdapterError, match="no KEY=VALUE"):
         parse_spec("areal:grpo")
@@ -48,7 +51,10 @@ def test_the_short_form_keeps_arealss_dotted_keys_and_their_raw_values():
 
 def test_each_set_is_a_hydra_override_that_may_add_the_key():
     assert drv._override("actor.adv_norm.mean_level", "group") == "++actor.adv_norm.mean_level=group"
-    assert drv._override("+actor.kl_ctl", "0") == "+actor.kl_ctl=0" and drv._override("~actor.adv_norm", "") == "~actor.adv_norm="
+    assert (
+        drv._override("+actor.kl_ctl", "0") == "+actor.kl_ctl=0"
+        and drv._override("~actor.adv_norm", "") == "~actor.adv_norm="
+    )
 
 
 @pytest.mark.parametrize("key", drv.GROUP_SIZE_KEYS)
@@ -74,8 +80,13 @@ def test_areal_goes_in_without_its_declared_requirements_then_what_its_actor_imp
     assert R.no_deps("areal", RELEASE) == []
     first, second = R.install_commands("areal", RELEASE, "py", "c.txt")
     assert first[-2:] == ["--no-deps", "areal==1.0.4"] and R.TORCH_PIN not in first
-    assert R.TORCH_PIN in second and "omegaconf==2.4.0.dev2" in second and not any(p.startswith("areal") for p in second)
-    assert not any(p.split("=")[0].split("<")[0] in ("torch", "transformers", "vllm", "sglang", "flash-attn") for p in second[second.index(R.TORCH_PIN) + 1 :])
+    assert (
+        R.TORCH_PIN in second and "omegaconf==2.4.0.dev2" in second and not any(p.startswith("areal") for p in second)
+    )
+    assert not any(
+        p.split("=")[0].split("<")[0] in ("torch", "transformers", "vllm", "sglang", "flash-attn")
+        for p in second[second.index(R.TORCH_PIN) + 1 :]
+    )
 
 
 def test_a_bad_areal_release_is_refused_before_pip_runs(monkeypatch, tmp_path):
@@ -93,23 +104,45 @@ def _env_or_skip():
 
 
 def _argv(*sets):
-    level = [] if "--level" in sets else ["--level", "advantage"]  # the advantages alone unless a test asks for the gradient
+    level = (
+        [] if "--level" in sets else ["--level", "advantage"]
+    )  # the advantages alone unless a test asks for the gradient
     return ("audit", "areal", "--release", RELEASE, *sets, *level, "--max-examples", "20", "--json")
 
 
 #: the audits of the slow tests below, run ahead two at a time (tests/checks/_fw_support.py)
-AHEAD = Ahead([
-    _argv(*GRPO_SETS),
-    _argv(*GRPO_SETS, "--set", "actor.reward_norm.std_unbiased=false"),
-    _argv("--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=null", "--expect", "dr_grpo"),
-    _argv("--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.mean_leave1out=true", "--set", "actor.reward_norm.std_level=null"),
-    _argv("--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=batch"),
-    _argv("--set", "actor.reward_norm.mean_level=group"),
-    _argv("--set", "actor.adv_norm.mean_level=group", "--set", "actor.adv_norm.std_level=group"),
-    _argv(*GRPO_SETS, "--level", "gradient"),
-])
+AHEAD = Ahead(
+    [
+        _argv(*GRPO_SETS),
+        _argv(*GRPO_SETS, "--set", "actor.reward_norm.std_unbiased=false"),
+        _argv(
+            "--set",
+            "actor.reward_norm.mean_level=group",
+            "--set",
+            "actor.reward_norm.std_level=null",
+            "--expect",
+            "dr_grpo",
+        ),
+        _argv(
+            "--set",
+            "actor.reward_norm.mean_level=group",
+            "--set",
+            "actor.reward_norm.mean_leave1out=true",
+            "--set",
+            "actor.reward_norm.std_level=null",
+        ),
+        _argv("--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=batch"),
+        _argv("--set", "actor.reward_norm.mean_level=group"),
+        _argv("--set", "actor.adv_norm.mean_level=group", "--set", "actor.adv_norm.std_level=group"),
+        _argv(*GRPO_SETS, "--level", "gradient"),
+    ]
+)
 #: settings AReaL's loader (or the driver) refuses -> words of the one-line error
-REJECTED = {"actor.adv_norm.mean_levle=group": "Key 'mean_levle' not in 'NormConfig'", "actor.adv_norm.mean_level=grup": "mean_level must be 'batch', 'group' or None", "actor.reward_norm.group_size=4": "the audit's group size G"}
+REJECTED = {
+    "actor.adv_norm.mean_levle=group": "Key 'mean_levle' not in 'NormConfig'",
+    "actor.adv_norm.mean_level=grup": "mean_level must be 'batch', 'group' or None",
+    "actor.reward_norm.group_size=4": "the audit's group size G",
+}
 REJECTED_AHEAD = Ahead([("audit", "areal", "--release", RELEASE, "--set", s, "--max-examples", "5") for s in REJECTED])
 
 
@@ -149,7 +182,15 @@ def test_population_std_when_std_unbiased_is_false(capsys):
 @pytest.mark.frameworks
 def test_group_mean_without_std_is_dr_grpo(capsys):
     # std_level None: std = ones_like(x), eps = 0.0
-    code, out = _audit(capsys, "--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=null", "--expect", "dr_grpo")
+    code, out = _audit(
+        capsys,
+        "--set",
+        "actor.reward_norm.mean_level=group",
+        "--set",
+        "actor.reward_norm.std_level=null",
+        "--expect",
+        "dr_grpo",
+    )
     assert code == 0 and out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["scale"] == "none"
 
 
@@ -157,13 +198,25 @@ def test_group_mean_without_std_is_dr_grpo(capsys):
 @pytest.mark.frameworks
 def test_leave_one_out_mean_is_rloo(capsys):
     # _compute_mean(leave_one_out=True): (sum - x) / (n - 1)
-    code, out = _audit(capsys, "--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.mean_leave1out=true", "--set", "actor.reward_norm.std_level=null")
+    code, out = _audit(
+        capsys,
+        "--set",
+        "actor.reward_norm.mean_level=group",
+        "--set",
+        "actor.reward_norm.mean_leave1out=true",
+        "--set",
+        "actor.reward_norm.std_level=null",
+    )
     assert code == 0 and out["matches"] == "rloo" and out["inferred"]["centre"] == "loo"
 
 
 @pytest.mark.slow
 @pytest.mark.frameworks
-@pytest.mark.parametrize("std_sets", [["--set", "actor.reward_norm.std_level=batch"], []], ids=["std_level=batch", "std_level left at its default"])
+@pytest.mark.parametrize(
+    "std_sets",
+    [["--set", "actor.reward_norm.std_level=batch"], []],
+    ids=["std_level=batch", "std_level left at its default"],
+)
 def test_batch_std_couples_the_groups(std_sets, capsys):
     # std_level "batch" (also NormConfig's default when only mean_level is set): one std for the batch
     code, out = _audit(capsys, "--set", "actor.reward_norm.mean_level=group", *std_sets)
@@ -196,7 +249,13 @@ def _run_in_release(sets, rewards, G):
         "fn = adapters.build(FrameworkSpec('areal', sets=tuple(map(tuple, sets))))\n"
         "print(json.dumps(fn(np.array(rewards, dtype=float), G).tolist()))\n"
     )
-    proc = subprocess.run([env.python, "-c", code, json.dumps([sets, rewards, G])], capture_output=True, text=True, env=R.child_environ(), timeout=300)
+    proc = subprocess.run(
+        [env.python, "-c", code, json.dumps([sets, rewards, G])],
+        capture_output=True,
+        text=True,
+        env=R.child_environ(),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return np.array(json.loads(proc.stdout.strip().splitlines()[-1]))
 
@@ -205,13 +264,17 @@ def _run_in_release(sets, rewards, G):
 @pytest.mark.frameworks
 def test_batch_std_is_the_pooled_within_group_std_and_a_partial_group_is_divided_by_eps():
     rewards, G = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0], 4  # two whole groups, then [1, 0]
-    batch = _run_in_release([["actor.reward_norm.mean_level", "group"], ["actor.reward_norm.std_level", "batch"]], rewards[:8], G)
+    batch = _run_in_release(
+        [["actor.reward_norm.mean_level", "group"], ["actor.reward_norm.std_level", "batch"]], rewards[:8], G
+    )
     R8 = np.array(rewards[:8]).reshape(-1, G)
     centred = R8 - R8.mean(1, keepdims=True)
     pooled = np.sqrt((centred**2).sum() / (R8.size - 1))  # around the group means, Bessel over the batch
     assert np.allclose(batch, (centred / (pooled + 1e-5)).ravel(), atol=1e-6)
     assert not np.allclose(batch, (centred / (np.std(R8, ddof=1) + 1e-5)).ravel(), atol=1e-3)  # not the batch's own std
-    grouped = _run_in_release([["actor.reward_norm.mean_level", "group"], ["actor.reward_norm.std_level", "group"]], rewards, G)
+    grouped = _run_in_release(
+        [["actor.reward_norm.mean_level", "group"], ["actor.reward_norm.std_level", "group"]], rewards, G
+    )
     assert grouped[-2:] == pytest.approx([1.0 / 1e-5, 0.0], rel=1e-4)  # mean 0, std 0: reward / eps
 
 

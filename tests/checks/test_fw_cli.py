@@ -28,7 +28,10 @@ def test_bad_framework_options_are_one_line_usage_errors(argv, words, capsys):
 
 
 def test_the_short_forms_parse_into_the_frameworks_own_keys():
-    assert parse_spec("trl:scale_rewards=none,loss_type=dr_grpo").sets == (("scale_rewards", "none"), ("loss_type", "dr_grpo"))
+    assert parse_spec("trl:scale_rewards=none,loss_type=dr_grpo").sets == (
+        ("scale_rewards", "none"),
+        ("loss_type", "dr_grpo"),
+    )
     assert parse_spec("verl:rloo").sets == (("algorithm.adv_estimator", "rloo"),)
     bypass = parse_spec("verl:estimator=grpo_vectorized,epsilon=1e-6")
     assert bypass.estimator == "grpo_vectorized" and bypass.options == (("epsilon", 1e-6),) and bypass.sets == ()
@@ -54,7 +57,24 @@ def test_a_verl_yaml_config_is_read_as_the_trainer_reads_it(tmp_path, capsys):
 
     cfg = tmp_path / "run.yaml"
     cfg.write_text("algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: false\n")
-    assert main(["audit", "verl", "--config", str(cfg), "--level", "advantage", "--expect", "dr_grpo", "--max-examples", "20", "--json"]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                "verl",
+                "--config",
+                str(cfg),
+                "--level",
+                "advantage",
+                "--expect",
+                "dr_grpo",
+                "--max-examples",
+                "20",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["scale"] == "none"
 
@@ -67,7 +87,9 @@ def test_a_verl_yaml_config_reaches_the_gradient_level_too(tmp_path, capsys):
     cfg = tmp_path / "run.yaml"
     cfg.write_text("algorithm:\n  adv_estimator: grpo\n")
     assert main(["audit", "verl", "--config", str(cfg), "--level", "gradient", "--max-examples", "10", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["inferred"]["per_sample_weight"] == "1/batch_tokens"  # token-mean, verl's default
+    assert (
+        json.loads(capsys.readouterr().out)["inferred"]["per_sample_weight"] == "1/batch_tokens"
+    )  # token-mean, verl's default
 
 
 def test_the_python_api_and_the_cli_default_a_framework_target_to_the_gradient():
@@ -75,4 +97,6 @@ def test_the_python_api_and_the_cli_default_a_framework_target_to_the_gradient()
 
     assert parse_spec("trl").default_level() == "gradient" and _default_level("verl:grpo") == "gradient"
     assert _default_level("verl:estimator=grpo_vectorized") == "advantage"  # no loss to differentiate
-    assert _default_level(FrameworkSpec("trl", level="advantage")) == "advantage" and _default_level("grpo") == "advantage"
+    assert (
+        _default_level(FrameworkSpec("trl", level="advantage")) == "advantage" and _default_level("grpo") == "advantage"
+    )

@@ -79,11 +79,25 @@ def test_the_json_names_level_verdict_inferred_weight_and_findings():
 def test_the_gradient_level_also_audits_the_advantages_of_the_same_target():
     from grpo_identity.checks import audit
 
-    report = audit(_target(lambda L, total, n: np.full(L.shape, 1.0 / n), advantage=D.DR_GRPO), level="gradient", expect="dr_grpo", isolate=False, max_examples=30)
+    report = audit(
+        _target(lambda L, total, n: np.full(L.shape, 1.0 / n), advantage=D.DR_GRPO),
+        level="gradient",
+        expect="dr_grpo",
+        isolate=False,
+        max_examples=30,
+    )
     out = report.to_dict()
     assert out["verdict"] == "pass" and out["matches"] == "dr_grpo", report.format()
-    assert out["inferred"]["scale"] == "none" and out["inferred"]["centre"] == "mean" and out["inferred"]["per_sample_weight"] == "constant"
-    assert out["advantage"]["level"] == "advantage" and len(out["advantage"]["properties"]) >= 5 and out["advantage"]["examples"] >= 5
+    assert (
+        out["inferred"]["scale"] == "none"
+        and out["inferred"]["centre"] == "mean"
+        and out["inferred"]["per_sample_weight"] == "constant"
+    )
+    assert (
+        out["advantage"]["level"] == "advantage"
+        and len(out["advantage"]["properties"]) >= 5
+        and out["advantage"]["examples"] >= 5
+    )
     assert "advantage level" in report.format() and "inferred dial: centre mean, scale none" in report.format()
 
 
@@ -91,7 +105,13 @@ def test_the_worse_verdict_of_the_two_levels_wins_and_the_preset_check_is_said_o
     from grpo_identity.checks import audit
 
     alone = audit_gradient(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO), expect="grpo")
-    both = audit(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO), level="gradient", expect="grpo", isolate=False, max_examples=30)
+    both = audit(
+        _target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO),
+        level="gradient",
+        expect="grpo",
+        isolate=False,
+        max_examples=30,
+    )
     assert alone.verdict == "deviation"  # the gradient level alone: c(k, G) off by a factor
     assert both.verdict == "fail" and both.matches == "dr_grpo"  # the advantage level: c ∝ σ² where GRPO's c ∝ σ
     assert [f.property for f in both.findings].count("matches_preset") == 1
@@ -111,7 +131,9 @@ def test_a_loss_computed_in_bf16_is_judged_at_bf16_precision_not_failed_for_roun
         return {**out, "coefficients": _as_bf16(out["coefficients"])}
 
     report = audit_gradient(bf16)
-    assert report.inferred["coefficient_precision"] == "bfloat16" and report.inferred["per_sample_weight"] == "1/length", report.format()
+    assert (
+        report.inferred["coefficient_precision"] == "bfloat16" and report.inferred["per_sample_weight"] == "1/length"
+    ), report.format()
     assert report.verdict == "deviation" and report.inferred["uniform_within_answer"]
     assert audit_gradient(fp32).inferred["coefficient_precision"] == "float32"
 
@@ -150,7 +172,13 @@ def test_a_custom_dial_can_be_expected_at_the_gradient_level():
     from grpo_identity.checks import audit
 
     mine = D.GRPO.replace(eps=1e-3)
-    report = audit(_target(lambda L, total, n: np.ones_like(L), advantage=mine), level="gradient", expect=mine, isolate=False, max_examples=20)
+    report = audit(
+        _target(lambda L, total, n: np.ones_like(L), advantage=mine),
+        level="gradient",
+        expect=mine,
+        isolate=False,
+        max_examples=20,
+    )
     assert report.expected == mine.name and report.verdict in ("pass", "deviation"), report.format()
 
 

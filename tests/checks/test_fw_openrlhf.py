@@ -39,7 +39,10 @@ FAKE = "grpo_identity_no_such_gpu_pkg"
 
 def test_the_short_form_sets_train_ppo_rays_own_option_names():
     spec = parse_spec("openrlhf:group_norm:algo.advantage.no_std_norm=true")
-    assert spec.framework == "openrlhf" and spec.sets == (("algo.advantage.estimator", "group_norm"), ("algo.advantage.no_std_norm", "true"))
+    assert spec.framework == "openrlhf" and spec.sets == (
+        ("algo.advantage.estimator", "group_norm"),
+        ("algo.advantage.no_std_norm", "true"),
+    )
     assert spec.describe() == "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.no_std_norm=true"
 
 
@@ -90,9 +93,28 @@ def _parser():
 
 
 def test_sets_become_train_ppo_ray_arguments_flags_and_pairs():
-    argv = drv.argv_of(_parser(), [("algo.advantage.estimator", "rloo"), ("algo.advantage.no_std_norm", "true"), ("reward.clip_range", "-1,1"), ("no.such", "3")])
-    assert argv == ["--algo.advantage.estimator", "rloo", "--algo.advantage.no_std_norm", "--reward.clip_range", "-1", "1", "--no.such", "3"]
-    assert drv.argv_of(_parser(), [("algo.advantage.no_std_norm", "true"), ("algo.advantage.no_std_norm", "false")]) == []  # the later one wins
+    argv = drv.argv_of(
+        _parser(),
+        [
+            ("algo.advantage.estimator", "rloo"),
+            ("algo.advantage.no_std_norm", "true"),
+            ("reward.clip_range", "-1,1"),
+            ("no.such", "3"),
+        ],
+    )
+    assert argv == [
+        "--algo.advantage.estimator",
+        "rloo",
+        "--algo.advantage.no_std_norm",
+        "--reward.clip_range",
+        "-1",
+        "1",
+        "--no.such",
+        "3",
+    ]
+    assert (
+        drv.argv_of(_parser(), [("algo.advantage.no_std_norm", "true"), ("algo.advantage.no_std_norm", "false")]) == []
+    )  # the later one wins
     with pytest.raises(AdapterError, match="is a flag"):
         drv.argv_of(_parser(), [("algo.advantage.no_std_norm", "maybe")])
 
@@ -101,7 +123,9 @@ def test_configs_the_driver_cannot_run_are_adapter_errors_before_openrlhf_is_imp
     with pytest.raises(AdapterError, match="its default, gae, needs a critic"):
         drv.advantage_target(FrameworkSpec("openrlhf"))
     with pytest.raises(AdapterError, match="gae needs a critic's values"):
-        drv.advantage_target(FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "rloo"), ("algo.advantage.estimator", "gae"))))
+        drv.advantage_target(
+            FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "rloo"), ("algo.advantage.estimator", "gae")))
+        )
     with pytest.raises(AdapterError, match="takes no config file"):
         drv.cli_args(FrameworkSpec("openrlhf", config="run.yaml"), 2)
 
@@ -112,15 +136,24 @@ def test_an_api_the_driver_does_not_know_is_an_adapter_error_naming_the_release_
     monkeypatch.setitem(drv._LOADED, "openrlhf.trainer.ppo_utils.experience_maker", fake_em)
     monkeypatch.setitem(drv._LOADED, "openrlhf.trainer.ppo_utils.kl_controller", SimpleNamespace(__name__="kl"))
     monkeypatch.setattr(drv, "_release", lambda: "9.9")
-    with pytest.raises(AdapterError, match=r"OpenRLHF 9\.9 has no openrlhf\.trainer\.ppo_utils\.experience_maker\.RemoteExperienceMaker"):
+    with pytest.raises(
+        AdapterError,
+        match=r"OpenRLHF 9\.9 has no openrlhf\.trainer\.ppo_utils\.experience_maker\.RemoteExperienceMaker",
+    ):
         drv._maker(SimpleNamespace())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("openrlhf") is not None, reason="OpenRLHF is installed in this environment")
+@pytest.mark.skipif(
+    importlib.util.find_spec("openrlhf") is not None, reason="OpenRLHF is installed in this environment"
+)
 def test_without_openrlhf_the_driver_says_so_as_an_adapter_error():
     with pytest.raises(AdapterError, match=r"OpenRLHF \(not installed\): its trainer modules do not import here"):
         drv.advantage_target(FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "group_norm"),)))
-    assert not [m for m in sys.modules if m.partition(".")[0] in drv.GPU_ONLY and importlib.util.find_spec(m.partition(".")[0]) is None]
+    assert not [
+        m
+        for m in sys.modules
+        if m.partition(".")[0] in drv.GPU_ONLY and importlib.util.find_spec(m.partition(".")[0]) is None
+    ]
 
 
 # --- OpenRLHF 0.11.2 itself, from its release environment ----------------------------------------
@@ -132,20 +165,33 @@ def release_env():
 
 
 def _argv(*sets, level=None):  # the advantages alone unless a test asks for the gradient
-    return ("audit", "openrlhf", "--release", RELEASE, *[a for s in sets for a in ("--set", s)], "--max-examples", "20", "--json", "--level", level or "advantage")
+    return (
+        "audit",
+        "openrlhf",
+        "--release",
+        RELEASE,
+        *[a for s in sets for a in ("--set", s)],
+        "--max-examples",
+        "20",
+        "--json",
+        "--level",
+        level or "advantage",
+    )
 
 
 #: the audits of the slow tests below, run ahead two at a time (tests/checks/_fw_support.py)
-AHEAD = Ahead([
-    _argv("algo.advantage.estimator=group_norm", "reward.clip_range=-1000,1000"),
-    _argv("algo.advantage.estimator=group_norm", "algo.advantage.no_std_norm=true"),
-    _argv("algo.advantage.estimator=dr_grpo"),
-    _argv("algo.advantage.estimator=rloo", "reward.clip_range=-1000,1000"),
-    _argv("algo.advantage.estimator=reinforce_baseline", "algo.advantage.no_std_norm=false"),
-    _argv("algo.advantage.estimator=reinforce_baseline", "algo.advantage.no_std_norm=true"),
-    _argv("algo.advantage.estimator=dr_grpo", "actor.loss_agg_mode=token-mean", level="gradient"),
-    _argv("algo.advantage.estimator=dr_grpo", "actor.loss_agg_mode=seq-mean-token-mean", level="gradient"),
-])
+AHEAD = Ahead(
+    [
+        _argv("algo.advantage.estimator=group_norm", "reward.clip_range=-1000,1000"),
+        _argv("algo.advantage.estimator=group_norm", "algo.advantage.no_std_norm=true"),
+        _argv("algo.advantage.estimator=dr_grpo"),
+        _argv("algo.advantage.estimator=rloo", "reward.clip_range=-1000,1000"),
+        _argv("algo.advantage.estimator=reinforce_baseline", "algo.advantage.no_std_norm=false"),
+        _argv("algo.advantage.estimator=reinforce_baseline", "algo.advantage.no_std_norm=true"),
+        _argv("algo.advantage.estimator=dr_grpo", "actor.loss_agg_mode=token-mean", level="gradient"),
+        _argv("algo.advantage.estimator=dr_grpo", "actor.loss_agg_mode=seq-mean-token-mean", level="gradient"),
+    ]
+)
 
 
 def _audit(capsys, *sets, level=None):
@@ -164,7 +210,13 @@ def test_group_norm_divides_by_the_group_std_with_ddof_1_in_float32(release_env,
     # (r - mean) / (r.std() + 1e-9): torch's std is ddof 1; 1e-9 is below what float32 resolves
     code, out = _audit(capsys, "algo.advantage.estimator=group_norm", "reward.clip_range=-1000,1000")
     inf = out["inferred"]
-    assert (inf["centre"], inf["scale"], inf["ddof"], inf["precision"], inf["coupled"]) == ("mean", "group_std", 1, "float32", False)
+    assert (inf["centre"], inf["scale"], inf["ddof"], inf["precision"], inf["coupled"]) == (
+        "mean",
+        "group_std",
+        1,
+        "float32",
+        False,
+    )
     assert inf["eps"] <= inf["eps_resolution"] and 1e-9 < inf["eps_resolution"]
     # the one failure: a silent group of 0.3s has a float32 mean off by rounding, divided by std + 1e-9
     assert code == 1 and _failed(out) == {"silent_nonbinary_groups_zero"} and inf["silent_nonbinary_max_abs"] > 1
@@ -177,8 +229,14 @@ def test_no_std_norm_does_not_reach_group_norm_and_the_default_clip_range_cuts_a
     # default reward.clip_range (-10, 10) clamps the already normalised rewards
     code, out = _audit(capsys, "algo.advantage.estimator=group_norm", "algo.advantage.no_std_norm=true")
     inf = out["inferred"]
-    assert (inf["centre"], inf["scale"], inf["ddof"]) == ("mean", "group_std", 1) and out["target_info"]["no_std_norm"] is True
-    assert code == 1 and "silent_nonbinary_groups_zero" in _failed(out) <= {"silent_nonbinary_groups_zero", "zero_sum_per_group", "matches_dial"}
+    assert (inf["centre"], inf["scale"], inf["ddof"]) == ("mean", "group_std", 1) and out["target_info"][
+        "no_std_norm"
+    ] is True
+    assert code == 1 and "silent_nonbinary_groups_zero" in _failed(out) <= {
+        "silent_nonbinary_groups_zero",
+        "zero_sum_per_group",
+        "matches_dial",
+    }
     assert inf["silent_nonbinary_max_abs"] == pytest.approx(10.0)  # the clip, not the rounding error's own size
 
 
@@ -199,10 +257,14 @@ def test_rloo_is_the_leave_one_out_baseline_once_the_clip_is_out_of_reach(releas
 @pytest.mark.slow
 @pytest.mark.frameworks
 @pytest.mark.parametrize("no_std_norm, scale", [("false", None), ("true", "none")])
-def test_reinforce_baseline_couples_the_groups_through_a_token_weighted_batch_whitening(release_env, capsys, no_std_norm, scale):
+def test_reinforce_baseline_couples_the_groups_through_a_token_weighted_batch_whitening(
+    release_env, capsys, no_std_norm, scale
+):
     # group mean subtracted, then (A - batch mean over response tokens) [/ batch std over tokens]:
     # responses of different lengths weigh differently, so a silent group gets a nonzero advantage
-    code, out = _audit(capsys, "algo.advantage.estimator=reinforce_baseline", f"algo.advantage.no_std_norm={no_std_norm}")
+    code, out = _audit(
+        capsys, "algo.advantage.estimator=reinforce_baseline", f"algo.advantage.no_std_norm={no_std_norm}"
+    )
     assert code == 1 and out["inferred"]["coupled"] is True and out["inferred"]["scale"] == scale
     assert {"groups_independent", "silent_groups_exactly_zero", "zero_sum_per_group"} <= _failed(out)
 
@@ -238,9 +300,20 @@ def test_the_driver_reads_back_what_the_experience_maker_computes_per_response(r
         ("group_norm", [["algo.advantage.estimator", "group_norm"]], [1, 0, 0, 1, 1, 1], 3),
         ("clipped", [["algo.advantage.estimator", "group_norm"]], one_in_103, 103),
         ("unclipped", [["algo.advantage.estimator", "group_norm"], ["reward.clip_range", "-100,100"]], one_in_103, 103),
-        ("baseline", [["algo.advantage.estimator", "reinforce_baseline"], ["algo.advantage.no_std_norm", "true"]], [1, 0], 2),
+        (
+            "baseline",
+            [["algo.advantage.estimator", "reinforce_baseline"], ["algo.advantage.no_std_norm", "true"]],
+            [1, 0],
+            2,
+        ),
     ]
-    proc = subprocess.run([release_env.python, "-c", _PROBE, json.dumps(cases)], capture_output=True, text=True, env=R.child_environ(), timeout=600)
+    proc = subprocess.run(
+        [release_env.python, "-c", _PROBE, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=R.child_environ(),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     s = np.sqrt(1 / 3)  # std (ddof 1) of [1, 0, 0]

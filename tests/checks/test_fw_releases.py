@@ -31,7 +31,10 @@ def test_old_trl_releases_get_the_transformers_they_need_and_new_ones_none():
     assert "transformers<5" not in R.release_pins("verl", "0.9.1")
 
 
-@pytest.mark.parametrize("framework, release, words", [("trl", "0.22; rm -rf /", "is no version number"), ("grpo", "0.11.2", "--release applies to")])
+@pytest.mark.parametrize(
+    "framework, release, words",
+    [("trl", "0.22; rm -rf /", "is no version number"), ("grpo", "0.11.2", "--release applies to")],
+)
 def test_a_bad_release_request_is_refused_before_pip_runs(framework, release, words, monkeypatch, tmp_path):
     monkeypatch.setenv("GRPO_IDENTITY_ENVS", str(tmp_path))
     with pytest.raises(AdapterError, match=words):
@@ -50,14 +53,23 @@ def _bare_release_env(tmp_path, monkeypatch):
 
 def test_a_cached_environment_finds_the_running_project_whichever_made_it(tmp_path, monkeypatch):
     env, python = _bare_release_env(tmp_path, monkeypatch)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     # made by an earlier version from another clone: its .pth names a project environment now gone
-    (env / site / "_grpo_identity_base.pth").write_text("import site; site.addsitedir('/nonexistent/.venv/lib/python3.11/site-packages')\n")
+    (env / site / "_grpo_identity_base.pth").write_text(
+        "import site; site.addsitedir('/nonexistent/.venv/lib/python3.11/site-packages')\n"
+    )
     assert R.ensure("trl", "9.9.9").python == str(python)
     probe = [str(python), "-c", "import grpo_identity.checks.target"]
     assert subprocess.run(probe, cwd=tmp_path, env=R.child_environ(), capture_output=True).returncode == 0
     bare = {k: v for k, v in R.child_environ().items() if k != R.BASE_SITE_VAR}
-    assert subprocess.run(probe, cwd=tmp_path, env=bare, capture_output=True).returncode != 0  # the variable is what links it
+    assert (
+        subprocess.run(probe, cwd=tmp_path, env=bare, capture_output=True).returncode != 0
+    )  # the variable is what links it
 
 
 def test_release_and_releases_together_is_a_usage_error(capsys):
@@ -82,7 +94,10 @@ def test_a_driver_that_meets_an_unknown_api_is_an_adapter_error_naming_the_relea
         return fn
 
     monkeypatch.setattr(drv, "advantage_target", no_such_api)
-    with pytest.raises(AdapterError, match=rf"trl {version('trl')}: the driver does not know this release's API .*_generate_and_score_completions"):
+    with pytest.raises(
+        AdapterError,
+        match=rf"trl {version('trl')}: the driver does not know this release's API .*_generate_and_score_completions",
+    ):
         adapters.build(FrameworkSpec("trl"))
 
 
@@ -94,7 +109,21 @@ def _env_or_skip(framework, release):
 @pytest.mark.frameworks
 def test_trl_0_22_0_does_not_scale_by_the_group_std_under_its_default_scale_rewards(capsys):
     _env_or_skip("trl", "0.22.0")
-    code = main(["audit", "trl", "--release", "0.22.0", "--set", "scale_rewards=group", "--level", "advantage", "--max-examples", "20", "--json"])
+    code = main(
+        [
+            "audit",
+            "trl",
+            "--release",
+            "0.22.0",
+            "--set",
+            "scale_rewards=group",
+            "--level",
+            "advantage",
+            "--max-examples",
+            "20",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["target_info"]["version"] == "0.22.0"
     assert out["inferred"]["scale"] == "none" and out["matches"] == "dr_grpo"  # the released bug: 'group' skips the std
@@ -110,7 +139,9 @@ def test_releases_prints_one_line_per_release(capsys):
     assert code == 0 and len(lines) == 2
     # the default level (gradient): each release's advantages, and its default loss_type's weight
     # (0.22: bnpo, 1.16: dapo; both normalise by the batch's tokens)
-    assert lines[0].startswith("trl 0.22.0: DEVIATION  matches dr_grpo") and lines[1].startswith("trl 1.16.0: DEVIATION  matches trl")
+    assert lines[0].startswith("trl 0.22.0: DEVIATION  matches dr_grpo") and lines[1].startswith(
+        "trl 1.16.0: DEVIATION  matches trl"
+    )
     assert np.all([" (centre mean" in ln and "per-sample weight 1/batch_tokens" in ln for ln in lines])
 
 
@@ -120,7 +151,9 @@ def test_a_framework_installed_without_its_requirements_gets_two_pip_commands(mo
     first, second = R.install_commands("demo", "1.0", "py", "c.txt")
     assert first[-3:] == ["--no-deps", "demo==1.0", "torchdata"] and "torch==2.13.0" not in first
     assert second[-2:] == ["torch==2.13.0", "ray"] and "--no-deps" not in second
-    assert R.no_deps("demo", "2.0") is None and len(R.install_commands("demo", "2.0", "py", "c.txt")) == 1  # past the range: one command, with dependencies
+    assert (
+        R.no_deps("demo", "2.0") is None and len(R.install_commands("demo", "2.0", "py", "c.txt")) == 1
+    )  # past the range: one command, with dependencies
     assert all(cmd[cmd.index("-c") + 1] == "c.txt" for cmd in (first, second))
 
 
@@ -141,14 +174,20 @@ def test_a_framework_not_installed_here_is_audited_in_its_tested_release_environ
     assert main(["audit", "trl", "--set", "loss_type=grpo"]) == 2
     err = capsys.readouterr().err
     assert asked == [("trl", TESTED_VERSIONS["trl"])]
-    assert "trl is not installed here: auditing its release" in err and f"trl {TESTED_VERSIONS['trl']} (its tested release; it is not installed here): pip could not install" in err and "--release 1" not in err
+    assert (
+        "trl is not installed here: auditing its release" in err
+        and f"trl {TESTED_VERSIONS['trl']} (its tested release; it is not installed here): pip could not install" in err
+        and "--release 1" not in err
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.frameworks
 def test_trl_0_16_0_the_first_with_scale_rewards_a_bool_normalises_its_loss_by_the_batch_tokens(capsys):
     _env_or_skip("trl", "0.16.0")
-    code = main(["audit", "trl", "--release", "0.16.0", "--set", "scale_rewards=false", "--max-examples", "20", "--json"])
+    code = main(
+        ["audit", "trl", "--release", "0.16.0", "--set", "scale_rewards=false", "--max-examples", "20", "--json"]
+    )
     out = json.loads(capsys.readouterr().out)
     # 0.16.0: scale_rewards: bool (False: no std); the loss is Σ token losses / Σ tokens of the batch
     assert code == 0 and out["target_info"]["version"] == "0.16.0" and out["level"] == "gradient"
@@ -161,7 +200,16 @@ def test_trl_0_16_0_the_first_with_scale_rewards_a_bool_normalises_its_loss_by_t
 def test_verl_grpo_vectorized_through_the_trainer_crashes_in_0_6_0_and_ignores_the_std_switch_in_0_7_1(capsys):
     for release in ("0.6.0", "0.7.1"):
         _env_or_skip("verl", release)
-    argv = ["audit", "verl", "--set", "algorithm.adv_estimator=grpo_vectorized", "--set", "algorithm.norm_adv_by_std_in_grpo=false", "--expect", "dr_grpo"]
+    argv = [
+        "audit",
+        "verl",
+        "--set",
+        "algorithm.adv_estimator=grpo_vectorized",
+        "--set",
+        "algorithm.norm_adv_by_std_in_grpo=false",
+        "--expect",
+        "dr_grpo",
+    ]
     code = main([*argv, "--releases", "0.6.0,0.7.1", "--level", "advantage", "--max-examples", "20"])
     old, new = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
     assert code == 2  # one release could not be run

@@ -31,11 +31,18 @@ def test_prompts_predicted_silent_get_nothing_even_when_the_budget_is_short():
     assert counts[0] == counts[2] == 0 and counts.sum() == 10
 
 
-@pytest.mark.parametrize(("ps", "budget"), [([0.5, 0.05], 20), ([0.5, 0.3, 0.1], 20), ([0.2, 0.7, 0.05], 15), ([0.5, 0.5, 0.5], 9), ([0.59, 0.04, 0.67], 7)])
+@pytest.mark.parametrize(
+    ("ps", "budget"),
+    [([0.5, 0.05], 20), ([0.5, 0.3, 0.1], 20), ([0.2, 0.7, 0.05], 15), ([0.5, 0.5, 0.5], 9), ([0.59, 0.04, 0.67], 7)],
+)
 def test_on_these_small_cases_a_short_budget_is_spent_where_a_brute_force_search_finds_the_most_fidelity(ps, budget):
     got = allocate(ps, budget, eps=0.1)
     assert got.sum() == budget and all(g == 0 or g >= 2 for g in got)
-    best = max(capped_fidelity(c, ps, 0.1) for c in itertools.product([0, *range(2, budget + 1)], repeat=len(ps)) if sum(c) <= budget)
+    best = max(
+        capped_fidelity(c, ps, 0.1)
+        for c in itertools.product([0, *range(2, budget + 1)], repeat=len(ps))
+        if sum(c) <= budget
+    )
     assert capped_fidelity(got, ps, 0.1) == pytest.approx(best, abs=1e-12)
 
 

@@ -125,7 +125,9 @@ def test_bad_input_raises_a_value_error_naming_the_value(call, match):
         call()
 
 
-@pytest.mark.parametrize("G, k, n", [(1000, 100, 1100), (1000, 1000, 1100), (2, 1023, 1025), (2, 2, 1025), (64, 64, 2000), (64, 1936, 2000)])
+@pytest.mark.parametrize(
+    "G, k, n", [(1000, 100, 1100), (1000, 1000, 1100), (2, 1023, 1025), (2, 2, 1025), (64, 64, 2000), (64, 1936, 2000)]
+)
 def test_subsampled_silent_rate_above_1024_rollouts_counts_a_branch_with_exactly_G_answers(G, k, n):
     # k = G or n − k = G: one all-equal subset of G exists in that branch, C(G, G) = 1 (PAPER claim 8)
     exact = (math.comb(k, G) + math.comb(n - k, G)) / math.comb(n, G)
@@ -162,7 +164,20 @@ def test_second_order_law_equals_its_symbolic_definition(G, p):
 
 
 def test_summary_names_every_quantity_and_leaves_the_laws_out_at_p_0_and_1():
-    keys = {"G", "p", "sigma_by_k", "silent_rate", "expected_update", "expected_sigma_sq", "fidelity", "attenuation_first_order", "difficulty_weight", "arcsine_objective", "group_size", "sigma_by_k_all"}
+    keys = {
+        "G",
+        "p",
+        "sigma_by_k",
+        "silent_rate",
+        "expected_update",
+        "expected_sigma_sq",
+        "fidelity",
+        "attenuation_first_order",
+        "difficulty_weight",
+        "arcsine_objective",
+        "group_size",
+        "sigma_by_k_all",
+    }
     inner = C.summary(8, 0.5)
     assert set(inner) == keys and set(inner["group_size"][0]) == {"eps", "G_exact", "G_law"}
     assert inner["sigma_by_k"][4] == {"k": 4, "sigma": 0.5}

@@ -42,8 +42,12 @@ def _batch(n_groups: int, G: int, values=(0.0, 1.0)) -> np.ndarray:
 
 @pytest.mark.parametrize(
     "dial",
-    list(D.PRESETS.values()) + [D.GRPO.replace(scale="batch_std"), D.TRL.replace(eps_where="variance", name="whiten"),
-                                D.GRPO.replace(scale="batch_std", eps=0.1, eps_where="variance", name="batch_whiten")],
+    list(D.PRESETS.values())
+    + [
+        D.GRPO.replace(scale="batch_std"),
+        D.TRL.replace(eps_where="variance", name="whiten"),
+        D.GRPO.replace(scale="batch_std", eps=0.1, eps_where="variance", name="batch_whiten"),
+    ],
     ids=lambda d: d.name,
 )
 @pytest.mark.parametrize("G", [2, 3, 8, 16])
@@ -123,7 +127,9 @@ def test_a_group_whose_rewards_differ_by_1e_9_is_live_not_silent(dial, backend):
     assert A[0] < 0 < A[1] and A[0] != 0, A  # the higher reward gets the higher advantage
     assert D.keep_mask(torch.tensor(R) if backend == "torch" else R, 2, D.DAPO).tolist() == [True, False]
     if dial.scale == "group_std":  # ±(Δ/2)/(std + ε), std = (Δ/2)·√(2/(2 − ddof)), Δ = 1e-9
-        assert np.allclose(A[:2], np.array([-1.0, 1.0]) * 5e-10 / (5e-10 * np.sqrt(2 / (2 - dial.ddof)) + dial.eps), rtol=1e-6)
+        assert np.allclose(
+            A[:2], np.array([-1.0, 1.0]) * 5e-10 / (5e-10 * np.sqrt(2 / (2 - dial.ddof)) + dial.eps), rtol=1e-6
+        )
 
 
 @pytest.mark.parametrize("scale", ["none", "batch_std"])
@@ -157,11 +163,20 @@ def test_half_precision_tensors_are_computed_in_float32_and_rounded_once(dtype):
 def test_replace_gives_a_custom_dial_and_params_name_every_setting():
     d = D.TRL.replace(eps=1e-3)
     assert (d.name, d.citation, d.eps, d.ddof) == ("custom", "", 1e-3, 1)
-    assert D.TRL.params() == {"centre": "mean", "scale": "group_std", "ddof": 1, "eps": 1e-4, "keep": "all", "eps_where": "std"}
+    assert D.TRL.params() == {
+        "centre": "mean",
+        "scale": "group_std",
+        "ddof": 1,
+        "eps": 1e-4,
+        "keep": "all",
+        "eps_where": "std",
+    }
     assert D.DAPO.same_point(D.GRPO.replace(keep="nonzero_std")) and not D.DAPO.same_point(D.GRPO)
 
 
-@pytest.mark.parametrize("dial", [d for d in D.PRESETS.values()] + [D.GRPO.replace(scale="batch_std")], ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "dial", [d for d in D.PRESETS.values()] + [D.GRPO.replace(scale="batch_std")], ids=lambda d: d.name
+)
 def test_identity_holds_in_vector_form_with_the_dial_coefficient(dial):
     G, n, dim = 8, 40, 17
     R = _batch(n, G)
@@ -192,7 +207,10 @@ def test_coefficients_are_the_three_operations_on_sigma():
     eps = 1e-4
     live = sigma > 0
     assert np.allclose(D.coefficient(k, G, D.GRPO.replace(eps=eps))[live], (sigma**2 / (sigma + eps))[live])
-    assert np.allclose(D.coefficient(k, G, D.GRPO.replace(eps=eps, eps_where="variance"))[live], (sigma**2 / np.sqrt(sigma**2 + eps))[live])
+    assert np.allclose(
+        D.coefficient(k, G, D.GRPO.replace(eps=eps, eps_where="variance"))[live],
+        (sigma**2 / np.sqrt(sigma**2 + eps))[live],
+    )
 
 
 def test_preset_lookup_is_forgiving_about_spelling_and_strict_about_names():

@@ -47,9 +47,24 @@ def test_by_name_rejects_unknown_names():
 # --- every twin against its definition, driven by the entry's signature ------------------------
 RATIONAL_P = [sp.Rational(1, 20), sp.Rational(3, 10), sp.Rational(1, 2), sp.Rational(9, 10)]
 RATIONAL_EPS = [sp.Rational(1, 10), sp.Rational(1, 20), sp.Rational(1, 100)]
-DIALS = [D.GRPO, D.DR_GRPO, D.DAPO, D.RLOO, D.TRL, D.VERL, D.OPENRLHF, D.GRPO.replace(ddof=1), D.RLOO.replace(scale="group_std"),
-         D.GRPO.replace(eps=0.01, eps_where="variance"), D.TRL.replace(eps_where="variance")]
-COVARIANCES = [(sp.Rational(1, 3), sp.Rational(2, 7)), (sp.Integer(1), sp.Integer(1)), (sp.Integer(0), sp.Rational(5, 2))]
+DIALS = [
+    D.GRPO,
+    D.DR_GRPO,
+    D.DAPO,
+    D.RLOO,
+    D.TRL,
+    D.VERL,
+    D.OPENRLHF,
+    D.GRPO.replace(ddof=1),
+    D.RLOO.replace(scale="group_std"),
+    D.GRPO.replace(eps=0.01, eps_where="variance"),
+    D.TRL.replace(eps_where="variance"),
+]
+COVARIANCES = [
+    (sp.Rational(1, 3), sp.Rational(2, 7)),
+    (sp.Integer(1), sp.Integer(1)),
+    (sp.Integer(0), sp.Rational(5, 2)),
+]
 
 
 def points(signature: str) -> list[tuple[object, ...]]:
@@ -141,7 +156,16 @@ def test_every_registered_twin_equals_its_definition_at_its_signatures_points(fo
 
 def test_a_registered_formula_with_a_wrong_twin_fails_the_registry_check(monkeypatch: pytest.MonkeyPatch) -> None:
     # a new entry whose twin is another quantity: no test of its own, caught by the parametrised check
-    wrong = Formula("sigma_wrong", "a deliberately wrong twin", "σ", "none", "grpo_identity.formulas:sigma", "grpo_identity.closed_forms:group_mean", "T1", "k,G")
+    wrong = Formula(
+        "sigma_wrong",
+        "a deliberately wrong twin",
+        "σ",
+        "none",
+        "grpo_identity.formulas:sigma",
+        "grpo_identity.closed_forms:group_mean",
+        "T1",
+        "k,G",
+    )
     monkeypatch.setattr("grpo_identity.registry.REGISTRY", (*REGISTRY, wrong))
     from grpo_identity import registry
 
@@ -160,7 +184,17 @@ def test_batch_std_coefficient_twin_equals_the_symbolic_form():
     for where in ("std", "variance"):
         dial = D.GRPO.replace(scale="batch_std", eps=0.01, eps_where=where)
         for k in range(1, 8):
-            expr = F.update_coefficient("mean", "batch_std", 0, sp.Rational(1, 100), "all", k=k, G=8, sigma_batch=sp.Rational(2, 5), eps_where=where)
+            expr = F.update_coefficient(
+                "mean",
+                "batch_std",
+                0,
+                sp.Rational(1, 100),
+                "all",
+                k=k,
+                G=8,
+                sigma_batch=sp.Rational(2, 5),
+                eps_where=where,
+            )
             assert D.coefficient(k, 8, dial, batch_std=0.4) == pytest.approx(float(expr), rel=1e-14)
 
 

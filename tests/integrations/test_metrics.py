@@ -93,7 +93,15 @@ def test_rewards_outside_zero_one_keep_the_audit_and_drop_the_solve_rate_metrics
 
 def test_bands_split_the_solve_rate_at_the_papers_thresholds():
     assert band_of([0.0999, 0.1, 0.3999, 0.4, 0.6, 0.6001, 0.9, 0.9001]).tolist() == [
-        "extreme", "intermediate", "intermediate", "medium", "medium", "intermediate", "intermediate", "extreme"]
+        "extreme",
+        "intermediate",
+        "intermediate",
+        "medium",
+        "medium",
+        "intermediate",
+        "intermediate",
+        "extreme",
+    ]
 
 
 def test_prompt_keys_must_match_the_groups():

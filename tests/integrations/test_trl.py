@@ -40,9 +40,28 @@ def _launch(out: Path, *args: str, processes: int = 2) -> subprocess.CompletedPr
     if processes == 1:
         cmd = [sys.executable, str(RUN), str(out), *args]
     else:
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()), str(RUN), str(out), *args]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+        cmd = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            str(processes),
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "--main_process_port",
+            str(_free_port()),
+            str(RUN),
+            str(out),
+            *args,
+        ]
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return res
 
@@ -69,10 +88,17 @@ def _reference(out: Path, processes: int) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_under_accelerate_with_two_processes_only_the_main_process_logs_once_per_step_what_one_process_computes_on_the_gathered_batch(tmp_path):
+def test_under_accelerate_with_two_processes_only_the_main_process_logs_once_per_step_what_one_process_computes_on_the_gathered_batch(
+    tmp_path,
+):
     _launch(tmp_path)
     main, other = (json.loads((tmp_path / f"log-{r}.json").read_text()) for r in (0, 1))
-    assert (main["world_size"], main["backend"], main["is_main_process"], other["is_main_process"]) == (2, "gloo", True, False)
+    assert (main["world_size"], main["backend"], main["is_main_process"], other["is_main_process"]) == (
+        2,
+        "gloo",
+        True,
+        False,
+    )
     steps = [e for e in main["log_history"] if "loss" in e]
     assert [e["step"] for e in steps] == [1, 2, 3]
     assert all(_identity(e) == {} for e in other["log_history"])
@@ -88,7 +114,9 @@ def test_under_accelerate_with_two_processes_only_the_main_process_logs_once_per
     # the callback's own JSONL holds the same values, one line per step, and diagnose reads it
     lines = [json.loads(x) for x in (tmp_path / "identity.jsonl").read_text().splitlines()]
     assert [x.pop("step") for x in lines] == [1, 2, 3] and lines == [_identity(e) for e in steps]
-    assert read_series(tmp_path / "identity.jsonl")["silent_frac"] == [(float(e["step"]), e["identity/silent_frac"]) for e in steps]
+    assert read_series(tmp_path / "identity.jsonl")["silent_frac"] == [
+        (float(e["step"]), e["identity/silent_frac"]) for e in steps
+    ]
     # the silent fraction by hand, from the rows each process scored
     rows = [json.loads(x) for r in (0, 1) for x in (tmp_path / f"rows-{r}.jsonl").read_text().splitlines()]
     groups = defaultdict(list)
@@ -124,7 +152,11 @@ class _StubTrainer:
 
     def generate(self, rewards: list[float]) -> None:
         r = np.array(rewards)
-        self._logs = {"rewards": {"f": list(r)}, "advantages": list(D.advantages(r, G, D.TRL)), "prompt": ["p"] * len(r)}
+        self._logs = {
+            "rewards": {"f": list(r)},
+            "advantages": list(D.advantages(r, G, D.TRL)),
+            "prompt": ["p"] * len(r),
+        }
         self._buffered_inputs = [object()]
 
 
@@ -184,7 +216,10 @@ def test_the_dial_of_a_grpo_config_is_the_one_the_audit_infers_from_the_real_tra
 
 
 def test_a_config_off_the_dial_has_no_dial_and_bad_options_are_refused(tmp_path):
-    assert dial_for_config(SimpleNamespace(scale_rewards="group", multi_objective_aggregation="normalize_then_sum")) is None
+    assert (
+        dial_for_config(SimpleNamespace(scale_rewards="group", multi_objective_aggregation="normalize_then_sum"))
+        is None
+    )
     with pytest.raises(ValueError, match="eps must be in"):
         IdentityCallback(_StubTrainer(), eps=1.5)
     with pytest.raises(ValueError, match="folder .* does not exist"):

@@ -22,7 +22,13 @@ core_algos = pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl is 
 G, T = 4, 3
 
 
-def verl_batch(rewards_by_prompt: list[list[float]], *, norm_by_std: bool = True, index: list[int] | None = None, order: np.ndarray | None = None):
+def verl_batch(
+    rewards_by_prompt: list[list[float]],
+    *,
+    norm_by_std: bool = True,
+    index: list[int] | None = None,
+    order: np.ndarray | None = None,
+):
     """A DataProto as RayPPOTrainer has it after ``compute_advantage`` (GRPO)."""
     n = len(rewards_by_prompt) * G
     ids = [str(uuid.uuid4()) for _ in rewards_by_prompt]  # a fresh uid per prompt and step, as RayPPOTrainer.fit does
@@ -38,8 +44,12 @@ def verl_batch(rewards_by_prompt: list[list[float]], *, norm_by_std: bool = True
     if index is not None:
         data["index"] = np.array([index[i // G] for i in range(n)], dtype=object)[order]
     batch = protocol.DataProto.from_single_dict(data)
-    adv, ret = core_algos.compute_grpo_outcome_advantage(token_level_rewards=batch.batch["token_level_rewards"], response_mask=batch.batch["response_mask"],
-                                                         index=batch.non_tensor_batch["uid"], norm_adv_by_std_in_grpo=norm_by_std)
+    adv, ret = core_algos.compute_grpo_outcome_advantage(
+        token_level_rewards=batch.batch["token_level_rewards"],
+        response_mask=batch.batch["response_mask"],
+        index=batch.non_tensor_batch["uid"],
+        norm_adv_by_std_in_grpo=norm_by_std,
+    )
     batch.batch["advantages"], batch.batch["returns"] = adv, ret
     return batch
 

@@ -42,8 +42,20 @@ def main(out: str, reward: str = "binary", group_size: str = "4") -> None:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
     tokenizer.padding_side = "left"
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                         num_key_value_heads=2, max_position_embeddings=32, pad_token_id=0, bos_token_id=1, eos_token_id=1))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(vocab),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=32,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=1,
+        )
+    )
     rows = open(os.path.join(out, f"rows-{rank}.jsonl"), "w")
 
     def reward_fn(prompts: list[str], completions: list[str], trainer_state: object, **kwargs: object) -> list[float]:
@@ -56,15 +68,38 @@ def main(out: str, reward: str = "binary", group_size: str = "4") -> None:
         rows.flush()
         return r
 
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="grpo-identity-trl-run-"), use_cpu=True, bf16=False, report_to="none", num_generations=G,
-                      per_device_train_batch_size=G * PER_DEVICE_PROMPTS, max_completion_length=2, max_steps=STEPS, logging_steps=1, save_strategy="no",
-                      beta=0.0, learning_rate=1e-2, seed=0, dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}))
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="grpo-identity-trl-run-"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        num_generations=G,
+        per_device_train_batch_size=G * PER_DEVICE_PROMPTS,
+        max_completion_length=2,
+        max_steps=STEPS,
+        logging_steps=1,
+        save_strategy="no",
+        beta=0.0,
+        learning_rate=1e-2,
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_fn,
+        args=args,
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS * 4}),
+    )
     trainer.add_callback(IdentityCallback(trainer, log_file=os.path.join(out, "identity.jsonl")))
     trainer.train()
     dist = torch.distributed.is_initialized()
-    setup = {"distributed_type": str(trainer.accelerator.distributed_type), "backend": torch.distributed.get_backend() if dist else None,
-             "world_size": torch.distributed.get_world_size() if dist else 1, "is_main_process": trainer.accelerator.is_main_process}
+    setup = {
+        "distributed_type": str(trainer.accelerator.distributed_type),
+        "backend": torch.distributed.get_backend() if dist else None,
+        "world_size": torch.distributed.get_world_size() if dist else 1,
+        "is_main_process": trainer.accelerator.is_main_process,
+    }
     with open(os.path.join(out, f"log-{rank}.json"), "w") as f:
         json.dump({**setup, "log_history": trainer.state.log_history}, f)
 

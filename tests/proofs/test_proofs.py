@@ -13,7 +13,18 @@ import sympy as sp
 from grpo_identity import closed_forms as C
 from grpo_identity import formulas as F
 from grpo_identity.app.cli import main
-from grpo_identity.proofs import THEOREMS, Claim, Theorem, by_name, check_claims, check_equal, fidelity_series, prove_all, select, table_comparison
+from grpo_identity.proofs import (
+    THEOREMS,
+    Claim,
+    Theorem,
+    by_name,
+    check_claims,
+    check_equal,
+    fidelity_series,
+    prove_all,
+    select,
+    table_comparison,
+)
 from grpo_identity.proofs.attenuation import _t11_symbolic
 from grpo_identity.proofs.core import Formulas, G_interior, k, sbar_minus, sbar_plus
 from grpo_identity.proofs.expectation import explicit_expected_update
@@ -61,7 +72,9 @@ def test_every_theorem_record_is_complete_and_renders(theorem: Theorem) -> None:
 
 
 def test_identity_latex_is_printed_by_sympy_from_the_formulas() -> None:
-    assert by_name("T3").latex == sp.latex(sp.Eq(sp.Symbol("g"), F.sigma() * (sp.Symbol(r"\bar{s}_{+}") - sp.Symbol(r"\bar{s}_{-}")), evaluate=False))
+    assert by_name("T3").latex == sp.latex(
+        sp.Eq(sp.Symbol("g"), F.sigma() * (sp.Symbol(r"\bar{s}_{+}") - sp.Symbol(r"\bar{s}_{-}")), evaluate=False)
+    )
 
 
 def test_every_proof_named_in_the_registry_exists() -> None:
@@ -93,9 +106,17 @@ PERTURBATIONS = {
     "T8": {"silent_rate": lambda G=F.G, p=F.p: p**G},  # a missing term
     "T9": {"expected_sigma_sq": lambda G=F.G, p=F.p: p * (1 - p)},  # a missing factor 1 - 1/G
     "T10": {"expected_update": lambda G=F.G, p=F.p: F.expected_update(G, p) * (1 + sp.Integer(1) / G)},
-    "T14": {"fidelity": lambda G=F.G, p=F.p: F.fidelity(G, p) * (1 - sp.Rational(1, 1000))},  # 0.1 % low: G=51 misses 99 %
-    "G7": {"expected_score_gap": lambda p=F.p, grad_p=1: grad_p / p},  # E[sbar+ | k] alone, the incorrect side forgotten
-    "G8": {"update_covariance_given_k": lambda k=F.k, G=F.G, cov_plus=F.cov_plus, cov_minus=F.cov_minus, c=None: F.update_covariance_given_k(k, G, cov_plus, cov_minus, c) * k / G},
+    "T14": {
+        "fidelity": lambda G=F.G, p=F.p: F.fidelity(G, p) * (1 - sp.Rational(1, 1000))
+    },  # 0.1 % low: G=51 misses 99 %
+    "G7": {
+        "expected_score_gap": lambda p=F.p, grad_p=1: grad_p / p
+    },  # E[sbar+ | k] alone, the incorrect side forgotten
+    "G8": {
+        "update_covariance_given_k": lambda k=F.k, G=F.G, cov_plus=F.cov_plus, cov_minus=F.cov_minus, c=None: (
+            F.update_covariance_given_k(k, G, cov_plus, cov_minus, c) * k / G
+        )
+    },
     "T12": {"group_size_law": lambda eps=F.eps, p=F.p: 1 / (eps * p * (1 - p))},  # missing 1/8
     "T13": {"difficulty_weight": lambda p=F.p: 2 / sp.sqrt(p * (1 - p))},
     "G1": {"sigma": _sigma_inflated},
@@ -147,7 +168,11 @@ def test_a_missing_factor_fails() -> None:
 
 
 def test_a_perturbed_second_order_law_fails_the_symbolic_part_of_t11() -> None:
-    wrong = {"attenuation_second_order": lambda G=F.G, p=F.p: F.attenuation_first_order(G, p) - (8 - 16 * p * (1 - p)) / (128 * G**2 * p**2 * (1 - p) ** 2)}
+    wrong = {
+        "attenuation_second_order": lambda G=F.G, p=F.p: (
+            F.attenuation_first_order(G, p) - (8 - 16 * p * (1 - p)) / (128 * G**2 * p**2 * (1 - p) ** 2)
+        )
+    }
     r = check_claims("T11", _t11_symbolic(Formulas(wrong)))
     assert r.status == "failed" and r.residual != 0
     assert check_claims("T11", _t11_symbolic(Formulas())).status == "proved"
@@ -230,8 +255,18 @@ def test_cli_prove_with_a_selection_that_matches_nothing_exits_2(capsys: pytest.
     assert err.count("\n") == 1 and "no theorem matches" in err
 
 
-def test_cli_prove_exits_1_when_a_theorem_fails(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    bad = Theorem("X1", "false", "1 = 2", "none", "none", lambda f: [Claim("1 = 2", sp.Integer(1), sp.Integer(2))], lambda f: sp.Eq(1, 2, evaluate=False))
+def test_cli_prove_exits_1_when_a_theorem_fails(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = Theorem(
+        "X1",
+        "false",
+        "1 = 2",
+        "none",
+        "none",
+        lambda f: [Claim("1 = 2", sp.Integer(1), sp.Integer(2))],
+        lambda f: sp.Eq(1, 2, evaluate=False),
+    )
     monkeypatch.setattr("grpo_identity.proofs.select", lambda s=None: [bad])
     assert main(["prove", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
@@ -266,13 +301,18 @@ def test_every_formula_a_theorem_reads_is_checked_by_it(theorem: Theorem) -> Non
 
 
 def test_an_rloo_coefficient_wrong_by_a_common_factor_fails_t7() -> None:
-    r = by_name("T7").prove(perturb={"update_coefficient": lambda **kw: sp.Rational(11, 10) * F.update_coefficient(**kw)})
+    r = by_name("T7").prove(
+        perturb={"update_coefficient": lambda **kw: sp.Rational(11, 10) * F.update_coefficient(**kw)}
+    )
     assert r.status == "failed" and r.residual is not None and r.residual != 0
 
 
 def test_t13_reads_sigma_and_the_expected_update_from_the_formulas() -> None:
     assert by_name("T13").prove(perturb={"sigma": _sigma_inflated}).status == "failed"
-    assert by_name("T13").prove(perturb={"expected_update": lambda G=F.G, p=F.p: 2 * F.expected_update(G, p)}).status == "failed"
+    assert (
+        by_name("T13").prove(perturb={"expected_update": lambda G=F.G, p=F.p: 2 * F.expected_update(G, p)}).status
+        == "failed"
+    )
 
 
 def _expected_update_over_all_k(G=F.G, p=F.p):  # type: ignore[no-untyped-def]
@@ -282,7 +322,9 @@ def _expected_update_over_all_k(G=F.G, p=F.p):  # type: ignore[no-untyped-def]
 
 def test_t10_proves_the_true_rewrite_of_the_expected_update_as_a_sum_over_k_0_to_g() -> None:
     assert by_name("T10").prove(perturb={"expected_update": _expected_update_over_all_k}).status == "proved"
-    wrong = by_name("T10").prove(perturb={"expected_update": lambda G=F.G, p=F.p: _expected_update_over_all_k(G, p) * sp.Rational(11, 10)})
+    wrong = by_name("T10").prove(
+        perturb={"expected_update": lambda G=F.G, p=F.p: _expected_update_over_all_k(G, p) * sp.Rational(11, 10)}
+    )
     assert wrong.status == "failed" and wrong.residual is not None
 
 
@@ -314,7 +356,10 @@ def test_a_theorem_is_only_as_strong_as_its_weakest_claim() -> None:
     x = sp.Symbol("x", real=True)
     claims = [Claim("x = x", x, x), Claim("interval", "i", kind="certified", ok=True, value="[1, 2]")]
     assert check_claims("c", claims).method == "certified numeric"
-    assert check_claims("n", [*claims, Claim("floats", "f", kind="numeric", ok=True, value=1.0)]).method == "numeric evidence"
+    assert (
+        check_claims("n", [*claims, Claim("floats", "f", kind="numeric", ok=True, value=1.0)]).method
+        == "numeric evidence"
+    )
     assert check_claims("s", claims[:1]).method == "symbolic"
 
 
@@ -393,9 +438,27 @@ def test_g6_kl_claim_fails_with_the_k1_estimator() -> None:
     assert check_equal(grad, -_beta * score).status == "proved"
 
 
-def test_cli_prove_reports_whether_the_second_order_law_predicts_the_table_better(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    table = {"rows": [{}] * 12, "exact_matches_first_order": 0, "exact_matches_second_order": 3, "mean_abs_error_first_order": 5.92, "mean_abs_error_second_order": 2.67, "second_order_better": True}
-    t = Theorem("T11", "attenuation", "s", "Corollary 1", "none", lambda f: [Claim("1 = 1", sp.Integer(1), sp.Integer(1))], lambda f: sp.Eq(1, 1, evaluate=False), extra=lambda f: ([], {"group_size_table": table}))
+def test_cli_prove_reports_whether_the_second_order_law_predicts_the_table_better(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = {
+        "rows": [{}] * 12,
+        "exact_matches_first_order": 0,
+        "exact_matches_second_order": 3,
+        "mean_abs_error_first_order": 5.92,
+        "mean_abs_error_second_order": 2.67,
+        "second_order_better": True,
+    }
+    t = Theorem(
+        "T11",
+        "attenuation",
+        "s",
+        "Corollary 1",
+        "none",
+        lambda f: [Claim("1 = 1", sp.Integer(1), sp.Integer(1))],
+        lambda f: sp.Eq(1, 1, evaluate=False),
+        extra=lambda f: ([], {"group_size_table": table}),
+    )
     monkeypatch.setattr("grpo_identity.proofs.select", lambda s=None: [t])
     assert main(["prove"]) == 0
     out = capsys.readouterr().out

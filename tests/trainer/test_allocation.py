@@ -38,9 +38,15 @@ def test_both_arms_start_from_the_same_prompts_and_report_every_measurement(smal
     assert small["hard_initial"] < small["hard_final"]["fixed"]  # GRPO learns the hard prompts
 
 
-@pytest.mark.parametrize(("argv", "message"), [(["--eps", "1.5"], "--eps must be in (0, 1), got 1.5"), (["--M", "2"], "--M must be an integer >= 4, got 2"),
-                                             (["--G", "1"], "--G must be an integer >= 2, got 1"),
-                                             (["--out", "no/such/result.json"], "--out no/such/result.json: folder no/such does not exist")])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--eps", "1.5"], "--eps must be in (0, 1), got 1.5"),
+        (["--M", "2"], "--M must be an integer >= 4, got 2"),
+        (["--G", "1"], "--G must be an integer >= 2, got 1"),
+        (["--out", "no/such/result.json"], "--out no/such/result.json: folder no/such does not exist"),
+    ],
+)
 def test_bad_input_is_one_line_on_stderr_naming_the_option_and_exit_2(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--steps", "1"])

@@ -43,7 +43,15 @@ def test_every_autograd_gradient_matches_the_identity(small_result):
 
 def test_the_result_has_the_documented_keys_and_is_json(small_result):
     r = json.loads(dumps(small_result))
-    for key in ("identity_max_abs_err", "r2_silent", "extreme_share", "hard_final", "dapo_oversample", "seconds", "solve_rate_source"):
+    for key in (
+        "identity_max_abs_err",
+        "r2_silent",
+        "extreme_share",
+        "hard_final",
+        "dapo_oversample",
+        "seconds",
+        "solve_rate_source",
+    ):
         assert key in r
     for arm in ("grpo", "dr_grpo"):
         assert set(r["extreme_share"][arm]) == {"measured", "finite_g", "large_g"}

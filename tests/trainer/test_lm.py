@@ -31,7 +31,9 @@ from grpo_identity.trainer.lm.train import run_lm, train_mode, warmup  # noqa: E
 
 G = 8
 #: a tiny, fast configuration: 1-digit addition, short warm-up, few steps
-TINY = dict(max_digits=1, warmup_steps=60, warmup_target=0.0, steps=3, eval_prompts_per_level=8, eval_every=2, probe_samples=8)
+TINY = dict(
+    max_digits=1, warmup_steps=60, warmup_target=0.0, steps=3, eval_prompts_per_level=8, eval_every=2, probe_samples=8
+)
 
 
 def _group(model_name: str = "gpt2", seed: int = 0):
@@ -41,7 +43,9 @@ def _group(model_name: str = "gpt2", seed: int = 0):
     torch.manual_seed(seed)
     model = build_model(cfg, task.vocab_size, task.prompt_len + task.max_answer_len)
     prompt = torch.as_tensor(task.sample(1, np.random.default_rng(seed)).prompts)
-    comp, lengths = sample(model, prompt.repeat(G, 1), task.max_answer_len, generator=torch.Generator().manual_seed(seed))
+    comp, lengths = sample(
+        model, prompt.repeat(G, 1), task.max_answer_len, generator=torch.Generator().manual_seed(seed)
+    )
     seqs = torch.cat([prompt.repeat(G, 1), comp], dim=1)  # (G, P+T)
     mask = (torch.arange(comp.shape[1])[None] < lengths[:, None]).float()
     rewards = torch.tensor([1.0, 0, 0, 1, 0, 0, 0, 1])
@@ -51,7 +55,9 @@ def _group(model_name: str = "gpt2", seed: int = 0):
 def _check(model, task, seqs, mask, lengths, rewards, used, claimed, aggregation="seq_mean"):
     adv = advantages(rewards, G, used)
     w = sample_weights(lengths, aggregation, n_groups=3, group_size=G, max_new_tokens=task.max_answer_len)
-    pg, _, _ = group_gradient(model, seqs, mask, w, adv, prompt_len=task.prompt_len, group_size=G, clip_low=0.2, clip_high=0.2)
+    pg, _, _ = group_gradient(
+        model, seqs, mask, w, adv, prompt_len=task.prompt_len, group_size=G, clip_low=0.2, clip_high=0.2
+    )
     scores = per_sample_scores(model, seqs, mask, w, prompt_len=task.prompt_len)
     return check_identity(-flatten(pg), scores, rewards, adv, claimed)
 
@@ -83,7 +89,9 @@ def test_silent_group_gives_exactly_zero_gradient():
     for r in (torch.zeros(G), torch.ones(G)):
         adv = advantages(r, G, GRPO)
         w = sample_weights(lengths, "seq_mean", n_groups=1, group_size=G, max_new_tokens=task.max_answer_len)
-        pg, _, _ = group_gradient(model, seqs, mask, w, adv, prompt_len=task.prompt_len, group_size=G, clip_low=0.2, clip_high=0.2)
+        pg, _, _ = group_gradient(
+            model, seqs, mask, w, adv, prompt_len=task.prompt_len, group_size=G, clip_low=0.2, clip_high=0.2
+        )
         assert float(flatten(pg).abs().max()) == 0.0
 
 
@@ -104,8 +112,19 @@ def test_kl_gradient_vanishes_where_the_policy_is_the_reference():
         ref = token_logprobs(model, seqs, task.prompt_len)
     adv = advantages(rewards, G, GRPO)
     w = 1.0 / lengths.float()
-    _, kl, _ = group_gradient(model, seqs, mask, w, adv, prompt_len=task.prompt_len, group_size=G, clip_low=0.2, clip_high=0.2,
-                              ref_logp=ref, kl_coef=0.1)
+    _, kl, _ = group_gradient(
+        model,
+        seqs,
+        mask,
+        w,
+        adv,
+        prompt_len=task.prompt_len,
+        group_size=G,
+        clip_low=0.2,
+        clip_high=0.2,
+        ref_logp=ref,
+        kl_coef=0.1,
+    )
     assert kl is not None and float(flatten(kl).abs().max()) < 1e-6
     assert float((kl_k3(ref + 0.3, ref)).min()) > 0  # k3 is positive away from the reference
 
@@ -128,7 +147,7 @@ def test_problems_follow_the_difficulty_mix_and_have_d_digit_operands():
 
 def test_sampler_pads_after_eos_and_counts_lengths():
     model, task, seqs, mask, lengths, _ = _group()
-    comp = seqs[:, task.prompt_len:]
+    comp = seqs[:, task.prompt_len :]
     for row, L in zip(comp, lengths):
         L = int(L)
         if L < comp.shape[1] or (row == EOS).any():
@@ -153,7 +172,9 @@ def test_noise_share_is_zero_without_scatter_and_near_one_for_pure_noise():
     assert gap_noise_share(flat, r) == 0.0
     shares = [gap_noise_share(torch.randn(8, 4000, generator=torch.Generator().manual_seed(i)), r) for i in range(5)]
     assert all(abs(x - 1) < 0.1 for x in shares)
-    assert math.isnan(gap_noise_share(flat, torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])))  # one correct answer: no scatter to see
+    assert math.isnan(
+        gap_noise_share(flat, torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0]))
+    )  # one correct answer: no scatter to see
 
 
 def test_configs_validate_eagerly_and_named_sizes_exist():
@@ -199,11 +220,39 @@ def test_same_seed_gives_the_same_metrics(tmp_path):
 
 def test_cli_json_has_the_documented_keys_and_writes_the_outputs(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["train", "lm", "--mode", "grpo", "--max-digits", "1", "--steps", "2", "--warmup-steps", "40", "--warmup-target", "0",
-            "--eval-prompts-per-level", "8", "--G", "4", "--json", "--out", str(out)]
+    argv = [
+        "train",
+        "lm",
+        "--mode",
+        "grpo",
+        "--max-digits",
+        "1",
+        "--steps",
+        "2",
+        "--warmup-steps",
+        "40",
+        "--warmup-target",
+        "0",
+        "--eval-prompts-per-level",
+        "8",
+        "--G",
+        "4",
+        "--json",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     s = json.loads(capsys.readouterr().out)
-    for key in ("identity_max_rel_err", "groups_checked", "loglog_slope", "loglog_r2", "device", "seconds", "modes", "learning_speed"):
+    for key in (
+        "identity_max_rel_err",
+        "groups_checked",
+        "loglog_slope",
+        "loglog_r2",
+        "device",
+        "seconds",
+        "modes",
+        "learning_speed",
+    ):
         assert key in s
     assert s["device"] == "cpu" and list(s["modes"]) == ["grpo"]
     assert json.loads((out / "config.json").read_text())["group_size"] == 4
@@ -290,7 +339,9 @@ def test_trainer_check_fails_when_the_loss_aggregates_with_other_weights_than_th
 
     real = lm_loss.group_loss
     # the loss sums tokens (weight 1) while the scores assume GRPO's per-answer mean (weight 1/|y|)
-    monkeypatch.setattr(lm_loss, "group_loss", lambda per_token, mask, weights, G: real(per_token, mask, torch.ones_like(weights), G))
+    monkeypatch.setattr(
+        lm_loss, "group_loss", lambda per_token, mask, weights, G: real(per_token, mask, torch.ones_like(weights), G)
+    )
     assert min(g["rel_err"] for g in _one_step()) > 1e-2
 
 
@@ -298,10 +349,14 @@ def test_check_fails_when_scores_use_a_wrong_aggregation_weight():
     model, task, seqs, mask, lengths, rewards = _group()
     adv = advantages(rewards, G, GRPO)
     w = sample_weights(lengths, "seq_mean", n_groups=1, group_size=G, max_new_tokens=task.max_answer_len)
-    pg, _, _ = group_gradient(model, seqs, mask, w, adv, prompt_len=task.prompt_len, group_size=G, clip_low=0.2, clip_high=0.2)
+    pg, _, _ = group_gradient(
+        model, seqs, mask, w, adv, prompt_len=task.prompt_len, group_size=G, clip_low=0.2, clip_high=0.2
+    )
     wrong = sample_weights(lengths, "constant", n_groups=1, group_size=G, max_new_tokens=task.max_answer_len)
     assert not torch.allclose(w, wrong)
-    bad = check_identity(-flatten(pg), per_sample_scores(model, seqs, mask, wrong, prompt_len=task.prompt_len), rewards, adv, GRPO)
+    bad = check_identity(
+        -flatten(pg), per_sample_scores(model, seqs, mask, wrong, prompt_len=task.prompt_len), rewards, adv, GRPO
+    )
     assert bad.rel_err > 1e-2 and bad.rel_err_sum > 1e-2
 
 
@@ -351,8 +406,17 @@ def test_dapo_replaces_silent_groups_with_fresh_prompts_and_grpo_keeps_them():
     # draw 1: groups silent, live, silent, live; draw 2 (2 fresh prompts): silent, live; draw 3: live
     plan = iter([[0, 0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 1, 0, 0], [1, 1, 1, 1, 0, 0, 1, 0], [0, 1, 1, 1]])
     task.rewards = lambda comps, answers: np.asarray(next(plan), dtype=np.float32)  # type: ignore[method-assign]
-    kw = dict(n_prompts=4, group_size=Gs, n_probe=0, max_draws=4, temperature=1.0, rng=np.random.default_rng(0),
-              generator=torch.Generator().manual_seed(0), device=torch.device("cpu"), amp=False)
+    kw = dict(
+        n_prompts=4,
+        group_size=Gs,
+        n_probe=0,
+        max_draws=4,
+        temperature=1.0,
+        rng=np.random.default_rng(0),
+        generator=torch.Generator().manual_seed(0),
+        device=torch.device("cpu"),
+        amp=False,
+    )
     ro = rollout(model, task, DAPO, **kw)
     k = ro.rewards.reshape(-1, Gs).sum(1).tolist()
     assert ro.draws == 3 and k == [2, 1, 1, 3] and ro.samples == (4 + 2 + 1) * Gs
@@ -367,8 +431,20 @@ def test_dapo_gives_up_after_its_draws_with_a_short_batch():
 
     model, task, _, _, _, _ = _group()
     task.rewards = lambda comps, answers: np.zeros(len(answers), dtype=np.float32)  # type: ignore[method-assign]
-    ro = rollout(model, task, DAPO, n_prompts=3, group_size=4, n_probe=0, max_draws=2, temperature=1.0, rng=np.random.default_rng(0),
-                 generator=torch.Generator().manual_seed(0), device=torch.device("cpu"), amp=False)
+    ro = rollout(
+        model,
+        task,
+        DAPO,
+        n_prompts=3,
+        group_size=4,
+        n_probe=0,
+        max_draws=2,
+        temperature=1.0,
+        rng=np.random.default_rng(0),
+        generator=torch.Generator().manual_seed(0),
+        device=torch.device("cpu"),
+        amp=False,
+    )
     assert ro.draws == 2 and ro.seqs.shape[0] == 0 and ro.samples == 2 * 3 * 4
 
 
@@ -380,7 +456,9 @@ def test_cuda_requested_without_cuda_is_one_line_and_exit_2(monkeypatch, capsys)
     assert err.count("\n") == 1 and "cuda" in err
 
 
-@pytest.mark.parametrize("argv", [["--steps", "-1"], ["--G", "1"], ["--config", "huge"], ["--mode", "ppo"], ["--device", "tpu"]])
+@pytest.mark.parametrize(
+    "argv", [["--steps", "-1"], ["--G", "1"], ["--config", "huge"], ["--mode", "ppo"], ["--device", "tpu"]]
+)
 def test_cli_rejects_bad_input_in_one_line_with_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:  # argparse's own errors exit 2 ...
         rc = main(["train", "lm", *argv])
@@ -398,8 +476,19 @@ def test_metrics_are_written_one_line_per_step_as_the_run_goes():
     model = build_model(cfg, task.vocab_size, task.prompt_len + task.max_answer_len)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
     sink, seen = io.StringIO(), []
-    train_mode("grpo", model, None, base, cfg, task, task.sample(4, np.random.default_rng(1)), torch.device("cpu"), False,
-               sink, tick=lambda: seen.append(len(sink.getvalue().splitlines())))
+    train_mode(
+        "grpo",
+        model,
+        None,
+        base,
+        cfg,
+        task,
+        task.sample(4, np.random.default_rng(1)),
+        torch.device("cpu"),
+        False,
+        sink,
+        tick=lambda: seen.append(len(sink.getvalue().splitlines())),
+    )
     assert seen == [1, 2, 3]
     assert [json.loads(x)["step"] for x in sink.getvalue().splitlines()] == [0, 1, 2]
 

@@ -77,7 +77,9 @@ def _split_half_case(offset: float, seed: int = 4):
     m = r + offset * rng.normal(size=D)
     g = coef[:, None] * (m + 2.0 * rng.normal(size=(n, D)))  # g = c·(m + noise)
     refs = np.stack([r + 0.5 * rng.normal(size=D), r + 0.5 * rng.normal(size=D)])  # two noisy halves of r
-    return split_half_rel_err(g @ g.T, coef, g @ refs.T, refs @ refs.T, np.arange(n) % 2 == 0), np.linalg.norm(m - r) / np.linalg.norm(r)
+    return split_half_rel_err(g @ g.T, coef, g @ refs.T, refs @ refs.T, np.arange(n) % 2 == 0), np.linalg.norm(
+        m - r
+    ) / np.linalg.norm(r)
 
 
 def test_split_half_rel_err_is_small_when_the_means_agree_and_finds_a_planted_offset():
@@ -128,11 +130,15 @@ def test_forward_mode_projections_equal_the_exact_scores_times_the_directions(mo
     assert torch.allclose(proj, scores @ V.T, rtol=1e-4, atol=1e-4 * float((scores @ V.T).abs().max()))
 
 
-@pytest.mark.parametrize("used, claimed, expected", [
-    (GRPO, GRPO, 0.0),
-    (GRPO.replace(ddof=1), GRPO, math.sqrt(8 / 7) - 1),  # every advantage shrunk by sqrt((G-1)/G)
-    (DR_GRPO, GRPO, None),  # σ²·gap against σ·gap: |1 − σ|/σ
-], ids=["correct", "ddof-one", "dr-grpo-claimed-as-grpo"])
+@pytest.mark.parametrize(
+    "used, claimed, expected",
+    [
+        (GRPO, GRPO, 0.0),
+        (GRPO.replace(ddof=1), GRPO, math.sqrt(8 / 7) - 1),  # every advantage shrunk by sqrt((G-1)/G)
+        (DR_GRPO, GRPO, None),  # σ²·gap against σ·gap: |1 − σ|/σ
+    ],
+    ids=["correct", "ddof-one", "dr-grpo-claimed-as-grpo"],
+)
 def test_projected_and_exact_checks_agree_on_correct_and_planted_advantages(used, claimed, expected):
     model, P, seqs, mask, w, rewards = _group("gpt2")
     adv = advantages(rewards, G, used)
@@ -155,21 +161,50 @@ def test_projected_check_catches_scores_with_the_wrong_aggregation_weight():
     g = -flatten(pg)
     V = random_directions(g.numel(), 2, seed=0, device=torch.device("cpu"))
     wrong = torch.full_like(w, float(w.mean()))
-    assert projected_check(g, V, projected_scores(model, seqs, mask, wrong, V, prompt_len=P), rewards, adv, GRPO).rel_err > 1e-2
+    assert (
+        projected_check(g, V, projected_scores(model, seqs, mask, wrong, V, prompt_len=P), rewards, adv, GRPO).rel_err
+        > 1e-2
+    )
 
 
 def test_training_with_the_projected_check_meets_the_goal_and_checks_groups():
     from grpo_identity.trainer.lm.train import run_lm
 
-    s = run_lm(named_config("cpu-smoke", mode="grpo", max_digits=1, warmup_steps=60, warmup_target=0.0, steps=2,
-                            eval_prompts_per_level=8, probe_samples=0, check_directions=2))
+    s = run_lm(
+        named_config(
+            "cpu-smoke",
+            mode="grpo",
+            max_digits=1,
+            warmup_steps=60,
+            warmup_target=0.0,
+            steps=2,
+            eval_prompts_per_level=8,
+            probe_samples=0,
+            check_directions=2,
+        )
+    )
     assert s["groups_checked"] > 0 and s["identity_max_rel_err"] < 1e-4
 
 
 # --- the experiment end to end, tiny ---------------------------------------------------------------
-TINY = dict(experiment="conditional", max_digits=1, warmup_steps=150, warmup_target=0.0, eval_prompts_per_level=8, cond_prompts=2,
-            cond_groups=24, cond_candidates=12, cond_probe=16, cond_p_low=0.05, cond_p_high=0.95, cond_ref_answers=64,
-            cond_min_cell=4, cond_bootstrap=50, cond_exact_groups=2, group_size=4)
+TINY = dict(
+    experiment="conditional",
+    max_digits=1,
+    warmup_steps=150,
+    warmup_target=0.0,
+    eval_prompts_per_level=8,
+    cond_prompts=2,
+    cond_groups=24,
+    cond_candidates=12,
+    cond_probe=16,
+    cond_p_low=0.05,
+    cond_p_high=0.95,
+    cond_ref_answers=64,
+    cond_min_cell=4,
+    cond_bootstrap=50,
+    cond_exact_groups=2,
+    group_size=4,
+)
 
 
 def test_conditional_experiment_reports_every_key_and_its_checks_hold():
@@ -202,18 +237,60 @@ def test_conditional_checks_fail_when_ddof_one_advantages_are_claimed_as_grpo(mo
 
 
 def test_cli_conditional_json_prints_the_conditional_keys(tmp_path, capsys):
-    argv = ["train", "lm", "--experiment", "conditional", "--max-digits", "1", "--warmup-steps", "150", "--warmup-target", "0",
-            "--eval-prompts-per-level", "8", "--cond-prompts", "2", "--cond-groups", "16", "--cond-candidates", "12", "--cond-probe", "16",
-            "--cond-p-low", "0.05", "--cond-p-high", "0.95", "--cond-ref-answers", "64", "--cond-min-cell", "4", "--cond-bootstrap", "20",
-            "--G", "4", "--mode", "dr_grpo", "--json", "--out", str(tmp_path / "c")]
+    argv = [
+        "train",
+        "lm",
+        "--experiment",
+        "conditional",
+        "--max-digits",
+        "1",
+        "--warmup-steps",
+        "150",
+        "--warmup-target",
+        "0",
+        "--eval-prompts-per-level",
+        "8",
+        "--cond-prompts",
+        "2",
+        "--cond-groups",
+        "16",
+        "--cond-candidates",
+        "12",
+        "--cond-probe",
+        "16",
+        "--cond-p-low",
+        "0.05",
+        "--cond-p-high",
+        "0.95",
+        "--cond-ref-answers",
+        "64",
+        "--cond-min-cell",
+        "4",
+        "--cond-bootstrap",
+        "20",
+        "--G",
+        "4",
+        "--mode",
+        "dr_grpo",
+        "--json",
+        "--out",
+        str(tmp_path / "c"),
+    ]
     assert main(argv) == 0
     c = json.loads(capsys.readouterr().out)["conditional"]
     assert list(c["slope_by_mode"]) == ["dr_grpo"] and c["groups"] == 32
     assert (tmp_path / "c" / "conditional.png").stat().st_size > 1000
 
 
-@pytest.mark.parametrize("argv", [["--cond-p-low", "0.9", "--cond-p-high", "0.1"], ["--mode", "dapo"], ["--aggregation", "token_mean"],
-                                  ["--cond-min-cell", "1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--cond-p-low", "0.9", "--cond-p-high", "0.1"],
+        ["--mode", "dapo"],
+        ["--aggregation", "token_mean"],
+        ["--cond-min-cell", "1"],
+    ],
+)
 def test_cli_conditional_rejects_bad_settings_in_one_line_with_exit_2(argv, capsys):
     assert main(["train", "lm", "--experiment", "conditional", *argv]) == 2
     assert capsys.readouterr().err.count("\n") == 1
@@ -229,7 +306,9 @@ def test_weighted_pooled_slope_ignores_a_point_of_no_weight_and_equals_the_plain
 
     assert weighted_pooled_slope(prompt, s, y_bad, np.ones(6)) == pytest.approx(pooled_slope(prompt, s, y_bad))
     assert weighted_pooled_slope(prompt, s, y_bad, [1, 1, 0, 1, 1, 1]) == pytest.approx(2.0)
-    assert weighted_pooled_slope(prompt, s, y_bad, [1, 1, 1e-12, 1, 1, 1]) == pytest.approx(2.0, abs=1e-6)  # weighted centring too
+    assert weighted_pooled_slope(prompt, s, y_bad, [1, 1, 1e-12, 1, 1, 1]) == pytest.approx(
+        2.0, abs=1e-6
+    )  # weighted centring too
 
 
 def _synthetic_prompt(rng, p: float, n_groups: int, G: int, D: int, a: float, b: float):
@@ -240,16 +319,30 @@ def _synthetic_prompt(rng, p: float, n_groups: int, G: int, D: int, a: float, b:
     mu_pos, mu_neg = rng.normal(size=D), rng.normal(size=D)
     k = rng.binomial(G, p, size=n_groups)
     live = np.flatnonzero((k > 0) & (k < G))
-    gaps = np.stack([mu_pos + a * rng.normal(size=(kk, D)).mean(0) - mu_neg - b * rng.normal(size=(G - kk, D)).mean(0) for kk in k[live]])
+    gaps = np.stack(
+        [
+            mu_pos + a * rng.normal(size=(kk, D)).mean(0) - mu_neg - b * rng.normal(size=(G - kk, D)).mean(0)
+            for kk in k[live]
+        ]
+    )
     r = mu_pos - mu_neg
     refs = np.stack([r + 0.1 * rng.normal(size=D), r + 0.1 * rng.normal(size=D)])
     modes = {}
     for mode, agg in (("grpo", "seq_mean"), ("dr_grpo", "constant")):
         g = np.asarray(coefficient(k[live], G, preset(mode)), dtype=float)[:, None] * gaps
         dots = g @ refs.T
-        modes[mode] = {"aggregation": agg, "live": live.tolist(), "gram": g @ g.T, "dots": {"class": dots, "grad_p": dots},
-                       "ref_gram": {"class": refs @ refs.T, "grad_p": refs @ refs.T}, "tr_pos": a**2 * D, "tr_neg": b**2 * D,
-                       "projected_errs": [1e-7], "exact_errs": [1e-7], "silent_nonzero": 0}
+        modes[mode] = {
+            "aggregation": agg,
+            "live": live.tolist(),
+            "gram": g @ g.T,
+            "dots": {"class": dots, "grad_p": dots},
+            "ref_gram": {"class": refs @ refs.T, "grad_p": refs @ refs.T},
+            "tr_pos": a**2 * D,
+            "tr_neg": b**2 * D,
+            "projected_errs": [1e-7],
+            "exact_errs": [1e-7],
+            "silent_nonzero": 0,
+        }
     return {"k": k.tolist(), "n_ref": 0, "p_ref": p, "level": 1, "p_probe": p, "modes": modes}
 
 
@@ -270,10 +363,40 @@ def test_summary_recovers_the_theorems_slopes_and_noise_from_vectors_with_known_
 
 
 def test_cli_conditional_table_names_the_slopes_and_the_checks(capsys):
-    argv = ["train", "lm", "--experiment", "conditional", "--max-digits", "1", "--warmup-steps", "150", "--warmup-target", "0",
-            "--eval-prompts-per-level", "8", "--cond-prompts", "2", "--cond-groups", "16", "--cond-candidates", "12", "--cond-probe", "16",
-            "--cond-p-low", "0.05", "--cond-p-high", "0.95", "--cond-ref-answers", "64", "--cond-min-cell", "4", "--cond-bootstrap", "20",
-            "--G", "4"]
+    argv = [
+        "train",
+        "lm",
+        "--experiment",
+        "conditional",
+        "--max-digits",
+        "1",
+        "--warmup-steps",
+        "150",
+        "--warmup-target",
+        "0",
+        "--eval-prompts-per-level",
+        "8",
+        "--cond-prompts",
+        "2",
+        "--cond-groups",
+        "16",
+        "--cond-candidates",
+        "12",
+        "--cond-probe",
+        "16",
+        "--cond-p-low",
+        "0.05",
+        "--cond-p-high",
+        "0.95",
+        "--cond-ref-answers",
+        "64",
+        "--cond-min-cell",
+        "4",
+        "--cond-bootstrap",
+        "20",
+        "--G",
+        "4",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "slope |E[g|k]| vs sigma" in out and "dr_grpo" in out and "holds" in out

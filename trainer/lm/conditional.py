@@ -79,11 +79,19 @@ def run_conditional(config: LMConfig, progress: bool = False, *, out_dir: str | 
     cond["candidates"] = candidates
     pc = cond["projected_check"]
     errs = [e for e in (pc["projected_max_rel_err"], pc["exact_max_rel_err"]) if e is not None]
-    summary = {"experiment": "conditional", "conditional": cond,
-               # the identity checked on every group (projected) and on a few (exact): the largest of both errors
-               "identity_max_rel_err": max(errs) if errs else None, "groups_checked": pc["groups_projected"],
-               "device": str(env.device), "amp": env.amp, "model": config.model,
-               "n_params": count_params(env.model), "warmup": wu, "seconds": time.perf_counter() - t0}
+    summary = {
+        "experiment": "conditional",
+        "conditional": cond,
+        # the identity checked on every group (projected) and on a few (exact): the largest of both errors
+        "identity_max_rel_err": max(errs) if errs else None,
+        "groups_checked": pc["groups_projected"],
+        "device": str(env.device),
+        "amp": env.amp,
+        "model": config.model,
+        "n_params": count_params(env.model),
+        "warmup": wu,
+        "seconds": time.perf_counter() - t0,
+    }
     if out_dir is not None:
         _write_outputs(Path(out_dir), config, summary)
     return summary
@@ -109,14 +117,21 @@ def _write_outputs(out: Path, config: LMConfig, summary: dict[str, Any]) -> None
     plot_conditional(summary, out / "conditional.png")
 
 
-def draw_answers(env: RunEnv, config: LMConfig, prompt: torch.Tensor, answer: list[int], n: int,
-                 gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def draw_answers(
+    env: RunEnv, config: LMConfig, prompt: torch.Tensor, answer: list[int], n: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """n sampled answers to one prompt (P,), in chunks: seqs (n, P+T), mask (n, T), lengths (n,), rewards (n,)."""
     comps, lens = [], []
     for start in range(0, n, config.cond_chunk * 8):
         m = min(config.cond_chunk * 8, n - start)
-        c, ln = sample(env.model, prompt[None].expand(m, -1), env.task.max_answer_len, temperature=config.temperature,
-                       generator=gen, amp=env.amp)
+        c, ln = sample(
+            env.model,
+            prompt[None].expand(m, -1),
+            env.task.max_answer_len,
+            temperature=config.temperature,
+            generator=gen,
+            amp=env.amp,
+        )
         comps.append(torch.nn.functional.pad(c, (0, env.task.max_answer_len - c.shape[1]), value=0))
         lens.append(ln)
     comp, lengths = torch.cat(comps), torch.cat(lens)
@@ -128,8 +143,9 @@ def draw_answers(env: RunEnv, config: LMConfig, prompt: torch.Tensor, answer: li
     return seqs, mask, lengths, rewards
 
 
-def select_prompts(env: RunEnv, config: LMConfig, rng: np.random.Generator,
-                   gen: torch.Generator) -> tuple[list[tuple[torch.Tensor, list[int], int, float]], list[dict[str, Any]]]:
+def select_prompts(
+    env: RunEnv, config: LMConfig, rng: np.random.Generator, gen: torch.Generator
+) -> tuple[list[tuple[torch.Tensor, list[int], int, float]], list[dict[str, Any]]]:
     """Up to ``cond_prompts`` prompts whose measured solve rate lies in [cond_p_low, cond_p_high].
 
     Returns the kept (prompt (P,), answer, level, p̂) and every candidate's level and p̂.
@@ -145,18 +161,23 @@ def select_prompts(env: RunEnv, config: LMConfig, rng: np.random.Generator,
         if config.cond_p_low <= p_hat <= config.cond_p_high and len(kept) < config.cond_prompts:
             kept.append((prompt, probs.answers[i], int(probs.levels[i]), p_hat))
     if len(kept) < 2:
-        raise ValueError(f"only {len(kept)} of {config.cond_candidates} candidate prompts have a solve rate in "
-                         f"[{config.cond_p_low:g}, {config.cond_p_high:g}]: raise --cond-candidates or widen the range")
+        raise ValueError(
+            f"only {len(kept)} of {config.cond_candidates} candidate prompts have a solve rate in "
+            f"[{config.cond_p_low:g}, {config.cond_p_high:g}]: raise --cond-candidates or widen the range"
+        )
     return kept, seen
 
 
 def _mode_weights(config: LMConfig, mode: str, lengths: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
     """Each answer's aggregation weight wᵢ under the mode (per answer: seq_mean or constant)."""
-    return sample_weights(lengths, aggregation_of(config, mode), n_groups=1, group_size=len(lengths), max_new_tokens=max_new_tokens)
+    return sample_weights(
+        lengths, aggregation_of(config, mode), n_groups=1, group_size=len(lengths), max_new_tokens=max_new_tokens
+    )
 
 
-def reference_moments(env: RunEnv, config: LMConfig, seqs: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
-                      rewards: torch.Tensor) -> dict[str, dict[str, Any]]:
+def reference_moments(
+    env: RunEnv, config: LMConfig, seqs: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, rewards: torch.Tensor
+) -> dict[str, dict[str, Any]]:
     """Per mode: two independent halves (even / odd answers) of μ₊ − μ₋ and of ∇p/(p(1 − p)), and tr Σ±.
 
     Scores are streamed in chunks of ``cond_chunk`` (unweighted once, then scaled by each mode's wᵢ).
@@ -169,7 +190,9 @@ def reference_moments(env: RunEnv, config: LMConfig, seqs: torch.Tensor, mask: t
     n = len(rewards)
     for start in range(0, n, config.cond_chunk):
         sl = slice(start, min(n, start + config.cond_chunk))
-        u = per_sample_scores(env.model, seqs[sl], mask[sl], torch.ones(sl.stop - start, device=env.device), prompt_len=P).double()
+        u = per_sample_scores(
+            env.model, seqs[sl], mask[sl], torch.ones(sl.stop - start, device=env.device), prompt_len=P
+        ).double()
         half = torch.arange(start, sl.stop, device=env.device) % 2
         for m in modes:
             s = u * _mode_weights(config, m, lengths[sl], T_max).double()[:, None]  # (chunk, D)
@@ -189,7 +212,9 @@ def _moments(acc: dict[tuple[int, bool], list[Any]]) -> dict[str, Any]:
     for h in (0, 1):
         (sp, _, np_), (sn, _, nn_) = acc[(h, True)], acc[(h, False)]
         if np_ == 0 or nn_ == 0:
-            raise ValueError("a half of the reference answers has no correct or no incorrect answer: raise --cond-ref-answers")
+            raise ValueError(
+                "a half of the reference answers has no correct or no incorrect answer: raise --cond-ref-answers"
+            )
         N = np_ + nn_
         p = np_ / N
         out["class"].append(sp / np_ - sn / nn_)
@@ -205,8 +230,9 @@ def _moments(acc: dict[tuple[int, bool], list[Any]]) -> dict[str, Any]:
     return out
 
 
-def measure_prompt(env: RunEnv, config: LMConfig, prompt: torch.Tensor, answer: list[int], gen: torch.Generator,
-                   *, seed: int) -> dict[str, Any]:
+def measure_prompt(
+    env: RunEnv, config: LMConfig, prompt: torch.Tensor, answer: list[int], gen: torch.Generator, *, seed: int
+) -> dict[str, Any]:
     """One prompt: reference moments, then every group's g per mode, reduced to Gram matrices and checks."""
     ref = reference_moments(env, config, *draw_answers(env, config, prompt, answer, config.cond_ref_answers, gen))
     G = config.group_size
@@ -214,18 +240,43 @@ def measure_prompt(env: RunEnv, config: LMConfig, prompt: torch.Tensor, answer: 
     k = rewards.reshape(-1, G).sum(1).round().long().cpu().numpy()  # (n_groups,)
     D = sum(p.numel() for p in trainable(env.model)[1])
     V = random_directions(D, config.cond_directions, seed=seed, device=env.device)  # (K, D)
-    u_proj = torch.cat([projected_scores(env.model, seqs[i:i + config.cond_chunk], mask[i:i + config.cond_chunk],
-                                         torch.ones(min(config.cond_chunk, len(seqs) - i), device=env.device), V,
-                                         prompt_len=env.task.prompt_len) for i in range(0, len(seqs), config.cond_chunk)])  # (n·G, K)
-    out: dict[str, Any] = {"k": k.tolist(), "n_ref": config.cond_ref_answers, "p_ref": float(np.mean(ref[conditional_modes(config)[0]]["p_half"])),
-                           "modes": {}}
+    u_proj = torch.cat(
+        [
+            projected_scores(
+                env.model,
+                seqs[i : i + config.cond_chunk],
+                mask[i : i + config.cond_chunk],
+                torch.ones(min(config.cond_chunk, len(seqs) - i), device=env.device),
+                V,
+                prompt_len=env.task.prompt_len,
+            )
+            for i in range(0, len(seqs), config.cond_chunk)
+        ]
+    )  # (n·G, K)
+    out: dict[str, Any] = {
+        "k": k.tolist(),
+        "n_ref": config.cond_ref_answers,
+        "p_ref": float(np.mean(ref[conditional_modes(config)[0]]["p_half"])),
+        "modes": {},
+    }
     for m in conditional_modes(config):
         out["modes"][m] = _measure_mode(env, config, m, seqs, mask, lengths, rewards, k, V, u_proj, ref[m])
     return out
 
 
-def _measure_mode(env: RunEnv, config: LMConfig, mode: str, seqs: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
-                  rewards: torch.Tensor, k: np.ndarray, V: torch.Tensor, u_proj: torch.Tensor, ref: dict[str, Any]) -> dict[str, Any]:
+def _measure_mode(
+    env: RunEnv,
+    config: LMConfig,
+    mode: str,
+    seqs: torch.Tensor,
+    mask: torch.Tensor,
+    lengths: torch.Tensor,
+    rewards: torch.Tensor,
+    k: np.ndarray,
+    V: torch.Tensor,
+    u_proj: torch.Tensor,
+    ref: dict[str, Any],
+) -> dict[str, Any]:
     """Every group's g under one mode's real loss; its Gram matrix, dots with the references, checks."""
     G, P, T_max = config.group_size, env.task.prompt_len, env.task.max_answer_len
     dial = dial_of(mode)
@@ -237,8 +288,17 @@ def _measure_mode(env: RunEnv, config: LMConfig, mode: str, seqs: torch.Tensor, 
         sl = slice(j * G, (j + 1) * G)
         w = _mode_weights(config, mode, lengths[sl], T_max)
         adv = advantages(rewards[sl], G, dial)
-        pg, _, _ = group_gradient(env.model, seqs[sl], mask[sl], w, adv, prompt_len=P, group_size=G,
-                                  clip_low=config.clip_low, clip_high=config.clip_high)
+        pg, _, _ = group_gradient(
+            env.model,
+            seqs[sl],
+            mask[sl],
+            w,
+            adv,
+            prompt_len=P,
+            group_size=G,
+            clip_low=config.clip_low,
+            clip_high=config.clip_high,
+        )
         g = -flatten(pg)  # (D,)
         if k[j] in (0, G):
             silent_nonzero += int(bool(g.abs().max() > 0))

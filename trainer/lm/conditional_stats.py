@@ -104,12 +104,19 @@ def pooled_slope(prompt: npt.ArrayLike, x: npt.ArrayLike, y: npt.ArrayLike) -> f
     return sxy / sxx if sxx > 0 else None
 
 
-def weighted_pooled_slope(prompt: npt.ArrayLike, x: npt.ArrayLike, y: npt.ArrayLike, weight: npt.ArrayLike) -> float | None:
+def weighted_pooled_slope(
+    prompt: npt.ArrayLike, x: npt.ArrayLike, y: npt.ArrayLike, weight: npt.ArrayLike
+) -> float | None:
     """:func:`pooled_slope` with a weight per point (inverse variance of log y): weighted centring per prompt.
 
     Points with a non-finite or zero weight drop out.
     """
-    pa, xa, ya, wa = np.asarray(prompt), np.asarray(x, dtype=float), np.asarray(y, dtype=float), np.asarray(weight, dtype=float)
+    pa, xa, ya, wa = (
+        np.asarray(prompt),
+        np.asarray(x, dtype=float),
+        np.asarray(y, dtype=float),
+        np.asarray(weight, dtype=float),
+    )
     ok = np.isfinite(xa) & np.isfinite(ya) & (xa > 0) & (ya > 0) & np.isfinite(wa) & (wa > 0)
     pa, lx, ly, wa = pa[ok], np.log(xa[ok]), np.log(ya[ok]), wa[ok]
     sxy = sxx = 0.0
@@ -132,7 +139,9 @@ def percentile_interval(values: Sequence[float | None], level: float = 0.95) -> 
     return [float(lo), float(hi)]
 
 
-def split_half_rel_err(gram: Array, coef: Array, dots: Array, ref_gram: Array, half: npt.NDArray[np.bool_]) -> dict[str, Any]:
+def split_half_rel_err(
+    gram: Array, coef: Array, dots: Array, ref_gram: Array, half: npt.NDArray[np.bool_]
+) -> dict[str, Any]:
     """‖m − r‖ / ‖r‖ for m = E[g/c] and a reference r, without noise bias, by split halves.
 
     ``gram`` (n, n) of the groups' g, ``coef`` (n,) their c(k, G), ``dots`` (n, 2) ⟨g_a, r_A⟩ and

@@ -81,10 +81,18 @@ def summarise(measured: list[dict[str, Any]], config: LMConfig, rng: np.random.G
         "noise_slope_by_mode": noise,
         "groups": n_groups,
         "groups_nonsilent": sum(len(next(iter(m["modes"].values()))["live"]) for m in measured),
-        "prompts": [{"level": m["level"], "p_probe": m["p_probe"], "p_ref": m["p_ref"], "n_groups": len(m["k"]),
-                     "k_counts": np.bincount(np.asarray(m["k"]), minlength=G + 1).tolist(),
-                     "trace_sigma_pos": {mode: mm["tr_pos"] for mode, mm in m["modes"].items()},
-                     "trace_sigma_neg": {mode: mm["tr_neg"] for mode, mm in m["modes"].items()}} for m in measured],
+        "prompts": [
+            {
+                "level": m["level"],
+                "p_probe": m["p_probe"],
+                "p_ref": m["p_ref"],
+                "n_groups": len(m["k"]),
+                "k_counts": np.bincount(np.asarray(m["k"]), minlength=G + 1).tolist(),
+                "trace_sigma_pos": {mode: mm["tr_pos"] for mode, mm in m["modes"].items()},
+                "trace_sigma_neg": {mode: mm["tr_neg"] for mode, mm in m["modes"].items()},
+            }
+            for m in measured
+        ],
         "raw_slope_by_mode": {mode: _raw_slope(measured, mode, G) for mode in conditional_modes(config)},
         "projected_check": _projected_report(measured, config),
         "cells": cell_rows,
@@ -92,8 +100,13 @@ def summarise(measured: list[dict[str, Any]], config: LMConfig, rng: np.random.G
     }
 
 
-def _cell_estimates(measured: list[dict[str, Any]], cells: list[tuple[int, int, np.ndarray]], counts: list[np.ndarray],
-                    mode: str, G: int) -> dict[str, Any]:
+def _cell_estimates(
+    measured: list[dict[str, Any]],
+    cells: list[tuple[int, int, np.ndarray]],
+    counts: list[np.ndarray],
+    mode: str,
+    G: int,
+) -> dict[str, Any]:
     """Per cell: σ_k, U = ‖E[g | k]‖², tr Cov(g | k), its prediction, and their bootstrap replicates."""
     dial = dial_of(mode)
     rows, boot_u, boot_tr = [], [], []
@@ -101,14 +114,30 @@ def _cell_estimates(measured: list[dict[str, Any]], cells: list[tuple[int, int, 
         m = measured[q]["modes"][mode]
         gram = m["gram"][np.ix_(idx, idx)]
         c = float(coefficient(kk, G, dial))
-        pred_tr = float(closed_forms.update_covariance_given_k(kk, G, m["tr_pos"], m["tr_neg"], c=c))  # theorem G8, traces
-        rows.append({"prompt": q, "k": kk, "n": len(idx), "sigma": float(closed_forms.sigma(kk, G)), "coef": c,
-                     "mean_sq": u_statistic(gram), "trace_cov": trace_covariance(gram), "trace_cov_pred": pred_tr,
-                     "g_norm_sq_mean": float(np.trace(gram) / len(idx))})
+        pred_tr = float(
+            closed_forms.update_covariance_given_k(kk, G, m["tr_pos"], m["tr_neg"], c=c)
+        )  # theorem G8, traces
+        rows.append(
+            {
+                "prompt": q,
+                "k": kk,
+                "n": len(idx),
+                "sigma": float(closed_forms.sigma(kk, G)),
+                "coef": c,
+                "mean_sq": u_statistic(gram),
+                "trace_cov": trace_covariance(gram),
+                "trace_cov_pred": pred_tr,
+                "g_norm_sq_mean": float(np.trace(gram) / len(idx)),
+            }
+        )
         boot_u.append(bootstrap_u(gram, cnt))
         n = len(idx)
         boot_tr.append(((cnt * np.diag(gram)).sum(1) - np.einsum("ra,ab,rb->r", cnt, gram, cnt) / n) / (n - 1))
-    return {"rows": rows, "boot_u": np.array(boot_u).T if rows else np.zeros((0, 0)), "boot_tr": np.array(boot_tr).T if rows else np.zeros((0, 0))}
+    return {
+        "rows": rows,
+        "boot_u": np.array(boot_u).T if rows else np.zeros((0, 0)),
+        "boot_tr": np.array(boot_tr).T if rows else np.zeros((0, 0)),
+    }
 
 
 def _sqrt_pos(x: Any) -> np.ndarray:
@@ -128,25 +157,43 @@ def _slope_report(est: dict[str, Any], mode: str, n_prompts: int) -> dict[str, A
     by_prompt = []
     for p in range(n_prompts):
         sel = q == p
-        by_prompt.append({"value": loglog_slope(s[sel], _sqrt_pos(u[sel])), "cells": int(sel.sum()),
-                          "interval": percentile_interval([loglog_slope(s[sel], _sqrt_pos(b[sel])) for b in est["boot_u"]])})
+        by_prompt.append(
+            {
+                "value": loglog_slope(s[sel], _sqrt_pos(u[sel])),
+                "cells": int(sel.sum()),
+                "interval": percentile_interval([loglog_slope(s[sel], _sqrt_pos(b[sel])) for b in est["boot_u"]]),
+            }
+        )
     pred = PREDICTED_SLOPE[mode]
     # inverse-variance weights from the bootstrap spread of log ‖E[g | k]‖ (a cell whose resamples
     # often give U ≤ 0 has no usable log: its weight shrinks with the share of finite resamples)
     with np.errstate(invalid="ignore", divide="ignore"):
         logs = np.log(_sqrt_pos(est["boot_u"])) if len(rows) else np.zeros((0, 0))
         finite = np.isfinite(logs).mean(0) if len(rows) else np.zeros(0)
-        var = np.array([np.nanvar(col) if np.isfinite(col).sum() > 2 else np.nan for col in logs.T]) if len(rows) else np.zeros(0)
+        var = (
+            np.array([np.nanvar(col) if np.isfinite(col).sum() > 2 else np.nan for col in logs.T])
+            if len(rows)
+            else np.zeros(0)
+        )
         wts = finite / var
     weighted = weighted_pooled_slope(q, s, _sqrt_pos(u), wts)
     w_iv = percentile_interval([weighted_pooled_slope(q, s, _sqrt_pos(b), wts) for b in est["boot_u"]])
     for r, se in zip(rows, np.sqrt(var)):
         r["log_norm_se"] = float(se) if np.isfinite(se) else None
-    return {"value": value, "interval": interval, "predicted": pred,
-            "contains_prediction": None if interval is None else bool(interval[0] <= pred <= interval[1]),
-            "weighted": {"value": weighted, "interval": w_iv,
-                         "contains_prediction": None if w_iv is None else bool(w_iv[0] <= pred <= w_iv[1])},
-            "cells": len(rows), "cells_nonpositive": int((u <= 0).sum()), "by_prompt": by_prompt}
+    return {
+        "value": value,
+        "interval": interval,
+        "predicted": pred,
+        "contains_prediction": None if interval is None else bool(interval[0] <= pred <= interval[1]),
+        "weighted": {
+            "value": weighted,
+            "interval": w_iv,
+            "contains_prediction": None if w_iv is None else bool(w_iv[0] <= pred <= w_iv[1]),
+        },
+        "cells": len(rows),
+        "cells_nonpositive": int((u <= 0).sum()),
+        "by_prompt": by_prompt,
+    }
 
 
 def _noise_report(est: dict[str, Any], mode: str) -> dict[str, Any]:
@@ -159,16 +206,29 @@ def _noise_report(est: dict[str, Any], mode: str) -> dict[str, Any]:
     tr = np.array([r["trace_cov"] for r in rows])
     pred = np.array([r["trace_cov_pred"] for r in rows])
     ratio = tr / pred
-    vs_sigma = {"value": pooled_slope(q, s, tr), "interval": percentile_interval([pooled_slope(q, s, b) for b in est["boot_tr"]]),
-                "predicted_from_traces": pooled_slope(q, s, pred), "predicted_if_equal": PREDICTED_NOISE_SLOPE_IF_EQUAL[mode]}
-    return {"value": pooled_slope(q, k, tr), "interval": percentile_interval([pooled_slope(q, k, b) for b in est["boot_tr"]]),
-            "predicted_from_traces": pooled_slope(q, k, pred), "vs_sigma": vs_sigma,
-            "measured_over_predicted_median": float(np.median(ratio)) if len(ratio) else None,
-            "measured_over_predicted_range": [float(ratio.min()), float(ratio.max())] if len(ratio) else None}
+    vs_sigma = {
+        "value": pooled_slope(q, s, tr),
+        "interval": percentile_interval([pooled_slope(q, s, b) for b in est["boot_tr"]]),
+        "predicted_from_traces": pooled_slope(q, s, pred),
+        "predicted_if_equal": PREDICTED_NOISE_SLOPE_IF_EQUAL[mode],
+    }
+    return {
+        "value": pooled_slope(q, k, tr),
+        "interval": percentile_interval([pooled_slope(q, k, b) for b in est["boot_tr"]]),
+        "predicted_from_traces": pooled_slope(q, k, pred),
+        "vs_sigma": vs_sigma,
+        "measured_over_predicted_median": float(np.median(ratio)) if len(ratio) else None,
+        "measured_over_predicted_range": [float(ratio.min()), float(ratio.max())] if len(ratio) else None,
+    }
 
 
-def _cosine_report(measured: list[dict[str, Any]], cells: list[tuple[int, int, np.ndarray]], counts: list[np.ndarray], mode: str,
-                   est: dict[str, Any]) -> dict[str, Any]:
+def _cosine_report(
+    measured: list[dict[str, Any]],
+    cells: list[tuple[int, int, np.ndarray]],
+    counts: list[np.ndarray],
+    mode: str,
+    est: dict[str, Any],
+) -> dict[str, Any]:
     """Cosines between E[g | k] and E[g | k'] of one prompt: ⟨·,·⟩ from different groups, norms from U."""
     cos, boot = [], []
     for a in range(len(cells)):
@@ -185,8 +245,12 @@ def _cosine_report(measured: list[dict[str, Any]], cells: list[tuple[int, int, n
     c = np.array(cos, dtype=float)
     ok = np.isfinite(c)
     mins = np.nanmin(np.array(boot), axis=0) if boot else []
-    return {"value": float(c[ok].min()) if ok.any() else None, "median": float(np.median(c[ok])) if ok.any() else None,
-            "interval": percentile_interval(list(mins)), "pairs": int(ok.sum())}
+    return {
+        "value": float(c[ok].min()) if ok.any() else None,
+        "median": float(np.median(c[ok])) if ok.any() else None,
+        "interval": percentile_interval(list(mins)),
+        "pairs": int(ok.sum()),
+    }
 
 
 def _grad_p_report(measured: list[dict[str, Any]], config: LMConfig) -> dict[str, Any]:
@@ -204,17 +268,25 @@ def _grad_p_report(measured: list[dict[str, Any]], config: LMConfig) -> dict[str
             for name in per:
                 per[name].append(split_half_rel_err(mm["gram"], coef, mm["dots"][name], mm["ref_gram"][name], half))
         agg = measured[0]["modes"][mode]["aggregation"]
-        by_mode[mode] = {"aggregation": agg, "grad_p": per["grad_p"] if agg == "constant" else None, "class_mean": per["class"],
-                         "class_mean_rel_err_median": _median([r["rel_err"] for r in per["class"]])}
+        by_mode[mode] = {
+            "aggregation": agg,
+            "grad_p": per["grad_p"] if agg == "constant" else None,
+            "class_mean": per["class"],
+            "class_mean_rel_err_median": _median([r["rel_err"] for r in per["class"]]),
+        }
     unweighted = [m for m, v in by_mode.items() if v["grad_p"] is not None]
     if not unweighted:
         return {"value": None, "reason": "no mode with constant aggregation (unweighted scores)", "by_mode": by_mode}
     rows = by_mode[unweighted[0]]["grad_p"]
-    return {"value": _median([r["rel_err"] for r in rows]), "mode": unweighted[0],
-            "max": max((r["rel_err"] for r in rows if r["rel_err"] is not None), default=None),
-            "plugin_median": _median([r["rel_err_plugin"] for r in rows]),
-            "cosine_median": _median([r["cosine"] for r in rows]), "norm_ratio_median": _median([r["norm_ratio"] for r in rows]),
-            "by_mode": by_mode}
+    return {
+        "value": _median([r["rel_err"] for r in rows]),
+        "mode": unweighted[0],
+        "max": max((r["rel_err"] for r in rows if r["rel_err"] is not None), default=None),
+        "plugin_median": _median([r["rel_err_plugin"] for r in rows]),
+        "cosine_median": _median([r["cosine"] for r in rows]),
+        "norm_ratio_median": _median([r["norm_ratio"] for r in rows]),
+        "by_mode": by_mode,
+    }
 
 
 def _median(x: list[Any]) -> float | None:
@@ -239,8 +311,13 @@ def _projected_report(measured: list[dict[str, Any]], config: LMConfig) -> dict[
     proj = [e for m in measured for mm in m["modes"].values() for e in mm["projected_errs"]]
     exact = [e for m in measured for mm in m["modes"].values() for e in mm["exact_errs"]]
     normed = [e for m in measured for mm in m["modes"].values() for e in mm.get("projected_norm_errs", [])]
-    return {"directions": config.cond_directions, "groups_projected": len(proj), "groups_exact": len(exact),
-            "projected_max_rel_err": max(proj) if proj else None, "exact_max_rel_err": max(exact) if exact else None,
-            "projected_max_rel_err_normalised": max(normed) if normed else None,
-            "projected_median_rel_err": float(np.median(proj)) if proj else None,
-            "silent_groups_with_nonzero_grad": sum(mm["silent_nonzero"] for m in measured for mm in m["modes"].values())}
+    return {
+        "directions": config.cond_directions,
+        "groups_projected": len(proj),
+        "groups_exact": len(exact),
+        "projected_max_rel_err": max(proj) if proj else None,
+        "exact_max_rel_err": max(exact) if exact else None,
+        "projected_max_rel_err_normalised": max(normed) if normed else None,
+        "projected_median_rel_err": float(np.median(proj)) if proj else None,
+        "silent_groups_with_nonzero_grad": sum(mm["silent_nonzero"] for m in measured for mm in m["modes"].values()),
+    }

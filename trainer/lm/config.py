@@ -182,10 +182,31 @@ class LMConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise bad(name, "one of " + ", ".join(allowed))
-        positive = ("n_layer", "n_embd", "n_head", "max_digits", "prompts_per_step", "steps", "inner_steps",
-                    "dapo_max_draws", "check_every", "eval_every", "eval_prompts_per_level", "warmup_batch", "warmup_check_every", "threads",
-                    "cond_prompts", "cond_groups", "cond_candidates", "cond_probe", "cond_ref_answers", "cond_min_cell",
-                    "cond_bootstrap", "cond_directions", "cond_chunk")
+        positive = (
+            "n_layer",
+            "n_embd",
+            "n_head",
+            "max_digits",
+            "prompts_per_step",
+            "steps",
+            "inner_steps",
+            "dapo_max_draws",
+            "check_every",
+            "eval_every",
+            "eval_prompts_per_level",
+            "warmup_batch",
+            "warmup_check_every",
+            "threads",
+            "cond_prompts",
+            "cond_groups",
+            "cond_candidates",
+            "cond_probe",
+            "cond_ref_answers",
+            "cond_min_cell",
+            "cond_bootstrap",
+            "cond_directions",
+            "cond_chunk",
+        )
         for name in positive:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -210,18 +231,27 @@ class LMConfig:
                 raise bad(name, "a finite number >= 0")
         if not (isinstance(self.warmup_target, (int, float)) and 0 <= self.warmup_target <= 1):
             raise bad("warmup_target", "a number in [0, 1]")
-        if not (isinstance(self.cond_p_low, (int, float)) and isinstance(self.cond_p_high, (int, float))
-                and 0 < self.cond_p_low < self.cond_p_high < 1):
-            raise ValueError(f"cond_p_low and cond_p_high must satisfy 0 < low < high < 1, got {self.cond_p_low!r} and {self.cond_p_high!r}")
+        if not (
+            isinstance(self.cond_p_low, (int, float))
+            and isinstance(self.cond_p_high, (int, float))
+            and 0 < self.cond_p_low < self.cond_p_high < 1
+        ):
+            raise ValueError(
+                f"cond_p_low and cond_p_high must satisfy 0 < low < high < 1, got {self.cond_p_low!r} and {self.cond_p_high!r}"
+            )
         if self.cond_min_cell < 2:
             raise bad("cond_min_cell", "an integer >= 2")
         if self.experiment == "conditional" and (self.mode == "dapo" or self.aggregation == "token_mean"):
-            raise ValueError("the conditional experiment needs per-answer weights: mode grpo, dr_grpo or all, aggregation seq_mean or constant")
+            raise ValueError(
+                "the conditional experiment needs per-answer weights: mode grpo, dr_grpo or all, aggregation seq_mean or constant"
+            )
         if self.clip_low >= 1:
             raise bad("clip_low", "below 1")
         w = tuple(self.difficulty_weights)
         if w and (len(w) != self.max_digits or any(not (math.isfinite(x) and x >= 0) for x in w) or sum(w) <= 0):
-            raise ValueError(f"difficulty_weights must be {self.max_digits} numbers >= 0 with a positive sum, got {w!r}")
+            raise ValueError(
+                f"difficulty_weights must be {self.max_digits} numbers >= 0 with a positive sum, got {w!r}"
+            )
 
     def replace(self, **changes: Any) -> LMConfig:
         """A copy with some fields changed (validated again)."""
@@ -238,15 +268,43 @@ class LMConfig:
 CONFIGS: Mapping[str, LMConfig] = {
     "cpu-smoke": LMConfig(),
     "small": LMConfig(
-        n_layer=4, n_embd=128, n_head=4, max_digits=4, steps=60, prompts_per_step=8,
-        warmup_steps=1000, warmup_lr=2e-3, lr=2e-4, eval_every=10,
+        n_layer=4,
+        n_embd=128,
+        n_head=4,
+        max_digits=4,
+        steps=60,
+        prompts_per_step=8,
+        warmup_steps=1000,
+        warmup_lr=2e-3,
+        lr=2e-4,
+        eval_every=10,
     ),
     "gpu": LMConfig(
-        model="llama", n_layer=8, n_embd=512, n_head=8, max_digits=6, group_size=16,
-        prompts_per_step=32, steps=120, lr=1e-4, warmup_steps=1500, warmup_batch=256, warmup_lr=1e-3,
-        check_groups=8, probe_samples=32, eval_every=10, eval_prompts_per_level=64, inner_steps=2, time_budget=540.0,
+        model="llama",
+        n_layer=8,
+        n_embd=512,
+        n_head=8,
+        max_digits=6,
+        group_size=16,
+        prompts_per_step=32,
+        steps=120,
+        lr=1e-4,
+        warmup_steps=1500,
+        warmup_batch=256,
+        warmup_lr=1e-3,
+        check_groups=8,
+        probe_samples=32,
+        eval_every=10,
+        eval_prompts_per_level=64,
+        inner_steps=2,
+        time_budget=540.0,
         # the conditional experiment on one H200 within ~8 minutes: g rows of 384 groups × ~25M fp32 parameters ≈ 38 GB per mode
-        cond_prompts=12, cond_groups=384, cond_candidates=256, cond_probe=64, cond_ref_answers=2048, cond_directions=4,
+        cond_prompts=12,
+        cond_groups=384,
+        cond_candidates=256,
+        cond_probe=64,
+        cond_ref_answers=2048,
+        cond_directions=4,
     ),
 }
 

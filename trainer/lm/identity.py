@@ -35,7 +35,18 @@ from grpo_identity.trainer.lm.model import completion_logprobs, token_logprobs
 #: float32 goal for the identity on real transformer gradients: ‖g − c·(s̄₊ − s̄₋)‖/‖g‖ at most this
 REL_TOL = 1e-4
 
-__all__ = ["REL_TOL", "GroupCheck", "trainable", "flatten", "group_gradient", "per_sample_scores", "check_identity", "loglog_fit", "gap_noise_share", "silent_estimate"]
+__all__ = [
+    "REL_TOL",
+    "GroupCheck",
+    "trainable",
+    "flatten",
+    "group_gradient",
+    "per_sample_scores",
+    "check_identity",
+    "loglog_fit",
+    "gap_noise_share",
+    "silent_estimate",
+]
 
 
 def trainable(model: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
@@ -71,8 +82,18 @@ def group_gradient(
     _, params = trainable(model)
     logp = token_logprobs(model, seqs, prompt_len)  # (G, T)
     old = logp.detach()
-    loss, kl_loss = rl_loss(logp, old, adv, mask, weights, group_size, clip_low=clip_low, clip_high=clip_high,
-                            ref_logp=ref_logp, kl_coef=kl_coef)
+    loss, kl_loss = rl_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        weights,
+        group_size,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        ref_logp=ref_logp,
+        kl_coef=kl_coef,
+    )
     grads = torch.autograd.grad(loss, params, retain_graph=kl_loss is not None, allow_unused=True)
     pg = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
     kl = None
@@ -82,7 +103,9 @@ def group_gradient(
     return pg, kl, old
 
 
-def per_sample_scores(model: nn.Module, seqs: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, *, prompt_len: int) -> torch.Tensor:
+def per_sample_scores(
+    model: nn.Module, seqs: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, *, prompt_len: int
+) -> torch.Tensor:
     """Per-sample scores sᵢ = ∇_θ(wᵢ Σ_t m_{i,t} log π(y_{i,t})) for every row at once: (N, D) fp32.
 
     ``torch.func.vmap`` over ``grad`` of a ``functional_call`` of the model on one sequence.
@@ -94,13 +117,17 @@ def per_sample_scores(model: nn.Module, seqs: torch.Tensor, mask: torch.Tensor, 
     frozen.update(dict(model.named_buffers()))
     theta = {n: p.detach() for n, p in zip(names, params)}
 
-    def weighted_logp(theta: dict[str, torch.Tensor], seq: torch.Tensor, m: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def weighted_logp(
+        theta: dict[str, torch.Tensor], seq: torch.Tensor, m: torch.Tensor, w: torch.Tensor
+    ) -> torch.Tensor:
         ids = seq[None]  # (1, P+T)
         logits = functional_call(model, (theta, frozen), args=(), kwargs={"input_ids": ids, "use_cache": False}).logits
         lp = completion_logprobs(logits, ids, prompt_len)[0]  # (T,)
         return w * (lp * m).sum()
 
-    with warnings.catch_warnings():  # torch has no batching rule for CPU flash-attention backward: a slower fallback, same numbers
+    with (
+        warnings.catch_warnings()
+    ):  # torch has no batching rule for CPU flash-attention backward: a slower fallback, same numbers
         warnings.filterwarnings("ignore", message="There is a performance drop")
         per = vmap(grad(weighted_logp), in_dims=(None, 0, 0, 0))(theta, seqs, mask.to(torch.float32), weights)
     return torch.cat([per[n].reshape(seqs.shape[0], -1).float() for n in names], dim=1)  # (N, D)
@@ -128,7 +155,9 @@ class GroupCheck:
     """share of ‖s̄₊ − s̄₋‖² that is sampling noise (:func:`gap_noise_share`)"""
 
 
-def check_identity(g: torch.Tensor, scores: torch.Tensor, rewards: torch.Tensor, adv: torch.Tensor, dial: Dial) -> GroupCheck:
+def check_identity(
+    g: torch.Tensor, scores: torch.Tensor, rewards: torch.Tensor, adv: torch.Tensor, dial: Dial
+) -> GroupCheck:
     """Compare a non-silent group's gradient g (D,) with c(k, G)·(s̄₊ − s̄₋) from scores (G, D).
 
     ``dial`` is the dial the run *claims*; ``adv`` the advantages it actually used.  Work in
@@ -189,7 +218,9 @@ def gap_noise_share(scores: torch.Tensor, rewards: torch.Tensor) -> float:
     v_pos = float(((sp - sp.mean(0)) ** 2).sum()) / (k - 1)
     v_neg = float(((sn - sn.mean(0)) ** 2).sum()) / (G - k - 1)
     gap2 = float(((sp.mean(0) - sn.mean(0)) ** 2).sum())
-    noise = float(closed_forms.update_covariance_given_k(k, G, v_pos, v_neg, c=1.0))  # V₊/k + V₋/(G−k), theorem G8 with c = 1
+    noise = float(
+        closed_forms.update_covariance_given_k(k, G, v_pos, v_neg, c=1.0)
+    )  # V₊/k + V₋/(G−k), theorem G8 with c = 1
     return noise / gap2 if gap2 > 0 else float("nan")
 
 

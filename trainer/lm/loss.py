@@ -26,7 +26,9 @@ import torch
 __all__ = ["sample_weights", "surrogate", "kl_k3", "group_loss", "rl_loss"]
 
 
-def sample_weights(lengths: torch.Tensor, aggregation: str, *, n_groups: int, group_size: int, max_new_tokens: int) -> torch.Tensor:
+def sample_weights(
+    lengths: torch.Tensor, aggregation: str, *, n_groups: int, group_size: int, max_new_tokens: int
+) -> torch.Tensor:
     """Aggregation weights wᵢ (N,) of a batch of N = n_groups·G answers with token counts ``lengths``."""
     L = lengths.to(torch.float32)
     if aggregation == "seq_mean":
@@ -38,7 +40,9 @@ def sample_weights(lengths: torch.Tensor, aggregation: str, *, n_groups: int, gr
     raise ValueError(f"aggregation must be seq_mean, token_mean or constant, got {aggregation!r}")
 
 
-def surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip_low: float, clip_high: float) -> torch.Tensor:
+def surrogate(
+    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip_low: float, clip_high: float
+) -> torch.Tensor:
     """Per-token PPO-clip loss −min(r Â, clip(r) Â): logp, old_logp (N, T), adv (N,) → (N, T)."""
     ratio = torch.exp(logp - old_logp)
     a = adv[:, None]  # (N, 1)

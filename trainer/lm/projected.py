@@ -39,8 +39,15 @@ def random_directions(dim: int, count: int, *, seed: int, device: torch.device) 
     return torch.randn(count, dim, generator=gen, device=device)
 
 
-def projected_scores(model: nn.Module, seqs: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, directions: torch.Tensor,
-                     *, prompt_len: int) -> torch.Tensor:
+def projected_scores(
+    model: nn.Module,
+    seqs: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor,
+    directions: torch.Tensor,
+    *,
+    prompt_len: int,
+) -> torch.Tensor:
     """⟨sᵢ, v_k⟩ for every row i and direction k by forward-mode AD: (N, K) fp32.
 
     sᵢ = ∇_θ(wᵢ Σ_t m_{i,t} log π(y_{i,t})) as in :func:`.identity.per_sample_scores`; seqs (N, P+T),
@@ -61,15 +68,24 @@ def projected_scores(model: nn.Module, seqs: torch.Tensor, mask: torch.Tensor, w
 
     # each parameter's block of every direction, as a (K, *shape) view of ``directions``
     K, offsets = directions.shape[0], [0, *itertools.accumulate(sizes)]
-    tangents = {n: directions[:, a:b].reshape(K, *p.shape).to(p.dtype) for n, p, a, b in zip(names, params, offsets, offsets[1:])}
+    tangents = {
+        n: directions[:, a:b].reshape(K, *p.shape).to(p.dtype)
+        for n, p, a, b in zip(names, params, offsets, offsets[1:])
+    }
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*forward AD.*")
         dots = vmap(lambda t: jvp(weighted_logp, (theta,), (t,))[1])(tangents)  # (K, N): the K passes batched
     return dots.float().T  # (N, K)
 
 
-def projected_check(g: torch.Tensor, directions: torch.Tensor, score_proj: torch.Tensor, rewards: torch.Tensor, adv: torch.Tensor,
-                    dial: Dial) -> GroupCheck:
+def projected_check(
+    g: torch.Tensor,
+    directions: torch.Tensor,
+    score_proj: torch.Tensor,
+    rewards: torch.Tensor,
+    adv: torch.Tensor,
+    dial: Dial,
+) -> GroupCheck:
     """The exact check's comparison on projections: g (D,), directions (K, D), score_proj (G, K).
 
     Returns a :class:`.identity.GroupCheck` whose norms and errors are those of the projected

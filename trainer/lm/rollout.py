@@ -82,8 +82,14 @@ def rollout(
         draws += 1
         probs = task.sample(need, rng)
         prompts = torch.as_tensor(probs.prompts, device=device)  # (need, P)
-        comp, lengths = sample(model, prompts.repeat_interleave(per, 0), task.max_answer_len,
-                               temperature=temperature, generator=generator, amp=amp)  # (need·per, T)
+        comp, lengths = sample(
+            model,
+            prompts.repeat_interleave(per, 0),
+            task.max_answer_len,
+            temperature=temperature,
+            generator=generator,
+            amp=amp,
+        )  # (need·per, T)
         answers = [a for a in probs.answers for _ in range(per)]
         r = task.rewards(comp.cpu().numpy(), answers).reshape(need, per)  # (need, G + n_probe)
         samples += need * G
@@ -103,7 +109,14 @@ def rollout(
                 continue
             kept.append((prompts[i], comp[i, :G], lengths[i, :G], r[i, :G], int(probs.levels[i]), float(p_hat[i])))
     batch = _assemble(kept, G, task.prompt_len, device)
-    return Rollout(**batch, first_silent=first_silent, first_silent_pred=first_pred, samples=samples, draws=draws, generated_tokens=tokens)
+    return Rollout(
+        **batch,
+        first_silent=first_silent,
+        first_silent_pred=first_pred,
+        samples=samples,
+        draws=draws,
+        generated_tokens=tokens,
+    )
 
 
 def _assemble(kept: list[tuple], G: int, P: int, device: torch.device) -> dict[str, Any]:

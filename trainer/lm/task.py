@@ -53,7 +53,9 @@ class AdditionTask:
             raise ValueError(f"max_digits must be in 1..9, got {max_digits!r}")
         w = np.ones(max_digits) if len(difficulty_weights) == 0 else np.asarray(difficulty_weights, dtype=float)
         if w.shape != (max_digits,) or (w < 0).any() or w.sum() <= 0:
-            raise ValueError(f"difficulty_weights must be {max_digits} numbers >= 0 with a positive sum, got {list(w)!r}")
+            raise ValueError(
+                f"difficulty_weights must be {max_digits} numbers >= 0 with a positive sum, got {list(w)!r}"
+            )
         self.max_digits = max_digits
         self.weights = w / w.sum()
         self.levels = np.arange(1, max_digits + 1)
@@ -89,7 +91,9 @@ class AdditionTask:
         a = rng.integers(lo, hi)
         b = rng.integers(lo, hi)
         D = self.max_digits
-        prompts = np.array([[BOS, *self._digits(x, D), PLUS, *self._digits(y, D), EQUALS] for x, y in zip(a, b)], dtype=np.int64)
+        prompts = np.array(
+            [[BOS, *self._digits(x, D), PLUS, *self._digits(y, D), EQUALS] for x, y in zip(a, b)], dtype=np.int64
+        )
         prompts = prompts.reshape(len(levels), self.prompt_len)  # (N, P), also for N = 0
         answers = [self.answer_tokens(int(x), int(y)) for x, y in zip(a, b)]
         return Problems(prompts=prompts, answers=answers, levels=levels)

@@ -42,7 +42,14 @@ from grpo_identity.analysis.realdata import is_extreme, is_medium
 from grpo_identity.dial import advantages
 from grpo_identity.foundation import dumps
 from grpo_identity.trainer.lm.config import LMConfig, aggregation_of, dial_of, modes_of
-from grpo_identity.trainer.lm.identity import check_identity, flatten, group_gradient, loglog_fit, per_sample_scores, trainable
+from grpo_identity.trainer.lm.identity import (
+    check_identity,
+    flatten,
+    group_gradient,
+    loglog_fit,
+    per_sample_scores,
+    trainable,
+)
 from grpo_identity.trainer.lm.loss import rl_loss, sample_weights
 from grpo_identity.trainer.lm.model import autocast, build_model, count_params, resolve_device, sample, token_logprobs
 from grpo_identity.trainer.lm.projected import projected_check, projected_scores, random_directions
@@ -55,8 +62,16 @@ __all__ = ["run_lm", "train_mode", "warmup", "evaluate", "RunEnv", "setup_run", 
 COEF_EXPONENT = {"grpo": 1, "dr_grpo": 2, "dapo": 1}
 
 
-def warmup(model: nn.Module, task: AdditionTask, cfg: LMConfig, rng: np.random.Generator, device: torch.device, amp: bool,
-           eval_set: Problems | None = None, tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
+def warmup(
+    model: nn.Module,
+    task: AdditionTask,
+    cfg: LMConfig,
+    rng: np.random.Generator,
+    device: torch.device,
+    amp: bool,
+    eval_set: Problems | None = None,
+    tick: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
     """Supervised warm-up on answers (teacher forcing), so the RL phase starts inside (0, 1).
 
     Runs at most ``warmup_steps``; with an ``eval_set`` and ``warmup_target`` > 0 it stops at the
@@ -68,7 +83,7 @@ def warmup(model: nn.Module, task: AdditionTask, cfg: LMConfig, rng: np.random.G
     for done in range(1, cfg.warmup_steps + 1):
         seqs_np, mask_np = task.supervised_batch(cfg.warmup_batch, rng)
         seqs = torch.as_tensor(seqs_np, device=device)  # (B, P+T)
-        mask = torch.as_tensor(mask_np[:, task.prompt_len:], device=device).float()  # (B, T)
+        mask = torch.as_tensor(mask_np[:, task.prompt_len :], device=device).float()  # (B, T)
         with autocast(device, amp):
             logp = token_logprobs(model, seqs, task.prompt_len)  # (B, T)
         loss = -(logp * mask).sum() / mask.sum()
@@ -84,9 +99,13 @@ def warmup(model: nn.Module, task: AdditionTask, cfg: LMConfig, rng: np.random.G
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, task: AdditionTask, problems: Problems, device: torch.device, amp: bool) -> dict[str, Any]:
+def evaluate(
+    model: nn.Module, task: AdditionTask, problems: Problems, device: torch.device, amp: bool
+) -> dict[str, Any]:
     """Greedy accuracy on a fixed prompt set, overall and by difficulty level."""
-    comp, _ = sample(model, torch.as_tensor(problems.prompts, device=device), task.max_answer_len, temperature=0.0, amp=amp)
+    comp, _ = sample(
+        model, torch.as_tensor(problems.prompts, device=device), task.max_answer_len, temperature=0.0, amp=amp
+    )
     r = task.rewards(comp.cpu().numpy(), problems.answers)
     by = {str(int(d)): float(r[problems.levels == d].mean()) for d in np.unique(problems.levels)}
     return {"acc": float(r.mean()), "acc_by_level": by}
@@ -115,9 +134,20 @@ def _start_mode(mode: str, model: nn.Module, cfg: LMConfig, device: torch.device
     return _ModeRun(mode, dial_of(mode), aggregation_of(cfg, mode), params, opt, rng, gen)
 
 
-def train_mode(mode: str, model: nn.Module, ref: nn.Module | None, base: dict[str, torch.Tensor], cfg: LMConfig, task: AdditionTask,
-               eval_set: Problems, device: torch.device, amp: bool, sink: TextIO | None = None,
-               tick: Callable[[], None] = lambda: None, deadline: float = math.inf) -> dict[str, Any]:
+def train_mode(
+    mode: str,
+    model: nn.Module,
+    ref: nn.Module | None,
+    base: dict[str, torch.Tensor],
+    cfg: LMConfig,
+    task: AdditionTask,
+    eval_set: Problems,
+    device: torch.device,
+    amp: bool,
+    sink: TextIO | None = None,
+    tick: Callable[[], None] = lambda: None,
+    deadline: float = math.inf,
+) -> dict[str, Any]:
     """Train one mode from the weights ``base``; return its per-step and per-group records and evals.
 
     ``model`` is trained in place; ``ref`` is the frozen KL reference (or None); ``sink`` receives
@@ -132,8 +162,20 @@ def train_mode(mode: str, model: nn.Module, ref: nn.Module | None, base: dict[st
     samples_total = 0
     t0 = time.perf_counter()
     for step in range(cfg.steps):
-        ro = rollout(model, task, run.dial, n_prompts=cfg.prompts_per_step, group_size=cfg.group_size, n_probe=cfg.probe_samples,
-                     max_draws=cfg.dapo_max_draws, temperature=cfg.temperature, rng=run.rng, generator=run.generator, device=device, amp=amp)
+        ro = rollout(
+            model,
+            task,
+            run.dial,
+            n_prompts=cfg.prompts_per_step,
+            group_size=cfg.group_size,
+            n_probe=cfg.probe_samples,
+            max_draws=cfg.dapo_max_draws,
+            temperature=cfg.temperature,
+            rng=run.rng,
+            generator=run.generator,
+            device=device,
+            amp=amp,
+        )
         samples_total += ro.samples
         rec = _step_record(mode, step, ro, samples_total)
         if len(ro.levels) == 0:  # DAPO found no informative group in any draw: nothing to learn from
@@ -154,26 +196,52 @@ def train_mode(mode: str, model: nn.Module, ref: nn.Module | None, base: dict[st
         tick()
         if last:
             break
-    return {"steps": steps, "groups": groups, "evals": evals, "seconds": time.perf_counter() - t0, "aggregation": run.aggregation}
+    return {
+        "steps": steps,
+        "groups": groups,
+        "evals": evals,
+        "seconds": time.perf_counter() - t0,
+        "aggregation": run.aggregation,
+    }
 
 
 def _step_record(mode: str, step: int, ro: Any, samples_total: int) -> dict[str, Any]:
     """The step's record before learning: batch size, reward, silent fraction and its prediction."""
     n = len(ro.levels)
-    return {"mode": mode, "step": step, "n_groups": n, "reward_mean": float(ro.rewards.mean()) if n else float("nan"),
-            "silent_frac": ro.first_silent, "silent_pred": ro.first_silent_pred, "samples": samples_total,
-            "draws": ro.draws, "checked": False}
+    return {
+        "mode": mode,
+        "step": step,
+        "n_groups": n,
+        "reward_mean": float(ro.rewards.mean()) if n else float("nan"),
+        "silent_frac": ro.first_silent,
+        "silent_pred": ro.first_silent_pred,
+        "samples": samples_total,
+        "draws": ro.draws,
+        "checked": False,
+    }
 
 
-def _learn(run: _ModeRun, model: nn.Module, ref: nn.Module | None, ro: Any, cfg: LMConfig, task: AdditionTask,
-           device: torch.device, amp: bool, step: int, rec: dict[str, Any]) -> list[dict[str, Any]]:
+def _learn(
+    run: _ModeRun,
+    model: nn.Module,
+    ref: nn.Module | None,
+    ro: Any,
+    cfg: LMConfig,
+    task: AdditionTask,
+    device: torch.device,
+    amp: bool,
+    step: int,
+    rec: dict[str, Any],
+) -> list[dict[str, Any]]:
     """One batch of rollouts: advantages, the first (checked or batched) step, the PPO epochs.
 
     Adds the step's measurements to ``rec``; returns the per-group records of a checked step.
     """
     G, P, n = cfg.group_size, task.prompt_len, len(ro.levels)
     adv = advantages(ro.rewards, G, run.dial)  # (n·G,)
-    w = sample_weights(ro.lengths, run.aggregation, n_groups=n, group_size=G, max_new_tokens=task.max_answer_len)  # (n·G,)
+    w = sample_weights(
+        ro.lengths, run.aggregation, n_groups=n, group_size=G, max_new_tokens=task.max_answer_len
+    )  # (n·G,)
     ref_logp = _frozen_logp(ref, ro.seqs, P, device, amp) if ref is not None and cfg.kl_coef > 0 else None
     # π_old for the PPO epochs, in the precision those epochs use
     old_logp = _frozen_logp(model, ro.seqs, P, device, amp) if cfg.inner_steps > 1 else None
@@ -200,35 +268,70 @@ def _learn(run: _ModeRun, model: nn.Module, ref: nn.Module | None, ro: Any, cfg:
     errs = [gr["rel_err"] for gr in step_groups if "rel_err" in gr]
     rec["identity_max_rel_err"] = max(errs) if errs else None
     if step_groups:  # Σ‖g‖ over this step's groups, by difficulty level
-        rec["grad_mass_by_level"] = {str(d): sum(gr["g_norm"] for gr in step_groups if gr["level"] == d) for d in task.levels.tolist()}
+        rec["grad_mass_by_level"] = {
+            str(d): sum(gr["g_norm"] for gr in step_groups if gr["level"] == d) for d in task.levels.tolist()
+        }
     rec["groups"] = step_groups
     return step_groups
 
 
-def _frozen_logp(model: nn.Module, seqs: torch.Tensor, prompt_len: int, device: torch.device, amp: bool) -> torch.Tensor:
+def _frozen_logp(
+    model: nn.Module, seqs: torch.Tensor, prompt_len: int, device: torch.device, amp: bool
+) -> torch.Tensor:
     """Detached per-token log-probs (N, T) under the batched forward's precision."""
     with torch.no_grad(), autocast(device, amp):
         return token_logprobs(model, seqs, prompt_len)
 
 
-def _batch_loss(model: nn.Module, ro: Any, adv: torch.Tensor, w: torch.Tensor, old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None,
-                cfg: LMConfig, prompt_len: int, n: int, device: torch.device, amp: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _batch_loss(
+    model: nn.Module,
+    ro: Any,
+    adv: torch.Tensor,
+    w: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    cfg: LMConfig,
+    prompt_len: int,
+    n: int,
+    device: torch.device,
+    amp: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch loss L (policy gradient + KL, mean over the n groups) and its log-probs (N, T).
 
     ``old_logp`` None means π_old = π_θ (the on-policy first step, ratio 1).
     """
     with autocast(device, amp):
         logp = token_logprobs(model, ro.seqs, prompt_len)  # (n·G, T)
-    pg, kl = rl_loss(logp, logp.detach() if old_logp is None else old_logp, adv, ro.mask, w, cfg.group_size,
-                     clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logp=ref_logp, kl_coef=cfg.kl_coef)
+    pg, kl = rl_loss(
+        logp,
+        logp.detach() if old_logp is None else old_logp,
+        adv,
+        ro.mask,
+        w,
+        cfg.group_size,
+        clip_low=cfg.clip_low,
+        clip_high=cfg.clip_high,
+        ref_logp=ref_logp,
+        kl_coef=cfg.kl_coef,
+    )
     loss = pg / n
     if kl is not None:
         loss = loss + kl / n
     return loss, logp
 
 
-def _checked_gradient(run: _ModeRun, model: nn.Module, ro: Any, adv: torch.Tensor, w: torch.Tensor, ref_logp: torch.Tensor | None,
-                      cfg: LMConfig, prompt_len: int, step: int, rec: dict[str, Any]) -> list[dict[str, Any]]:
+def _checked_gradient(
+    run: _ModeRun,
+    model: nn.Module,
+    ro: Any,
+    adv: torch.Tensor,
+    w: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    cfg: LMConfig,
+    prompt_len: int,
+    step: int,
+    rec: dict[str, Any],
+) -> list[dict[str, Any]]:
     """Each group's gradient in fp32 on its own, checked; their mean becomes the parameters' .grad.
 
     The mean of the groups' gradients is exactly the gradient of the batch loss.
@@ -239,20 +342,38 @@ def _checked_gradient(run: _ModeRun, model: nn.Module, ro: Any, adv: torch.Tenso
     step_groups: list[dict[str, Any]] = []
     dirs = None
     if cfg.check_directions > 0:  # the projected check: K random directions, fresh each step
-        dirs = random_directions(sum(p.numel() for p in run.params), cfg.check_directions, seed=cfg.seed * 100_003 + step,
-                                 device=run.params[0].device)
+        dirs = random_directions(
+            sum(p.numel() for p in run.params),
+            cfg.check_directions,
+            seed=cfg.seed * 100_003 + step,
+            device=run.params[0].device,
+        )
     for j in range(n):
         sl = slice(j * G, (j + 1) * G)
-        pg, kl, _ = group_gradient(model, ro.seqs[sl], ro.mask[sl], w[sl], adv[sl], prompt_len=prompt_len, group_size=G,
-                                   clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                   ref_logp=None if ref_logp is None else ref_logp[sl], kl_coef=cfg.kl_coef)
+        pg, kl, _ = group_gradient(
+            model,
+            ro.seqs[sl],
+            ro.mask[sl],
+            w[sl],
+            adv[sl],
+            prompt_len=prompt_len,
+            group_size=G,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            ref_logp=None if ref_logp is None else ref_logp[sl],
+            kl_coef=cfg.kl_coef,
+        )
         for a, gp in zip(acc, pg):
             a.add_(gp, alpha=1.0 / n)
         if kl is not None and kl_acc is not None:
             for a, gk in zip(kl_acc, kl):
                 a.add_(gk, alpha=1.0 / n)
         checks_left = cfg.check_groups == 0 or sum("rel_err" in gr for gr in step_groups) < cfg.check_groups
-        step_groups.append(_group_record(model, ro, j, -flatten(pg), adv[sl], w[sl], run.dial, cfg, prompt_len, step, checks_left, dirs))
+        step_groups.append(
+            _group_record(
+                model, ro, j, -flatten(pg), adv[sl], w[sl], run.dial, cfg, prompt_len, step, checks_left, dirs
+            )
+        )
     for p, a in zip(run.params, acc):
         p.grad = a
     if kl_acc is not None:
@@ -263,8 +384,20 @@ def _checked_gradient(run: _ModeRun, model: nn.Module, ro: Any, adv: torch.Tenso
     return step_groups
 
 
-def _group_record(model: nn.Module, ro: Any, j: int, g: torch.Tensor, adv: torch.Tensor, w: torch.Tensor, dial: Any, cfg: LMConfig,
-                  prompt_len: int, step: int, check: bool, dirs: torch.Tensor | None = None) -> dict[str, Any]:
+def _group_record(
+    model: nn.Module,
+    ro: Any,
+    j: int,
+    g: torch.Tensor,
+    adv: torch.Tensor,
+    w: torch.Tensor,
+    dial: Any,
+    cfg: LMConfig,
+    prompt_len: int,
+    step: int,
+    check: bool,
+    dirs: torch.Tensor | None = None,
+) -> dict[str, Any]:
     """One group's record; a non-silent group is checked against its per-sample scores when ``check``.
 
     ``g`` (D,) is the group's ascent direction −∇ℓ_group.  With directions ``dirs`` (K, D) the
@@ -275,8 +408,14 @@ def _group_record(model: nn.Module, ro: Any, j: int, g: torch.Tensor, adv: torch
     sl = slice(j * G, (j + 1) * G)
     r = ro.rewards[sl]
     k = int(r.sum())
-    grec: dict[str, Any] = {"step": step, "level": int(ro.levels[j]), "p_probe": float(ro.p_probe[j]), "k": k,
-                            "g_norm": float(g.norm()), "silent": k in (0, G)}
+    grec: dict[str, Any] = {
+        "step": step,
+        "level": int(ro.levels[j]),
+        "p_probe": float(ro.p_probe[j]),
+        "k": k,
+        "g_norm": float(g.norm()),
+        "silent": k in (0, G),
+    }
     if k in (0, G):
         grec["sigma"] = 0.0
     elif check:
@@ -284,9 +423,17 @@ def _group_record(model: nn.Module, ro: Any, j: int, g: torch.Tensor, adv: torch
             scores = per_sample_scores(model, ro.seqs[sl], ro.mask[sl], w, prompt_len=prompt_len)  # (G, D)
             chk = check_identity(g, scores, r, adv, dial)
         else:
-            chk = projected_check(g, dirs, projected_scores(model, ro.seqs[sl], ro.mask[sl], w, dirs, prompt_len=prompt_len), r, adv, dial)
-        grec.update(sigma=chk.sigma, coef=chk.coef, gap_norm=chk.gap_norm, rel_err=chk.rel_err, rel_err_sum=chk.rel_err_sum,
-                    noise_share=chk.noise_share)
+            chk = projected_check(
+                g, dirs, projected_scores(model, ro.seqs[sl], ro.mask[sl], w, dirs, prompt_len=prompt_len), r, adv, dial
+            )
+        grec.update(
+            sigma=chk.sigma,
+            coef=chk.coef,
+            gap_norm=chk.gap_norm,
+            rel_err=chk.rel_err,
+            rel_err_sum=chk.rel_err_sum,
+            noise_share=chk.noise_share,
+        )
     else:
         grec["sigma"] = float(closed_forms.sigma(k, G))
     return grec
@@ -305,8 +452,13 @@ def _nanmedian(x: list[float]) -> float | None:
 
 def _mode_summary(mode: str, res: dict[str, Any], cfg: LMConfig) -> dict[str, Any]:
     """Per-mode summary: identity errors, log-log fits, silent fraction, gradient mass, learning."""
-    return {"mode": mode, "aggregation": res["aggregation"], **_identity_summary(mode, res["groups"]),
-            **_silent_and_mass_summary(res["groups"], res["steps"]), **_learning_summary(res)}
+    return {
+        "mode": mode,
+        "aggregation": res["aggregation"],
+        **_identity_summary(mode, res["groups"]),
+        **_silent_and_mass_summary(res["groups"], res["steps"]),
+        **_learning_summary(res),
+    }
 
 
 def _identity_summary(mode: str, groups: list[dict[str, Any]]) -> dict[str, Any]:
@@ -317,10 +469,17 @@ def _identity_summary(mode: str, groups: list[dict[str, Any]]) -> dict[str, Any]
     fit_g = loglog_fit([g["sigma"] for g in live], [g["g_norm"] for g in live])
     fit_gap = loglog_fit([g["sigma"] for g in checked], [g["gap_norm"] for g in checked])
     fit_g_checked = loglog_fit([g["sigma"] for g in checked], [g["g_norm"] for g in checked])
-    by_k = {str(k): {"n": len(gs), "sigma": gs[0]["sigma"], "g_norm_mean": float(np.mean([g["g_norm"] for g in gs])),
-                     "gap_norm_mean": float(np.mean([g["gap_norm"] for g in gs])),
-                     "noise_share_median": _nanmedian([g["noise_share"] for g in gs])}
-            for k in sorted({g["k"] for g in checked}) for gs in [[g for g in checked if g["k"] == k]]}
+    by_k = {
+        str(k): {
+            "n": len(gs),
+            "sigma": gs[0]["sigma"],
+            "g_norm_mean": float(np.mean([g["g_norm"] for g in gs])),
+            "gap_norm_mean": float(np.mean([g["gap_norm"] for g in gs])),
+            "noise_share_median": _nanmedian([g["noise_share"] for g in gs]),
+        }
+        for k in sorted({g["k"] for g in checked})
+        for gs in [[g for g in checked if g["k"] == k]]
+    }
     return {
         "identity_max_rel_err": max((g["rel_err"] for g in checked), default=None),
         "identity_median_rel_err": float(np.median([g["rel_err"] for g in checked])) if checked else None,
@@ -338,7 +497,9 @@ def _identity_summary(mode: str, groups: list[dict[str, Any]]) -> dict[str, Any]
         "gap_noise_share_median": _nanmedian([g["noise_share"] for g in checked]),
         "by_k": by_k,
         "predicted_slope_if_gap_flat": COEF_EXPONENT[mode],
-        "slope_minus_gap_slope": None if fit_g_checked["slope"] is None or fit_gap["slope"] is None else fit_g_checked["slope"] - fit_gap["slope"],
+        "slope_minus_gap_slope": None
+        if fit_g_checked["slope"] is None or fit_gap["slope"] is None
+        else fit_g_checked["slope"] - fit_gap["slope"],
     }
 
 
@@ -349,7 +510,10 @@ def _silent_and_mass_summary(groups: list[dict[str, Any]], steps: list[dict[str,
     ok = np.isfinite(sf) & np.isfinite(sp)
     corr = float(np.corrcoef(sf[ok], sp[ok])[0, 1]) if ok.sum() > 2 and sf[ok].std() > 0 and sp[ok].std() > 0 else None
     total = sum(g["g_norm"] for g in groups) or 1.0
-    mass = {str(d): sum(g["g_norm"] for g in groups if g["level"] == d) / total for d in sorted({g["level"] for g in groups})}
+    mass = {
+        str(d): sum(g["g_norm"] for g in groups if g["level"] == d) / total
+        for d in sorted({g["level"] for g in groups})
+    }
     pp = np.array([g["p_probe"] for g in groups], dtype=float)
     gn = np.array([g["g_norm"] for g in groups], dtype=float)
     extreme, medium = is_extreme(pp), is_medium(pp)
@@ -392,8 +556,13 @@ def _learning_speed(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"target_eval_acc": target, "by_mode": {}}
     for mode, s in summaries.items():
         hit = next((c for c in s["eval_curve"] if target is not None and c[0] > 0 and c[2] >= target), None)
-        out["by_mode"][mode] = {"steps_to_target": hit[0] if hit else None, "samples_to_target": hit[1] if hit else None,
-                                "eval_acc_gain": s["eval_acc_gain"], "eval_acc_mean": s["eval_acc_mean"], "samples": s["samples"]}
+        out["by_mode"][mode] = {
+            "steps_to_target": hit[0] if hit else None,
+            "samples_to_target": hit[1] if hit else None,
+            "eval_acc_gain": s["eval_acc_gain"],
+            "eval_acc_mean": s["eval_acc_mean"],
+            "samples": s["samples"],
+        }
     return out
 
 
@@ -421,9 +590,25 @@ def run_lm(config: LMConfig, progress: bool = False, *, out_dir: str | Path | No
         ref = copy.deepcopy(env.model).requires_grad_(False) if config.kl_coef > 0 else None
         results = {}
         for i, m in enumerate(modes):  # with a time budget, each remaining mode gets an equal share of what is left
-            share = (config.time_budget - (time.perf_counter() - t0)) / (len(modes) - i) if config.time_budget > 0 else math.inf
-            results[m] = train_mode(m, env.model, ref, base, config, env.task, env.eval_set, env.device, env.amp, sink, tick,
-                                    time.perf_counter() + share)
+            share = (
+                (config.time_budget - (time.perf_counter() - t0)) / (len(modes) - i)
+                if config.time_budget > 0
+                else math.inf
+            )
+            results[m] = train_mode(
+                m,
+                env.model,
+                ref,
+                base,
+                config,
+                env.task,
+                env.eval_set,
+                env.device,
+                env.amp,
+                sink,
+                tick,
+                time.perf_counter() + share,
+            )
     finally:
         if bar is not None:
             bar.close()
@@ -458,15 +643,20 @@ def setup_run(config: LMConfig) -> RunEnv:
     task = AdditionTask(config.max_digits, config.difficulty_weights)
     torch.manual_seed(config.seed)
     model = build_model(config, task.vocab_size, task.prompt_len + task.max_answer_len).to(device)
-    eval_set = task.sample(config.eval_prompts_per_level * config.max_digits, np.random.default_rng([config.seed, 3]),
-                           levels=np.repeat(task.levels, config.eval_prompts_per_level))
+    eval_set = task.sample(
+        config.eval_prompts_per_level * config.max_digits,
+        np.random.default_rng([config.seed, 3]),
+        levels=np.repeat(task.levels, config.eval_prompts_per_level),
+    )
     return RunEnv(device, amp, task, model, eval_set)
 
 
 def warm_phase(env: RunEnv, config: LMConfig, tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """The supervised warm-up of ``env.model`` in place, timed, with its greedy evaluation."""
     w0 = time.perf_counter()
-    wu = warmup(env.model, env.task, config, np.random.default_rng([config.seed, 1]), env.device, env.amp, env.eval_set, tick)
+    wu = warmup(
+        env.model, env.task, config, np.random.default_rng([config.seed, 1]), env.device, env.amp, env.eval_set, tick
+    )
     wu["seconds"] = time.perf_counter() - w0
     wu.update({f"eval_{k}": v for k, v in evaluate(env.model, env.task, env.eval_set, env.device, env.amp).items()})
     return wu
@@ -491,7 +681,9 @@ def _progress(on: bool, total: int) -> tuple[Any, Callable[[], None]]:
     return bar, lambda: bar.update(1)
 
 
-def _run_summary(summaries: dict[str, dict[str, Any]], env: RunEnv, config: LMConfig, wu: dict[str, Any], t0: float) -> dict[str, Any]:
+def _run_summary(
+    summaries: dict[str, dict[str, Any]], env: RunEnv, config: LMConfig, wu: dict[str, Any], t0: float
+) -> dict[str, Any]:
     """The run's summary: the largest identity error over modes, the first mode's slopes, every mode's record."""
     first = next(iter(summaries.values()))
     errs = [s["identity_max_rel_err"] for s in summaries.values() if s["identity_max_rel_err"] is not None]

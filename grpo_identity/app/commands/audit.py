@@ -25,18 +25,57 @@ FRAMEWORK_LOAD_TIMEOUT = 600.0
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="TARGET", help="FILE.py:FUNCTION, MODULE:FUNCTION, a preset (grpo, dr_grpo …; preset:NAME), or a framework: trl, verl, areal, openrlhf (with --set), verl:estimator=NAME (the estimator function alone)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="a framework config key as the framework names it (TRL GRPOConfig: loss_type=dr_grpo; verl: algorithm.adv_estimator=grpo); repeatable, later ones win")
-    p.add_argument("--config", metavar="FILE", help="a framework config file (YAML), read as the framework reads it; --set overrides it")
+    p.add_argument(
+        "target",
+        metavar="TARGET",
+        help="FILE.py:FUNCTION, MODULE:FUNCTION, a preset (grpo, dr_grpo …; preset:NAME), or a framework: trl, verl, areal, openrlhf (with --set), verl:estimator=NAME (the estimator function alone)",
+    )
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a framework config key as the framework names it (TRL GRPOConfig: loss_type=dr_grpo; verl: algorithm.adv_estimator=grpo); repeatable, later ones win",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a framework config file (YAML), read as the framework reads it; --set overrides it",
+    )
     from grpo_identity.checks.frameworks import LEVELS  # standard library only at import
 
-    p.add_argument("--level", choices=list(LEVELS), help="gradient (the default for framework targets): the gradient of the framework's own loss on completions of different lengths, then the advantage audit of the same run; advantage: the advantages alone (faster; the default for functions and presets)")
-    p.add_argument("--release", metavar="VERSION", help="audit this release of the framework in a cached environment of its own ($GRPO_IDENTITY_ENVS, else ~/.cache/grpo-identity/envs); a framework not installed here gets its tested release that way by default")
+    p.add_argument(
+        "--level",
+        choices=list(LEVELS),
+        help="gradient (the default for framework targets): the gradient of the framework's own loss on completions of different lengths, then the advantage audit of the same run; advantage: the advantages alone (faster; the default for functions and presets)",
+    )
+    p.add_argument(
+        "--release",
+        metavar="VERSION",
+        help="audit this release of the framework in a cached environment of its own ($GRPO_IDENTITY_ENVS, else ~/.cache/grpo-identity/envs); a framework not installed here gets its tested release that way by default",
+    )
     p.add_argument("--releases", metavar="A,B,C", help="audit several releases: one line per release")
-    p.add_argument("--kind", choices=["advantage", "filter"], default="advantage", help="advantage: one advantage per reward; filter: one bool per group (True = keep)")
-    p.add_argument("--expect", metavar="PRESET", help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any)")
-    p.add_argument("--max-examples", type=int, default=200, metavar="N", help="hypothesis examples in total (default 200)")
-    p.add_argument("--timeout", type=float, metavar="S", help=f"seconds allowed for loading the target and for each call into it (default {CALL_TIMEOUT:g}; loading a framework: {FRAMEWORK_LOAD_TIMEOUT:g})")
+    p.add_argument(
+        "--kind",
+        choices=["advantage", "filter"],
+        default="advantage",
+        help="advantage: one advantage per reward; filter: one bool per group (True = keep)",
+    )
+    p.add_argument(
+        "--expect",
+        metavar="PRESET",
+        help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any)",
+    )
+    p.add_argument(
+        "--max-examples", type=int, default=200, metavar="N", help="hypothesis examples in total (default 200)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help=f"seconds allowed for loading the target and for each call into it (default {CALL_TIMEOUT:g}; loading a framework: {FRAMEWORK_LOAD_TIMEOUT:g})",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -47,23 +86,37 @@ def target_of(args: argparse.Namespace) -> object:
 
     head = args.target.split(":")[0].strip().lower()
     if head not in FRAMEWORKS:
-        for flag, given in (("--set", args.sets), ("--config", args.config), ("--level", args.level == "gradient"), ("--release", args.release), ("--releases", args.releases)):
+        for flag, given in (
+            ("--set", args.sets),
+            ("--config", args.config),
+            ("--level", args.level == "gradient"),
+            ("--release", args.release),
+            ("--releases", args.releases),
+        ):
             if given:
-                raise UsageError(f"{flag} applies to the framework targets ({', '.join(FRAMEWORKS)}), not to {args.target!r}")
+                raise UsageError(
+                    f"{flag} applies to the framework targets ({', '.join(FRAMEWORKS)}), not to {args.target!r}"
+                )
         return args.target
     if args.config and not os.path.isfile(args.config):
         raise UsageError(f"--config: no such file: {args.config}")
     if args.kind == "filter":
-        raise UsageError(f"--kind filter: {args.target!r} computes advantages; only presets and functions can be audited as filters")
+        raise UsageError(
+            f"--kind filter: {args.target!r} computes advantages; only presets and functions can be audited as filters"
+        )
     try:
         spec = parse_spec(args.target)
         sets = [parse_set(s) for s in args.sets]
     except AdapterError as exc:
         raise UsageError(str(exc)) from None
     if spec.estimator is not None and (sets or args.config):
-        raise UsageError(f"--set and --config configure the trainer path; {args.target!r} is the estimator function alone (write verl --set algorithm.adv_estimator=NAME)")
+        raise UsageError(
+            f"--set and --config configure the trainer path; {args.target!r} is the estimator function alone (write verl --set algorithm.adv_estimator=NAME)"
+        )
     if spec.estimator is not None and args.level == "gradient":
-        raise UsageError(f"--level gradient: {args.target!r} is the estimator function alone, it has no loss (write verl --set algorithm.adv_estimator=NAME for the trainer path)")
+        raise UsageError(
+            f"--level gradient: {args.target!r} is the estimator function alone, it has no loss (write verl --set algorithm.adv_estimator=NAME for the trainer path)"
+        )
     return spec.with_sets(sets, config=args.config, level=args.level)
 
 
@@ -89,7 +142,11 @@ def run(args: argparse.Namespace) -> int:
         except (ValueError, KeyError) as exc:
             raise UsageError(f"--expect: {exc}") from None
     target = target_of(args)
-    args.load_timeout = args.timeout if args.timeout is not None else (CALL_TIMEOUT if isinstance(target, str) else FRAMEWORK_LOAD_TIMEOUT)
+    args.load_timeout = (
+        args.timeout
+        if args.timeout is not None
+        else (CALL_TIMEOUT if isinstance(target, str) else FRAMEWORK_LOAD_TIMEOUT)
+    )
     args.timeout = args.timeout if args.timeout is not None else CALL_TIMEOUT
     if args.release and args.releases:
         raise UsageError("give --release VERSION or --releases A,B,C, not both")
@@ -102,10 +159,22 @@ def run(args: argparse.Namespace) -> int:
     args.release = args.release or _fallback_release(target)
     python = _release_python(args, target) if args.release else None
     try:
-        report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, load_timeout=args.load_timeout, level=level_of(args, target), progress=not args.json and sys.stderr.isatty(), python=python)
+        report = audit(
+            target,
+            kind=args.kind,
+            expect=args.expect,
+            max_examples=args.max_examples,
+            timeout=args.timeout,
+            load_timeout=args.load_timeout,
+            level=level_of(args, target),
+            progress=not args.json and sys.stderr.isatty(),
+            python=python,
+        )
     except TargetImportError as exc:
         where = f"{target.framework} {args.release}" if args.release else ""  # type: ignore[attr-defined]
-        raise UsageError(f"{where}: {exc}" if where and not str(exc).lower().startswith(where.lower()) else str(exc)) from None
+        raise UsageError(
+            f"{where}: {exc}" if where and not str(exc).lower().startswith(where.lower()) else str(exc)
+        ) from None
     if args.json:
         out = report.to_dict()
         out.setdefault("level", "advantage")
@@ -128,7 +197,10 @@ def _fallback_release(target: object) -> str | None:
         return None
     release = TESTED_VERSIONS.get(target.framework)
     if release is not None:
-        print(f"{target.framework} is not installed here: auditing its release {release} in an environment of its own (--release VERSION for another)", file=sys.stderr)
+        print(
+            f"{target.framework} is not installed here: auditing its release {release} in an environment of its own (--release VERSION for another)",
+            file=sys.stderr,
+        )
     return release
 
 
@@ -141,7 +213,11 @@ def _release_python(args: argparse.Namespace, target: object) -> str:
         return ensure(target.framework, args.release).python  # type: ignore[attr-defined]
     except AdapterError as exc:
         message = str(exc)
-        where = f"{target.framework} {args.release} (its tested release; it is not installed here)" if getattr(args, "release_auto", False) else f"--release {args.release}"  # type: ignore[attr-defined]
+        where = (
+            f"{target.framework} {args.release} (its tested release; it is not installed here)"
+            if getattr(args, "release_auto", False)
+            else f"--release {args.release}"
+        )  # type: ignore[attr-defined]
         raise UsageError(message if message.startswith("--release") else f"{where}: {message}") from None
 
 
@@ -152,10 +228,21 @@ def summary_line(report: object) -> str:
     info = d.get("target_info", {})
     head = f"{info.get('framework', '?')} {info.get('version', '?')}: {d['verdict'].upper()}"
     inf = d["inferred"]
-    dial = "no dial fits" if inf.get("centre") is None else f"centre {inf['centre']}, scale {inf['scale']}" + ("" if inf["scale"] == "none" else f", ddof {inf['ddof']}, eps {inf['eps']:.3g}")
+    dial = (
+        "no dial fits"
+        if inf.get("centre") is None
+        else f"centre {inf['centre']}, scale {inf['scale']}"
+        + ("" if inf["scale"] == "none" else f", ddof {inf['ddof']}, eps {inf['eps']:.3g}")
+    )
     first = next((f for f in d["findings"] if f["severity"] == "fail"), None)
-    weight = f"; per-sample weight {inf.get('per_sample_weight')}, silent groups {'zero' if inf.get('silent_groups_zero_gradient') else 'NOT zero'}" if d.get("level") == "gradient" else ""
-    return f"{head}  matches {d.get('matches') or '-'} ({dial}){weight}" + (f"; {first['property']}: {first['message']}" if first else "")
+    weight = (
+        f"; per-sample weight {inf.get('per_sample_weight')}, silent groups {'zero' if inf.get('silent_groups_zero_gradient') else 'NOT zero'}"
+        if d.get("level") == "gradient"
+        else ""
+    )
+    return f"{head}  matches {d.get('matches') or '-'} ({dial}){weight}" + (
+        f"; {first['property']}: {first['message']}" if first else ""
+    )
 
 
 def _releases(args: argparse.Namespace, target: object) -> int:
@@ -174,9 +261,21 @@ def _releases(args: argparse.Namespace, target: object) -> int:
     for release in releases:
         try:
             env = ensure(target.framework, release)  # type: ignore[attr-defined]
-            report = audit(target, kind=args.kind, expect=args.expect, max_examples=args.max_examples, timeout=args.timeout, load_timeout=args.load_timeout, level=level_of(args, target), python=env.python)
+            report = audit(
+                target,
+                kind=args.kind,
+                expect=args.expect,
+                max_examples=args.max_examples,
+                timeout=args.timeout,
+                load_timeout=args.load_timeout,
+                level=level_of(args, target),
+                python=env.python,
+            )
         except (AdapterError, TargetImportError) as exc:
-            line, row = f"{target.framework} {release}: ADAPTER ERROR  {exc}", {"release": release, "verdict": "adapter_error", "message": str(exc)}  # type: ignore[attr-defined]
+            line, row = (
+                f"{target.framework} {release}: ADAPTER ERROR  {exc}",
+                {"release": release, "verdict": "adapter_error", "message": str(exc)},
+            )  # type: ignore[attr-defined]
             code = 2
         else:
             line, row = summary_line(report), {"release": release, **report.to_dict()}

@@ -14,7 +14,12 @@ MAX_G = 10**6
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--G", type=integer(2, MAX_G), default=8, help=f"group size, 2 to {MAX_G:,} (default 8); above G = 64 the sigma table shows 65 of the G + 1 values of k")
+    p.add_argument(
+        "--G",
+        type=integer(2, MAX_G),
+        default=8,
+        help=f"group size, 2 to {MAX_G:,} (default 8); above G = 64 the sigma table shows 65 of the G + 1 values of k",
+    )
     p.add_argument("--p", type=number(0, 1), default=0.5, help="solve rate in [0, 1] (default 0.5)")
     p.add_argument("--table", choices=["group-size"], help="print a whole table instead")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -49,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"G = {s['G']}, p = {s['p']}")
     if not s["sigma_by_k_all"]:
-        print(f"sigma for {len(s['sigma_by_k'])} of the {s['G'] + 1:,} values of k (any other k: sigma(k) = sqrt(k(G-k))/G)")
+        print(
+            f"sigma for {len(s['sigma_by_k'])} of the {s['G'] + 1:,} values of k (any other k: sigma(k) = sqrt(k(G-k))/G)"
+        )
     print(format_table([[r["k"], r["sigma"]] for r in s["sigma_by_k"]], ["k", "sigma"]))
     print()
     scalars = [
@@ -62,7 +69,12 @@ def run(args: argparse.Namespace) -> int:
         ("arcsine_objective", "2 arcsin sqrt(p)"),
     ]
     values = {k: s[k] for k, _ in scalars}  # type: ignore[literal-required]
-    print(format_table([[k, f, "undefined" if values[k] is None else values[k]] for k, f in scalars], ["quantity", "formula", "value"]))
+    print(
+        format_table(
+            [[k, f, "undefined" if values[k] is None else values[k]] for k, f in scalars],
+            ["quantity", "formula", "value"],
+        )
+    )
     print()
     print(format_table([[r["eps"], r["G_exact"], r["G_law"]] for r in s["group_size"]], ["eps", "G_exact", "G_law"]))
     return 0

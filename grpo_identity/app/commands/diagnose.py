@@ -9,10 +9,27 @@ HELP = "read the identity metrics a run logged (or per-group rewards it dumped) 
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("logdir", metavar="LOGDIR", help="a run's folder (trainer_state.json, *.jsonl, searched recursively) or one such file")
-    p.add_argument("--out", metavar="FILE", help="the page to write (default: LOGDIR/diagnose.html, or beside a LOGDIR file)")
-    p.add_argument("--dial", metavar="PRESET", default="grpo", help="the method of per-group rewards records: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default grpo)")
-    p.add_argument("--eps", type=float, default=0.1, metavar="EPS", help="recommended G for fidelity >= 1 - EPS, per-group records only (default 0.1)")
+    p.add_argument(
+        "logdir",
+        metavar="LOGDIR",
+        help="a run's folder (trainer_state.json, *.jsonl, searched recursively) or one such file",
+    )
+    p.add_argument(
+        "--out", metavar="FILE", help="the page to write (default: LOGDIR/diagnose.html, or beside a LOGDIR file)"
+    )
+    p.add_argument(
+        "--dial",
+        metavar="PRESET",
+        default="grpo",
+        help="the method of per-group rewards records: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default grpo)",
+    )
+    p.add_argument(
+        "--eps",
+        type=float,
+        default=0.1,
+        metavar="EPS",
+        help="recommended G for fidelity >= 1 - EPS, per-group records only (default 0.1)",
+    )
     p.add_argument("--json", action="store_true", help="print the series as JSON (the page is written too)")
 
 
@@ -32,7 +49,11 @@ def run(args: argparse.Namespace) -> int:
     logdir = Path(args.logdir)
     if not logdir.exists():
         raise UsageError(f"LOGDIR {args.logdir} does not exist")
-    out = Path(args.out) if args.out else (logdir / "diagnose.html" if logdir.is_dir() else logdir.with_name("diagnose.html"))
+    out = (
+        Path(args.out)
+        if args.out
+        else (logdir / "diagnose.html" if logdir.is_dir() else logdir.with_name("diagnose.html"))
+    )
     from grpo_identity.app.report import check_out_dir
 
     check_out_dir(str(out.parent), flag="--out")  # before reading the logs: the page's folder must be writable

@@ -9,7 +9,9 @@ HELP = "prove every claim of the paper (and what it leaves out) in SymPy; each t
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-k", dest="select", metavar="SUBSTRING", help="only theorems whose name or title contains SUBSTRING")
+    p.add_argument(
+        "-k", dest="select", metavar="SUBSTRING", help="only theorems whose name or title contains SUBSTRING"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -28,7 +30,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no theorem matches -k {args.select!r}")
     t0 = time.perf_counter()
     results = []
-    bar = tqdm(theorems, desc="proving", unit="theorem", file=sys.stderr, disable=args.json or not sys.stderr.isatty(), leave=False)
+    bar = tqdm(
+        theorems,
+        desc="proving",
+        unit="theorem",
+        file=sys.stderr,
+        disable=args.json or not sys.stderr.isatty(),
+        leave=False,
+    )
     for t in bar:
         bar.set_postfix_str(t.name)
         results.append(t.prove())
@@ -40,15 +49,26 @@ def run(args: argparse.Namespace) -> int:
                 "all_proved": all_proved,
                 "seconds": seconds,
                 "theorems": [
-                    {"name": t.name, "paper_ref": t.paper_ref, "statement": t.statement, "status": r.status, "method": r.method, "seconds": r.seconds}
+                    {
+                        "name": t.name,
+                        "paper_ref": t.paper_ref,
+                        "statement": t.statement,
+                        "status": r.status,
+                        "method": r.method,
+                        "seconds": r.seconds,
+                    }
                     for t, r in zip(theorems, results)
                 ],
             }
         )
     else:
-        rows = [[t.name, t.title, t.paper_ref, r.status, r.method, f"{r.seconds:.2f}"] for t, r in zip(theorems, results)]
+        rows = [
+            [t.name, t.title, t.paper_ref, r.status, r.method, f"{r.seconds:.2f}"] for t, r in zip(theorems, results)
+        ]
         print(format_table(rows, ["theorem", "title", "paper reference", "status", "method", "seconds"]))
-        methods = ", ".join(f"{sum(r.method == m for r in results)} {m}" for m in METHODS if any(r.method == m for r in results))
+        methods = ", ".join(
+            f"{sum(r.method == m for r in results)} {m}" for m in METHODS if any(r.method == m for r in results)
+        )
         print(f"\n{sum(r.status == 'proved' for r in results)}/{len(results)} proved in {seconds:.1f} s ({methods})")
         for t, r in zip(theorems, results):
             table = r.details.get("group_size_table")

@@ -14,9 +14,19 @@ MAX_ROLLOUTS = 10_000
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path", metavar="PATH", nargs="?", default="bigmath",
-                   help="bigmath (default: the shipped Big-Math histogram), a solve-rate file (llama8b_solve_rate column, or a solve_rate,count histogram CSV), or hf:NAME (a Hugging Face dataset, online only)")
-    p.add_argument("--rollouts", type=integer(1, MAX_ROLLOUTS), default=64, help=f"rollouts n behind each solve rate k/n, 1 to {MAX_ROLLOUTS:,} (default 64, Big-Math's)")
+    p.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="?",
+        default="bigmath",
+        help="bigmath (default: the shipped Big-Math histogram), a solve-rate file (llama8b_solve_rate column, or a solve_rate,count histogram CSV), or hf:NAME (a Hugging Face dataset, online only)",
+    )
+    p.add_argument(
+        "--rollouts",
+        type=integer(1, MAX_ROLLOUTS),
+        default=64,
+        help=f"rollouts n behind each solve rate k/n, 1 to {MAX_ROLLOUTS:,} (default 64, Big-Math's)",
+    )
     p.add_argument("--out", metavar="DIR", help="write summary.json and realdata.png into DIR")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -38,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
     print(f"{s['source']}: n = {s['n']}")
-    print(f"p = 0: {pct(s['frac_p0'])}   p = 1: {pct(s['frac_p1'])}   (silent at every G: {pct(s['frac_p0'] + s['frac_p1'])})")
+    print(
+        f"p = 0: {pct(s['frac_p0'])}   p = 1: {pct(s['frac_p1'])}   (silent at every G: {pct(s['frac_p0'] + s['frac_p1'])})"
+    )
     print()
     sizes = list(s["silent_closed_form"])
     sub = s["silent_subsampled"]
@@ -47,6 +59,13 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(rows, ["silent fraction", *(f"G={g}" for g in sizes)]))
     print()
     ms = s["mass_share"]
-    print(format_table([[name, pct(ms[arm]["extreme"]), pct(ms[arm]["medium"])] for arm, name in (("dr_grpo", "Dr. GRPO, p(1-p)"), ("grpo", "GRPO, sqrt(p(1-p))"))],
-                       ["gradient mass share", "extreme (p<0.1 or >0.9)", "medium (0.4-0.6)"]))
+    print(
+        format_table(
+            [
+                [name, pct(ms[arm]["extreme"]), pct(ms[arm]["medium"])]
+                for arm, name in (("dr_grpo", "Dr. GRPO, p(1-p)"), ("grpo", "GRPO, sqrt(p(1-p))"))
+            ],
+            ["gradient mass share", "extreme (p<0.1 or >0.9)", "medium (0.4-0.6)"],
+        )
+    )
     return 0

@@ -10,8 +10,15 @@ HELP = "execute the notebooks and render them to HTML that works offline (MathJa
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", default="out/notebooks", help="output folder (default out/notebooks)")
     p.add_argument("--no-execute", action="store_true", help="render the sources without running them")
-    p.add_argument("--pdf", action="store_true", help="also write a PDF of each notebook (xelatex, else headless Chromium)")
-    p.add_argument("--notebooks", metavar="DIR", default=None, help="folder of the jupytext sources NN_name.py (default: the checkout's notebooks/)")
+    p.add_argument(
+        "--pdf", action="store_true", help="also write a PDF of each notebook (xelatex, else headless Chromium)"
+    )
+    p.add_argument(
+        "--notebooks",
+        metavar="DIR",
+        default=None,
+        help="folder of the jupytext sources NN_name.py (default: the checkout's notebooks/)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -34,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(r)
     else:
-        rows = [[nb["name"], nb["seconds"], nb["figures"], nb["math"], nb["errors"], nb["html"]] for nb in r["notebooks"]]
+        rows = [
+            [nb["name"], nb["seconds"], nb["figures"], nb["math"], nb["errors"], nb["html"]] for nb in r["notebooks"]
+        ]
         print(format_table(rows, ["notebook", "seconds", "figures", "math", "errors", "page"]))
         print(f"\nindex: {r['index']}" + ("" if r["executed"] else "  (not executed)"))
     return 0 if r["ok"] else 1

@@ -6,7 +6,9 @@ import argparse
 
 from grpo_identity.app.options import budget_help
 
-HELP = "train M scalar Bernoulli-logit policies with GRPO, Dr. GRPO and DAPO by autograd, checking the identity every step"
+HELP = (
+    "train M scalar Bernoulli-logit policies with GRPO, Dr. GRPO and DAPO by autograd, checking the identity every step"
+)
 
 #: short options named in the paper's letters
 FLAGS = {"num_prompts": ["--M", "--num-prompts"], "group_size": ["--G", "--group-size"]}
@@ -41,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
     from grpo_identity.foundation import EXIT_FAIL, EXIT_OK, require
     from grpo_identity.trainer.config import BernoulliConfig, from_namespace
 
-    config = build_config(lambda: from_namespace(BernoulliConfig, args), option_names(BernoulliConfig, FLAGS), args._argv)
+    config = build_config(
+        lambda: from_namespace(BernoulliConfig, args), option_names(BernoulliConfig, FLAGS), args._argv
+    )
     refuse_over_budget(memory_terms(config.num_prompts, config.group_size, config.max_draws, config.steps))
     if args.out:  # before the run, not after it
         check_out_dir(args.out)
@@ -50,7 +54,11 @@ def run(args: argparse.Namespace) -> int:
 
     result = run_bernoulli(config, progress=not args.json and sys.stderr.isatty())
     if args.out:
-        write_outputs(args.out, {"result.json": result, "config.json": result["config"]}, ("bernoulli.png", lambda path: plot_bernoulli(result, path)))
+        write_outputs(
+            args.out,
+            {"result.json": result, "config.json": result["config"]},
+            ("bernoulli.png", lambda path: plot_bernoulli(result, path)),
+        )
     from grpo_identity.app.verify import IDENTITY_ABS_TOL
 
     err = result["identity_max_abs_err"]
@@ -61,16 +69,31 @@ def run(args: argparse.Namespace) -> int:
         return code
     print(f"solve rates: {result['solve_rate_source']}")
     verdict = "holds" if holds else f"FAILS the {IDENTITY_ABS_TOL:g} goal"
-    print(f"identity: max |autograd gradient - (-c(k)(s+ - s-))| = {err:.3g} over every prompt, step and arm: {verdict}")
-    print(f"silent fraction vs E[p^G + (1-p)^G]: R^2 = {result['r2_silent']:.4f} (GRPO arm; three arms pooled {result['r2_silent_pooled']:.4f})")
+    print(
+        f"identity: max |autograd gradient - (-c(k)(s+ - s-))| = {err:.3g} over every prompt, step and arm: {verdict}"
+    )
+    print(
+        f"silent fraction vs E[p^G + (1-p)^G]: R^2 = {result['r2_silent']:.4f} (GRPO arm; three arms pooled {result['r2_silent_pooled']:.4f})"
+    )
     print()
     es = result["extreme_share"]
-    print(f"share of gradient mass on extreme prompts (p0 < 0.1 or >= 0.9), {result['config']['mass_draws']} groups at the initial solve rates")
-    print(format_table([[arm, es[arm]["measured"], es[arm]["finite_g"], es[arm]["large_g"]] for arm in ("grpo", "dr_grpo")], ["arm", "measured", "finite-G form", "large-G form"]))
+    print(
+        f"share of gradient mass on extreme prompts (p0 < 0.1 or >= 0.9), {result['config']['mass_draws']} groups at the initial solve rates"
+    )
+    print(
+        format_table(
+            [[arm, es[arm]["measured"], es[arm]["finite_g"], es[arm]["large_g"]] for arm in ("grpo", "dr_grpo")],
+            ["arm", "measured", "finite-G form", "large-G form"],
+        )
+    )
     print()
     hf, fm = result["hard_final"], result["final_mean_solve_rate"]
     print(f"hardest initial quartile (mean p {result['hard_initial']:.3f} at the start): final mean solve rate")
-    print(format_table([[arm, hf[arm], fm[arm]] for arm in ("grpo", "dr_grpo", "dapo")], ["arm", "hardest quartile", "all prompts"]))
+    print(
+        format_table(
+            [[arm, hf[arm], fm[arm]] for arm in ("grpo", "dr_grpo", "dapo")], ["arm", "hardest quartile", "all prompts"]
+        )
+    )
     print()
     print(f"DAPO samples / GRPO samples: {result['dapo_oversample']:.3f}   ({result['seconds']:.2f} s)")
     if args.out:

@@ -26,7 +26,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 
     from grpo_identity.trainer.lm.config import CONFIGS, LMConfig, lm_field_docs  # standard library only
 
-    p.add_argument("--config", default="cpu-smoke", choices=list(CONFIGS), help="named size the options below override (default: cpu-smoke)")
+    p.add_argument(
+        "--config",
+        default="cpu-smoke",
+        choices=list(CONFIGS),
+        help="named size the options below override (default: cpu-smoke)",
+    )
     docs = lm_field_docs()
     base = CONFIGS["cpu-smoke"]
     hints = typing.get_type_hints(LMConfig)
@@ -44,7 +49,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         elif f.name == "difficulty_weights":
             kw.update(type=_floats, metavar="W1,W2,...")
         p.add_argument(*opts, help=f"{docs.get(f.name, '')} (cpu-smoke: {getattr(base, f.name)!r})", **kw)
-    p.add_argument("--out", metavar="DIR", help="write config.json, metrics.jsonl (as the run goes), summary.json and lm_identity.png into DIR")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write config.json, metrics.jsonl (as the run goes), summary.json and lm_identity.png into DIR",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON (no progress bar)")
     p.description = f"{HELP}. {budget_help()}"
 
@@ -62,7 +71,11 @@ def memory_terms(cfg: typing.Any, vocab: int, modes: int) -> list[tuple[str, flo
     return [
         ("the model and its optimiser state", 4.0 * 8 * n, ["--n-embd", "--n-layer"]),
         ("the per-sample gradients of a group (G x parameters)", 4.0 * 2 * G * n, ["--G", "--n-embd", "--n-layer"]),
-        ("the rollouts of a step", seq * (20 * P * G + 2 * P * (G + cfg.probe_samples) * cfg.dapo_max_draws), ["--prompts-per-step", "--G", "--probe-samples"]),
+        (
+            "the rollouts of a step",
+            seq * (20 * P * G + 2 * P * (G + cfg.probe_samples) * cfg.dapo_max_draws),
+            ["--prompts-per-step", "--G", "--probe-samples"],
+        ),
         ("the warm-up batch", seq * 20 * cfg.warmup_batch, ["--warmup-batch"]),
         ("the evaluation set", seq * 2 * cfg.eval_prompts_per_level * cfg.max_digits, ["--eval-prompts-per-level"]),
         ("the per-step records", 1000.0 * cfg.steps * modes * (1 + P), ["--steps", "--prompts-per-step"]),
@@ -75,7 +88,13 @@ def _conditional_terms(cfg: typing.Any, n: float) -> list[tuple[str, float, list
     and its reference answers' per-class score sums (a few vectors of N) for every mode."""
     if getattr(cfg, "experiment", "train") != "conditional":
         return []
-    return [("the per-group gradients of one prompt (groups x parameters)", 4.0 * cfg.cond_groups * n, ["--cond-groups", "--n-embd", "--n-layer"])]
+    return [
+        (
+            "the per-group gradients of one prompt (groups x parameters)",
+            4.0 * cfg.cond_groups * n,
+            ["--cond-groups", "--n-embd", "--n-layer"],
+        )
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     out = check_out_dir(args.out) if args.out else None  # before the run: it writes metrics.jsonl as it goes
     require("torch", "transformers", *(["matplotlib"] if out is not None else []))
     from grpo_identity.trainer.lm.identity import REL_TOL
+
     if config.experiment == "conditional":
         return _run_conditional(config, args, out)
     from grpo_identity.trainer.lm.train import run_lm
@@ -105,10 +125,20 @@ def run(args: argparse.Namespace) -> int:
         emit_json(s)
     else:
         _print_summary(s)
-        verdict = "holds" if holds else f"FAILS the {REL_TOL:g} goal" if err is not None else "not checked (no group with 0 < k < G)"
-        print(f"identity: largest relative error {err} over {s['groups_checked']} groups: {verdict}  ({s['seconds']:.1f} s)")
+        verdict = (
+            "holds"
+            if holds
+            else f"FAILS the {REL_TOL:g} goal"
+            if err is not None
+            else "not checked (no group with 0 < k < G)"
+        )
+        print(
+            f"identity: largest relative error {err} over {s['groups_checked']} groups: {verdict}  ({s['seconds']:.1f} s)"
+        )
         if out is not None:
-            print(f"wrote {out / 'summary.json'}, {out / 'metrics.jsonl'}, {out / 'config.json'}, {out / 'lm_identity.png'}")
+            print(
+                f"wrote {out / 'summary.json'}, {out / 'metrics.jsonl'}, {out / 'config.json'}, {out / 'lm_identity.png'}"
+            )
     return EXIT_OK if holds else EXIT_FAIL
 
 
@@ -117,24 +147,65 @@ def _print_summary(s: dict[str, typing.Any]) -> None:
     from grpo_identity.app.report import format_table
 
     wu = s["warmup"]
-    print(f"{s['model']} with {s['n_params']:,} parameters on {s['device']} (bf16 autocast: {'on' if s['amp'] else 'off'}); "
-          f"warm-up {wu['steps']} steps, greedy accuracy {wu['eval_acc']:.3f}")
+    print(
+        f"{s['model']} with {s['n_params']:,} parameters on {s['device']} (bf16 autocast: {'on' if s['amp'] else 'off'}); "
+        f"warm-up {wu['steps']} steps, greedy accuracy {wu['eval_acc']:.3f}"
+    )
     rows = []
     for m, ms in s["modes"].items():
-        rows.append([m, ms["aggregation"], ms["groups_checked"], ms["identity_max_rel_err"], ms["loglog_slope"], ms["loglog_r2"],
-                     ms["gap_slope"], ms["silent_frac_mean"], ms["silent_pred_mean"], f"{ms['eval_acc_initial']:.3f} -> {ms['eval_acc_final']:.3f}",
-                     ms["samples"]])
-    print(format_table([[("n/a" if v is None else v) for v in r] for r in rows],
-                       ["mode", "aggregation", "groups", "max rel err", "slope |g| vs sigma", "R2", "slope |s+ - s-|",
-                        "silent", "predicted", "greedy acc", "samples"]))
+        rows.append(
+            [
+                m,
+                ms["aggregation"],
+                ms["groups_checked"],
+                ms["identity_max_rel_err"],
+                ms["loglog_slope"],
+                ms["loglog_r2"],
+                ms["gap_slope"],
+                ms["silent_frac_mean"],
+                ms["silent_pred_mean"],
+                f"{ms['eval_acc_initial']:.3f} -> {ms['eval_acc_final']:.3f}",
+                ms["samples"],
+            ]
+        )
+    print(
+        format_table(
+            [[("n/a" if v is None else v) for v in r] for r in rows],
+            [
+                "mode",
+                "aggregation",
+                "groups",
+                "max rel err",
+                "slope |g| vs sigma",
+                "R2",
+                "slope |s+ - s-|",
+                "silent",
+                "predicted",
+                "greedy acc",
+                "samples",
+            ],
+        )
+    )
     print("share of |s+ - s-|^2 that is sampling noise, (V+/k + V-/(G-k)) / |s+ - s-|^2, median over groups:")
     keys = sorted({int(k) for ms in s["modes"].values() for k in ms["by_k"]})
-    nz = [[m, ms["gap_noise_share_median"], *[ms["by_k"].get(str(k), {}).get("noise_share_median") for k in keys]] for m, ms in s["modes"].items()]
-    print(format_table([[("n/a" if v is None else v) for v in r] for r in nz], ["mode", "all groups", *(f"k={k}" for k in keys)]))
+    nz = [
+        [m, ms["gap_noise_share_median"], *[ms["by_k"].get(str(k), {}).get("noise_share_median") for k in keys]]
+        for m, ms in s["modes"].items()
+    ]
+    print(
+        format_table(
+            [[("n/a" if v is None else v) for v in r] for r in nz], ["mode", "all groups", *(f"k={k}" for k in keys)]
+        )
+    )
     ls = s["learning_speed"]
     if ls["target_eval_acc"] is not None:
-        print(f"samples to reach greedy accuracy {ls['target_eval_acc']:.3f}: "
-              + ", ".join(f"{m} {v['samples_to_target'] if v['samples_to_target'] is not None else 'not reached'}" for m, v in ls["by_mode"].items()))
+        print(
+            f"samples to reach greedy accuracy {ls['target_eval_acc']:.3f}: "
+            + ", ".join(
+                f"{m} {v['samples_to_target'] if v['samples_to_target'] is not None else 'not reached'}"
+                for m, v in ls["by_mode"].items()
+            )
+        )
 
 
 def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.Any) -> int:
@@ -155,18 +226,52 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
         return 0 if ok else 1
     na = lambda v: "n/a" if v is None else v  # noqa: E731
     iv = lambda d: "n/a" if d.get("interval") is None else f"[{d['interval'][0]:.3f}, {d['interval'][1]:.3f}]"  # noqa: E731
-    print(f"fixed policy: {s['model']} with {s['n_params']:,} parameters on {s['device']}; {c['groups']} groups of G = {c['group_size']} "
-          f"on {len(c['prompts'])} prompts (solve rates " + ", ".join(f"{p['p_ref']:.2f}" for p in c["prompts"]) + ")")
-    rows = [[m, na(v["value"]), iv(v), v["predicted"], v["cells"], na(c["noise_slope_by_mode"][m]["value"]), iv(c["noise_slope_by_mode"][m]),
-             na(c["noise_slope_by_mode"][m]["predicted_from_traces"]), na(c["cosine_min"]["by_mode"][m]["value"]),
-             na(c["raw_slope_by_mode"][m]["slope"])] for m, v in c["slope_by_mode"].items()]
-    print(format_table(rows, ["mode", "slope |E[g|k]| vs sigma", "95% interval", "predicted", "cells", "noise slope", "interval",
-                              "from traces", "cosine min", "raw |g| slope"]))
+    print(
+        f"fixed policy: {s['model']} with {s['n_params']:,} parameters on {s['device']}; {c['groups']} groups of G = {c['group_size']} "
+        f"on {len(c['prompts'])} prompts (solve rates " + ", ".join(f"{p['p_ref']:.2f}" for p in c["prompts"]) + ")"
+    )
+    rows = [
+        [
+            m,
+            na(v["value"]),
+            iv(v),
+            v["predicted"],
+            v["cells"],
+            na(c["noise_slope_by_mode"][m]["value"]),
+            iv(c["noise_slope_by_mode"][m]),
+            na(c["noise_slope_by_mode"][m]["predicted_from_traces"]),
+            na(c["cosine_min"]["by_mode"][m]["value"]),
+            na(c["raw_slope_by_mode"][m]["slope"]),
+        ]
+        for m, v in c["slope_by_mode"].items()
+    ]
+    print(
+        format_table(
+            rows,
+            [
+                "mode",
+                "slope |E[g|k]| vs sigma",
+                "95% interval",
+                "predicted",
+                "cells",
+                "noise slope",
+                "interval",
+                "from traces",
+                "cosine min",
+                "raw |g| slope",
+            ],
+        )
+    )
     gp = c["grad_p_rel_err"]
-    print(f"E[g|k]/c against grad p/(p(1-p)) ({na(gp.get('mode'))}): relative difference, median over prompts {na(gp['value'])}")
-    print(f"identity along {pc['directions']} random directions: largest relative error {na(pc['projected_max_rel_err'])} over "
-          f"{pc['groups_projected']} groups; exact per-sample check {na(pc['exact_max_rel_err'])} over {pc['groups_exact']} groups: "
-          + ("holds" if ok else f"FAILS the {REL_TOL:g} goal") + f"  ({s['seconds']:.1f} s)")
+    print(
+        f"E[g|k]/c against grad p/(p(1-p)) ({na(gp.get('mode'))}): relative difference, median over prompts {na(gp['value'])}"
+    )
+    print(
+        f"identity along {pc['directions']} random directions: largest relative error {na(pc['projected_max_rel_err'])} over "
+        f"{pc['groups_projected']} groups; exact per-sample check {na(pc['exact_max_rel_err'])} over {pc['groups_exact']} groups: "
+        + ("holds" if ok else f"FAILS the {REL_TOL:g} goal")
+        + f"  ({s['seconds']:.1f} s)"
+    )
     if out is not None:
         print(f"wrote {out / 'summary.json'}, {out / 'config.json'}, {out / 'conditional.png'}")
     return 0 if ok else 1

@@ -10,9 +10,19 @@ HELP = "prove every theorem, audit the presets and frameworks, reproduce the pap
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="out/verify", help="output folder for report.json, report.html and the notebooks (default out/verify)")
-    p.add_argument("--solve-rates", metavar="PATH", help="solve rates for claim 8 and the controlled run: bigmath (default: the shipped Big-Math histogram), a parquet/JSONL/CSV file with llama8b_solve_rate, a solve_rate,count histogram, or hf:NAME online")
-    p.add_argument("--dapo-curve", metavar="CSV", help="digitised DAPO Fig. 3b curve (default: the copy shipped with the package)")
+    p.add_argument(
+        "--out",
+        default="out/verify",
+        help="output folder for report.json, report.html and the notebooks (default out/verify)",
+    )
+    p.add_argument(
+        "--solve-rates",
+        metavar="PATH",
+        help="solve rates for claim 8 and the controlled run: bigmath (default: the shipped Big-Math histogram), a parquet/JSONL/CSV file with llama8b_solve_rate, a solve_rate,count histogram, or hf:NAME online",
+    )
+    p.add_argument(
+        "--dapo-curve", metavar="CSV", help="digitised DAPO Fig. 3b curve (default: the copy shipped with the package)"
+    )
     p.add_argument("--no-render", action="store_true", help="skip executing and rendering the notebooks")
     p.add_argument("--no-frameworks", action="store_true", help="skip the TRL and verl audits")
     p.add_argument("--max-examples", type=int, default=200, help="hypothesis examples per audit (default 200)")
@@ -37,8 +47,15 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.json and sys.stderr.isatty(),
     )
     if args.json:
-        emit_json({"all_ok": result["all_ok"], "seconds": result["seconds"], "counts": result["counts"],
-                   "items": result["items"], "report": result["report"]})
+        emit_json(
+            {
+                "all_ok": result["all_ok"],
+                "seconds": result["seconds"],
+                "counts": result["counts"],
+                "items": result["items"],
+                "report": result["report"],
+            }
+        )
     else:
         print(format_summary(result))
         print(f"report: {result['report']['html']}")
