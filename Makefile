@@ -44,13 +44,14 @@ verify: setup
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python scripts/typecheck.py
 
 test: setup lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n auto --dist loadgroup -m "not slow"
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

@@ -57,7 +57,8 @@ def main() -> int:
         print(json.dumps(out, indent=2))
     else:
         print(
-            f"Bernoulli-logit run, three arms, M={config.num_prompts}, G={config.group_size}, {config.steps} steps, 1 torch thread"
+            f"Bernoulli-logit run, three arms, M={config.num_prompts}, G={config.group_size}, "
+            f"{config.steps} steps, 1 torch thread"
         )
         rows = [
             ("import torch + trainer", f"{import_s:.2f} s"),

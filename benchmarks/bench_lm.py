@@ -125,14 +125,17 @@ def main() -> int:
     else:
         print(f"{cfg.model} {out['n_params']:,} params, batch {B}, {args.threads} thread(s), torch {torch.__version__}")
         print(
-            f"generation : {out['generation_tokens_per_second']:10.0f} new tok/s  ({new_tokens} tokens in {t_gen * 1e3:.1f} ms)"
+            f"generation : {out['generation_tokens_per_second']:10.0f} new tok/s  "
+            f"({new_tokens} tokens in {t_gen * 1e3:.1f} ms)"
         )
         print(
-            f"training   : {out['training_tokens_per_second']:10.0f} tok/s      ({seqs.numel()} tokens fwd+bwd in {t_train * 1e3:.1f} ms)"
+            f"training   : {out['training_tokens_per_second']:10.0f} tok/s      "
+            f"({seqs.numel()} tokens fwd+bwd in {t_train * 1e3:.1f} ms)"
         )
         print(
             f"per-sample : torch.func {t_func * 1e3:.1f} ms, loop of {B} backward calls {t_loop * 1e3:.1f} ms "
-            f"-> {out['per_sample_speedup']:.1f}x (goal {GOAL_SPEEDUP:.0f}x: {'met' if out['meets_goal'] else 'NOT met'}); max rel diff {diff:.1e}"
+            f"-> {out['per_sample_speedup']:.1f}x "
+            f"(goal {GOAL_SPEEDUP:.0f}x: {'met' if out['meets_goal'] else 'NOT met'}); max rel diff {diff:.1e}"
         )
     return 0
 

@@ -229,12 +229,14 @@ def main() -> int:
         print(json.dumps(out, indent=2))
         return 0
     print(
-        f"{args.groups} groups of G = 8, K = {args.directions} directions, {args.device}, 1 thread; time: median of {args.repeat}"
+        f"{args.groups} groups of G = 8, K = {args.directions} directions, {args.device}, 1 thread; "
+        f"time: median of {args.repeat}"
     )
     print(f"{'size':>7} {'params':>10} {'method':>16} {'ms':>9} {'x train step':>13} {'peak MiB':>9}")
     for r in rows:
         print(
-            f"{r['size']:>7} {r['n_params']:>10,} {r['method']:>16} {1e3 * r['seconds']:9.1f} {r['time_vs_train_step']:13.2f} {r['peak_mib']:9.1f}"
+            f"{r['size']:>7} {r['n_params']:>10,} {r['method']:>16} {1e3 * r['seconds']:9.1f} "
+            f"{r['time_vs_train_step']:13.2f} {r['peak_mib']:9.1f}"
         )
     print(
         f"projected check <= {GOAL_RATIO:g}x a training step at every size: {'met' if out['meets_goal'] else 'NOT met'}"

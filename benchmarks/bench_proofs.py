@@ -41,7 +41,8 @@ def main() -> int:
         for r in rows:
             print(f"{r['name']:<4} {r['status']:<7} {r['seconds']:7.2f} s")
         print(
-            f"import {t_import:.2f} s; total {total:.2f} s (goal <= {GOAL_SECONDS:.0f} s): {'ok' if out['within_goal'] else 'OVER'}"
+            f"import {t_import:.2f} s; total {total:.2f} s "
+            f"(goal <= {GOAL_SECONDS:.0f} s): {'ok' if out['within_goal'] else 'OVER'}"
         )
     return 0 if out["all_proved"] else 1
 

@@ -46,7 +46,8 @@ def main() -> int:
         for x in rows:
             print(f"{x['name']:<22} {x['seconds']:6.2f} s  {x['figures']} figures  {x['errors']} errors")
         print(
-            f"total {total:.2f} s (goals: <= {GOAL_NOTEBOOK_SECONDS:.0f} s a notebook, <= {GOAL_TOTAL_SECONDS:.0f} s in all): {'ok' if within else 'OVER'}"
+            f"total {total:.2f} s (goals: <= {GOAL_NOTEBOOK_SECONDS:.0f} s a notebook, "
+            f"<= {GOAL_TOTAL_SECONDS:.0f} s in all): {'ok' if within else 'OVER'}"
         )
     return 0 if r["ok"] else 1
 

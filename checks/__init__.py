@@ -7,12 +7,17 @@ g = c(k, G)·(s̄₊ − s̄₋) (Theorem 1) and the dial's presets::
     report = audit("my_pkg.rl:advantages", expect="grpo")   # or a callable fn(rewards, G)
     print(report.format()); assert report.verdict != "fail"
 
-Modules: :mod:`~grpo_identity.checks.strategies` (hypothesis strategies),
-:mod:`~grpo_identity.checks.properties` (one function per property),
-:mod:`~grpo_identity.checks.infer` (dial inference from designed probes),
-:mod:`~grpo_identity.checks.auditor` (the verdict), :mod:`~grpo_identity.checks.adapters` (TRL,
-verl, the presets), :mod:`~grpo_identity.checks.target` (child-process runner),
-:mod:`~grpo_identity.checks.plugin` (the pytest plugin).
+The path of an audit, one module a step: :mod:`~grpo_identity.checks.spec` (what to audit,
+resolved once), :mod:`~grpo_identity.checks.options` (how, checked once),
+:mod:`~grpo_identity.checks.auditor` (the run), :mod:`~grpo_identity.checks.target` and
+:mod:`~grpo_identity.checks.child` (the target, here or in a child process, over the messages of
+:mod:`~grpo_identity.checks.protocol`), :mod:`~grpo_identity.checks.infer`,
+:mod:`~grpo_identity.checks.search` with :mod:`~grpo_identity.checks.properties` and
+:mod:`~grpo_identity.checks.strategies`, :mod:`~grpo_identity.checks.probes` and
+:mod:`~grpo_identity.checks.gradient` (the measurements), :mod:`~grpo_identity.checks.verdict`
+(the rules), :mod:`~grpo_identity.checks.report` (the result).  Frameworks:
+:mod:`~grpo_identity.checks.adapters`, :mod:`~grpo_identity.checks.frameworks`,
+:mod:`~grpo_identity.checks.releases`; pytest: :mod:`~grpo_identity.checks.plugin`.
 
 Light on import: nothing heavy (no torch, no sympy, not even hypothesis) is loaded until a name
 below is used.
@@ -23,13 +28,25 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+#: what an audit compares: the advantages, or the gradient of a loss
+LEVELS = ("advantage", "gradient")
+#: what a target computes: one advantage per reward, or one keep flag per group
+KINDS = ("advantage", "filter")
+
 #: public name -> module under grpo_identity.checks that defines it
 _EXPORTS: dict[str, str] = {
     "audit": "auditor",
-    "AuditReport": "auditor",
-    "Finding": "auditor",
-    "VERDICTS": "auditor",
-    "Inferred": "infer",
+    "run": "auditor",
+    "Report": "report",
+    "AuditReport": "report",
+    "Finding": "report",
+    "Inferred": "report",
+    "VERDICTS": "report",
+    "AuditOptions": "options",
+    "OptionError": "options",
+    "resolve": "spec",
+    "FunctionSpec": "spec",
+    "FrameworkSpec": "frameworks",
     "infer_dial": "infer",
     "infer_keep_rule": "infer",
     "PropertyViolation": "properties",

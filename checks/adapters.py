@@ -40,17 +40,24 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, parse_spec
+from grpo_identity.checks.spec import is_framework
 
 __all__ = ["ADAPTERS", "names", "is_adapter", "build", "describe"]
 
 #: adapter family -> one-line description (for ``--help`` and reports)
 ADAPTERS: dict[str, str] = {
-    "<preset>": "a preset of the dial (grpo, dr_grpo, dapo, rloo; preset:NAME for any, e.g. preset:openrlhf): the reference itself",
-    "trl": "TRL's GRPOTrainer from a GRPOConfig (--set scale_rewards=none, --set loss_type=dr_grpo …; short form trl:scale_rewards=none)",
-    "verl": "verl's trainer dispatch from its config (--set algorithm.adv_estimator=grpo …; short form verl:grpo:norm_adv_by_std_in_grpo=false)",
-    "areal": "AReaL's PPO actor (compute_advantages) from its config (--set actor.reward_norm.mean_level=group --set actor.adv_norm=null …)",
-    "verl:estimator=NAME": "verl's core_algos estimator function alone, e.g. verl:estimator=grpo_vectorized (bypasses the trainer)",
-    "openrlhf": "OpenRLHF's experience maker from its train_ppo_ray options (--set algo.advantage.estimator=group_norm …; short form openrlhf:group_norm; --release 0.11.2)",
+    "<preset>": "a preset of the dial (grpo, dr_grpo, dapo, rloo; preset:NAME for any, e.g. preset:openrlhf): the "
+    "reference itself",
+    "trl": "TRL's GRPOTrainer from a GRPOConfig (--set scale_rewards=none, --set loss_type=dr_grpo …; short form "
+    "trl:scale_rewards=none)",
+    "verl": "verl's trainer dispatch from its config (--set algorithm.adv_estimator=grpo …; short form "
+    "verl:grpo:norm_adv_by_std_in_grpo=false)",
+    "areal": "AReaL's PPO actor (compute_advantages) from its config (--set actor.reward_norm.mean_level=group --set "
+    "actor.adv_norm=null …)",
+    "verl:estimator=NAME": "verl's core_algos estimator function alone, e.g. verl:estimator=grpo_vectorized "
+    "(bypasses the trainer)",
+    "openrlhf": "OpenRLHF's experience maker from its train_ppo_ray options (--set "
+    "algo.advantage.estimator=group_norm …; short form openrlhf:group_norm; --release 0.11.2)",
 }
 
 #: versions the CI tests pin (``make setup`` installs exactly these)
@@ -87,13 +94,13 @@ def is_adapter(spec: str) -> bool:
     from grpo_identity.dial import PRESETS
 
     head = spec.split(":")[0].strip().lower()
-    return head in PRESETS or head in (*FRAMEWORKS, "preset", "dial")
+    return head in PRESETS or head in ("preset", "dial") or is_framework(spec)
 
 
 def build(spec: str | FrameworkSpec, kind: str = "advantage") -> Callable[..., Any]:
     """The adapter function named by ``spec`` (imports the framework it needs)."""
-    if isinstance(spec, FrameworkSpec) or spec.split(":")[0].strip().lower() in FRAMEWORKS:
-        return _framework(spec if isinstance(spec, FrameworkSpec) else parse_spec(spec), kind)
+    if is_framework(spec):
+        return _framework(spec if isinstance(spec, FrameworkSpec) else parse_spec(str(spec)), kind)
     parts = [p.strip() for p in spec.split(":")]
     framework = parts[0].lower()
     if framework in ("preset", "dial"):
@@ -120,7 +127,8 @@ def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
     release = f"{fs.framework} {version(fs.framework)}"
     if fs.estimator is not None and kind == "gradient":
         raise AdapterError(
-            f"{fs.describe()} is the estimator function alone: it has no loss, so --level gradient needs the trainer path (verl --set algorithm.adv_estimator=…)"
+            f"{fs.describe()} is the estimator function alone: it has no loss, so --level gradient needs the trainer "
+            "path (verl --set algorithm.adv_estimator=…)"
         )
     try:
         if fs.estimator is not None:

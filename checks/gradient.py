@@ -18,7 +18,7 @@ these coefficients are the whole story:
 >>> def fake(r, G, L):  # constant weight 1/len(r), an outcome advantage r − mean
 ...     A = r - r.reshape(-1, G).mean(1).repeat(G); m = (np.arange(8) < L[:, None]) * 1.0
 ...     return {"advantages": A, "coefficients": (A / len(r))[:, None] * m, "mask": m}
->>> audit_gradient(fake, sizes=(2, 4)).inferred["per_sample_weight"]
+>>> audit_gradient(fake, sizes=(2, 4)).inferred.per_sample_weight
 'constant'
 """
 
@@ -31,18 +31,22 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import dial as D
+from grpo_identity.checks import verdict as V
 from grpo_identity.checks.infer import probe_batch
+from grpo_identity.checks.report import WEIGHTS, Finding, Inferred, Report
+from grpo_identity.checks.target import TargetMalformed, _OutputWatch, malformed, output_issue, to_numpy
 
-__all__ = ["GradientReport", "audit_gradient", "answer_lengths", "WEIGHTS", "GRADIENT_GROUP_SIZES"]
+__all__ = [
+    "audit_gradient",
+    "answer_lengths",
+    "coefficient_precision",
+    "AdvantageView",
+    "WEIGHTS",
+    "GRADIENT_GROUP_SIZES",
+]
 
 #: group sizes of the gradient probes
 GRADIENT_GROUP_SIZES = (2, 3, 4, 8)
-#: per-sample weight laws, and what each means for the update
-WEIGHTS = {
-    "constant": "every answer weighs the same (the paper's 1/G)",
-    "1/length": "length bias: an answer's push scales as 1/|yᵢ| (long correct answers move less, long wrong ones are penalised less)",
-    "1/batch_tokens": "batch coupling: every answer's weight is 1/(tokens in the batch), so it depends on the other groups' lengths",
-}
 #: relative tolerance of the float32 checks
 RTOL = 1e-4
 #: relative tolerance of a ratio of two bfloat16 numbers (8 significant bits: each is within
@@ -59,96 +63,6 @@ def coefficient_precision(C: np.ndarray) -> str:
     from grpo_identity.checks.properties import precision_of
 
     return "bfloat16" if precision_of(np.asarray(C, dtype=np.float64)) in ("bfloat16", "float16") else "float32"
-
-
-@dataclass
-class GradientReport:
-    """The gradient-level verdict: ``verdict``, ``level`` = 'gradient', ``inferred``, ``findings``."""
-
-    target: str
-    verdict: str
-    expected: str | None
-    inferred: dict[str, Any]
-    findings: list[Any]
-    coefficient_table: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-    target_info: dict[str, Any] = field(default_factory=dict)
-    level: str = "gradient"
-    matches: str | None = None
-    advantage: Any = None
-    """The advantage-level audit of the same target (an ``AuditReport``), when it was run too."""
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict != "fail"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "target": self.target,
-            "level": self.level,
-            "verdict": self.verdict,
-            "matches": self.matches,
-            "expected": self.expected,
-            "inferred": self.inferred,
-            "findings": [f.to_dict() for f in self.findings],
-            "coefficient_table": self.coefficient_table,
-            "seconds": round(self.seconds, 3),
-            "target_info": self.target_info,
-        }
-        if self.advantage is not None:
-            out["advantage"] = self.advantage.to_dict()
-        return out
-
-    def format(self) -> str:
-        from grpo_identity.foundation import format_table
-
-        info = ", ".join(
-            f"{k} {v}"
-            for k, v in self.target_info.items()
-            if k in ("framework", "version", "entry", "loss_type", "loss_agg_mode") and v
-        )
-        inf = self.inferred
-        lines = [
-            f"gradient audit of {self.target}" + (f" ({info})" if info else ""),
-            f"verdict: {self.verdict.upper()}   level: gradient   matches: {self.matches or '-'}   expected: {self.expected or 'any preset'}",
-        ]
-        lines.append(
-            f"per-sample weight: {inf.get('per_sample_weight')} ({WEIGHTS.get(inf.get('per_sample_weight') or '', 'no known law')})"
-        )
-        lines.append(
-            f"silent groups give zero gradient: {'yes' if inf.get('silent_groups_zero_gradient') else 'NO'}; token weights uniform within an answer: {'yes' if inf.get('uniform_within_answer') else 'NO'}"
-        )
-        if self.coefficient_table:
-            lines.append("")
-            lines.append(
-                "effective coefficient c in g = c·(s̄₊ʷ − s̄₋ʷ) (the loss's scale included) and the advantage-level c(k, G) = (k/G)·Â₊:"
-            )
-            rows = [
-                [
-                    r["G"],
-                    r["k"],
-                    r["c_gradient"],
-                    r["c_advantage"],
-                    r["c_reference"] if r["c_reference"] is not None else "-",
-                    r["G1_residual"],
-                ]
-                for r in self.coefficient_table
-            ]
-            lines.append(format_table(rows, ["G", "k", "c gradient", "c advantage", "c reference", "G1 residual"]))
-        if self.advantage is not None:
-            adv = self.advantage.format().splitlines()
-            lines += [
-                "",
-                "advantage level (the same configuration's advantages, property-tested):",
-                *(f"  {ln}" for ln in adv[1:] if not ln.startswith(("findings", "  ["))),
-            ]
-        lines.append("")
-        lines.append("findings:" if self.findings else "findings: none")
-        for f in self.findings:
-            lines.append(f"  [{f.severity}] {f.property}: {f.message}")
-            if f.counterexample:
-                lines.append(f"      counterexample: {f.counterexample}")
-        return "\n".join(lines)
 
 
 def answer_lengths(n: int, longer: int = 0) -> np.ndarray:
@@ -193,11 +107,13 @@ def _law(u: list[np.ndarray], L: list[np.ndarray], rtol: float = RTOL) -> tuple[
         if abs(per_call[0] * totals[0] - per_call[1] * totals[1]) <= 10 * rtol * abs(per_call[0] * totals[0]):
             return (
                 "1/batch_tokens",
-                f"uᵢ·(tokens in the batch) = {per_call[0] * totals[0]:.6g} in batches of {totals[0]:g} and {totals[1]:g} tokens",
+                f"uᵢ·(tokens in the batch) = {per_call[0] * totals[0]:.6g} in batches of {totals[0]:g} and "
+                f"{totals[1]:g} tokens",
             )
         return (
             "other",
-            f"one weight per batch that follows no known law ({per_call[0]:.6g} at {totals[0]:g} tokens, {per_call[1]:.6g} at {totals[1]:g})",
+            f"one weight per batch that follows no known law ({per_call[0]:.6g} at {totals[0]:g} tokens, "
+            f"{per_call[1]:.6g} at {totals[1]:g})",
         )
     if all(flat(ui * li) for ui, li in zip(u, L)):
         prod = [float(np.nanmedian(ui * li)) for ui, li in zip(u, L)]
@@ -242,37 +158,95 @@ def _g1(
     return rows
 
 
-def _verdict(findings: list[Any], law: str, table: list[dict[str, Any]], ref: D.Dial | None) -> str:
-    """fail on any failing finding; else deviation for a non-constant weight or an advantage
-    coefficient off the expected preset's (each appends its finding); else pass."""
-    from grpo_identity.checks.auditor import Finding
+@dataclass
+class _Evidence:
+    """What the probes of one audit measured, accumulated over the probed group sizes."""
 
-    if any(f.severity == "fail" for f in findings):
-        return "fail"
-    verdict = "pass"
-    if law != "constant":
-        verdict = "deviation"
-        findings.append(
-            Finding(
-                "per_sample_weight",
-                f"per-sample weight {law}: {WEIGHTS[law]}; G1 holds with the weighted means s̄±ʷ, the direction changes",
-                {},
-                "deviation",
-            )
+    findings: list[Finding] = field(default_factory=list)
+    laws: list[tuple[int, str, str]] = field(default_factory=list)
+    """(G, weight law, its evidence) per probed G."""
+    table: list[dict[str, Any]] = field(default_factory=list)
+    silent_ok: bool = True
+    spread_max: float = 0.0
+    uniform: bool = True
+    bf16: bool = False
+
+    def law(self) -> str:
+        """The one weight law of every probed G, else 'other'."""
+        found = {law for _, law, _ in self.laws}
+        return found.pop() if len(found) == 1 else "other"
+
+
+def _silent_gradient(G: int, r: np.ndarray, C: np.ndarray) -> Finding | None:
+    """A finding when an answer of a silent group (σ = 0) gets a nonzero token coefficient."""
+    R = r.reshape(-1, G)
+    silent = np.repeat(R.max(1) == R.min(1), G)
+    if not np.any(C[silent] != 0):
+        return None
+    i = int(np.flatnonzero(np.any(C[silent] != 0, axis=1))[0])
+    size = float(np.abs(C[silent][i]).max())
+    example = {"group_size": G, "group_rewards": R[np.flatnonzero(R.max(1) == R.min(1))[0]].tolist()}
+    message = f"G={G}: a silent group's answer gets a gradient {size:.3g} (σ = 0 should give g = 0)"
+    return Finding("silent_groups_zero_gradient", message, example)
+
+
+def _probe_group_size(target: Callable[..., Any], G: int, ev: _Evidence, ref: D.Dial | None, rng: Any) -> None:
+    """Two calls at group size G with different token totals: the weight law, the silent groups'
+    gradient, masked tokens, and theorem G1 per group (rows of ``ev.table``)."""
+    r = probe_batch(G)
+    calls = [(answer_lengths(r.size, s), *_call(target, r, G, answer_lengths(r.size, s))) for s in (0, 2)]
+    us, Ls, spread_G = [], [], 0.0
+    silent = np.repeat(r.reshape(-1, G).max(1) == r.reshape(-1, G).min(1), G)
+    for L, A, C, M in calls:
+        if np.abs(C * (1 - M)).max() > 0:
+            message = f"G={G}: tokens past the end of an answer get a gradient"
+            ev.findings.append(Finding("masked_tokens", message, {"group_size": G}))
+        a, spread = _per_answer(C, M)
+        spread_G = max(spread_G, spread)
+        finding = _silent_gradient(G, r, C)
+        if finding is not None:
+            ev.silent_ok = False
+            ev.findings.append(finding)
+        live = ~silent & (A != 0)
+        us.append(np.where(live, a / np.where(A == 0, 1.0, A), np.nan))
+        Ls.append(L.astype(np.float64))
+    law, why = _law(us, Ls)
+    coefficients = np.concatenate([C.ravel() for _, _, C, _ in calls])
+    if (law == "other" or spread_G > 10 * RTOL) and coefficient_precision(coefficients) == "bfloat16":
+        law, why = _law(us, Ls, RTOL_BF16)  # what failed at float32's tolerance, judged at bf16's
+        ev.bf16 = True
+    ev.uniform = ev.uniform and spread_G <= 10 * (RTOL_BF16 if ev.bf16 else RTOL)
+    ev.spread_max = max(ev.spread_max, spread_G)
+    ev.laws.append((G, law, why))
+    L, A, C, M = calls[0]
+    a, _ = _per_answer(C, M)
+    for row in _g1(A, a, M, _weights(law, L.astype(np.float64)), G, r, rng):
+        row["c_reference"] = float(D.coefficient(row["k"], G, ref)) if ref is not None else None
+        ev.table.append(row)
+
+
+def _law_findings(ev: _Evidence) -> list[Finding]:
+    """Findings about the whole probe set: tokens weighted unevenly within an answer, no known
+    weight law, or theorem G1 not holding with the law found."""
+    out = []
+    law = ev.law()
+    if not ev.uniform:
+        message = (
+            f"token coefficients vary within an answer (relative spread {ev.spread_max:.3g}): no per-answer "
+            "score sᵢ, the identity's form does not apply"
         )
-    if ref is not None:
-        ratios = [row["c_advantage"] / row["c_reference"] for row in table if row["c_reference"]]
-        if ratios and max(abs(x - 1) for x in ratios) > 1e3 * RTOL:
-            verdict = "deviation"
-            findings.append(
-                Finding(
-                    "matches_preset",
-                    f"the advantage-level c(k, G) is {min(ratios):.6g}–{max(ratios):.6g} × {ref.name}'s",
-                    {},
-                    "deviation",
-                )
-            )
-    return verdict
+        out.append(Finding("uniform_within_answer", message))
+    bad = [row for row in ev.table if not row["G1_residual"] <= 1e3 * RTOL]
+    if law == "other":
+        out.append(Finding("per_sample_weight", "; ".join(f"G={G}: {why}" for G, lw, why in ev.laws if lw == "other")))
+    elif bad:
+        first = bad[0]
+        message = (
+            f"g is not c·(s̄₊ʷ − s̄₋ʷ) with weight {law}: residual {first['G1_residual']:.3g} at "
+            f"G={first['G']}, k={first['k']}"
+        )
+        out.append(Finding("identity_G1", message, {"group_size": first["G"], "k": first["k"]}))
+    return out
 
 
 def audit_gradient(
@@ -281,95 +255,80 @@ def audit_gradient(
     sizes: tuple[int, ...] = GRADIENT_GROUP_SIZES,
     name: str | None = None,
     seed: int = 0,
-) -> GradientReport:
-    """Probe a gradient target (see the module docstring) and give the gradient-level verdict."""
-    from grpo_identity.checks.auditor import Finding
+) -> Report:
+    """Probe a gradient target (see the module docstring) and give the gradient-level verdict.
 
+    Parameters
+    ----------
+    target : callable
+        ``fn(rewards, G, lengths) -> {"advantages", "coefficients", "mask"}``.
+    expect : str or Dial, optional
+        The preset whose c(k, G) the advantages should have.
+    sizes : tuple of int
+        The probed group sizes.
+    name : str, optional
+        The target's name in the report.
+    seed : int
+        Seed of the random token scores of theorem G1's check.
+
+    Returns
+    -------
+    Report
+        ``level == "gradient"``; ``inferred.per_sample_weight`` names the weight law.
+    """
     t0 = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    findings: list[Finding] = []
-    laws, table, silent_ok, uniform, spread_max = [], [], True, True, 0.0
-    precisions: set[str] = set()
     ref = D.preset(expect) if isinstance(expect, str) else expect
+    rng = np.random.default_rng(seed)
+    ev = _Evidence()
     for G in sizes:
-        r = probe_batch(G)
-        calls = [(answer_lengths(r.size, s), *_call(target, r, G, answer_lengths(r.size, s))) for s in (0, 2)]
-        us, Ls, spread_G = [], [], 0.0
-        for L, A, C, M in calls:
-            if np.abs(C * (1 - M)).max() > 0:
-                findings.append(
-                    Finding(
-                        "masked_tokens", f"G={G}: tokens past the end of an answer get a gradient", {"group_size": G}
-                    )
-                )
-            a, spread = _per_answer(C, M)
-            spread_G = max(spread_G, spread)
-            R = r.reshape(-1, G)
-            silent = np.repeat(R.max(1) == R.min(1), G)
-            if np.any(C[silent] != 0):
-                silent_ok = False
-                i = int(np.flatnonzero(np.any(C[silent] != 0, axis=1))[0])
-                findings.append(
-                    Finding(
-                        "silent_groups_zero_gradient",
-                        f"G={G}: a silent group's answer gets a gradient {float(np.abs(C[silent][i]).max()):.3g} (σ = 0 should give g = 0)",
-                        {"group_size": G, "group_rewards": R[np.flatnonzero(R.max(1) == R.min(1))[0]].tolist()},
-                    )
-                )
-            live = ~silent & (A != 0)
-            us.append(np.where(live, a / np.where(A == 0, 1.0, A), np.nan))
-            Ls.append(L.astype(np.float64))
-        law, why = _law(us, Ls)
-        if (law == "other" or spread_G > 10 * RTOL) and coefficient_precision(
-            np.concatenate([C.ravel() for _, _, C, _ in calls])
-        ) == "bfloat16":
-            law, why = _law(us, Ls, RTOL_BF16)  # what failed at float32's tolerance, judged at bf16's
-            precisions.add("bfloat16")
-        uniform = uniform and spread_G <= 10 * (RTOL_BF16 if "bfloat16" in precisions else RTOL)
-        spread_max = max(spread_max, spread_G)
-        laws.append((G, law, why))
-        L, A, C, M = calls[0]
-        a, _ = _per_answer(C, M)
-        for row in _g1(A, a, M, _weights(law, L.astype(np.float64)), G, r, rng):
-            row["c_reference"] = float(D.coefficient(row["k"], G, ref)) if ref is not None else None
-            table.append(row)
-    law_set = {law for _, law, _ in laws}
-    law = law_set.pop() if len(law_set) == 1 else "other"
-    if not uniform:
-        findings.append(
-            Finding(
-                "uniform_within_answer",
-                f"token coefficients vary within an answer (relative spread {spread_max:.3g}): no per-answer score sᵢ, the identity's form does not apply",
-            )
-        )
-    bad = [row for row in table if not row["G1_residual"] <= 1e3 * RTOL]
-    if law == "other":
-        findings.append(
-            Finding("per_sample_weight", "; ".join(f"G={G}: {why}" for G, lw, why in laws if lw == "other"))
-        )
-    elif bad:
-        findings.append(
-            Finding(
-                "identity_G1",
-                f"g is not c·(s̄₊ʷ − s̄₋ʷ) with weight {law}: residual {bad[0]['G1_residual']:.3g} at G={bad[0]['G']}, k={bad[0]['k']}",
-                {"group_size": bad[0]["G"], "k": bad[0]["k"]},
-            )
-        )
-    verdict = _verdict(findings, law, table, ref)
-    inferred = {
-        "per_sample_weight": law,
-        "coefficient_precision": "bfloat16" if "bfloat16" in precisions else "float32",
-        "weight_by_group_size": {str(G): {"law": lw, "why": why} for G, lw, why in laws},
-        "silent_groups_zero_gradient": silent_ok,
-        "uniform_within_answer": uniform,
-    }
-    report = GradientReport(
-        str(name or getattr(target, "__qualname__", "target")),
-        verdict,
-        ref.name if ref else None,
-        inferred,
-        findings,
-        coefficient_table=table,
+        _probe_group_size(target, G, ev, ref, rng)
+    ev.findings += _law_findings(ev)
+    inferred = Inferred(
+        per_sample_weight=ev.law(),
+        coefficient_precision="bfloat16" if ev.bf16 else "float32",
+        weight_by_group_size={str(G): {"law": lw, "why": why} for G, lw, why in ev.laws},
+        silent_groups_zero_gradient=ev.silent_ok,
+        uniform_within_answer=ev.uniform,
     )
-    report.seconds = time.perf_counter() - t0
-    return report
+    decision = V.gradient(inferred, ev.findings, ev.table, ref)
+    return Report(
+        target=str(name or getattr(target, "__qualname__", "target")),
+        level="gradient",
+        kind="advantage",
+        verdict=decision.verdict,
+        matches=None,
+        expected=ref.name if ref else None,
+        inferred=inferred,
+        findings=decision.findings,
+        coefficient_table=decision.coefficient_table,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+class AdvantageView:
+    """A gradient target seen as an advantage function: ``fn(rewards, G)`` → the advantages it
+    computed on answers of the gradient probes' lengths.  A target whose info says
+    ``lengths_optional`` (the framework drivers) is called with ``lengths=None`` and skips its
+    loss; any other gets lengths and its loss is computed and ignored."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self._skip_loss = bool((getattr(target, "info", None) or {}).get("lengths_optional"))
+        self._watch = _OutputWatch()
+        self.last_issue: str | None = None
+        self.last_overwrite: str | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def __call__(self, rewards: np.ndarray, group_size: int) -> Any:
+        out = self._target(rewards, group_size, None if self._skip_loss else answer_lengths(len(rewards)))
+        adv = out.get("advantages") if isinstance(out, dict) else None
+        bad = malformed(adv, "advantage")
+        if bad is not None:
+            raise TargetMalformed(f"{bad} (the 'advantages' of its gradient output)")
+        # the same checks as a call at the advantage level: input untouched (the child saw it),
+        # dtype kept, no shared output buffer
+        self.last_overwrite = self._watch.check(adv)
+        self.last_issue = getattr(self._target, "last_issue", None) or output_issue(rewards, rewards, adv)
+        return np.array(to_numpy(adv), dtype=np.float64, copy=True)

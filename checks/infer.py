@@ -19,14 +19,13 @@ coefficient c(k, G) = (k/G)·Â₊ (Theorem 1) is recorded for the report.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from grpo_identity import closed_forms
-from grpo_identity import dial as D
 from grpo_identity.checks.properties import Tolerance, _call, _call_filter, kept_by_definition, precision_of
+from grpo_identity.checks.report import Inferred
 
 __all__ = [
     "PROBE_GROUP_SIZES",
@@ -57,64 +56,6 @@ def probe_batch(G: int) -> np.ndarray:
     return np.concatenate(
         [np.r_[np.ones(k), np.zeros(G - k)] for k in range(G + 1)] + [np.zeros(G * PROBE_EXTRA_SILENT)]
     )
-
-
-@dataclass
-class Inferred:
-    """The dial a target computes, as far as the probes tell (``None`` where nothing fits)."""
-
-    centre: str | None = None
-    scale: str | None = None
-    ddof: int | None = None
-    eps: float | None = None
-    eps_resolution: float = 0.0
-    eps_inside_sqrt: bool = False
-    """The ε sits under the square root, √(σ² + ε) (a ``whiten``-style scale), not σ + ε: off the
-    dial, a bounded factor σ/√(σ² + ε) on c(k, G)."""
-    alpha: float | None = None
-    """A constant factor on the advantages (1 for every preset)."""
-    keep: str | None = None
-    """Filters only: 'nonzero_std', 'all' or 'other' (advantages cannot show a keep rule)."""
-    precision: str = "float64"
-    fit_residual: float | None = None
-    coupled: bool = False
-    """The advantages of a group change with the other groups of the batch."""
-    silent_nonbinary_max_abs: float | None = None
-    """Largest |Â| on silent groups of 0.1, 0.3, 1/3 … (0 when exactly zero)."""
-    silent_nonbinary_worst: dict[str, float] | None = None
-    """The reward value and G where that largest residue appeared."""
-    coefficients: dict[int, list[float]] = field(default_factory=dict)
-    """c(k, G) = (k/G)·Â₊ for k = 0…G, by probed G."""
-    batch_std: dict[int, float] = field(default_factory=dict)
-    """Population std of each probe batch (for batch-std dials)."""
-    why: str = ""
-
-    def dial(self) -> D.Dial | None:
-        """The inferred point of the dial (α aside), or ``None``."""
-        if self.centre is None or self.scale is None:
-            return None
-        return D.Dial(
-            centre=self.centre,  # type: ignore[arg-type]
-            scale=self.scale,  # type: ignore[arg-type]
-            ddof=self.ddof or 0,
-            eps=float(self.eps or 0.0),
-            keep="nonzero_std" if self.keep == "nonzero_std" else "all",
-            eps_where="variance" if self.eps_inside_sqrt else "std",
-        )
-
-    def reference(self) -> Callable[[np.ndarray, int], np.ndarray] | None:
-        """α · dial advantages: what the target should return on any batch."""
-        d = self.dial()
-        if d is None:
-            return None
-        a = float(self.alpha or 1.0)
-        return lambda r, G: a * D.advantages(r, G, d)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["coefficients"] = {str(G): c for G, c in self.coefficients.items()}
-        out["batch_std"] = {str(G): s for G, s in self.batch_std.items()}
-        return out
 
 
 def _levels(A: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
@@ -157,7 +98,10 @@ def infer_dial(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int
         return inf
     best = _best_fit(_fits(data, inf), _UNIT_ROUNDOFF[inf.precision])
     if best is None:
-        inf.why = "no centre (mean, leave-one-out) and scale (group std ddof 0/1 + ε, batch std, none) fits the probes: the scale is no function of σ of the dial's form"
+        inf.why = (
+            "no centre (mean, leave-one-out) and scale (group std ddof 0/1 + ε, batch std, none) fits the probes: "
+            "the scale is no function of σ of the dial's form"
+        )
         return inf
     _adopt(inf, best)
     if inf.coupled and inf.scale != "batch_std":

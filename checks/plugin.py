@@ -12,10 +12,12 @@ audit, numpy and hypothesis load when a test uses the fixture)::
 
 A ``fail`` verdict fails the test with the readable report (its first line: the verdict, the
 target, the deciding finding); a ``deviation`` from an expected preset fails too unless
-``allow_deviation=True``.  A function defined at the top of a module (a test file too) or a spec
-string runs in a child process, so ``timeout`` stops a hang; ``isolate=False`` runs it in this
-process, and a local function or lambda always runs here (the report says so in a note).
-Options: ``--grpo-identity-max-examples``, ``--grpo-identity-timeout``; the header names them.
+``allow_deviation=True``; a target that cannot be loaded fails it with the reason.  A function
+defined at the top of a module (a test file too) or a spec string runs in a child process, so
+``timeout`` stops a hang; ``isolate=False`` runs it in this process, and a local function or
+lambda always runs here (the report says so in a note).  A marker with an option it does not
+know fails its own test, naming the options it knows; the rest of the session runs.  Options:
+``--grpo-identity-max-examples``, ``--grpo-identity-timeout``; the header names them.
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ from typing import Any, Callable
 
 import pytest
 
-#: options the ``grpo_identity`` marker accepts (anything else is a usage error)
-MARKER_OPTIONS = ("expect", "kind", "max_examples", "timeout", "allow_deviation", "isolate")
-_KINDS = ("advantage", "filter")
+#: options the ``grpo_identity`` marker and ``check`` accept: the audit's, and the plugin's own
+MARKER_OPTIONS = ("expect", "kind", "level", "max_examples", "timeout", "allow_deviation", "isolate")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,9 +49,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", f"grpo_identity(**options): options for the grpo_identity fixture ({', '.join(MARKER_OPTIONS)})"
-    )
+    options = ", ".join(MARKER_OPTIONS)
+    config.addinivalue_line("markers", f"grpo_identity(**options): options for the grpo_identity fixture ({options})")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -59,49 +59,23 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"grpo-identity: max_examples={n}, derandomize=True, database=None, deadline=None, timeout={t:g}s"
 
 
-def _validate(options: dict[str, Any], where: str) -> dict[str, Any]:
+def _unknown(options: dict[str, Any], where: str) -> str | None:
+    """Why ``options`` are not the marker's, or None."""
     bad = sorted(set(options) - set(MARKER_OPTIONS))
-    if bad:
-        raise pytest.UsageError(
-            f"{where}: grpo_identity marker got unknown option(s) {', '.join(bad)}; allowed: {', '.join(MARKER_OPTIONS)}"
-        )
-    if "kind" in options and options["kind"] not in _KINDS:
-        raise pytest.UsageError(f"{where}: grpo_identity marker kind must be one of {_KINDS}, got {options['kind']!r}")
-    n = options.get("max_examples", 1)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise pytest.UsageError(f"{where}: grpo_identity marker max_examples must be a positive integer, got {n!r}")
-    t = options.get("timeout", 1.0)
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
-        raise pytest.UsageError(f"{where}: grpo_identity marker timeout must be a positive number, got {t!r}")
-    if "expect" in options and options["expect"] is not None and not isinstance(options["expect"], str):
-        raise pytest.UsageError(
-            f"{where}: grpo_identity marker expect must be a preset name, got {options['expect']!r}"
-        )
-    return options
+    if not bad:
+        return None
+    return f"{where} got unknown option(s) {', '.join(bad)}; allowed: {', '.join(MARKER_OPTIONS)}"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        for mark in item.iter_markers("grpo_identity"):
-            if mark.args:
-                raise pytest.UsageError(
-                    f"{item.nodeid}: grpo_identity marker takes keyword options only, got {mark.args!r}"
-                )
-            _validate(dict(mark.kwargs), item.nodeid)
-
-
-def _isolable(target: Any) -> tuple[bool, str | None]:
-    """Whether a child process can load ``target`` (a spec, or a function at the top of a module);
-    else why it runs in this process (where no timeout can stop it)."""
-    if isinstance(target, str):
-        return True, None
-    from grpo_identity.checks.target import TargetImportError, reference
-
-    try:
-        reference(target)
-    except TargetImportError as exc:
-        return False, f"ran in this process, where the timeout cannot stop a hang: {exc}"
-    return True, None
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """A marker with positional arguments or an unknown option fails its own test."""
+    for mark in item.iter_markers("grpo_identity"):
+        if mark.args:
+            pytest.fail(f"the grpo_identity marker takes keyword options only, got {mark.args!r}", pytrace=False)
+        why = _unknown(dict(mark.kwargs), "the grpo_identity marker")
+        if why:
+            pytest.fail(why, pytrace=False)
 
 
 def summary(report: Any) -> str:
@@ -122,16 +96,31 @@ class Checker:
     def check(self, target: Callable[..., Any] | str, **options: Any) -> Any:
         """Audit ``target`` (a callable ``fn(rewards, G)`` or a spec string); fail the test on a
         ``fail`` verdict (or a ``deviation`` from ``expect`` unless ``allow_deviation``).
-        Returns the :class:`~grpo_identity.checks.AuditReport`."""
-        opts = {**self.defaults, **_validate(dict(options), "grpo_identity.check")}
-        allow_deviation = bool(opts.pop("allow_deviation", False))
-        from grpo_identity.checks import audit
-        from grpo_identity.checks.auditor import Finding
+        Returns the :class:`~grpo_identity.checks.report.Report`."""
+        from grpo_identity.checks import TargetImportError, run
+        from grpo_identity.checks.options import AuditOptions, OptionError
+        from grpo_identity.checks.report import Finding
+        from grpo_identity.checks.spec import resolve
 
+        why = _unknown(options, "grpo_identity.check")
+        if why:
+            pytest.fail(why, pytrace=False)
+        opts = {**self.defaults, **options}
+        allow_deviation = bool(opts.pop("allow_deviation", False))
         note = None
         if opts.get("isolate") is None:  # a child process, so that the timeout can stop a hang
             opts["isolate"], note = _isolable(target)
-        report = audit(target, **opts)
+        name = target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
+        problem = None
+        try:
+            spec = resolve(target, kind=opts.pop("kind", "advantage"), level=opts.pop("level", None))
+            report = run(spec, AuditOptions(**opts))
+        except OptionError as exc:
+            problem = f"grpo_identity: {exc.worded({})} (options: {', '.join(MARKER_OPTIONS)})"
+        except TargetImportError as exc:
+            problem = f"grpo_identity FAIL {name}: the target could not be loaded: {exc}"
+        if problem is not None:  # raised outside the handler: the failure is this line, nothing chained
+            pytest.fail(problem, pytrace=False)
         if note:
             report.findings.append(Finding("isolate", note, {}, "note"))
         self.reports.append(report)
@@ -140,6 +129,20 @@ class Checker:
         return report
 
     __call__ = check
+
+
+def _isolable(target: Any) -> tuple[bool, str | None]:
+    """Whether a child process can load ``target`` (a spec, or a function at the top of a module);
+    else why it runs in this process (where no timeout can stop it)."""
+    if isinstance(target, str):
+        return True, None
+    from grpo_identity.checks.target import TargetImportError, reference
+
+    try:
+        reference(target)
+    except TargetImportError as exc:
+        return False, f"ran in this process, where the timeout cannot stop a hang: {exc}"
+    return True, None
 
 
 @pytest.fixture

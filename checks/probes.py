@@ -46,7 +46,8 @@ def remainder(target: Callable[..., Any]) -> Any:
     if A.shape != r.shape or not np.all(np.isfinite(A)):
         return _finding(
             "probe_remainder",
-            f"accepts {r.size} rewards at G={G} but returns {A.shape} values{'' if A.shape != r.shape else ' with NaN/inf'}",
+            f"accepts {r.size} rewards at G={G} but returns {A.shape} "
+            f"values{'' if A.shape != r.shape else ' with NaN/inf'}",
             "fail",
             {"group_size": G, "rewards": r.tolist()},
         )
@@ -54,13 +55,15 @@ def remainder(target: Callable[..., Any]) -> Any:
     if not np.allclose(A[: whole.size], ref, rtol=1e-4, atol=1e-6):
         return _finding(
             "probe_remainder",
-            f"accepts a partial last group at G={G}, and it changes the whole groups' advantages (max change {float(np.abs(A[: whole.size] - ref).max()):.3g})",
+            f"accepts a partial last group at G={G}, and it changes the whole groups' advantages (max change "
+            f"{float(np.abs(A[: whole.size] - ref).max()):.3g})",
             "fail",
             {"group_size": G, "rewards": r.tolist()},
         )
     return _finding(
         "probe_remainder",
-        f"accepts {r.size} rewards at G={G}: the partial last group [1, 0] gets {np.round(A[-2:], 6).tolist()}, the whole groups are unchanged",
+        f"accepts {r.size} rewards at G={G}: the partial last group [1, 0] gets {np.round(A[-2:], 6).tolist()}, the "
+        "whole groups are unchanged",
     )
 
 
@@ -77,7 +80,8 @@ def tiny_spread(target: Callable[..., Any]) -> Any:
     big = float(np.abs(A[:G]).max())
     return _finding(
         "probe_tiny_spread",
-        f"a group whose rewards differ by ~1e-5 (0.7 + 1e-5·noise, G={G}) gets |Â| up to {big:.3g} (a 0/1 group: {float(np.abs(A[G:]).max()):.3g}): {'noise scaled up to full weight' if big > 0.1 else 'kept small by ε'}",
+        f"a group whose rewards differ by ~1e-5 (0.7 + 1e-5·noise, G={G}) gets |Â| up to {big:.3g} (a 0/1 group: "
+        f"{float(np.abs(A[G:]).max()):.3g}): {'noise scaled up to full weight' if big > 0.1 else 'kept small by ε'}",
     )
 
 

@@ -12,10 +12,11 @@ c(k, G)·(s̄₊ − s̄₋), with c = (k/G)·Â₊ given by the dial (:func:`gr
 >>> import numpy as np
 >>> from grpo_identity.checks.strategies import RewardBatch
 >>> ctx = Context(Tolerance.for_precision("float64"))
->>> zero_sum_per_group(lambda r, G: r - 0.5, RewardBatch(np.array([1., 1., 0., 0.]), 2, "binary"), ctx, np.random.default_rng(0))
+>>> batch = RewardBatch(np.array([1., 1., 0., 0.]), 2, "binary")
+>>> zero_sum_per_group(lambda r, G: r - 0.5, batch, ctx, np.random.default_rng(0))
 Traceback (most recent call last):
 ...
-grpo_identity.checks.properties.PropertyViolation: zero_sum_per_group: group 0 (G=2) sums to 1 instead of 0: rewards [1.0, 1.0], advantages [0.5, 0.5]
+grpo_identity.checks.properties.PropertyViolation: zero_sum_per_group: group 0 (G=2) sums to 1 instead of 0: ...
 """
 
 from __future__ import annotations
@@ -245,13 +246,15 @@ def two_valued_per_group(target: Target, batch: Any, ctx: Context, rng: np.rando
         if not (ctx.tol.close(a_hi, a_hi[0], scale) and ctx.tol.close(a_lo, a_lo[0], scale)):
             raise PropertyViolation(
                 "two_valued_per_group",
-                f"group {g} (G={G}) has rewards {{{lo:g}, {hi:g}}} but more than two advantages: {_fmt(np.unique(A[g]))}",
+                f"group {g} (G={G}) has rewards {{{lo:g}, {hi:g}}} but more than two advantages: "
+                f"{_fmt(np.unique(A[g]))}",
                 _example(r, G, A.reshape(-1), g),
             )
         if not a_hi[0] > a_lo[0]:
             raise PropertyViolation(
                 "two_valued_per_group",
-                f"group {g} (G={G}): reward {hi:g} gets advantage {a_hi[0]:.6g} ≤ {a_lo[0]:.6g} of reward {lo:g} (wrong sign or order)",
+                f"group {g} (G={G}): reward {hi:g} gets advantage {a_hi[0]:.6g} ≤ {a_lo[0]:.6g} of reward {lo:g} "
+                "(wrong sign or order)",
                 _example(r, G, A.reshape(-1), g),
             )
 
@@ -277,7 +280,8 @@ def zero_sum_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.
         if abs(s) > ctx.tol.rtol * max(scale, 1e-300) * max(1.0, np.sqrt(G) / 4) * _cancellation(R[g]):
             raise PropertyViolation(
                 "zero_sum_per_group",
-                f"group {g} (G={G}) sums to {s:.6g} instead of 0: rewards {_list(R[g], 16)}, advantages {_list(A[g], 16)}",
+                f"group {g} (G={G}) sums to {s:.6g} instead of 0: rewards {_list(R[g], 16)}, advantages "
+                f"{_list(A[g], 16)}",
                 _example(r, G, A.reshape(-1), g),
             )
 
@@ -305,7 +309,8 @@ def identity_in_vector_form(target: Target, batch: Any, ctx: Context, rng: np.ra
         if not ctx.tol.close(g_all[g], c * gap[g], scale * 4):
             raise PropertyViolation(
                 "identity_in_vector_form",
-                f"group {g} (G={G}, k={k}): g = {_fmt(g_all[g], 4)} is not c·(s̄₊ − s̄₋) = {_fmt(c * gap[g], 4)} with c = (k/G)·Â₊ = {c:.6g}",
+                f"group {g} (G={G}, k={k}): g = {_fmt(g_all[g], 4)} is not c·(s̄₊ − s̄₋) = {_fmt(c * gap[g], 4)} "
+                f"with c = (k/G)·Â₊ = {c:.6g}",
                 _example(r, G, A, g),
             )
 
@@ -344,7 +349,8 @@ def groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.
         what = "alone" if neighbours.size == 0 else f"beside {neighbours.size // G} other groups"
         raise PropertyViolation(
             "groups_independent",
-            f"group {g} (G={G}, rewards {_fmt(R[g])}) gets {_fmt(A[g])} in the batch but {_fmt(C)} {what}: coupled across groups",
+            f"group {g} (G={G}, rewards {_fmt(R[g])}) gets {_fmt(A[g])} in the batch but {_fmt(C)} {what}: coupled "
+            "across groups",
             _example(r, G, A.reshape(-1), g),
         )
 
@@ -361,7 +367,8 @@ def permutation_equivariant(target: Target, batch: Any, ctx: Context, rng: np.ra
         if not _residue_group(R, g) and not ctx.tol.close(P[g], expect[g], float(np.abs(A[g]).max())):
             raise PropertyViolation(
                 "permutation_equivariant",
-                f"group {g} (G={G}): permuting the rewards {_fmt(R[g])} by {_fmt(perm[g])} gave {_fmt(P[g])}, expected {_fmt(expect[g])}",
+                f"group {g} (G={G}): permuting the rewards {_fmt(R[g])} by {_fmt(perm[g])} gave {_fmt(P[g])}, "
+                f"expected {_fmt(expect[g])}",
                 _example(r, G, A.reshape(-1), g),
             )
 
@@ -376,7 +383,8 @@ def stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator
         i = int(np.argmax(np.abs(A1 - A2)))
         raise PropertyViolation(
             "stateless",
-            f"the same rewards gave {A1[i]:.6g} then {A2[i]:.6g} at row {i} (G={G}) after another call: the target keeps state",
+            f"the same rewards gave {A1[i]:.6g} then {A2[i]:.6g} at row {i} (G={G}) after another call: the target "
+            "keeps state",
             _example(r, G, A1, i // G),
         )
 
@@ -466,7 +474,8 @@ def keeps_groups_with_nonzero_std(target: Target, batch: Any, ctx: Context, rng:
         sd = float(R[g].std())
         raise PropertyViolation(
             "keeps_groups_with_nonzero_std",
-            f"group {g} (G={G}, rewards {_fmt(R[g])}, σ = {sd:.3g}) is {'kept' if keep[g] else 'dropped'}; the keep rule '{rule}' {'keeps' if want[g] else 'drops'} it",
+            f"group {g} (G={G}, rewards {_fmt(R[g])}, σ = {sd:.3g}) is {'kept' if keep[g] else 'dropped'}; the keep "
+            f"rule '{rule}' {'keeps' if want[g] else 'drops'} it",
             _example(r, G, keep, int(g)),
         )
 
@@ -490,7 +499,8 @@ def filter_groups_independent(target: Target, batch: Any, ctx: Context, rng: np.
         if alone != keep[g]:
             raise PropertyViolation(
                 "filter_groups_independent",
-                f"group {g} (G={G}, rewards {_fmt(R[g])}) is {'kept' if alone else 'dropped'} alone but {'kept' if keep[g] else 'dropped'} in the batch",
+                f"group {g} (G={G}, rewards {_fmt(R[g])}) is {'kept' if alone else 'dropped'} alone but "
+                f"{'kept' if keep[g] else 'dropped'} in the batch",
                 _example(r, G, keep, g),
             )
 
@@ -507,7 +517,8 @@ def filter_stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Ge
         g = int(np.flatnonzero((k1 != k3) | (k1 != k2))[0])
         raise PropertyViolation(
             "filter_stateless",
-            f"group {g} (G={G}, rewards {_fmt(R[g])}): decisions changed between calls on the same (or a within-group permuted) batch",
+            f"group {g} (G={G}, rewards {_fmt(R[g])}): decisions changed between calls on the same (or a "
+            "within-group permuted) batch",
             _example(r, G, k1, g),
         )
 

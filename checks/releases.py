@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -136,8 +137,11 @@ def install_commands(framework: str, release: str, python: str, constraints: str
 
 
 def env_root() -> Path:
-    """Where release environments live: ``$GRPO_IDENTITY_ENVS`` or ``~/.cache/grpo-identity/envs``."""
-    return Path(os.environ.get("GRPO_IDENTITY_ENVS") or Path.home() / ".cache" / "grpo-identity" / "envs")
+    """Where release environments live: ``$GRPO_IDENTITY_ENVS``, else the project's cache folder
+    (``~/.cache/grpo-identity/envs``)."""
+    from grpo_identity.foundation import cache_dir
+
+    return Path(os.environ.get("GRPO_IDENTITY_ENVS") or cache_dir("envs"))
 
 
 def env_dir(framework: str, release: str) -> Path:
@@ -183,16 +187,22 @@ def _link_base(python: Path) -> None:
 @contextlib.contextmanager
 def _locked(env: Path) -> Iterator[None]:
     """One process at a time checks and builds ``env`` (an advisory lock beside it; another
-    audit of the same release waits for the build instead of clearing it halfway)."""
+    audit of the same release waits for the build instead of clearing it halfway).  A lock whose
+    environment was not built (the build failed) is removed with it."""
     env.parent.mkdir(parents=True, exist_ok=True)
-    with open(env.parent / f".{env.name}.lock", "w") as fh:
+    lock = env.parent / f".{env.name}.lock"
+    with open(lock, "w") as fh:
         try:
             import fcntl
 
             fcntl.flock(fh, fcntl.LOCK_EX)
         except ImportError:  # no fcntl (Windows): unlocked, as before
             pass
-        yield
+        try:
+            yield
+        finally:
+            if not env.exists():
+                lock.unlink(missing_ok=True)
 
 
 def _recipe(framework: str, release: str) -> str:
@@ -228,7 +238,11 @@ def ensure(framework: str, release: str, *, log: Any = None) -> ReleaseEnv:
             return ReleaseEnv(framework, release, str(python))
         out = log if log is not None else sys.stderr
         print(f"creating the environment of {framework} {release} in {env} (once; pip, a few minutes)", file=out)
-        _build(env, framework, release)
+        try:
+            _build(env, framework, release)
+        except BaseException:  # a failed or interrupted build leaves nothing half-made behind
+            shutil.rmtree(env, ignore_errors=True)
+            raise
         stamp.write_text(_recipe(framework, release))
     return ReleaseEnv(framework, release, str(python))
 
@@ -244,7 +258,8 @@ def _build(env: Path, framework: str, release: str) -> None:
     requirement = f"{framework}=={release}"
     for cmd in install_commands(framework, release, str(python), str(constraints)):
         _run(cmd, f"pip could not install {requirement} here")
-    check = f"import warnings; warnings.filterwarnings('ignore'); import grpo_identity.checks.frameworks.{framework} as d; d.import_check()"
+    driver = f"grpo_identity.checks.frameworks.{framework}"
+    check = f"import warnings; warnings.filterwarnings('ignore'); import {driver} as d; d.import_check()"
     _run([str(python), "-c", check], f"{requirement} installed but does not import here")
 
 

@@ -2,9 +2,11 @@
 
 A target is named by a spec — ``path/to/file.py:function``, ``package.module:function`` or a
 built-in adapter name (:data:`grpo_identity.checks.adapters.ADAPTERS`) — or given as a callable.
-:class:`ChildTarget` runs it in a child interpreter so that a crash or a hang in someone
-else's code becomes a clear finding, never a hung audit; :class:`LocalTarget` calls it in this
-process.  Both return a 1-D ``numpy`` array (float for advantages, bool for filters).
+This module loads it (:func:`load_target`, which checks the spec first: :func:`check_spec`) and
+calls it in this process (:class:`LocalTarget`); :mod:`grpo_identity.checks.child` runs it in a
+child interpreter instead, so that a crash or a hang in someone else's code becomes a clear
+finding, never a hung audit.  Both return a 1-D ``numpy`` array (float for advantages, bool for
+filters) and record what was wrong with an output besides its values (:func:`output_issue`).
 
 >>> t = LocalTarget(lambda r, G: r - r.reshape(-1, G).mean(1).repeat(G))
 >>> t(__import__("numpy").array([1., 0.]), 2).tolist()
@@ -13,13 +15,13 @@ process.  Both return a 1-D ``numpy`` array (float for advantages, bool for filt
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import os
-import subprocess
+import stat
 import sys
 import traceback
-from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 import numpy as np
@@ -31,17 +33,14 @@ __all__ = [
     "TargetMalformed",
     "TargetImportError",
     "load_target",
+    "check_spec",
+    "target_folder",
     "LocalTarget",
-    "ChildTarget",
     "to_numpy",
     "output_issue",
     "malformed",
     "reference",
 ]
-
-
-#: seconds allowed for the child interpreter to start (python, numpy, torch), before the target loads
-STARTUP_TIMEOUT = 120.0
 
 
 class TargetError(Exception):
@@ -61,7 +60,8 @@ class TargetMalformed(TargetError):
 
 
 class TargetImportError(Exception):
-    """The target could not be loaded: a bad spec, a missing file, module, function or package."""
+    """The target could not be loaded: a bad spec, a missing file, module, function or package,
+    a module that fails, hangs or exits while it is imported.  A usage error (exit code 2)."""
 
 
 def load_target(spec: Any, kind: str = "advantage") -> Callable[..., Any]:
@@ -72,43 +72,74 @@ def load_target(spec: Any, kind: str = "advantage") -> Callable[..., Any]:
         try:
             return adapters.build(spec, kind)
         except ImportError as exc:
-            raise TargetImportError(
-                f"adapter {adapters.describe(spec)!r} needs a package that is not installed: {exc}"
-            ) from None
+            message = f"adapter {adapters.describe(spec)!r} needs a package that is not installed: {exc}"
+            raise TargetImportError(message) from None
     check_spec(spec)
     where, _, name = spec.rpartition(":")
     try:
-        if _is_path(where):
-            module = _load_file(where)
-        else:
-            module = importlib.import_module(where)
+        module = _load_file(where) if _is_path(where) else importlib.import_module(where)
     except TargetImportError:
         raise
+    except SystemExit as exc:
+        raise TargetImportError(f"importing {where} called sys.exit({exc.code!r})") from None
     except BaseException as exc:  # an import error, or anything the target's module raises at import
         raise TargetImportError(f"importing {where} failed: {type(exc).__name__}: {exc}".splitlines()[0]) from None
     fn = getattr(module, name, None)
     if fn is None or not callable(fn):
-        raise TargetImportError(f"{where} has no function {name!r}")
+        raise TargetImportError(f"{where} has no function {name!r}{_did_you_mean(module, name)}")
     return fn
 
 
+def _did_you_mean(module: Any, name: str) -> str:
+    """'; did you mean 'advantage'?' for a near miss, else the module's public functions."""
+    names = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f" (it has {', '.join(names[:8])}{', …' if len(names) > 8 else ''})" if names else ""
+
+
 def _is_path(where: str) -> bool:
-    return where.endswith(".py") or os.sep in where or "/" in where
+    """A file path (``dir/x.py``, ``x.py``, or an existing file such as ``notes.txt``), not a module name."""
+    if where.endswith(".py") or os.sep in where or "/" in where:
+        return True
+    return os.path.lexists(where) and not os.path.isdir(where)
 
 
 def check_spec(spec: str) -> None:
-    """Reject a malformed spec or a missing file at once (before any child process starts)."""
+    """Reject a malformed spec, or a file that is missing, not a regular file or not Python, at
+    once (before any child process starts; a FIFO or a device is never opened)."""
     from grpo_identity.checks import adapters
 
     if not isinstance(spec, str) or adapters.is_adapter(spec):
         return
     where, colon, name = spec.rpartition(":")
     if not colon or not where or not name:
+        forms = ", ".join(adapters.names())
         raise TargetImportError(
-            f"target {spec!r} is neither FILE.py:FUNCTION, MODULE:FUNCTION nor an adapter ({', '.join(adapters.names())})"
+            f"target {spec!r} is neither FILE.py:FUNCTION, MODULE:FUNCTION nor an adapter ({forms})"
         )
-    if _is_path(where) and not os.path.isfile(where):
-        raise TargetImportError(f"no such file: {where}")
+    if not _is_path(where):
+        return
+    try:
+        mode = os.stat(where).st_mode
+    except OSError:
+        raise TargetImportError(f"no such file: {where}") from None
+    if stat.S_ISDIR(mode):
+        raise TargetImportError(f"{where} is a folder: give FILE.py:FUNCTION")
+    if not stat.S_ISREG(mode):
+        raise TargetImportError(f"{where} is not a regular file (a FIFO, a device …): give FILE.py:FUNCTION")
+    if not where.endswith(".py"):
+        raise TargetImportError(f"{where} is not a Python file (.py): give FILE.py:FUNCTION")
+
+
+def target_folder(spec: Any) -> str | None:
+    """The folder of a ``FILE.py:FUNCTION`` spec (first on the child's ``sys.path``, as
+    ``python FILE.py`` would put it), else ``None``."""
+    if not isinstance(spec, str):
+        return None
+    where, colon, _ = spec.rpartition(":")
+    return os.path.dirname(os.path.abspath(where)) if colon and where and _is_path(where) else None
 
 
 def to_numpy(out: Any) -> np.ndarray:
@@ -157,7 +188,8 @@ def output_issue(rewards: np.ndarray, passed: np.ndarray, out: Any, kind: str = 
     elif isinstance(out, np.ndarray):
         dtype = str(out.dtype)
     else:
-        return f"returned a {type(out).__name__}, not an array (numpy or torch): the dtype and shape of the rewards are not kept"
+        kept = "the dtype and shape of the rewards are not kept"
+        return f"returned a {type(out).__name__}, not an array (numpy or torch): {kept}"
     if dtype != str(rewards.dtype) and ("float" in dtype or "bfloat" in dtype):
         return (
             f"returned {mod}.{dtype} advantages for {rewards.dtype} rewards: the dtype is not kept (precision is lost)"
@@ -187,7 +219,8 @@ class _OutputWatch:
 
 
 class LocalTarget:
-    """A target called in this process (no timeout enforcement: use :class:`ChildTarget` for that)."""
+    """A target called in this process (no timeout can stop it: a child process can,
+    :class:`grpo_identity.checks.child.ChildTarget`)."""
 
     def __init__(self, fn: Callable[..., Any], name: str | None = None, kind: str = "advantage") -> None:
         self.fn = fn
@@ -206,6 +239,8 @@ class LocalTarget:
         passed = rewards.copy()
         try:
             out = self.fn(passed, int(group_size), *extra)
+        except SystemExit as exc:  # sys.exit() in the target: a finding, not the end of the audit
+            raise TargetError(f"called sys.exit({exc.code!r})") from None
         except Exception as exc:  # the target's own bug: a finding, not an audit crash
             raise TargetError(_last_line(exc)) from None
         if self.kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
@@ -232,50 +267,6 @@ def _last_line(exc: BaseException) -> str:
     return (lines[-1] if lines else type(exc).__name__).strip()
 
 
-def _worker(conn: Any) -> None:
-    """Child process: load the target, then answer ('call', rewards, G) messages until 'close'."""
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
-    conn.send(("started", None))  # the interpreter is up: from here on the clock is the target's
-    _, spec, kind, path = conn.recv()
-    sys.path[:] = list(dict.fromkeys([*path, *sys.path]))
-    try:
-        fn = _resolve(spec) if isinstance(spec, tuple) else load_target(spec, kind)
-        conn.send(("ok", dict(getattr(fn, "grpo_identity_info", {}) or {})))
-    except (TargetImportError, ValueError) as exc:
-        conn.send(("import_error", str(exc)))
-        return
-    except Exception as exc:
-        conn.send(("import_error", _last_line(exc)))
-        return
-    watch = _OutputWatch()
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg[0] == "close":
-            return
-        _, rewards, G, extra = msg
-        passed = rewards.copy()
-        try:
-            out = fn(passed, G, *extra)
-            if kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
-                conn.send(("ok", (out, None, None)))
-                continue
-            bad = malformed(out, kind)
-            if bad is not None:
-                conn.send(("malformed", bad))
-                continue
-            conn.send(("ok", (to_numpy(out), output_issue(rewards, passed, out, kind), watch.check(out))))
-        except Exception as exc:
-            conn.send(("error", _last_line(exc)))
-
-
 def reference(fn: Callable[..., Any]) -> tuple[Any, ...]:
     """How a child process finds the callable ``fn``: ('ref', module, file, qualname) for a
     function defined at the top of a module (a test file included: the child loads the file when
@@ -287,7 +278,8 @@ def reference(fn: Callable[..., Any]) -> tuple[Any, ...]:
     if isinstance(qualname, str) and isinstance(module, str):
         if "<locals>" in qualname or "<lambda>" in qualname:
             raise TargetImportError(
-                f"{qualname} is a local function or a lambda: a child process cannot load it (define it at the top of a module, or run it in this process with isolate=False)"
+                f"{qualname} is a local function or a lambda: a child process cannot load it (define it at "
+                "the top of a module, or run it in this process with isolate=False)"
             )
         return ("ref", module, getattr(sys.modules.get(module), "__file__", None), qualname)
     try:
@@ -331,151 +323,3 @@ def _load_file(where: str) -> Any:
     sys.modules[mod_name] = module
     loader_spec.loader.exec_module(module)
     return module
-
-
-def _child_main(read_fd: int, write_fd: int) -> None:
-    """Entry point of the child interpreter (``python -c``): one duplex channel over two pipes."""
-    from multiprocessing.connection import Connection
-
-    class _Duplex:
-        def __init__(self) -> None:
-            self.r, self.w = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
-
-        def recv(self) -> Any:
-            return self.r.recv()
-
-        def send(self, obj: Any) -> None:
-            self.w.send(obj)
-
-    _worker(_Duplex())
-
-
-class ChildTarget:
-    """A target running in a child process; every call (and the import) has a timeout.
-
-    After a crash or a timeout the child is gone: later calls raise the same error at once, so a
-    property search that hits it cannot hang or slow down.
-    """
-
-    def __init__(
-        self,
-        spec: Any,
-        *,
-        kind: str = "advantage",
-        timeout: float = 60.0,
-        load_timeout: float | None = None,
-        name: str | None = None,
-        python: str | None = None,
-    ) -> None:
-        self.name = name or (spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec)))
-        self.timeout = float(timeout)
-        self.calls = 0
-        self.last_issue: str | None = None
-        """:func:`output_issue` of the latest call."""
-        self.last_overwrite: str | None = None
-        """Set when the latest call overwrote the previous call's output (a shared buffer)."""
-        self.dead: TargetError | None = None
-        if not callable(spec):  # a spec string, or a framework spec (a small frozen record)
-            check_spec(spec)
-        payload = reference(spec) if callable(spec) else spec
-        # a fresh interpreter (not multiprocessing's spawn, which re-runs the caller's __main__)
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        code = f"from grpo_identity.checks.target import _child_main; _child_main({to_child_r}, {from_child_w})"
-        try:  # the target's prints go to stderr, never into the report on stdout (--json)
-            out: Any = sys.stderr.fileno()
-        except (AttributeError, OSError, ValueError):
-            out = subprocess.DEVNULL
-        # ``python``: another interpreter (a release's environment, grpo_identity.checks.releases),
-        # which then finds its own packages first: this process's sys.path is not handed down
-        from grpo_identity.checks.releases import child_environ
-
-        environ = child_environ() if python else dict(os.environ)
-        # not "under pytest" in the child: frameworks branch on it (verl 0.6.0 picks the CPU when
-        # PYTEST_CURRENT_TEST is set), and the audit must see what the user's run sees
-        environ.pop("PYTEST_CURRENT_TEST", None)
-        self._proc = subprocess.Popen(
-            [python or sys.executable, "-c", code],
-            pass_fds=(to_child_r, from_child_w),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            env=environ,
-        )
-        os.close(to_child_r)
-        os.close(from_child_w)
-        self._out = Connection(to_child_w, readable=False)
-        self._in = Connection(from_child_r, writable=False)
-        try:
-            self._out.send(("load", payload, kind, [] if python else [p for p in sys.path if p]))
-        except Exception as exc:  # an unpicklable callable
-            self.close()
-            raise TargetImportError(f"cannot send the target to a child process: {_last_line(exc)}") from None
-        # the child interpreter's own start (numpy, torch) is not the target's time; loading the
-        # target (importing its module, building a framework's trainer) then has ``load_timeout``,
-        # by default the same as a call's: a module that hangs on import is stopped in time
-        self._receive(STARTUP_TIMEOUT, loading=True, what="starting the child interpreter")
-        status, payload = self._receive(self.timeout if load_timeout is None else float(load_timeout), loading=True)
-        if status == "import_error":
-            self.close()
-            raise TargetImportError(payload)
-        self.info: dict[str, Any] = payload
-
-    def _receive(self, timeout: float, loading: bool = False, what: str | None = None) -> tuple[str, Any]:
-        what = what or ("loading the target" if loading else "a call into the target")
-        try:
-            ready = self._in.poll(timeout)
-        except (EOFError, OSError):
-            ready = True
-        if not ready:
-            self.dead = TargetTimeout(f"{what} ran past the {timeout:g} s timeout (killed)")
-            self.close()
-            raise self.dead
-        try:
-            return self._in.recv()
-        except (EOFError, OSError):
-            try:
-                code = self._proc.wait(1.0)
-            except subprocess.TimeoutExpired:
-                code = None
-            self.dead = TargetCrashed(f"the target's process died during {what} (exit code {code})")
-            self.close()
-            if loading:
-                raise TargetImportError(str(self.dead)) from None
-            raise self.dead from None
-
-    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
-        if self.dead is not None:
-            raise type(self.dead)(str(self.dead))
-        self.calls += 1
-        try:
-            self._out.send(("call", np.ascontiguousarray(rewards), int(group_size), extra))
-        except (BrokenPipeError, OSError):
-            self.dead = TargetCrashed(f"the target's process died (exit code {self._proc.poll()})")
-            raise self.dead from None
-        status, payload = self._receive(self.timeout)
-        if status == "error":
-            raise TargetError(payload)
-        if status == "malformed":
-            raise TargetMalformed(payload)
-        out, self.last_issue, self.last_overwrite = payload
-        return out
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            try:
-                self._out.send(("close",))
-            except (BrokenPipeError, OSError, ValueError):
-                pass
-            try:
-                self._proc.wait(0.5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5.0)
-        for c in (self._out, self._in):
-            c.close()
-
-    def __enter__(self) -> ChildTarget:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

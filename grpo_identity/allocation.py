@@ -49,6 +49,30 @@ def allocate(solve_rates: npt.ArrayLike, budget: int, eps: float = 0.1) -> npt.N
     (a prompt's first step costs two rollouts): on small cases a brute-force search can find up to
     ~10 % more total fidelity when the budget is a handful of rollouts.
 
+    Parameters
+    ----------
+    solve_rates : array_like of float
+        Each prompt's solve rate p, 0 ≤ p ≤ 1 (any shape, read flattened).
+    budget : int
+        Rollouts to spend, ≥ 0.
+    eps : float
+        The shortfall of fidelity a prompt may keep, 0 < ε < 1: the goal is φ(G, p) ≥ 1 − ε.
+
+    Returns
+    -------
+    numpy.ndarray of int64
+        Rollouts for each prompt, in the order of the flattened ``solve_rates``: 0, or a group of
+        at least 2; their sum is at most ``budget``.
+
+    Raises
+    ------
+    ValueError
+        A solve rate outside [0, 1], ε outside (0, 1), or a budget that is not an integer ≥ 0.
+
+    Examples
+    --------
+    >>> allocate([0.5, 0.3, 0.0, 1.0], budget=100, eps=0.1).tolist()  # G_exact each; p ∈ {0, 1}: none
+    [7, 9, 0, 0]
     >>> allocate([0.5, 0.05], budget=20, eps=0.1).tolist()  # short of 7 + 42
     [6, 14]
     """

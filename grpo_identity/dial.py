@@ -26,10 +26,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:  # for annotations only: the dial imports torch when it is handed a tensor
+    import torch
 
 from grpo_identity._validate import check_group_size, check_num_correct
 from grpo_identity.closed_forms import sigma
@@ -64,7 +67,55 @@ _EPS_WHERE = ("std", "variance")
 
 @dataclass(frozen=True)
 class Dial:
-    """One point of the advantage family; every convention is a named parameter."""
+    """One point of the advantage family; every convention is a named parameter.
+
+    The family is Âᵢ = (Rᵢ − centreᵢ)/(scale + ε), with the groups that the keep rule drops set
+    to 0; GRPO, Dr. GRPO and DAPO are three settings of it (PAPER §The three methods), and the
+    presets (:data:`GRPO`, :data:`DR_GRPO`, :data:`DAPO`, :data:`RLOO`, :data:`TRL`, …) name the
+    settings of papers and frameworks.  Frozen: :meth:`replace` gives a changed copy.
+
+    Parameters
+    ----------
+    centre : {"mean", "loo", "none"}
+        Baseline subtracted from each reward: the group mean, the mean of the other G − 1
+        rewards (leave-one-out), or nothing.
+    scale : {"group_std", "batch_std", "none"}
+        Divisor: the group's std, the whole batch's std, or nothing (Dr. GRPO, RLOO).
+    ddof : {0, 1}
+        Delta degrees of freedom of the std: 0 the population std (the paper's σ), 1 Bessel's
+        (torch's default).
+    eps : float
+        ε ≥ 0 added to the divisor (ignored when ``scale="none"``); see ``eps_where``.
+    keep : {"all", "nonzero_std"}
+        Which groups keep their advantages: all, or only those with nonzero std (DAPO's dynamic
+        sampling).
+    eps_where : {"std", "variance"}
+        Where ε goes: std + ε (TRL, verl, OpenRLHF) or √(var + ε) (whitening).
+    name : str
+        Preset name, for reports (``"custom"`` for a dial of one's own).
+    citation : str
+        Where the convention comes from, one line.
+
+    Raises
+    ------
+    ValueError
+        A parameter outside its values, or ε negative or not finite.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> trl_like = Dial(ddof=1, eps=1e-4)
+    >>> trl_like.same_point(TRL), trl_like.name
+    (True, 'custom')
+    >>> advantages(np.array([1., 0., 0., 0.]), 4, trl_like).round(4)
+    array([ 1.4997, -0.4999, -0.4999, -0.4999])
+    >>> GRPO.replace(keep="nonzero_std").same_point(DAPO)
+    True
+    >>> Dial(centre="median")
+    Traceback (most recent call last):
+    ...
+    ValueError: centre must be one of ('mean', 'loo', 'none'), got 'median'
+    """
 
     centre: Centre = "mean"
     """Baseline subtracted from each reward: group ``mean``, leave-one-out ``loo`` or ``none``."""
@@ -269,24 +320,53 @@ def _divisor(xp: Any, variance: Any, dial: Dial) -> Any:
 
 
 def advantages(
-    rewards: Any,
+    rewards: npt.ArrayLike | torch.Tensor,
     group_size: int | None = None,
     dial: Dial = GRPO,
     *,
-    group_ids: Any = None,
-) -> Any:
+    group_ids: npt.ArrayLike | torch.Tensor | None = None,
+) -> npt.NDArray[np.floating[Any]] | torch.Tensor:
     """Group-relative advantages Âᵢ = (Rᵢ − centreᵢ)/(scale + eps) at one point of the dial.
 
-    ``rewards`` is a 1-D array of n_groups × G rewards laid out group by group, a 2-D
-    (n_groups, G) array, or a 1-D array in any order with ``group_ids`` (equal-size groups).
-    Returns an array of the same shape, type, device and floating dtype (integer rewards give
-    float64 / torch's default dtype).  Silent groups (all rewards equal) get exactly 0 when the
-    dial centres or scales by the group; groups the keep rule drops get 0 too (see
-    :func:`keep_mask`).  GRPO: Theorem 1; the presets: PAPER §The three methods.
+    Silent groups (all rewards equal) get exactly 0 when the dial centres or scales by the
+    group; groups the keep rule drops get 0 too (see :func:`keep_mask`).  GRPO: Theorem 1; the
+    presets: PAPER §The three methods.  The same code runs on numpy arrays and torch tensors
+    (torch is imported only when a tensor is given).
 
+    Parameters
+    ----------
+    rewards : array_like or torch.Tensor
+        Finite rewards: a 1-D array of n_groups × G rewards laid out group by group, a 2-D
+        (n_groups, G) array, or a 1-D array in any order together with ``group_ids``.
+    group_size : int, optional
+        G ≥ 2; may be left out for 2-D rewards and with ``group_ids``.
+    dial : Dial
+        The convention (default :data:`GRPO`).
+    group_ids : array_like or torch.Tensor, optional
+        One id per reward of 1-D ``rewards``: the rewards with one id form a group; every group
+        has the same size.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor
+        Âᵢ for each reward, in the order of ``rewards``, with their shape, array type, device and
+        floating dtype (integer rewards give float64, or torch's default dtype).
+
+    Raises
+    ------
+    ValueError
+        Rewards that are not finite, or that do not split into equal groups of ``group_size``.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> advantages(np.array([1., 1., 0., 0.]), 4, DR_GRPO)
     array([ 0.5,  0.5, -0.5, -0.5])
+    >>> advantages(np.array([[1., 0., 0.], [1., 1., 1.]]), dial=GRPO).round(4)  # the second group is silent
+    array([[ 1.4142, -0.7071, -0.7071],
+           [ 0.    ,  0.    ,  0.    ]])
+    >>> advantages(np.array([1., 0., 1., 1.]), group_ids=[7, 7, 3, 3])  # groups {0, 1} and {2, 3}
+    array([ 1., -1.,  0.,  0.])
     """
     xp, R, G, perm, out_dtype, shape = _grouped(rewards, group_size, group_ids)
     silent = xp.max(R) == xp.min(R)  # (n, 1): exact test, immune to rounding in the mean
@@ -330,14 +410,44 @@ def keep_mask(
     return ~silent_np
 
 
-def coefficient(k: npt.ArrayLike, G: int, dial: Dial = GRPO, *, batch_std: float | None = None) -> Any:
+def coefficient(
+    k: npt.ArrayLike, G: int, dial: Dial = GRPO, *, batch_std: float | None = None
+) -> float | npt.NDArray[np.float64]:
     """Update coefficient c(k, G; dial) in g = c·(s̄₊ − s̄₋) for binary rewards.
 
     c = (k/G)·Â₊: GRPO σ; Dr. GRPO σ²; DAPO 1{0<k<G}·σ; ddof 1 √((G−1)/G)·σ; ε added to the std
-    σ²/(σ+ε) (under the root: σ²/√(σ²+ε)); RLOO G/(G−1)·σ²; batch std σ²/σ_batch.  0 for k ∈ {0, G}.  Twin of
-    :func:`grpo_identity.formulas.update_coefficient` (Theorem 1, T6, G2–G4).
+    σ²/(σ+ε) (under the root: σ²/√(σ²+ε)); RLOO G/(G−1)·σ²; batch std σ²/σ_batch.  0 for
+    k ∈ {0, G}.  Twin of :func:`grpo_identity.formulas.update_coefficient` (Theorem 1, T6, G2–G4).
 
-    >>> round(float(coefficient(1, 2, RLOO)), 12)
+    Parameters
+    ----------
+    k : int or array_like of int
+        Correct answers in the group, 0 ≤ k ≤ G.
+    G : int
+        Group size, G ≥ 2.
+    dial : Dial
+        A centred dial (``centre`` ``"mean"`` or ``"loo"``); default :data:`GRPO`.
+    batch_std : float, optional
+        The batch's reward std, > 0: needed by a ``scale="batch_std"`` dial, read by no other.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        c: a float for a scalar ``k``, else a float64 array of the shape of ``k``.
+
+    Raises
+    ------
+    ValueError
+        An uncentred dial (its g is no multiple of s̄₊ − s̄₋), a batch-std dial without
+        ``batch_std > 0``, or k outside 0…G.
+
+    Examples
+    --------
+    >>> coefficient(2, 4, GRPO), coefficient(2, 4, DR_GRPO)  # σ = 1/2 and σ² = 1/4 at k/G = 1/2
+    (0.5, 0.25)
+    >>> coefficient([0, 1, 2, 3, 4], 4, DAPO).round(4)  # 0 for the silent groups k = 0 and k = G
+    array([0.   , 0.433, 0.5  , 0.433, 0.   ])
+    >>> round(coefficient(1, 2, RLOO), 12)
     0.5
     """
     G = check_group_size(G)

@@ -34,6 +34,7 @@ __all__ = [
     "require",
     "dumps",
     "finite",
+    "cache_dir",
     "emit_json",
     "format_table",
 ]
@@ -92,6 +93,19 @@ def require(*modules: str) -> None:
 
     for name in modules:
         importlib.import_module(name)
+
+
+def cache_dir(name: str) -> str:
+    """A folder of this project's cache (not created): ``$XDG_CACHE_HOME/grpo-identity/NAME``,
+    else ``~/.cache/grpo-identity/NAME``.
+
+    >>> cache_dir("envs").endswith("grpo-identity/envs")
+    True
+    """
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "grpo-identity", name)
 
 
 # --- JSON -------------------------------------------------------------------------------------

@@ -108,9 +108,8 @@ ax.set_ylabel("‖(1/G) Σ Âᵢ sᵢ‖  (the trainer's update)")
 ax.set_title(f"Every non-silent group lies on the diagonal (G = {G}, d = {dim})", fontsize=10)
 ax.legend(fontsize=8)
 plt.show()
-print(
-    f"silent groups (k ∈ {{0, G}}): {int((~live).sum())}, update exactly 0: {bool(np.all(D.group_updates(D.advantages(rewards.reshape(-1), G, D.GRPO), scores, G)[~live] == 0))}"
-)
+updates = D.group_updates(D.advantages(rewards.reshape(-1), G, D.GRPO), scores, G)
+print(f"silent groups (k ∈ {{0, G}}): {int((~live).sum())}, update exactly 0: {bool(np.all(updates[~live] == 0))}")
 
 # %% [markdown]
 # Adding a constant to every reward (a baseline, or rewards in {−1, 1} shifted) changes nothing:

@@ -98,8 +98,9 @@ prove("T11")
 # %% [markdown]
 # The expansion is good near $p = 1/2$ and poor near the edges, where $\sigma(\mu)$ is not smooth:
 # at $G = 8$ and a hard prompt the first-order law promises noticeably more of the large-$G$ update
-# than the exact sum delivers (the table below). The next term does not rescue small groups there: the series is asymptotic, good
-# once $Gp(1-p)$ is large, and overshoots in the other direction before that.
+# than the exact sum delivers (the table below). The next term does not rescue small groups there:
+# the series is asymptotic, good once $Gp(1-p)$ is large, and overshoots in the other direction
+# before that.
 
 # %%
 rows = []

@@ -57,10 +57,10 @@ def command(folder: Path) -> str:
 #
 # Each prompt $x$ has one parameter $\theta_x$ and solves with $p_x = \mathrm{sigmoid}(\theta_x)$; its
 # initial solve rate is drawn from the solve-rate distribution (interior values, clipped away from
-# 0 and 1; the configuration is printed below). Each step samples $G$ answers per prompt, forms the advantages with the dial,
-# differentiates the policy-gradient loss and takes an SGD step. The paper's own run adds the
-# closed-form gain to $\theta$ instead; this one differentiates the real loss, and checks at every
-# step that the autograd gradient equals the identity's prediction.
+# 0 and 1; the configuration is printed below). Each step samples $G$ answers per prompt, forms the
+# advantages with the dial, differentiates the policy-gradient loss and takes an SGD step. The
+# paper's own run adds the closed-form gain to $\theta$ instead; this one differentiates the real
+# loss, and checks at every step that the autograd gradient equals the identity's prediction.
 
 # %%
 run = RESULTS / "bernoulli"
@@ -68,11 +68,13 @@ result = json.loads((run / "result.json").read_text())
 cfg = result["config"]
 print("command:", command(run))
 print(
-    f"M = {cfg['num_prompts']:,} prompts, G = {cfg['group_size']}, lr = {cfg['lr']}, {cfg['steps']} steps, DAPO up to {cfg['max_draws']} draws, initial p clipped to [{cfg['clip_low']}, {cfg['clip_high']}]"
+    f"M = {cfg['num_prompts']:,} prompts, G = {cfg['group_size']}, lr = {cfg['lr']}, {cfg['steps']} steps, "
+    f"DAPO up to {cfg['max_draws']} draws, initial p clipped to [{cfg['clip_low']}, {cfg['clip_high']}]"
 )
 print("initial solve rates:", result["solve_rate_source"])
 print(
-    f"identity: max |autograd gradient − c(k)(s̄₊ − s̄₋)| over every prompt, step and arm = {result['identity_max_abs_err']:.1e}"
+    "identity: max |autograd gradient − c(k)(s̄₊ − s̄₋)| over every prompt, step and arm = "
+    f"{result['identity_max_abs_err']:.1e}"
 )
 assert result["identity_max_abs_err"] < 1e-10
 
@@ -112,7 +114,8 @@ assert hf["dapo"] >= max(hf["grpo"], hf["dr_grpo"]) and result["dapo_oversample"
 if "synthetic" in result["solve_rate_source"]:
     display(
         Markdown(
-            "*The initial solve rates come from the synthetic stand-in, not Big-Math: the shares and final rates are comparable in shape, not in digits.*"
+            "*The initial solve rates come from the synthetic stand-in, not Big-Math: "
+            "the shares and final rates are comparable in shape, not in digits.*"
         )
     )
 
@@ -222,10 +225,10 @@ for folder in lm_runs:
 # $c = \sigma_k$ for GRPO, $\sigma_k^2$ for Dr. GRPO. With unweighted scores (constant aggregation)
 # $\mu_+ - \mu_- = \nabla p / (p(1-p))$. The experiment (`grpo-identity train lm --experiment
 # conditional`) freezes the warmed-up model, keeps prompts whose measured solve rate is intermediate
-# (the run's `cond_p_low` to `cond_p_high`), draws hundreds of groups per prompt, computes every group's $g$ by autograd of the
-# real loss, and estimates $\|\mathbb{E}[g \mid k]\|^2$ without noise bias by the U-statistic
-# $\sum_{a \ne b} \langle g_a, g_b \rangle / (n(n-1))$ over the $n$ groups with that $k$. Intervals are
-# percentile-bootstrap intervals over groups.
+# (the run's `cond_p_low` to `cond_p_high`), draws hundreds of groups per prompt, computes every
+# group's $g$ by autograd of the real loss, and estimates $\|\mathbb{E}[g \mid k]\|^2$ without
+# noise bias by the U-statistic $\sum_{a \ne b} \langle g_a, g_b \rangle / (n(n-1))$ over the $n$
+# groups with that $k$. Intervals are percentile-bootstrap intervals over groups.
 
 # %%
 from grpo_identity.trainer.lm.plots import draw_expected_update  # noqa: E402
@@ -250,8 +253,9 @@ def show_conditional(folder: Path) -> None:
     rates = ", ".join(f"{p['p_ref']:.2f}" for p in c["prompts"])
     display(
         Markdown(
-            f"### `{folder.name}`\n\ncommand: `{command(folder)}`  \nmodel: {s['model']} ({s['n_params']:,} parameters) "
-            f"on {s['device']}, {s['seconds']:.0f} s; {c['groups']} groups of G = {c['group_size']} on {len(c['prompts'])} prompts "
+            f"### `{folder.name}`\n\ncommand: `{command(folder)}`  \n"
+            f"model: {s['model']} ({s['n_params']:,} parameters) on {s['device']}, {s['seconds']:.0f} s; "
+            f"{c['groups']} groups of G = {c['group_size']} on {len(c['prompts'])} prompts "
             f"(solve rates measured on the reference answers: {rates})"
         )
     )
@@ -287,12 +291,14 @@ def show_conditional(folder: Path) -> None:
     )
     gp, pc = c["grad_p_rel_err"], c["projected_check"]
     print(
-        f"E[g|k]/c against ∇p/(p(1−p)) ({gp['mode']}, unweighted scores): relative difference, median over prompts {gp['value']:.3f} "
+        f"E[g|k]/c against ∇p/(p(1−p)) ({gp['mode']}, unweighted scores): "
+        f"relative difference, median over prompts {gp['value']:.3f} "
         f"(max {gp['max']:.3f}; plug-in, noise included: {gp['plugin_median']:.3f}; cosine {gp['cosine_median']:.3f})"
     )
     print(
-        f"identity along {pc['directions']} random directions: max relative error {pc['projected_max_rel_err']:.1e} over "
-        f"{pc['groups_projected']} groups (normalised by √K‖g‖: {pc.get('projected_max_rel_err_normalised') or float('nan'):.1e}); "
+        f"identity along {pc['directions']} random directions: "
+        f"max relative error {pc['projected_max_rel_err']:.1e} over {pc['groups_projected']} groups "
+        f"(normalised by √K‖g‖: {pc.get('projected_max_rel_err_normalised') or float('nan'):.1e}); "
         f"exact per-sample check {pc['exact_max_rel_err']:.1e} over {pc['groups_exact']} groups"
     )
     assert (
@@ -312,9 +318,10 @@ for folder in cond_runs:
 
 # %% [markdown]
 # Each colour is one prompt; the dashed lines have the predicted slope (the exponent of σ in
-# $c(k, G)$: one for GRPO, two for Dr. GRPO) through that prompt's points; error bars are one bootstrap standard error. Cells where
-# the signal is buried in noise (small $\|\mathbb{E}[g \mid k]\|^2$ against $\mathbb{E}\|g\|^2$) have
-# wide bars and pull the unweighted fit; the inverse-variance weighted fit counts them less. On
-# addition the correct answer to a prompt is unique, so $\Sigma_+ = 0$ and the GRPO noise
+# $c(k, G)$: one for GRPO, two for Dr. GRPO) through that prompt's points; error bars are one
+# bootstrap standard error. Cells where the signal is buried in noise (small
+# $\|\mathbb{E}[g \mid k]\|^2$ against $\mathbb{E}\|g\|^2$) have wide bars and pull the
+# unweighted fit; the inverse-variance weighted fit counts them less. On addition the correct
+# answer to a prompt is unique, so $\Sigma_+ = 0$ and the GRPO noise
 # $\operatorname{tr}\operatorname{Cov}(g \mid k) = k\,\operatorname{tr}\Sigma_-/G^2$ grows with $k$ instead of
 # staying flat: the measured noise follows the prediction from the measured traces.

@@ -11,7 +11,9 @@ to show that a wrong statement fails.
 - T8–T10, T12, T13 (:mod:`.expectation`): silent rate, E[σ²], E[g], group-size law, w(p) and
   the large-G limits.
 - T14 (:mod:`.table`): Corollary 2's exact group-size table, certified by interval arithmetic.
-- T11 (:mod:`.attenuation`): the attenuation law to second (and third) order, derived symbolically; its remainder bound and the paper's fidelities certified by interval arithmetic (mpmath.iv).
+- T11 (:mod:`.attenuation`): the attenuation law to second (and third) order, derived
+  symbolically; its remainder bound and the paper's fidelities certified by interval arithmetic
+  (mpmath.iv).
 - G1–G6 (:mod:`.beyond`): weights, ddof 1, ε, batch std, {a, b} rewards, clip and KL.
 - G7, G8 (:mod:`.policy`): the identity in expectation for any policy, E[g | k] = c(k, G)·∇p/(p(1−p)),
   and its noise Cov(g | k) = c²(Σ₊/k + Σ₋/(G−k)).
@@ -92,7 +94,31 @@ def select(substring: str | None = None) -> list[Theorem]:
 
 
 def prove_all(select: str | None = None) -> list[ProofResult]:
-    """Prove every theorem whose name or title contains ``select`` (all when None)."""
+    """The proof results of every theorem whose name or title contains ``select`` (all when None).
+
+    Each theorem is proved from the SymPy definitions in :mod:`grpo_identity.formulas` and says
+    its method (symbolic, certified numeric, numeric evidence).
+
+    Parameters
+    ----------
+    select : str, optional
+        A substring of a theorem's name or title, case-insensitive (``"T3"``, ``"baseline"``);
+        None proves all of :data:`THEOREMS`.
+
+    Returns
+    -------
+    list of ProofResult
+        One per selected theorem, in the order of :data:`THEOREMS`: its name, status
+        (``"proved"`` or ``"failed"``), residual, seconds, details (every claim checked) and
+        method.  Empty when nothing matches.
+
+    Examples
+    --------
+    >>> [(r.name, r.status, r.method) for r in prove_all("baseline")]
+    [('T4', 'proved', 'symbolic')]
+    >>> prove_all("no such theorem")
+    []
+    """
     return [t.prove() for t in _select(select)]
 
 

@@ -264,66 +264,70 @@ def _t11_symbolic(f: Formulas) -> list[Claim]:
     return out
 
 
-def _t11_numeric(f: Formulas) -> tuple[list[Claim], dict[str, Any]]:
-    c3 = fidelity_series(3)
-    bounds = remainder_bounds(f)
+#: the working precision (decimal digits) at which the laws are compared with the exact fidelity
+_DPS = 30
+#: one row of that comparison: G, exact − first-order law, exact − second-order law, and the
+#: second-order error × G³/c₃ (1 when the derived third-order term accounts for all of it)
+ErrorRow = tuple[int, float, float, float]
+
+
+def _error_rows(f: Formulas) -> dict[float, list[ErrorRow]]:
+    """The errors of both laws against the exact fidelity, per solve rate of P_GRID and G of G_GRID."""
     law1 = sp.lambdify((_G, p), f.attenuation_first_order(_G, p), modules="mpmath")
     law2 = sp.lambdify((_G, p), f.attenuation_second_order(_G, p), modules="mpmath")
-    third = sp.lambdify(p, c3[3], modules="mpmath")
+    third = sp.lambdify(p, fidelity_series(3)[3], modules="mpmath")
     exact = _exact_fidelity(f)
-    claims: list[Claim] = []
-    errors: dict[str, Any] = {}
-    evidence: list[dict[str, Any]] = []  # floating-point checks: reported, never counted as proof
-    with mpmath.workdps(30):
+    out: dict[float, list[ErrorRow]] = {}
+    with mpmath.workdps(_DPS):
         for pv in P_GRID:
             pm = mpmath.mpf(pv)
             rows = []
             for GG in G_GRID:
                 phi = exact(GG, pm)
-                rows.append(
-                    (
-                        GG,
-                        float(phi - law1(GG, pm)),
-                        float(phi - law2(GG, pm)),
-                        float((phi - law2(GG, pm)) * GG**3 / third(pm)),
-                    )
-                )
-            tail = [r for r in rows if r[0] >= 256]
-            s1 = _slope([r[0] for r in tail], [r[1] for r in tail])
-            s2 = _slope([r[0] for r in tail], [r[2] for r in tail])
-            errors[f"p={pv}"] = {
-                "G": [r[0] for r in rows],
-                "error_first_order": [r[1] for r in rows],
-                "error_second_order": [r[2] for r in rows],
-                "slope_first_order": s1,
-                "slope_second_order": s2,
-                "error_second_order_times_G3_over_c3": [r[3] for r in rows],
-            }
-            ratio = rows[-1][3]
-            better = all(abs(r[2]) < abs(r[1]) for r in rows if r[0] >= 16)
-            evidence += [
-                {
-                    "check": f"p={pv}: first-order error ~ G^-2 (slope {s1:.3f})",
-                    "holds": abs(s1 + 2) < 0.1,
-                    "value": s1,
-                },
-                {
-                    "check": f"p={pv}: second-order error ~ G^-3 (slope {s2:.3f})",
-                    "holds": abs(s2 + 3) < 0.1,
-                    "value": s2,
-                },
-                {
-                    "check": f"p={pv}: at G={G_GRID[-1]} the second-order error is the derived c3/G^3 (ratio {ratio:.4f})",
-                    "holds": abs(ratio - 1) < 0.05,
-                    "value": ratio,
-                },
-                {
-                    "check": f"p={pv}: second-order law closer to the exact fidelity than the first for every G >= 16",
-                    "holds": better,
-                    "value": better,
-                },
-            ]
-    # the paper's printed numbers: intervals that contain the exact fidelity lie inside the printed rounding
+                second = phi - law2(GG, pm)
+                rows.append((GG, float(phi - law1(GG, pm)), float(second), float(second * GG**3 / third(pm))))
+            out[pv] = rows
+    return out
+
+
+def _convergence(pv: float, rows: list[ErrorRow]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The errors at one solve rate, and the floating-point evidence read off them (reported, never
+    counted as proof): the slopes of log|error| against log G over G ≥ 256, the derived c₃/G³ at
+    the largest G, and the second-order law beating the first from G = 16 on."""
+    tail = [r for r in rows if r[0] >= 256]
+    s1 = _slope([r[0] for r in tail], [r[1] for r in tail])
+    s2 = _slope([r[0] for r in tail], [r[2] for r in tail])
+    errors = {
+        "G": [r[0] for r in rows],
+        "error_first_order": [r[1] for r in rows],
+        "error_second_order": [r[2] for r in rows],
+        "slope_first_order": s1,
+        "slope_second_order": s2,
+        "error_second_order_times_G3_over_c3": [r[3] for r in rows],
+    }
+    ratio = rows[-1][3]
+    better = all(abs(r[2]) < abs(r[1]) for r in rows if r[0] >= 16)
+    evidence = [
+        {"check": f"p={pv}: first-order error ~ G^-2 (slope {s1:.3f})", "holds": abs(s1 + 2) < 0.1, "value": s1},
+        {"check": f"p={pv}: second-order error ~ G^-3 (slope {s2:.3f})", "holds": abs(s2 + 3) < 0.1, "value": s2},
+        {
+            "check": f"p={pv}: at G={G_GRID[-1]} the second-order error is the derived c3/G^3 (ratio {ratio:.4f})",
+            "holds": abs(ratio - 1) < 0.05,
+            "value": ratio,
+        },
+        {
+            "check": f"p={pv}: second-order law closer to the exact fidelity than the first for every G >= 16",
+            "holds": better,
+            "value": better,
+        },
+    ]
+    return errors, evidence
+
+
+def _paper_fidelity_claims(f: Formulas) -> list[Claim]:
+    """The paper's printed fidelities: an interval that contains the exact fidelity lies inside the
+    printed rounding (± half a unit of the fourth decimal)."""
+    claims = []
     for (GG, pv), printed in paper.FIDELITY.items():
         enclosure = certified_fidelity(f, GG, Fraction(str(pv)))
         lo, hi = Fraction(str(printed)) - Fraction(1, 20000), Fraction(str(printed)) + Fraction(1, 20000)
@@ -339,19 +343,37 @@ def _t11_numeric(f: Formulas) -> tuple[list[Claim], dict[str, Any]]:
                 value=str(enclosure),
             )
         )
-    for (GG, pv), printed in paper.ATTENUATION_FIRST_ORDER.items():
-        exact_law = f.attenuation_first_order(GG, sp.nsimplify(pv))
-        claims.append(
-            Claim(
-                f"paper's number first-order law({GG}, {pv}) = {printed} (exact rational, rounded)",
-                sp.Integer(round(100 * exact_law)),
-                sp.Integer(round(100 * printed)),
-            )
+    return claims
+
+
+def _paper_first_order_claims(f: Formulas) -> list[Claim]:
+    """The paper's printed first-order laws: the exact rational law, rounded to the printed digits."""
+    return [
+        Claim(
+            f"paper's number first-order law({GG}, {pv}) = {printed} (exact rational, rounded)",
+            sp.Integer(round(100 * f.attenuation_first_order(GG, sp.nsimplify(pv)))),
+            sp.Integer(round(100 * printed)),
         )
+        for (GG, pv), printed in paper.ATTENUATION_FIRST_ORDER.items()
+    ]
+
+
+def _t11_numeric(f: Formulas) -> tuple[list[Claim], dict[str, Any]]:
+    """T11's certified claims (the paper's printed numbers) and its details: the series, the errors
+    of both laws against the exact fidelity with their evidence, the remainder constants, and the
+    paper's group-size table predicted by both laws."""
+    c3 = fidelity_series(3)
+    bounds = remainder_bounds(f)
+    errors: dict[str, Any] = {}
+    evidence: list[dict[str, Any]] = []
+    for pv, rows in _error_rows(f).items():
+        errors[f"p={pv}"], checks = _convergence(pv, rows)
+        evidence += checks
+    claims = _paper_fidelity_claims(f) + _paper_first_order_claims(f)
     info = {
         "series_coefficients_in_v=p(1-p)": [str(sp.factor(_in_v(cc))) for cc in c3],
         "third_order_coefficient": str(c3[3]),
-        "mpmath_dps": 30,
+        "mpmath_dps": _DPS,
         "errors": errors,
         "evidence": evidence,
         "remainder_constant_B": {

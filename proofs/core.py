@@ -445,7 +445,8 @@ class Theorem:
         unread = sorted(set(perturb or {}) - f.read)
         if unread:
             raise ValueError(
-                f"{self.name} does not read {unread[0]!r}, so perturbing it tests nothing; {self.name} reads: {', '.join(sorted(f.read))}"
+                f"{self.name} does not read {unread[0]!r}, so perturbing it tests nothing; "
+                f"{self.name} reads: {', '.join(sorted(f.read))}"
             )
         r = check_claims(self.name, claims, details)
         return ProofResult(self.name, r.status, r.residual, time.perf_counter() - t0, r.details, r.method)

@@ -310,7 +310,8 @@ def _g8_enumerated(f: Formulas) -> list[Claim]:
                     )
                     out.append(
                         Claim(
-                            f"rational softmax policy {n_pol} over 4 answers, 2 parameters, G={GG}, k={kk}: GRPO Cov(g_1, g_{b + 1} | k)",
+                            f"rational softmax policy {n_pol} over 4 answers, 2 parameters, G={GG}, k={kk}: "
+                            f"GRPO Cov(g_1, g_{b + 1} | k)",
                             cov,
                             want,
                         )
@@ -324,7 +325,8 @@ G8 = Theorem(
     "With Σ₊ = Cov(s | y correct) and Σ₋ = Cov(s | y incorrect), the covariance of the update of a group with k "
     "correct answers (0 < k < G) is Cov(g | k) = c(k, G)²·(Σ₊/k + Σ₋/(G−k)); for GRPO with Σ₊ = Σ₋ = Σ it is Σ/G, "
     "the same for every k (Dr. GRPO: σ_k²·Σ/G).  Symbolic in k and G; enumerated exactly (rational arithmetic) "
-    f"for two softmax policies over 4 answers with 2 parameters (variance and cross-covariance), every G ≤ {G_ENUMERATED_NOISE}.",
+    "for two softmax policies over 4 answers with 2 parameters (variance and cross-covariance), "
+    f"every G ≤ {G_ENUMERATED_NOISE}.",
     "beyond the paper",
     "as G7; given k the correct answers are independent draws from pi restricted to the correct answers, the "
     "incorrect ones from pi restricted to the incorrect answers, the two sets independent",

@@ -1,14 +1,16 @@
 """Run the framework audits the README reports, and write their table from the audits' own output.
 
 Every row of :data:`CASES` is one configuration, audited at each of its releases by the CLI
-(``grpo-identity audit … --release R --json``, each in a fresh process, the release's cached
-environment built first if missing).  The JSON of every audit and its wall time go to
-``results/frameworks/audits.jsonl``; ``results/frameworks/table.md`` is rendered from that file
-alone, and ``--readme`` copies it into README.md between the markers
+(``grpo-identity audit … --release R --json``), all in this one process, as a user's script or CI
+job would run them: each release's environment is built first if missing, and its framework is
+imported once, in a warm child that audits every configuration of that release afresh.  The JSON
+of every audit and its wall time go to ``results/frameworks/audits.jsonl``, the command and the
+versions that made them to ``results/frameworks/meta.json``; ``results/frameworks/table.md`` is
+rendered from the audits alone, and ``--readme`` copies it into README.md between the markers
 ``<!-- framework-audits:begin -->`` and ``<!-- framework-audits:end -->``
 (``tests/app/test_packaging.py`` checks that the two agree).
 
-    python scripts/framework_audits.py                 # every case (about half an hour on 2 cores)
+    python scripts/framework_audits.py                 # every case (a few minutes on 2 cores)
     python scripts/framework_audits.py --only trl      # the cases whose target starts with trl
     python scripts/framework_audits.py --render-only --readme   # re-render from audits.jsonl
 """
@@ -16,7 +18,10 @@ alone, and ``--readme`` copies it into README.md between the markers
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -43,7 +48,8 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("verl --set algorithm.adv_estimator=grpo", VERL),
     ("verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo", VERL),
     (
-        "verl --set algorithm.adv_estimator=grpo_vectorized --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo",
+        "verl --set algorithm.adv_estimator=grpo_vectorized --set algorithm.norm_adv_by_std_in_grpo=false --expect "
+        "dr_grpo",
         VERL,
     ),
     (
@@ -69,36 +75,59 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("openrlhf --set algo.advantage.estimator=reinforce_baseline", OPENRLHF),
     ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group", AREAL),
     (
-        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set actor.reward_norm.std_unbiased=false",
+        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
+        "actor.reward_norm.std_unbiased=false",
         AREAL,
     ),
     ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=null", AREAL),
     (
-        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.mean_leave1out=true --set actor.reward_norm.std_level=null",
+        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.mean_leave1out=true --set "
+        "actor.reward_norm.std_level=null",
         AREAL,
     ),
     ("areal --set actor.reward_norm.mean_level=group", AREAL),
     ("areal --set actor.adv_norm.mean_level=group --set actor.adv_norm.std_level=group", AREAL),
     # the normalisation of AReaL's own GRPO example (examples/math/gsm8k_grpo.yaml)
     (
-        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set actor.adv_norm.mean_level=batch --set actor.adv_norm.std_level=batch",
+        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
+        "actor.adv_norm.mean_level=batch --set actor.adv_norm.std_level=batch",
         AREAL,
     ),
 ]
 
 
 def run_case(target: str, release: str) -> dict:
-    """One audit through the CLI; its JSON (or its usage error) and its wall time."""
-    cmd = [sys.executable, "-m", "grpo_identity", "audit", *target.split(), "--release", release, "--json"]
+    """One audit through the CLI, in this process; its JSON (or its usage error) and its wall time."""
+    from grpo_identity.app.cli import main as cli
+
+    out, err = io.StringIO(), io.StringIO()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli(["audit", *target.split(), "--release", release, "--json"])
     seconds = time.perf_counter() - t0
-    row = {"target": target, "release": release, "exit_code": proc.returncode, "wall_seconds": round(seconds, 1)}
-    if proc.returncode in (0, 1) and proc.stdout.strip():
-        row["report"] = json.loads(proc.stdout)
+    row = {"target": target, "release": release, "exit_code": code, "wall_seconds": round(seconds, 1)}
+    if code in (0, 1) and out.getvalue().strip():
+        row["report"] = json.loads(out.getvalue())
     else:
-        row["error"] = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        lines = [ln for ln in err.getvalue().splitlines() if "error:" in ln] or err.getvalue().splitlines()
+        row["error"] = (lines or [f"exit code {code}"])[-1]
     return row
+
+
+def provenance(argv: list[str]) -> dict:
+    """The command and the versions that made the stored audits."""
+    import platform
+    from importlib.metadata import version
+
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    packages = ("grpo-identity", "numpy", "torch", "hypothesis", "transformers")
+    return {
+        "command": " ".join(["python", "scripts/framework_audits.py", *argv]),
+        "commit": commit or None,
+        "python": platform.python_version(),
+        "versions": {name: version(name) for name in packages},
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+    }
 
 
 def _dial(inf: dict) -> str:
@@ -124,12 +153,15 @@ def _cell(row: dict) -> list[str]:
 
 def render(rows: list[dict]) -> str:
     """The markdown table: one line per (configuration, release), in the order run."""
-    head = "| audit (`grpo-identity audit …`) | release | verdict | matches | dial | per-sample weight | silent-group gradient | first failing finding | s |"
+    columns = ["audit (`grpo-identity audit …`)", "release", "verdict", "matches", "dial", "per-sample weight"]
+    columns += ["silent-group gradient", "first failing finding", "s"]
+    head = "| " + " | ".join(columns) + " |"
     lines = [head, "|" + "---|" * 9]
     for row in rows:
         verdict, matches, dial, weight, silent, why = _cell(row)
         lines.append(
-            f"| `{row['target']}` | {row['release']} | {verdict} | {matches} | {dial} | {weight} | {silent} | {why} | {row['wall_seconds']:.0f} |"
+            f"| `{row['target']}` | {row['release']} | {verdict} | {matches} | {dial} | {weight} | {silent} | {why} "
+            f"| {row['wall_seconds']:.0f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -164,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         kept = {(r["target"], r["release"]): r for r in old}
         rows = []
+        t_all = time.perf_counter()
         for target, releases in CASES:
             for release in releases:
                 if args.only and not target.startswith(args.only):
@@ -173,7 +206,11 @@ def main(argv: list[str] | None = None) -> int:
                 row = run_case(target, release)
                 print(f"{row['wall_seconds']:6.1f} s  {target} @ {release}: {_cell(row)[0]}", flush=True)
                 rows.append(row)
+        total = time.perf_counter() - t_all
+        print(f"{total:6.1f} s  in all", flush=True)
         log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        meta = {**provenance(list(argv if argv is not None else sys.argv[1:])), "total_seconds": round(total, 1)}
+        (OUT / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     table = render(rows)
     (OUT / "table.md").write_text(table)
     if args.readme:

@@ -117,7 +117,8 @@ def results(sample: str = "") -> dict[str, ModuleResult]:
 def print_summary(res: dict[str, ModuleResult]) -> None:
     """One row per module and one overall, then every survivor."""
     print(
-        f"{'module':36} {'mutants':>8} {'killed':>7} {'timeout':>8} {'survived':>9} {'no tests':>9} {'unjudged':>9} {'kill rate':>10}"
+        f"{'module':36} {'mutants':>8} {'killed':>7} {'timeout':>8} {'survived':>9} "
+        f"{'no tests':>9} {'unjudged':>9} {'kill rate':>10}"
     )
     rows = list(res.items())
     total = ModuleResult(
@@ -125,7 +126,8 @@ def print_summary(res: dict[str, ModuleResult]) -> None:
     )
     for module, r in rows + [("overall", total)]:
         print(
-            f"{module:36} {r.total:>8} {r.killed:>7} {r.timeout:>8} {r.survived:>9} {r.no_tests:>9} {r.unjudged:>9} {r.kill_rate:>10.1%}"
+            f"{module:36} {r.total:>8} {r.killed:>7} {r.timeout:>8} {r.survived:>9} "
+            f"{r.no_tests:>9} {r.unjudged:>9} {r.kill_rate:>10.1%}"
         )
     for _, r in rows:
         for name in r.survivors:

@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(
-        f"identity max |autograd - prediction| = {r['identity_max_abs_err']:.3g}; hard quartile starts at {r['hard_initial']:.4f}; eps {r['eps']}; {r['solve_rate_source']}"
+        f"identity max |autograd - prediction| = {r['identity_max_abs_err']:.3g}; "
+        f"hard quartile starts at {r['hard_initial']:.4f}; eps {r['eps']}; {r['solve_rate_source']}"
     )
     return 0
 

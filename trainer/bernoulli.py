@@ -381,8 +381,8 @@ _LABELS = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "dapo": "DAPO"}
 def plot_bernoulli(result: dict[str, Any], path: str) -> None:
     """The paper's three panels: (a) measured silent fraction against E[p^G + (1−p)^G] over
     training; (b) share of gradient mass by 0.1-bin of the initial solve rate, GRPO against
-    Dr. GRPO (measured over ``mass_draws`` groups at p0: bars; finite-G and large-G forms: lines); (c) mean solve rate of the hardest
-    initial quartile over training, per arm.  Writes a PNG."""
+    Dr. GRPO (measured over ``mass_draws`` groups at p0: bars; finite-G and large-G forms: lines);
+    (c) mean solve rate of the hardest initial quartile over training, per arm.  Writes a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -417,7 +417,8 @@ def plot_bernoulli(result: dict[str, Any], path: str) -> None:
         b.plot(centres, mb["large_g"], ":", color=colour, lw=1.2, label=f"{_LABELS[arm]} large-G form")
     es = result["extreme_share"]
     b.set_title(
-        f"(b) gradient mass at the start; extreme: GRPO {100 * es['grpo']['measured']:.1f} %, Dr. GRPO {100 * es['dr_grpo']['measured']:.1f} %",
+        f"(b) gradient mass at the start; extreme: GRPO {100 * es['grpo']['measured']:.1f} %, "
+        f"Dr. GRPO {100 * es['dr_grpo']['measured']:.1f} %",
         fontsize=9,
     )
     b.set_xlabel("initial solve rate p")
@@ -437,7 +438,8 @@ def plot_bernoulli(result: dict[str, Any], path: str) -> None:
     c.set_title(f"(c) hardest quartile; DAPO uses {result['dapo_oversample']:.2f}× the samples", fontsize=9)
     c.legend(fontsize=7)
     fig.suptitle(
-        f"Bernoulli-logit run: M={cfg['num_prompts']}, G={cfg['group_size']}, lr={cfg['lr']}, {cfg['steps']} steps; {result['solve_rate_source']}",
+        f"Bernoulli-logit run: M={cfg['num_prompts']}, G={cfg['group_size']}, lr={cfg['lr']}, "
+        f"{cfg['steps']} steps; {result['solve_rate_source']}",
         fontsize=8,
     )
     fig.tight_layout()

@@ -36,7 +36,8 @@ class BernoulliConfig:
     seed: int = 0
     """Random seed (initial difficulties and rollouts; every arm uses the same seed)."""
     solve_rates: str | None = None
-    """Solve-rate source for the initial difficulties: bigmath (the shipped Big-Math histogram), a parquet/JSONL/CSV file, a histogram CSV, or hf:NAME; default: bigmath."""
+    """Solve-rate source for the initial difficulties: bigmath (the shipped Big-Math histogram),
+    a parquet/JSONL/CSV file, a histogram CSV, or hf:NAME; default: bigmath."""
     max_draws: int = 4
     """DAPO: draws of a group per prompt and step while it is silent (1 = no resampling)."""
     clip_low: float = 0.02

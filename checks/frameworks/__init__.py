@@ -21,7 +21,6 @@ from typing import Any
 __all__ = [
     "FRAMEWORKS",
     "ESTIMATOR_KEY",
-    "LEVELS",
     "RESPONSE_LENGTH",
     "PROMPT_LENGTH",
     "lengths_for",
@@ -35,8 +34,6 @@ __all__ = [
 FRAMEWORKS = ("trl", "verl", "areal", "openrlhf")
 #: the config key a bare word of the short form sets (``verl:rloo``, ``openrlhf:group_norm``)
 ESTIMATOR_KEY = {"verl": "algorithm.adv_estimator", "openrlhf": "algo.advantage.estimator"}
-#: what the audit compares: the advantages, or the gradient of the framework's loss
-LEVELS = ("advantage", "gradient")
 #: response length budget of every driver's probe batches (tokens), and their prompts' length
 RESPONSE_LENGTH = 6
 PROMPT_LENGTH = 2
@@ -69,6 +66,15 @@ class FrameworkSpec:
     """verl only: call ``core_algos``'s estimator function directly (bypasses the trainer)."""
     options: tuple[tuple[str, Any], ...] = ()
     """Keyword options of that estimator function (bypass form only)."""
+    release: str | None = None
+    """Audit this release in an environment of its own (:mod:`grpo_identity.checks.releases`)."""
+    release_auto: bool = False
+    """The release was chosen because the framework is not installed here (its tested release)."""
+
+    @property
+    def kind(self) -> str:
+        """A framework computes advantages (only presets and functions are audited as filters)."""
+        return "advantage"
 
     def describe(self) -> str:
         """The command-line form of this target."""

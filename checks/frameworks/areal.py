@@ -221,9 +221,9 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
         G = int(group_size)
         return _advantages(actors(G), rewards, G, lengths_for(len(rewards)))[0]
 
-    areal_actor_advantage.grpo_identity_info = _info(
+    areal_actor_advantage.grpo_identity_info = _info(  # type: ignore[attr-defined]
         spec, cfg, "PPOActor.compute_advantages (engine unused; KL reward 0)"
-    )  # type: ignore[attr-defined]
+    )
     return areal_actor_advantage
 
 
@@ -275,12 +275,15 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         (grad,) = torch.autograd.grad(loss, logp)
         return {"advantages": adv, "coefficients": -grad.double().numpy(), "mask": data["loss_mask"].double().numpy()}
 
-    entry = "PPOActor.compute_advantages, then grpo_loss_fn as _ppo_update binds it (one minibatch, one micro-batch; the engine's forward bypassed: log-probs given)"
-    areal_grpo_loss_gradient.grpo_identity_info = {
+    entry = (
+        "PPOActor.compute_advantages, then grpo_loss_fn as _ppo_update binds it (one minibatch, one micro-batch; "
+        "the engine's forward bypassed: log-probs given)"
+    )
+    areal_grpo_loss_gradient.grpo_identity_info = {  # type: ignore[attr-defined]
         **_info(spec, cfg, entry),
         "ppo_n_minibatches": "1 (the audit's batch is one update)",
         "lengths_optional": True,
-    }  # type: ignore[attr-defined]
+    }
     return areal_grpo_loss_gradient
 
 

@@ -230,23 +230,27 @@ def cli_args(spec: FrameworkSpec, group_size: int) -> Any:
     except SystemExit:  # argparse: an unknown option, a value of the wrong type or choice
         last = [ln for ln in err.getvalue().splitlines() if ln.strip()]
         raise AdapterError(
-            f"OpenRLHF {_release()} rejects the config ({spec.describe()}): {last[-1].split('error: ')[-1] if last else 'bad arguments'}"
+            f"OpenRLHF {_release()} rejects the config ({spec.describe()}): "
+            f"{last[-1].split('error: ')[-1] if last else 'bad arguments'}"
         ) from None
     except AssertionError as exc:  # train_ppo_ray's checks after parsing
         raise AdapterError(
-            f"OpenRLHF {_release()} rejects the config ({spec.describe()}): {str(exc) or 'an assertion of train_ppo_ray'}"
+            f"OpenRLHF {_release()} rejects the config ({spec.describe()}): "
+            f"{str(exc) or 'an assertion of train_ppo_ray'}"
         ) from None
     except ImportError as exc:
         raise AdapterError(f"OpenRLHF {_release()}: {CLI_MODULE} does not import here ({exc})") from None
     except Exception as exc:  # its checks fail on a config they do not expect (gae without a reward model …)
         raise AdapterError(
-            f"OpenRLHF {_release()}: {CLI_MODULE} fails on this config ({spec.describe()}): {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            f"OpenRLHF {_release()}: {CLI_MODULE} fails on this config ({spec.describe()}): {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}"
         ) from None
     finally:
         for obj, name, old in saved:
             setattr(obj, name, old)
     raise AdapterError(
-        f"OpenRLHF {_release()}: {CLI_MODULE} ran to its end without calling get_strategy(args) (the driver knows the 0.11 command line)"
+        f"OpenRLHF {_release()}: {CLI_MODULE} ran to its end without calling get_strategy(args) (the driver knows "
+        "the 0.11 command line)"
     )
 
 
@@ -316,7 +320,8 @@ def _per_response(experiences: list[Any], n: int, estimator: str) -> np.ndarray:
             tokens = adv[row][mask[row]]
             if float(tokens.max() - tokens.min()) > 1e-6 * max(1.0, float(tokens.abs().max())):
                 raise RuntimeError(
-                    f"estimator {estimator!r} gives token advantages that vary within a response (spread {float(tokens.max() - tokens.min()):.3g}): not an outcome advantage of one value per answer"
+                    f"estimator {estimator!r} gives token advantages that vary within a response (spread "
+                    f"{float(tokens.max() - tokens.min()):.3g}): not an outcome advantage of one value per answer"
                 )
             out[i] = float(tokens[0])
     if np.isnan(out).any():
@@ -333,11 +338,13 @@ class _Configs:
         named = [v.strip().lower() for k, v in spec.sets if k.lstrip("-") == "algo.advantage.estimator"]
         if not named:
             raise AdapterError(
-                f"OpenRLHF {_release()}: set the estimator (--set algo.advantage.estimator=group_norm, dr_grpo, rloo, reinforce_baseline, reinforce …); its default, gae, needs a critic"
+                f"OpenRLHF {_release()}: set the estimator (--set algo.advantage.estimator=group_norm, dr_grpo, "
+                "rloo, reinforce_baseline, reinforce …); its default, gae, needs a critic"
             )
         if named[-1] == "gae" or self.get(2).algo.advantage.estimator == "gae":  # the CLI wants a reward model for gae
             raise AdapterError(
-                f"OpenRLHF {_release()}: algo.advantage.estimator=gae needs a critic's values; the driver audits the critic-free estimators (reinforce, rloo, reinforce_baseline, group_norm, dr_grpo …)"
+                f"OpenRLHF {_release()}: algo.advantage.estimator=gae needs a critic's values; the driver audits the "
+                "critic-free estimators (reinforce, rloo, reinforce_baseline, group_norm, dr_grpo …)"
             )
 
     def get(self, G: int) -> Any:
@@ -356,9 +363,9 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
         exps = _experiences(_maker(args), rewards, lengths_for(len(rewards)))
         return _per_response(exps, len(rewards), args.algo.advantage.estimator)
 
-    openrlhf_advantage.grpo_identity_info = _info(
+    openrlhf_advantage.grpo_identity_info = _info(  # type: ignore[attr-defined]
         spec, configs.get(2), "RemoteExperienceMaker.compute_advantages_and_returns"
-    )  # type: ignore[attr-defined]
+    )
     return openrlhf_advantage
 
 
@@ -402,12 +409,12 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         return {"advantages": adv, "coefficients": coeff, "mask": m}
 
     args = configs.get(2)
-    openrlhf_policy_loss_gradient.grpo_identity_info = {
+    openrlhf_policy_loss_gradient.grpo_identity_info = {  # type: ignore[attr-defined]
         **_info(spec, args, "compute_advantages_and_returns + models.loss.PolicyLoss (aggregate_loss)"),
         "loss_agg_mode": str(args.actor.loss_agg_mode),
         "policy_loss_type": str(args.actor.policy_loss_type),
         "lengths_optional": True,
-    }  # type: ignore[attr-defined]
+    }
     return openrlhf_policy_loss_gradient
 
 

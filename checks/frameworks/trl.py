@@ -75,11 +75,13 @@ def grpo_config(spec: FrameworkSpec) -> Any:
     except SystemExit:  # argparse: an unknown option or a value of the wrong type
         last = [ln for ln in err.getvalue().splitlines() if ln.strip()]
         raise AdapterError(
-            f"TRL {version('trl')} rejects the config ({spec.describe()}): {last[-1].split('error: ')[-1] if last else 'bad arguments'}"
+            f"TRL {version('trl')} rejects the config ({spec.describe()}): "
+            f"{last[-1].split('error: ')[-1] if last else 'bad arguments'}"
         ) from None
     except Exception as exc:  # GRPOConfig.__post_init__'s checks, an unreadable YAML file
         raise AdapterError(
-            f"TRL {version('trl')} rejects the config ({spec.describe()}): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            f"TRL {version('trl')} rejects the config ({spec.describe()}): "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from None
     return args
 
@@ -125,17 +127,55 @@ def _trainer(args: Any, state: dict[str, Any]) -> Any:
         return [float(v) for v in r]
 
     try:
-        return GRPOTrainer(
+        trainer = GRPOTrainer(
             model=model,
             reward_funcs=reward_fn,
             args=args,
             processing_class=tokenizer,
             train_dataset=Dataset.from_dict({"prompt": ["a b"] * 2}),
         )
+        _sample_once_per_shape(trainer)
+        return trainer
     except Exception as exc:
         raise AdapterError(
-            f"TRL {version('trl')}: GRPOTrainer rejects the config: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            f"TRL {version('trl')}: GRPOTrainer rejects the config: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from None
+
+
+def _sample_once_per_shape(trainer: Any) -> None:
+    """The trainer's sampling (``_generate``, where the release has it) runs once per batch of
+    prompts; later batches of the same prompts get a copy of that sample.  The completions never
+    enter the advantages (the reward function returns the audit's rewards; the gradient probes lay
+    their own completions out), and the model does not change between calls, so one sample per
+    shape is what a fixed seed would give, at a fraction of the cost: the hypothesis search calls
+    the trainer hundreds of times per audit."""
+    generate = getattr(trainer, "_generate", None)
+    if generate is None:
+        return
+    memo: dict[tuple[int, str], Any] = {}
+
+    def sample_once(prompts: list[Any], *args: Any, **kwargs: Any) -> Any:
+        key = (len(prompts), repr(prompts[:1]))
+        if args or kwargs:  # a signature this driver does not know: sample every time
+            return generate(prompts, *args, **kwargs)
+        if key not in memo:
+            memo[key] = generate(prompts)
+        return _fresh(memo[key])
+
+    trainer._generate = sample_once
+
+
+def _fresh(obj: Any) -> Any:
+    """A copy of the lists, tuples and dicts in ``obj`` (what the caller may change in place); the
+    leaves (token ids, strings, tensors) are shared.  Much cheaper than ``copy.deepcopy``."""
+    if isinstance(obj, list):
+        return [_fresh(x) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(_fresh(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _fresh(v) for k, v in obj.items()}
+    return obj
 
 
 def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> dict[str, Any]:
@@ -143,7 +183,8 @@ def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> 
 
     if not hasattr(trainer, "_generate_and_score_completions"):
         raise AdapterError(
-            f"TRL {version('trl')} has no GRPOTrainer._generate_and_score_completions (the driver knows it from 0.14 on)"
+            f"TRL {version('trl')} has no GRPOTrainer._generate_and_score_completions (the driver knows it from 0.14 "
+            "on)"
         )
     trainer.num_generations = trainer.num_generations_eval = int(G)
     state["rewards"] = np.asarray(rewards, dtype=np.float64)
@@ -182,7 +223,8 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     )
     if hook is None:
         raise AdapterError(
-            f"TRL {version('trl')}: GRPOTrainer has neither _get_per_token_logps_and_entropies nor _get_per_token_logps (the driver needs one)"
+            f"TRL {version('trl')}: GRPOTrainer has neither _get_per_token_logps_and_entropies nor "
+            "_get_per_token_logps (the driver needs one)"
         )
     original = getattr(trainer, hook)
     kept: dict[str, Any] = {}
@@ -225,12 +267,12 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
             "mask": mask.double().numpy(),
         }
 
-    trl_loss_gradient.grpo_identity_info = {
+    trl_loss_gradient.grpo_identity_info = {  # type: ignore[attr-defined]
         **_info(spec, args, "GRPOTrainer.compute_loss (autograd)"),
         "loss_type": str(getattr(args, "loss_type", "none (the release has one loss)")),
         "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no")),
         "lengths_optional": True,
-    }  # type: ignore[attr-defined]
+    }
     return trl_loss_gradient
 
 

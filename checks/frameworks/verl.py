@@ -81,7 +81,8 @@ def _trainer_module() -> Any:
         raise AdapterError(f"verl {version('verl')}: its trainer module does not import here ({exc})") from None
     if not hasattr(ray_trainer, "compute_advantage"):
         raise AdapterError(
-            f"verl {version('verl')} has no verl.trainer.ppo.ray_trainer.compute_advantage (the driver knows the trainer's dispatch from 0.6 on)"
+            f"verl {version('verl')} has no verl.trainer.ppo.ray_trainer.compute_advantage (the driver knows the "
+            "trainer's dispatch from 0.6 on)"
         )
     return ray_trainer
 
@@ -127,7 +128,8 @@ def _advantages(
     spread = ((adv - first[:, None]).abs() * mask).max()
     if float(spread) > 1e-6 * max(1.0, float(first.abs().max())):
         raise RuntimeError(
-            f"estimator {alg.adv_estimator!r} gives token advantages that vary within a response (spread {float(spread):.3g}): not an outcome advantage of one value per answer"
+            f"estimator {alg.adv_estimator!r} gives token advantages that vary within a response (spread "
+            f"{float(spread):.3g}): not an outcome advantage of one value per answer"
         )
     out = np.empty(len(rewards), dtype=np.float64)
     out[order] = first.detach().numpy()
@@ -142,9 +144,9 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
     def verl_trainer_advantage(rewards: np.ndarray, group_size: int) -> np.ndarray:
         return _advantages(ray_trainer, cfg, rewards, int(group_size), lengths_for(len(rewards)))[0]
 
-    verl_trainer_advantage.grpo_identity_info = _info(
+    verl_trainer_advantage.grpo_identity_info = _info(  # type: ignore[attr-defined]
         spec, cfg, "ray_trainer.compute_advantage (the trainer's dispatch)"
-    )  # type: ignore[attr-defined]
+    )
     return verl_trainer_advantage
 
 
@@ -199,12 +201,12 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         coeff[order], m[order] = -grad.double().numpy(), mask.double().numpy()
         return {"advantages": adv, "coefficients": coeff, "mask": m}
 
-    verl_policy_loss_gradient.grpo_identity_info = {
+    verl_policy_loss_gradient.grpo_identity_info = {  # type: ignore[attr-defined]
         **_info(spec, cfg, "ray_trainer.compute_advantage + core_algos policy loss (agg_loss)"),
         "loss_agg_mode": str(actor.loss_agg_mode),
         "loss_mode": str(actor.policy_loss.get("loss_mode", "vanilla")),
         "lengths_optional": True,
-    }  # type: ignore[attr-defined]
+    }
     return verl_policy_loss_gradient
 
 
@@ -244,12 +246,12 @@ def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
         out[order] = adv[:, 0].numpy()  # (bs,): broadcast over the tokens
         return out
 
-    verl_estimator_function.grpo_identity_info = {
+    verl_estimator_function.grpo_identity_info = {  # type: ignore[attr-defined]
         "framework": "verl",
         "version": version("verl"),
         "entry": f"core_algos estimator {spec.estimator!r} called directly: bypasses the trainer",
         "estimator": spec.estimator,
         "options": options,
         "dtype": "float32",
-    }  # type: ignore[attr-defined]
+    }
     return verl_estimator_function

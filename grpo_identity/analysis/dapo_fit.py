@@ -272,8 +272,9 @@ def fit(
     """Fit DAPO's all-correct curve with both models, with bootstrap intervals of R².
 
     ``solve_rates``: a :class:`SolveRates`, a spec (``bigmath``, a file, ``hf:NAME``), or None
-    for the shipped Big-Math histogram.  ``n_bootstrap``: 0 to ``MAX_BOOTSTRAP`` resamples.  Returns ``{"competence": {"tau", "t_end", "plateau", "start", "r2",
-    "r2_bootstrap"}, "saturating": {"a", "tau", "s0", "r2", "r2_bootstrap"}, "paper": …,
+    for the shipped Big-Math histogram.  ``n_bootstrap``: 0 to ``MAX_BOOTSTRAP`` resamples.
+    Returns ``{"competence": {"tau", "t_end", "plateau", "start", "r2", "r2_bootstrap"},
+    "saturating": {"a", "tau", "s0", "r2", "r2_bootstrap"}, "paper": …,
     "curve": {"step", "value", "competence", "saturating"}, "solve_rate_source", "n_points",
     "n_bootstrap", "seed"}``.
     """

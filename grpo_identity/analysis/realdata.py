@@ -16,7 +16,8 @@ numpy only.
 (0.25, 0.25, 0.5625)
 >>> from grpo_identity.analysis.solve_rates import big_math
 >>> b = summarise(big_math())
->>> round(100 * b["frac_p0"], 1), round(100 * b["silent_closed_form"]["8"]), round(100 * b["mass_share"]["grpo"]["extreme"], 1)
+>>> extreme_share = b["mass_share"]["grpo"]["extreme"]
+>>> round(100 * b["frac_p0"], 1), round(100 * b["silent_closed_form"]["8"]), round(100 * extreme_share, 1)
 (4.0, 44, 24.7)
 """
 
@@ -124,8 +125,8 @@ def _num_correct(values: FloatArray, weights: FloatArray, n: int, source: str) -
     share = float(weights[off].sum())
     if share > OFF_GRID_MAX_SHARE:
         raise ValueError(
-            f"{100 * share:.3g} % of the solve rates in {source} are not multiples of 1/{n} (e.g. {float(values[off][0])!r}); "
-            "set the number of rollouts"
+            f"{100 * share:.3g} % of the solve rates in {source} are not multiples of 1/{n} "
+            f"(e.g. {float(values[off][0])!r}); set the number of rollouts"
         )
     return k, share
 

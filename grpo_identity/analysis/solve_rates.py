@@ -305,7 +305,8 @@ def _check_reachable(name: str) -> None:
         socket.create_connection((host, 443), timeout=HF_PROBE_TIMEOUT).close()
     except OSError:
         raise ValueError(
-            f"hf:{name}: cannot reach {host} (offline?); download the dataset's parquet and pass its path, or use the shipped '{BIG_MATH}'"
+            f"hf:{name}: cannot reach {host} (offline?); download the dataset's parquet and pass its path, "
+            f"or use the shipped '{BIG_MATH}'"
         ) from None
 
 

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import re
 import sys
+from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from grpo_identity import __version__
@@ -46,7 +47,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="grpo-identity",
-        description="Proofs, CI checks and evidence for the group-standard-deviation identity of GRPO, Dr. GRPO and DAPO (arXiv 2607.00152).",
+        description="Proofs, CI checks and evidence for the group-standard-deviation identity of GRPO, Dr. GRPO and "
+        "DAPO (arXiv 2607.00152).",
     )
     parser.add_argument("--version", action="version", version=f"grpo-identity {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -82,6 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     args._argv = argv  # so that messages can name the option the user typed
+    missing = _missing_folders(getattr(args, "out", None))
+    code = _run(args)
+    if code == EXIT_USAGE:  # bad input writes nothing: not even the empty --out folder
+        _remove_empty(missing)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     prog = getattr(args, "_prog", f"grpo-identity {args.command}")
     try:
         return int(args._run(args) or 0)
@@ -99,6 +109,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+def _missing_folders(out: Any) -> list[Path]:
+    """The folders of ``out`` that do not exist yet, deepest first (a command may create them)."""
+    if not isinstance(out, (str, Path)) or not str(out):
+        return []
+    missing, folder = [], Path(out).absolute()
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:
+        try:
+            folder.rmdir()  # only if empty
+        except OSError:
+            return
 
 
 if __name__ == "__main__":

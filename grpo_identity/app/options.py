@@ -6,7 +6,8 @@ Standard library only (the CLI builds its ``--help`` from these).
 >>> integer(2, 10)("11")
 Traceback (most recent call last):
 argparse.ArgumentTypeError: must be an integer from 2 to 10, got 11
->>> in_options("group_size must be an integer >= 2, got 1", {"group_size": ["--G", "--group-size"]}, ["--group-size", "1"])
+>>> flags = {"group_size": ["--G", "--group-size"]}
+>>> in_options("group_size must be an integer >= 2, got 1", flags, ["--group-size", "1"])
 '--group-size must be an integer >= 2, got 1'
 >>> over_budget([("rollouts", 3 * 2**40, ["--G", "--M"])]) is not None
 True
@@ -149,9 +150,10 @@ def over_budget(terms: Sequence[tuple[str, float, Sequence[str]]], budget: int =
     if total <= budget:
         return None
     what, _, options = max(terms, key=lambda t: t[1])
+    named = ", ".join(options[:-1]) + " or " + options[-1] if len(options) > 1 else options[0]
     return (
-        f"these settings need about {human_bytes(total)} of memory, mostly {what}, over the budget of {human_bytes(budget)}: "
-        f"lower {', '.join(options[:-1]) + ' or ' + options[-1] if len(options) > 1 else options[0]} (or raise {MEMORY_BUDGET_VARIABLE})"
+        f"these settings need about {human_bytes(total)} of memory, mostly {what}, over the budget of "
+        f"{human_bytes(budget)}: lower {named} (or raise {MEMORY_BUDGET_VARIABLE})"
     )
 
 

@@ -6,8 +6,9 @@ folder, as when a notebook is opened in Jupyter), writes the executed ``.ipynb``
 (nbconvert, lab template) into ``out_dir``, and links them from ``index.html``.
 
 The math renders without network access: MathJax 2.7 (from the ``jupyter-server-mathjax``
-package, with its STIX web fonts) is copied next to the pages and referenced by a relative URL, so the folder can be moved or served as it is.  Figures are embedded as base64
-PNG.  No page loads anything from a CDN (require.js and mermaid are left out).  Cells tagged
+package, with its STIX web fonts) is copied next to the pages and referenced by a relative URL,
+so the folder can be moved or served as it is.  Figures are embedded as base64 PNG.  No page
+loads anything from a CDN (require.js and mermaid are left out).  Cells tagged
 ``hide-input`` show their output only (the theorem statements above each proof).
 
 Heavy imports (nbclient, nbconvert, jupytext) happen inside the functions.
@@ -251,13 +252,16 @@ def _browser(args: list[str], timeout: float) -> subprocess.CompletedProcess[str
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def _failure(res: subprocess.CompletedProcess[str]) -> str:
+    """What a failed browser run says: the last line of its stderr, else its exit code."""
+    return res.stderr.strip().splitlines()[-1] if res.stderr.strip() else str(res.returncode)
+
+
 def browser_dom(page: Path, *, budget_ms: int = 10_000, timeout: float = 120.0) -> str:
     """The DOM of ``page`` after a headless Chromium has loaded it and run its scripts (MathJax)."""
     res = _browser([f"--virtual-time-budget={budget_ms}", "--dump-dom", Path(page).resolve().as_uri()], timeout)
     if res.returncode != 0 or "<html" not in res.stdout:
-        raise ValueError(
-            f"the browser could not load {page}: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}"
-        )
+        raise ValueError(f"the browser could not load {page}: {_failure(res)}")
     return res.stdout
 
 
@@ -281,9 +285,7 @@ def _pdf(nb: Any, page: Path, pdf_path: Path) -> None:
         180.0,
     )
     if res.returncode != 0 or not pdf_path.is_file():
-        raise ValueError(
-            f"printing {page.name} to PDF failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}"
-        )
+        raise ValueError(f"printing {page.name} to PDF failed: {_failure(res)}")
 
 
 # --- the index ----------------------------------------------------------------------------
@@ -298,7 +300,8 @@ def _index(rows: list[dict[str, Any]], executed: bool) -> str:
         )
         body.append(
             f'<tr><td>{links}<span class="extra">{extra}</span></td><td>{r["seconds"]:.1f}</td>'
-            f'<td>{r["figures"]}</td><td>{r["math"]}</td><td class="{"ok" if status == "ok" else "bad"}">{e(status)}</td></tr>'
+            f"<td>{r['figures']}</td><td>{r['math']}</td>"
+            f'<td class="{"ok" if status == "ok" else "bad"}">{e(status)}</td></tr>'
         )
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -317,7 +320,8 @@ td:nth-child(n+2), th:nth-child(n+2) {{ text-align: right; }}
 <body>
 <h1>The group-standard-deviation identity: notebooks</h1>
 <p>For binary rewards, the GRPO update of a prompt is σ·(s̄₊ − s̄₋), Dr. GRPO's σ²·(s̄₊ − s̄₋) and
-DAPO's 1{{0&lt;k&lt;G}}·σ·(s̄₊ − s̄₋) (arXiv 2607.00152). Each notebook states an equation, then proves or measures it.</p>
+DAPO's 1{{0&lt;k&lt;G}}·σ·(s̄₊ − s̄₋) (arXiv 2607.00152).
+Each notebook states an equation, then proves or measures it.</p>
 <table>
 <tr><th>notebook</th><th>seconds</th><th>figures</th><th>math</th><th>status</th></tr>
 {chr(10).join(body)}

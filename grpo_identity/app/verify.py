@@ -163,7 +163,10 @@ def _audits(frameworks: bool, max_examples: int) -> Iterator[Item]:
             continue
         rep = audit(target, kind="advantage", expect=expect, max_examples=max_examples)
         inf = rep.inferred.to_dict() if hasattr(rep.inferred, "to_dict") else dict(rep.inferred)
-        project = f"{rep.verdict}: centre {inf.get('centre')}, {inf.get('scale')}, ddof {inf.get('ddof')}, ε ≈ {inf.get('eps', 0):.2g}"
+        project = (
+            f"{rep.verdict}: centre {inf.get('centre')}, {inf.get('scale')}, ddof {inf.get('ddof')}, "
+            f"ε ≈ {inf.get('eps', 0):.2g}"
+        )
         silent = inf.get("silent_nonbinary_max_abs")
         note = f"{package} {_version(package)}" + (
             f"; silent groups of 0.1 rewards in fp32: max |Â| = {silent:.2g}" if silent is not None else ""
@@ -219,7 +222,8 @@ def _load_spread(path: Path, config: Any) -> tuple[dict[str, Any] | None, str]:
     if not path.is_file():
         return (
             None,
-            f"no stored seed spread at {path.parent.name}/{path.name}: python -m grpo_identity.trainer.bernoulli_seeds --out {path.parent}",
+            f"no stored seed spread at {path.parent.name}/{path.name}: "
+            f"python -m grpo_identity.trainer.bernoulli_seeds --out {path.parent}",
         )
     spread = json.loads(path.read_text())
     want = {k: v for k, v in dataclasses.asdict(config).items() if k != "seed"}
@@ -284,7 +288,8 @@ def _bernoulli(solve_rates: str | None = None, spread_path: Path | None = None) 
         "controlled run",
         "measured extreme share equals the finite-G form (±1 pt)",
         "finite-G forms",
-        f"{ext['grpo']['measured']:.3f} vs {ext['grpo']['finite_g']:.3f}; {ext['dr_grpo']['measured']:.3f} vs {ext['dr_grpo']['finite_g']:.3f}",
+        f"{ext['grpo']['measured']:.3f} vs {ext['grpo']['finite_g']:.3f}; "
+        f"{ext['dr_grpo']['measured']:.3f} vs {ext['dr_grpo']['finite_g']:.3f}",
         all(abs(ext[a]["measured"] - ext[a]["finite_g"]) <= 0.01 for a in ("grpo", "dr_grpo")),
         "GRPO; Dr. GRPO: measured vs E[g] / p(1−p)(1−1/G)",
     )
@@ -601,12 +606,50 @@ def verify(
     max_examples: int = 200,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Run every stage and write ``report.json`` and ``report.html`` into ``out``.
+    """The verification report: every stage run, written as ``report.json`` and ``report.html``.
 
-    ``solve_rates``: a spec for the Big-Math numbers and the controlled run (None: the shipped
-    histogram).  Returns ``{"all_ok": bool, "seconds": float, "stage_seconds", "counts",
-    "items": [{"section", "name", "paper", "project", "ok", "status", "note"}], "report":
-    {"json", "html"}}``; ``all_ok`` is True when no item failed (skipped items say why).
+    The stages prove the theorems, audit the presets (and the frameworks), recompute the paper's
+    numbers, run the controlled Bernoulli-logit run, fit DAPO's curve, read the stored LM runs and
+    render the notebooks; a full run takes minutes.  The inputs are checked before any work.
+
+    Parameters
+    ----------
+    out : str or pathlib.Path
+        The output folder (created if missing).
+    solve_rates : str, optional
+        A solve-rate spec for the Big-Math numbers and the controlled run: ``bigmath``, a file,
+        or ``hf:NAME``; None: the shipped Big-Math histogram.
+    dapo_curve : str or pathlib.Path, optional
+        The digitised DAPO curve (default: the copy shipped with the package).
+    frameworks : bool
+        Whether to audit TRL and verl where they are installed.
+    render : bool
+        Whether to execute and render the notebooks into ``out/notebooks``.
+    max_examples : int
+        Hypothesis examples per audit.
+    progress : bool
+        Whether to show a progress bar.
+
+    Returns
+    -------
+    dict
+        ``{"all_ok": bool, "seconds": float, "stage_seconds", "counts", "items": [{"section",
+        "name", "paper", "project", "ok", "status", "note"}], "report": {"json", "html"}}``;
+        ``all_ok`` is True when no item failed (skipped items say why).
+
+    Raises
+    ------
+    ValueError
+        An output folder that cannot be written, or a ``solve_rates`` file that does not exist.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     verify(tmp, solve_rates="no-such-file.csv")
+    Traceback (most recent call last):
+    ...
+    ValueError: --solve-rates: no such file: no-such-file.csv
     """
     from grpo_identity.analysis.solve_rates import BIG_MATH
     from grpo_identity.app.render import output_folder
@@ -621,6 +664,20 @@ def verify(
         raise ValueError(f"--solve-rates: no such file: {solve_rates}")
     start = time.perf_counter()
     stages = _stages(out, solve_rates, Path(dapo_curve) if dapo_curve else None, frameworks, render, max_examples)
+    items, timings = _run_stages(stages, progress)
+    result = {
+        "all_ok": all(i.status != "fail" for i in items),
+        "seconds": round(time.perf_counter() - start, 2),
+        "stage_seconds": timings,
+        "counts": {s: sum(i.status == s for i in items) for s in ("pass", "fail", "skipped")},
+        "items": [i.to_dict() for i in items],
+    }
+    result["report"] = write_report(result, out, notebooks_index=(out / "notebooks" / "index.html") if render else None)
+    return result
+
+
+def _run_stages(stages: list[Stage], progress: bool) -> tuple[list[Item], dict[str, float]]:
+    """Every stage's items, and its seconds by name; a progress bar over the items if asked."""
     items: list[Item] = []
     timings: dict[str, float] = {}
     bar: Any = None
@@ -642,15 +699,7 @@ def verify(
     finally:
         if bar is not None:
             bar.close()
-    result = {
-        "all_ok": all(i.status != "fail" for i in items),
-        "seconds": round(time.perf_counter() - start, 2),
-        "stage_seconds": timings,
-        "counts": {s: sum(i.status == s for i in items) for s in ("pass", "fail", "skipped")},
-        "items": [i.to_dict() for i in items],
-    }
-    result["report"] = write_report(result, out, notebooks_index=(out / "notebooks" / "index.html") if render else None)
-    return result
+    return items, timings
 
 
 def write_report(result: dict[str, Any], out: Path, notebooks_index: Path | None = None) -> dict[str, str]:
@@ -691,12 +740,14 @@ def _html(result: dict[str, Any], notebooks_index: Path | None, out: Path) -> st
     verdict = "everything holds" if result["all_ok"] else "SOMETHING FAILED"
     link = ""
     if notebooks_index is not None and notebooks_index.exists():
-        link = f'<p>Notebooks: <a href="{esc(str(notebooks_index.relative_to(out)))}">{esc(str(notebooks_index.relative_to(out)))}</a></p>'
+        index = esc(str(notebooks_index.relative_to(out)))
+        link = f'<p>Notebooks: <a href="{index}">{index}</a></p>'
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>grpo-identity verify</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #1f2328; }}
-table {{ border-collapse: collapse; width: 100%; }} td, th {{ border-bottom: 1px solid #d0d7de; padding: .35em .6em; text-align: left; vertical-align: top; }}
+table {{ border-collapse: collapse; width: 100%; }}
+td, th {{ border-bottom: 1px solid #d0d7de; padding: .35em .6em; text-align: left; vertical-align: top; }}
 tr.section th {{ background: #f6f8fa; padding-top: 1em; }} .note {{ color: #656d76; font-size: .85em; }}
 </style></head><body>
 <h1>grpo-identity verify: {esc(verdict)}</h1>

@@ -187,15 +187,21 @@ def _svg(lines: list[tuple[str, list[tuple[float, float]]]], ylabel: str, w: int
     e = html.escape
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 20 * len(lines)}" role="img">',
-        f'<line x1="{L}" y1="{h - B}" x2="{w - R}" y2="{h - B}" stroke="#333"/><line x1="{L}" y1="{T}" x2="{L}" y2="{h - B}" stroke="#333"/>',
-        f'<text x="{L}" y="{h - B + 16}" font-size="11">step {x0:g}</text><text x="{w - R}" y="{h - B + 16}" font-size="11" text-anchor="end">{x1:g}</text>',
-        f'<text x="{L - 4}" y="{h - B}" font-size="11" text-anchor="end">{y0:.3g}</text><text x="{L - 4}" y="{T + 8}" font-size="11" text-anchor="end">{y1:.3g}</text>',
-        f'<text x="14" y="{(T + h - B) / 2}" font-size="11" transform="rotate(-90 14 {(T + h - B) / 2})" text-anchor="middle">{e(ylabel)}</text>',
+        f'<line x1="{L}" y1="{h - B}" x2="{w - R}" y2="{h - B}" stroke="#333"/>',
+        f'<line x1="{L}" y1="{T}" x2="{L}" y2="{h - B}" stroke="#333"/>',
+        f'<text x="{L}" y="{h - B + 16}" font-size="11">step {x0:g}</text>',
+        f'<text x="{w - R}" y="{h - B + 16}" font-size="11" text-anchor="end">{x1:g}</text>',
+        f'<text x="{L - 4}" y="{h - B}" font-size="11" text-anchor="end">{y0:.3g}</text>',
+        f'<text x="{L - 4}" y="{T + 8}" font-size="11" text-anchor="end">{y1:.3g}</text>',
+        f'<text x="14" y="{(T + h - B) / 2}" font-size="11" transform="rotate(-90 14 {(T + h - B) / 2})" '
+        f'text-anchor="middle">{e(ylabel)}</text>',
     ]
     for i, (legend, ps) in enumerate(lines):
         c = _COLOURS[i % len(_COLOURS)]
+        points = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in ps)
         out.append(
-            f'<polyline class="series" data-name="{e(legend)}" fill="none" stroke="{c}" stroke-width="2" points="{" ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in ps)}"/>'
+            f'<polyline class="series" data-name="{e(legend)}" fill="none" stroke="{c}" stroke-width="2" '
+            f'points="{points}"/>'
         )
         out.append(f'<text x="{L + 10}" y="{h + 14 + 20 * i}" font-size="12" fill="{c}">— {e(legend)}</text>')
     out.append("</svg>")
@@ -211,10 +217,13 @@ def page(series: Series, title: str = "grpo-identity diagnose") -> str:
         if lines:
             body.append(f'<figure id="{fid}"><figcaption>{e(heading)}</figcaption>{_svg(lines, ylabel)}</figure>')
     steps = sorted({s for ps in series.values() for s, _ in ps})
+    metrics = e(", ".join(sorted(series)))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
-        "<style>body{font-family:sans-serif;max-width:720px;margin:2em auto}figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}</style>"
-        f'</head><body><h1>{e(title)}</h1><p id="summary">{len(steps)} steps ({steps[0]:g} to {steps[-1]:g}); metrics: {e(", ".join(sorted(series)))}</p>'
+        "<style>body{font-family:sans-serif;max-width:720px;margin:2em auto}"
+        "figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}</style>"
+        f"</head><body><h1>{e(title)}</h1>"
+        f'<p id="summary">{len(steps)} steps ({steps[0]:g} to {steps[-1]:g}); metrics: {metrics}</p>'
         + "".join(body)
         + "</body></html>\n"
     )

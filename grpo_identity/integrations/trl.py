@@ -160,7 +160,8 @@ class IdentityCallback(TrainerCallback):
         if self.last.departure and not self.warned:
             self.warned = True
             logger.warning(
-                "grpo-identity: the trainer's advantages leave the identity of %s at step %d: %s (reported once; see identity/departures)",
+                "grpo-identity: the trainer's advantages leave the identity of %s at step %d: %s "
+                "(reported once; see identity/departures)",
                 self.dial.name if self.dial else "its method",
                 state.global_step,
                 self.last.departure,

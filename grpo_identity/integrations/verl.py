@@ -94,7 +94,8 @@ class IdentityHook:
         if self.last.departure and not self.warned:
             self.warned = True
             logger.warning(
-                "grpo-identity: the batch's advantages leave the identity of %s: %s (reported once; see identity/departures)",
+                "grpo-identity: the batch's advantages leave the identity of %s: %s "
+                "(reported once; see identity/departures)",
                 self.dial.name if self.dial else "its method",
                 self.last.departure,
             )

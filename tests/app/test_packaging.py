@@ -23,7 +23,10 @@ LIGHT = [
 
 @pytest.mark.parametrize("module", LIGHT)
 def test_light_modules_import_neither_torch_nor_sympy(module):
-    code = f"import {module}, sys; heavy = {{'torch', 'sympy', 'transformers'}} & set(sys.modules); assert not heavy, heavy"
+    code = (
+        f"import {module}, sys; heavy = {{'torch', 'sympy', 'transformers'}} & set(sys.modules); "
+        "assert not heavy, heavy"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
 

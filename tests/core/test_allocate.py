@@ -76,6 +76,9 @@ def test_bad_input_is_a_one_line_value_error(call, message):
 
 
 def test_allocate_is_exported_lazily_and_import_grpo_identity_stays_light():
-    code = "import sys, grpo_identity; assert 'grpo_identity.allocation' not in sys.modules; grpo_identity.allocate([0.5], 7); print(sorted(m for m in ('torch', 'sympy') if m in sys.modules))"
+    code = (
+        "import sys, grpo_identity; assert 'grpo_identity.allocation' not in sys.modules; "
+        "grpo_identity.allocate([0.5], 7); print(sorted(m for m in ('torch', 'sympy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

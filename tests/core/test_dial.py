@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grpo_identity import closed_forms as C
 from grpo_identity import dial as D
@@ -245,3 +249,124 @@ def test_every_preset_cites_its_source():
 def test_bad_input_raises_a_value_error_naming_the_value(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# --- properties of the dial over random rewards and random settings ----------------------------
+_BINARY = st.sampled_from([0.0, 1.0])
+# three decimals: two unequal rewards differ by at least 1e-3, so no advantage is a cancellation
+# of nearly equal numbers and rounding stays far below the tolerances below
+_CONTINUOUS = st.integers(-10_000, 10_000).map(lambda i: i / 1000)
+_CENTRES = ("mean", "loo", "none")
+_SCALES = ("group_std", "batch_std", "none")
+_KEEPS = ("all", "nonzero_std")
+
+
+def dials(
+    *,
+    centres: tuple[str, ...] = _CENTRES,
+    scales: tuple[str, ...] = _SCALES,
+    keeps: tuple[str, ...] = _KEEPS,
+) -> st.SearchStrategy[D.Dial]:
+    """Dials with the given centres, scales and keep rules, and any ddof, ε and place of ε."""
+    return st.builds(
+        D.Dial,
+        centre=st.sampled_from(centres),
+        scale=st.sampled_from(scales),
+        ddof=st.sampled_from([0, 1]),
+        eps=st.one_of(st.just(0.0), st.floats(1e-9, 1.0)),
+        keep=st.sampled_from(keeps),
+        eps_where=st.sampled_from(["std", "variance"]),
+    )
+
+
+@st.composite
+def reward_batches(
+    draw: st.DrawFn,
+    *,
+    kinds: tuple[str, ...] = ("binary", "continuous", "silent"),
+    max_groups: int = 6,
+    max_size: int = 8,
+) -> tuple[np.ndarray, int]:
+    """(rewards laid out group by group, G): each group of one of ``kinds``, binary, continuous
+    or silent (all rewards equal)."""
+    G = draw(st.integers(2, max_size))
+    groups = []
+    for _ in range(draw(st.integers(1, max_groups))):
+        kind = draw(st.sampled_from(kinds))
+        if kind == "silent":
+            groups.append([draw(st.one_of(_BINARY, _CONTINUOUS))] * G)
+        else:
+            values = _BINARY if kind == "binary" else _CONTINUOUS
+            groups.append(draw(st.lists(values, min_size=G, max_size=G)))
+    return np.array(groups, dtype=np.float64).reshape(-1), G
+
+
+def _silent(R: np.ndarray, G: int) -> np.ndarray:
+    """One bool per group: every reward of the group equal."""
+    groups = R.reshape(-1, G)
+    return (groups == groups[:, :1]).all(1)
+
+
+@settings(max_examples=80)
+@given(batch=reward_batches(), dial=dials(centres=("mean", "loo")))
+def test_centred_advantages_sum_to_zero_in_every_group(batch, dial):
+    R, G = batch
+    A = D.advantages(R, G, dial).reshape(-1, G)
+    assert np.all(np.abs(A.sum(1)) <= 1e-9 * (1 + np.abs(A).max(1))), A.sum(1)
+
+
+@settings(max_examples=100)
+@given(batch=reward_batches(kinds=("continuous", "silent")), dial=dials())
+def test_a_silent_group_gets_exactly_positive_zero_when_the_dial_centres_or_drops_it(batch, dial):
+    # a silent group of 0.1s has the mean 0.10000000000000002 at G = 3: zero by rule, not by rounding
+    R, G = batch
+    silent = _silent(R, G)
+    for centre, scale, keep in itertools.product(_CENTRES, _SCALES, _KEEPS):
+        if centre == "none" and keep == "all":
+            continue  # nothing centres or drops the group: it keeps its rewards
+        A = D.advantages(R, G, dial.replace(centre=centre, scale=scale, keep=keep)).reshape(-1, G)[silent]
+        assert np.all(A == 0) and not np.signbit(A).any(), (centre, scale, keep, A)
+
+
+@settings(max_examples=60)
+@given(batch=reward_batches(), dial=dials(), data=st.data())
+def test_permuting_the_rewards_within_a_group_permutes_their_advantages(batch, dial, data):
+    R, G = batch
+    starts = range(0, R.size, G)
+    perm = np.concatenate([start + np.array(data.draw(st.permutations(range(G)))) for start in starts])
+    np.testing.assert_allclose(D.advantages(R[perm], G, dial), D.advantages(R, G, dial)[perm], rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=60)
+@given(batch=reward_batches(), dial=dials(scales=("group_std", "none")))
+def test_with_a_group_level_scale_a_group_gets_the_advantages_it_gets_alone(batch, dial):
+    R, G = batch
+    alone = np.concatenate([D.advantages(group, G, dial) for group in R.reshape(-1, G)])
+    np.testing.assert_allclose(D.advantages(R, G, dial), alone, rtol=1e-12, atol=1e-15)
+
+
+@settings(max_examples=80)
+@given(G=st.integers(2, 16), data=st.data(), dial=dials(centres=("mean", "loo")))
+def test_the_coefficient_is_k_over_g_times_the_advantage_of_a_correct_answer(G, data, dial):
+    k = data.draw(st.integers(0, G), label="k")
+    group = np.array([1.0] * k + [0.0] * (G - k))
+    R = np.concatenate([group, [1.0] + [0.0] * (G - 1)])  # a live second group: the batch std is > 0
+    batch_std = float(R.std(ddof=dial.ddof)) if dial.scale == "batch_std" else None
+    plus = D.advantages(R, G, dial)[0]  # Â₊, the advantage of a correct answer (when k > 0)
+    want = k / G * plus if k else 0.0
+    assert D.coefficient(k, G, dial, batch_std=batch_std) == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+@settings(max_examples=60)
+@given(batch=reward_batches(), dial=dials())
+def test_numpy_and_torch_give_the_same_advantages(batch, dial):
+    R, G = batch
+    At = D.advantages(torch.tensor(R), G, dial)
+    np.testing.assert_allclose(At.numpy(), D.advantages(R, G, dial), rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=60)
+@given(batch=reward_batches(), dial=dials(centres=("mean", "loo")), shift=st.integers(-5, 5))
+def test_a_constant_added_to_every_reward_changes_no_advantage_of_a_centred_dial(batch, dial, shift):
+    R, G = batch
+    np.testing.assert_allclose(D.advantages(R + shift, G, dial), D.advantages(R, G, dial), rtol=1e-9, atol=1e-9)

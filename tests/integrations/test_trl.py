@@ -88,7 +88,7 @@ def _reference(out: Path, processes: int) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_under_accelerate_with_two_processes_only_the_main_process_logs_once_per_step_what_one_process_computes_on_the_gathered_batch(
+def test_with_two_accelerate_processes_only_the_main_one_logs_once_per_step_what_one_computes_on_the_gathered_batch(
     tmp_path,
 ):
     _launch(tmp_path)

@@ -5,8 +5,8 @@
 (``--multi_gpu`` on a machine without GPUs: torchrun processes on the CPU, gloo backend.) Each
 process writes ``OUT/rows-<rank>.jsonl`` (the rows its reward function scored: step, prompt,
 reward, in the order TRL hands them over) and ``OUT/log-<rank>.json`` (its distributed set-up
-and ``state.log_history``); the callback's main process writes ``OUT/identity.jsonl``. REWARD is ``binary`` (default) or ``silent07`` (every reward 0.7);
-G the group size (default 4).
+and ``state.log_history``); the callback's main process writes ``OUT/identity.jsonl``. REWARD is
+``binary`` (default) or ``silent07`` (every reward 0.7); G the group size (default 4).
 """
 
 from __future__ import annotations

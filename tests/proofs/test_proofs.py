@@ -58,7 +58,7 @@ def test_attenuation_theorem_t11_is_proved_with_its_numeric_checks() -> None:
     assert not any(c["method"] == "numeric evidence" for c in r.details["claims"])
 
 
-def test_theorem_names_are_the_issue_list_in_order() -> None:
+def test_the_theorems_are_t1_to_t14_then_g1_to_g8_in_order() -> None:
     assert [t.name for t in THEOREMS] == [f"T{i}" for i in range(1, 15)] + [f"G{i}" for i in range(1, 9)]
 
 
@@ -369,7 +369,7 @@ def test_t12_no_longer_promises_the_exact_fidelity_at_g_star() -> None:
     assert by_name("T12").prove(perturb={"attenuation_second_order": F.attenuation_first_order}).status == "failed"
 
 
-def test_t14_certifies_the_undershoot_of_ceil_g_star_with_the_issues_numbers() -> None:
+def test_t14_certifies_the_exact_table_and_the_fidelity_where_ceil_g_star_undershoots() -> None:
     r = by_name("T14").prove()
     cells = {(c["p"], c["eps"]): c for c in r.details["cells"]}
     assert [c["G_exact"] for c in r.details["cells"]] == [7, 11, 51, 9, 14, 61, 22, 36, 144, 42, 69, 273]

@@ -1,6 +1,6 @@
 """The fixed-policy experiment: the expected update E[g | k] against σ_k in a real transformer.
 
-The conditional-expectation theorem (issue 12): at a fixed policy, for one prompt,
+The conditional-expectation theorems (G7 and G8): at a fixed policy, for one prompt,
 
     E[g | k] = c(k, G)·(μ₊ − μ₋),    Cov(g | k) = c²·(Σ₊/k + Σ₋/(G − k)),
 

@@ -2,7 +2,7 @@
 
 At a fixed policy, one prompt's groups with the same k have i.i.d. updates g with mean
 E[g | k] = c(k, G)·(μ₊ − μ₋) and covariance c²(Σ₊/k + Σ₋/(G − k)) (the conditional-expectation
-theorem, issue 12; μ±, Σ± the mean and covariance of a correct / incorrect answer's score).  From
+theorems G7 and G8; μ±, Σ± the mean and covariance of a correct / incorrect answer's score).  From
 the Gram matrix K_ab = ⟨g_a, g_b⟩ of the n groups of one cell (prompt, k):
 
     ‖E[g | k]‖²  ≈ U = Σ_{a≠b} K_ab / (n(n − 1))                 (unbiased: no noise term)

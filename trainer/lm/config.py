@@ -113,7 +113,8 @@ class LMConfig:
     """evaluation prompts per difficulty level"""
 
     check_directions: int = 0
-    """identity check of the RL steps: 0 exact per-sample scores (G·D memory), K > 0 K random directions by forward mode"""
+    """identity check of the RL steps: 0 exact per-sample scores (G·D memory), K > 0 K random
+    directions by forward mode"""
 
     # --- the fixed-policy conditional experiment (--experiment conditional) -------------------
     experiment: Literal["train", "conditional"] = "train"
@@ -168,90 +169,11 @@ class LMConfig:
     """seconds for the whole run: each mode stops early to fit its share after the warm-up (0: no limit)"""
 
     def __post_init__(self) -> None:
-        def bad(name: str, want: str) -> ValueError:
-            return ValueError(f"{name} must be {want}, got {getattr(self, name)!r}")
-
-        choices = {
-            "model": ("gpt2", "llama"),
-            "mode": MODES + ("all",),
-            "aggregation": ("auto",) + AGGREGATIONS,
-            "device": ("auto", "cpu", "cuda"),
-            "amp": ("auto", "bf16", "off"),
-            "experiment": ("train", "conditional"),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise bad(name, "one of " + ", ".join(allowed))
-        positive = (
-            "n_layer",
-            "n_embd",
-            "n_head",
-            "max_digits",
-            "prompts_per_step",
-            "steps",
-            "inner_steps",
-            "dapo_max_draws",
-            "check_every",
-            "eval_every",
-            "eval_prompts_per_level",
-            "warmup_batch",
-            "warmup_check_every",
-            "threads",
-            "cond_prompts",
-            "cond_groups",
-            "cond_candidates",
-            "cond_probe",
-            "cond_ref_answers",
-            "cond_min_cell",
-            "cond_bootstrap",
-            "cond_directions",
-            "cond_chunk",
-        )
-        for name in positive:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise bad(name, "an integer >= 1")
-        for name in ("check_groups", "probe_samples", "warmup_steps", "seed", "check_directions", "cond_exact_groups"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise bad(name, "an integer >= 0")
-        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 2:
-            raise bad("group_size", "an integer >= 2")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_head must divide n_embd, got n_head={self.n_head}, n_embd={self.n_embd}")
-        if self.max_digits > 9:
-            raise bad("max_digits", "at most 9")
-        for name in ("lr", "warmup_lr", "temperature"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise bad(name, "a finite number > 0")
-        for name in ("weight_decay", "clip_low", "clip_high", "kl_coef", "time_budget"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise bad(name, "a finite number >= 0")
-        if not (isinstance(self.warmup_target, (int, float)) and 0 <= self.warmup_target <= 1):
-            raise bad("warmup_target", "a number in [0, 1]")
-        if not (
-            isinstance(self.cond_p_low, (int, float))
-            and isinstance(self.cond_p_high, (int, float))
-            and 0 < self.cond_p_low < self.cond_p_high < 1
-        ):
-            raise ValueError(
-                f"cond_p_low and cond_p_high must satisfy 0 < low < high < 1, got {self.cond_p_low!r} and {self.cond_p_high!r}"
-            )
-        if self.cond_min_cell < 2:
-            raise bad("cond_min_cell", "an integer >= 2")
-        if self.experiment == "conditional" and (self.mode == "dapo" or self.aggregation == "token_mean"):
-            raise ValueError(
-                "the conditional experiment needs per-answer weights: mode grpo, dr_grpo or all, aggregation seq_mean or constant"
-            )
-        if self.clip_low >= 1:
-            raise bad("clip_low", "below 1")
-        w = tuple(self.difficulty_weights)
-        if w and (len(w) != self.max_digits or any(not (math.isfinite(x) and x >= 0) for x in w) or sum(w) <= 0):
-            raise ValueError(
-                f"difficulty_weights must be {self.max_digits} numbers >= 0 with a positive sum, got {w!r}"
-            )
+        # checked in this order, so that a config with several faults names the same one each time
+        _check_choices(self)
+        _check_integers(self)
+        _check_numbers(self)
+        _check_combinations(self)
 
     def replace(self, **changes: Any) -> LMConfig:
         """A copy with some fields changed (validated again)."""
@@ -262,6 +184,128 @@ class LMConfig:
         d = dataclasses.asdict(self)
         d["difficulty_weights"] = list(self.difficulty_weights)
         return d
+
+
+# --- validation (run by LMConfig.__post_init__) ------------------------------------------------
+#: the fields with a fixed set of values, and those values
+_CHOICES: Mapping[str, tuple[str, ...]] = {
+    "model": ("gpt2", "llama"),
+    "mode": MODES + ("all",),
+    "aggregation": ("auto",) + AGGREGATIONS,
+    "device": ("auto", "cpu", "cuda"),
+    "amp": ("auto", "bf16", "off"),
+    "experiment": ("train", "conditional"),
+}
+#: integer fields that must be at least 1
+_POSITIVE_INTEGERS = (
+    "n_layer",
+    "n_embd",
+    "n_head",
+    "max_digits",
+    "prompts_per_step",
+    "steps",
+    "inner_steps",
+    "dapo_max_draws",
+    "check_every",
+    "eval_every",
+    "eval_prompts_per_level",
+    "warmup_batch",
+    "warmup_check_every",
+    "threads",
+    "cond_prompts",
+    "cond_groups",
+    "cond_candidates",
+    "cond_probe",
+    "cond_ref_answers",
+    "cond_min_cell",
+    "cond_bootstrap",
+    "cond_directions",
+    "cond_chunk",
+)
+#: integer fields that may be 0
+_NONNEGATIVE_INTEGERS = (
+    "check_groups",
+    "probe_samples",
+    "warmup_steps",
+    "seed",
+    "check_directions",
+    "cond_exact_groups",
+)
+#: real fields that must be above 0, and those that may be 0
+_POSITIVE_NUMBERS = ("lr", "warmup_lr", "temperature")
+_NONNEGATIVE_NUMBERS = ("weight_decay", "clip_low", "clip_high", "kl_coef", "time_budget")
+#: why the conditional experiment refuses DAPO and the token mean
+_CONDITIONAL_NEEDS = (
+    "the conditional experiment needs per-answer weights: mode grpo, dr_grpo or all, aggregation seq_mean or constant"
+)
+
+
+def _bad(cfg: LMConfig, name: str, want: str) -> ValueError:
+    """The error for a field whose value is not ``want``."""
+    return ValueError(f"{name} must be {want}, got {getattr(cfg, name)!r}")
+
+
+def _is_integer(v: Any, least: int) -> bool:
+    """``v`` is an integer (not a bool) of at least ``least``."""
+    return not isinstance(v, bool) and isinstance(v, int) and v >= least
+
+
+def _is_number(v: Any) -> bool:
+    """``v`` is a finite int or float."""
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _check_choices(cfg: LMConfig) -> None:
+    """Every enumerated field holds one of its values."""
+    for name, allowed in _CHOICES.items():
+        if getattr(cfg, name) not in allowed:
+            raise _bad(cfg, name, "one of " + ", ".join(allowed))
+
+
+def _check_integers(cfg: LMConfig) -> None:
+    """Counts and sizes: integers in range, heads that divide the width, at most 9 digits."""
+    for name in _POSITIVE_INTEGERS:
+        if not _is_integer(getattr(cfg, name), 1):
+            raise _bad(cfg, name, "an integer >= 1")
+    for name in _NONNEGATIVE_INTEGERS:
+        if not _is_integer(getattr(cfg, name), 0):
+            raise _bad(cfg, name, "an integer >= 0")
+    if not _is_integer(cfg.group_size, 2):
+        raise _bad(cfg, "group_size", "an integer >= 2")
+    if cfg.n_embd % cfg.n_head:
+        raise ValueError(f"n_head must divide n_embd, got n_head={cfg.n_head}, n_embd={cfg.n_embd}")
+    if cfg.max_digits > 9:
+        raise _bad(cfg, "max_digits", "at most 9")
+
+
+def _check_numbers(cfg: LMConfig) -> None:
+    """Rates, coefficients and fractions: finite, and in their ranges."""
+    for name in _POSITIVE_NUMBERS:
+        v = getattr(cfg, name)
+        if not (_is_number(v) and v > 0):
+            raise _bad(cfg, name, "a finite number > 0")
+    for name in _NONNEGATIVE_NUMBERS:
+        v = getattr(cfg, name)
+        if not (_is_number(v) and v >= 0):
+            raise _bad(cfg, name, "a finite number >= 0")
+    if not (isinstance(cfg.warmup_target, (int, float)) and 0 <= cfg.warmup_target <= 1):
+        raise _bad(cfg, "warmup_target", "a number in [0, 1]")
+    low, high = cfg.cond_p_low, cfg.cond_p_high
+    if not (isinstance(low, (int, float)) and isinstance(high, (int, float)) and 0 < low < high < 1):
+        raise ValueError(f"cond_p_low and cond_p_high must satisfy 0 < low < high < 1, got {low!r} and {high!r}")
+
+
+def _check_combinations(cfg: LMConfig) -> None:
+    """Settings that constrain one another: the conditional experiment's, the clip, the weights."""
+    if cfg.cond_min_cell < 2:
+        raise _bad(cfg, "cond_min_cell", "an integer >= 2")
+    if cfg.experiment == "conditional" and (cfg.mode == "dapo" or cfg.aggregation == "token_mean"):
+        raise ValueError(_CONDITIONAL_NEEDS)
+    if cfg.clip_low >= 1:
+        raise _bad(cfg, "clip_low", "below 1")
+    w = tuple(cfg.difficulty_weights)
+    if w and (len(w) != cfg.max_digits or any(not (math.isfinite(x) and x >= 0) for x in w) or sum(w) <= 0):
+        raise ValueError(f"difficulty_weights must be {cfg.max_digits} numbers >= 0 with a positive sum, got {w!r}")
 
 
 #: named configurations (sizes); ``named_config`` applies overrides on top
@@ -298,7 +342,8 @@ CONFIGS: Mapping[str, LMConfig] = {
         eval_prompts_per_level=64,
         inner_steps=2,
         time_budget=540.0,
-        # the conditional experiment on one H200 within ~8 minutes: g rows of 384 groups × ~25M fp32 parameters ≈ 38 GB per mode
+        # the conditional experiment on one H200 within ~8 minutes:
+        # g rows of 384 groups × ~25M fp32 parameters ≈ 38 GB per mode
         cond_prompts=12,
         cond_groups=384,
         cond_candidates=256,

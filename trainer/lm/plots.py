@@ -128,7 +128,8 @@ def plot_conditional(summary: dict[str, Any], path: str | Path) -> Path:
         )
         a.title.set_fontsize(8)
     fig.suptitle(
-        f"fixed policy, {summary['model']} {summary['n_params']:,} params: {cond['groups']} groups of G = {cond['group_size']} "
+        f"fixed policy, {summary['model']} {summary['n_params']:,} params: "
+        f"{cond['groups']} groups of G = {cond['group_size']} "
         f"on {len(cond['prompts'])} prompts",
         fontsize=10,
     )

@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"G = {s['G']}, p = {s['p']}")
     if not s["sigma_by_k_all"]:
         print(
-            f"sigma for {len(s['sigma_by_k'])} of the {s['G'] + 1:,} values of k (any other k: sigma(k) = sqrt(k(G-k))/G)"
+            f"sigma for {len(s['sigma_by_k'])} of the {s['G'] + 1:,} values of k "
+            "(any other k: sigma(k) = sqrt(k(G-k))/G)"
         )
     print(format_table([[r["k"], r["sigma"]] for r in s["sigma_by_k"]], ["k", "sigma"]))
     print()

@@ -19,7 +19,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="CSV",
         nargs="?",
         default=None,
-        help="the digitised curve: step,allcorrect_fraction ('#' lines are comments); default: the copy shipped with the package",
+        help="the digitised curve: step,allcorrect_fraction ('#' lines are comments); "
+        "default: the copy shipped with the package",
     )
     p.add_argument(
         "--solve-rates",
@@ -65,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     ci = lambda x: f"{x[0]:.3f}-{x[1]:.3f}" if x else "-"  # noqa: E731
     print(f"solve rates: {r['solve_rate_source']}")
     print(
-        f"{r['n_points']} points; plateau {c['plateau']:.4f}; E[p^32] at the start {c['start']:.4f}; T_end {c['t_end']:.3g}"
+        f"{r['n_points']} points; plateau {c['plateau']:.4f}; E[p^32] at the start {c['start']:.4f}; "
+        f"T_end {c['t_end']:.3g}"
     )
     print()
     print(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-HELP = "prove every claim of the paper (and what it leaves out) in SymPy; each theorem says its method (symbolic, certified numeric, numeric evidence)"
+HELP = (
+    "prove every claim of the paper (and what it leaves out) in SymPy; "
+    "each theorem says its method (symbolic, certified numeric, numeric evidence)"
+)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -78,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
                 print(
                     f"{t.name}: on the paper's exact group-size table the second-order law is {verdict} G*: "
                     f"{table['exact_matches_second_order']}/{n} exact vs {table['exact_matches_first_order']}/{n}, "
-                    f"mean |error| {table['mean_abs_error_second_order']:.2f} vs {table['mean_abs_error_first_order']:.2f}"
+                    f"mean |error| {table['mean_abs_error_second_order']:.2f} "
+                    f"vs {table['mean_abs_error_first_order']:.2f}"
                 )
         for t, r in zip(theorems, results):
             if r.status != "proved":

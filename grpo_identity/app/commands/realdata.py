@@ -6,7 +6,10 @@ import argparse
 
 from grpo_identity.app.options import integer
 
-HELP = "silent fractions and gradient-mass shares from per-problem solve rates (parquet/JSONL/CSV, histogram CSV, or hf:NAME)"
+HELP = (
+    "silent fractions and gradient-mass shares from per-problem solve rates "
+    "(parquet/JSONL/CSV, histogram CSV, or hf:NAME)"
+)
 
 
 #: the largest --rollouts (the sub-sampled silent rate takes time linear in n: ~1 s at 10^5 here)
@@ -19,7 +22,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         nargs="?",
         default="bigmath",
-        help="bigmath (default: the shipped Big-Math histogram), a solve-rate file (llama8b_solve_rate column, or a solve_rate,count histogram CSV), or hf:NAME (a Hugging Face dataset, online only)",
+        help="bigmath (default: the shipped Big-Math histogram), a solve-rate file (llama8b_solve_rate column, "
+        "or a solve_rate,count histogram CSV), or hf:NAME (a Hugging Face dataset, online only)",
     )
     p.add_argument(
         "--rollouts",
@@ -49,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
     print(f"{s['source']}: n = {s['n']}")
     print(
-        f"p = 0: {pct(s['frac_p0'])}   p = 1: {pct(s['frac_p1'])}   (silent at every G: {pct(s['frac_p0'] + s['frac_p1'])})"
+        f"p = 0: {pct(s['frac_p0'])}   p = 1: {pct(s['frac_p1'])}   "
+        f"(silent at every G: {pct(s['frac_p0'] + s['frac_p1'])})"
     )
     print()
     sizes = list(s["silent_closed_form"])

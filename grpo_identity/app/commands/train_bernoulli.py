@@ -73,12 +73,14 @@ def run(args: argparse.Namespace) -> int:
         f"identity: max |autograd gradient - (-c(k)(s+ - s-))| = {err:.3g} over every prompt, step and arm: {verdict}"
     )
     print(
-        f"silent fraction vs E[p^G + (1-p)^G]: R^2 = {result['r2_silent']:.4f} (GRPO arm; three arms pooled {result['r2_silent_pooled']:.4f})"
+        f"silent fraction vs E[p^G + (1-p)^G]: R^2 = {result['r2_silent']:.4f} "
+        f"(GRPO arm; three arms pooled {result['r2_silent_pooled']:.4f})"
     )
     print()
     es = result["extreme_share"]
     print(
-        f"share of gradient mass on extreme prompts (p0 < 0.1 or >= 0.9), {result['config']['mass_draws']} groups at the initial solve rates"
+        "share of gradient mass on extreme prompts (p0 < 0.1 or >= 0.9), "
+        f"{result['config']['mass_draws']} groups at the initial solve rates"
     )
     print(
         format_table(

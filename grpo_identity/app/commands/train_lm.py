@@ -133,11 +133,13 @@ def run(args: argparse.Namespace) -> int:
             else "not checked (no group with 0 < k < G)"
         )
         print(
-            f"identity: largest relative error {err} over {s['groups_checked']} groups: {verdict}  ({s['seconds']:.1f} s)"
+            f"identity: largest relative error {err} over {s['groups_checked']} groups: "
+            f"{verdict}  ({s['seconds']:.1f} s)"
         )
         if out is not None:
             print(
-                f"wrote {out / 'summary.json'}, {out / 'metrics.jsonl'}, {out / 'config.json'}, {out / 'lm_identity.png'}"
+                f"wrote {out / 'summary.json'}, {out / 'metrics.jsonl'}, "
+                f"{out / 'config.json'}, {out / 'lm_identity.png'}"
             )
     return EXIT_OK if holds else EXIT_FAIL
 
@@ -148,7 +150,8 @@ def _print_summary(s: dict[str, typing.Any]) -> None:
 
     wu = s["warmup"]
     print(
-        f"{s['model']} with {s['n_params']:,} parameters on {s['device']} (bf16 autocast: {'on' if s['amp'] else 'off'}); "
+        f"{s['model']} with {s['n_params']:,} parameters on {s['device']} "
+        f"(bf16 autocast: {'on' if s['amp'] else 'off'}); "
         f"warm-up {wu['steps']} steps, greedy accuracy {wu['eval_acc']:.3f}"
     )
     rows = []
@@ -227,7 +230,8 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
     na = lambda v: "n/a" if v is None else v  # noqa: E731
     iv = lambda d: "n/a" if d.get("interval") is None else f"[{d['interval'][0]:.3f}, {d['interval'][1]:.3f}]"  # noqa: E731
     print(
-        f"fixed policy: {s['model']} with {s['n_params']:,} parameters on {s['device']}; {c['groups']} groups of G = {c['group_size']} "
+        f"fixed policy: {s['model']} with {s['n_params']:,} parameters on {s['device']}; "
+        f"{c['groups']} groups of G = {c['group_size']} "
         f"on {len(c['prompts'])} prompts (solve rates " + ", ".join(f"{p['p_ref']:.2f}" for p in c["prompts"]) + ")"
     )
     rows = [
@@ -264,11 +268,13 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
     )
     gp = c["grad_p_rel_err"]
     print(
-        f"E[g|k]/c against grad p/(p(1-p)) ({na(gp.get('mode'))}): relative difference, median over prompts {na(gp['value'])}"
+        f"E[g|k]/c against grad p/(p(1-p)) ({na(gp.get('mode'))}): "
+        f"relative difference, median over prompts {na(gp['value'])}"
     )
     print(
-        f"identity along {pc['directions']} random directions: largest relative error {na(pc['projected_max_rel_err'])} over "
-        f"{pc['groups_projected']} groups; exact per-sample check {na(pc['exact_max_rel_err'])} over {pc['groups_exact']} groups: "
+        f"identity along {pc['directions']} random directions: "
+        f"largest relative error {na(pc['projected_max_rel_err'])} over {pc['groups_projected']} groups; "
+        f"exact per-sample check {na(pc['exact_max_rel_err'])} over {pc['groups_exact']} groups: "
         + ("holds" if ok else f"FAILS the {REL_TOL:g} goal")
         + f"  ({s['seconds']:.1f} s)"
     )

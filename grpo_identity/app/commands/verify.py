@@ -6,7 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-HELP = "prove every theorem, audit the presets and frameworks, reproduce the paper's numbers, render the notebooks, write one report"
+HELP = (
+    "prove every theorem, audit the presets and frameworks, reproduce the paper's numbers, "
+    "render the notebooks, write one report"
+)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -18,7 +21,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--solve-rates",
         metavar="PATH",
-        help="solve rates for claim 8 and the controlled run: bigmath (default: the shipped Big-Math histogram), a parquet/JSONL/CSV file with llama8b_solve_rate, a solve_rate,count histogram, or hf:NAME online",
+        help="solve rates for claim 8 and the controlled run: bigmath (default: the shipped Big-Math histogram), "
+        "a parquet/JSONL/CSV file with llama8b_solve_rate, a solve_rate,count histogram, or hf:NAME online",
     )
     p.add_argument(
         "--dapo-curve", metavar="CSV", help="digitised DAPO Fig. 3b curve (default: the copy shipped with the package)"

@@ -1,0 +1,447 @@
+"""The target in a child interpreter: every load and call has a timeout, nothing outlives the audit.
+
+:class:`ChildProcess` is one interpreter (``python -c``, never multiprocessing's spawn, which
+re-runs the caller's ``__main__``) in a session and process group of its own, talking over two
+pipes in the named messages of :mod:`grpo_identity.checks.protocol`.  Ending it ends its whole
+process group, so whatever the target forked or started goes with it, after a pass, a fail, a
+timeout or Ctrl-C alike; and a child whose parent dies (``kill -9``) ends itself within a second.
+What the target prints reaches this process's stderr, at most :data:`OUTPUT_LIMIT` bytes of it
+per target, never stdout (which carries ``--json``).
+
+:class:`ChildTarget` loads one target into such a process and calls it.  A framework target
+(``warm=True``) is loaded into a *warm* child, one kept per interpreter (a release's environment)
+across audits of this process: the framework is imported once, and each audit builds its target
+afresh (new trainer objects, the global seeds reset), so an audit in a warm child computes what
+it computes in a cold one.
+
+>>> with ChildTarget("grpo") as t:
+...     t(__import__("numpy").array([1., 0.]), 2).tolist()
+[1.0, -1.0]
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any, Callable
+
+import numpy as np
+
+from grpo_identity.checks import protocol as M
+from grpo_identity.checks.target import (
+    TargetCrashed,
+    TargetError,
+    TargetImportError,
+    TargetMalformed,
+    TargetTimeout,
+    _last_line,
+    _OutputWatch,
+    _resolve,
+    load_target,
+    malformed,
+    output_issue,
+    reference,
+    target_folder,
+    to_numpy,
+)
+
+__all__ = ["STARTUP_TIMEOUT", "OUTPUT_LIMIT", "ChildProcess", "ChildTarget", "warm_children", "close_warm_children"]
+
+#: seconds allowed for the child interpreter to start, before the target loads
+STARTUP_TIMEOUT = 120.0
+#: seconds a warm child may take to drop its target before it is ended instead
+UNLOAD_TIMEOUT = 30.0
+#: bytes of a target's output (stdout and stderr) shown per target; the rest is counted
+OUTPUT_LIMIT = 64 * 1024
+#: idle warm children kept per interpreter
+WARM_PER_INTERPRETER = 2
+#: seconds between the child's checks that its parent is still alive
+_PARENT_POLL = 0.5
+#: one thread for torch, OpenMP and BLAS in the child (two stall on a 2-core machine)
+_ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+# --- the child's side ----------------------------------------------------------------------------
+def _child_main(read_fd: int, write_fd: int) -> None:
+    """Entry point of the child interpreter: serve the parent over two pipes."""
+    _Channel(Connection(read_fd, writable=False), Connection(write_fd, readable=False)).serve()
+
+
+class _Channel:
+    """The child's loop: load, call, unload, until Close or the parent goes away."""
+
+    def __init__(self, inbox: Connection, outbox: Connection) -> None:
+        self.inbox, self.outbox = inbox, outbox
+        self.base_path = list(sys.path)
+        self.fn: Callable[..., Any] | None = None
+        self.kind = "advantage"
+        self.watch = _OutputWatch()
+
+    def serve(self) -> None:
+        _watch_parent(os.getppid())
+        self.outbox.send(M.Started())
+        while True:
+            try:
+                msg = self.inbox.recv()
+            except (EOFError, OSError):
+                return
+            if isinstance(msg, M.Close):
+                return
+            self._reply(self._handle(msg))
+
+    def _handle(self, msg: Any) -> Any:
+        if isinstance(msg, M.Load):
+            return self._load(msg)
+        if isinstance(msg, M.Unload):
+            self.fn = None
+            gc.collect()
+            return M.Unloaded()
+        if isinstance(msg, M.Call) and self.fn is not None:
+            return self._call(msg)
+        return M.Raised(f"unexpected message {type(msg).__name__}")
+
+    def _reply(self, reply: Any) -> None:
+        try:
+            self.outbox.send(reply)
+        except Exception as exc:  # an output that cannot be pickled
+            self.outbox.send(M.Malformed(f"returned something that cannot be sent back: {_last_line(exc)}"))
+
+    def _load(self, msg: M.Load) -> Any:
+        self.fn, self.kind, self.watch = None, msg.kind, _OutputWatch()
+        sys.path[:] = list(dict.fromkeys([*msg.path, *self.base_path]))
+        _seed(msg.seed)
+        try:
+            self.fn = _resolve(msg.payload) if isinstance(msg.payload, tuple) else load_target(msg.payload, msg.kind)
+        except (TargetImportError, ValueError) as exc:
+            return M.LoadFailed(str(exc))
+        except SystemExit as exc:
+            return M.LoadFailed(f"loading the target called sys.exit({exc.code!r})")
+        except Exception as exc:
+            return M.LoadFailed(_last_line(exc))
+        return M.Loaded(dict(getattr(self.fn, "grpo_identity_info", {}) or {}))
+
+    def _call(self, msg: M.Call) -> Any:
+        assert self.fn is not None
+        passed = msg.rewards.copy()
+        try:
+            out = self.fn(passed, msg.group_size, *msg.extra)
+            if self.kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
+                return M.Returned(out)
+            bad = malformed(out, self.kind)
+            if bad is not None:
+                return M.Malformed(bad)
+            issue = output_issue(msg.rewards, passed, out, self.kind)
+            return M.Returned(to_numpy(out), issue, self.watch.check(out))
+        except SystemExit as exc:
+            return M.Raised(f"called sys.exit({exc.code!r})")
+        except Exception as exc:
+            return M.Raised(_last_line(exc))
+
+
+def _seed(seed: int) -> None:
+    """The global generators a target may draw from, set as in a fresh process."""
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+def _watch_parent(parent: int) -> None:
+    """End this process group when the parent is gone (it was killed before it could end us)."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(_PARENT_POLL)
+            if os.getppid() != parent:
+                try:
+                    os.killpg(os.getpgid(0), signal.SIGKILL)
+                finally:
+                    os._exit(1)
+
+    threading.Thread(target=watch, name="grpo-identity-parent-watch", daemon=True).start()
+
+
+# --- the parent's side ---------------------------------------------------------------------------
+class _Output:
+    """Forwards a child's output to this process's stderr, at most :data:`OUTPUT_LIMIT` bytes per
+    target, and counts the rest."""
+
+    def __init__(self, stream: Any) -> None:
+        self._lock = threading.Lock()
+        self._left, self.dropped = OUTPUT_LIMIT, 0
+        self._thread = threading.Thread(target=self._run, args=(stream,), name="grpo-identity-output", daemon=True)
+        self._thread.start()
+
+    def _run(self, stream: Any) -> None:
+        fd = stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            with self._lock:
+                shown = chunk[: self._left]
+                self._left -= len(shown)
+                self.dropped += len(chunk) - len(shown)
+            if shown and sys.stderr is not None:
+                sys.stderr.write(shown.decode("utf-8", "replace"))
+                sys.stderr.flush()
+        stream.close()
+
+    def reset(self) -> int:
+        """Bytes dropped since the last reset; the limit starts afresh."""
+        with self._lock:
+            dropped, self.dropped, self._left = self.dropped, 0, OUTPUT_LIMIT
+        return dropped
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+class ChildProcess:
+    """One child interpreter (see the module docstring); ``python``: another interpreter (a
+    release's environment), which then finds its own packages first."""
+
+    def __init__(self, python: str | None = None) -> None:
+        from grpo_identity.checks.releases import child_environ
+
+        self.python = python
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        code = f"from grpo_identity.checks.child import _child_main; _child_main({to_child_r}, {from_child_w})"
+        environ = child_environ() if python else dict(os.environ)
+        # not "under pytest" in the child: frameworks branch on it (verl 0.6.0 picks the CPU when
+        # PYTEST_CURRENT_TEST is set), and the audit must see what the user's run sees
+        environ.pop("PYTEST_CURRENT_TEST", None)
+        environ.update(_ONE_THREAD)
+        self._proc = subprocess.Popen(
+            [python or sys.executable, "-c", code],
+            pass_fds=(to_child_r, from_child_w),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=environ,
+            start_new_session=True,  # its own process group: ended as a whole
+        )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self._out = Connection(to_child_w, readable=False)
+        self._in = Connection(from_child_r, writable=False)
+        self.output = _Output(self._proc.stdout)
+        try:
+            self.receive(STARTUP_TIMEOUT, "starting the child interpreter")
+        except TargetError:
+            self.end()
+            raise
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def send(self, msg: Any) -> None:
+        """Send ``msg``; a child that is gone raises :class:`TargetCrashed`."""
+        try:
+            self._out.send(msg)
+        except (BrokenPipeError, OSError):
+            raise TargetCrashed(f"the target's process died (exit code {self.exit_code()})") from None
+
+    def receive(self, timeout: float, what: str) -> Any:
+        """The next reply within ``timeout`` seconds; else the process is ended and
+        :class:`TargetTimeout` (or :class:`TargetCrashed` when it died) says while doing ``what``
+        (a phrase such as "loading the target")."""
+        try:
+            ready = self._in.poll(timeout)
+        except (EOFError, OSError):
+            ready = True
+        if not ready:
+            self.end()
+            raise TargetTimeout(f"{what} ran past the {timeout:g} s timeout (killed)")
+        try:
+            return self._in.recv()
+        except (EOFError, OSError):
+            code = self.exit_code()
+            self.end()
+            raise TargetCrashed(f"the target's process died while {what} (exit code {code})") from None
+
+    def exit_code(self, wait: float = 5.0) -> int | None:
+        try:
+            return self._proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def end(self) -> None:
+        """End the child and everything in its process group; close the pipes."""
+        if self._proc.poll() is None:
+            try:
+                self._out.send(M.Close())
+                self._proc.wait(0.5)
+            except Exception:  # a broken pipe, a child too slow to exit: it is killed below
+                pass
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)  # what it forked or started, too
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+        self._proc.wait()
+        for c in (self._out, self._in):
+            c.close()
+        self.output.join(1.0)
+
+
+# --- warm children -------------------------------------------------------------------------------
+_WARM: dict[str, list[ChildProcess]] = {}
+_WARM_LOCK = threading.Lock()
+
+
+def _take(python: str | None) -> ChildProcess:
+    """An idle warm child of ``python``, or a new one."""
+    with _WARM_LOCK:
+        idle = _WARM.get(python or sys.executable, [])
+        while idle:
+            proc = idle.pop()
+            if proc.alive:
+                return proc
+    return ChildProcess(python)
+
+
+def _give(proc: ChildProcess) -> None:
+    """Keep ``proc`` for the next audit (at most :data:`WARM_PER_INTERPRETER` per interpreter)."""
+    with _WARM_LOCK:
+        idle = _WARM.setdefault(proc.python or sys.executable, [])
+        if len(idle) < WARM_PER_INTERPRETER:
+            idle.append(proc)
+            return
+    proc.end()
+
+
+def warm_children() -> dict[str, int]:
+    """Idle warm children by interpreter."""
+    with _WARM_LOCK:
+        return {k: sum(p.alive for p in v) for k, v in _WARM.items() if v}
+
+
+def close_warm_children() -> None:
+    """End every warm child (at exit, and for tests)."""
+    with _WARM_LOCK:
+        procs = [p for v in _WARM.values() for p in v]
+        _WARM.clear()
+    for proc in procs:
+        proc.end()
+
+
+atexit.register(close_warm_children)
+
+
+class ChildTarget:
+    """A target loaded into a child process; every call (and the load) has a timeout.
+
+    After a crash or a timeout the child is gone: later calls raise the same error at once, so a
+    property search that hits it cannot hang or slow down.  A target that cannot be loaded (it
+    fails, hangs, exits or crashes while loading) raises :class:`TargetImportError`.
+    """
+
+    def __init__(
+        self,
+        spec: Any,
+        *,
+        kind: str = "advantage",
+        timeout: float = 60.0,
+        load_timeout: float | None = None,
+        name: str | None = None,
+        python: str | None = None,
+        warm: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.name = name or (spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec)))
+        self.timeout = float(timeout)
+        self.calls = 0
+        self.last_issue: str | None = None
+        """:func:`output_issue` of the latest call."""
+        self.last_overwrite: str | None = None
+        """Set when the latest call overwrote the previous call's output (a shared buffer)."""
+        self.dead: TargetError | None = None
+        self._warm, self._closed = warm, False
+        payload = reference(spec) if callable(spec) else spec
+        folder = target_folder(spec)
+        path = ((folder,) if folder else ()) + (() if python else tuple(p for p in sys.path if p))
+        self._proc = _take(python) if warm else ChildProcess(python)
+        self.info: dict[str, Any] = self._load(M.Load(payload, kind, path, seed), load_timeout)
+
+    def _load(self, msg: M.Load, load_timeout: float | None) -> dict[str, Any]:
+        what = "loading the target"
+        try:
+            self._proc.send(msg)
+        except TargetCrashed as exc:
+            self._end()
+            raise TargetImportError(str(exc)) from None
+        except Exception as exc:  # a callable that cannot be pickled
+            self._end()
+            raise TargetImportError(f"cannot send the target to a child process: {_last_line(exc)}") from None
+        try:
+            reply = self._proc.receive(self.timeout if load_timeout is None else float(load_timeout), what)
+        except TargetError as exc:
+            self._closed = True
+            raise TargetImportError(str(exc)) from None
+        if isinstance(reply, M.LoadFailed):
+            self.close()
+            raise TargetImportError(reply.message)
+        return dict(reply.info)
+
+    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
+        if self.dead is not None:
+            raise type(self.dead)(str(self.dead))
+        self.calls += 1
+        try:
+            self._proc.send(M.Call(np.ascontiguousarray(rewards), int(group_size), extra))
+            reply = self._proc.receive(self.timeout, "calling the target")
+        except TargetError as exc:
+            self.dead = exc
+            raise
+        if isinstance(reply, M.Raised):
+            raise TargetError(reply.message)
+        if isinstance(reply, M.Malformed):
+            raise TargetMalformed(reply.message)
+        self.last_issue, self.last_overwrite = reply.issue, reply.overwrite
+        return reply.out
+
+    def close(self) -> None:
+        """Drop the target: a warm child goes back for the next audit, any other child ends."""
+        if self._closed:
+            return
+        self._closed = True
+        dropped = self._proc.output.reset()
+        if dropped and sys.stderr is not None:
+            print(f"[{dropped:,} more bytes of the target's output not shown]", file=sys.stderr)
+        if self._warm and self.dead is None and self._proc.alive:
+            try:
+                self._proc.send(M.Unload())
+                if isinstance(self._proc.receive(UNLOAD_TIMEOUT, "dropping the target"), M.Unloaded):
+                    _give(self._proc)
+                    return
+            except TargetError:
+                return
+        self._proc.end()
+
+    def _end(self) -> None:
+        self._closed = True
+        self._proc.end()
+
+    def __enter__(self) -> ChildTarget:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None:  # Ctrl-C or an error of the audit's own: nothing is reused
+            self._end()
+        else:
+            self.close()

@@ -1,0 +1,119 @@
+"""The audit's options, built and checked once: one frozen record that the CLI, the pytest plugin
+and :func:`grpo_identity.checks.audit` all build, and that nothing downstream checks again.
+
+Every option is bounded (an audit cannot be asked to run for ever), and a bad one raises
+:class:`OptionError`, which names the field; each front end words it with the option as its user
+wrote it (``--max-examples`` on the command line, ``max_examples=`` in Python and in the marker).
+
+>>> AuditOptions(expect="grpo", max_examples=50).expected.name
+'grpo'
+>>> AuditOptions(timeout=float("inf"))
+Traceback (most recent call last):
+...
+grpo_identity.checks.options.OptionError: timeout must be a finite number of seconds in (0, 3600], got inf
+>>> OptionError("timeout", "must be > 0").worded({"timeout": "--timeout"})
+'--timeout must be > 0'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from grpo_identity import dial as D
+
+__all__ = [
+    "MAX_EXAMPLES",
+    "MAX_TIMEOUT",
+    "DEFAULT_MAX_EXAMPLES",
+    "CALL_TIMEOUT",
+    "FRAMEWORK_LOAD_TIMEOUT",
+    "OptionError",
+    "AuditOptions",
+]
+
+#: the most hypothesis examples one audit may run (about a minute for a function in a child)
+MAX_EXAMPLES = 10_000
+#: the longest timeout, in seconds, of one call into the target or of loading it
+MAX_TIMEOUT = 3600.0
+#: hypothesis examples of an audit unless told
+DEFAULT_MAX_EXAMPLES = 200
+#: seconds per call into the target (and for loading it) unless told
+CALL_TIMEOUT = 60.0
+#: seconds for loading a framework target unless told (its import and trainer build take minutes
+#: on a busy machine)
+FRAMEWORK_LOAD_TIMEOUT = 600.0
+
+
+class OptionError(ValueError):
+    """A bad option: ``field`` (its name in Python) and ``problem`` ("must be …, got …")."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field, self.problem = field, problem
+
+    def worded(self, names: Mapping[str, str]) -> str:
+        """The message with the option as the user wrote it (``names``: field → option)."""
+        return f"{names.get(self.field, self.field)} {self.problem}"
+
+
+def _seconds(field: str, value: Any) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT:
+        raise OptionError(field, f"must be a finite number of seconds in (0, {MAX_TIMEOUT:g}], got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """How to audit (what to audit is the target spec, :mod:`grpo_identity.checks.spec`)."""
+
+    expect: str | D.Dial | None = None
+    """The expected preset (a name or a :class:`~grpo_identity.dial.Dial`); None: any preset."""
+    max_examples: int = DEFAULT_MAX_EXAMPLES
+    """Hypothesis examples in all, shared by the properties (1 to :data:`MAX_EXAMPLES`)."""
+    timeout: float = CALL_TIMEOUT
+    """Seconds per call into a target in a child process (0 < t ≤ :data:`MAX_TIMEOUT`)."""
+    load_timeout: float | None = None
+    """Seconds for loading it; None: ``timeout``, or :data:`FRAMEWORK_LOAD_TIMEOUT` for a framework."""
+    isolate: bool | None = None
+    """Run the target in a child process (True), in this one (False), or as suits it (None: a
+    spec string in a child, a callable here)."""
+    python: str | None = None
+    """Another interpreter for the child (a release's environment); None: this one."""
+    progress: bool = False
+    """A progress bar on stderr."""
+
+    def __post_init__(self) -> None:
+        n = self.max_examples
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_EXAMPLES:
+            raise OptionError("max_examples", f"must be an integer from 1 to {MAX_EXAMPLES:,}, got {n!r}")
+        object.__setattr__(self, "timeout", _seconds("timeout", self.timeout))
+        if self.load_timeout is not None:
+            object.__setattr__(self, "load_timeout", _seconds("load_timeout", self.load_timeout))
+        if self.isolate not in (None, True, False):
+            raise OptionError("isolate", f"must be True, False or None, got {self.isolate!r}")
+        if self.python is not None and not isinstance(self.python, str):
+            raise OptionError("python", f"must be the path of an interpreter, got {self.python!r}")
+        self.expected  # noqa: B018  (an unknown preset is an error now, not when the audit ends)
+
+    @property
+    def expected(self) -> D.Dial | None:
+        """The expected preset as a dial (None: any preset)."""
+        if self.expect is None or isinstance(self.expect, D.Dial):
+            return self.expect
+        if not isinstance(self.expect, str):
+            raise OptionError("expect", f"must be a preset name or a Dial, got {self.expect!r}")
+        try:
+            return D.preset(self.expect)
+        except (KeyError, ValueError):
+            presets = ", ".join(D.PRESETS)
+            raise OptionError("expect", f"must be a preset ({presets}) or a Dial, got {self.expect!r}") from None
+
+    def load_timeout_for(self, framework: bool) -> float:
+        """Seconds for loading a target: ``load_timeout``; unset, :data:`FRAMEWORK_LOAD_TIMEOUT`
+        for a framework and ``timeout`` for anything else."""
+        if self.load_timeout is not None:
+            return self.load_timeout
+        return FRAMEWORK_LOAD_TIMEOUT if framework else self.timeout

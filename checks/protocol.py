@@ -1,0 +1,113 @@
+"""The messages between the audit and its child process: small frozen records, one per kind.
+
+The parent sends :class:`Load` (a target), then any number of :class:`Call`, then :class:`Unload`
+(the child stays up for the next target: a warm child) or :class:`Close`.  The child answers
+:class:`Started` once, :class:`Loaded` or :class:`LoadFailed` to a load, :class:`Returned`,
+:class:`Raised` or :class:`Malformed` to a call, and :class:`Unloaded` to an unload.  They travel
+pickled over a pipe, so both ends must run this same module (a release's environment imports the
+project from the running one).
+
+>>> Call(__import__("numpy").zeros(2), 2).group_size
+2
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Load",
+    "Call",
+    "Unload",
+    "Close",
+    "Started",
+    "Loaded",
+    "LoadFailed",
+    "Returned",
+    "Raised",
+    "Malformed",
+    "Unloaded",
+]
+
+
+# --- parent to child -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Load:
+    """Load a target: a spec string, a framework spec, or a reference to a callable
+    (:func:`grpo_identity.checks.target.reference`), called as ``kind`` says."""
+
+    payload: Any
+    kind: str
+    path: tuple[str, ...] = ()
+    """Folders put first on the child's ``sys.path`` (the target's own folder first)."""
+    seed: int = 0
+    """Seed of ``random``, numpy's and torch's global generators, set before the target loads."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """Call the loaded target on ``rewards`` (1-D float64) at ``group_size``, with ``extra`` arguments."""
+
+    rewards: Any
+    group_size: int
+    extra: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unload:
+    """Drop the loaded target and keep running (the next :class:`Load` starts afresh)."""
+
+
+@dataclass(frozen=True)
+class Close:
+    """Exit."""
+
+
+# --- child to parent -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Started:
+    """The interpreter is up: from here on the clock is the target's."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The target loaded; ``info`` is its ``grpo_identity_info`` (framework, version, options …)."""
+
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoadFailed:
+    """The target could not be loaded (one line)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Returned:
+    """A call's output (a numpy array, or a dict of arrays at the gradient level), what was wrong
+    with it besides its values (``issue``), and whether it overwrote the previous output."""
+
+    out: Any
+    issue: str | None = None
+    overwrite: str | None = None
+
+
+@dataclass(frozen=True)
+class Raised:
+    """The target raised (its last traceback line)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """The target returned something that is no array of numbers."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Unloaded:
+    """The target is dropped; the child waits for the next :class:`Load`."""

@@ -1,0 +1,294 @@
+"""The audit's result: one :class:`Report` per audit, whatever its level, rendered from data.
+
+A report holds the verdict, the preset the target matches, what the probes inferred (one
+:class:`Inferred` record: the dial at the advantage level, the per-sample weight at the gradient
+level), the findings and the tables.  A gradient-level audit folds the advantage-level audit of
+the same run in as ``advantage`` (a :class:`Report` too).  ``to_dict`` is the JSON the CLI prints;
+``format`` renders the same data as text, section by section, and never reads another report's
+text.  The verdict rules live in :mod:`grpo_identity.checks.verdict`.
+
+>>> inf = Inferred(centre="mean", scale="none", alpha=1.0)
+>>> r = Report("my_adv", "advantage", "advantage", "pass", "dr_grpo", None, inf, [])
+>>> r.to_dict()["verdict"], r.passed
+('pass', True)
+>>> print(r.format().splitlines()[1])
+verdict: PASS   matches: dr_grpo   expected: any preset
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from grpo_identity import dial as D
+from grpo_identity.checks import KINDS, LEVELS
+from grpo_identity.foundation import format_table
+
+__all__ = ["VERDICTS", "SEVERITIES", "LEVELS", "KINDS", "WEIGHTS", "Finding", "Inferred", "Report", "AuditReport"]
+
+#: the verdicts, best first
+VERDICTS = ("pass", "deviation", "fail")
+#: a finding's severity: it breaks the identity, it is a bounded factor, or it changes nothing
+SEVERITIES = ("fail", "deviation", "note")
+#: per-sample weight laws of the gradient level, and what each means for the update
+WEIGHTS = {
+    "constant": "every answer weighs the same (the paper's 1/G)",
+    "1/length": "length bias: an answer's push scales as 1/|yᵢ| (long correct answers move less, "
+    "long wrong ones are penalised less)",
+    "1/batch_tokens": "batch coupling: every answer's weight is 1/(tokens in the batch), so it depends "
+    "on the other groups' lengths",
+}
+#: target_info keys the report's first line shows
+_INFO_KEYS = ("framework", "version", "entry", "estimator", "preset", "loss_type", "loss_agg_mode", "options")
+#: counterexample keys a finding's second line shows, in this order
+_EXAMPLE_KEYS = ("group_size", "n_groups", "k", "group", "group_rewards", "group_output", "rewards", "values")
+
+
+@dataclass
+class Finding:
+    """One broken property, or a note: its name, an explicit message, the (shrunk) counterexample."""
+
+    property: str
+    message: str
+    counterexample: dict[str, Any] = field(default_factory=dict)
+    severity: str = "fail"
+    """'fail' (breaks the identity), 'deviation' (a bounded factor), or 'note' (no effect on the verdict)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "property": self.property,
+            "message": self.message,
+            "counterexample": self.counterexample,
+            "severity": self.severity,
+        }
+
+
+@dataclass
+class Inferred:
+    """What the probes tell about the target (``None`` where they tell nothing).
+
+    The dial (centre, scale, ddof, ε, a constant factor, a keep rule for filters) from the
+    advantage level; the per-sample weight and its companions from the gradient level."""
+
+    centre: str | None = None
+    scale: str | None = None
+    ddof: int | None = None
+    eps: float | None = None
+    eps_resolution: float = 0.0
+    eps_inside_sqrt: bool = False
+    """The ε sits under the square root, √(σ² + ε) (a ``whiten``-style scale), not σ + ε: off the
+    dial, a bounded factor σ/√(σ² + ε) on c(k, G)."""
+    alpha: float | None = None
+    """A constant factor on the advantages (1 for every preset)."""
+    keep: str | None = None
+    """Filters only: 'nonzero_std', 'all' or 'other' (advantages cannot show a keep rule)."""
+    precision: str = "float64"
+    fit_residual: float | None = None
+    coupled: bool = False
+    """The advantages of a group change with the other groups of the batch."""
+    silent_nonbinary_max_abs: float | None = None
+    """Largest |Â| on silent groups of 0.1, 0.3, 1/3 … (0 when exactly zero)."""
+    silent_nonbinary_worst: dict[str, float] | None = None
+    """The reward value and G where that largest residue appeared."""
+    coefficients: dict[int, list[float]] = field(default_factory=dict)
+    """c(k, G) = (k/G)·Â₊ for k = 0…G, by probed G."""
+    batch_std: dict[int, float] = field(default_factory=dict)
+    """Population std of each probe batch (for batch-std dials)."""
+    why: str = ""
+    per_sample_weight: str | None = None
+    """Gradient level: 'constant', '1/length', '1/batch_tokens' or 'other' (:data:`WEIGHTS`)."""
+    coefficient_precision: str | None = None
+    """Gradient level: 'float32', or 'bfloat16' when the loss's coefficients are bf16 numbers."""
+    weight_by_group_size: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Gradient level: the weight law and its evidence at each probed G."""
+    silent_groups_zero_gradient: bool | None = None
+    uniform_within_answer: bool | None = None
+    """Gradient level: every token of an answer gets the same coefficient."""
+
+    def dial(self) -> D.Dial | None:
+        """The inferred point of the dial (α aside), or ``None``."""
+        if self.centre is None or self.scale is None:
+            return None
+        return D.Dial(
+            centre=self.centre,  # type: ignore[arg-type]
+            scale=self.scale,  # type: ignore[arg-type]
+            ddof=self.ddof or 0,
+            eps=float(self.eps or 0.0),
+            keep="nonzero_std" if self.keep == "nonzero_std" else "all",
+            eps_where="variance" if self.eps_inside_sqrt else "std",
+        )
+
+    def reference(self) -> Callable[[np.ndarray, int], np.ndarray] | None:
+        """α · dial advantages: what the target should return on any batch."""
+        d = self.dial()
+        if d is None:
+            return None
+        a = float(self.alpha or 1.0)
+        return lambda r, G: a * D.advantages(r, G, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["coefficients"] = {str(G): c for G, c in self.coefficients.items()}
+        out["batch_std"] = {str(G): s for G, s in self.batch_std.items()}
+        return out
+
+
+@dataclass
+class Report:
+    """One audit's result, at either level (see the module docstring)."""
+
+    target: str
+    level: str
+    kind: str
+    verdict: str
+    matches: str | None
+    expected: str | None
+    inferred: Inferred
+    findings: list[Finding]
+    factors: list[dict[str, Any]] = field(default_factory=list)
+    """c_target / c_expected per G (at k = G/2, and min/max over k), for a deviation."""
+    coefficient_table: list[dict[str, Any]] = field(default_factory=list)
+    """The level's table: c(k, G) against the reference (advantage), or the effective coefficient
+    of the gradient with theorem G1's residual (gradient)."""
+    examples: int = 0
+    properties: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    target_info: dict[str, Any] = field(default_factory=dict)
+    advantage: Report | None = None
+    """Gradient level: the advantage-level audit of the advantages the same run computed."""
+
+    @property
+    def passed(self) -> bool:
+        """True for 'pass' and 'deviation' (the CLI's exit code 0 without ``--strict``)."""
+        return self.verdict != "fail"
+
+    @property
+    def properties_run(self) -> list[str]:
+        """The properties run (an older name of :attr:`properties`)."""
+        return self.properties
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of ``grpo-identity audit --json``."""
+        out = {
+            "target": self.target,
+            "level": self.level,
+            "kind": self.kind,
+            "verdict": self.verdict,
+            "matches": self.matches,
+            "expected": self.expected,
+            "inferred": self.inferred.to_dict(),
+            "findings": [f.to_dict() for f in self.findings],
+            "factors": self.factors,
+            "coefficient_table": self.coefficient_table,
+            "examples": self.examples,
+            "properties": self.properties,
+            "seconds": round(self.seconds, 3),
+            "target_info": self.target_info,
+        }
+        if self.advantage is not None:
+            out["advantage"] = self.advantage.to_dict()
+        return out
+
+    def format(self) -> str:
+        """The report as text: head, the gradient section, the advantage section, the findings."""
+        lines = _head(self)
+        if self.level == "gradient":
+            lines += _gradient_section(self.inferred, self.coefficient_table)
+            if self.advantage is not None:
+                sub = _advantage_section(self.advantage)
+                lines += ["", "advantage level (the same configuration's advantages, property-tested):"]
+                lines += [f"  {ln}" if ln else ln for ln in sub]
+        else:
+            lines += _advantage_section(self)
+        return "\n".join(lines + _findings_section(self.findings))
+
+
+# --- sections of the text ------------------------------------------------------------------------
+def _head(r: Report) -> list[str]:
+    shown = {k: v for k, v in r.target_info.items() if k in _INFO_KEYS and v not in ({}, None, "")}
+    info = ", ".join(f"{k} {v}" for k, v in shown.items())
+    head = f"audit of {r.target}" + (f" ({info})" if info else "") + f", level {r.level}, kind {r.kind}"
+    expected = r.expected or "any preset"
+    return [head, f"verdict: {r.verdict.upper()}   matches: {r.matches or '-'}   expected: {expected}"]
+
+
+def _gradient_section(inf: Inferred, table: list[dict[str, Any]]) -> list[str]:
+    law = inf.per_sample_weight
+    yes = {True: "yes", False: "NO", None: "not measured"}
+    lines = [
+        f"per-sample weight: {law} ({WEIGHTS.get(law or '', 'no known law')})",
+        f"silent groups give zero gradient: {yes[inf.silent_groups_zero_gradient]}; "
+        f"token weights uniform within an answer: {yes[inf.uniform_within_answer]}",
+    ]
+    if table:
+        rows = [
+            [r["G"], r["k"], r["c_gradient"], r["c_advantage"], _or_dash(r["c_reference"]), r["G1_residual"]]
+            for r in table
+        ]
+        headers = ["G", "k", "c gradient", "c advantage", "c reference", "G1 residual"]
+        lines += [
+            "",
+            "effective coefficient c in g = c·(s̄₊ʷ − s̄₋ʷ) (the loss's scale included) and the "
+            "advantage-level c(k, G) = (k/G)·Â₊:",
+            format_table(rows, headers),
+        ]
+    return lines
+
+
+def _advantage_section(r: Report) -> list[str]:
+    lines = [_dial_line(r)]
+    inf = r.inferred
+    if r.kind == "advantage" and inf.silent_nonbinary_max_abs is not None:
+        broken = any(f.property == "silent_groups_exactly_zero" for f in r.findings)
+        binary = "NOT exactly 0 (see findings)" if broken else "exactly 0"
+        lines.append(f"silent groups: binary {binary}; all-0.1-style groups |Â| ≤ {inf.silent_nonbinary_max_abs:.3g}")
+    lines.append(f"properties: {len(r.properties)} run on {r.examples} hypothesis examples in {r.seconds:.1f} s")
+    if r.coefficient_table:
+        rows = [[t["G"], t["k"], t["c_target"], t["c_reference"], t["ratio"]] for t in r.coefficient_table]
+        reference = r.coefficient_table[0]["reference"]
+        lines += [
+            "",
+            f"update coefficient c(k, G) in g = c·(s̄₊ − s̄₋), against {reference}:",
+            format_table(rows, ["G", "k", "c target", "c reference", "ratio"]),
+        ]
+    if r.factors:
+        rows = [[f["G"], f["factor_at_half"], f["factor_min"], f["factor_max"]] for f in r.factors]
+        lines += ["", format_table(rows, ["G", "factor at k=G/2", "min over k", "max over k"])]
+    return lines
+
+
+def _dial_line(r: Report) -> str:
+    inf = r.inferred
+    if r.kind == "filter":
+        return f"inferred keep rule: {inf.keep} ({inf.why})"
+    if inf.centre is None:
+        return f"inferred dial: none fits ({inf.why})"
+    parts = [f"centre {inf.centre}", f"scale {inf.scale}"]
+    if inf.scale != "none":
+        where = " inside the square root, √(σ² + ε)" if inf.eps_inside_sqrt else ""
+        parts += [f"ddof {inf.ddof}", f"eps {inf.eps:.3g}{where} (resolution {inf.eps_resolution:.1g})"]
+    if inf.alpha not in (None, 1.0):
+        parts.append(f"constant factor {inf.alpha:.6g}")
+    return "inferred dial: " + ", ".join(parts) + f"; computes in {inf.precision}"
+
+
+def _findings_section(findings: list[Finding]) -> list[str]:
+    if not findings:
+        return ["findings: none"]
+    lines = ["", "findings:"]
+    for f in findings:
+        lines.append(f"  [{f.severity}] {f.property}: {f.message}")
+        shown = {k: f.counterexample[k] for k in _EXAMPLE_KEYS if k in f.counterexample}
+        if shown:
+            lines.append(f"      counterexample: {shown}")
+    return lines
+
+
+def _or_dash(x: Any) -> Any:
+    return "-" if x is None else x
+
+
+#: the name :class:`Report` had when the gradient level had a report type of its own
+AuditReport = Report

@@ -1,0 +1,165 @@
+"""The property search: each property of :mod:`grpo_identity.checks.properties` run under
+hypothesis on reward batches, its violation shrunk to a small counterexample.
+
+Hypothesis runs derandomised, with no example database and no deadline.  Its examples then depend
+on the strategies alone: the constants hypothesis otherwise collects from every "local" module
+loaded in the process (the caller's own code, a test session's modules) are left out while the
+audit searches, so the same target gets the same examples whatever else is loaded, and nothing is
+written into a ``.hypothesis/`` folder of the caller's working directory (what hypothesis does
+write goes to this project's cache folder).  See :func:`quiet_hypothesis`.
+
+>>> from grpo_identity import dial as D
+>>> from grpo_identity.checks.properties import Context, Tolerance, zero_sum_per_group
+>>> ctx = Context(Tolerance.for_precision("float64"))
+>>> run_property(zero_sum_per_group, lambda r, G: D.advantages(r, G, D.GRPO), ctx, 20, ("binary",))[0] is None
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from grpo_identity.checks import properties as P
+from grpo_identity.checks.target import TargetCrashed, TargetError, TargetMalformed, TargetTimeout
+from grpo_identity.foundation import cache_dir
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+__all__ = ["FiniteGuard", "failure", "quiet_hypothesis", "run_property"]
+
+
+@contextlib.contextmanager
+def quiet_hypothesis() -> Iterator[None]:
+    """While the audit searches: hypothesis's storage in this project's cache folder, and no
+    constants drawn from the process's local modules (restored after, so a test session's own
+    hypothesis tests are left as they were).  The second reaches into hypothesis's provider (no
+    public setting exists); where a release lacks it, only the storage moves."""
+    from hypothesis import configuration
+
+    before = getattr(configuration, "__hypothesis_home_directory", None)
+    configuration.set_hypothesis_home_dir(cache_dir("hypothesis"))
+    providers: Any = None
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover
+        pass
+    local = getattr(providers, "_get_local_constants", None)
+    cache: Any = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
+    patch = local is not None and cache is not None and hasattr(providers, "Constants")
+    if patch:
+        cache.clear()
+        providers._get_local_constants = providers.Constants
+    try:
+        yield
+    finally:
+        if patch:
+            providers._get_local_constants = local
+            cache.clear()
+        configuration.set_hypothesis_home_dir(before)
+
+
+def failure(exc: TargetError, where: str = "") -> str:
+    """A target error in words: "the target timed out / crashed / raised{where}: …", or, for a
+    malformed output, "the target returned None{where}, not an array …"."""
+    if isinstance(exc, TargetMalformed):
+        head, _, tail = str(exc).partition(",")
+        return f"the target {head}{where},{tail}" if tail else f"the target {exc}{where}"
+    what = "timed out" if isinstance(exc, TargetTimeout) else "crashed" if isinstance(exc, TargetCrashed) else "raised"
+    return f"the target {what}{where}: {exc}"
+
+
+class FiniteGuard:
+    """The target, except that a NaN or an inf in its advantages is one ``well_formed`` violation
+    at once: every later comparison (NaN ≠ NaN) would otherwise report false findings
+    ("stateless", "permutation") and an infinite silent-group residue."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def __call__(self, rewards: np.ndarray, group_size: int) -> Any:
+        out = self._target(rewards, group_size)
+        A = np.asarray(out)
+        if A.shape == rewards.shape and np.issubdtype(A.dtype, np.floating):
+            bad = ~np.isfinite(A)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                g, G = i // group_size, int(group_size)
+                row = rewards[g * G : (g + 1) * G]
+                message = (
+                    f"non-finite advantage {float(A[i])} in group {g} (G={G}, rewards {P._fmt(row)}): "
+                    "the identity is undefined there"
+                )
+                raise P.PropertyViolation("well_formed", message, P._example(rewards, G, A.astype(np.float64), g))
+        return out
+
+
+def run_property(
+    prop: Callable[..., None], target: Any, ctx: P.Context, n: int, kinds: tuple[str, ...]
+) -> tuple[P.PropertyViolation | None, int]:
+    """Run one property on ``n`` hypothesis examples; return its (shrunk) violation and the count."""
+    from hypothesis import HealthCheck, Verbosity, given, settings
+    from hypothesis import strategies as st
+
+    count = [0]
+    name = prop.__name__
+
+    @settings(
+        max_examples=n,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
+    @given(batch=_batches(kinds), seed=st.integers(0, 2**32 - 1))
+    def run(batch: Any, seed: int) -> None:
+        count[0] += 1
+        try:
+            prop(target, batch, ctx, np.random.default_rng(seed))
+        except TargetError as exc:
+            raise P.PropertyViolation(name, failure(exc), P._example(batch.contiguous(), batch.group_size)) from None
+
+    try:
+        with quiet_hypothesis():
+            run()
+    except P.PropertyViolation as v:
+        return v, count[0]
+    except BaseExceptionGroup as group:  # hypothesis's Flaky: the same input failed only sometimes
+        first = _first_violation(group)
+        if first is None:
+            raise
+        return P.PropertyViolation(
+            first.property,
+            f"{first.message} (and not on every run of the same input: flaky, the target is not deterministic)",
+            first.counterexample,
+        ), count[0]
+    return None, count[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _batches(kinds: tuple[str, ...]) -> Any:
+    from grpo_identity.checks.strategies import reward_batches
+
+    return reward_batches(kinds=kinds, max_groups=6, max_total=2048)
+
+
+def _first_violation(group: BaseExceptionGroup) -> P.PropertyViolation | None:
+    for exc in group.exceptions:
+        if isinstance(exc, P.PropertyViolation):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_violation(exc)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,180 @@
+"""What to audit, decided once: :func:`resolve` turns what the user wrote into one typed spec.
+
+A target is a function (``FILE.py:FUNCTION``, ``MODULE:FUNCTION``, a preset of the dial, or a
+callable: a :class:`FunctionSpec`) or a framework configured as its users configure it (``trl``,
+``verl``, ``areal``, ``openrlhf`` with their config keys: a
+:class:`~grpo_identity.checks.frameworks.FrameworkSpec`).  The resolver is the only place that
+tells the two apart, that defaults the level (the gradient for a framework's trainer path, the
+advantages for anything else), that checks which options apply to which target, and that picks
+the release of a framework that is not installed here.  Everything later reads the spec.
+
+A bad combination raises :class:`~grpo_identity.checks.options.OptionError` naming the option;
+a target string that cannot name a target raises
+:class:`~grpo_identity.checks.target.TargetImportError`.
+
+>>> resolve("verl:grpo").level, resolve("grpo").level
+('gradient', 'advantage')
+>>> resolve("grpo", sets=["loss_type=grpo"])
+Traceback (most recent call last):
+...
+grpo_identity.checks.options.OptionError: sets applies to the framework targets (trl, ...), not to 'grpo'
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable
+
+from grpo_identity.checks import KINDS, LEVELS
+from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, parse_set, parse_spec
+from grpo_identity.checks.options import OptionError
+
+__all__ = ["FunctionSpec", "Spec", "resolve", "is_framework"]
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """A function target: a spec string or a callable, what it computes, the level to audit."""
+
+    target: str | Callable[..., Any]
+    kind: str = "advantage"
+    """'advantage' (one advantage per reward) or 'filter' (one keep flag per group)."""
+    level: str = "advantage"
+    """'advantage', or 'gradient': the target is ``fn(rewards, G, lengths)`` returning the
+    advantages and the token coefficients of its loss (:mod:`grpo_identity.checks.gradient`)."""
+
+    def describe(self) -> str:
+        """The target as the user wrote it (a callable by its qualified name)."""
+        if isinstance(self.target, str):
+            return self.target
+        return str(getattr(self.target, "__qualname__", repr(self.target)))
+
+    @property
+    def builtin(self) -> bool:
+        """A preset of the dial (built by the project, stateless: safe in a warm child)."""
+        from grpo_identity.checks.adapters import is_adapter
+
+        return isinstance(self.target, str) and is_adapter(self.target)
+
+
+#: what :func:`resolve` returns
+Spec = FunctionSpec | FrameworkSpec
+
+
+def is_framework(target: Any) -> bool:
+    """Whether ``target`` names a framework (a spec, or a string whose head is one)."""
+    if isinstance(target, FrameworkSpec):
+        return True
+    return isinstance(target, str) and target.split(":")[0].strip().lower() in FRAMEWORKS
+
+
+def resolve(
+    target: Any,
+    *,
+    sets: Iterable[str | tuple[str, str]] = (),
+    config: str | None = None,
+    level: str | None = None,
+    kind: str = "advantage",
+    release: str | None = None,
+) -> Spec:
+    """The one spec of an audit (see the module docstring).
+
+    Parameters
+    ----------
+    target : str, callable or FrameworkSpec
+        ``FILE.py:FUNCTION``, ``MODULE:FUNCTION``, a preset (``grpo``, ``preset:trl`` …), a
+        framework (``trl``, ``verl:grpo``, ``verl:estimator=NAME`` …) or a callable.
+    sets : iterable of ``"KEY=VALUE"`` or (key, value)
+        A framework's config keys, as the framework names them; later ones win.
+    config : str, optional
+        A framework's config file (YAML), read as the framework reads it.
+    level : {'advantage', 'gradient'}, optional
+        What to compare; None: the gradient for a framework's trainer path, else the advantages.
+    kind : {'advantage', 'filter'}
+        What a function target computes.
+    release : str, optional
+        A framework release to audit in an environment of its own.
+
+    Returns
+    -------
+    FunctionSpec or FrameworkSpec
+        With its level set.
+    """
+    if kind not in KINDS:
+        raise OptionError("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    if level is not None and level not in LEVELS:
+        raise OptionError("level", f"must be one of {', '.join(LEVELS)}, got {level!r}")
+    sets = list(sets)
+    if is_framework(target):
+        return _framework(target, sets, config, level, kind, release)
+    name = target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
+    for field, given in (("sets", sets), ("config", config), ("release", release)):
+        if given:
+            raise OptionError(field, f"applies to the framework targets ({', '.join(FRAMEWORKS)}), not to {name!r}")
+    if isinstance(target, str):
+        from grpo_identity.checks.target import check_spec
+
+        check_spec(target)
+    elif not callable(target):
+        raise OptionError("target", f"must be a function, a spec string or a framework, got {type(target).__name__}")
+    spec = FunctionSpec(target, kind, level or "advantage")
+    if spec.level == "gradient" and (kind == "filter" or spec.builtin):
+        what = "a filter" if kind == "filter" else f"the preset {name!r}"
+        raise OptionError("level", f"gradient: {what} has no loss; audit it at the advantage level")
+    return spec
+
+
+def _framework(
+    target: Any, sets: list[Any], config: str | None, level: str | None, kind: str, release: str | None
+) -> FrameworkSpec:
+    try:
+        spec = target if isinstance(target, FrameworkSpec) else parse_spec(target)
+    except AdapterError as exc:
+        raise OptionError("target", str(exc)) from None
+    pairs = [_pair(s) for s in sets]
+    name = target if isinstance(target, str) else spec.describe()
+    if config and not os.path.isfile(config):
+        raise OptionError("config", f"names no file: {config}")
+    if kind == "filter":
+        message = f"filter: {name!r} computes advantages; only presets and functions can be audited as filters"
+        raise OptionError("kind", message)
+    if spec.estimator is not None:
+        trainer_path = "write verl --set algorithm.adv_estimator=NAME for the trainer path"
+        if pairs or config:
+            field = "sets" if pairs else "config"
+            raise OptionError(
+                field, f"configures the trainer path; {name!r} is the estimator function alone ({trainer_path})"
+            )
+        if level == "gradient":
+            raise OptionError(
+                "level", f"gradient: {name!r} is the estimator function alone, it has no loss ({trainer_path})"
+            )
+    spec = spec.with_sets(pairs, config=config, level=level)
+    return replace(spec, level=spec.default_level(), **_release(spec.framework, release))
+
+
+def _pair(item: str | tuple[str, str]) -> tuple[str, str]:
+    if isinstance(item, tuple) and len(item) == 2:
+        return str(item[0]), str(item[1])
+    try:
+        key, value = parse_set(str(item))
+    except AdapterError:
+        raise OptionError("sets", f"takes KEY=VALUE, got {item!r}") from None
+    return key, value
+
+
+def _release(framework: str, release: str | None) -> dict[str, Any]:
+    """The release to audit: the one asked for, else the tested release of a framework that is not
+    installed here (OpenRLHF and AReaL never are: their requirements clash with this environment)."""
+    if release is not None:
+        if not release or not all(ch.isalnum() or ch in ".+-" for ch in release):
+            raise OptionError("release", f"must be a version number, got {release!r}")
+        return {"release": release, "release_auto": False}
+    if importlib.util.find_spec(framework) is not None:
+        return {"release": None, "release_auto": False}
+    from grpo_identity.checks.adapters import TESTED_VERSIONS
+
+    tested = TESTED_VERSIONS.get(framework)
+    return {"release": tested, "release_auto": tested is not None}

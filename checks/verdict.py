@@ -1,0 +1,305 @@
+"""The verdict rules, in one place: from what the probes measured to pass, deviation or fail.
+
+- **advantage** (:func:`advantage`): a failing finding fails; a dial that fits no centre and
+  scale fails; else the inferred dial is compared with the expected preset (or every preset):
+  the same point is a ``pass``; the same family (c ∝ σ for a group std; c ∝ σ² unscaled or batch
+  std) off by a bounded factor (Bessel's correction, a visible ε, ε under the root, a constant)
+  is a ``deviation`` with the factor c_target / c_expected at G = 4, 8, 16, 64 — or a ``pass``
+  with a note when that factor is within :data:`MATERIAL_FACTOR` of 1 everywhere; another family
+  fails.  Silent groups of non-binary rewards whose residue exceeds :data:`SILENT_RESIDUE_FAIL`
+  fail; a smaller residue is a note.
+- **filter** (:func:`keep_rule`): the inferred keep rule against the expected one.
+- **gradient** (:func:`gradient`): a failing finding fails; a per-sample weight other than
+  ``constant`` is a deviation; advantage coefficients off the expected preset's are a deviation.
+- **both levels** (:func:`combine`): the worse verdict, the advantage findings first.
+
+Every rule takes the measured data and returns a :class:`Decision`; none prints or reads text.
+
+>>> from grpo_identity.checks.report import Inferred
+>>> inf = Inferred(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=1.0)
+>>> advantage(inf, [], D.GRPO).verdict
+'pass'
+>>> advantage(Inferred(centre="mean", scale="none", alpha=1.0), [], D.GRPO).findings[0].message
+'wrong family: the target scales like centre mean, no std (c ∝ σ²), grpo expects c ∝ σ'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from grpo_identity import dial as D
+from grpo_identity.checks.report import VERDICTS, WEIGHTS, Finding, Inferred, Report
+
+__all__ = [
+    "FACTOR_GROUP_SIZES",
+    "SILENT_RESIDUE_FAIL",
+    "MATERIAL_FACTOR",
+    "GRADIENT_RATIO_TOL",
+    "Decision",
+    "advantage",
+    "keep_rule",
+    "gradient",
+    "combine",
+    "worst",
+    "matches_preset",
+]
+
+#: group sizes of the reported factor c_target / c_expected
+FACTOR_GROUP_SIZES = (4, 8, 16, 64)
+#: silent groups of non-binary rewards: a residue above this fails (below: a note)
+SILENT_RESIDUE_FAIL = 0.5
+#: a deviation whose factor c_target / c_expected is within this of 1 for every probed G and k
+#: changes no update by a material amount (it prints as 1.000000): a pass with a note
+MATERIAL_FACTOR = 1e-6
+#: the gradient level's advantage coefficients may differ from the expected preset's by this
+#: much (relative) before they are a deviation
+GRADIENT_RATIO_TOL = 0.1
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A verdict, the preset matched, the findings (complete, in report order) and the tables."""
+
+    verdict: str
+    matches: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    factors: list[dict[str, Any]] = field(default_factory=list)
+    coefficient_table: list[dict[str, Any]] = field(default_factory=list)
+
+
+def worst(*verdicts: str) -> str:
+    """The worse of ``verdicts`` (fail > deviation > pass)."""
+    return max(verdicts, key=VERDICTS.index)
+
+
+def _fails(findings: list[Finding]) -> bool:
+    return any(f.severity == "fail" for f in findings)
+
+
+# --- advantage level -----------------------------------------------------------------------------
+def family(scale: str | None) -> str:
+    """c ∝ σ (group std) or c ∝ σ² (no std, or one std for the whole batch)."""
+    return "sigma" if scale == "group_std" else "sigma_squared"
+
+
+def matches_preset(inf: Inferred, d: D.Dial) -> bool:
+    """Whether the inferred dial is the preset ``d`` (its keep rule aside), within ε's resolution."""
+    if inf.centre != d.centre or inf.scale != d.scale or inf.alpha != 1.0 or inf.eps_inside_sqrt:
+        return False
+    if d.scale == "none":
+        return True
+    if d.scale == "batch_std" or inf.ddof != d.ddof:
+        return inf.ddof == d.ddof and d.scale == "batch_std"
+    return abs(float(inf.eps or 0.0) - d.eps) <= max(inf.eps_resolution, 0.02 * d.eps)
+
+
+def _nearest(inf: Inferred) -> D.Dial | None:
+    fam = [d for d in D.PRESETS.values() if family(d.scale) == family(inf.scale) and d.keep == "all"]
+    if not fam:
+        return None
+
+    def distance(d: D.Dial) -> tuple[bool, bool, float]:
+        eps_gap = abs(math.log10((d.eps or 1e-12) / max(inf.eps or 0.0, 1e-12)))
+        return (d.centre != inf.centre, d.ddof != inf.ddof, eps_gap)
+
+    return min(fam, key=distance)
+
+
+def coefficient_tables(inf: Inferred, ref: D.Dial) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """c(k, G) of the target against ``ref`` at a few k per G, and the factor rows per G."""
+    table, factors = [], []
+    for G in FACTOR_GROUP_SIZES:
+        if G not in inf.coefficients:
+            continue
+        ratios = []
+        for k in range(1, G):
+            ct = inf.coefficients[G][k]
+            cr = float(D.coefficient(k, G, ref))
+            ratio = ct / cr if cr else None
+            ratios.append(float("nan") if ratio is None else ratio)
+            if k in {1, max(1, G // 4), G // 2, G - 1}:
+                table.append({"G": G, "k": k, "c_target": ct, "c_reference": cr, "ratio": ratio, "reference": ref.name})
+        factors.append(
+            {
+                "G": G,
+                "factor_at_half": ratios[G // 2 - 1],
+                "factor_min": float(np.nanmin(ratios)),
+                "factor_max": float(np.nanmax(ratios)),
+            }
+        )
+    return table, factors
+
+
+def _silent_residue(inf: Inferred) -> Finding | None:
+    res = inf.silent_nonbinary_max_abs
+    if res is None or res <= 0:
+        return None
+    w = inf.silent_nonbinary_worst or {}
+    severity = "fail" if not math.isfinite(res) or res > SILENT_RESIDUE_FAIL else "note"
+    amplified = " amplified by 1/(std + ε)" if inf.scale == "group_std" else ""
+    message = (
+        f"silent groups of non-binary rewards (every reward 0.1, 0.3, 1/3 …) get |Â| up to {res:.3g} instead of "
+        f"exactly 0 (worst: every reward {w.get('value', float('nan')):.6g} at G = {w.get('G')}): float rounding "
+        f"of the group mean{amplified}"
+    )
+    example = {"group_rewards": f"every reward {w.get('value')}", "group_size": w.get("G")}
+    return Finding("silent_nonbinary_groups_zero", message, example, severity)
+
+
+def advantage(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> Decision:
+    """The advantage-level verdict (see the module docstring)."""
+    findings = list(findings)
+    residue = _silent_residue(inf)
+    if residue is not None:
+        findings.append(residue)
+    if inf.centre is None:
+        findings.append(Finding("dial", f"no point of the dial fits: {inf.why}"))
+    elif inf.coupled and inf.scale != "batch_std" and not any(f.property == "groups_independent" for f in findings):
+        findings.append(Finding("groups_independent", inf.why))
+    if _fails(findings):
+        return Decision("fail", None, findings)
+    presets = [expect] if expect else []
+    found = next((d for d in presets + list(D.PRESETS.values()) if matches_preset(inf, d.replace(keep="all"))), None)
+    ref = expect if expect is not None else (found or _nearest(inf))
+    if ref is None:
+        return Decision("fail", None, [*findings, Finding("dial", "the inferred dial is in no preset's family")])
+    table, factors = coefficient_tables(inf, ref)
+    if inf.scale == "batch_std":  # c = σ²/σ_batch: against an unscaled preset the factor is 1/σ_batch
+        for row in table:
+            row["note"] = f"batch std {inf.batch_std[row['G']]:.4g} of the probe batch"
+    if expect is not None and matches_preset(inf, expect.replace(keep="all")):
+        return Decision("pass", expect.name, findings, [], table)
+    if expect is None and found is not None:
+        return Decision("pass", found.name, findings, [], table)
+    if family(inf.scale) != family(ref.scale):
+        return Decision("fail", found.name if found else None, [*findings, _wrong_family(inf, ref)], [], table)
+    message = _deviation_message(inf, ref, factors)
+    if _immaterial(factors):
+        note = (
+            f"{message}: |factor − 1| < {MATERIAL_FACTOR:g} at every probed G and k, no material change of any update"
+        )
+        return Decision("pass", ref.name, [*findings, Finding("matches_preset", note, {}, "note")], factors, table)
+    deviation = Finding("matches_preset", message, {}, "deviation")
+    return Decision("deviation", found.name if found else None, [*findings, deviation], factors, table)
+
+
+def _wrong_family(inf: Inferred, ref: D.Dial) -> Finding:
+    mine, theirs = ("σ" if family(s) == "sigma" else "σ²" for s in (inf.scale, ref.scale))
+    message = f"wrong family: the target scales like {_describe(inf)} (c ∝ {mine}), {ref.name} expects c ∝ {theirs}"
+    return Finding("matches_preset", message)
+
+
+def _immaterial(factors: list[dict[str, Any]]) -> bool:
+    """Every factor c_target / c_expected (min and max over k, each probed G) within MATERIAL_FACTOR of 1."""
+    vals = [v for f in factors for v in (f["factor_min"], f["factor_max"])]
+    return bool(vals) and all(math.isfinite(v) and abs(v - 1.0) < MATERIAL_FACTOR for v in vals)
+
+
+def _describe(inf: Inferred) -> str:
+    if inf.scale == "none":
+        return f"centre {inf.centre}, no std"
+    where = " inside √" if inf.eps_inside_sqrt else ""
+    return f"centre {inf.centre}, {inf.scale} (ddof {inf.ddof}, eps {inf.eps:.3g}{where})"
+
+
+def _deviation_message(inf: Inferred, ref: D.Dial, factors: list[dict[str, Any]]) -> str:
+    why = []
+    if inf.centre != ref.centre:
+        why.append(f"centre {inf.centre} instead of {ref.centre}")
+    if inf.scale != ref.scale:
+        why.append(f"scale {inf.scale} instead of {ref.scale}")
+    if inf.scale == ref.scale == "group_std":
+        if inf.ddof != ref.ddof:
+            why.append(f"ddof {inf.ddof} instead of {ref.ddof} (Bessel)")
+        if inf.eps_inside_sqrt:
+            why.append(f"eps {inf.eps:.3g} inside the square root, √(σ² + ε), instead of σ + {ref.eps:g}")
+        elif abs(float(inf.eps or 0) - ref.eps) > max(inf.eps_resolution, 0.02 * ref.eps):
+            why.append(f"eps {inf.eps:.3g} instead of {ref.eps:g}")
+    if inf.alpha != 1.0:
+        why.append(f"a constant factor {inf.alpha:.6g}")
+    at_half = ", ".join(f"G={r['G']}: {r['factor_at_half']:.6g}" for r in factors)
+    because = "; ".join(why) or "off by a factor"
+    return f"same family as {ref.name} but {because}; c_target/c_{ref.name} at k=G/2: {at_half}"
+
+
+# --- filters -------------------------------------------------------------------------------------
+def keep_rule(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> Decision:
+    """The filter verdict: the inferred keep rule against the expected one (any preset's if none)."""
+    findings = list(findings)
+    want = expect.keep if expect is not None else None
+    wrong = "keeps_groups_with_nonzero_std"
+    if inf.keep == "other" and not any(f.property == wrong for f in findings):
+        findings.append(Finding(wrong, f"wrong keep rule: {inf.why}"))
+    if want == "all" and inf.keep == "all":  # a keep-all filter is right for GRPO / Dr. GRPO
+        findings = [f for f in findings if f.property != wrong]
+    if _fails(findings):
+        return Decision("fail", None, findings)
+    candidates = [expect] if expect is not None else list(D.PRESETS.values())
+    match = next((d for d in candidates if d.keep == inf.keep), None)
+    if match is None:
+        message = f"keep rule '{inf.keep}' where '{want or 'nonzero_std'}' is expected"
+        return Decision("fail", None, [*findings, Finding(wrong, message)])
+    return Decision("pass", match.name, findings)
+
+
+# --- gradient level ------------------------------------------------------------------------------
+def gradient(inf: Inferred, findings: list[Finding], table: list[dict[str, Any]], expect: D.Dial | None) -> Decision:
+    """The gradient-level verdict: fail on a failing finding; else a deviation for a non-constant
+    weight or for advantage coefficients off the expected preset's; else pass."""
+    findings = list(findings)
+    if _fails(findings):
+        return Decision("fail", None, findings, [], table)
+    verdict = "pass"
+    law = inf.per_sample_weight
+    if law != "constant":
+        verdict = "deviation"
+        means = "G1 holds with the weighted means s̄±ʷ, the direction changes"
+        message = f"per-sample weight {law}: {WEIGHTS.get(law or '', 'no known law')}; {means}"
+        findings.append(Finding("per_sample_weight", message, {}, "deviation"))
+    ratios = [row["c_advantage"] / row["c_reference"] for row in table if row["c_reference"]]
+    if expect is not None and ratios and max(abs(x - 1) for x in ratios) > GRADIENT_RATIO_TOL:
+        verdict = "deviation"
+        message = f"the advantage-level c(k, G) is {min(ratios):.6g}–{max(ratios):.6g} × {expect.name}'s"
+        findings.append(Finding("matches_preset", message, {}, "deviation"))
+    return Decision(verdict, None, findings, [], table)
+
+
+def combine(grad: Report, adv: Report) -> Report:
+    """The gradient report with the advantage-level audit of the same run folded in: the dial
+    beside the weight law, the advantage findings first, the worse verdict.  The gradient's own
+    ``matches_preset`` (its probes' c(k, G) against the expected preset) is dropped: the advantage
+    audit says it, with the dial."""
+    own = [f for f in grad.findings if f.property != "matches_preset"]
+    levels = [f.severity for f in own if f.severity in VERDICTS]
+    gradient_fields = {k: getattr(grad.inferred, k) for k in _GRADIENT_FIELDS}
+    inferred = Inferred(**{**adv.inferred.__dict__, **gradient_fields})
+    return Report(
+        target=grad.target,
+        level="gradient",
+        kind=grad.kind,
+        verdict=worst(adv.verdict, *levels),
+        matches=adv.matches,
+        expected=grad.expected,
+        inferred=inferred,
+        findings=[*adv.findings, *own],
+        coefficient_table=grad.coefficient_table,
+        examples=adv.examples,
+        properties=adv.properties,
+        seconds=grad.seconds,
+        target_info=grad.target_info,
+        advantage=adv,
+    )
+
+
+#: the fields of :class:`Inferred` the gradient level measures
+_GRADIENT_FIELDS = (
+    "per_sample_weight",
+    "coefficient_precision",
+    "weight_by_group_size",
+    "silent_groups_zero_gradient",
+    "uniform_within_answer",
+)
