@@ -99,8 +99,10 @@ def is_adapter(spec: str) -> bool:
 
 def build(spec: str | FrameworkSpec, kind: str = "advantage") -> Callable[..., Any]:
     """The adapter function named by ``spec`` (imports the framework it needs)."""
+    if isinstance(spec, FrameworkSpec):
+        return _framework(spec, kind)
     if is_framework(spec):
-        return _framework(spec if isinstance(spec, FrameworkSpec) else parse_spec(str(spec)), kind)
+        return _framework(parse_spec(spec), kind)
     parts = [p.strip() for p in spec.split(":")]
     framework = parts[0].lower()
     if framework in ("preset", "dial"):

@@ -218,6 +218,7 @@ class ChildProcess:
         from grpo_identity.checks.releases import child_environ
 
         self.python = python
+        self.owner = os.getpid()  # a process forked from this one must not end this child
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         code = f"from grpo_identity.checks.child import _child_main; _child_main({to_child_r}, {from_child_w})"
@@ -337,7 +338,8 @@ def close_warm_children() -> None:
         procs = [p for v in _WARM.values() for p in v]
         _WARM.clear()
     for proc in procs:
-        proc.end()
+        if proc.owner == os.getpid():
+            proc.end()
 
 
 atexit.register(close_warm_children)

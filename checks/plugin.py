@@ -69,13 +69,32 @@ def _unknown(options: dict[str, Any], where: str) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_call(item: pytest.Item) -> None:
-    """A marker with positional arguments or an unknown option fails its own test."""
+    """A marker with positional arguments, an unknown option or a bad value fails its own test."""
     for mark in item.iter_markers("grpo_identity"):
         if mark.args:
             pytest.fail(f"the grpo_identity marker takes keyword options only, got {mark.args!r}", pytrace=False)
-        why = _unknown(dict(mark.kwargs), "the grpo_identity marker")
+        why = _unknown(dict(mark.kwargs), "the grpo_identity marker") or _bad_value(dict(mark.kwargs))
         if why:
             pytest.fail(why, pytrace=False)
+
+
+def _bad_value(options: dict[str, Any]) -> str | None:
+    """Why the marker's values make no audit (the options record's own check), or None."""
+    from grpo_identity.checks import KINDS, LEVELS
+    from grpo_identity.checks.options import AuditOptions, OptionError
+
+    audit_options = {k: v for k, v in options.items() if k not in ("kind", "level", "allow_deviation")}
+    why = None
+    if options.get("kind", "advantage") not in KINDS:
+        why = f"kind must be one of {', '.join(KINDS)}, got {options['kind']!r}"
+    elif options.get("level") not in (None, *LEVELS):
+        why = f"level must be one of {', '.join(LEVELS)}, got {options['level']!r}"
+    else:
+        try:
+            AuditOptions(**audit_options)
+        except OptionError as exc:
+            why = exc.worded({})
+    return None if why is None else f"grpo_identity: {why} (options: {', '.join(MARKER_OPTIONS)})"
 
 
 def summary(report: Any) -> str:

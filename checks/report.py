@@ -197,7 +197,7 @@ class Report:
         if self.level == "gradient":
             lines += _gradient_section(self.inferred, self.coefficient_table)
             if self.advantage is not None:
-                sub = _advantage_section(self.advantage)
+                sub = "\n".join(_advantage_section(self.advantage)).splitlines()
                 lines += ["", "advantage level (the same configuration's advantages, property-tested):"]
                 lines += [f"  {ln}" if ln else ln for ln in sub]
         else:

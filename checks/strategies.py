@@ -111,9 +111,38 @@ def reward_batches(
 ) -> st.SearchStrategy[RewardBatch]:
     """Reward batches of many groups, with silent groups (k = 0 or G) drawn often.
 
-    ``kinds`` ⊆ :data:`KINDS`; ``group_size`` a fixed G or a strategy (default
-    :func:`group_sizes`); ``layouts`` ⊆ :data:`LAYOUTS`; ``dtypes`` ⊆ :data:`DTYPES` (torch ones
-    need torch).  At most ``max_total`` rewards per batch.
+    Options are checked when the strategy is built (a bad one raises ``ValueError`` at once).
+
+    Parameters
+    ----------
+    kinds : sequence of str
+        Reward kinds to draw, a subset of :data:`KINDS` (binary {0, 1}, two-valued {a, b},
+        continuous).
+    group_size : int or SearchStrategy[int], optional
+        A fixed G ≥ 2, or a strategy of them; default :func:`group_sizes`.
+    min_groups, max_groups : int
+        Groups per batch.
+    layouts : sequence of str
+        How groups are laid out in the 1-D batch, a subset of :data:`LAYOUTS`.
+    dtypes : sequence of str
+        Reward dtypes, a subset of :data:`DTYPES` (the torch ones need torch).
+    max_total : int
+        At most this many rewards per batch.
+
+    Returns
+    -------
+    SearchStrategy[RewardBatch]
+        Each batch knows its group size, kind and layout; ``contiguous()`` gives the rewards
+        group by group.
+
+    Examples
+    --------
+    >>> from hypothesis import given, settings
+    >>> @settings(max_examples=5, database=None)
+    ... @given(reward_batches(kinds=["binary"], group_size=4))
+    ... def test(batch):
+    ...     assert batch.contiguous().size % 4 == 0
+    >>> test()
     """
     kinds_ = _check_choice("kinds", kinds, KINDS)
     layouts_ = _check_choice("layouts", layouts, LAYOUTS)
@@ -137,29 +166,8 @@ def reward_batches(
         n = draw(_n_groups(lo, max(lo, min(hi, total // G))))
         seed = draw(_SEEDS)
         rng = np.random.default_rng(seed)
-        rows, ks = [], []
-        for _ in range(n):
-            # k at the ends (silent groups) as often as in the middle
-            end = draw(_ENDS)
-            k = (0, G, 1, G - 1)[end] if end < 4 else draw(_ks(G))
-            if kind == "continuous":
-                if draw(_BOOLS) and k in (0, G):  # a silent continuous group: one value repeated
-                    rows.append(np.full(G, _LEVELS[draw(_LEVEL)]))
-                else:
-                    rows.append(rng.normal(size=G) * (1.0, 0.01, 100.0)[draw(_SCALE)])
-                ks.append(-1)
-                continue
-            if kind == "binary":
-                low, high = 0.0, 1.0
-            else:
-                i, j = draw(_LEVEL), draw(_LEVEL)
-                if i == j:
-                    j = (j + 1) % len(_LEVELS)
-                low, high = sorted((_LEVELS[i], _LEVELS[j]))
-            r = np.full(G, low)
-            r[rng.permutation(G)[:k]] = high
-            rows.append(r)
-            ks.append(k)
+        drawn = [_group(draw, rng, kind, G) for _ in range(n)]
+        rows, ks = [row for row, _ in drawn], [k for _, k in drawn]
         rewards = np.concatenate(rows)  # (n·G,) group by group
         layout = draw(layout_st)
         ids, order = None, None
@@ -171,6 +179,27 @@ def reward_batches(
         return RewardBatch(_cast(rewards, dtype), G, kind, ids, tuple(ks), order)
 
     return draw_batch()
+
+
+def _group(draw: Any, rng: np.random.Generator, kind: str, G: int) -> tuple[np.ndarray, int]:
+    """One group's rewards, and its k (−1 for continuous rewards); k at the ends (silent groups)
+    as often as in the middle."""
+    end = draw(_ENDS)
+    k = (0, G, 1, G - 1)[end] if end < 4 else draw(_ks(G))
+    if kind == "continuous":
+        if draw(_BOOLS) and k in (0, G):  # a silent continuous group: one value repeated
+            return np.full(G, _LEVELS[draw(_LEVEL)]), -1
+        return rng.normal(size=G) * (1.0, 0.01, 100.0)[draw(_SCALE)], -1
+    if kind == "binary":
+        low, high = 0.0, 1.0
+    else:
+        i, j = draw(_LEVEL), draw(_LEVEL)
+        if i == j:
+            j = (j + 1) % len(_LEVELS)
+        low, high = sorted((_LEVELS[i], _LEVELS[j]))
+    r = np.full(G, low)
+    r[rng.permutation(G)[:k]] = high
+    return r, k
 
 
 # strategies drawn inside the loops, built once (building one costs more than drawing from it)

@@ -103,7 +103,7 @@ CASES = [
     (["prove", "-k"], "expected one argument"),
     (["audit", "nosuch"], "nosuch"),
     (["audit", "{tmp}/absent.py:advantages"], "no such file"),
-    (["audit", "{dir}:advantages"], "no such file"),
+    (["audit", "{dir}:advantages"], "is a folder"),
     (["audit", "grpo", "--max-examples", "0"], "--max-examples"),
     (["audit", "grpo", "--timeout", "0"], "--timeout"),
     (["audit", "grpo", "--timeout", "nan"], "--timeout"),

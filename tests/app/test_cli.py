@@ -150,3 +150,10 @@ def test_running_out_of_memory_is_one_line_not_a_traceback(tmp_path, monkeypatch
     (tmp_path / "r.csv").write_text("llama8b_solve_rate\n0.5\n")
     assert main(["realdata", str(tmp_path / "r.csv")]) == 2
     assert capsys.readouterr().err == "grpo-identity realdata: error: ran out of memory: lower the sizes\n"
+
+
+def test_bad_input_leaves_no_out_folder_behind_not_even_an_empty_one(tmp_path, capsys):
+    out = tmp_path / "DIR" / "sub"
+    assert main(["verify", "--solve-rates", str(tmp_path / "missing.csv"), "--out", str(out)]) == 2
+    assert "missing.csv" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

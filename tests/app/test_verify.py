@@ -65,7 +65,11 @@ def test_verify_cli_bad_input_is_one_line_exit_2():
         text=True,
         timeout=120,
     )
-    assert r.returncode == 2 and "max-examples must be >= 1" in r.stderr and "Traceback" not in r.stderr
+    assert (
+        r.returncode == 2
+        and "--max-examples must be an integer from 1 to 10,000, got 0" in r.stderr
+        and "Traceback" not in r.stderr
+    )
 
 
 @pytest.mark.slow

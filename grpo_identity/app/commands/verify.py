@@ -36,9 +36,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from grpo_identity.app.report import emit_json
     from grpo_identity.app.verify import DEFAULT_DAPO_CURVE, format_summary, verify
+    from grpo_identity.checks.options import AuditOptions, OptionError
 
-    if args.max_examples < 1:
-        raise ValueError(f"--max-examples must be >= 1, got {args.max_examples}")
+    try:  # the audits' own bounds, checked before any work
+        AuditOptions(max_examples=args.max_examples)
+    except OptionError as exc:
+        raise ValueError(exc.worded({"max_examples": "--max-examples"})) from None
     if args.dapo_curve is not None and not Path(args.dapo_curve).is_file():
         raise ValueError(f"--dapo-curve: no such file: {args.dapo_curve}")  # only the default may be missing (skipped)
     result = verify(

@@ -1,5 +1,7 @@
-"""OpenRLHF: the driver's parts that need no OpenRLHF (spec, routing, stand-ins, errors), then audits
-of OpenRLHF 0.11.2 itself from its release environment (slow; the environment is built once).
+"""The OpenRLHF driver (``checks.frameworks.openrlhf``): its parts that need no OpenRLHF (the
+stand-ins for GPU-only packages, ``--set`` as ``train_ppo_ray`` arguments, configurations it cannot
+run, an API it does not know), then audits of OpenRLHF 0.11.2 itself from its release
+environment (slow; the environment is built once).
 
 What OpenRLHF 0.11.2 computes (``RemoteExperienceMaker.compute_advantages_and_returns``, read in
 its source): rewards in float32 (at least), reshaped to (prompts, n_samples_per_prompt), then
@@ -20,43 +22,22 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import subprocess
 import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from _fw_support import Ahead, env_or_skip
+from _support import env_or_skip
 
 from grpo_identity.app.cli import main
-from grpo_identity.checks import adapters
-from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, parse_spec
+from grpo_identity.checks.child import ChildTarget
+from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks import openrlhf as drv
+
+pytestmark = pytest.mark.xdist_group("openrlhf")
 
 RELEASE = "0.11.2"
 FAKE = "grpo_identity_no_such_gpu_pkg"
-
-
-def test_the_short_form_sets_train_ppo_rays_own_option_names():
-    spec = parse_spec("openrlhf:group_norm:algo.advantage.no_std_norm=true")
-    assert spec.framework == "openrlhf" and spec.sets == (
-        ("algo.advantage.estimator", "group_norm"),
-        ("algo.advantage.no_std_norm", "true"),
-    )
-    assert spec.describe() == "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.no_std_norm=true"
-
-
-def test_openrlhf_is_the_framework_target_and_the_preset_is_preset_openrlhf():
-    assert "openrlhf" in FRAMEWORKS and adapters.is_adapter("openrlhf") and adapters.is_adapter("preset:openrlhf")
-    assert "preset:openrlhf" in adapters.names() and "openrlhf" not in adapters.names()
-    fn = adapters.build("preset:openrlhf")
-    assert fn.grpo_identity_info["framework"] == "grpo-identity dial" and fn.grpo_identity_info["preset"] == "openrlhf"
-    assert adapters.TESTED_VERSIONS["openrlhf"] == RELEASE
-
-
-def test_options_for_other_targets_are_refused_but_openrlhf_takes_them(capsys):
-    assert main(["audit", "preset:openrlhf", "--set", "algo.advantage.estimator=group_norm"]) == 2
-    assert "--set applies to the framework targets (trl, verl, areal, openrlhf)" in capsys.readouterr().err
 
 
 def test_the_stand_ins_answer_only_under_their_roots_and_leave_nothing_behind():
@@ -157,45 +138,18 @@ def test_without_openrlhf_the_driver_says_so_as_an_adapter_error():
 
 
 # --- OpenRLHF 0.11.2 itself, from its release environment ----------------------------------------
-
-
 @pytest.fixture(scope="module")
 def release_env():
     return env_or_skip("openrlhf", RELEASE)
 
 
-def _argv(*sets, level=None):  # the advantages alone unless a test asks for the gradient
-    return (
-        "audit",
-        "openrlhf",
-        "--release",
-        RELEASE,
-        *[a for s in sets for a in ("--set", s)],
-        "--max-examples",
-        "20",
-        "--json",
-        "--level",
-        level or "advantage",
-    )
-
-
-#: the audits of the slow tests below, run ahead two at a time (tests/checks/_fw_support.py)
-AHEAD = Ahead(
-    [
-        _argv("algo.advantage.estimator=group_norm", "reward.clip_range=-1000,1000"),
-        _argv("algo.advantage.estimator=group_norm", "algo.advantage.no_std_norm=true"),
-        _argv("algo.advantage.estimator=dr_grpo"),
-        _argv("algo.advantage.estimator=rloo", "reward.clip_range=-1000,1000"),
-        _argv("algo.advantage.estimator=reinforce_baseline", "algo.advantage.no_std_norm=false"),
-        _argv("algo.advantage.estimator=reinforce_baseline", "algo.advantage.no_std_norm=true"),
-        _argv("algo.advantage.estimator=dr_grpo", "actor.loss_agg_mode=token-mean", level="gradient"),
-        _argv("algo.advantage.estimator=dr_grpo", "actor.loss_agg_mode=seq-mean-token-mean", level="gradient"),
-    ]
-)
-
-
 def _audit(capsys, *sets, level=None):
-    code, out = AHEAD.json(_argv(*sets, level=level))
+    """(exit code, JSON) of ``grpo-identity audit openrlhf --release 0.11.2 --set …``: the
+    advantages alone unless a test asks for the gradient."""
+    sets_argv = [a for s in sets for a in ("--set", s)]
+    argv = ["audit", "openrlhf", "--release", RELEASE, *sets_argv, "--max-examples", "20", "--json"]
+    code = main([*argv, "--level", level or "advantage"])
+    out = json.loads(capsys.readouterr().out)
     assert out["target_info"]["version"] == RELEASE and out["target_info"]["stand_ins"] == ["flash_attn", "vllm"]
     return code, out
 
@@ -226,17 +180,14 @@ def test_group_norm_divides_by_the_group_std_with_ddof_1_in_float32(release_env,
 @pytest.mark.frameworks
 def test_no_std_norm_does_not_reach_group_norm_and_the_default_clip_range_cuts_at_10(release_env, capsys):
     # no_std_norm only drops the batch whitening of gae / reinforce / reinforce_baseline; the
-    # default reward.clip_range (-10, 10) clamps the already normalised rewards
+    # default reward.clip_range (-10, 10) clamps the already normalised rewards, which also breaks
+    # the identity where |Â₊| passes 10 (G = 105, k = 104)
     code, out = _audit(capsys, "algo.advantage.estimator=group_norm", "algo.advantage.no_std_norm=true")
     inf = out["inferred"]
-    assert (inf["centre"], inf["scale"], inf["ddof"]) == ("mean", "group_std", 1) and out["target_info"][
-        "no_std_norm"
-    ] is True
-    assert code == 1 and "silent_nonbinary_groups_zero" in _failed(out) <= {
-        "silent_nonbinary_groups_zero",
-        "zero_sum_per_group",
-        "matches_dial",
-    }
+    assert (inf["centre"], inf["scale"], inf["ddof"]) == ("mean", "group_std", 1)
+    assert out["target_info"]["no_std_norm"] is True
+    allowed = {"silent_nonbinary_groups_zero", "zero_sum_per_group", "matches_dial", "identity_in_vector_form"}
+    assert code == 1 and "silent_nonbinary_groups_zero" in _failed(out) and _failed(out) <= allowed
     assert inf["silent_nonbinary_max_abs"] == pytest.approx(10.0)  # the clip, not the rounding error's own size
 
 
@@ -278,44 +229,24 @@ def test_the_policy_loss_aggregation_sets_the_per_sample_weight(release_env, cap
     assert out["inferred"]["per_sample_weight"] == weight  # token-mean: one mean over the step's tokens
 
 
-_PROBE = """
-import json, warnings; warnings.filterwarnings("ignore")
-import numpy as np
-from grpo_identity.checks.frameworks import FrameworkSpec, openrlhf as d
-out = {}
-for name, sets, rewards, G in json.loads(__import__("sys").argv[1]):
-    fn = d.advantage_target(FrameworkSpec("openrlhf", sets=tuple(map(tuple, sets))))
-    out[name] = fn(np.array(rewards, dtype=float), G).tolist()
-print(json.dumps(out))
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.frameworks
 def test_the_driver_reads_back_what_the_experience_maker_computes_per_response(release_env):
-    from grpo_identity.checks import releases as R
+    def advantages(sets, rewards, G):  # the driver's target, in the release environment's interpreter
+        spec = FrameworkSpec("openrlhf", sets=tuple(map(tuple, sets)))
+        with ChildTarget(spec, python=release_env.python, warm=True, timeout=300, load_timeout=600) as fn:
+            return np.asarray(fn(np.array(rewards, dtype=float), G), dtype=np.float64)
 
     one_in_103 = [1.0] + [0.0] * 102
-    cases = [
-        ("group_norm", [["algo.advantage.estimator", "group_norm"]], [1, 0, 0, 1, 1, 1], 3),
-        ("clipped", [["algo.advantage.estimator", "group_norm"]], one_in_103, 103),
-        ("unclipped", [["algo.advantage.estimator", "group_norm"], ["reward.clip_range", "-100,100"]], one_in_103, 103),
-        (
-            "baseline",
-            [["algo.advantage.estimator", "reinforce_baseline"], ["algo.advantage.no_std_norm", "true"]],
-            [1, 0],
-            2,
+    group_norm = [["algo.advantage.estimator", "group_norm"]]
+    got = {
+        "group_norm": advantages(group_norm, [1, 0, 0, 1, 1, 1], 3),
+        "clipped": advantages(group_norm, one_in_103, 103),
+        "unclipped": advantages([*group_norm, ["reward.clip_range", "-100,100"]], one_in_103, 103),
+        "baseline": advantages(
+            [["algo.advantage.estimator", "reinforce_baseline"], ["algo.advantage.no_std_norm", "true"]], [1, 0], 2
         ),
-    ]
-    proc = subprocess.run(
-        [release_env.python, "-c", _PROBE, json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        env=R.child_environ(),
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    }
     s = np.sqrt(1 / 3)  # std (ddof 1) of [1, 0, 0]
     np.testing.assert_allclose(got["group_norm"], [2 / 3 / s, -1 / 3 / s, -1 / 3 / s, 0, 0, 0], atol=1e-6)
     top = (1 - 1 / 103) / np.sqrt(1 / 103)  # 10.05: above the default clip range (-10, 10)

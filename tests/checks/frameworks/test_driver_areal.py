@@ -1,5 +1,7 @@
-"""AReaL driver: spec parsing and error paths (no AReaL needed), then audits of AReaL 1.0.4 in its
-release environment (``releases.ensure``; AReaL never goes into the project's environment).
+"""The AReaL driver (``checks.frameworks.areal``): its config steps (Hydra overrides, the driver's
+YAML, the group size the audit owns, the probe lengths; no AReaL needed), then audits of AReaL
+1.0.4 in its release environment (``releases.ensure``; AReaL never goes into the project's
+environment).
 
 What AReaL 1.0.4 computes (``areal/utils/data.py``, ``Normalization.__call__``; the actor calls it
 on the rewards, ``reward_norm(reward_score)``, and on the token-level returns,
@@ -18,43 +20,33 @@ on the rewards, ``reward_norm(reward_score)``, and on the token-level returns,
 from __future__ import annotations
 
 import json
-import subprocess
 
 import numpy as np
 import pytest
-from _fw_support import Ahead, env_or_skip
+from _support import env_or_skip
 
-from grpo_identity.checks import adapters
-from grpo_identity.checks import releases as R
-from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, parse_spec
+from grpo_identity.app.cli import main
+from grpo_identity.checks.child import ChildTarget
+from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks import areal as drv
+
+pytestmark = pytest.mark.xdist_group("areal")
 
 RELEASE = "1.0.4"
 GRPO_SETS = ["--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=group"]
+#: settings AReaL's loader (or the driver) refuses -> words of the one-line error
+REJECTED = {
+    "actor.adv_norm.mean_levle=group": "Key 'mean_levle' not in 'NormConfig'",
+    "actor.adv_norm.mean_level=grup": "mean_level must be 'batch', 'group' or None",
+    "actor.reward_norm.group_size=4": "the audit's group size G",
+}
 
 
-def test_areal_is_a_framework_with_a_tested_release():
-    assert "areal" in FRAMEWORKS and adapters.TESTED_VERSIONS["areal"] == RELEASE and "areal" in adapters.ADAPTERS
-    assert adapters.is_adapter("areal:actor.adv_norm=null")
-
-
-def test_the_short_form_keeps_arealss_dotted_keys_and_their_raw_values():
-    spec = parse_spec("areal:actor.reward_norm.mean_level=group,actor.reward_norm.std_level=null")
-    assert spec.framework == "areal" and spec.sets == (
-        ("actor.reward_norm.mean_level", "group"),
-        ("actor.reward_norm.std_level", "null"),
-    )
-    assert spec.describe() == "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=null"
-    with pytest.raises(AdapterError, match="no KEY=VALUE"):
-        parse_spec("areal:grpo")
-
-
+# --- the driver's own steps (no AReaL needed) ----------------------------------------------------
 def test_each_set_is_a_hydra_override_that_may_add_the_key():
     assert drv._override("actor.adv_norm.mean_level", "group") == "++actor.adv_norm.mean_level=group"
-    assert (
-        drv._override("+actor.kl_ctl", "0") == "+actor.kl_ctl=0"
-        and drv._override("~actor.adv_norm", "") == "~actor.adv_norm="
-    )
+    assert drv._override("+actor.kl_ctl", "0") == "+actor.kl_ctl=0"
+    assert drv._override("~actor.adv_norm", "") == "~actor.adv_norm="
 
 
 @pytest.mark.parametrize("key", drv.GROUP_SIZE_KEYS)
@@ -76,85 +68,28 @@ def test_probe_responses_have_different_lengths_within_the_budget():
     assert len(set(L.tolist())) > 1 and L.min() >= 1 and L.max() <= drv.RESPONSE_LENGTH
 
 
-def test_areal_goes_in_without_its_declared_requirements_then_what_its_actor_imports():
-    assert R.no_deps("areal", RELEASE) == []
-    first, second = R.install_commands("areal", RELEASE, "py", "c.txt")
-    assert first[-2:] == ["--no-deps", "areal==1.0.4"] and R.TORCH_PIN not in first
-    assert (
-        R.TORCH_PIN in second and "omegaconf==2.4.0.dev2" in second and not any(p.startswith("areal") for p in second)
-    )
-    assert not any(
-        p.split("=")[0].split("<")[0] in ("torch", "transformers", "vllm", "sglang", "flash-attn")
-        for p in second[second.index(R.TORCH_PIN) + 1 :]
-    )
-
-
-def test_a_bad_areal_release_is_refused_before_pip_runs(monkeypatch, tmp_path):
-    monkeypatch.setenv("GRPO_IDENTITY_ENVS", str(tmp_path))
-    with pytest.raises(AdapterError, match="is no version number"):
-        R.ensure("areal", "1.0; rm")
-    assert list(tmp_path.iterdir()) == []
-
-
-# ---- AReaL 1.0.4 itself, in its release environment ------------------------------------------
-
-
-def _env_or_skip():
-    return env_or_skip("areal", RELEASE)
-
-
-def _argv(*sets):
-    level = (
-        [] if "--level" in sets else ["--level", "advantage"]
-    )  # the advantages alone unless a test asks for the gradient
-    return ("audit", "areal", "--release", RELEASE, *sets, *level, "--max-examples", "20", "--json")
-
-
-#: the audits of the slow tests below, run ahead two at a time (tests/checks/_fw_support.py)
-AHEAD = Ahead(
-    [
-        _argv(*GRPO_SETS),
-        _argv(*GRPO_SETS, "--set", "actor.reward_norm.std_unbiased=false"),
-        _argv(
-            "--set",
-            "actor.reward_norm.mean_level=group",
-            "--set",
-            "actor.reward_norm.std_level=null",
-            "--expect",
-            "dr_grpo",
-        ),
-        _argv(
-            "--set",
-            "actor.reward_norm.mean_level=group",
-            "--set",
-            "actor.reward_norm.mean_leave1out=true",
-            "--set",
-            "actor.reward_norm.std_level=null",
-        ),
-        _argv("--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=batch"),
-        _argv("--set", "actor.reward_norm.mean_level=group"),
-        _argv("--set", "actor.adv_norm.mean_level=group", "--set", "actor.adv_norm.std_level=group"),
-        _argv(*GRPO_SETS, "--level", "gradient"),
-    ]
-)
-#: settings AReaL's loader (or the driver) refuses -> words of the one-line error
-REJECTED = {
-    "actor.adv_norm.mean_levle=group": "Key 'mean_levle' not in 'NormConfig'",
-    "actor.adv_norm.mean_level=grup": "mean_level must be 'batch', 'group' or None",
-    "actor.reward_norm.group_size=4": "the audit's group size G",
-}
-REJECTED_AHEAD = Ahead([("audit", "areal", "--release", RELEASE, "--set", s, "--max-examples", "5") for s in REJECTED])
-
-
+# --- AReaL 1.0.4 itself, in its release environment ----------------------------------------------
 def _audit(capsys, *sets):
-    _env_or_skip()
-    code, out = AHEAD.json(_argv(*sets))
+    """(exit code, JSON) of ``grpo-identity audit areal --release 1.0.4 *sets``: the advantages
+    alone unless ``sets`` ask for the gradient."""
+    env_or_skip("areal", RELEASE)
+    level = [] if "--level" in sets else ["--level", "advantage"]
+    code = main(["audit", "areal", "--release", RELEASE, *sets, *level, "--max-examples", "20", "--json"])
+    out = json.loads(capsys.readouterr().out)
     assert out["target_info"]["version"] == RELEASE and out["target_info"]["framework"] == "areal"
     return code, out
 
 
 def _failed(out):
     return {f["property"] for f in out["findings"] if f["severity"] == "fail"}
+
+
+def _run_in_release(sets, rewards, G):
+    """The driver's advantages, computed in the release environment's interpreter."""
+    env = env_or_skip("areal", RELEASE)
+    spec = FrameworkSpec("areal", sets=tuple(map(tuple, sets)))
+    with ChildTarget(spec, python=env.python, warm=True, timeout=300, load_timeout=600) as fn:
+        return np.asarray(fn(np.array(rewards, dtype=float), G), dtype=np.float64)
 
 
 @pytest.mark.slow
@@ -182,15 +117,8 @@ def test_population_std_when_std_unbiased_is_false(capsys):
 @pytest.mark.frameworks
 def test_group_mean_without_std_is_dr_grpo(capsys):
     # std_level None: std = ones_like(x), eps = 0.0
-    code, out = _audit(
-        capsys,
-        "--set",
-        "actor.reward_norm.mean_level=group",
-        "--set",
-        "actor.reward_norm.std_level=null",
-        "--expect",
-        "dr_grpo",
-    )
+    sets = ["--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=null"]
+    code, out = _audit(capsys, *sets, "--expect", "dr_grpo")
     assert code == 0 and out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["scale"] == "none"
 
 
@@ -238,28 +166,6 @@ def test_adv_norm_weights_each_response_by_its_length(capsys):
     assert np.allclose(got, ((R_ - m) / (sd + 1e-5)).ravel(), atol=1e-5)
 
 
-def _run_in_release(sets, rewards, G):
-    """The driver's advantages, computed in the release environment's interpreter."""
-    env = _env_or_skip()
-    code = (
-        "import json, sys, numpy as np\n"
-        "from grpo_identity.checks import adapters\n"
-        "from grpo_identity.checks.frameworks import FrameworkSpec\n"
-        "sets, rewards, G = json.loads(sys.argv[1])\n"
-        "fn = adapters.build(FrameworkSpec('areal', sets=tuple(map(tuple, sets))))\n"
-        "print(json.dumps(fn(np.array(rewards, dtype=float), G).tolist()))\n"
-    )
-    proc = subprocess.run(
-        [env.python, "-c", code, json.dumps([sets, rewards, G])],
-        capture_output=True,
-        text=True,
-        env=R.child_environ(),
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return np.array(json.loads(proc.stdout.strip().splitlines()[-1]))
-
-
 @pytest.mark.slow
 @pytest.mark.frameworks
 def test_batch_std_is_the_pooled_within_group_std_and_a_partial_group_is_divided_by_eps():
@@ -271,7 +177,7 @@ def test_batch_std_is_the_pooled_within_group_std_and_a_partial_group_is_divided
     centred = R8 - R8.mean(1, keepdims=True)
     pooled = np.sqrt((centred**2).sum() / (R8.size - 1))  # around the group means, Bessel over the batch
     assert np.allclose(batch, (centred / (pooled + 1e-5)).ravel(), atol=1e-6)
-    assert not np.allclose(batch, (centred / (np.std(R8, ddof=1) + 1e-5)).ravel(), atol=1e-3)  # not the batch's own std
+    assert not np.allclose(batch, (centred / (np.std(R8, ddof=1) + 1e-5)).ravel(), atol=1e-3)  # not the batch's own
     grouped = _run_in_release(
         [["actor.reward_norm.mean_level", "group"], ["actor.reward_norm.std_level", "group"]], rewards, G
     )
@@ -281,9 +187,10 @@ def test_batch_std_is_the_pooled_within_group_std_and_a_partial_group_is_divided
 @pytest.mark.slow
 @pytest.mark.frameworks
 @pytest.mark.parametrize("setting, words", list(REJECTED.items()))
-def test_a_config_arealss_loader_rejects_is_a_usage_error(setting, words):
-    _env_or_skip()
-    code, _, err = REJECTED_AHEAD.get(("audit", "areal", "--release", RELEASE, "--set", setting, "--max-examples", "5"))
+def test_a_config_arealss_loader_rejects_is_a_usage_error(setting, words, capsys):
+    env_or_skip("areal", RELEASE)
+    code = main(["audit", "areal", "--release", RELEASE, "--set", setting, "--max-examples", "5"])
+    err = capsys.readouterr().err
     assert code == 2 and words in err and "Traceback" not in err
 
 

@@ -1,5 +1,7 @@
-"""The gradient-level analysis (checks.gradient) on hand-made gradient targets: each weight law
-is named, and each broken property is found (no framework needed)."""
+"""The gradient level (``checks.gradient``) on hand-made gradient targets, no framework needed:
+each per-sample weight law is named and theorem G1 holds with it; uneven token weights, a silent
+group with a gradient and a weight of no known law fail; a bf16 loss is judged at bf16's
+precision; and ``audit(level="gradient")`` folds in the advantage audit of the same target."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import numpy as np
 import pytest
 
 from grpo_identity import dial as D
+from grpo_identity.checks import audit
 from grpo_identity.checks.gradient import audit_gradient
 
 T = 8
@@ -38,26 +41,26 @@ def _target(weight, advantage=D.GRPO, spread=0.0, silent_leak=0.0):
 )
 def test_the_per_sample_weight_is_named_and_the_identity_holds_with_it(weight, law, verdict):
     report = audit_gradient(_target(weight))
-    assert report.inferred["per_sample_weight"] == law
+    assert report.inferred.per_sample_weight == law
     assert report.verdict == verdict, report.format()
-    assert report.inferred["silent_groups_zero_gradient"] and report.inferred["uniform_within_answer"]
+    assert report.inferred.silent_groups_zero_gradient and report.inferred.uniform_within_answer
     assert max(row["G1_residual"] for row in report.coefficient_table) < 1e-9
 
 
 def test_a_weight_that_follows_no_law_fails():
     report = audit_gradient(_target(lambda L, total, n: 1.0 / (L * L)))
-    assert report.verdict == "fail" and report.inferred["per_sample_weight"] == "other"
+    assert report.verdict == "fail" and report.inferred.per_sample_weight == "other"
 
 
 def test_token_weights_that_vary_within_an_answer_fail():
     report = audit_gradient(_target(lambda L, total, n: np.ones_like(L), spread=0.1))
-    assert report.verdict == "fail" and not report.inferred["uniform_within_answer"]
+    assert report.verdict == "fail" and not report.inferred.uniform_within_answer
     assert "uniform_within_answer" in [f.property for f in report.findings]
 
 
 def test_a_silent_group_with_a_gradient_fails_and_says_where():
     report = audit_gradient(_target(lambda L, total, n: np.ones_like(L), silent_leak=1e-3))
-    assert report.verdict == "fail" and not report.inferred["silent_groups_zero_gradient"]
+    assert report.verdict == "fail" and not report.inferred.silent_groups_zero_gradient
     assert any(f.property == "silent_groups_zero_gradient" and "σ = 0" in f.message for f in report.findings)
 
 
@@ -77,8 +80,6 @@ def test_the_json_names_level_verdict_inferred_weight_and_findings():
 
 # --- the gradient level as the audit runs it: the advantage audit of the same target folded in ---
 def test_the_gradient_level_also_audits_the_advantages_of_the_same_target():
-    from grpo_identity.checks import audit
-
     report = audit(
         _target(lambda L, total, n: np.full(L.shape, 1.0 / n), advantage=D.DR_GRPO),
         level="gradient",
@@ -102,8 +103,6 @@ def test_the_gradient_level_also_audits_the_advantages_of_the_same_target():
 
 
 def test_the_worse_verdict_of_the_two_levels_wins_and_the_preset_check_is_said_once():
-    from grpo_identity.checks import audit
-
     alone = audit_gradient(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO), expect="grpo")
     both = audit(
         _target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO),
@@ -131,11 +130,11 @@ def test_a_loss_computed_in_bf16_is_judged_at_bf16_precision_not_failed_for_roun
         return {**out, "coefficients": _as_bf16(out["coefficients"])}
 
     report = audit_gradient(bf16)
-    assert (
-        report.inferred["coefficient_precision"] == "bfloat16" and report.inferred["per_sample_weight"] == "1/length"
-    ), report.format()
-    assert report.verdict == "deviation" and report.inferred["uniform_within_answer"]
-    assert audit_gradient(fp32).inferred["coefficient_precision"] == "float32"
+    assert report.inferred.coefficient_precision == "bfloat16" and report.inferred.per_sample_weight == "1/length", (
+        report.format()
+    )
+    assert report.verdict == "deviation" and report.inferred.uniform_within_answer
+    assert audit_gradient(fp32).inferred.coefficient_precision == "float32"
 
 
 def test_bf16_rounding_does_not_hide_a_wrong_weight():
@@ -149,8 +148,6 @@ def test_bf16_rounding_does_not_hide_a_wrong_weight():
 
 
 def test_a_driver_that_says_lengths_are_optional_is_spared_its_loss_in_the_advantage_audit():
-    from grpo_identity.checks import audit
-
     inner, seen = _target(lambda L, total, n: np.ones_like(L)), []
 
     def fn(rewards, G, lengths):
@@ -165,12 +162,10 @@ def test_a_driver_that_says_lengths_are_optional_is_spared_its_loss_in_the_advan
 
 def test_an_exact_float64_loss_is_judged_at_float32_tolerance_even_if_its_values_are_short_fractions():
     report = audit_gradient(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO))
-    assert report.inferred["coefficient_precision"] == "float32" and report.verdict == "pass"
+    assert report.inferred.coefficient_precision == "float32" and report.verdict == "pass"
 
 
 def test_a_custom_dial_can_be_expected_at_the_gradient_level():
-    from grpo_identity.checks import audit
-
     mine = D.GRPO.replace(eps=1e-3)
     report = audit(
         _target(lambda L, total, n: np.ones_like(L), advantage=mine),
@@ -183,8 +178,6 @@ def test_a_custom_dial_can_be_expected_at_the_gradient_level():
 
 
 def test_the_advantages_of_a_gradient_target_get_the_advantage_levels_buffer_and_dtype_checks():
-    from grpo_identity.checks import audit
-
     inner, buf = _target(lambda L, total, n: np.ones_like(L)), {}
 
     def shared(rewards, G, lengths):  # hands out one advantages buffer, overwritten call after call
@@ -195,3 +188,21 @@ def test_the_advantages_of_a_gradient_target_get_the_advantage_levels_buffer_and
 
     report = audit(shared, level="gradient", isolate=False, max_examples=40)
     assert report.verdict == "fail" and any("shared buffer" in f.message for f in report.findings), report.format()
+
+
+GRADIENT_FILE = """
+import numpy as np
+
+def dr_grpo_sum(rewards, G, lengths):  # Dr. GRPO advantages, every token's loss summed
+    A = (rewards.reshape(-1, G) - rewards.reshape(-1, G).mean(1, keepdims=True)).reshape(-1)
+    mask = (np.arange(8)[None, :] < lengths[:, None]).astype(float)
+    return {"advantages": A, "coefficients": A[:, None] * mask, "mask": mask}
+"""
+
+
+def test_a_function_in_a_file_is_audited_at_the_gradient_level_in_a_child_process(tmp_path):
+    path = tmp_path / "loss.py"
+    path.write_text(GRADIENT_FILE)
+    report = audit(f"{path}:dr_grpo_sum", level="gradient", expect="dr_grpo", max_examples=20)
+    assert report.level == "gradient" and report.verdict == "pass", report.format()
+    assert report.inferred.per_sample_weight == "constant" and report.matches == "dr_grpo"

@@ -1,0 +1,170 @@
+"""``grpo-identity audit`` (``grpo_identity.app.commands.audit``): exit codes (0 pass or
+deviation, 1 fail, 2 usage error), the fields of ``--json``, and every bad option, bad
+combination or target that cannot be loaded as one line on stderr, before any framework is
+imported."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from grpo_identity.app.cli import main
+from grpo_identity.checks.adapters import TESTED_VERSIONS
+
+TARGETS = textwrap.dedent(
+    """
+    import os
+    import numpy as np
+
+    def good(rewards, G):
+        R = rewards.reshape(-1, G)
+        live = np.ptp(R, 1, keepdims=True) > 0
+        return np.where(live, R - R.mean(1, keepdims=True), 0.0).reshape(-1)
+
+    def crash(rewards, G):
+        os._exit(7)
+
+    def raises_on_big_groups(rewards, G):
+        if G > 32:
+            raise RuntimeError("too big")
+        return good(rewards, G)
+
+    def none(rewards, G):
+        return None
+
+    def token_sum(rewards, G, lengths):  # Dr. GRPO advantages, every token's loss summed
+        A = good(rewards, G)
+        mask = (np.arange(8)[None, :] < lengths[:, None]).astype(float)
+        return {"advantages": A, "coefficients": A[:, None] * mask, "mask": mask}
+    """
+)
+
+
+@pytest.fixture
+def target_file(tmp_path):
+    path = tmp_path / "targets.py"
+    path.write_text(TARGETS)
+    return str(path)
+
+
+def _one_line_error(capsys, words):
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("grpo-identity audit: error: ")
+
+
+# --- exit codes and --json -----------------------------------------------------------------------
+@pytest.mark.slow
+def test_cli_exit_codes_are_0_for_pass_and_deviation_1_for_fail_2_for_usage(target_file, capsys):
+    assert main(["audit", f"{target_file}:good", "--max-examples", "20", "--expect", "dr_grpo"]) == 0
+    assert "verdict: PASS" in capsys.readouterr().out
+    assert main(["audit", "preset:trl", "--max-examples", "20", "--expect", "grpo"]) == 0
+    assert main(["audit", f"{target_file}:crash", "--max-examples", "5"]) == 1
+    capsys.readouterr()
+    assert main(["audit", f"{target_file}:missing"]) == 2
+    assert main(["audit", "grpo", "--expect", "ppo"]) == 2
+    assert main(["audit", "grpo", "--max-examples", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("grpo-identity audit: error:") for line in err)
+
+
+def test_cli_json_has_the_documented_fields(target_file, capsys):
+    assert main(["audit", f"{target_file}:raises_on_big_groups", "--json", "--max-examples", "10"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert {"target", "kind", "verdict", "matches", "inferred", "findings"} <= set(out)
+    assert out["verdict"] == "fail" and out["matches"] is None
+    assert {"property", "message", "counterexample"} <= set(out["findings"][0])
+
+
+def test_the_cli_exits_1_on_a_target_returning_none_with_no_traceback(target_file, capsys):
+    code = main(["audit", f"{target_file}:none", "--max-examples", "5"])
+    captured = capsys.readouterr()
+    assert code == 1 and "Traceback" not in captured.err + captured.out
+    assert "returned None" in captured.out
+
+
+def test_a_function_in_a_file_can_be_audited_at_the_gradient_level(target_file, capsys):
+    argv = ["audit", f"{target_file}:token_sum", "--level", "gradient", "--expect", "dr_grpo", "--json"]
+    assert main([*argv, "--max-examples", "20"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["level"] == "gradient" and out["verdict"] == "pass" and out["advantage"]["matches"] == "dr_grpo"
+    assert out["inferred"]["per_sample_weight"] == "constant"
+
+
+# --- a target that cannot be loaded: exit 2 ------------------------------------------------------
+@pytest.mark.parametrize(
+    "module, words",
+    [
+        ("import time\ntime.sleep(600)\n", "loading the target ran past the 2 s timeout (killed)"),
+        ("import os\nos._exit(3)\n", "exit code 3"),
+    ],
+    ids=["hangs", "crashes"],
+)
+def test_a_module_that_hangs_or_crashes_while_loading_is_a_usage_error(tmp_path, capsys, module, words):
+    path = tmp_path / "loads_badly.py"
+    path.write_text(module + "\ndef f(rewards, G):\n    return rewards\n")
+    assert main(["audit", f"{path}:f", "--timeout", "2", "--max-examples", "5"]) == 2
+    _one_line_error(capsys, words)
+
+
+# --- bad options, each one line ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["audit", "grpo", "--set", "loss_type=grpo"], "--set applies to the framework targets"),
+        (
+            ["audit", "grpo", "--level", "gradient"],
+            "--level gradient: the preset 'grpo' has no loss; audit it at the advantage level",
+        ),
+        (["audit", "trl", "--set", "loss_type"], "--set takes KEY=VALUE, got 'loss_type'"),
+        (["audit", "trl", "--config", "no/such/file.yaml"], "--config names no file: no/such/file.yaml"),
+        (["audit", "verl:estimator=grpo", "--set", "algorithm.gamma=1"], "the estimator function alone"),
+        (["audit", "trl", "--kind", "filter"], "--kind filter"),
+        (["audit", "trl", "--expect", "nope"], "--expect"),
+    ],
+)
+def test_bad_framework_options_are_one_line_usage_errors(argv, words, capsys):
+    assert main(argv) == 2
+    _one_line_error(capsys, words)
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--max-examples", "10001"),
+        ("--timeout", "inf"),
+        ("--timeout", "nan"),
+        ("--timeout", "1e9"),
+        ("--timeout", "3601"),
+        ("--timeout", "0"),
+    ],
+)
+def test_an_option_out_of_its_bounds_is_a_one_line_usage_error(option, value, capsys):
+    assert main(["audit", "grpo", option, value]) == 2
+    _one_line_error(capsys, f"{option} must be")
+
+
+def test_options_for_other_targets_are_refused_but_openrlhf_takes_them(capsys):
+    assert main(["audit", "preset:openrlhf", "--set", "algo.advantage.estimator=group_norm"]) == 2
+    _one_line_error(capsys, "--set applies to the framework targets (trl, verl, areal, openrlhf)")
+
+
+def test_release_and_releases_together_is_a_usage_error(capsys):
+    assert main(["audit", "trl", "--release", "0.22.0", "--releases", "0.22.0,1.16.0"]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
+# --- a framework ---------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.xdist_group("verl")
+def test_the_cli_audits_a_framework_and_prints_json(capsys):
+    pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl is not installed (make frameworks)")
+    code = main(["audit", "verl:rloo", "--level", "advantage", "--json", "--max-examples", "20"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["verdict"] == "pass" and out["matches"] == "rloo"
+    assert out["target_info"]["version"] == TESTED_VERSIONS["verl"]
+    assert {"target", "kind", "verdict", "matches", "inferred", "findings"} <= set(out)

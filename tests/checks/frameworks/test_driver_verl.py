@@ -1,0 +1,219 @@
+"""The verl driver (``checks.frameworks.verl``): verl's trainer dispatch from its Hydra config as
+its users write it (``--set`` keys, a YAML file), each ``loss_agg_mode``'s per-sample weight, a
+configuration verl rejects, and its estimator functions called alone (which bypass the trainer)
+— at the version the Makefile pins, then older releases from their own environments (0.6.0,
+0.7.1)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from _support import env_or_skip
+
+from grpo_identity.app.cli import main
+from grpo_identity.checks import adapters, audit
+from grpo_identity.checks.adapters import TESTED_VERSIONS
+from grpo_identity.checks.frameworks import FrameworkSpec
+
+pytestmark = [pytest.mark.frameworks, pytest.mark.xdist_group("verl")]
+
+
+def _need(module: str) -> None:
+    pytest.importorskip(module, reason=f"{module} is not installed (make frameworks)")
+
+
+# --- the estimator functions ---------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("spec, matches", [("verl:grpo_vectorized", "verl"), ("verl:rloo", "rloo")])
+def test_verl_estimators_match_their_presets(spec, matches):
+    _need("verl.trainer.ppo.core_algos")
+    report = audit(spec, level="advantage", max_examples=100)
+    assert report.verdict == "pass", report.format()
+    assert report.matches == matches
+    assert report.target_info["framework"] == "verl" and report.target_info["version"] == TESTED_VERSIONS["verl"]
+    assert report.target_info["entry"].startswith("ray_trainer.compute_advantage")
+    assert report.inferred.precision == "float32"
+    assert not [f for f in report.findings if f.severity != "note"]
+
+
+@pytest.mark.slow
+def test_verl_grpo_deviates_from_paper_grpo_by_bessel_and_its_epsilon():
+    _need("verl.trainer.ppo.core_algos")
+    report = audit("verl:grpo", expect="grpo", level="advantage", max_examples=50)
+    assert report.verdict == "deviation" and report.matches == "verl"
+    assert report.inferred.ddof == 1 and report.inferred.eps == pytest.approx(1e-6, rel=0.2)
+    factors = {f["G"]: f["factor_at_half"] for f in report.factors}
+    assert factors[4] == pytest.approx((3 / 4) ** 0.5, rel=1e-3)  # Bessel: √((G−1)/G)
+    assert factors[64] == pytest.approx((63 / 64) ** 0.5, rel=1e-3)
+
+
+@pytest.mark.slow
+def test_verl_keeps_binary_silent_groups_exactly_zero_but_not_silent_groups_of_0_1():
+    _need("verl.trainer.ppo.core_algos")
+    report = audit("verl:grpo_vectorized", level="advantage", max_examples=20)
+    # binary silent groups: exactly 0 (a property, checked on every example)
+    assert "silent_groups_exactly_zero" in report.properties_run
+    assert not [f for f in report.findings if f.property == "silent_groups_exactly_zero"]
+    # every reward 0.1 in float32: the rounding of the mean, divided by std + 1e-6, survives
+    assert report.inferred.silent_nonbinary_max_abs > 1e-3
+    assert [f.severity for f in report.findings if f.property == "silent_nonbinary_groups_zero"] == ["note"]
+
+
+@pytest.mark.slow
+def test_the_estimator_function_form_says_it_bypasses_the_trainer():
+    _need("verl.trainer.ppo.core_algos")
+    report = audit("verl:estimator=grpo_vectorized", max_examples=20)
+    assert report.verdict == "pass" and report.matches == "verl"
+    assert "bypasses the trainer" in report.target_info["entry"]
+
+
+# --- config in: the trainer's own path -----------------------------------------------------------
+@pytest.mark.slow
+def test_verl_grpo_without_std_normalisation_through_the_trainer_is_dr_grpo(capsys):
+    _need("verl.trainer.ppo.ray_trainer")
+    sets = ["--set", "algorithm.adv_estimator=grpo", "--set", "algorithm.norm_adv_by_std_in_grpo=false"]
+    code = main(["audit", "verl", *sets, "--expect", "dr_grpo", "--max-examples", "30", "--json"])
+    out = json.loads(capsys.readouterr().out)  # the default level for a framework: the gradient, then the advantages
+    assert code == 0 and out["level"] == "gradient" and out["matches"] == "dr_grpo"
+    assert out["inferred"]["scale"] == "none"
+    assert out["advantage"]["verdict"] == "pass"  # the advantages are Dr. GRPO's ...
+    # ... token-mean is not its constant weight
+    assert out["verdict"] == "deviation" and out["inferred"]["per_sample_weight"] == "1/batch_tokens"
+    assert out["target_info"]["entry"].startswith("ray_trainer.compute_advantage")
+    assert out["target_info"]["norm_adv_by_std_in_grpo"] is False
+
+
+def test_a_verl_yaml_config_is_read_as_the_trainer_reads_it(tmp_path, capsys):
+    pytest.importorskip("verl")
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: false\n")
+    argv = ["audit", "verl", "--config", str(cfg), "--level", "advantage", "--expect", "dr_grpo"]
+    assert main([*argv, "--max-examples", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["scale"] == "none"
+
+
+def test_a_verl_yaml_config_reaches_the_gradient_level_too(tmp_path, capsys):
+    pytest.importorskip("verl")
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("algorithm:\n  adv_estimator: grpo\n")
+    assert main(["audit", "verl", "--config", str(cfg), "--level", "gradient", "--max-examples", "10", "--json"]) == 0
+    # token-mean, verl's default
+    assert json.loads(capsys.readouterr().out)["inferred"]["per_sample_weight"] == "1/batch_tokens"
+
+
+@pytest.mark.slow
+def test_a_verl_config_file_is_read_as_verl_reads_it_and_set_overrides_it(tmp_path):
+    _need("verl.trainer.ppo.ray_trainer")
+    path = tmp_path / "run.yaml"
+    path.write_text("algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: false\n")
+    r = np.array([1.0, 0.0, 0.0, 0.0])
+    override = ("algorithm.norm_adv_by_std_in_grpo", "true")
+    from_file = adapters.build(FrameworkSpec("verl", config=str(path)))(r, 4)
+    overridden = adapters.build(FrameworkSpec("verl", sets=(override,), config=str(path)))(r, 4)
+    assert from_file == pytest.approx([0.75, -0.25, -0.25, -0.25])  # no std: Dr. GRPO
+    assert overridden[0] == pytest.approx(1.5, rel=1e-3)  # the group std (ddof 1) is back
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["audit", "verl", "--set", "algorithm.no_such_key=1"], "Could not override 'algorithm.no_such_key'"),
+        (["audit", "verl", "--set", "algorithm.adv_estimator=no_such_estimator"], "no_such_estimator"),
+    ],
+)
+def test_a_configuration_verl_rejects_is_a_usage_error_not_a_fail(argv, words, capsys):
+    _need("verl.trainer.ppo.ray_trainer")
+    assert main([*argv, "--max-examples", "5"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_an_unknown_key_in_a_verl_config_file_is_a_usage_error(tmp_path, capsys):
+    _need("verl.trainer.ppo.ray_trainer")
+    path = tmp_path / "bad.yaml"
+    path.write_text("algorithm:\n  no_such: 1\n")
+    assert main(["audit", "verl", "--config", str(path), "--max-examples", "5"]) == 2
+    assert "Key 'no_such' is not in struct" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_through_verls_trainer_grpo_vectorized_ignores_norm_adv_by_std_in_grpo_false():
+    """verl 0.9.1: the trainer's dispatch hands grpo_vectorized only the config object, and the
+    estimator reads norm_adv_by_std_in_grpo from its keyword (default True): the setting is lost.
+    The estimator-function form, given the keyword, computes Dr. GRPO and hides it."""
+    _need("verl.trainer.ppo.ray_trainer")
+    r = np.array([1.0, 0.0, 0.0, 0.0])
+    sets = (("algorithm.adv_estimator", "grpo_vectorized"), ("algorithm.norm_adv_by_std_in_grpo", "false"))
+    trainer = adapters.build(FrameworkSpec("verl", sets=sets))(r, 4)
+    bypass = adapters.build("verl:estimator=grpo_vectorized,norm_adv_by_std_in_grpo=false")(r, 4)
+    assert trainer[0] == pytest.approx(1.5, rel=1e-3)  # still divided by the group std (ddof 1)
+    assert bypass[0] == pytest.approx(0.75)  # Dr. GRPO
+
+
+# --- the gradient level --------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "mode, weight",
+    [
+        ("token-mean", "1/batch_tokens"),
+        ("token-sum", "constant"),
+        ("seq-mean-token-sum", "constant"),
+        ("seq-mean-token-mean", "1/length"),
+        ("seq-mean-token-sum-norm", "constant"),
+    ],
+)
+def test_verl_agg_loss_names_the_per_sample_weight_of_each_loss_agg_mode(mode, weight):
+    _need("verl.trainer.ppo.ray_trainer")
+    spec = FrameworkSpec(
+        "verl",
+        sets=(("algorithm.adv_estimator", "grpo"), ("actor_rollout_ref.actor.loss_agg_mode", mode)),
+        level="gradient",
+    )
+    report = audit(spec, level="gradient", isolate=False, max_examples=20)
+    assert report.inferred.per_sample_weight == weight, report.format()
+    assert report.inferred.silent_groups_zero_gradient
+    assert max(r["G1_residual"] for r in report.coefficient_table) < 1e-3
+
+
+# --- older releases, each in its own environment -------------------------------------------------
+@pytest.mark.slow
+def test_verl_grpo_vectorized_through_the_trainer_crashes_in_0_6_0_and_ignores_the_std_switch_in_0_7_1(capsys):
+    for release in ("0.6.0", "0.7.1"):
+        env_or_skip("verl", release)
+    sets = ["--set", "algorithm.adv_estimator=grpo_vectorized", "--set", "algorithm.norm_adv_by_std_in_grpo=false"]
+    argv = ["audit", "verl", *sets, "--expect", "dr_grpo"]
+    code = main([*argv, "--releases", "0.6.0,0.7.1", "--level", "advantage", "--max-examples", "20"])
+    old, new = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert code == 2  # one release could not be run
+    # 0.6.0: group_mean_std(device=None) resolves the device to a module (get_torch_device()) outside pytest
+    assert old.startswith("verl 0.6.0: ADAPTER ERROR") and "TypeError: to() received an invalid combination" in old
+    # 0.7.1: the trainer hands the estimator its config; the estimator reads the switch from a keyword
+    assert new.startswith("verl 0.7.1: FAIL  matches verl") and "scale group_std" in new
+
+
+def _without_seconds(d):
+    d = {k: v for k, v in d.items() if k != "seconds"}
+    if d.get("advantage"):
+        d["advantage"] = _without_seconds(d["advantage"])
+    return d
+
+
+@pytest.mark.slow
+def test_two_verl_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
+    _need("verl.trainer.ppo.core_algos")
+    from grpo_identity.checks.child import close_warm_children, warm_children
+
+    configs = [["algorithm.adv_estimator=grpo"], ["algorithm.adv_estimator=rloo"]]
+    close_warm_children()
+    warm = [_without_seconds(audit("verl", sets=c, max_examples=30).to_dict()) for c in configs]
+    assert sum(warm_children().values()) == 1  # the second audit reused the first one's child
+    cold = []
+    for c in configs:
+        close_warm_children()
+        cold.append(_without_seconds(audit("verl", sets=c, max_examples=30).to_dict()))
+    assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)

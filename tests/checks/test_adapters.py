@@ -1,0 +1,61 @@
+"""The built-in targets (``checks.adapters``): the tested versions the Makefile pins, which names
+are adapters (a framework, or a preset named like one), and a framework API a driver does not
+know as an ``AdapterError`` naming the release."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from grpo_identity.checks import adapters
+from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_makefile_pins_the_versions_the_adapters_were_tested_with():
+    text = (ROOT / "Makefile").read_text()
+    pins = {
+        name: re.search(rf"^{name.upper()}_VERSION\s*:=\s*(\S+)", text, re.M).group(1)
+        for name in adapters.TESTED_VERSIONS
+    }
+    assert pins == adapters.TESTED_VERSIONS
+
+
+def test_areal_is_a_framework_with_a_tested_release():
+    assert "areal" in FRAMEWORKS and adapters.TESTED_VERSIONS["areal"] == "1.0.4" and "areal" in adapters.ADAPTERS
+    assert adapters.is_adapter("areal:actor.adv_norm=null")
+
+
+def test_openrlhf_is_the_framework_target_and_the_preset_is_preset_openrlhf():
+    assert "openrlhf" in FRAMEWORKS and adapters.is_adapter("openrlhf") and adapters.is_adapter("preset:openrlhf")
+    assert "preset:openrlhf" in adapters.names() and "openrlhf" not in adapters.names()
+    fn = adapters.build("preset:openrlhf")
+    assert fn.grpo_identity_info["framework"] == "grpo-identity dial" and fn.grpo_identity_info["preset"] == "openrlhf"
+    assert adapters.TESTED_VERSIONS["openrlhf"] == "0.11.2"
+
+
+@pytest.mark.frameworks
+def test_a_driver_that_meets_an_unknown_api_is_an_adapter_error_naming_the_release(monkeypatch):
+    if importlib.util.find_spec("trl") is None:
+        pytest.skip("trl is not installed (make frameworks)")
+    from importlib.metadata import version
+
+    from grpo_identity.checks.frameworks import trl as drv
+
+    def no_such_api(spec):
+        def fn(rewards, G):
+            raise AttributeError("'GRPOTrainer' object has no attribute '_generate_and_score_completions'")
+
+        fn.grpo_identity_info = {"framework": "trl", "version": version("trl")}
+        return fn
+
+    monkeypatch.setattr(drv, "advantage_target", no_such_api)
+    with pytest.raises(
+        AdapterError,
+        match=rf"trl {version('trl')}: the driver does not know this release's API .*_generate_and_score_completions",
+    ):
+        adapters.build(FrameworkSpec("trl"))

@@ -1,0 +1,248 @@
+"""The target in a child interpreter (``checks.child``): calls answered while the target prints,
+a timeout on every call and on the load, a load that hangs or crashes as ``TargetImportError``,
+the user's environment rather than pytest's, output capped per target, warm children reused by
+the next audit of a preset with the same results as cold ones, and nothing the target started
+outliving the audit (a pass, a fail, a timeout, Ctrl-C, the audit killed outright)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from grpo_identity.checks import audit
+from grpo_identity.checks.child import OUTPUT_LIMIT, ChildTarget, close_warm_children, warm_children
+from grpo_identity.checks.target import TargetImportError, TargetTimeout
+
+TARGETS = textwrap.dedent(
+    """
+    import time
+    import numpy as np
+
+    def good(rewards, G):
+        R = rewards.reshape(-1, G)
+        live = np.ptp(R, 1, keepdims=True) > 0
+        return np.where(live, R - R.mean(1, keepdims=True), 0.0).reshape(-1)
+
+    def chatty(rewards, G):
+        print("debug output on stdout must not break the channel")
+        return good(rewards, G)
+
+    def loud(rewards, G):
+        print("x" * 100_000, flush=True)
+        return good(rewards, G)
+
+    def hang(rewards, G):
+        time.sleep(60)
+    """
+)
+
+
+#: a correct target: the dial's GRPO
+GRPO_SOURCE = """
+from grpo_identity import dial as D
+
+def adv(rewards, G):
+    return D.advantages(rewards, G, D.GRPO)
+"""
+
+
+@pytest.fixture
+def target_file(tmp_path):
+    path = tmp_path / "targets.py"
+    path.write_text(TARGETS)
+    return str(path)
+
+
+def test_a_child_target_answers_calls_even_when_it_prints(target_file):
+    with ChildTarget(f"{target_file}:chatty", timeout=20) as t:
+        assert t(np.array([1.0, 0.0]), 2).tolist() == [0.5, -0.5]
+
+
+@pytest.mark.slow
+def test_a_call_that_hangs_is_stopped_by_the_timeout(target_file):
+    with ChildTarget(f"{target_file}:hang", timeout=0.5) as t, pytest.raises(TargetTimeout):
+        t(np.array([1.0, 0.0]), 2)
+
+
+def test_a_module_that_hangs_on_import_is_stopped_by_the_timeout(tmp_path):
+    path = tmp_path / "hangs.py"
+    path.write_text("import time\ntime.sleep(600)\n\ndef f(rewards, G):\n    return rewards\n")
+    with pytest.raises(TargetImportError, match=r"^loading the target ran past the 2 s timeout \(killed\)$"):
+        audit(f"{path}:f", max_examples=5, timeout=2)
+
+
+def test_a_module_that_crashes_on_import_is_an_import_error_with_its_exit_code(tmp_path):
+    path = tmp_path / "crashes.py"
+    path.write_text("import os\nos._exit(3)\n\ndef f(rewards, G):\n    return rewards\n")
+    with pytest.raises(TargetImportError, match="exit code 3"):
+        audit(f"{path}:f", max_examples=5, timeout=20)
+
+
+def test_the_child_does_not_run_under_pytest_s_marker_so_it_sees_the_users_environment(tmp_path, monkeypatch):
+    path = tmp_path / "envtarget.py"
+    path.write_text(
+        "import os, numpy as np\n"
+        "def fn(r, G):\n"
+        "    return np.full(len(r), 1.0 if 'PYTEST_CURRENT_TEST' in os.environ else 0.0)\n"
+    )
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::y (call)")  # as pytest sets it during a test
+    with ChildTarget(f"{path}:fn", timeout=20) as t:
+        # the framework's own "under pytest" branches stay off
+        assert t(np.array([1.0, 0.0]), 2).tolist() == [0.0, 0.0]
+
+
+def test_a_targets_output_goes_to_stderr_up_to_the_limit_and_the_rest_is_counted(target_file, capsys):
+    printed = 100_001  # the line and its newline
+    with ChildTarget(f"{target_file}:loud", timeout=20) as t:
+        t(np.array([1.0, 0.0]), 2)
+        deadline = time.monotonic() + 20
+        while t._proc.output.dropped < printed - OUTPUT_LIMIT and time.monotonic() < deadline:
+            time.sleep(0.05)
+    out, err = capsys.readouterr()
+    assert "x" not in out  # stdout carries --json
+    assert err.count("x") == OUTPUT_LIMIT
+    assert f"[{printed - OUTPUT_LIMIT:,} more bytes of the target's output not shown]" in err
+
+
+def test_a_preset_is_audited_in_a_warm_child_that_the_next_audit_reuses(target_file):
+    close_warm_children()
+    audit(f"{target_file}:good", max_examples=5)  # someone else's code: a child of its own, ended after
+    assert warm_children() == {}
+    audit("grpo", max_examples=5)
+    audit("dr_grpo", max_examples=5)
+    assert warm_children() == {sys.executable: 1}  # one child served both
+    close_warm_children()
+    assert warm_children() == {}
+
+
+# --- nothing outlives the audit ----------------------------------------------------------------
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie awaiting its reaper counts as ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _ended(pid: int, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not _running(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _pids(path, n: int = 1, within: float = 60.0) -> list[int]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if path.exists():
+            pids = [int(p) for p in path.read_text().split()]
+            if len(pids) >= n:
+                return pids
+        time.sleep(0.1)
+    raise AssertionError(f"{path} was not written")
+
+
+def _target(tmp_path, body: str, name: str = "starts.py"):
+    """A target file that starts a sleeper (and records its own pid and the sleeper's) on import."""
+    pidfile = tmp_path / "pids.txt"
+    head = f"""
+import os, subprocess, sys
+_sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+with open({str(pidfile)!r}, "a") as _fh:
+    _fh.write(f"{{os.getpid()}} {{_sleeper.pid}}\\n")
+"""
+    path = tmp_path / name
+    path.write_text(head + GRPO_SOURCE + textwrap.dedent(body))
+    return path, pidfile
+
+
+@pytest.mark.parametrize(
+    "fn, verdict",
+    [("adv", "pass"), ("broken", "fail"), ("hangs", "fail")],
+    ids=["pass", "fail", "timeout"],
+)
+def test_what_a_target_starts_on_import_ends_with_the_audit(tmp_path, fn, verdict):
+    body = """
+    def broken(rewards, G):
+        return adv(rewards, G) + 0.5
+
+    def hangs(rewards, G):
+        import time
+        time.sleep(300)
+    """
+    path, pidfile = _target(tmp_path, body)
+    report = audit(f"{path}:{fn}", max_examples=10, timeout=3)
+    assert report.verdict == verdict
+    child, sleeper = _pids(pidfile, 2)
+    assert _ended(sleeper) and _ended(child)
+
+
+def test_ctrl_c_ends_the_audit_with_130_and_everything_its_target_started(tmp_path):
+    path, pidfile = _target(tmp_path, "def hangs(rewards, G):\n    import time\n    time.sleep(300)\n")
+    cmd = [sys.executable, "-m", "grpo_identity", "audit", f"{path}:hangs", "--timeout", "300"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child, sleeper = _pids(pidfile, 2)
+    time.sleep(1.0)  # the first call is under way
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].endswith("interrupted")
+    assert _ended(sleeper) and _ended(child)
+
+
+def test_an_audit_killed_outright_leaves_no_child_running(tmp_path):
+    path, pidfile = _target(tmp_path, "import time\ntime.sleep(300)\n", name="hangs_on_import.py")
+    cmd = [sys.executable, "-m", "grpo_identity", "audit", f"{path}:adv", "--timeout", "300"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child, sleeper = _pids(pidfile, 2)
+    proc.kill()  # SIGKILL: the audit cannot clean up; its child notices it is orphaned
+    proc.wait(10)
+    assert _ended(child) and _ended(sleeper)
+
+
+def test_sys_exit_in_a_target_is_a_finding_that_says_so(tmp_path):
+    path = tmp_path / "exits.py"
+    path.write_text(GRPO_SOURCE + "\ndef quits(rewards, G):\n    import sys\n    sys.exit(0)\n")
+    report = audit(f"{path}:quits", max_examples=5)
+    assert report.verdict == "fail"
+    assert "sys.exit(0)" in report.findings[0].message and "exit code None" not in report.format()
+
+
+def test_a_target_imports_a_module_from_its_own_folder(tmp_path):
+    (tmp_path / "helper_for_target.py").write_text(GRPO_SOURCE)
+    path = tmp_path / "uses_helper.py"
+    path.write_text("from helper_for_target import adv\n")
+    assert audit(f"{path}:adv", max_examples=10).verdict == "pass"
+
+
+def _without_seconds(d):
+    d = {k: v for k, v in d.items() if k != "seconds"}
+    if d.get("advantage"):
+        d["advantage"] = _without_seconds(d["advantage"])
+    return d
+
+
+def test_two_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
+    targets = ["grpo", "preset:trl", "dapo"]
+    close_warm_children()
+    warm = [_without_seconds(audit(t, max_examples=40).to_dict()) for t in targets]
+    cold = []
+    for t in targets:
+        close_warm_children()
+        cold.append(_without_seconds(audit(t, max_examples=40).to_dict()))
+    assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)

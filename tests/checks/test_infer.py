@@ -1,0 +1,122 @@
+"""Dial inference (``checks.infer``): the dial of every preset and of points off the presets, in
+float64, float32 and bfloat16, a constant factor, ε under the square root, the silent residue,
+and the keep rule of a filter — read from designed probe batches, never from the code."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grpo_identity import dial as D
+from grpo_identity.checks import properties as P
+from grpo_identity.checks.infer import infer_dial, infer_keep_rule, probe_batch
+
+
+def dial_fn(d):
+    return lambda r, G: D.advantages(r, G, d)
+
+
+def test_the_probe_batch_has_every_k_once():
+    # k = 0…G once each, then two all-wrong groups so that the batch std varies with G
+    assert [int(row.sum()) for row in probe_batch(4).reshape(-1, 4)] == [0, 1, 2, 3, 4, 0, 0]
+
+
+@pytest.mark.parametrize("name", list(D.PRESETS))
+def test_inference_recovers_every_preset(name):
+    d = D.PRESETS[name]
+    inf = infer_dial(dial_fn(d))
+    assert (inf.centre, inf.scale, inf.alpha) == (d.centre, d.scale, 1.0)
+    if d.scale == "group_std":
+        assert inf.ddof == d.ddof and inf.eps == pytest.approx(d.eps, rel=1e-3, abs=1e-12)
+    assert inf.coefficients[8][3] == pytest.approx(float(D.coefficient(3, 8, d)), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "d",
+    [
+        D.Dial(eps=1e-3),
+        D.Dial(centre="loo"),
+        D.Dial(scale="batch_std", ddof=1, eps=1e-4),
+        D.Dial(centre="loo", scale="batch_std"),
+    ],
+    ids=["eps", "loo-std", "batch-std", "loo-batch-std"],
+)
+def test_inference_recovers_points_off_the_presets(d):
+    inf = infer_dial(dial_fn(d))
+    assert (inf.centre, inf.scale, inf.ddof if d.scale != "none" else 0) == (d.centre, d.scale, d.ddof)
+    assert inf.eps == pytest.approx(d.eps, rel=1e-2, abs=1e-9)
+
+
+def test_inference_in_float32_resolves_verl_epsilon():
+    inf = infer_dial(lambda r, G: D.advantages(r.astype(np.float32), G, D.VERL))
+    assert inf.precision == "float32" and inf.ddof == 1 and inf.eps == pytest.approx(1e-6, rel=0.1)
+
+
+def test_a_constant_factor_is_inferred():
+    inf = infer_dial(lambda r, G: 2 * D.advantages(r, G, D.GRPO))
+    assert inf.scale == "group_std" and inf.alpha == pytest.approx(2.0)
+
+
+def test_an_epsilon_under_the_square_root_is_inferred_as_such():
+    def whiten(r, G):
+        R = r.reshape(-1, G)
+        return ((R - R.mean(1, keepdims=True)) / np.sqrt(R.var(1, keepdims=True) + 1e-2)).reshape(-1)
+
+    inf = infer_dial(whiten)
+    assert (inf.scale, inf.ddof, inf.eps_inside_sqrt, inf.alpha) == ("group_std", 0, True, 1.0)
+    assert inf.eps == pytest.approx(1e-2, rel=1e-6)
+    r = np.array([1.0, 0.0, 0.0, 0.3, 0.9, 0.1])
+    np.testing.assert_allclose(inf.reference()(r, 3), whiten(r, 3), rtol=1e-12)
+    assert not infer_dial(dial_fn(D.GRPO)).eps_inside_sqrt
+
+
+def test_inference_in_bfloat16_finds_the_group_std_and_a_constant_factor():
+    def grpo_bf16(r, G, factor=1.0):
+        return (factor * D.advantages(r, G, D.GRPO)).astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+
+    def as_bf16(r, G, factor=1.0):
+        return grpo_bf16(r, G, factor).view(np.float32).astype(np.float64)
+
+    inf = infer_dial(as_bf16)
+    assert (inf.precision, inf.scale, inf.ddof, inf.alpha) == ("bfloat16", "group_std", 0, 1.0)
+    assert infer_dial(lambda r, G: as_bf16(r, G, 2.0)).alpha == pytest.approx(2.0, rel=0.02)
+
+
+def test_a_malformed_probe_output_is_a_well_formed_violation():
+    with pytest.raises(P.PropertyViolation, match="returned shape") as exc:
+        infer_dial(lambda r, G: D.advantages(r, G, D.GRPO)[:-1])
+    assert exc.value.property == "well_formed"
+
+
+def test_the_silent_residue_is_the_largest_over_every_probe_value_and_says_where():
+    def residue_on_2_5(r, G):  # paper GRPO, but silent groups of 2.5 get 1e-3
+        A = D.advantages(r, G, D.GRPO)
+        return np.where(r == 2.5, 1e-3, A)
+
+    inf = infer_dial(residue_on_2_5)
+    assert inf.silent_nonbinary_max_abs == 1e-3
+    assert inf.silent_nonbinary_worst == {"value": 2.5, "G": 2}
+    assert infer_dial(dial_fn(D.GRPO)).silent_nonbinary_worst is None
+
+
+def test_an_unscaled_dial_has_no_epsilon_resolution_and_its_dict_keys_groups_by_size():
+    inf = infer_dial(dial_fn(D.DR_GRPO), sizes=(2, 4))
+    assert (inf.scale, inf.eps, inf.eps_resolution) == ("none", 0.0, 0.0)
+    out = inf.to_dict()
+    assert out["coefficients"] == {"2": inf.coefficients[2], "4": inf.coefficients[4]}
+    assert set(out["batch_std"]) == {"2", "4"}
+
+
+# --- keep rules ----------------------------------------------------------------------------------
+def test_keep_rules_are_inferred_from_filters():
+    assert infer_keep_rule(lambda r, G: D.keep_mask(r, G, D.DAPO))[0] == "nonzero_std"
+    assert infer_keep_rule(lambda r, G: D.keep_mask(r, G, D.GRPO))[0] == "all"
+    assert infer_keep_rule(lambda r, G: r.reshape(-1, G).sum(1) > 0)[0] == "other"
+
+
+def test_the_keep_rule_of_a_dapo_filter_is_described_in_words():
+    assert infer_keep_rule(lambda r, G: D.keep_mask(r, G, D.DAPO)) == (
+        "nonzero_std",
+        "keeps exactly the groups with σ > 0",
+    )
+    assert infer_keep_rule(lambda r, G: D.keep_mask(r, G, D.GRPO)) == ("all", "keeps every group")

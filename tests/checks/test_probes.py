@@ -1,0 +1,32 @@
+"""The edge probes (``checks.probes``): what a target does with a partial last group, a tiny
+spread of rewards and singleton groups, said in notes; a remainder that moves the whole groups
+fails."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grpo_identity import dial as D
+from grpo_identity.checks import audit
+from grpo_identity.checks.probes import remainder
+
+
+def test_the_edge_probes_report_what_the_target_does_with_remainders_tiny_spreads_and_singletons():
+    def lenient(rewards, G):  # accepts a partial last group; G = 1 gives zeros
+        out = np.zeros_like(rewards)
+        n = rewards.size // G * G
+        out[:n] = D.advantages(rewards[:n], G, D.GRPO) if G > 1 else 0.0
+        return out
+
+    notes = {f.property: f for f in audit(lenient, max_examples=10).findings}
+    assert "the whole groups are unchanged" in notes["probe_remainder"].message
+    assert "noise scaled up to full weight" in notes["probe_tiny_spread"].message
+    assert "probe_singleton" not in notes  # all zeros: nothing to say
+
+
+def test_a_partial_last_group_that_changes_the_whole_groups_fails():
+    def batch_mean(rewards, G):  # centres on the batch mean, so the remainder moves every group
+        return rewards - rewards.mean()
+
+    finding = remainder(batch_mean)
+    assert finding.severity == "fail" and "changes the whole groups" in finding.message

@@ -1,0 +1,204 @@
+"""The properties (``checks.properties``) called directly on hand-made batches: each holds for
+every preset, and each broken one names itself, the group and a counterexample — including the
+branches hypothesis seldom draws (a batch-wide std, integer filters, a group after a silent
+0.1-group, an in-place update on the first call only)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpo_identity import dial as D
+from grpo_identity.checks import properties as P
+from grpo_identity.checks.strategies import RewardBatch, reward_batches
+from grpo_identity.checks.target import LocalTarget
+
+CTX64 = P.Context(P.Tolerance.for_precision("float64"))
+RNG = np.random.default_rng(0)
+
+
+def dial_fn(d):
+    return lambda r, G: D.advantages(r, G, d)
+
+
+def batch(rewards, G, kind="binary"):
+    return RewardBatch(np.asarray(rewards, dtype=np.float64), G, kind)
+
+
+def two_valued(rewards, G):
+    return batch(rewards, G, "two_valued")
+
+
+def grpo_with_a_silent_residue(rewards, G):
+    """Paper GRPO, except that silent groups get ±1e-12 residues summing to 0 (on {0, 1} rewards too)."""
+    R = rewards.reshape(-1, G)
+    live = np.ptp(R, 1, keepdims=True) > 0
+    A = np.divide(R - R.mean(1, keepdims=True), R.std(1, keepdims=True), out=np.zeros_like(R), where=live)
+    residue = 1e-12 * (np.arange(G) - (G - 1) / 2)  # (G,): sums to 0, so zero-sum holds
+    return np.where(live, A, residue).reshape(-1)
+
+
+# --- advantage properties ------------------------------------------------------------------------
+@settings(max_examples=30)
+@given(batch=reward_batches(max_groups=4), seed=st.integers(0, 2**16))
+def test_every_property_holds_for_every_preset(batch, seed):
+    for d in (D.GRPO, D.DR_GRPO, D.RLOO, D.TRL):
+        ctx = P.Context(P.Tolerance.for_precision("float64"), reference=dial_fn(d))
+        for prop in P.ADVANTAGE_PROPERTIES:
+            prop(dial_fn(d), batch, ctx, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize(
+    "prop, fn, word",
+    [
+        (P.well_formed, lambda r, G: r[:-1], "shape"),
+        (P.well_formed, lambda r, G: np.full_like(r, np.nan), "non-finite"),
+        (P.silent_groups_exactly_zero, lambda r, G: r * 0 + 1e-9, "instead of exactly 0"),
+        (P.two_valued_per_group, lambda r, G: -dial_fn(D.GRPO)(r, G), "wrong sign"),
+        (P.two_valued_per_group, lambda r, G: dial_fn(D.GRPO)(r, G) * (1 + 0.1 * np.arange(len(r))), "more than two"),
+        (P.zero_sum_per_group, lambda r, G: r, "sums to"),
+        (P.groups_independent, lambda r, G: r - r.mean(), "coupled"),
+        (
+            P.permutation_equivariant,
+            lambda r, G: np.sort(dial_fn(D.GRPO)(r, G).reshape(-1, G), 1).reshape(-1),
+            "permuting",
+        ),
+    ],
+)
+def test_each_property_names_itself_and_gives_a_counterexample(prop, fn, word):
+    b = batch([1, 0, 0, 0, 1, 1, 1, 1, 0, 0, 1, 1], 4)
+    with pytest.raises(P.PropertyViolation, match=word) as info:
+        prop(fn, b, CTX64, np.random.default_rng(1))
+    assert info.value.property == prop.__name__
+    assert info.value.counterexample["group_size"] == 4 and "rewards" in info.value.counterexample
+
+
+def test_a_stateful_target_breaks_statelessness():
+    calls = []
+
+    def fn(r, G):
+        calls.append(1)
+        return dial_fn(D.GRPO)(r, G) * len(calls)
+
+    with pytest.raises(P.PropertyViolation, match="keeps state"):
+        P.stateless(fn, batch([1, 0, 0, 1], 2), CTX64, np.random.default_rng(0))
+
+
+def test_the_identity_property_checks_g_against_the_score_gap_in_any_dimension():
+    def wrong(r, G):  # zero-sum, not two-valued
+        return dial_fn(D.GRPO)(r, G) + np.tile([0.0, 0.1, -0.1, 0.0], len(r) // 4)
+
+    with pytest.raises(P.PropertyViolation, match="is not c"):
+        P.identity_in_vector_form(wrong, batch([1, 1, 0, 0] * 3, 4), CTX64, np.random.default_rng(3))
+
+
+def test_the_silent_groups_property_names_the_group_and_its_advantages():
+    b = type("B", (), {"contiguous": lambda self: np.array([1.0, 1.0, 0.0, 1.0]), "group_size": 2})()
+    with pytest.raises(P.PropertyViolation, match=r"silent group 0 \(G=2, every reward 1\)"):
+        P.silent_groups_exactly_zero(grpo_with_a_silent_residue, b, CTX64, np.random.default_rng(0))
+
+
+def test_zero_sum_is_checked_in_the_groups_after_a_silent_group_of_0_1():
+    def off_in_group_1(r, G):
+        A = D.advantages(r, G, D.GRPO)
+        A[G : 2 * G] += 0.25  # group 1 no longer sums to 0
+        return A
+
+    with pytest.raises(P.PropertyViolation, match=r"zero_sum_per_group: group 1 \(G=2\) sums to 0.5") as exc:
+        P.zero_sum_per_group(off_in_group_1, two_valued([0.1, 0.1, 1.0, 0.0], 2), CTX64, RNG)
+    assert exc.value.counterexample == {  # the keys the audit's report prints
+        "group_size": 2,
+        "n_groups": 2,
+        "rewards": [0.1, 0.1, 1.0, 0.0],
+        "output": [0.0, 0.0, 1.25, -0.75],
+        "group": 1,
+        "group_rewards": [1.0, 0.0],
+        "group_output": [1.25, -0.75],
+    }
+
+
+def test_an_in_place_update_on_the_first_call_only_is_still_seen():
+    calls = []
+
+    def writes_once(r, G):
+        calls.append(G)
+        if len(calls) == 1:
+            r[0] += 1.0  # the caller's rewards change, once
+        return D.advantages(r, G, D.GRPO)
+
+    with pytest.raises(P.PropertyViolation, match="modified its input rewards in place"):
+        P.well_formed(LocalTarget(writes_once), two_valued([1.0, 0.0, 0.0, 1.0], 2), CTX64, RNG)
+
+
+@pytest.mark.parametrize(
+    "rewards", [[1.0, 0.0, 0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 2.0, 2.0]], ids=["live", "all-silent"]
+)
+def test_a_batch_std_scale_passes_group_independence_up_to_one_factor(rewards):
+    ctx = P.Context(P.Tolerance.for_precision("float64"), batch_scale=True)
+    fn = dial_fn(D.GRPO.replace(scale="batch_std"))
+    for seed in range(8):  # the property picks a random group to move into other batches
+        P.groups_independent(fn, two_valued(rewards, 2), ctx, np.random.default_rng(seed))
+
+
+def test_a_batch_factor_that_flips_the_sign_is_not_independence():
+    ctx = P.Context(P.Tolerance.for_precision("float64"), batch_scale=True)
+
+    def fn(r, G):  # alone: sign flipped
+        return D.advantages(r, G, D.GRPO) * (-1.0 if r.size == G else 1.0)
+
+    words = (
+        r"groups_independent: group \d \(G=2, rewards \[\d, \d\]\) gets \[.*\] in the batch but \[.*\] alone: coupled"
+    )
+    with pytest.raises(P.PropertyViolation, match=words):
+        P.groups_independent(fn, two_valued([1.0, 0.0, 0.0, 1.0], 2), ctx, RNG)
+
+
+# --- precision -----------------------------------------------------------------------------------
+def test_precision_is_read_from_the_output():
+    assert P.precision_of(np.array([0.1, 1 / 3])) == "float64"
+    assert P.precision_of(np.array([0.1, 1 / 3], dtype=np.float32).astype(np.float64)) == "float32"
+
+
+def test_an_all_zero_float32_output_reads_as_float32():
+    assert P.precision_of(np.zeros(4, dtype=np.float32)) == "float32"
+    assert P.precision_of(np.zeros(4)) == "float64"
+
+
+# --- filter properties ---------------------------------------------------------------------------
+def test_kept_by_definition_keeps_exactly_the_groups_with_two_distinct_rewards():
+    R = np.array([1.0, 1.0, 0.1, 0.1 + 1e-9, 0.1, 0.1, -0.0, 0.0, 0.0, 1.0])
+    assert P.kept_by_definition(R, 2, "nonzero_std").tolist() == [False, True, False, False, True]
+    assert P.kept_by_definition(R, 2, "all").tolist() == [True] * 5
+    with pytest.raises(ValueError, match="keep must be"):
+        P.kept_by_definition(R, 2, "some")
+
+
+def test_a_filter_may_return_zeros_and_ones_but_not_other_numbers():
+    P.filter_well_formed(lambda r, G: np.array([0, 1]), two_valued([1.0, 1.0, 0.0, 1.0], 2), CTX64, RNG)
+    with pytest.raises(
+        P.PropertyViolation, match="returned dtype int64 with values \\[0, 2\\]; a filter returns bools"
+    ):
+        P.filter_well_formed(lambda r, G: np.array([0, 2]), two_valued([1.0, 1.0, 0.0, 1.0], 2), CTX64, RNG)
+
+
+def test_a_filter_that_writes_into_its_input_is_not_well_formed():
+    def centring_filter(r, G):
+        R = r.reshape(-1, G)
+        R -= R.mean(1, keepdims=True)
+        return np.abs(R).max(1) > 0
+
+    with pytest.raises(P.PropertyViolation, match="modified its input rewards in place"):
+        P.filter_well_formed(centring_filter, two_valued([1.0, 1.0, 0.0, 1.0], 2), CTX64, RNG)
+
+
+def test_a_wrong_keep_decision_names_the_group_and_its_rewards():
+    def keep_all(r, G):
+        return np.ones(r.size // G, dtype=bool)
+
+    with pytest.raises(
+        P.PropertyViolation,
+        match=r"group 0 \(G=2, rewards \[0.1, 0.1\], σ = 0\) is kept; the keep rule 'nonzero_std' drops it",
+    ):
+        P.keeps_groups_with_nonzero_std(keep_all, two_valued([0.1, 0.1, 0.0, 1.0], 2), CTX64, RNG)

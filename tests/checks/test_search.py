@@ -1,0 +1,126 @@
+"""The property search (``checks.search``): one property run under hypothesis, its violation
+shrunk; a non-finite output is one ``well_formed`` finding (``FiniteGuard``), never a cascade of
+false comparisons; target errors in words; hypothesis's storage moved while the audit searches,
+nothing written where the audit runs, and the same examples whatever else the process loaded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grpo_identity import dial as D
+from grpo_identity.checks import audit
+from grpo_identity.checks import properties as P
+from grpo_identity.checks.search import failure, quiet_hypothesis, run_property
+from grpo_identity.checks.target import TargetCrashed, TargetError, TargetMalformed, TargetTimeout
+from grpo_identity.foundation import cache_dir
+
+CTX64 = P.Context(P.Tolerance.for_precision("float64"))
+
+
+def test_a_property_that_holds_gives_no_violation_and_counts_its_examples():
+    violation, count = run_property(
+        P.zero_sum_per_group, lambda r, G: D.advantages(r, G, D.GRPO), CTX64, 20, ("binary",)
+    )
+    assert violation is None and count == 20
+
+
+def test_a_broken_property_is_shrunk_to_one_small_group():
+    violation, count = run_property(P.zero_sum_per_group, lambda r, G: r, CTX64, 50, ("binary",))
+    assert violation is not None and violation.property == "zero_sum_per_group" and count > 0
+    assert (violation.counterexample["group_size"], violation.counterexample["n_groups"]) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    "exc, words",
+    [
+        (TargetTimeout("ran past the 1 s timeout"), "the target timed out on the probes: ran past the 1 s timeout"),
+        (TargetCrashed("exit code 7"), "the target crashed on the probes: exit code 7"),
+        (TargetError("KeyError: 'x'"), "the target raised on the probes: KeyError: 'x'"),
+        (
+            TargetMalformed("returned None, not an array of advantages"),
+            "the target returned None on the probes, not an array of advantages",
+        ),
+    ],
+    ids=["timeout", "crash", "exception", "malformed"],
+)
+def test_a_target_error_is_said_in_words(exc, words):
+    assert failure(exc, " on the probes") == words
+
+
+def test_hypothesis_stores_in_the_projects_cache_while_the_audit_searches_and_is_restored_after():
+    from hypothesis import configuration
+
+    def home():
+        return configuration.storage_directory(intent_to_write=False).home_directory
+
+    before = home()
+    with quiet_hypothesis():
+        assert home() == Path(cache_dir("hypothesis"))
+    assert home() == before
+
+
+NAN_TARGET = """
+import numpy as np
+
+def nan(rewards, G):
+    return np.full(len(rewards), np.nan)
+"""
+
+
+def test_a_target_returning_nan_gets_one_non_finite_finding_and_no_false_comparisons(tmp_path):
+    path = tmp_path / "targets.py"
+    path.write_text(NAN_TARGET)
+    report = audit(f"{path}:nan", expect="grpo", max_examples=20, isolate=False)
+    assert report.verdict == "fail"
+    assert [f.property for f in report.findings] == ["well_formed"]
+    assert "non-finite advantage nan" in report.findings[0].message
+    assert "up to inf" not in report.format() and "stateless" not in report.format()
+
+
+def test_nan_only_in_silent_groups_is_reported_as_non_finite_there():
+    def zero_over_zero(rewards, G):
+        R = rewards.reshape(-1, G)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return ((R - R.mean(1, keepdims=True)) / R.std(1, keepdims=True)).reshape(-1)
+
+    report = audit(zero_over_zero, expect="grpo", max_examples=20)
+    assert [f.property for f in report.findings] == ["well_formed"]
+    assert "rewards [0, 0]" in report.findings[0].message
+
+
+OFF_BY_A_BIT = """
+from grpo_identity import dial as D
+
+def off(rewards, G):
+    return D.advantages(rewards, G, D.GRPO) + 0.1 * (rewards[0] > 0.5)
+"""
+
+
+def test_an_audit_leaves_no_hypothesis_folder_where_it_runs(tmp_path):
+    (tmp_path / "t.py").write_text(OFF_BY_A_BIT)
+    cmd = [sys.executable, "-m", "grpo_identity", "audit", "t.py:off", "--max-examples", "30"]
+    assert subprocess.run(cmd, cwd=tmp_path, capture_output=True).returncode == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.py"]
+
+
+def test_the_examples_do_not_depend_on_what_else_the_process_has_loaded(tmp_path):
+    (tmp_path / "t.py").write_text(OFF_BY_A_BIT)
+    # a module of the caller's, full of numbers hypothesis would otherwise mix into its draws
+    (tmp_path / "numbers_here.py").write_text("".join(f"C{i} = {i * 7.123456:.6f}\n" for i in range(300)))
+    script = (
+        "import json, sys; sys.path.insert(0, '.'); {extra}"
+        "from grpo_identity.checks import audit; "
+        "d = audit('t.py:off', max_examples=60).to_dict(); d.pop('seconds'); print(json.dumps(d, sort_keys=True))"
+    )
+    outs = []
+    for extra in ("", "import numbers_here; "):
+        proc = subprocess.run([sys.executable, "-c", script.format(extra=extra)], cwd=tmp_path, capture_output=True)
+        outs.append(json.loads(proc.stdout))
+    assert outs[0] == outs[1]
+    assert outs[0]["verdict"] == "fail"

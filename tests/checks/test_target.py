@@ -1,0 +1,105 @@
+"""Loading and calling a target in this process (``checks.target``): a spec checked before
+anything starts (no such file, a folder, a FIFO, not Python, a near-miss function name), import
+errors as ``TargetImportError``, the output checks (malformed, dtype, list, in place, shared
+buffer) and exceptions as ``TargetError``."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import grpo_identity.checks as checks
+from grpo_identity.checks.target import LocalTarget, TargetImportError, check_spec, load_target, malformed, output_issue
+
+GOOD = """
+import numpy as np
+
+def advantage(rewards, G):
+    R = rewards.reshape(-1, G)
+    return (R - R.mean(1, keepdims=True)).reshape(-1)
+"""
+
+
+@pytest.fixture
+def target_file(tmp_path):
+    path = tmp_path / "targets.py"
+    path.write_text(GOOD)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "spec, word",
+    [
+        ("nope/missing.py:fn", "no such file"),
+        ("no_such_module_xyz:fn", "No module named"),
+        ("{file}:missing", "has no function"),
+        ("justaname", "neither"),
+    ],
+)
+def test_import_errors_are_target_import_errors(target_file, spec, word):
+    with pytest.raises(TargetImportError, match=word):
+        checks.audit(spec.format(file=target_file), max_examples=5)
+
+
+def test_a_spec_naming_no_python_file_is_refused_before_anything_is_opened(tmp_path):
+    (tmp_path / "folder.py").mkdir()
+    (tmp_path / "notes.txt").write_text("def fn(r, G):\n    return r\n")
+    os.mkfifo(tmp_path / "pipe")  # opening it would block
+    with pytest.raises(TargetImportError, match="no such file: "):
+        check_spec(f"{tmp_path}/missing.py:fn")
+    with pytest.raises(TargetImportError, match="folder.py is a folder: give FILE.py:FUNCTION"):
+        check_spec(f"{tmp_path}/folder.py:fn")
+    with pytest.raises(TargetImportError, match=r"pipe is not a regular file \(a FIFO"):
+        check_spec(f"{tmp_path}/pipe:fn")
+    with pytest.raises(TargetImportError, match=r"notes.txt is not a Python file \(.py\)"):
+        check_spec(f"{tmp_path}/notes.txt:fn")
+
+
+def test_a_near_miss_function_name_gets_a_suggestion(target_file):
+    with pytest.raises(TargetImportError, match=r"has no function 'advantages'; did you mean 'advantage'\?"):
+        load_target(f"{target_file}:advantages")
+    assert load_target(f"{target_file}:advantage")(np.array([1.0, 0.0]), 2).tolist() == [0.5, -0.5]
+
+
+def test_a_module_that_exits_while_it_is_imported_is_an_import_error(tmp_path):
+    path = tmp_path / "exits.py"
+    path.write_text("import sys\nsys.exit(4)\n\ndef f(rewards, G):\n    return rewards\n")
+    with pytest.raises(TargetImportError, match=r"called sys.exit\(4\)"):
+        load_target(f"{path}:f")
+
+
+def test_local_targets_turn_exceptions_into_target_errors():
+    def boom(r, G):
+        raise KeyError("x")
+
+    with pytest.raises(checks.TargetError, match="KeyError"):
+        LocalTarget(boom)(np.zeros(2), 2)
+
+
+def test_the_malformed_check_names_what_came_back():
+    assert malformed(None) == "returned None, not an array of advantages"
+    assert "elements of type str" in malformed(np.array(["a"], dtype=object))
+    assert malformed(np.array([1.0])) is None and malformed(np.array([True]), "filter") is None
+
+
+def test_the_target_wrappers_see_dtype_lists_in_place_updates_and_shared_buffers():
+    r = np.array([1.0, 0.0])
+    assert output_issue(r, r.copy(), r - 0.5) is None
+    assert "dtype" in output_issue(r, r.copy(), (r - 0.5).astype(np.float32))
+    assert "list" in output_issue(r, r.copy(), [0.5, -0.5])
+    assert "in place" in output_issue(r, r - 0.5, r - 0.5)
+    buf = np.empty(2)
+
+    def shared(rewards, G):
+        buf[:] = rewards - rewards.mean()
+        return buf
+
+    t = LocalTarget(shared)
+    t(r, 2)
+    assert t.last_overwrite is None
+    t(r + 1.0, 2)
+    assert t.last_overwrite is None  # same values: nothing seen overwritten
+    t(np.array([0.0, 1.0]), 2)
+    assert "shared buffer" in t.last_overwrite

@@ -1,0 +1,97 @@
+"""The verdict rules (``checks.verdict``): a preset matched within ε's resolution passes; the
+same family off by a bounded factor is a deviation with its factor table, or a pass with a note
+when the factor is immaterial; another family fails; a silent residue above the threshold fails;
+the worse verdict wins."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from grpo_identity import dial as D
+from grpo_identity.checks import audit
+from grpo_identity.checks import verdict as V
+from grpo_identity.checks.report import Inferred
+
+
+def dial_fn(d):
+    return lambda r, G: D.advantages(r, G, d)
+
+
+def tiny_eps(rewards, G):
+    R = rewards.reshape(-1, G)
+    return ((R - R.mean(1, keepdims=True)) / (R.std(1, keepdims=True) + 1e-8)).reshape(-1)
+
+
+def test_the_worse_verdict_wins():
+    assert V.worst("pass", "deviation") == "deviation"
+    assert V.worst("deviation", "fail", "pass") == "fail" and V.worst("pass") == "pass"
+
+
+def test_a_preset_is_matched_by_its_point_of_the_dial_not_its_family():
+    trl = Inferred(centre="mean", scale="group_std", ddof=1, eps=1e-4, alpha=1.0)
+    assert V.matches_preset(trl, D.TRL) and not V.matches_preset(trl, D.GRPO)
+    assert not V.matches_preset(Inferred(**{**trl.__dict__, "alpha": 2.0}), D.TRL)
+    assert not V.matches_preset(Inferred(**{**trl.__dict__, "eps_inside_sqrt": True}), D.TRL)
+
+
+@pytest.mark.parametrize("eps, matches", [(1.3e-4, False), (0.7e-4, False), (1.01e-4, True)])
+def test_an_epsilon_matches_the_trl_preset_only_within_2_percent_of_its_1e_4(eps, matches):
+    report = audit(dial_fn(D.TRL.replace(eps=eps)), expect="trl", max_examples=20)
+    assert report.inferred.eps == pytest.approx(eps, rel=1e-6)
+    assert (report.matches == "trl") is matches, report.format()
+    assert report.verdict == ("pass" if matches else "deviation")
+    if not matches:
+        assert f"eps {eps:.3g} instead of 0.0001" in report.format()
+
+
+def test_audit_reports_a_deviation_with_its_factor_table():
+    report = audit(dial_fn(D.TRL), expect="grpo", max_examples=30)
+    assert report.verdict == "deviation" and report.matches == "trl"
+    assert [f["G"] for f in report.factors] == list(V.FACTOR_GROUP_SIZES) == [4, 8, 16, 64]
+    assert report.factors[0]["factor_at_half"] == pytest.approx(
+        float(D.coefficient(2, 4, D.TRL) / D.coefficient(2, 4, D.GRPO))
+    )
+    text = report.format()
+    assert "DEVIATION" in text and "c reference" in text and "Bessel" in text
+    json.dumps(report.to_dict())
+
+
+def test_a_material_deviation_stays_a_deviation():
+    report = audit(dial_fn(D.TRL), expect="grpo", max_examples=10)
+    assert report.verdict == "deviation"
+
+
+def test_a_deviation_below_any_material_size_is_a_pass_with_a_note():
+    report = audit(tiny_eps, expect="grpo", max_examples=20)
+    assert report.verdict == "pass" and report.matches == "grpo"
+    notes = [f for f in report.findings if f.property == "matches_preset"]
+    assert [f.severity for f in notes] == ["note"] and "eps 1e-08 instead of 0" in notes[0].message
+    assert all(abs(f[k] - 1) < V.MATERIAL_FACTOR for f in report.factors for k in ("factor_min", "factor_max"))
+
+
+def test_audit_of_the_wrong_family_fails():
+    report = audit(dial_fn(D.DR_GRPO), expect="grpo", max_examples=20)
+    assert report.verdict == "fail" and report.matches == "dr_grpo"
+    assert any("wrong family" in f.message for f in report.findings)
+
+
+@pytest.mark.parametrize(
+    "residue, verdict, severity",
+    [(V.SILENT_RESIDUE_FAIL * 1.01, "fail", "fail"), (V.SILENT_RESIDUE_FAIL * 0.99, "pass", "note")],
+    ids=["above", "below"],
+)
+def test_a_silent_residue_fails_above_the_threshold_and_is_a_note_below(residue, verdict, severity):
+    inf = Inferred(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=1.0)
+    inf.silent_nonbinary_max_abs, inf.silent_nonbinary_worst = residue, {"value": 0.1, "G": 4}
+    decision = V.advantage(inf, [], D.GRPO)
+    found = [f for f in decision.findings if f.property == "silent_nonbinary_groups_zero"]
+    assert decision.verdict == verdict and [f.severity for f in found] == [severity]
+    assert "worst: every reward 0.1 at G = 4" in found[0].message
+
+
+def test_a_non_finite_silent_residue_fails():
+    inf = Inferred(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=1.0, silent_nonbinary_max_abs=np.inf)
+    assert V.advantage(inf, [], D.GRPO).verdict == "fail"
