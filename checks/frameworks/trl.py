@@ -144,26 +144,40 @@ def _trainer(args: Any, state: dict[str, Any]) -> Any:
 
 
 def _sample_once_per_shape(trainer: Any) -> None:
-    """The trainer's sampling (``_generate``, where the release has it) runs once per batch of
-    prompts; later batches of the same prompts get a copy of that sample.  The completions never
-    enter the advantages (the reward function returns the audit's rewards; the gradient probes lay
-    their own completions out), and the model does not change between calls, so one sample per
-    shape is what a fixed seed would give, at a fraction of the cost: the hypothesis search calls
-    the trainer hundreds of times per audit."""
+    """The trainer's sampling runs once per batch of prompts; later batches of the same prompts get
+    a copy of that sample.  The completions never enter the advantages (the reward function
+    returns the audit's rewards; the gradient probes lay their own completions out), and the model
+    does not change between calls, so one sample per shape is what a fixed seed would give, at a
+    fraction of the cost: the hypothesis search calls the trainer hundreds of times per audit.
+    Releases with ``_generate`` (the sampling step of ``_generate_and_score_completions``) get it
+    memoised; older ones, which call the model's ``generate`` inline, get that memoised."""
+    memo: dict[Any, Any] = {}
     generate = getattr(trainer, "_generate", None)
-    if generate is None:
+    if generate is not None:
+
+        def sample_once(prompts: list[Any], *args: Any, **kwargs: Any) -> Any:
+            if args or kwargs:  # a signature this driver does not know: sample every time
+                return generate(prompts, *args, **kwargs)
+            key = (len(prompts), repr(prompts[:1]))
+            if key not in memo:
+                memo[key] = generate(prompts)
+            return _fresh(memo[key])
+
+        trainer._generate = sample_once
         return
-    memo: dict[tuple[int, str], Any] = {}
+    model_generate = trainer.model.generate
 
-    def sample_once(prompts: list[Any], *args: Any, **kwargs: Any) -> Any:
-        key = (len(prompts), repr(prompts[:1]))
-        if args or kwargs:  # a signature this driver does not know: sample every time
-            return generate(prompts, *args, **kwargs)
+    def generate_once(*args: Any, **kwargs: Any) -> Any:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if not hasattr(ids, "shape"):
+            return model_generate(*args, **kwargs)
+        key = (tuple(ids.shape), ids.detach().cpu().numpy().tobytes())
         if key not in memo:
-            memo[key] = generate(prompts)
-        return _fresh(memo[key])
+            memo[key] = model_generate(*args, **kwargs)
+        out = memo[key]
+        return out.clone() if hasattr(out, "clone") else out
 
-    trainer._generate = sample_once
+    trainer.model.generate = generate_once
 
 
 def _fresh(obj: Any) -> Any:

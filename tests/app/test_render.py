@@ -167,7 +167,7 @@ def test_headless_chromium_typesets_the_math_and_shows_the_figures(executed):
     assert len(re.findall(r"<img[^>]+src=\"data:image/png", dom)) >= 2
 
 
-# --- review: bad output folder, numbers in prose, running without ../shared/data -----------
+# --- a bad output folder, numbers in prose, running without ../shared/data ------------------
 def test_render_out_on_a_file_is_one_line_exit_2(tmp_path, capsys):
     f = tmp_path / "afile"
     f.write_text("x")

@@ -95,7 +95,7 @@ def test_verify_end_to_end_holds_and_writes_the_report(tmp_path):
     assert (tmp_path / "report.html").exists() and (tmp_path / "notebooks" / "index.html").exists()
 
 
-# --- review: strict pass criteria, honest paper column, one-line errors ---------------------
+# --- strict pass criteria, an honest paper column, one-line errors ----------------------------
 def _stored_bernoulli(**changes):
     from pathlib import Path
 
