@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from conftest import ROOT
 
 from grpo_identity import data
 from grpo_identity.app.cli import main
 
+ROOT = Path(__file__).resolve().parents[2]
 CURVE = data.path(data.DAPO_CURVE)
 STORED = ROOT / "results"
 
