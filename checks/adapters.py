@@ -177,5 +177,6 @@ def _preset(name: str, kind: str) -> Callable[..., Any]:
             return D.advantages(rewards, group_size, d)
 
         fn = adv
-    fn.grpo_identity_info = {"framework": "grpo-identity dial", "preset": d.name, **d.params()}  # type: ignore[attr-defined]
+    info = {"framework": "grpo-identity dial", "preset": d.name, **d.params()}
+    fn.grpo_identity_info = info  # type: ignore[attr-defined]
     return fn

@@ -35,12 +35,13 @@ from grpo_identity.checks import verdict as V
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES, infer_dial, infer_keep_rule
 from grpo_identity.checks.options import CALL_TIMEOUT, DEFAULT_MAX_EXAMPLES, AuditOptions, OptionError
-from grpo_identity.checks.report import Finding, Inferred, Report
+from grpo_identity.checks.report import VERDICTS, AuditReport, Finding, Inferred, Report
 from grpo_identity.checks.search import FiniteGuard, failure, run_property
 from grpo_identity.checks.spec import FunctionSpec, Spec, resolve
 from grpo_identity.checks.target import LocalTarget, TargetError, load_target
 
-__all__ = ["audit", "run"]
+#: the names this module had before the report moved to :mod:`grpo_identity.checks.report`
+__all__ = ["audit", "run", "AuditReport", "VERDICTS"]
 
 #: properties whose statement needs two-valued rewards (the others see continuous rewards too)
 _TWO_VALUED = (P.two_valued_per_group, P.identity_in_vector_form, P.silent_groups_exactly_zero)

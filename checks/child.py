@@ -60,8 +60,9 @@ STARTUP_TIMEOUT = 120.0
 UNLOAD_TIMEOUT = 30.0
 #: bytes of a target's output (stdout and stderr) shown per target; the rest is counted
 OUTPUT_LIMIT = 64 * 1024
-#: idle warm children kept per interpreter
+#: idle warm children kept per interpreter, and in all (each holds a framework in memory)
 WARM_PER_INTERPRETER = 2
+WARM_IN_ALL = 6
 #: seconds between the child's checks that its parent is still alive
 _PARENT_POLL = 0.5
 #: one thread for torch, OpenMP and BLAS in the child (two stall on a 2-core machine)
@@ -90,10 +91,10 @@ class _Channel:
         while True:
             try:
                 msg = self.inbox.recv()
-            except (EOFError, OSError):
-                return
+            except (EOFError, OSError):  # the parent is gone
+                _end_own_group()
             if isinstance(msg, M.Close):
-                return
+                _end_own_group()
             self._reply(self._handle(msg))
 
     def _handle(self, msg: Any) -> Any:
@@ -116,7 +117,13 @@ class _Channel:
     def _load(self, msg: M.Load) -> Any:
         self.fn, self.kind, self.watch = None, msg.kind, _OutputWatch()
         sys.path[:] = list(dict.fromkeys([*msg.path, *self.base_path]))
+        if msg.environ is not None:
+            os.environ.clear()
+            os.environ.update(msg.environ)
+        if msg.cwd is not None and os.path.isdir(msg.cwd):
+            os.chdir(msg.cwd)
         _seed(msg.seed)
+        had_torch = "torch" in sys.modules
         try:
             self.fn = _resolve(msg.payload) if isinstance(msg.payload, tuple) else load_target(msg.payload, msg.kind)
         except (TargetImportError, ValueError) as exc:
@@ -125,6 +132,8 @@ class _Channel:
             return M.LoadFailed(f"loading the target called sys.exit({exc.code!r})")
         except Exception as exc:
             return M.LoadFailed(_last_line(exc))
+        if not had_torch and "torch" in sys.modules:  # the calls start from one state, warm or cold
+            sys.modules["torch"].manual_seed(msg.seed)
         return M.Loaded(dict(getattr(self.fn, "grpo_identity_info", {}) or {}))
 
     def _call(self, msg: M.Call) -> Any:
@@ -154,6 +163,15 @@ def _seed(seed: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(seed)
+
+
+def _end_own_group() -> None:
+    """End this process and everything in its process group (what the target started)."""
+    sys.stdout.flush()
+    try:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    finally:
+        os._exit(0)
 
 
 def _watch_parent(parent: int) -> None:
@@ -195,9 +213,8 @@ class _Output:
                 shown = chunk[: self._left]
                 self._left -= len(shown)
                 self.dropped += len(chunk) - len(shown)
-            if shown and sys.stderr is not None:
-                sys.stderr.write(shown.decode("utf-8", "replace"))
-                sys.stderr.flush()
+            if shown:
+                _write_stderr(shown.decode("utf-8", "replace"))
         stream.close()
 
     def reset(self) -> int:
@@ -210,23 +227,40 @@ class _Output:
         self._thread.join(timeout)
 
 
+def _write_stderr(text: str) -> None:
+    """Write to this process's stderr as it is now; a closed or missing stream drops the text
+    (the forwarder must go on draining the pipe, or the child blocks on its next print)."""
+    try:
+        if sys.stderr is not None:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def child_environ_for(python: str | None) -> dict[str, str]:
+    """The environment of a child (under ``python``, a release's interpreter, or this one): this
+    process's, not "under pytest" (frameworks branch on it: verl 0.6.0 picks the CPU when
+    PYTEST_CURRENT_TEST is set, and the audit must see what the user's run sees), one thread."""
+    from grpo_identity.checks.releases import child_environ
+
+    environ = child_environ() if python else dict(os.environ)
+    environ.pop("PYTEST_CURRENT_TEST", None)
+    environ.update(_ONE_THREAD)
+    return environ
+
+
 class ChildProcess:
     """One child interpreter (see the module docstring); ``python``: another interpreter (a
     release's environment), which then finds its own packages first."""
 
     def __init__(self, python: str | None = None) -> None:
-        from grpo_identity.checks.releases import child_environ
-
         self.python = python
         self.owner = os.getpid()  # a process forked from this one must not end this child
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         code = f"from grpo_identity.checks.child import _child_main; _child_main({to_child_r}, {from_child_w})"
-        environ = child_environ() if python else dict(os.environ)
-        # not "under pytest" in the child: frameworks branch on it (verl 0.6.0 picks the CPU when
-        # PYTEST_CURRENT_TEST is set), and the audit must see what the user's run sees
-        environ.pop("PYTEST_CURRENT_TEST", None)
-        environ.update(_ONE_THREAD)
+        environ = child_environ_for(python)
         self._proc = subprocess.Popen(
             [python or sys.executable, "-c", code],
             pass_fds=(to_child_r, from_child_w),
@@ -243,7 +277,7 @@ class ChildProcess:
         self.output = _Output(self._proc.stdout)
         try:
             self.receive(STARTUP_TIMEOUT, "starting the child interpreter")
-        except TargetError:
+        except BaseException:  # a timeout, or Ctrl-C while it starts: nothing is left running
             self.end()
             raise
 
@@ -302,28 +336,49 @@ class ChildProcess:
 
 # --- warm children -------------------------------------------------------------------------------
 _WARM: dict[str, list[ChildProcess]] = {}
+#: idle warm children, the one given back longest ago first
+_ORDER: list[ChildProcess] = []
 _WARM_LOCK = threading.Lock()
 
 
 def _take(python: str | None) -> ChildProcess:
     """An idle warm child of ``python``, or a new one."""
+    dead = []
     with _WARM_LOCK:
         idle = _WARM.get(python or sys.executable, [])
+        proc = None
         while idle:
-            proc = idle.pop()
-            if proc.alive:
-                return proc
-    return ChildProcess(python)
+            candidate = idle.pop()
+            if candidate in _ORDER:
+                _ORDER.remove(candidate)
+            if candidate.alive:
+                proc = candidate
+                break
+            dead.append(candidate)
+    for gone in dead:
+        gone.end()
+    return proc if proc is not None else ChildProcess(python)
 
 
 def _give(proc: ChildProcess) -> None:
-    """Keep ``proc`` for the next audit (at most :data:`WARM_PER_INTERPRETER` per interpreter)."""
+    """Keep ``proc`` for the next audit: at most :data:`WARM_PER_INTERPRETER` per interpreter and
+    :data:`WARM_IN_ALL` in all (the one idle longest is ended first)."""
+    ended = []
     with _WARM_LOCK:
         idle = _WARM.setdefault(proc.python or sys.executable, [])
-        if len(idle) < WARM_PER_INTERPRETER:
+        if len(idle) >= WARM_PER_INTERPRETER:
+            ended.append(proc)
+        else:
             idle.append(proc)
-            return
-    proc.end()
+            _ORDER.append(proc)
+            while len(_ORDER) > WARM_IN_ALL:
+                oldest = _ORDER.pop(0)
+                for procs in _WARM.values():
+                    if oldest in procs:
+                        procs.remove(oldest)
+                ended.append(oldest)
+    for p in ended:
+        p.end()
 
 
 def warm_children() -> dict[str, int]:
@@ -337,6 +392,7 @@ def close_warm_children() -> None:
     with _WARM_LOCK:
         procs = [p for v in _WARM.values() for p in v]
         _WARM.clear()
+        _ORDER.clear()
     for proc in procs:
         if proc.owner == os.getpid():
             proc.end()
@@ -378,7 +434,14 @@ class ChildTarget:
         folder = target_folder(spec)
         path = ((folder,) if folder else ()) + (() if python else tuple(p for p in sys.path if p))
         self._proc = _take(python) if warm else ChildProcess(python)
-        self.info: dict[str, Any] = self._load(M.Load(payload, kind, path, seed), load_timeout)
+        load = M.Load(payload, kind, path, seed, cwd=os.getcwd(), environ=child_environ_for(python))
+        try:
+            self.info: dict[str, Any] = self._load(load, load_timeout)
+        except TargetImportError:
+            raise
+        except BaseException:  # Ctrl-C while it loads: nothing is left running
+            self._end()
+            raise
 
     def _load(self, msg: M.Load, load_timeout: float | None) -> dict[str, Any]:
         what = "loading the target"
@@ -431,8 +494,11 @@ class ChildTarget:
                 if isinstance(self._proc.receive(UNLOAD_TIMEOUT, "dropping the target"), M.Unloaded):
                     _give(self._proc)
                     return
-            except TargetError:
-                return
+            except TargetError:  # a child that cannot drop its target is not reused
+                pass
+            except BaseException:  # Ctrl-C meanwhile: nothing is left running
+                self._proc.end()
+                raise
         self._proc.end()
 
     def _end(self) -> None:

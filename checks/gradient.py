@@ -43,8 +43,11 @@ __all__ = [
     "AdvantageView",
     "WEIGHTS",
     "GRADIENT_GROUP_SIZES",
+    "GradientReport",
 ]
 
+#: the gradient level's report type before both levels shared one (:class:`Report`)
+GradientReport = Report
 #: group sizes of the gradient probes
 GRADIENT_GROUP_SIZES = (2, 3, 4, 8)
 #: relative tolerance of the float32 checks

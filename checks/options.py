@@ -1,5 +1,6 @@
 """The audit's options, built and checked once: one frozen record that the CLI, the pytest plugin
 and :func:`grpo_identity.checks.audit` all build, and that nothing downstream checks again.
+Standard library only at import (the pytest plugin reads its defaults from here).
 
 Every option is bounded (an audit cannot be asked to run for ever), and a bad one raises
 :class:`OptionError`, which names the field; each front end words it with the option as its user
@@ -19,9 +20,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from grpo_identity import dial as D
+if TYPE_CHECKING:  # the dial (numpy) loads when an expected preset is read, not with this module
+    from grpo_identity import dial as D
 
 __all__ = [
     "MAX_EXAMPLES",
@@ -96,11 +98,14 @@ class AuditOptions:
             raise OptionError("isolate", f"must be True, False or None, got {self.isolate!r}")
         if self.python is not None and not isinstance(self.python, str):
             raise OptionError("python", f"must be the path of an interpreter, got {self.python!r}")
-        self.expected  # noqa: B018  (an unknown preset is an error now, not when the audit ends)
+        if self.expect is not None:
+            self.expected  # noqa: B018  (an unknown preset is an error now, not when the audit ends)
 
     @property
     def expected(self) -> D.Dial | None:
         """The expected preset as a dial (None: any preset)."""
+        from grpo_identity import dial as D
+
         if self.expect is None or isinstance(self.expect, D.Dial):
             return self.expect
         if not isinstance(self.expect, str):

@@ -32,17 +32,19 @@ MARKER_OPTIONS = ("expect", "kind", "level", "max_examples", "timeout", "allow_d
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("grpo-identity", "audits of advantage functions (grpo-identity)")
+    from grpo_identity.checks.options import CALL_TIMEOUT, DEFAULT_MAX_EXAMPLES  # light: dial (numpy) only
+
     group.addoption(
         "--grpo-identity-max-examples",
         type=int,
-        default=200,
+        default=DEFAULT_MAX_EXAMPLES,
         metavar="N",
         help="hypothesis examples per audit (default 200)",
     )
     group.addoption(
         "--grpo-identity-timeout",
         type=float,
-        default=60.0,
+        default=CALL_TIMEOUT,
         metavar="S",
         help="seconds per call into an isolated target (default 60)",
     )
@@ -51,6 +53,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     options = ", ".join(MARKER_OPTIONS)
     config.addinivalue_line("markers", f"grpo_identity(**options): options for the grpo_identity fixture ({options})")
+    if config.pluginmanager.hasplugin("grpo_identity") and _defaults(config) is not None:
+        _check_flags(config)
+
+
+def _defaults(config: pytest.Config) -> dict[str, Any] | None:
+    """The audit defaults the command line sets (None when pytest was run without them)."""
+    try:
+        return {
+            "max_examples": config.getoption("--grpo-identity-max-examples"),
+            "timeout": config.getoption("--grpo-identity-timeout"),
+        }
+    except ValueError:  # the options were not registered (the plugin is loaded but inactive)
+        return None
+
+
+def _check_flags(config: pytest.Config) -> None:
+    """A bad ``--grpo-identity-*`` value stops the session at once, naming the flag."""
+    from grpo_identity.checks.options import AuditOptions, OptionError
+
+    try:
+        AuditOptions(**(_defaults(config) or {}))
+    except OptionError as exc:
+        flags = {"max_examples": "--grpo-identity-max-examples", "timeout": "--grpo-identity-timeout"}
+        raise pytest.UsageError(exc.worded(flags)) from None
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -79,22 +105,18 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 
 
 def _bad_value(options: dict[str, Any]) -> str | None:
-    """Why the marker's values make no audit (the options record's own check), or None."""
-    from grpo_identity.checks import KINDS, LEVELS
+    """Why the marker's values make no audit (the resolver's and the options record's own checks,
+    without a target), or None."""
     from grpo_identity.checks.options import AuditOptions, OptionError
+    from grpo_identity.checks.spec import check_kind_level
 
     audit_options = {k: v for k, v in options.items() if k not in ("kind", "level", "allow_deviation")}
-    why = None
-    if options.get("kind", "advantage") not in KINDS:
-        why = f"kind must be one of {', '.join(KINDS)}, got {options['kind']!r}"
-    elif options.get("level") not in (None, *LEVELS):
-        why = f"level must be one of {', '.join(LEVELS)}, got {options['level']!r}"
-    else:
-        try:
-            AuditOptions(**audit_options)
-        except OptionError as exc:
-            why = exc.worded({})
-    return None if why is None else f"grpo_identity: {why} (options: {', '.join(MARKER_OPTIONS)})"
+    try:
+        check_kind_level(options.get("kind", "advantage"), options.get("level"))
+        AuditOptions(**audit_options)
+    except OptionError as exc:
+        return f"grpo_identity: {exc.worded({})} (options: {', '.join(MARKER_OPTIONS)})"
+    return None
 
 
 def summary(report: Any) -> str:
@@ -167,11 +189,7 @@ def _isolable(target: Any) -> tuple[bool, str | None]:
 @pytest.fixture
 def grpo_identity(request: pytest.FixtureRequest) -> Checker:
     """Audit advantage functions in a test: ``grpo_identity.check(fn, expect="grpo")``."""
-    config = request.config
-    defaults: dict[str, Any] = {
-        "max_examples": config.getoption("--grpo-identity-max-examples"),
-        "timeout": config.getoption("--grpo-identity-timeout"),
-    }
+    defaults: dict[str, Any] = dict(_defaults(request.config) or {})
     for mark in reversed(list(request.node.iter_markers("grpo_identity"))):  # closest marker wins
         defaults.update(mark.kwargs)
     return Checker(defaults)

@@ -42,7 +42,12 @@ class Load:
     path: tuple[str, ...] = ()
     """Folders put first on the child's ``sys.path`` (the target's own folder first)."""
     seed: int = 0
-    """Seed of ``random``, numpy's and torch's global generators, set before the target loads."""
+    """Seed of ``random``, numpy's and torch's global generators, set before the target loads
+    (torch's again after, if loading imported it)."""
+    cwd: str | None = None
+    """The caller's working directory (a warm child follows it)."""
+    environ: dict[str, str] | None = None
+    """The environment the target sees (a warm child takes the caller's current one)."""
 
 
 @dataclass(frozen=True)

@@ -191,18 +191,26 @@ def _locked(env: Path) -> Iterator[None]:
     environment was not built (the build failed) is removed with it."""
     env.parent.mkdir(parents=True, exist_ok=True)
     lock = env.parent / f".{env.name}.lock"
-    with open(lock, "w") as fh:
+    while True:
+        fh = open(lock, "a")
         try:
             import fcntl
 
             fcntl.flock(fh, fcntl.LOCK_EX)
-        except ImportError:  # no fcntl (Windows): unlocked, as before
+        except ImportError:  # no fcntl (Windows): unlocked
+            break
+        try:  # the file locked is still the lock's file (not one a failed build removed meanwhile)
+            if os.fstat(fh.fileno()).st_ino == os.stat(lock).st_ino:
+                break
+        except FileNotFoundError:
             pass
-        try:
-            yield
-        finally:
-            if not env.exists():
-                lock.unlink(missing_ok=True)
+        fh.close()
+    try:
+        yield
+    finally:
+        if not env.exists():
+            lock.unlink(missing_ok=True)
+        fh.close()
 
 
 def _recipe(framework: str, release: str) -> str:

@@ -107,6 +107,15 @@ class Inferred:
     uniform_within_answer: bool | None = None
     """Gradient level: every token of an answer gets the same coefficient."""
 
+    def describe(self) -> str:
+        """The dial in a few words: ``centre mean, group_std (ddof 1, eps 0.0001)``."""
+        if self.centre is None:
+            return "no dial fits"
+        if self.scale == "none":
+            return f"centre {self.centre}, no std"
+        where = " inside √" if self.eps_inside_sqrt else ""
+        return f"centre {self.centre}, {self.scale} (ddof {self.ddof}, eps {float(self.eps or 0):.3g}{where})"
+
     def dial(self) -> D.Dial | None:
         """The inferred point of the dial (α aside), or ``None``."""
         if self.centre is None or self.scale is None:

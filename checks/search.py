@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import threading
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -34,12 +35,34 @@ if sys.version_info < (3, 11):  # pragma: no cover
 __all__ = ["FiniteGuard", "failure", "quiet_hypothesis", "run_property"]
 
 
+_QUIET_LOCK = threading.Lock()
+#: how many audits are inside :func:`quiet_hypothesis` now, and what to restore when none is
+_quiet: dict[str, Any] = {"depth": 0, "restore": None}
+
+
 @contextlib.contextmanager
 def quiet_hypothesis() -> Iterator[None]:
     """While the audit searches: hypothesis's storage in this project's cache folder, and no
-    constants drawn from the process's local modules (restored after, so a test session's own
-    hypothesis tests are left as they were).  The second reaches into hypothesis's provider (no
-    public setting exists); where a release lacks it, only the storage moves."""
+    constants drawn from the process's local modules.  Restored when the last audit inside leaves
+    (audits in several threads share one patch), so a test session's own hypothesis tests are left
+    as they were.  The second reaches into hypothesis's provider (no public setting exists); where
+    a release lacks it, only the storage moves."""
+    with _QUIET_LOCK:
+        if _quiet["depth"] == 0:
+            _quiet["restore"] = _patch_hypothesis()
+        _quiet["depth"] += 1
+    try:
+        yield
+    finally:
+        with _QUIET_LOCK:
+            _quiet["depth"] -= 1
+            if _quiet["depth"] == 0:
+                _quiet["restore"]()
+                _quiet["restore"] = None
+
+
+def _patch_hypothesis() -> Callable[[], None]:
+    """Patch hypothesis (see :func:`quiet_hypothesis`); return the function that undoes it."""
     from hypothesis import configuration
 
     before = getattr(configuration, "__hypothesis_home_directory", None)
@@ -55,13 +78,14 @@ def quiet_hypothesis() -> Iterator[None]:
     if patch:
         cache.clear()
         providers._get_local_constants = providers.Constants
-    try:
-        yield
-    finally:
+
+    def restore() -> None:
         if patch:
             providers._get_local_constants = local
             cache.clear()
         configuration.set_hypothesis_home_dir(before)
+
+    return restore
 
 
 def failure(exc: TargetError, where: str = "") -> str:

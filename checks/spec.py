@@ -31,7 +31,7 @@ from grpo_identity.checks import KINDS, LEVELS
 from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, parse_set, parse_spec
 from grpo_identity.checks.options import OptionError
 
-__all__ = ["FunctionSpec", "Spec", "resolve", "is_framework"]
+__all__ = ["FunctionSpec", "Spec", "resolve", "is_framework", "check_kind_level"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,15 @@ class FunctionSpec:
 
 #: what :func:`resolve` returns
 Spec = FunctionSpec | FrameworkSpec
+
+
+def check_kind_level(kind: Any, level: Any) -> None:
+    """``kind`` one of :data:`~grpo_identity.checks.KINDS`, ``level`` None or one of
+    :data:`~grpo_identity.checks.LEVELS`; else :class:`OptionError`."""
+    if kind not in KINDS:
+        raise OptionError("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    if level is not None and level not in LEVELS:
+        raise OptionError("level", f"must be one of {', '.join(LEVELS)}, got {level!r}")
 
 
 def is_framework(target: Any) -> bool:
@@ -102,10 +111,7 @@ def resolve(
     FunctionSpec or FrameworkSpec
         With its level set.
     """
-    if kind not in KINDS:
-        raise OptionError("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
-    if level is not None and level not in LEVELS:
-        raise OptionError("level", f"must be one of {', '.join(LEVELS)}, got {level!r}")
+    check_kind_level(kind, level)
     sets = list(sets)
     if is_framework(target):
         return _framework(target, sets, config, level, kind, release)
@@ -137,6 +143,8 @@ def _framework(
     name = target if isinstance(target, str) else spec.describe()
     if config and not os.path.isfile(config):
         raise OptionError("config", f"names no file: {config}")
+    if config:  # the framework reads it in the audit's child, whose working directory may differ
+        config = os.path.abspath(config)
     if kind == "filter":
         message = f"filter: {name!r} computes advantages; only presets and functions can be audited as filters"
         raise OptionError("kind", message)
@@ -147,12 +155,12 @@ def _framework(
             raise OptionError(
                 field, f"configures the trainer path; {name!r} is the estimator function alone ({trainer_path})"
             )
-        if level == "gradient":
+        if (level or spec.level) == "gradient":
             raise OptionError(
                 "level", f"gradient: {name!r} is the estimator function alone, it has no loss ({trainer_path})"
             )
     spec = spec.with_sets(pairs, config=config, level=level)
-    return replace(spec, level=spec.default_level(), **_release(spec.framework, release))
+    return replace(spec, level=spec.default_level(), **_release(spec.framework, release or spec.release))
 
 
 def _pair(item: str | tuple[str, str]) -> tuple[str, str]:

@@ -80,6 +80,9 @@ def load_target(spec: Any, kind: str = "advantage") -> Callable[..., Any]:
         module = _load_file(where) if _is_path(where) else importlib.import_module(where)
     except TargetImportError:
         raise
+    except ModuleNotFoundError as exc:
+        hint = f" (and no file {where} here)" if exc.name == where.split(".")[0] and "." in where else ""
+        raise TargetImportError(f"importing {where} failed: ModuleNotFoundError: {exc}{hint}") from None
     except SystemExit as exc:
         raise TargetImportError(f"importing {where} called sys.exit({exc.code!r})") from None
     except BaseException as exc:  # an import error, or anything the target's module raises at import
@@ -314,12 +317,22 @@ def _resolve(ref: tuple[Any, ...]) -> Callable[..., Any]:
 
 
 def _load_file(where: str) -> Any:
-    """Import a file as a module under a private name (never as ``__main__``)."""
+    """Import a file as a module under a private name (never as ``__main__``), its folder first on
+    ``sys.path`` while it loads, as ``python FILE.py`` would have it (a child process keeps it
+    there: :class:`grpo_identity.checks.child.ChildTarget`)."""
     mod_name = "_grpo_identity_target_" + os.path.splitext(os.path.basename(where))[0]
     loader_spec = importlib.util.spec_from_file_location(mod_name, where)
     if loader_spec is None or loader_spec.loader is None:
         raise TargetImportError(f"cannot import {where}")
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[mod_name] = module
-    loader_spec.loader.exec_module(module)
+    folder = os.path.dirname(os.path.abspath(where))
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        loader_spec.loader.exec_module(module)
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
     return module

@@ -25,6 +25,7 @@ Every rule takes the measured data and returns a :class:`Decision`; none prints 
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from grpo_identity import dial as D
+from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES
 from grpo_identity.checks.report import VERDICTS, WEIGHTS, Finding, Inferred, Report
 
 __all__ = [
@@ -146,7 +148,12 @@ def _silent_residue(inf: Inferred) -> Finding | None:
         f"exactly 0 (worst: every reward {w.get('value', float('nan')):.6g} at G = {w.get('G')}): float rounding "
         f"of the group mean{amplified}"
     )
-    example = {"group_rewards": f"every reward {w.get('value')}", "group_size": w.get("G")}
+    example = {
+        "group_rewards": f"every reward {w.get('value')}",
+        "group_size": w.get("G"),
+        "values": list(SILENT_PROBE_VALUES),
+        "group_sizes": list(PROBE_GROUP_SIZES),
+    }
     return Finding("silent_nonbinary_groups_zero", message, example, severity)
 
 
@@ -189,7 +196,7 @@ def advantage(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> 
 
 def _wrong_family(inf: Inferred, ref: D.Dial) -> Finding:
     mine, theirs = ("σ" if family(s) == "sigma" else "σ²" for s in (inf.scale, ref.scale))
-    message = f"wrong family: the target scales like {_describe(inf)} (c ∝ {mine}), {ref.name} expects c ∝ {theirs}"
+    message = f"wrong family: the target scales like {inf.describe()} (c ∝ {mine}), {ref.name} expects c ∝ {theirs}"
     return Finding("matches_preset", message)
 
 
@@ -197,13 +204,6 @@ def _immaterial(factors: list[dict[str, Any]]) -> bool:
     """Every factor c_target / c_expected (min and max over k, each probed G) within MATERIAL_FACTOR of 1."""
     vals = [v for f in factors for v in (f["factor_min"], f["factor_max"])]
     return bool(vals) and all(math.isfinite(v) and abs(v - 1.0) < MATERIAL_FACTOR for v in vals)
-
-
-def _describe(inf: Inferred) -> str:
-    if inf.scale == "none":
-        return f"centre {inf.centre}, no std"
-    where = " inside √" if inf.eps_inside_sqrt else ""
-    return f"centre {inf.centre}, {inf.scale} (ddof {inf.ddof}, eps {inf.eps:.3g}{where})"
 
 
 def _deviation_message(inf: Inferred, ref: D.Dial, factors: list[dict[str, Any]]) -> str:
@@ -276,7 +276,7 @@ def combine(grad: Report, adv: Report) -> Report:
     own = [f for f in grad.findings if f.property != "matches_preset"]
     levels = [f.severity for f in own if f.severity in VERDICTS]
     gradient_fields = {k: getattr(grad.inferred, k) for k in _GRADIENT_FIELDS}
-    inferred = Inferred(**{**adv.inferred.__dict__, **gradient_fields})
+    inferred = Inferred(**copy.deepcopy({**adv.inferred.__dict__, **gradient_fields}))
     return Report(
         target=grad.target,
         level="gradient",

@@ -168,7 +168,7 @@ def _sample_once_per_shape(trainer: Any) -> None:
     model_generate = trainer.model.generate
 
     def generate_once(*args: Any, **kwargs: Any) -> Any:
-        ids = kwargs.get("input_ids", args[0] if args else None)
+        ids: Any = kwargs.get("input_ids", args[0] if args else None)
         if not hasattr(ids, "shape"):
             return model_generate(*args, **kwargs)
         key = (tuple(ids.shape), ids.detach().cpu().numpy().tobytes())
@@ -217,7 +217,8 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
         out = _score(trainer, state, rewards, group_size)
         return out["advantages"].detach().cpu().numpy().astype(np.float64)  # TRL's fp32 values, in the caller's dtype
 
-    trl_advantage.grpo_identity_info = _info(spec, args, "GRPOTrainer._generate_and_score_completions")  # type: ignore[attr-defined]
+    info = _info(spec, args, "GRPOTrainer._generate_and_score_completions")
+    trl_advantage.grpo_identity_info = info  # type: ignore[attr-defined]
     return trl_advantage
 
 

@@ -17,6 +17,8 @@ from typing import Any, NoReturn, Sequence
 from grpo_identity import __version__
 from grpo_identity.foundation import EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE, UsageError, missing_extra
 
+#: the exit code of a command stopped by Ctrl-C (128 + SIGINT, as shells report it)
+EXIT_INTERRUPTED = 130
 #: subcommand name -> module under grpo_identity.app.commands
 COMMANDS: dict[str, str] = {
     "closed-forms": "closed_forms",
@@ -86,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args._argv = argv  # so that messages can name the option the user typed
     missing = _missing_folders(getattr(args, "out", None))
     code = _run(args)
-    if code == EXIT_USAGE:  # bad input writes nothing: not even the empty --out folder
+    if code in (EXIT_USAGE, EXIT_INTERRUPTED):  # bad input writes nothing: not even the empty --out folder
         _remove_empty(missing)
     return code
 
@@ -108,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _missing_folders(out: Any) -> list[Path]:

@@ -733,7 +733,8 @@ def _html(result: dict[str, Any], notebooks_index: Path | None, out: Path) -> st
         colour = _COLOURS[it["status"]]
         note = f'<div class="note">{esc(it["note"])}</div>' if it["note"] else ""
         rows.append(
-            f"<tr><td>{esc(it['name'])}{note}</td><td>{esc(_cell(it['paper']))}</td><td>{esc(_cell(it['project']))}</td>"
+            f"<tr><td>{esc(it['name'])}{note}</td><td>{esc(_cell(it['paper']))}</td>"
+            f"<td>{esc(_cell(it['project']))}</td>"
             f'<td style="color:{colour};font-weight:600">{esc(it["status"])}</td></tr>'
         )
     counts = result["counts"]

@@ -241,6 +241,7 @@ def test_two_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
     targets = ["grpo", "preset:trl", "dapo"]
     close_warm_children()
     warm = [_without_seconds(audit(t, max_examples=40).to_dict()) for t in targets]
+    assert warm_children() == {sys.executable: 1}  # one child served all three
     cold = []
     for t in targets:
         close_warm_children()

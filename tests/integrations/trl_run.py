@@ -64,7 +64,8 @@ def main(out: str, reward: str = "binary", group_size: str = "4") -> None:
         else:  # "d a" always solved (a silent group); otherwise solved when the answer starts with a or b
             r = [1.0 if p == "d a" or c.strip()[:1] in ("a", "b") else 0.0 for p, c in zip(prompts, completions)]
         for p, v in zip(prompts, r):
-            rows.write(json.dumps({"step": trainer_state.global_step, "prompt": p, "reward": v}) + "\n")  # type: ignore[attr-defined]
+            step = trainer_state.global_step  # type: ignore[attr-defined]
+            rows.write(json.dumps({"step": step, "prompt": p, "reward": v}) + "\n")
         rows.flush()
         return r
 

@@ -53,7 +53,13 @@ _RELEASE_HELP = (
 
 def configure(p: argparse.ArgumentParser) -> None:
     from grpo_identity.checks import KINDS, LEVELS  # standard library only at import
-    from grpo_identity.checks.options import CALL_TIMEOUT, FRAMEWORK_LOAD_TIMEOUT, MAX_EXAMPLES, MAX_TIMEOUT
+    from grpo_identity.checks.options import (
+        CALL_TIMEOUT,
+        DEFAULT_MAX_EXAMPLES,
+        FRAMEWORK_LOAD_TIMEOUT,
+        MAX_EXAMPLES,
+        MAX_TIMEOUT,
+    )
 
     p.add_argument("target", metavar="TARGET", help=_TARGET_HELP)
     p.add_argument(
@@ -83,9 +89,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-examples",
         type=int,
-        default=200,
+        default=DEFAULT_MAX_EXAMPLES,
         metavar="N",
-        help=f"hypothesis examples in total, 1 to {MAX_EXAMPLES:,} (default 200)",
+        help=f"hypothesis examples in total, 1 to {MAX_EXAMPLES:,} (default {DEFAULT_MAX_EXAMPLES})",
     )
     p.add_argument(
         "--timeout",
@@ -174,11 +180,7 @@ def summary_line(report: Any) -> str:
     info = d.get("target_info", {})
     head = f"{info.get('framework', '?')} {info.get('version', '?')}: {d['verdict'].upper()}"
     inf = d["inferred"]
-    if inf.get("centre") is None:
-        dial = "no dial fits"
-    else:
-        std = "" if inf["scale"] == "none" else f", ddof {inf['ddof']}, eps {inf['eps']:.3g}"
-        dial = f"centre {inf['centre']}, scale {inf['scale']}{std}"
+    dial = report.inferred.describe()
     first = next((f for f in d["findings"] if f["severity"] == "fail"), None)
     weight = ""
     if d.get("level") == "gradient":

@@ -228,7 +228,7 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
         emit_json(s)
         return 0 if ok else 1
     na = lambda v: "n/a" if v is None else v  # noqa: E731
-    iv = lambda d: "n/a" if d.get("interval") is None else f"[{d['interval'][0]:.3f}, {d['interval'][1]:.3f}]"  # noqa: E731
+    iv = lambda d: "n/a" if d.get("interval") is None else "[{:.3f}, {:.3f}]".format(*d["interval"])  # noqa: E731
     print(
         f"fixed policy: {s['model']} with {s['n_params']:,} parameters on {s['device']}; "
         f"{c['groups']} groups of G = {c['group_size']} "

@@ -143,3 +143,26 @@ def test_releases_prints_one_line_per_release(capsys):
     assert lines[0].startswith("trl 0.22.0: DEVIATION  matches dr_grpo")
     assert lines[1].startswith("trl 1.16.0: DEVIATION  matches trl")
     assert np.all([" (centre mean" in ln and "per-sample weight 1/batch_tokens" in ln for ln in lines])
+
+
+def _without_seconds(d):
+    d = {k: v for k, v in d.items() if k != "seconds"}
+    if d.get("advantage"):
+        d["advantage"] = _without_seconds(d["advantage"])
+    return d
+
+
+@pytest.mark.slow
+def test_two_trl_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
+    pytest.importorskip("trl")
+    from grpo_identity.checks.child import close_warm_children, warm_children
+
+    configs = [["loss_type=grpo"], ["loss_type=dr_grpo", "scale_rewards=none"], ["bf16=true"]]
+    close_warm_children()
+    warm = [_without_seconds(audit("trl", sets=c, max_examples=30).to_dict()) for c in configs]
+    assert sum(warm_children().values()) == 1  # the later audits reused the first one's child
+    cold = []
+    for c in configs:
+        close_warm_children()
+        cold.append(_without_seconds(audit("trl", sets=c, max_examples=30).to_dict()))
+    assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
