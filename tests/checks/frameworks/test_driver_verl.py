@@ -193,7 +193,7 @@ def test_verl_grpo_vectorized_through_the_trainer_crashes_in_0_6_0_and_ignores_t
     # 0.6.0: group_mean_std(device=None) resolves the device to a module (get_torch_device()) outside pytest
     assert old.startswith("verl 0.6.0: ADAPTER ERROR") and "TypeError: to() received an invalid combination" in old
     # 0.7.1: the trainer hands the estimator its config; the estimator reads the switch from a keyword
-    assert new.startswith("verl 0.7.1: FAIL  matches verl") and "scale group_std" in new
+    assert new.startswith("verl 0.7.1: FAIL  matches verl") and "group_std (ddof 1, eps 1e-06)" in new
 
 
 def _without_seconds(d):
