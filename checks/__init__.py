@@ -30,8 +30,8 @@ from typing import Any
 
 #: what an audit compares: the advantages, or the gradient of a loss
 LEVELS = ("advantage", "gradient")
-#: what a target computes: one advantage per reward, or one keep flag per group
-KINDS = ("advantage", "filter")
+#: what a target computes: one advantage per reward, one keep flag per group, or one per answer
+KINDS = ("advantage", "filter", "row-filter")
 
 #: public name -> module under grpo_identity.checks that defines it
 _EXPORTS: dict[str, str] = {

@@ -117,7 +117,7 @@ def build(spec: str | FrameworkSpec, kind: str = "advantage") -> Callable[..., A
 def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
     """A framework driver's target, tried once on one group so that a configuration the framework
     rejects only when it runs (TRL checks ``scale_rewards`` at the first batch) is an adapter error."""
-    if kind == "filter":
+    if kind in ("filter", "row-filter"):
         raise AdapterError(f"{fs.describe()} computes advantages; only presets can be audited as filters")
     import importlib
 
@@ -171,6 +171,12 @@ def _preset(name: str, kind: str) -> Callable[..., Any]:
             return D.keep_mask(rewards, group_size, d)
 
         fn = keep
+    elif kind == "row-filter":
+
+        def keep_rows(rewards: np.ndarray, group_size: int) -> np.ndarray:
+            return np.repeat(D.keep_mask(rewards, group_size, d), group_size)
+
+        fn = keep_rows
     else:
 
         def adv(rewards: np.ndarray, group_size: int) -> np.ndarray:

@@ -33,12 +33,12 @@ from grpo_identity import dial as D
 from grpo_identity.checks import properties as P
 from grpo_identity.checks import verdict as V
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
-from grpo_identity.checks.infer import PROBE_GROUP_SIZES, infer_dial, infer_keep_rule
+from grpo_identity.checks.infer import PROBE_GROUP_SIZES, infer_dial, infer_filter
 from grpo_identity.checks.options import CALL_TIMEOUT, DEFAULT_MAX_EXAMPLES, AuditOptions, OptionError
 from grpo_identity.checks.report import VERDICTS, AuditReport, Finding, Inferred, Report
 from grpo_identity.checks.search import FiniteGuard, failure, run_property
 from grpo_identity.checks.spec import FunctionSpec, Spec, resolve
-from grpo_identity.checks.target import LocalTarget, TargetError, load_target
+from grpo_identity.checks.target import LocalTarget, RoundedRewards, TargetError, load_target, round_rewards
 
 #: the names this module had before the report moved to :mod:`grpo_identity.checks.report`
 __all__ = ["audit", "run", "AuditReport", "VERDICTS"]
@@ -62,34 +62,29 @@ def audit(
     isolate: bool | None = None,
     python: str | None = None,
     progress: bool = False,
+    input: str | None = None,
+    reward_dtype: str | None = None,
+    call: str | None = None,
 ) -> Report:
     """Audit an advantage function, a group filter, or a framework as its users configure it.
 
     Parameters
     ----------
     target : callable, str or FrameworkSpec
-        A callable ``fn(rewards, group_size)`` (run in this process unless ``isolate``); a spec
-        string ``FILE.py:fn`` or ``module:fn``, a preset (``grpo``) or a framework (``trl``,
-        ``verl:grpo`` …), each run in a child process with ``timeout`` seconds per call.
+        A callable (run in this process unless ``isolate``); ``FILE.py:fn``, ``module:fn``, a preset
+        (``grpo``) or a framework (``trl``, ``verl:grpo`` …), each run in a child process.
     expect : str or Dial, optional
         The expected preset; None: any preset.
-    kind : {'advantage', 'filter'}
-        One advantage per reward, or one keep flag per group.
-    level : {'advantage', 'gradient'}, optional
-        None: the gradient for a framework's trainer path, the advantages for anything else.
+    kind, level : str
+        'advantage', 'filter' (a flag per group) or 'row-filter' (a flag per answer); 'advantage'
+        or 'gradient' (None: the gradient for a framework's trainer path).
     sets, config, release
-        A framework's config keys (``"loss_type=dr_grpo"``), its YAML file, and a release to
-        audit in an environment of its own.
-    max_examples : int
-        Hypothesis examples in all, shared by the properties (1 to 10,000).
-    timeout, load_timeout : float
-        Seconds per call into a child process's target, and for loading it (at most 3600).
-    isolate : bool, optional
-        Force a child process (True) or this process (False).
-    python : str, optional
-        The interpreter of the child (a release's environment).
-    progress : bool
-        A progress bar on stderr.
+        A framework's config keys (``"loss_type=dr_grpo"``), its YAML file, a release to audit.
+    max_examples, timeout, load_timeout, isolate, python, progress
+        The run (:class:`~grpo_identity.checks.options.AuditOptions`, which bounds them).
+    input, reward_dtype, call : str, optional
+        How to call a function (:mod:`grpo_identity.checks.calling`); by default its signature, its
+        annotation and a first call decide.
 
     Returns
     -------
@@ -101,8 +96,8 @@ def audit(
     OptionError
         A bad option (a ``ValueError`` naming it).
     TargetImportError
-        The target cannot be loaded: a bad spec, a missing file or function, a module that
-        fails, hangs, exits or crashes while it is imported.
+        The target cannot be loaded or called: a bad spec, a missing file or function, a module
+        that fails, hangs, exits or crashes while it is imported, inputs it refuses.
 
     Examples
     --------
@@ -110,7 +105,17 @@ def audit(
     >>> audit(lambda r, G: D.advantages(r, G, D.DR_GRPO), max_examples=10).matches
     'dr_grpo'
     """
-    spec = resolve(target, sets=sets, config=config, level=level, kind=kind, release=release)
+    spec = resolve(
+        target,
+        sets=sets,
+        config=config,
+        level=level,
+        kind=kind,
+        release=release,
+        input=input,
+        reward_dtype=reward_dtype,
+        call=call,
+    )
     options = AuditOptions(
         expect=expect,
         max_examples=max_examples,
@@ -128,14 +133,17 @@ def run(spec: Spec, options: AuditOptions) -> Report:
     pytest plugin all call)."""
     t0 = time.perf_counter()
     name = spec.describe()
-    with _open(spec, options, _release_python(spec, options)) as tgt:
+    calling = spec.calling if isinstance(spec, FunctionSpec) else None
+    dtype = calling.reward_dtype if calling is not None else "float64"
+    with _open(spec, options, _release_python(spec, options)) as opened:
+        tgt = opened if dtype == "float64" else RoundedRewards(opened, dtype)
         if spec.level == "gradient":
             report = _gradient(tgt, name, options)
-        elif spec.kind == "filter":
-            report = _keep_rule(tgt, name, options)
+        elif spec.kind in ("filter", "row-filter"):
+            report = _keep_rule(P.WholeGroups(tgt) if spec.kind == "row-filter" else tgt, name, options, spec.kind)
         else:
             report = _advantages(tgt, name, options)
-        report.target_info = dict(getattr(tgt, "info", {}) or {})
+        report.target_info = dict(getattr(opened, "info", {}) or {})
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -170,9 +178,10 @@ def _open(spec: Spec, options: AuditOptions, python: str | None) -> Any:
     name = spec.describe()
     framework = isinstance(spec, FrameworkSpec)
     payload: Any = spec if framework else spec.target  # type: ignore[union-attr]
+    calling = spec.calling if isinstance(spec, FunctionSpec) else None
     if python is None and (options.isolate is False or (callable(payload) and not options.isolate)):
         fn = payload if callable(payload) else load_target(payload, kind)
-        return LocalTarget(fn, name=name, kind=kind)
+        return LocalTarget(fn, name=name, kind=kind, calling=calling)
     warm = framework or (isinstance(spec, FunctionSpec) and spec.builtin)
     return ChildTarget(
         payload,
@@ -182,6 +191,7 @@ def _open(spec: Spec, options: AuditOptions, python: str | None) -> Any:
         name=name,
         python=python,
         warm=warm,
+        calling=calling,
     )
 
 
@@ -209,10 +219,9 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
         inf = infer_dial(guarded)
     except (P.PropertyViolation, TargetError) as exc:
         return _failed(name, "advantage", "advantage", expected, Inferred(why="not probed"), [_probe_failure(exc)])
-    ctx = P.Context(
-        P.Tolerance.for_precision(inf.precision), reference=inf.reference(), batch_scale=inf.scale == "batch_std"
-    )
-    findings, examples, ran = _search(guarded, P.ADVANTAGE_PROPERTIES, ctx, options, name)
+    ctx = _context(tgt, inf)
+    props = P.ADVANTAGE_PROPERTIES + (P.LAYOUT_PROPERTIES if ctx.reference_ids is not None else ())
+    findings, examples, ran = _search(guarded, props, ctx, options, name)
     if getattr(tgt, "dead", None) is None:
         from grpo_identity.checks.probes import run_probes
 
@@ -221,19 +230,45 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
     return _report(name, "advantage", inf, decision, expected, examples, ran, time.perf_counter() - t0)
 
 
-def _keep_rule(tgt: Any, name: str, options: AuditOptions) -> Report:
+def _context(tgt: Any, inf: Inferred) -> P.Context:
+    """What the properties compare against: the inferred dial, and, for a target that takes group
+    ids, the same dial on rows in any order (groups of any size unless it also takes G)."""
+    call = (getattr(tgt, "info", None) or {}).get("call") or {}
+    with_ids = call.get("form") in ("ids", "verl")
+    rounding = getattr(tgt, "dtype", None)
+    reference, reference_ids = inf.reference(), inf.reference_ids() if with_ids else None
+    if rounding is not None:  # the references see the rewards the target sees
+        reference = _rounded(reference, rounding)
+        reference_ids = _rounded(reference_ids, rounding)
+    return P.Context(
+        P.Tolerance.for_precision(inf.precision),
+        reference=reference,
+        batch_scale=inf.scale == "batch_std",
+        reference_ids=reference_ids,
+        ragged=with_ids and not call.get("group_size_arg"),
+    )
+
+
+def _rounded(fn: Any, dtype: str) -> Any:
+    from grpo_identity.checks.target import round_rewards
+
+    return None if fn is None else (lambda r, *rest: fn(round_rewards(r, dtype), *rest))
+
+
+def _keep_rule(tgt: Any, name: str, options: AuditOptions, kind: str = "filter") -> Report:
     """The filter audit: the keep rule inferred, the filter properties searched."""
     t0 = time.perf_counter()
     expected = options.expected
     inf = Inferred(why="not probed", precision="bool")
+    dtype = getattr(tgt, "dtype", None)
     try:
-        inf.keep, inf.why = infer_keep_rule(tgt)
+        inf = infer_filter(tgt, rounding=(lambda r: round_rewards(r, dtype)) if dtype else None)
     except (P.PropertyViolation, TargetError) as exc:
-        return _failed(name, "advantage", "filter", expected, inf, [_probe_failure(exc)])
+        return _failed(name, "advantage", kind, expected, inf, [_probe_failure(exc)])
     ctx = P.Context(P.Tolerance.for_precision("float64"), keep_reference=expected)
     findings, examples, ran = _search(tgt, P.FILTER_PROPERTIES, ctx, options, name)
     decision = V.keep_rule(inf, findings, expected)
-    return _report(name, "filter", inf, decision, expected, examples, ran, time.perf_counter() - t0)
+    return _report(name, kind, inf, decision, expected, examples, ran, time.perf_counter() - t0)
 
 
 def _search(
@@ -248,7 +283,7 @@ def _search(
     examples, ran = 0, []
     bar = tqdm(props, desc=f"audit {name}", unit="property", disable=not options.progress, leave=False)
     for prop in bar:
-        two_valued = prop in _TWO_VALUED and props is P.ADVANTAGE_PROPERTIES
+        two_valued = prop in _TWO_VALUED
         kinds = ("binary", "two_valued") if two_valued else ("binary", "two_valued", "continuous")
         violation, count = run_property(prop, tgt, ctx, n_each, kinds)
         examples += count

@@ -35,6 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity.checks import protocol as M
+from grpo_identity.checks.calling import CallError
 from grpo_identity.checks.target import (
     TargetCrashed,
     TargetError,
@@ -44,10 +45,12 @@ from grpo_identity.checks.target import (
     _last_line,
     _OutputWatch,
     _resolve,
+    called_as_written,
     load_target,
     malformed,
     output_issue,
     reference,
+    seen_input,
     target_folder,
     to_numpy,
 )
@@ -124,8 +127,11 @@ class _Channel:
             os.chdir(msg.cwd)
         _seed(msg.seed)
         had_torch = "torch" in sys.modules
+        info: dict[str, Any] = {}
         try:
-            self.fn = _resolve(msg.payload) if isinstance(msg.payload, tuple) else load_target(msg.payload, msg.kind)
+            fn = _resolve(msg.payload) if isinstance(msg.payload, tuple) else load_target(msg.payload, msg.kind)
+            info = dict(getattr(fn, "grpo_identity_info", {}) or {})
+            self.fn = called_as_written(fn, msg.calling, info)
         except (TargetImportError, ValueError) as exc:
             return M.LoadFailed(str(exc))
         except SystemExit as exc:
@@ -134,20 +140,26 @@ class _Channel:
             return M.LoadFailed(_last_line(exc))
         if not had_torch and "torch" in sys.modules:  # the calls start from one state, warm or cold
             sys.modules["torch"].manual_seed(msg.seed)
-        return M.Loaded(dict(getattr(self.fn, "grpo_identity_info", {}) or {}))
+        return M.Loaded(info)
 
     def _call(self, msg: M.Call) -> Any:
         assert self.fn is not None
         passed = msg.rewards.copy()
+        plan_before = getattr(self.fn, "plan", None)
         try:
             out = self.fn(passed, msg.group_size, *msg.extra)
+            passed = seen_input(self.fn, passed)
             if self.kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
                 return M.Returned(out)
             bad = malformed(out, self.kind)
             if bad is not None:
                 return M.Malformed(bad)
             issue = output_issue(msg.rewards, passed, out, self.kind)
-            return M.Returned(to_numpy(out), issue, self.watch.check(out))
+            plan = getattr(self.fn, "plan", None)
+            call = plan.to_dict() if plan is not None and plan != plan_before else None
+            return M.Returned(to_numpy(out), issue, self.watch.check(out), call)
+        except CallError as exc:
+            return M.Rejected(str(exc))
         except SystemExit as exc:
             return M.Raised(f"called sys.exit({exc.code!r})")
         except Exception as exc:
@@ -420,6 +432,7 @@ class ChildTarget:
         python: str | None = None,
         warm: bool = False,
         seed: int = 0,
+        calling: Any = None,
     ) -> None:
         self.name = name or (spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec)))
         self.timeout = float(timeout)
@@ -434,7 +447,7 @@ class ChildTarget:
         folder = target_folder(spec)
         path = ((folder,) if folder else ()) + (() if python else tuple(p for p in sys.path if p))
         self._proc = _take(python) if warm else ChildProcess(python)
-        load = M.Load(payload, kind, path, seed, cwd=os.getcwd(), environ=child_environ_for(python))
+        load = M.Load(payload, kind, path, seed, cwd=os.getcwd(), environ=child_environ_for(python), calling=calling)
         try:
             self.info: dict[str, Any] = self._load(load, load_timeout)
         except TargetImportError:
@@ -477,7 +490,11 @@ class ChildTarget:
             raise TargetError(reply.message)
         if isinstance(reply, M.Malformed):
             raise TargetMalformed(reply.message)
+        if isinstance(reply, M.Rejected):
+            raise TargetImportError(reply.message)
         self.last_issue, self.last_overwrite = reply.issue, reply.overwrite
+        if reply.call is not None:
+            self.info["call"] = reply.call
         return reply.out
 
     def close(self) -> None:

@@ -34,6 +34,8 @@ __all__ = [
     "Inferred",
     "infer_dial",
     "infer_keep_rule",
+    "infer_filter",
+    "keep_tolerance",
     "probe_batch",
 ]
 
@@ -248,23 +250,104 @@ def infer_keep_rule(
     target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int, ...] = PROBE_GROUP_SIZES
 ) -> tuple[str, str]:
     """The keep rule of a group filter: ('nonzero_std' | 'all' | 'other', description)."""
-    agree_dapo, agree_all, first_bad = True, True, ""
+    inf = infer_filter(target, sizes)
+    return str(inf.keep), inf.why
+
+
+def infer_filter(
+    target: Callable[[np.ndarray, int], np.ndarray],
+    sizes: tuple[int, ...] = PROBE_GROUP_SIZES,
+    rounding: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> Inferred:
+    """The keep rule of a group filter, and the tolerance it keeps σ > 0 with.
+
+    Designed batches of binary, silent and near-silent groups (σ > 0, tiny) say whether the filter
+    keeps exactly the groups with σ > 0 ('nonzero_std'), every group ('all'), or something else
+    ('other').  A filter that agrees except that it drops near-silent groups keeps σ > 0 up to a
+    tolerance: :func:`keep_tolerance` measures it.  ``rounding``: how the rewards reach the filter
+    (``--reward-dtype``); the definition is taken on what the filter sees."""
+    seen = rounding or (lambda r: r)
+    agree_dapo, agree_all, only_near, first_bad = True, True, True, ""
     for G in sizes:
         silent = np.repeat(np.array(SILENT_PROBE_VALUES), G)
         near = [np.r_[np.full(G - 1, 0.1), 0.1 + d] for d in NEAR_SILENT_OFFSETS]  # σ > 0, tiny
         r = np.concatenate([probe_batch(G), silent, *near])
         keep = _call_filter(target, r, G, "filter_well_formed")
-        want = kept_by_definition(r, G, "nonzero_std")
+        want = kept_by_definition(seen(r), G, "nonzero_std")
         agree_all &= bool(keep.all())
-        if not np.array_equal(keep, want):
+        wrong = np.flatnonzero(keep != want)
+        if wrong.size:
             agree_dapo = False
-            if not first_bad:
-                g = int(np.flatnonzero(keep != want)[0])
+            n_exact = probe_batch(G).size // G + len(SILENT_PROBE_VALUES)
+            only_near &= bool(np.all(wrong >= n_exact) and not keep[wrong].any())  # near-silent ones dropped
+            if not first_bad or (keep[wrong].any() and "is dropped" in first_bad):
+                kept = wrong[keep[wrong]]  # a silent group kept says more than a near-silent one dropped
+                g = int(kept[0] if kept.size else wrong[0])
                 row = r[g * G : (g + 1) * G]
                 shown = ", ".join(f"{v:.12g}" for v in row[:8])  # 12 digits: 0.1 + 1e-9 reads apart from 0.1
                 first_bad = f"G={G}: group [{shown}{', …' if G > 8 else ''}] is {'kept' if keep[g] else 'dropped'}"
     if agree_dapo:
-        return "nonzero_std", "keeps exactly the groups with σ > 0"
+        return Inferred(keep="nonzero_std", why="keeps exactly the groups with σ > 0", precision="bool")
     if agree_all:
-        return "all", "keeps every group"
-    return "other", first_bad
+        return Inferred(keep="all", why="keeps every group", precision="bool")
+    if only_near:
+        tol = keep_tolerance(target, seen)
+        if tol is not None:
+            inf = Inferred(keep="nonzero_std", precision="bool", why=tol["why"])
+            inf.keep_tolerance, inf.keep_measure = tol["tolerance"], tol["measure"]
+            return inf
+    return Inferred(keep="other", why=first_bad, precision="bool")
+
+
+#: spreads of the tolerance ladder: 1 down to 1e-12, 16 a decade
+TOLERANCE_LADDER = 10.0 ** (-np.arange(0, 193) / 16)
+#: a group [0, …, 0, 1] of G rewards under each measure a keep rule may threshold
+_MEASURES: dict[str, Callable[[np.ndarray], float]] = {
+    "max − min": lambda x: float(np.ptp(x)),
+    "std (ddof 0)": lambda x: float(np.std(x)),
+    "std (ddof 1)": lambda x: float(np.std(x, ddof=1)),
+}
+
+
+def _largest_dropped(
+    target: Callable[..., Any], G: int, base: float, seen: Callable[[np.ndarray], np.ndarray]
+) -> float:
+    """The largest spread s of the ladder whose group [base, …, base, base + s] the filter drops
+    (0 when it drops none): one call with every rung."""
+    r = np.concatenate([np.r_[np.full(G - 1, base), base + s] for s in TOLERANCE_LADDER])
+    keep = _call_filter(target, r, G, "filter_well_formed")
+    live = kept_by_definition(seen(r), G, "nonzero_std")  # rungs still two values as the filter sees them
+    dropped = TOLERANCE_LADDER[~keep & live]
+    return float(dropped.max()) if dropped.size else 0.0
+
+
+def keep_tolerance(target: Callable[..., Any], seen: Callable[[np.ndarray], np.ndarray]) -> dict[str, Any] | None:
+    """How far below σ > 0 a filter drops groups: the tolerance, the measure it is taken in (max − min
+    or a std; a threshold that grows with the rewards' size is a floating-point resolution), and a
+    sentence.  ``None`` when it drops no group the definition keeps."""
+    at = {(G, base): _largest_dropped(target, G, base, seen) for G in (2, 8) for base in (0.5, 100.0)}
+    t2, t8, t2_big = at[(2, 0.5)], at[(8, 0.5)], at[(2, 100.0)]
+    if max(at.values()) == 0.0:
+        return None
+    if t2 > 0 and t2_big / t2 > 20:  # it scales with the rewards: a resolution, not a tolerance
+        for dtype in ("float32", "float16"):
+            ulp = float(np.spacing(np.array(0.5, dtype=dtype)))
+            if 0.2 * ulp <= t2 <= 8 * ulp:
+                why = (
+                    f"keeps σ > 0 at {dtype}'s resolution: groups whose rewards differ by less than about "
+                    f"{ulp:.2g} at 0.5 ({float(np.spacing(np.array(100.0, dtype=dtype))):.2g} at 100) are one value "
+                    f"to it and dropped (it computes in {dtype})"
+                )
+                return {"tolerance": ulp, "measure": f"{dtype} resolution", "why": why}
+        why = f"drops groups whose spread is below about {t2 / 0.5:.2g} of their size (a relative tolerance)"
+        return {"tolerance": t2 / 0.5, "measure": "relative", "why": why}
+    unit = np.r_[np.zeros(7), 1.0]
+    pair = np.r_[0.0, 1.0]
+
+    def mismatch(m: Callable[[np.ndarray], float]) -> float:
+        return abs(np.log(max(t2 * m(pair), 1e-300)) - np.log(max(t8 * m(unit), 1e-300)))
+
+    measure = min(_MEASURES, key=lambda name: mismatch(_MEASURES[name]))
+    tol = t2 * _MEASURES[measure](pair)
+    why = f"keeps σ > 0 with a tolerance: drops groups whose {measure} ≤ about {tol:.2g}"
+    return {"tolerance": tol, "measure": measure, "why": why}

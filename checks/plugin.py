@@ -27,7 +27,20 @@ from typing import Any, Callable
 import pytest
 
 #: options the ``grpo_identity`` marker and ``check`` accept: the audit's, and the plugin's own
-MARKER_OPTIONS = ("expect", "kind", "level", "max_examples", "timeout", "allow_deviation", "isolate")
+MARKER_OPTIONS = (
+    "expect",
+    "kind",
+    "level",
+    "max_examples",
+    "timeout",
+    "allow_deviation",
+    "isolate",
+    "input",
+    "reward_dtype",
+    "call",
+)
+#: the marker options that say what the target is and how to call it (the resolver's), not how to audit
+_SPEC_OPTIONS = ("kind", "level", "input", "reward_dtype", "call")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -107,12 +120,14 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 def _bad_value(options: dict[str, Any]) -> str | None:
     """Why the marker's values make no audit (the resolver's and the options record's own checks,
     without a target), or None."""
+    from grpo_identity.checks.calling import CallOptions
     from grpo_identity.checks.options import AuditOptions, OptionError
     from grpo_identity.checks.spec import check_kind_level
 
-    audit_options = {k: v for k, v in options.items() if k not in ("kind", "level", "allow_deviation")}
+    audit_options = {k: v for k, v in options.items() if k not in (*_SPEC_OPTIONS, "allow_deviation")}
     try:
         check_kind_level(options.get("kind", "advantage"), options.get("level"))
+        CallOptions(options.get("input"), options.get("reward_dtype") or "float64", options.get("call"))
         AuditOptions(**audit_options)
     except OptionError as exc:
         return f"grpo_identity: {exc.worded({})} (options: {', '.join(MARKER_OPTIONS)})"
@@ -154,7 +169,7 @@ class Checker:
         name = target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
         problem = None
         try:
-            spec = resolve(target, kind=opts.pop("kind", "advantage"), level=opts.pop("level", None))
+            spec = resolve(target, **{k: opts.pop(k) for k in _SPEC_OPTIONS if k in opts})
             report = run(spec, AuditOptions(**opts))
         except OptionError as exc:
             problem = f"grpo_identity: {exc.worded({})} (options: {', '.join(MARKER_OPTIONS)})"

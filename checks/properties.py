@@ -49,9 +49,14 @@ __all__ = [
     "filter_stateless",
     "ADVANTAGE_PROPERTIES",
     "FILTER_PROPERTIES",
+    "LAYOUT_PROPERTIES",
+    "WholeGroups",
+    "layout_independent",
+    "ragged_groups",
 ]
 
-Target = Callable[[np.ndarray, int], np.ndarray]
+#: a target: ``fn(rewards, G)``, and ``fn(rewards, G, ids)`` for one that takes group ids
+Target = Callable[..., Any]
 
 
 class PropertyViolation(AssertionError):
@@ -118,12 +123,17 @@ class Context:
     """The target scales by a batch-wide number (batch std): groups are independent up to it."""
     keep_reference: Any = None
     """For filters: the dial whose keep rule is expected (default DAPO's: keep σ > 0)."""
+    reference_ids: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    """Advantages the target should give rows in any order with group ids (groups of any size),
+    for targets that take group ids; ``None`` otherwise."""
+    ragged: bool = False
+    """The target takes group ids and no group size: groups of different sizes can be passed."""
     notes: list[str] = field(default_factory=list)
 
 
 # --- helpers -------------------------------------------------------------------------------------
-def _call(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.ndarray:
-    out = np.asarray(target(rewards, G))
+def _call(target: Target, rewards: np.ndarray, G: int, prop: str, ids: Any = None) -> np.ndarray:
+    out = np.asarray(target(rewards, G) if ids is None else target(rewards, G, ids))
     if out.shape != rewards.shape:
         raise PropertyViolation(
             prop,
@@ -410,6 +420,74 @@ def matches_dial(target: Target, batch: Any, ctx: Context, rng: np.random.Genera
             )
 
 
+# --- layouts (targets that take group ids) ---------------------------------------------------------
+def layout_independent(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """Rows in any order, with group ids of any labels, give each answer the advantage it gets when
+    the groups come one after another (for targets that take group ids)."""
+    if ctx.reference_ids is None:
+        return
+    r, G = batch.contiguous(), batch.group_size
+    A = _call(target, r, G, "layout_independent")
+    n = r.size // G
+    labels = rng.choice(10**9, size=n, replace=False)
+    order = rng.permutation(r.size)
+    ids = np.repeat(labels, G)[order]
+    B = _call(target, r[order], G, "layout_independent", ids)
+    expect = A[order]
+    for row in range(r.size):
+        g = order[row] // G
+        if _residue_group(r.reshape(-1, G), g):
+            continue
+        if not ctx.tol.close(B[row], expect[row], float(np.abs(A[g * G : (g + 1) * G]).max())):
+            raise PropertyViolation(
+                "layout_independent",
+                f"the advantages depend on the layout: answer {order[row]} of group {g} (G={G}, rewards "
+                f"{_fmt(r[g * G : (g + 1) * G])}) gets {expect[row]:.6g} group by group but {B[row]:.6g} with the "
+                "rows shuffled and the groups relabelled",
+                _example(r, G, A, int(g)),
+            )
+
+
+def ragged_groups(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    """Groups of different sizes (answers filtered out or aborted, down to a lone answer) each get
+    their own group's advantages: no block of G is assumed.  A lone answer has σ = 0 and gets 0;
+    NaN there fails, a nonzero push (its raw reward: no baseline) is a deviation."""
+    if ctx.reference_ids is None or not ctx.ragged:
+        return
+    r, G = batch.contiguous(), batch.group_size
+    R = r.reshape(-1, G)
+    sizes = rng.integers(1, G + 1, size=R.shape[0])
+    rows = np.concatenate([R[g, rng.permutation(G)[: sizes[g]]] for g in range(R.shape[0])])
+    ids = np.repeat(np.arange(R.shape[0]), sizes)
+    order = rng.permutation(rows.size)
+    rows, ids = rows[order], ids[order]
+    A = _call(target, rows, G, "ragged_groups", ids)
+    E = np.asarray(ctx.reference_ids(rows, ids), dtype=np.float64)
+    for g in np.unique(ids):
+        at = np.flatnonzero(ids == g)
+        got, want = A[at], E[at]
+        if at.size == 1 and got[0] != 0:
+            severity = "fail" if not np.isfinite(got[0]) else "deviation"
+            raise PropertyViolation(
+                "ragged_groups",
+                f"a lone answer (a group of 1, reward {rows[at][0]:.6g}) gets {got[0]:.6g}: σ = 0 there, so the "
+                "identity gives it no push (NaN poisons the step; a nonzero value pushes by the raw reward, with "
+                "no baseline)",
+                {"group_size": 1, "rewards": _list(rows), "group_ids": _list(ids)},
+                severity,
+            )
+        if at.size > 1 and not ctx.tol.close(got, want, float(max(np.abs(want).max(), np.abs(got).max())) * 4):
+            if R[g].max() == R[g].min() and not _exact_silent_value(float(R[g, 0])):
+                continue
+            raise PropertyViolation(
+                "ragged_groups",
+                f"a group of {at.size} among groups of sizes {sorted(set(sizes.tolist()))} (G={G} before answers "
+                f"were dropped; rewards {_fmt(rows[at])}) gets {_fmt(got)}, its own group's advantages are "
+                f"{_fmt(want)}: the groups are not taken as the ids give them (fixed blocks of G?)",
+                {"group_size": G, "rewards": _list(rows), "group_ids": _list(ids), "group": int(g)},
+            )
+
+
 # --- filter properties ---------------------------------------------------------------------------
 def _call_filter(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.ndarray:
     out = np.asarray(target(rewards, G))
@@ -429,6 +507,41 @@ def _call_filter(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.n
             _example(rewards, G, out),
         )
     return out
+
+
+class WholeGroups:
+    """A row filter (one keep flag per answer) seen as a group filter: each group's flags must agree
+    (a group is kept or dropped whole, by its σ); a group split between kept and dropped answers is a
+    ``keeps_whole_groups`` violation, with the rows of each side."""
+
+    def __init__(self, target: Target) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def __call__(self, rewards: np.ndarray, group_size: int) -> np.ndarray:
+        G = int(group_size)
+        rows = np.asarray(self._target(rewards, G))
+        if rows.shape != rewards.shape:
+            raise PropertyViolation(
+                "filter_well_formed",
+                f"returned shape {rows.shape} for {rewards.size} rewards (G={G}); a row filter returns one bool "
+                "per answer",
+                _example(rewards, G, rows),
+            )
+        flags = rows.astype(bool).reshape(-1, G)
+        split = np.flatnonzero(flags.any(1) & ~flags.all(1))
+        if split.size:
+            g = int(split[0])
+            kept, dropped = np.flatnonzero(flags[g]).tolist(), np.flatnonzero(~flags[g]).tolist()
+            raise PropertyViolation(
+                "keeps_whole_groups",
+                f"group {g} (G={G}, rewards {_fmt(rewards[g * G : (g + 1) * G])}) is split: answers {kept} kept, "
+                f"{dropped} dropped; a keep rule decides by the group's σ, for the whole group",
+                _example(rewards, G, rows, g),
+            )
+        return np.asarray(flags.all(1))
 
 
 def filter_well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
@@ -535,5 +648,7 @@ ADVANTAGE_PROPERTIES = (
     stateless,
     matches_dial,
 )
+#: properties of targets that take group ids (rows in any order, groups of any size)
+LAYOUT_PROPERTIES = (layout_independent, ragged_groups)
 #: filter properties
 FILTER_PROPERTIES = (filter_well_formed, keeps_groups_with_nonzero_std, filter_groups_independent, filter_stateless)

@@ -27,6 +27,7 @@ __all__ = [
     "Returned",
     "Raised",
     "Malformed",
+    "Rejected",
     "Unloaded",
 ]
 
@@ -48,6 +49,9 @@ class Load:
     """The caller's working directory (a warm child follows it)."""
     environ: dict[str, str] | None = None
     """The environment the target sees (a warm child takes the caller's current one)."""
+    calling: Any = None
+    """How to call a user's function (:class:`grpo_identity.checks.calling.CallOptions`), or None:
+    ``fn(rewards, G, ...)`` as it is (presets and frameworks are written that way)."""
 
 
 @dataclass(frozen=True)
@@ -97,11 +101,21 @@ class Returned:
     out: Any
     issue: str | None = None
     overwrite: str | None = None
+    call: dict[str, Any] | None = None
+    """The call plan, when this call settled it (the first call decides how the rewards go in)."""
 
 
 @dataclass(frozen=True)
 class Raised:
     """The target raised (its last traceback line)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The function cannot be called as the audit calls it (it takes none of the inputs tried): a
+    usage error, as a load that fails."""
 
     message: str
 

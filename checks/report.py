@@ -84,6 +84,11 @@ class Inferred:
     """A constant factor on the advantages (1 for every preset)."""
     keep: str | None = None
     """Filters only: 'nonzero_std', 'all' or 'other' (advantages cannot show a keep rule)."""
+    keep_tolerance: float | None = None
+    """Filters only: how far below σ > 0 a 'nonzero_std' filter still drops groups (None: exactly)."""
+    keep_measure: str | None = None
+    """What that tolerance is measured in: 'max − min', 'std (ddof 0)', 'std (ddof 1)', 'relative',
+    or a dtype's resolution ('float32 resolution')."""
     precision: str = "float64"
     fit_residual: float | None = None
     coupled: bool = False
@@ -136,6 +141,14 @@ class Inferred:
             return None
         a = float(self.alpha or 1.0)
         return lambda r, G: a * D.advantages(r, G, d)
+
+    def reference_ids(self) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+        """α · dial advantages of rows in any order with group ids (groups of any size)."""
+        d = self.dial()
+        if d is None:
+            return None
+        a = float(self.alpha or 1.0)
+        return lambda r, ids: a * D.advantages(r, dial=d, group_ids=ids)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -220,7 +233,11 @@ def _head(r: Report) -> list[str]:
     info = ", ".join(f"{k} {v}" for k, v in shown.items())
     head = f"audit of {r.target}" + (f" ({info})" if info else "") + f", level {r.level}, kind {r.kind}"
     expected = r.expected or "any preset"
-    return [head, f"verdict: {r.verdict.upper()}   matches: {r.matches or '-'}   expected: {expected}"]
+    lines = [head, f"verdict: {r.verdict.upper()}   matches: {r.matches or '-'}   expected: {expected}"]
+    call = r.target_info.get("call")
+    if call:
+        lines.append(f"called as: {call.get('call')}, rewards as {call.get('input')} {call.get('reward_dtype')}")
+    return lines
 
 
 def _gradient_section(inf: Inferred, table: list[dict[str, Any]]) -> list[str]:
@@ -270,7 +287,7 @@ def _advantage_section(r: Report) -> list[str]:
 
 def _dial_line(r: Report) -> str:
     inf = r.inferred
-    if r.kind == "filter":
+    if r.kind in ("filter", "row-filter"):
         return f"inferred keep rule: {inf.keep} ({inf.why})"
     if inf.centre is None:
         return f"inferred dial: none fits ({inf.why})"

@@ -109,10 +109,10 @@ class FiniteGuard:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
 
-    def __call__(self, rewards: np.ndarray, group_size: int) -> Any:
-        out = self._target(rewards, group_size)
+    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
+        out = self._target(rewards, group_size, *extra)
         A = np.asarray(out)
-        if A.shape == rewards.shape and np.issubdtype(A.dtype, np.floating):
+        if not extra and A.shape == rewards.shape and np.issubdtype(A.dtype, np.floating):
             bad = ~np.isfinite(A)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])

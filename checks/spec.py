@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 from grpo_identity.checks import KINDS, LEVELS
+from grpo_identity.checks.calling import CallOptions
 from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, parse_set, parse_spec
 from grpo_identity.checks.options import OptionError
 
@@ -44,6 +45,9 @@ class FunctionSpec:
     level: str = "advantage"
     """'advantage', or 'gradient': the target is ``fn(rewards, G, lengths)`` returning the
     advantages and the token coefficients of its loss (:mod:`grpo_identity.checks.gradient`)."""
+    calling: CallOptions | None = None
+    """How to call it (:mod:`grpo_identity.checks.calling`); None at the gradient level, whose
+    contract is fixed."""
 
     def describe(self) -> str:
         """The target as the user wrote it (a callable by its qualified name)."""
@@ -87,6 +91,9 @@ def resolve(
     level: str | None = None,
     kind: str = "advantage",
     release: str | None = None,
+    input: str | None = None,
+    reward_dtype: str | None = None,
+    call: str | None = None,
 ) -> Spec:
     """The one spec of an audit (see the module docstring).
 
@@ -105,6 +112,9 @@ def resolve(
         What a function target computes.
     release : str, optional
         A framework release to audit in an environment of its own.
+    input, reward_dtype, call : str, optional
+        How to call a function: its rewards as 'numpy', 'torch' or 'list'; in which dtype; or a
+        template such as ``fn(rewards=R, num_generations=G)`` (:mod:`grpo_identity.checks.calling`).
 
     Returns
     -------
@@ -112,12 +122,16 @@ def resolve(
         With its level set.
     """
     check_kind_level(kind, level)
-    sets = list(sets)
+    pairs = list(sets)
+    calling_given = {"input": input, "reward_dtype": reward_dtype, "call": call}
     if is_framework(target):
-        return _framework(target, sets, config, level, kind, release)
+        for field, given in calling_given.items():
+            if given is not None:
+                raise OptionError(field, "applies to functions (FILE.py:FUNCTION, MODULE:FUNCTION, a callable)")
+        return _framework(target, pairs, config, level, kind, release)
     name = target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
-    for field, given in (("sets", sets), ("config", config), ("release", release)):
-        if given:
+    for field, value in (("sets", pairs), ("config", config), ("release", release)):
+        if value:
             raise OptionError(field, f"applies to the framework targets ({', '.join(FRAMEWORKS)}), not to {name!r}")
     if isinstance(target, str):
         from grpo_identity.checks.target import check_spec
@@ -126,10 +140,17 @@ def resolve(
     elif not callable(target):
         raise OptionError("target", f"must be a function, a spec string or a framework, got {type(target).__name__}")
     spec = FunctionSpec(target, kind, level or "advantage")
-    if spec.level == "gradient" and (kind == "filter" or spec.builtin):
-        what = "a filter" if kind == "filter" else f"the preset {name!r}"
+    if spec.level == "gradient" and (kind != "advantage" or spec.builtin):
+        what = "a filter" if kind != "advantage" else f"the preset {name!r}"
         raise OptionError("level", f"gradient: {what} has no loss; audit it at the advantage level")
-    return spec
+    if spec.level == "gradient":
+        for field, given in calling_given.items():
+            if given is not None:
+                why = "applies at the advantage level (the gradient level calls fn(rewards, G, lengths))"
+                raise OptionError(field, why)
+        return spec
+    calling = CallOptions(input=input, reward_dtype=reward_dtype or "float64", call=call)
+    return replace(spec, calling=calling)
 
 
 def _framework(
@@ -145,7 +166,7 @@ def _framework(
         raise OptionError("config", f"names no file: {config}")
     if config:  # the framework reads it in the audit's child, whose working directory may differ
         config = os.path.abspath(config)
-    if kind == "filter":
+    if kind != "advantage":
         message = f"filter: {name!r} computes advantages; only presets and functions can be audited as filters"
         raise OptionError("kind", message)
     if spec.estimator is not None:

@@ -33,6 +33,9 @@ __all__ = [
     "TargetMalformed",
     "TargetImportError",
     "load_target",
+    "called_as_written",
+    "round_rewards",
+    "RoundedRewards",
     "check_spec",
     "target_folder",
     "LocalTarget",
@@ -176,8 +179,9 @@ def malformed(out: Any, kind: str = "advantage") -> str | None:
 
 
 def output_issue(rewards: np.ndarray, passed: np.ndarray, out: Any, kind: str = "advantage") -> str | None:
-    """What is wrong with one call besides the values, or ``None``: the input modified in place,
-    a list instead of an array, or (advantages) a dtype other than the rewards' float64.
+    """What is wrong with one call besides the values, or ``None``: the input modified in place, or
+    a list instead of an array.  A float dtype other than the rewards' is no issue: the target is
+    judged at the precision it computes in (``Inferred.precision``).
 
     ``rewards``: the caller's array; ``passed``: the copy the target received; ``out``: its raw output.
     """
@@ -193,10 +197,8 @@ def output_issue(rewards: np.ndarray, passed: np.ndarray, out: Any, kind: str = 
     else:
         kept = "the dtype and shape of the rewards are not kept"
         return f"returned a {type(out).__name__}, not an array (numpy or torch): {kept}"
-    if dtype != str(rewards.dtype) and ("float" in dtype or "bfloat" in dtype):
-        return (
-            f"returned {mod}.{dtype} advantages for {rewards.dtype} rewards: the dtype is not kept (precision is lost)"
-        )
+    if "float" not in dtype:
+        return f"returned {mod}.{dtype} advantages: advantages are floating point"
     return None
 
 
@@ -225,11 +227,13 @@ class LocalTarget:
     """A target called in this process (no timeout can stop it: a child process can,
     :class:`grpo_identity.checks.child.ChildTarget`)."""
 
-    def __init__(self, fn: Callable[..., Any], name: str | None = None, kind: str = "advantage") -> None:
-        self.fn = fn
+    def __init__(
+        self, fn: Callable[..., Any], name: str | None = None, kind: str = "advantage", calling: Any = None
+    ) -> None:
         self.name = name or getattr(fn, "__qualname__", repr(fn))
         self.kind = kind
         self.info: dict[str, Any] = dict(getattr(fn, "grpo_identity_info", {}) or {})
+        self.fn = called_as_written(fn, calling, self.info)
         self.calls = 0
         self.last_issue: str | None = None
         """:func:`output_issue` of the latest call."""
@@ -240,8 +244,16 @@ class LocalTarget:
     def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
         self.calls += 1
         passed = rewards.copy()
+        from grpo_identity.checks.calling import CallError
+
         try:
             out = self.fn(passed, int(group_size), *extra)
+            passed = seen_input(self.fn, passed)
+            plan = getattr(self.fn, "plan", None)
+            if plan is not None:
+                self.info["call"] = plan.to_dict()
+        except CallError as exc:  # it takes none of the inputs tried: a usage error
+            raise TargetImportError(str(exc)) from None
         except SystemExit as exc:  # sys.exit() in the target: a finding, not the end of the audit
             raise TargetError(f"called sys.exit({exc.code!r})") from None
         except Exception as exc:  # the target's own bug: a finding, not an audit crash
@@ -263,6 +275,54 @@ class LocalTarget:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def seen_input(fn: Any, passed: np.ndarray) -> np.ndarray:
+    """The rewards as the function holds them after its call (a :class:`~grpo_identity.checks.calling.Caller`
+    converts them: its copy shows an in-place change), else ``passed``."""
+    held = getattr(fn, "passed", None)
+    return held if isinstance(held, np.ndarray) else passed
+
+
+def called_as_written(fn: Callable[..., Any], calling: Any, info: dict[str, Any]) -> Callable[..., Any]:
+    """``fn`` behind a :class:`~grpo_identity.checks.calling.Caller` when ``calling`` (its
+    :class:`~grpo_identity.checks.calling.CallOptions`) is given; the plan goes into ``info["call"]``.
+    A function no plan can call raises :class:`TargetImportError` (a usage error)."""
+    if calling is None:
+        return fn
+    from grpo_identity.checks.calling import Caller, CallError
+
+    try:
+        caller = Caller.for_function(fn, calling)
+    except CallError as exc:
+        raise TargetImportError(str(exc)) from None
+    info["call"] = caller.plan.to_dict()
+    return caller
+
+
+def round_rewards(rewards: np.ndarray, dtype: str) -> np.ndarray:
+    """``rewards`` rounded to ``dtype`` (float32, float16, bfloat16), as float64 values."""
+    if dtype == "float64":
+        return rewards
+    if dtype == "bfloat16":
+        b = rewards.astype(np.float32).view(np.uint32)
+        b = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)  # to nearest even
+        return b.view(np.float32).astype(np.float64)
+    return rewards.astype(dtype).astype(np.float64)
+
+
+class RoundedRewards:
+    """The target, called with rewards rounded to the dtype it is handed them in (``--reward-dtype``),
+    so that every reference the audit computes sees the rewards the target sees."""
+
+    def __init__(self, target: Any, dtype: str) -> None:
+        self._target, self.dtype = target, dtype
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
+        return self._target(round_rewards(rewards, self.dtype), group_size, *extra)
 
 
 def _last_line(exc: BaseException) -> str:

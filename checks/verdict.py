@@ -243,6 +243,9 @@ def keep_rule(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> 
     if match is None:
         message = f"keep rule '{inf.keep}' where '{want or 'nonzero_std'}' is expected"
         return Decision("fail", None, [*findings, Finding(wrong, message)])
+    if inf.keep_tolerance is not None:  # the rule, with a setting of its own
+        message = f"keep rule 'nonzero_std' {inf.why}: groups with σ > 0 that small are dropped, not trained on"
+        return Decision("deviation", match.name, [*findings, Finding("keep_tolerance", message, {}, "deviation")])
     return Decision("pass", match.name, findings)
 
 

@@ -343,8 +343,9 @@ def advantages(
     dial : Dial
         The convention (default :data:`GRPO`).
     group_ids : array_like or torch.Tensor, optional
-        One id per reward of 1-D ``rewards``: the rewards with one id form a group; every group
-        has the same size.
+        One id per reward of 1-D ``rewards``: the rewards with one id form a group.  Groups may
+        differ in size (answers filtered out, rollouts aborted); a group of one answer has σ = 0
+        and gets 0, like any silent group.
 
     Returns
     -------
@@ -367,7 +368,11 @@ def advantages(
            [ 0.    ,  0.    ,  0.    ]])
     >>> advantages(np.array([1., 0., 1., 1.]), group_ids=[7, 7, 3, 3])  # groups {0, 1} and {2, 3}
     array([ 1., -1.,  0.,  0.])
+    >>> advantages(np.array([1., 0., 0., 5.]), dial=DR_GRPO, group_ids=[1, 1, 1, 2])  # sizes 3 and 1
+    array([ 0.66666667, -0.33333333, -0.33333333,  0.        ])
     """
+    if group_ids is not None and _ragged(group_ids):
+        return _ragged_advantages(rewards, group_ids, dial)
     xp, R, G, perm, out_dtype, shape = _grouped(rewards, group_size, group_ids)
     silent = xp.max(R) == xp.min(R)  # (n, 1): exact test, immune to rounding in the mean
     mean = xp.mean(R)
@@ -389,6 +394,38 @@ def advantages(
     if dial.keep == "nonzero_std":
         A = xp.where(silent, A - A, A)
     return _ungroup(xp, A, perm, out_dtype, shape)
+
+
+def _ids(group_ids: Any) -> np.ndarray:
+    return np.asarray(group_ids.cpu() if _is_torch(group_ids) else group_ids).reshape(-1)
+
+
+def _ragged(group_ids: Any) -> bool:
+    """Whether the groups ``group_ids`` form differ in size (or are all lone answers)."""
+    _, counts = np.unique(_ids(group_ids), return_counts=True)
+    return bool(counts.size) and (counts.min() != counts.max() or counts.max() == 1)
+
+
+def _ragged_advantages(rewards: Any, group_ids: Any, dial: Dial) -> Any:
+    """:func:`advantages` over groups of different sizes: each group on its own (a group of one
+    answer is silent: 0), a batch std over every reward."""
+    xp = _Torch if _is_torch(rewards) else _Numpy
+    x, out_dtype = xp.as_float(rewards)
+    ids = _ids(group_ids)
+    if x.ndim != 1 or ids.shape[0] != x.shape[0]:
+        raise ValueError(f"with group_ids, rewards must be 1-D of one reward per id, got shape {tuple(x.shape)}")
+    own = dial.replace(scale="none") if dial.scale == "batch_std" else dial
+    out = x - x
+    for u in np.unique(ids):
+        idx = np.flatnonzero(ids == u)
+        if idx.size > 1:  # a lone answer keeps its 0
+            out[idx] = advantages(x[idx], int(idx.size), own)
+    if dial.scale == "batch_std":
+        flat = x.reshape(1, -1)
+        denom = _divisor(xp, xp.sum((flat - xp.mean(flat)) ** 2) / (flat.shape[-1] - dial.ddof), dial)
+        scale = denom.reshape(-1)[0]
+        out = out / scale if float(scale) > 0 else out - out
+    return xp.cast(out, out_dtype)
 
 
 def keep_mask(

@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module in COMMANDS.items():
         mod = importlib.import_module(f"grpo_identity.app.commands.{module}")
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, epilog=getattr(mod, "EPILOG", EXIT_CODES_HELP))
         mod.configure(p)
         p.set_defaults(_run=mod.run, _prog=p.prog)  # a nested command (train lm) sets its own _prog
     return parser

@@ -95,9 +95,11 @@ def test_the_filter_audit_catches_a_bug_in_the_dials_own_keep_mask(monkeypatch):
 
     assert audit(the_dials_filter, kind="filter", expect="dapo", max_examples=20).verdict == "pass"
     monkeypatch.setattr(D, "keep_mask", _keep_mask_with_a_threshold)
-    assert infer_keep_rule(the_dials_filter) == ("other", "G=2: group [0.1, 0.100000001] is dropped")
+    keep, why = infer_keep_rule(the_dials_filter)  # a threshold: σ > 0 kept with a tolerance, named
+    assert keep == "nonzero_std" and "max − min ≤ about" in why
     report = audit(the_dials_filter, kind="filter", expect="dapo", max_examples=20)
-    assert report.verdict == "fail" and report.findings[0].property == "keeps_groups_with_nonzero_std", report.format()
+    assert report.verdict == "deviation" and report.findings[-1].property == "keep_tolerance", report.format()
+    assert report.inferred.keep_measure == "max − min" and 3e-7 < report.inferred.keep_tolerance <= 1e-6
 
 
 def test_a_residue_on_silent_binary_groups_fails_the_audit_by_the_silent_groups_property():

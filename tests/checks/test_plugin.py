@@ -140,7 +140,7 @@ def test_a_bad_marker_value_fails_its_own_test_with_the_options_message(pytester
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(
-        ["*grpo_identity: kind must be one of advantage, filter, got 'filters' (options: expect*"]
+        ["*grpo_identity: kind must be one of advantage, filter, row-filter, got 'filters' (options: expect*"]
     )
     result.stdout.fnmatch_lines(["*grpo_identity: max_examples must be an integer from 1 to 10,000, got 0 (options: *"])
 

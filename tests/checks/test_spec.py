@@ -10,6 +10,7 @@ import pytest
 from grpo_identity.app.cli import main
 from grpo_identity.checks import releases as R
 from grpo_identity.checks.adapters import TESTED_VERSIONS
+from grpo_identity.checks.calling import CallOptions
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.options import OptionError
 from grpo_identity.checks.spec import FunctionSpec, is_framework, resolve
@@ -34,7 +35,8 @@ def test_a_function_target_is_a_function_spec_at_the_level_asked_for(tmp_path):
     spec = resolve(f"{path}:fn", level="gradient")
     assert isinstance(spec, FunctionSpec) and spec.level == "gradient" and spec.describe() == f"{path}:fn"
     assert not spec.builtin and resolve("grpo").builtin and resolve("preset:trl").builtin
-    assert resolve(grpo_like, kind="filter") == FunctionSpec(grpo_like, "filter", "advantage")
+    assert resolve(grpo_like, kind="filter") == FunctionSpec(grpo_like, "filter", "advantage", CallOptions())
+    assert spec.calling is None  # the gradient level's contract is fixed: fn(rewards, G, lengths)
     assert resolve(grpo_like).describe() == "grpo_like"
     assert is_framework("VERL:grpo") and is_framework(FrameworkSpec("trl")) and not is_framework("preset:trl")
 

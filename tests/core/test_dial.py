@@ -237,7 +237,7 @@ def test_every_preset_cites_its_source():
         (lambda: D.advantages(np.array([0, np.nan]), 2), "rewards must be finite, got nan"),
         (lambda: D.advantages(torch.tensor([0.0, float("inf")]), 2), "rewards must be finite, got inf"),
         (lambda: D.advantages(np.zeros(8)), "group_size is required"),
-        (lambda: D.advantages(np.zeros(6), None, group_ids=[0, 0, 0, 1, 1, 2]), "same size"),
+        (lambda: D.advantages(np.zeros(6), None, group_ids=[0, 0, 0, 1, 1]), "one reward per id"),
         (lambda: D.Dial(ddof=2), "ddof must be 0 or 1, got 2"),
         (lambda: D.Dial(eps=-1.0), "eps must be a finite number >= 0, got -1.0"),
         (lambda: D.Dial(centre="median"), "centre must be one of"),
@@ -370,3 +370,16 @@ def test_numpy_and_torch_give_the_same_advantages(batch, dial):
 def test_a_constant_added_to_every_reward_changes_no_advantage_of_a_centred_dial(batch, dial, shift):
     R, G = batch
     np.testing.assert_allclose(D.advantages(R + shift, G, dial), D.advantages(R, G, dial), rtol=1e-9, atol=1e-9)
+
+
+def test_groups_of_different_sizes_are_each_their_own_group_and_a_lone_answer_gets_zero():
+    r = np.array([1.0, 0.0, 0.0, 5.0, 3.0, 2.0])
+    ids = np.array([4, 4, 4, 9, 1, 1])  # sizes 3, 1, 2
+    for dial in (D.GRPO, D.DR_GRPO, D.RLOO, D.TRL):
+        A = D.advantages(r, dial=dial, group_ids=ids)
+        assert A[3] == 0.0  # the lone answer: σ = 0, no group to centre on
+        assert np.allclose(A[:3], D.advantages(r[:3], 3, dial)) and np.allclose(A[4:], D.advantages(r[4:], 2, dial))
+    order = np.random.default_rng(0).permutation(6)
+    assert np.allclose(
+        D.advantages(r[order], dial=D.GRPO, group_ids=ids[order]), D.advantages(r, dial=D.GRPO, group_ids=ids)[order]
+    )

@@ -19,7 +19,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from grpo_identity.foundation import EXIT_CODES_HELP
+
 HELP = "audit an advantage function (or group filter) against the identity and the dial's presets"
+#: the exit codes of this command, by verdict (the end of its --help)
+EPILOG = (
+    f"{EXIT_CODES_HELP}. By verdict: 0 pass, or deviation (a bounded factor off the expected preset); 1 fail "
+    "(a property of the identity broken, or a target that misbehaves when called), and a deviation from "
+    "--expect with --strict; 2 also for a target that cannot be loaded (missing, or it fails, hangs, exits or "
+    "crashes while loading) or called (it takes none of numpy, torch or lists), and a configuration the "
+    "framework rejects"
+)
 
 #: the option each field of the spec and the options record is typed as on this command line
 OPTION_NAMES = {
@@ -33,6 +43,9 @@ OPTION_NAMES = {
     "max_examples": "--max-examples",
     "timeout": "--timeout",
     "load_timeout": "--timeout",
+    "input": "--input",
+    "reward_dtype": "--reward-dtype",
+    "call": "--call",
 }
 
 _TARGET_HELP = (
@@ -79,7 +92,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--kind",
         choices=list(KINDS),
         default="advantage",
-        help="advantage: one advantage per reward; filter: one bool per group (True = keep)",
+        help="advantage: one advantage per reward; filter: one bool per group (True = keep); row-filter: one bool "
+        "per answer (a group must be kept or dropped whole)",
     )
     p.add_argument(
         "--expect",
@@ -99,6 +113,30 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help=f"seconds allowed for loading the target and for each call into it, at most {MAX_TIMEOUT:g} (default "
         f"{CALL_TIMEOUT:g}; loading a framework: {FRAMEWORK_LOAD_TIMEOUT:g})",
+    )
+    from grpo_identity.checks.calling import INPUTS, REWARD_DTYPES
+
+    p.add_argument(
+        "--input",
+        choices=list(INPUTS),
+        help="how a function takes its rewards (default: its annotation, else a first call decides)",
+    )
+    p.add_argument(
+        "--reward-dtype",
+        choices=list(REWARD_DTYPES),
+        help="the dtype the rewards are handed over in, as your reward function emits them (default float64)",
+    )
+    p.add_argument(
+        "--call",
+        metavar="TEMPLATE",
+        help="how to call a function the audit cannot call by its signature, e.g. "
+        "'fn(rewards=R, num_generations=G, eps=1e-6)' (R rewards, R2 rewards as n×G, G group size, N groups, "
+        "IDS/UIDS group ids); a trailing [0] or ['advantages'] picks the output",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 on a deviation from --expect too (as the pytest plugin fails it), not only on a fail",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -136,7 +174,17 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.json and sys.stderr.isatty(),
         )
         specs = [
-            resolve(args.target, sets=args.sets, config=args.config, level=args.level, kind=args.kind, release=r)
+            resolve(
+                args.target,
+                sets=args.sets,
+                config=args.config,
+                level=args.level,
+                kind=args.kind,
+                release=r,
+                input=args.input,
+                reward_dtype=args.reward_dtype,
+                call=args.call,
+            )
             for r in releases
         ]
     except OptionError as exc:
@@ -144,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     except TargetImportError as exc:
         raise UsageError(str(exc)) from None
     if args.releases:
-        return _several(specs, options, args.json, names)
+        return _several(specs, options, args.json, names, args.strict)
     report = _audit(specs[0], options, names)
     from grpo_identity.foundation import emit_json
 
@@ -152,7 +200,14 @@ def run(args: argparse.Namespace) -> int:
         emit_json(report.to_dict())
     else:
         print(report.format())
-    return 1 if report.verdict == "fail" else 0
+    return exit_code(report, strict=args.strict)
+
+
+def exit_code(report: Any, *, strict: bool = False) -> int:
+    """1 for a fail, and with ``strict`` for a deviation from an expected preset; else 0."""
+    if report.verdict == "fail":
+        return 1
+    return 1 if strict and report.verdict == "deviation" and report.expected else 0
 
 
 def _audit(spec: Any, options: Any, names: dict[str, str]) -> Any:
@@ -190,7 +245,7 @@ def summary_line(report: Any) -> str:
     return f"{head}  matches {d.get('matches') or '-'} ({dial}){weight}{failing}"
 
 
-def _several(specs: list[Any], options: Any, as_json: bool, names: dict[str, str]) -> int:
+def _several(specs: list[Any], options: Any, as_json: bool, names: dict[str, str], strict: bool = False) -> int:
     """``--releases A,B,C``: one audit per release, one line each; exit 2 if a driver could not
     run some release, else 1 if some release fails, else 0."""
     from grpo_identity.checks.frameworks import AdapterError
@@ -206,7 +261,7 @@ def _several(specs: list[Any], options: Any, as_json: bool, names: dict[str, str
             code = 2
         else:
             line, row = summary_line(report), {"release": spec.release, **report.to_dict()}
-            code = max(code, 1 if report.verdict == "fail" else 0)
+            code = max(code, exit_code(report, strict=strict))
         rows.append(row)
         if not as_json:
             print(line, flush=True)

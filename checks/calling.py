@@ -1,0 +1,449 @@
+"""How the audit calls a user's function: as it is written, not through a wrapper.
+
+The audit probes with 1-D float64 rewards laid out group by group and a group size G; a
+:class:`Caller` turns that into the call the function was written for, and its result back into
+one advantage (or keep flag) per reward:
+
+- **inputs**: numpy arrays, torch tensors or lists, in a reward dtype (``--reward-dtype``); read
+  from the rewards' annotation, else from a first call on a small batch (``--input`` says it);
+- **signatures**: rewards and the group size positionally (``fn(rewards, G)``), the group size as a
+  keyword (``group_size=``, ``G=``, ``num_generations=`` …), keyword-only parameters, a single 2-D
+  argument (``[n_prompts, G]`` in, the same shape out), rewards with group ids (``index``,
+  ``uid``, ``uids``, ``group_ids`` …: any order, any sizes), verl's estimator signature
+  (``token_level_rewards, response_mask, index`` → ``(advantages, returns)``);
+- **outputs**: an array or tensor of any float dtype, a tuple (its first array) or a dict (its
+  ``advantages``);
+- anything else: a template, ``--call "fn(rewards=R, num_generations=G, eps=1e-6)"``.
+
+The plan is made once, where the function lives (in the audit's child process), and reported
+in the audit's ``target_info["call"]``.
+
+>>> def mine(rewards, *, group_size, eps=1e-6):
+...     return rewards.reshape(-1, group_size).mean(1).repeat(group_size) - rewards
+>>> caller = Caller.for_function(mine)
+>>> caller.plan.describe()
+'mine(R, group_size=G)'
+>>> caller(__import__("numpy").array([1., 0.]), 2).tolist()
+[-0.5, 0.5]
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = [
+    "INPUTS",
+    "REWARD_DTYPES",
+    "FORMS",
+    "GROUP_SIZE_NAMES",
+    "IDS_NAMES",
+    "CallPlan",
+    "CallOptions",
+    "Caller",
+    "CallError",
+]
+
+#: what the rewards are handed over as
+INPUTS = ("numpy", "torch", "list")
+#: the dtypes the rewards can be handed over in (bfloat16 needs torch)
+REWARD_DTYPES = ("float64", "float32", "float16", "bfloat16")
+#: the call forms: rewards and G; a 2-D grid; rewards and group ids; verl's estimator; a template
+FORMS = ("flat", "grid", "ids", "verl", "template")
+#: parameter names that take the group size
+GROUP_SIZE_NAMES = (
+    "group_size",
+    "G",
+    "g",
+    "num_generations",
+    "n_generations",
+    "num_samples",
+    "n_samples",
+    "n_samples_per_prompt",
+    "samples_per_prompt",
+    "rollout_n",
+    "group",
+)
+#: parameter names that take one group id per reward
+IDS_NAMES = ("index", "uid", "uids", "group_ids", "group_id", "group_index", "ids", "prompt_ids", "prompt_index")
+#: parameter names that take the rewards (else the first positional parameter)
+REWARD_NAMES = ("rewards", "reward", "scores", "score", "r", "R", "values")
+#: the names a --call template may use
+TEMPLATE_NAMES = {
+    "R": "the rewards, 1-D (n·G,)",
+    "R2": "the rewards as a grid (n, G)",
+    "G": "the group size",
+    "N": "the number of groups",
+    "IDS": "integer group ids, one per reward",
+    "UIDS": "string group ids, one per reward (verl's uid)",
+}
+#: verl's token length of the probe answers (the reward sits on the last response token)
+VERL_LENGTH = 4
+
+
+class CallError(ValueError):
+    """The function cannot be called as the audit calls it (a usage error, exit code 2): the
+    message says what to pass (``--input``, ``--call``)."""
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """What the user said about calling their function (all optional)."""
+
+    input: str | None = None
+    """'numpy', 'torch' or 'list'; None: from the annotation or a first call."""
+    reward_dtype: str = "float64"
+    call: str | None = None
+    """A template such as ``fn(rewards=R, num_generations=G)`` (names: :data:`TEMPLATE_NAMES`)."""
+
+    def __post_init__(self) -> None:
+        from grpo_identity.checks.options import OptionError
+
+        if self.input is not None and self.input not in INPUTS:
+            raise OptionError("input", f"must be one of {', '.join(INPUTS)}, got {self.input!r}")
+        if self.reward_dtype not in REWARD_DTYPES:
+            raise OptionError("reward_dtype", f"must be one of {', '.join(REWARD_DTYPES)}, got {self.reward_dtype!r}")
+        if self.reward_dtype == "bfloat16" and self.input in ("numpy", "list"):
+            raise OptionError("reward_dtype", f"bfloat16 needs torch tensors, not {self.input} (give --input torch)")
+        if self.call is not None:
+            _parse_template(self.call)
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """How the function is called (see the module docstring)."""
+
+    name: str
+    form: str
+    input: str
+    reward_dtype: str
+    rewards_arg: str | None = None
+    """The rewards' keyword, or None: the first positional argument."""
+    group_size_arg: str | None = None
+    """The group size's keyword; '' for the second positional argument; None: not passed."""
+    ids_arg: str | None = None
+    template: str | None = None
+    output: str = "array"
+    """Where the advantages were: 'array', 'tuple[i]', or "dict['key']"."""
+
+    def describe(self) -> str:
+        """The call in Python's words, e.g. ``fn(rewards=R, group_size=G)``."""
+        if self.template is not None:
+            return self.template
+        if self.form == "verl":
+            return f"{self.name}(token_level_rewards=R[n, T], response_mask=M[n, T], index=UIDS)"
+        value = "R2" if self.form == "grid" else "R"
+        parts = [f"{self.rewards_arg}={value}" if self.rewards_arg else value]
+        if self.group_size_arg == "":
+            parts.append("G")
+        elif self.group_size_arg:
+            parts.append(f"{self.group_size_arg}=G")
+        if self.ids_arg:
+            parts.append(f"{self.ids_arg}=IDS")
+        return f"{self.name}({', '.join(parts)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "call": self.describe()}
+
+
+# --- the plan from the signature --------------------------------------------------------------------
+def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: rewards and G by position
+        return []
+
+
+def _find(params: list[inspect.Parameter], names: tuple[str, ...]) -> inspect.Parameter | None:
+    return next((p for p in params if p.name in names), None)
+
+
+def _needs(p: inspect.Parameter) -> bool:
+    return p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+
+
+def _form_of(fn: Callable[..., Any], name: str, options: CallOptions) -> CallPlan:
+    """The call form the signature says (the input kind is settled later)."""
+    base = {"name": name, "input": options.input or "numpy", "reward_dtype": options.reward_dtype}
+    if options.call is not None:
+        return CallPlan(form="template", template=options.call, **base)
+    params = _parameters(fn)
+    if not params:
+        return CallPlan(form="flat", group_size_arg="", **base)
+    if _find(params, ("token_level_rewards",)) is not None:
+        return CallPlan(form="verl", rewards_arg="token_level_rewards", ids_arg="index", **base)
+    rewards = _find(params, REWARD_NAMES) or params[0]
+    rest = [p for p in params if p is not rewards]
+    ids, size = _find(rest, IDS_NAMES), _find(rest, GROUP_SIZE_NAMES)
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    rewards_arg = None if rewards.kind in positional and rewards is params[0] else rewards.name
+    if ids is not None:
+        return CallPlan(form="ids", rewards_arg=rewards_arg, ids_arg=ids.name, group_size_arg=_size_arg(size), **base)
+    if size is None:
+        second = next((p for p in rest if p.kind in positional), None)
+        if second is not None and _needs(second):  # fn(rewards, k): the second positional is G
+            return CallPlan(form="flat", rewards_arg=rewards_arg, group_size_arg="", **base)
+        return CallPlan(form="grid", rewards_arg=rewards_arg, **base)
+    return CallPlan(form="flat", rewards_arg=rewards_arg, group_size_arg=_size_arg(size), **base)
+
+
+def _size_arg(p: inspect.Parameter | None) -> str | None:
+    if p is None:
+        return None
+    return "" if p.kind == inspect.Parameter.POSITIONAL_ONLY else p.name
+
+
+def _unfilled(fn: Callable[..., Any], plan: CallPlan) -> list[str]:
+    """Required parameters the plan does not fill."""
+    if plan.form in ("template", "verl"):
+        return []
+    filled = {plan.rewards_arg, plan.group_size_arg, plan.ids_arg} - {None, ""}
+    params = _parameters(fn)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    by_position = 1 + (plan.group_size_arg == "") if plan.rewards_arg is None else 0
+    taken = {p.name for p in positional[:by_position]}
+    return [p.name for p in params if _needs(p) and p.name not in filled | taken]
+
+
+# --- the inputs ---------------------------------------------------------------------------------
+def _annotated_input(fn: Callable[..., Any], plan: CallPlan) -> str | None:
+    """numpy, torch or list, as the rewards' annotation says (None when it says nothing)."""
+    params = _parameters(fn)
+    p = _find(params, (plan.rewards_arg,)) if plan.rewards_arg else (params[0] if params else None)
+    text = "" if p is None or p.annotation is inspect.Parameter.empty else str(p.annotation)
+    if "Tensor" in text or "torch" in text:
+        return "torch"
+    if "ndarray" in text or "NDArray" in text or "ArrayLike" in text or "numpy" in text:
+        return "numpy"
+    if text.lower().startswith(("list", "sequence")) or "List[" in text:
+        return "list"
+    return None
+
+
+def _convert(x: np.ndarray, input: str, dtype: str) -> Any:
+    """``x`` (float64 numpy) as the function takes it."""
+    if input == "torch":
+        import torch
+
+        return torch.tensor(x, dtype=getattr(torch, dtype))
+    if input == "list":
+        return x.astype(dtype).tolist()
+    return x.astype(dtype)
+
+
+def _back(x: Any) -> np.ndarray:
+    """An input the function got, as float64 numpy (to see whether it changed it in place)."""
+    if type(x).__module__.split(".")[0] == "torch":
+        return x.detach().double().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+# --- the outputs ------------------------------------------------------------------------------------
+def _advantages_of(out: Any) -> tuple[Any, str]:
+    """The advantages in what the function returned, and where they were."""
+    if isinstance(out, dict):
+        for key in ("advantages", "advantage", "adv", "advs", "keep", "mask"):
+            if key in out:
+                return out[key], f"dict[{key!r}]"
+        first = next(iter(out), None)
+        return (out[first], f"dict[{first!r}]") if first is not None else (out, "dict")
+    if isinstance(out, tuple) and out and not isinstance(out[0], (int, float, bool)):
+        return out[0], "tuple[0]"
+    return out, "array"
+
+
+# --- the caller -----------------------------------------------------------------------------------------
+class Caller:
+    """A user's function called as it is written (see the module docstring).
+
+    ``caller(rewards, G)``: float64 rewards group by group → the function's raw advantages (an
+    array or tensor, flattened to one per reward); ``caller(rewards, G, ids)``: rows in any order
+    with one group id each (the ``ids`` and ``verl`` forms only).  ``caller.passed`` is the input
+    the function got, as float64 numpy, after the call (a function that changes its input in place
+    shows it there)."""
+
+    def __init__(self, fn: Callable[..., Any], plan: CallPlan) -> None:
+        self.fn, self.plan = fn, plan
+        self.passed: np.ndarray | None = None
+
+    @classmethod
+    def for_function(cls, fn: Callable[..., Any], options: CallOptions | None = None) -> Caller:
+        """The caller of ``fn``: its plan from the signature and the options; the input kind from
+        ``--input``, else the rewards' annotation, else the first call (numpy, then torch, then
+        lists: the first the function takes).  :class:`CallError` when the signature needs more
+        than the audit can pass."""
+        options = options or CallOptions()
+        name = getattr(fn, "__name__", "fn")
+        plan = _form_of(fn, name, options)
+        missing = _unfilled(fn, plan)
+        if missing:
+            raise CallError(
+                f"{name} needs {', '.join(missing)}, which the audit cannot pass: give --call "
+                f'"{name}(rewards=R, group_size=G, {missing[0]}=...)" (names: {", ".join(TEMPLATE_NAMES)})'
+            )
+        annotated = None if options.input else _annotated_input(fn, plan)
+        decided = options.input or annotated or ("torch" if options.reward_dtype == "bfloat16" else "auto")
+        return cls(fn, _replace(plan, input=decided))
+
+    def __call__(self, rewards: np.ndarray, group_size: int, ids: Any = None) -> Any:
+        if self.plan.input == "auto":
+            return self._first_call(rewards, group_size, ids)
+        return self._call(rewards, group_size, ids)
+
+    def _first_call(self, rewards: np.ndarray, group_size: int, ids: Any) -> Any:
+        """The first call, with numpy arrays, then torch tensors, then lists: the first the function
+        takes decides the plan.  An exception that is not about the input's type is the function's
+        own (it takes that input, and fails); when every kind is refused: :class:`CallError`."""
+        tried: list[str] = []
+        for kind in INPUTS:
+            self.plan = _replace(self.plan, input=kind)
+            try:
+                return self._call(rewards, group_size, ids)
+            except Exception as exc:  # the function's own exception: judged below
+                tried.append(f"{kind}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+                if not _about_types(exc):
+                    raise
+        self.plan = _replace(self.plan, input="auto")
+        raise CallError(
+            f"{self.plan.name} takes none of numpy arrays, torch tensors or lists as the audit passes them "
+            f"({self.plan.describe()}): {'; '.join(tried)}. Say what it takes with --input, or how to call it "
+            "with --call"
+        )
+
+    def _call(self, rewards: np.ndarray, group_size: int, ids: Any = None) -> Any:
+        plan = self.plan
+        G = int(group_size)
+        if ids is None:  # one after another, G at a time (a partial last group keeps its own id)
+            ids = np.arange(rewards.size) // G if G > 0 else np.zeros(rewards.size, dtype=int)
+        elif plan.form not in ("ids", "verl", "template"):
+            raise CallError(f"{plan.describe()} takes no group ids")
+        if plan.form == "verl":
+            return self._verl(rewards, ids)
+        x = _convert(rewards.reshape(-1, G) if plan.form == "grid" else rewards, plan.input, plan.reward_dtype)
+        if plan.form == "template":
+            out = _run_template(self.fn, plan.template or "", x, rewards, G, ids, plan)
+        else:
+            args, kwargs = self._arguments(x, G, ids)
+            out = self.fn(*args, **kwargs)
+        self.passed = _back(x).reshape(-1)
+        adv, _ = _advantages_of(out)
+        if plan.form == "grid" and hasattr(adv, "reshape"):
+            adv = adv.reshape(-1)
+        return adv
+
+    def _arguments(self, x: Any, G: int, ids: Any) -> tuple[list[Any], dict[str, Any]]:
+        plan = self.plan
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        if plan.rewards_arg:
+            kwargs[plan.rewards_arg] = x
+        else:
+            args.append(x)
+        if plan.group_size_arg == "":
+            args.append(G)
+        elif plan.group_size_arg:
+            kwargs[plan.group_size_arg] = G
+        if plan.ids_arg:
+            kwargs[plan.ids_arg] = _ids_as(ids, plan.input)
+        return args, kwargs
+
+    def _verl(self, rewards: np.ndarray, ids: Any) -> Any:
+        """verl's estimator: the reward on the last of :data:`VERL_LENGTH` response tokens; the
+        advantage of an answer is the one on its tokens (they must agree: a finding if not)."""
+        import torch
+
+        n = rewards.size
+        token = np.zeros((n, VERL_LENGTH))
+        token[:, -1] = rewards
+        x = _convert(token, "torch", self.plan.reward_dtype)
+        mask = torch.ones((n, VERL_LENGTH), dtype=torch.float32)
+        index = np.array([f"uid-{i}" for i in np.asarray(ids).reshape(-1)], dtype=object)
+        out = self.fn(token_level_rewards=x, response_mask=mask, index=index)
+        self.passed = _back(x)[:, -1]
+        adv, _ = _advantages_of(out)
+        A = _back(adv) if not isinstance(adv, np.ndarray) else adv.astype(np.float64)
+        if A.ndim == 2:
+            spread = np.abs(A - A[:, :1]).max()
+            if spread > 1e-6 * max(float(np.abs(A).max()), 1e-30):
+                raise ValueError(f"the advantages vary over an answer's tokens (by up to {spread:.3g})")
+            return adv[:, 0] if hasattr(adv, "__getitem__") else A[:, 0]
+        return adv
+
+
+def _replace(plan: CallPlan, **changes: Any) -> CallPlan:
+    from dataclasses import replace
+
+    return replace(plan, **changes)
+
+
+def _about_types(exc: BaseException) -> bool:
+    """Whether an exception says the input was of the wrong type (not that the function is wrong)."""
+    if isinstance(exc, (TypeError, AttributeError)):
+        return True
+    text = str(exc).lower()
+    return any(word in text for word in ("tensor", "ndarray", "numpy", "list", "dtype", "sub-type", "type"))
+
+
+def _ids_as(ids: Any, input: str) -> Any:
+    ids = np.asarray(ids).reshape(-1)
+    if input == "torch" and np.issubdtype(ids.dtype, np.integer):
+        import torch
+
+        return torch.as_tensor(ids)
+    if input == "list":
+        return ids.tolist()
+    return ids
+
+
+# --- templates --------------------------------------------------------------------------------------
+def _parse_template(text: str) -> ast.Call:
+    """A template's call expression (``fn(rewards=R, num_generations=G)``, optionally ``[0]`` or
+    ``["advantages"]`` after it); :class:`~grpo_identity.checks.options.OptionError` otherwise."""
+    from grpo_identity.checks.options import OptionError
+
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as exc:
+        raise OptionError("call", f"is no Python call: {exc.msg}") from None
+    call = tree.value if isinstance(tree, ast.Subscript) else tree
+    if not isinstance(call, ast.Call):
+        raise OptionError("call", f"must be a call such as fn(rewards=R, group_size=G), got {text!r}")
+    for node in [*call.args, *(k.value for k in call.keywords)]:
+        if isinstance(node, ast.Name) and node.id not in TEMPLATE_NAMES:
+            names = ", ".join(f"{k} ({v})" for k, v in TEMPLATE_NAMES.items())
+            raise OptionError("call", f"uses {node.id!r}; a template may use {names} and literals")
+        if not isinstance(node, ast.Name):
+            try:
+                ast.literal_eval(node)
+            except ValueError:
+                raise OptionError("call", f"argument {ast.unparse(node)!r} is neither a name nor a literal") from None
+    return call
+
+
+def _run_template(
+    fn: Callable[..., Any], text: str, x: Any, rewards: np.ndarray, G: int, ids: Any, plan: CallPlan
+) -> Any:
+    tree = ast.parse(text.strip(), mode="eval").body
+    call = tree.value if isinstance(tree, ast.Subscript) else tree
+    assert isinstance(call, ast.Call)
+    ids = np.asarray(ids).reshape(-1)
+    names = {
+        "R": x,
+        "R2": _convert(rewards.reshape(-1, G), plan.input, plan.reward_dtype) if G else x,
+        "G": G,
+        "N": int(np.unique(ids).size),
+        "IDS": _ids_as(ids, plan.input),
+        "UIDS": np.array([f"uid-{i}" for i in ids], dtype=object),
+    }
+
+    def value(node: ast.expr) -> Any:
+        return names[node.id] if isinstance(node, ast.Name) else ast.literal_eval(node)
+
+    out = fn(*[value(a) for a in call.args], **{k.arg: value(k.value) for k in call.keywords if k.arg})
+    if isinstance(tree, ast.Subscript):
+        out = out[ast.literal_eval(tree.slice)]
+    return out
