@@ -63,6 +63,8 @@ _EXPORTS: dict[str, str] = {
     "TargetTimeout": "target",
     "TargetCrashed": "target",
     "load_target": "target",
+    "gradient_target": "gradient",
+    "CallOptions": "calling",
 }
 
 __all__ = sorted(_EXPORTS)

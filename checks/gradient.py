@@ -44,6 +44,7 @@ __all__ = [
     "WEIGHTS",
     "GRADIENT_GROUP_SIZES",
     "GradientReport",
+    "gradient_target",
 ]
 
 #: the gradient level's report type before both levels shared one (:class:`Report`)
@@ -335,3 +336,51 @@ class AdvantageView:
         self.last_overwrite = self._watch.check(adv)
         self.last_issue = getattr(self._target, "last_issue", None) or output_issue(rewards, rewards, adv)
         return np.array(to_numpy(adv), dtype=np.float64, copy=True)
+
+
+def gradient_target(
+    advantages: Callable[..., Any], loss: Callable[..., Any], *, calling: Any = None
+) -> Callable[..., dict[str, np.ndarray]]:
+    """A gradient-level target from your advantage function and your loss, in a few lines:
+
+    ``advantages`` is called as it is written (:mod:`grpo_identity.checks.calling`); ``loss(logprobs,
+    advantages, mask) -> scalar`` is your aggregation (a masked mean per answer, a token sum, …) on
+    torch tensors: ``logprobs`` (answers × tokens, the token log-probabilities, which autograd
+    differentiates), ``advantages`` (one per answer), ``mask`` (answers × tokens, 1 inside an
+    answer).  The result is ``fn(rewards, G, lengths)`` for ``grpo-identity audit FILE.py:step
+    --level gradient``: it returns the advantages, −∂loss/∂log π per token and the mask.
+
+    >>> import torch
+    >>> def adv(rewards, group_size):
+    ...     r = rewards.reshape(-1, group_size)
+    ...     return (r - r.mean(1, keepdims=True)).reshape(-1)
+    >>> def seq_mean(logprobs, advantages, mask):
+    ...     per_answer = (logprobs * mask).sum(1) / mask.sum(1)
+    ...     return -(per_answer * advantages).mean()
+    >>> step = gradient_target(adv, seq_mean)
+    >>> audit_gradient(step, sizes=(2, 4)).inferred.per_sample_weight
+    '1/length'
+    """
+    from grpo_identity.checks.calling import Caller, CallOptions
+
+    caller = Caller.for_function(advantages, calling or CallOptions())
+
+    def step(rewards: np.ndarray, group_size: int, lengths: np.ndarray | None) -> dict[str, np.ndarray]:
+        import torch
+
+        A = caller(np.asarray(rewards, dtype=np.float64), int(group_size))
+        A_np = to_numpy(A).astype(np.float64).reshape(-1)
+        if lengths is None:
+            return {"advantages": A_np}
+        L = np.asarray(lengths, dtype=int)
+        T = int(L.max())
+        mask = torch.as_tensor((np.arange(T)[None, :] < L[:, None]).astype(np.float32))  # (n, T)
+        logprobs = torch.zeros(mask.shape, dtype=torch.float32, requires_grad=True)  # (n, T)
+        value = loss(logprobs, torch.as_tensor(A_np, dtype=torch.float32), mask)
+        value.backward()
+        grad = logprobs.grad if logprobs.grad is not None else torch.zeros_like(logprobs)
+        return {"advantages": A_np, "coefficients": -grad.double().numpy(), "mask": mask.double().numpy()}
+
+    name = f"{getattr(loss, '__name__', 'loss')} over {getattr(advantages, '__name__', 'advantages')}"
+    step.grpo_identity_info = {"entry": name, "lengths_optional": True}  # type: ignore[attr-defined]
+    return step

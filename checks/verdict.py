@@ -158,7 +158,15 @@ def _silent_residue(inf: Inferred) -> Finding | None:
 
 
 def advantage(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> Decision:
-    """The advantage-level verdict (see the module docstring)."""
+    """The advantage-level verdict (see the module docstring); a finding that is a deviation by
+    itself (a lone answer pushed by its raw reward …) makes a pass a deviation."""
+    decision = _advantage(inf, findings, expect)
+    if decision.verdict == "pass" and any(f.severity == "deviation" for f in decision.findings):
+        return Decision("deviation", decision.matches, decision.findings, decision.factors, decision.coefficient_table)
+    return decision
+
+
+def _advantage(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> Decision:
     findings = list(findings)
     residue = _silent_residue(inf)
     if residue is not None:
