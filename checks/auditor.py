@@ -144,8 +144,30 @@ def run(spec: Spec, options: AuditOptions) -> Report:
         else:
             report = _advantages(tgt, name, options)
         report.target_info = dict(getattr(opened, "info", {}) or {})
+    if isinstance(spec, FrameworkSpec):
+        report.findings += _settings_notes(spec.framework, report, options.expected)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _settings_notes(framework: str, report: Report, expected: D.Dial | None) -> list[Finding]:
+    """Notes naming the framework's setting that gives what the report did not find: a constant
+    per-sample weight, the expected preset."""
+    from grpo_identity.checks.frameworks import setting_for
+
+    notes = []
+    weight = report.inferred.per_sample_weight
+    if weight not in (None, "constant", "other"):
+        hint = setting_for(framework, "per_sample_weight", "constant")
+        if hint:
+            notes.append(Finding("setting", f"for a constant per-sample weight (the paper's 1/G): {hint}", {}, "note"))
+    if expected is not None and report.matches != expected.name:
+        hint = setting_for(framework, "preset", expected.name)
+        known = (
+            f"for {expected.name}: {hint}" if hint else f"no {framework} setting the driver knows gives {expected.name}"
+        )
+        notes.append(Finding("setting", known, {}, "note"))
+    return notes
 
 
 # --- the target ----------------------------------------------------------------------------------

@@ -234,6 +234,15 @@ def _head(r: Report) -> list[str]:
     head = f"audit of {r.target}" + (f" ({info})" if info else "") + f", level {r.level}, kind {r.kind}"
     expected = r.expected or "any preset"
     lines = [head, f"verdict: {r.verdict.upper()}   matches: {r.matches or '-'}   expected: {expected}"]
+    settings = r.target_info.get("driver_settings") or {}
+    forced = [
+        f"{k} {v['driver']}" + (f" (yours {v['yours']})" if v.get("yours") not in (None, v["driver"]) else "")
+        for k, v in (settings.get("forced") or {}).items()
+    ]
+    if forced:
+        lines.append("driver settings: " + ", ".join(forced) + "; " + str(settings.get("num_generations", "")))
+    if settings.get("ignored"):
+        lines.append("ignored (keys of the framework's script, not of its trainer): " + ", ".join(settings["ignored"]))
     call = r.target_info.get("call")
     if call:
         lines.append(f"called as: {call.get('call')}, rewards as {call.get('input')} {call.get('reward_dtype')}")

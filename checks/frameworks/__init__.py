@@ -28,6 +28,7 @@ __all__ = [
     "AdapterError",
     "parse_spec",
     "parse_set",
+    "setting_for",
 ]
 
 #: frameworks with a config-driven driver
@@ -146,3 +147,15 @@ def _literal(raw: str) -> Any:
         return ast.literal_eval(raw)
     except (ValueError, SyntaxError):
         return raw
+
+
+def setting_for(framework: str, what: str, value: str) -> str | None:
+    """The setting of ``framework`` that gives ``value`` of ``what`` ('per_sample_weight' or 'preset'),
+    from its driver's ``SETTINGS``; None when the driver knows none."""
+    import importlib
+
+    try:
+        settings = importlib.import_module(f"grpo_identity.checks.frameworks.{framework}").SETTINGS
+    except (ImportError, AttributeError):
+        return None
+    return settings.get(what, {}).get(value)

@@ -67,6 +67,16 @@ actor: {{experiment_name: "${{experiment_name}}", trial_name: "${{trial_name}}",
 GROUP_SIZE_KEYS = ("actor.reward_norm.group_size", "actor.adv_norm.group_size", "gconfig.n_samples")
 
 
+#: the settings that give each preset (what a report suggests)
+SETTINGS: dict[str, dict[str, str]] = {
+    "preset": {
+        "dr_grpo": "actor.reward_norm.mean_level=group with actor.reward_norm.std_level=null",
+        "rloo": "actor.reward_norm.mean_level=group, actor.reward_norm.mean_leave1out=true, "
+        "actor.reward_norm.std_level=null",
+    },
+}
+
+
 def import_check() -> None:
     """Import what the driver needs (a release environment's smoke test)."""
     import importlib

@@ -127,6 +127,19 @@ def stand_ins(roots: tuple[str, ...] = GPU_ONLY) -> Iterator[StandIns]:
                 del sys.modules[name]
 
 
+#: the settings that give each per-sample weight and each preset (what a report suggests)
+SETTINGS: dict[str, dict[str, str]] = {
+    "per_sample_weight": {
+        "1/length": "actor.loss_agg_mode=seq-mean-token-mean",
+        "1/batch_tokens": "actor.loss_agg_mode=token-mean",
+    },
+    "preset": {
+        "dr_grpo": "algo.advantage.estimator=dr_grpo (and a reward.clip_range beyond your rewards)",
+        "rloo": "algo.advantage.estimator=rloo (and a reward.clip_range beyond your rewards)",
+    },
+}
+
+
 def import_check() -> None:
     """Import what the driver needs and parse a default command line (a release environment's smoke test)."""
     fn = advantage_target(FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "group_norm"),)))

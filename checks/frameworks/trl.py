@@ -31,17 +31,35 @@ __all__ = ["import_check", "grpo_config", "advantage_target", "gradient_target",
 
 #: completion length budget (tokens) of the gradient probes
 COMPLETION_LENGTH = RESPONSE_LENGTH
-#: what the driver sets before the user's config: CPU, no logging, no checkpoints, no KL model
-DRIVER_DEFAULTS: dict[str, Any] = {
+#: what the probes need whatever the user set: the CPU, completions of 1–6 tokens, nothing logged or
+#: saved (the report lists each, with the user's value where it differed)
+DRIVER_FORCED: dict[str, Any] = {
     "use_cpu": True,
-    "bf16": False,
-    "report_to": "none",
-    "num_generations": 2,
-    "per_device_train_batch_size": 2,
     "max_completion_length": COMPLETION_LENGTH,
+    "report_to": "none",
+    "save_strategy": "no",
+}
+#: what the driver sets where the user set nothing (the batch size follows the user's num_generations)
+DRIVER_DEFAULTS: dict[str, Any] = {
+    "bf16": False,
     "beta": 0.0,
     "logging_steps": 1,
-    "save_strategy": "no",
+    "num_generations": 2,
+    "per_device_train_batch_size": 2,
+}
+#: the dataclasses of TRL's ``trl grpo`` script besides GRPOConfig: their keys are the script's, not
+#: the trainer's, and a config written for ``trl grpo --config`` holds them
+_SCRIPT_CLASSES = ("ScriptArguments", "ModelConfig", "DatasetMixtureConfig", "GRPOScriptArguments")
+
+
+#: the settings that give each per-sample weight and each preset (what a report suggests)
+SETTINGS: dict[str, dict[str, str]] = {
+    "per_sample_weight": {
+        "constant": "loss_type=dr_grpo",
+        "1/length": "loss_type=grpo",
+        "1/batch_tokens": "loss_type=bnpo (or dapo)",
+    },
+    "preset": {"dr_grpo": "scale_rewards=none", "trl": "scale_rewards=group"},
 }
 
 
@@ -54,36 +72,106 @@ def import_check() -> None:
 
 
 def grpo_config(spec: FrameworkSpec) -> Any:
-    """The ``GRPOConfig`` TRL's parser builds from ``spec`` (driver defaults, then the YAML file,
-    then each ``--set``: later ones win, as on TRL's command line)."""
+    """The ``GRPOConfig`` TRL's parser builds from ``spec``, as ``trl grpo --config`` builds it: the
+    driver's defaults where the user set nothing, the YAML file, each ``--set`` (later ones win), then
+    what the probes need (:data:`DRIVER_FORCED`).  Keys of the ``trl grpo`` script that are no
+    ``GRPOConfig`` field (``model_name_or_path``, ``dataset_name`` …) are ignored with a note; any
+    other unknown key is TRL's error.  ``args.grpo_identity_settings`` says what the driver chose."""
     warnings.filterwarnings("ignore")
     try:
         from trl import GRPOConfig, TrlParser
     except ImportError as exc:
         raise AdapterError(f"TRL {version('trl')} has no GRPOConfig / TrlParser: {exc}") from None
+    user = _user_keys(spec)
     parser = TrlParser((GRPOConfig,))
-    parser.set_defaults(**{k: v for k, v in DRIVER_DEFAULTS.items() if any(a.dest == k for a in parser._actions)})
+    defaults = {k: v for k, v in DRIVER_DEFAULTS.items() if k not in user}
+    if "num_generations" in user and "per_device_train_batch_size" not in user:
+        defaults["per_device_train_batch_size"] = _int_or(user["num_generations"], 2)
+    parser.set_defaults(**{k: v for k, v in defaults.items() if any(a.dest == k for a in parser._actions)})
     argv = ["--output_dir", tempfile.mkdtemp(prefix="grpo-identity-trl-")]
     if spec.config:
         argv += ["--config", spec.config]
     for key, value in spec.sets:
         argv += [f"--{key}", value]
+    forced = {k: v for k, v in DRIVER_FORCED.items() if any(a.dest == k for a in parser._actions)}
+    for key, value in forced.items():
+        argv += [f"--{key}", str(value)]
+    args, ignored = _parse(parser, argv, spec)
+    args.grpo_identity_settings = {
+        "forced": {k: {"driver": v, "yours": user.get(k)} for k, v in forced.items()},
+        "defaults": defaults,
+        "ignored": ignored,
+        "num_generations": "num_generations set by each probe (2, 3, 4, 8 …); yours: "
+        f"{user.get('num_generations', 'not set')}",
+    }
+    return args
+
+
+def _user_keys(spec: FrameworkSpec) -> dict[str, Any]:
+    """The keys the user set, in the YAML file and with --set (their raw values)."""
+    keys: dict[str, Any] = {}
+    if spec.config:
+        import yaml
+
+        try:
+            with open(spec.config) as fh:
+                loaded = yaml.safe_load(fh)
+        except Exception as exc:  # an unreadable file: TRL's parser says it again, in its words
+            loaded = None
+            del exc
+        if isinstance(loaded, dict):
+            keys.update(loaded)
+    keys.update(dict(spec.sets))
+    return keys
+
+
+def _int_or(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _script_keys() -> set[str]:
+    """The keys of the ``trl grpo`` script's other dataclasses, in this release."""
+    import dataclasses
+    import importlib
+
+    found: set[str] = set()
+    for module in ("trl", "trl.scripts.utils", "trl.scripts.grpo"):
+        try:
+            mod = importlib.import_module(module)
+        except Exception:  # a release without the module (or one that needs a GPU stack to import)
+            continue
+        for name in _SCRIPT_CLASSES:
+            cls = getattr(mod, name, None)
+            if cls is not None and dataclasses.is_dataclass(cls):
+                found |= {f.name for f in dataclasses.fields(cls)}
+    return found
+
+
+def _parse(parser: Any, argv: list[str], spec: FrameworkSpec) -> tuple[Any, list[str]]:
+    """The GRPOConfig, and the script's keys that were ignored; TRL's own error otherwise."""
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            (args,) = parser.parse_args_and_config(args=argv)
-    except SystemExit:  # argparse: an unknown option or a value of the wrong type
+            args, remaining = parser.parse_args_and_config(args=argv, return_remaining_strings=True)
+    except SystemExit:  # argparse: a value of the wrong type
         last = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        raise AdapterError(
-            f"TRL {version('trl')} rejects the config ({spec.describe()}): "
-            f"{last[-1].split('error: ')[-1] if last else 'bad arguments'}"
-        ) from None
+        why = last[-1].split("error: ")[-1] if last else "bad arguments"
+        raise AdapterError(f"TRL {version('trl')} rejects the config ({spec.describe()}): {why}") from None
     except Exception as exc:  # GRPOConfig.__post_init__'s checks, an unreadable YAML file
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise AdapterError(f"TRL {version('trl')} rejects the config ({spec.describe()}): {why}") from None
+    unknown = [a[2:].split("=")[0] for a in remaining if a.startswith("--")]
+    script = _script_keys()
+    wrong = [k for k in unknown if k not in script]
+    if wrong:
         raise AdapterError(
-            f"TRL {version('trl')} rejects the config ({spec.describe()}): "
-            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-        ) from None
-    return args
+            f"TRL {version('trl')} rejects the config ({spec.describe()}): {', '.join(wrong)} "
+            "is no GRPOConfig field nor a key of the trl grpo script"
+        )
+    return args, unknown
 
 
 def _trainer(args: Any, state: dict[str, Any]) -> Any:
@@ -300,4 +388,5 @@ def _info(spec: FrameworkSpec, args: Any, entry: str) -> dict[str, Any]:
         "scale_rewards": str(getattr(args, "scale_rewards", "")),
         "loss_type": str(getattr(args, "loss_type", "")),
         "dtype": "float32",
+        "driver_settings": getattr(args, "grpo_identity_settings", {}),
     }

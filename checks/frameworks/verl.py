@@ -35,6 +35,21 @@ __all__ = ["import_check", "compose", "advantage_target", "estimator_target", "g
 DRIVER_SETS = (("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "1"),)
 
 
+#: the settings that give each per-sample weight and each preset (what a report suggests)
+SETTINGS: dict[str, dict[str, str]] = {
+    "per_sample_weight": {
+        "constant": "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
+        "1/length": "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+        "1/batch_tokens": "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+    },
+    "preset": {
+        "dr_grpo": "algorithm.adv_estimator=grpo with algorithm.norm_adv_by_std_in_grpo=false",
+        "verl": "algorithm.adv_estimator=grpo",
+        "rloo": "algorithm.adv_estimator=rloo",
+    },
+}
+
+
 def import_check() -> None:
     """Import what the driver needs (a release environment's smoke test)."""
     import importlib
@@ -70,6 +85,13 @@ def compose(spec: FrameworkSpec) -> Any:
         raise AdapterError(f"verl {version('verl')} rejects the config ({spec.describe()}): {msg}") from None
     finally:
         GlobalHydra.instance().clear()
+    estimator = str(OmegaConf.select(cfg, "algorithm.adv_estimator"))
+    if estimator == "gae":
+        raise AdapterError(
+            f"verl {version('verl')}: algorithm.adv_estimator is gae (verl's default when none is set), which needs "
+            "a critic's values this audit does not run: set algorithm.adv_estimator=grpo (or rloo, "
+            "reinforce_plus_plus, … a critic-free estimator)"
+        )
     return cfg
 
 
