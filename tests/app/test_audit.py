@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +169,90 @@ def test_the_cli_audits_a_framework_and_prints_json(capsys):
     assert out["verdict"] == "pass" and out["matches"] == "rloo"
     assert out["target_info"]["version"] == TESTED_VERSIONS["verl"]
     assert {"target", "kind", "verdict", "matches", "inferred", "findings"} <= set(out)
+
+
+# --- a CI gate: --strict -----------------------------------------------------------------------------
+def test_strict_turns_a_deviation_from_expect_into_exit_1_and_the_help_says_so(target_file, capsys):
+    dr_grpo = f"{target_file}:good"
+    assert main(["audit", "preset:trl", "--expect", "grpo", "--max-examples", "20"]) == 0
+    assert main(["audit", "preset:trl", "--expect", "grpo", "--max-examples", "20", "--strict"]) == 1
+    assert (
+        main(["audit", "preset:trl", "--max-examples", "20", "--strict"]) == 0
+    )  # no --expect: nothing to deviate from
+    assert main(["audit", dr_grpo, "--expect", "dr_grpo", "--max-examples", "20", "--strict"]) == 0  # a pass
+    capsys.readouterr()
+    assert main(["audit", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "deviation from --expect with --strict" in text and "0 pass, or deviation" in text
+
+
+# --- the code users wrote ----------------------------------------------------------------------------
+USER_CODE = str(Path(__file__).parents[1] / "checks" / "_user_code.py")
+
+STEP = textwrap.dedent(
+    """
+    import torch
+    from grpo_identity.checks import gradient_target
+
+    def advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        r = rewards.view(-1, group_size)
+        centred = r - r.mean(1, keepdim=True)
+        return torch.where(r.max(1, keepdim=True).values > r.min(1, keepdim=True).values, centred, 0 * centred).view(-1)
+
+    def seq_mean_token_sum(logprobs, advantages, mask):
+        return -((logprobs * mask).sum(1) * advantages).mean()
+
+    def seq_mean_token_mean(logprobs, advantages, mask):
+        return -(((logprobs * mask).sum(1) / mask.sum(1)) * advantages).mean()
+
+    constant = gradient_target(advantages, seq_mean_token_sum)
+    length_biased = gradient_target(advantages, seq_mean_token_mean)
+    """
+)
+
+
+def test_the_gradient_level_audits_a_users_own_loss_built_from_their_advantages_and_aggregation(tmp_path, capsys):
+    step = tmp_path / "my_step.py"
+    step.write_text(STEP)
+    assert main(["audit", f"{step}:constant", "--level", "gradient", "--max-examples", "40", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (
+        out["verdict"] == "pass" and out["inferred"]["per_sample_weight"] == "constant" and out["matches"] == "dr_grpo"
+    )
+    assert main(["audit", f"{step}:length_biased", "--level", "gradient", "--max-examples", "40", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["inferred"]["per_sample_weight"] == "1/length"
+
+
+def test_an_ordinary_torch_grpo_function_is_audited_as_written(capsys):
+    assert main(["audit", f"{USER_CODE}:compute_grpo_advantages", "--max-examples", "60", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "deviation" and out["matches"] == "verl" and out["inferred"]["ddof"] == 1
+    assert out["target_info"]["call"]["input"] == "torch"
+    assert main(["audit", f"{USER_CODE}:compute_grpo_advantages_batch_mean", "--max-examples", "60"]) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--input", "jax"], "--input: invalid choice"),
+        (["--reward-dtype", "int8"], "--reward-dtype: invalid choice"),
+        (["--call", "fn(rewards=R, t=T)"], "--call uses 'T'"),
+        (["--input", "numpy", "--reward-dtype", "bfloat16"], "--reward-dtype bfloat16 needs torch tensors"),
+        (["--level", "gradient", "--input", "torch"], "--input applies at the advantage level"),
+    ],
+)
+def test_bad_calling_options_are_one_line_usage_errors(argv, words, capsys):
+    assert main(["audit", f"{USER_CODE}:dr_grpo_grid", *argv]) == 2
+    _one_line_error(capsys, words)
+
+
+def test_calling_options_are_refused_for_a_framework(capsys):
+    assert main(["audit", "trl", "--input", "torch"]) == 2
+    _one_line_error(capsys, "--input applies to functions")
+
+
+def test_a_function_the_audit_cannot_call_is_a_usage_error_that_says_what_to_pass(capsys):
+    assert main(["audit", f"{USER_CODE}:needs_a_temperature"]) == 2
+    _one_line_error(capsys, "needs temperature, which the audit cannot pass: give --call")
+    call = "needs_a_temperature(R, G, temperature=2.0)"
+    assert main(["audit", f"{USER_CODE}:needs_a_temperature", "--call", call, "--max-examples", "20"]) == 0

@@ -5,6 +5,7 @@ objects, leaves a residue on silent groups — each a clear finding, never a cra
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from grpo_identity import dial as D
 from grpo_identity.checks import AuditOptions, audit, resolve, run
 from grpo_identity.checks.infer import infer_keep_rule
+from grpo_identity.checks.target import TargetImportError
 
 TARGETS = textwrap.dedent(
     """
@@ -137,3 +139,84 @@ def test_a_target_returning_none_or_objects_is_a_fail_finding_not_a_crash(target
     assert report.verdict == "fail"
     assert [f.property for f in report.findings] == ["probe"]
     assert words in report.findings[0].message and "not an array of advantages" in report.findings[0].message
+
+
+# --- the code users wrote, as they wrote it --------------------------------------------------------
+USER_CODE = str(Path(__file__).with_name("_user_code.py"))
+
+
+@pytest.mark.parametrize(
+    "fn, verdict, matches",
+    [
+        ("compute_grpo_advantages", "deviation", "verl"),  # Bessel's std, ε 1e-6: verl's convention
+        ("grpo_float32", "pass", "grpo"),  # judged at float32's precision
+        ("dr_grpo_keyword_only", "pass", "dr_grpo"),
+        ("dr_grpo_grid", "pass", "dr_grpo"),
+        ("grpo_returns_a_dict", "pass", "grpo"),
+        ("compute_grpo_advantages_batch_mean", "fail", None),
+    ],
+)
+def test_users_functions_are_audited_as_written_with_the_verdict_their_code_deserves(fn, verdict, matches):
+    report = audit(f"{USER_CODE}:{fn}", expect=None, max_examples=60)
+    assert report.verdict == verdict, report.format()
+    assert report.matches == matches
+    assert report.target_info["call"]["call"].startswith(fn)
+
+
+def test_a_function_computing_in_float32_is_judged_at_float32s_precision():
+    report = audit(f"{USER_CODE}:grpo_float32", expect="grpo", max_examples=60)
+    assert report.verdict == "pass" and report.inferred.precision == "float32", report.format()
+
+
+def test_a_function_that_takes_group_ids_gets_shuffled_and_ragged_layouts():
+    good = audit(f"{USER_CODE}:grpo_by_uid", max_examples=80)
+    assert good.verdict == "deviation" and {"layout_independent", "ragged_groups"} <= set(good.properties)
+    assert not [f for f in good.findings if f.severity == "fail"], good.format()
+    blocks = audit(f"{USER_CODE}:grpo_blocks_of_the_first_group", max_examples=80)
+    assert blocks.verdict == "fail"
+    assert {"layout_independent", "ragged_groups"} & {f.property for f in blocks.findings if f.severity == "fail"}
+
+
+def test_a_lone_answer_pushed_by_its_raw_reward_is_a_deviation_where_groups_go_by_id():
+    report = audit(f"{USER_CODE}:grpo_raw_reward_for_a_lone_answer", max_examples=80)
+    lone = [f for f in report.findings if f.property == "ragged_groups"]
+    assert report.verdict == "deviation" and lone and lone[0].severity == "deviation", report.format()
+    assert "a lone answer" in lone[0].message
+
+
+def test_a_function_with_verls_estimator_signature_is_audited_as_written():
+    report = audit(f"{USER_CODE}:verl_like_estimator", max_examples=60)
+    assert report.verdict in ("pass", "deviation") and report.matches == "verl", report.format()
+    assert report.target_info["call"]["form"] == "verl"
+
+
+def test_a_function_that_refuses_every_input_is_a_usage_error_not_a_fail():
+    with pytest.raises(TargetImportError, match="takes none of numpy arrays, torch tensors or lists"):
+        audit(f"{USER_CODE}:takes_only_strings", max_examples=10)
+
+
+def test_a_row_filter_must_keep_or_drop_each_group_whole():
+    assert audit(f"{USER_CODE}:keep_rows_of_informative_groups", kind="row-filter", expect="dapo").verdict == "pass"
+    report = audit(f"{USER_CODE}:keep_rows_far_from_the_mean", kind="row-filter", expect="dapo", max_examples=40)
+    assert report.verdict == "fail" and report.findings[0].property == "keeps_whole_groups", report.format()
+    assert "[1, 0, 0, 0]" in report.findings[0].message and "answers [0] kept" in report.findings[0].message
+
+
+@pytest.mark.parametrize(
+    "fn, measure",
+    [("keep_with_a_tolerance", "max − min"), ("keep_in_float32", "float32 resolution")],
+)
+def test_a_keep_rule_with_a_tolerance_is_a_deviation_naming_it_not_a_wrong_rule(fn, measure):
+    report = audit(f"{USER_CODE}:{fn}", kind="filter", expect="dapo", max_examples=40)
+    assert report.verdict == "deviation" and report.inferred.keep == "nonzero_std", report.format()
+    assert report.inferred.keep_measure == measure
+    assert report.findings[-1].property == "keep_tolerance" and measure.split()[0] in report.findings[-1].message
+
+
+def test_rewards_in_float16_reach_the_filter_and_its_references_alike():
+    # in float16, 0.1 and 0.1 + 1e-6 are one value: a filter that keeps σ > 0 exactly drops that group,
+    # and so does the definition on the rewards it sees
+    report = audit(
+        f"{USER_CODE}:keep_rows_of_informative_groups", kind="row-filter", expect="dapo", reward_dtype="float16"
+    )
+    assert report.verdict == "pass", report.format()

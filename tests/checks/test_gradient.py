@@ -206,3 +206,24 @@ def test_a_function_in_a_file_is_audited_at_the_gradient_level_in_a_child_proces
     report = audit(f"{path}:dr_grpo_sum", level="gradient", expect="dr_grpo", max_examples=20)
     assert report.level == "gradient" and report.verdict == "pass", report.format()
     assert report.inferred.per_sample_weight == "constant" and report.matches == "dr_grpo"
+
+
+def test_a_gradient_target_is_built_from_an_advantage_function_and_a_loss_in_a_few_lines():
+
+    from grpo_identity.checks.gradient import gradient_target
+
+    def adv(rewards, group_size):
+        r = rewards.reshape(-1, group_size)
+        return (r - r.mean(1, keepdims=True)).reshape(-1)
+
+    def token_mean_over_the_batch(logprobs, advantages, mask):
+        return -(logprobs * advantages[:, None] * mask).sum() / mask.sum()
+
+    def token_sum(logprobs, advantages, mask):
+        return -(logprobs * advantages[:, None] * mask).sum()
+
+    assert (
+        audit_gradient(gradient_target(adv, token_mean_over_the_batch)).inferred.per_sample_weight == "1/batch_tokens"
+    )
+    report = audit_gradient(gradient_target(adv, token_sum))
+    assert report.inferred.per_sample_weight == "constant" and report.verdict == "pass"

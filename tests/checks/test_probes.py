@@ -30,3 +30,18 @@ def test_a_partial_last_group_that_changes_the_whole_groups_fails():
 
     finding = remainder(batch_mean)
     assert finding.severity == "fail" and "changes the whole groups" in finding.message
+
+
+def test_a_lone_answer_at_a_fixed_group_size_nan_is_a_deviation_a_raw_reward_a_note():
+    from grpo_identity.checks.probes import singletons
+
+    def bessel(r, G):  # std with ddof 1 at G = 1: NaN
+        R = r.reshape(-1, G)
+        return ((R - R.mean(1, keepdims=True)) / R.std(1, ddof=1, keepdims=True)).reshape(-1)
+
+    with np.errstate(all="ignore"):
+        nan = singletons(bessel)
+    raw = singletons(lambda r, G: r.copy() if G == 1 else r - r.mean())
+    assert nan.severity == "deviation" and "NaN or inf would poison" in nan.message
+    assert raw.severity == "note" and "raw reward" in raw.message
+    assert singletons(lambda r, G: np.zeros_like(r)) is None

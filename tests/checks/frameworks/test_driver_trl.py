@@ -166,3 +166,46 @@ def test_two_trl_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
         close_warm_children()
         cold.append(_without_seconds(audit("trl", sets=c, max_examples=30).to_dict()))
     assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
+
+
+TRL_GRPO_YAML = """\
+# written for `trl grpo --config`: script keys, a model, a dataset, the trainer's own settings
+model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct
+dataset_name: trl-lib/DeepMath-103K
+output_dir: Qwen2.5-0.5B-GRPO
+learning_rate: 1.0e-6
+num_generations: 8
+gradient_accumulation_steps: 4
+max_completion_length: 1024
+loss_type: dr_grpo
+scale_rewards: none
+"""
+
+
+@pytest.mark.slow
+def test_a_config_written_for_trl_grpo_audits_unchanged_and_the_report_lists_what_the_driver_chose(tmp_path, capsys):
+    pytest.importorskip("trl")
+    cfg = tmp_path / "grpo.yaml"
+    cfg.write_text(TRL_GRPO_YAML)
+    assert main(["audit", "trl", "--config", str(cfg), "--max-examples", "40", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (
+        out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["per_sample_weight"] == "constant"
+    )
+    settings = out["target_info"]["driver_settings"]
+    assert settings["ignored"] == ["model_name_or_path", "dataset_name"]
+    assert settings["forced"]["max_completion_length"] == {"driver": 6, "yours": 1024}
+    assert "yours: 8" in settings["num_generations"] and "per_device_train_batch_size" in settings["defaults"]
+    cfg.write_text(TRL_GRPO_YAML + "lerning_rate: 1.0e-6\n")  # a typo is TRL's error, not ignored
+    assert main(["audit", "trl", "--config", str(cfg), "--max-examples", "5"]) == 2
+    assert "lerning_rate is no GRPOConfig field nor a key of the trl grpo script" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_trl_report_names_the_setting_that_gives_a_constant_weight_and_the_expected_preset(capsys):
+    pytest.importorskip("trl")
+    argv = ["audit", "trl", "--set", "loss_type=grpo", "--expect", "dr_grpo", "--max-examples", "30", "--json"]
+    assert main(argv) == 1  # the group std where Dr. GRPO has none: another family
+    notes = [f["message"] for f in json.loads(capsys.readouterr().out)["findings"] if f["property"] == "setting"]
+    assert "for a constant per-sample weight (the paper's 1/G): loss_type=dr_grpo" in notes
+    assert "for dr_grpo: scale_rewards=none" in notes

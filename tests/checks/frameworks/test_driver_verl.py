@@ -217,3 +217,21 @@ def test_two_verl_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
         close_warm_children()
         cold.append(_without_seconds(audit("verl", sets=c, max_examples=30).to_dict()))
     assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
+
+
+def test_verls_default_estimator_is_named_as_needing_a_critic(capsys):
+    _need("verl.trainer.ppo.core_algos")
+    assert main(["audit", "verl", "--level", "advantage", "--max-examples", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "gae (verl's default when none is set), which needs a critic" in err and "adv_estimator=grpo" in err
+
+
+@pytest.mark.slow
+def test_verls_estimator_function_is_audited_as_written_with_its_uid_grouping(capsys):
+    _need("verl.trainer.ppo.core_algos")
+    target = "verl.trainer.ppo.core_algos:compute_grpo_outcome_advantage"
+    assert main(["audit", target, "--max-examples", "60", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["matches"] == "verl" and out["target_info"]["call"]["form"] == "verl"
+    lone = [f for f in out["findings"] if f["property"] == "ragged_groups"]
+    assert out["verdict"] == "deviation" and lone and "a lone answer" in lone[0]["message"]  # mean 0, std 1 there

@@ -1,0 +1,131 @@
+"""Advantage functions and filters as users write them (torch, float32, keyword-only, 2-D, group
+ids, verl's signature), right and wrong: the targets of tests/checks/test_calling.py and of the
+user-code audits in tests/checks/test_auditor.py and tests/app/test_audit.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def compute_grpo_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """An ML engineer's GRPO in torch: Bessel's std (torch's default) and ε 1e-6 (verl's convention)."""
+    grouped = rewards.view(-1, group_size)
+    mean = grouped.mean(dim=1, keepdim=True)
+    std = grouped.std(dim=1, keepdim=True)
+    return ((grouped - mean) / (std + eps)).view(-1)
+
+
+def compute_grpo_advantages_batch_mean(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """The same, centred on the batch's mean instead of the group's (a bug)."""
+    grouped = rewards.view(-1, group_size)
+    return ((grouped - grouped.mean()) / (grouped.std(dim=1, keepdim=True) + eps)).view(-1)
+
+
+def grpo_float32(rewards, G):
+    """The paper's GRPO computed in float32, as trainers compute."""
+    R = np.asarray(rewards).reshape(-1, G).astype(np.float32)
+    live = np.ptp(R, 1, keepdims=True) > 0
+    std = np.where(live, R.std(1, keepdims=True), np.float32(1))
+    return np.where(live, (R - R.mean(1, keepdims=True)) / std, np.float32(0)).reshape(-1)
+
+
+def dr_grpo_keyword_only(rewards, *, num_generations):
+    """Dr. GRPO with the group size keyword-only."""
+    R = rewards.reshape(-1, num_generations)
+    return (R - R.mean(1, keepdims=True)).reshape(-1)
+
+
+def dr_grpo_grid(rewards):
+    """Dr. GRPO on a [n_prompts, G] grid, the same shape back."""
+    return rewards - rewards.mean(1, keepdims=True)
+
+
+def grpo_by_uid(rewards, uids, eps=1e-6):
+    """GRPO grouped by uid: rows in any order, groups of any size, a lone answer gets 0."""
+    out = np.zeros_like(rewards)
+    for u in np.unique(uids):
+        at = uids == u
+        g = rewards[at]
+        out[at] = 0.0 if np.ptp(g) == 0 else (g - g.mean()) / (g.std() + eps)
+    return out
+
+
+def grpo_blocks_of_the_first_group(rewards, group_ids, eps=1e-6):
+    """Takes the first group's size as every group's and slices blocks (groups of unequal size
+    break it; shuffled rows too)."""
+    G = int((group_ids == group_ids[0]).sum())
+    R = rewards.reshape(-1, G)
+    live = np.ptp(R, 1, keepdims=True) > 0
+    return np.where(live, (R - R.mean(1, keepdims=True)) / (R.std(1, keepdims=True) + eps), 0.0).reshape(-1)
+
+
+def grpo_raw_reward_for_a_lone_answer(rewards, index):
+    """By uid; a lone answer gets its raw reward (mean 0, std 1), as verl's estimators do."""
+    out = np.zeros_like(rewards)
+    for u in np.unique(index):
+        at = index == u
+        g = rewards[at]
+        out[at] = g if g.size == 1 else (0.0 if np.ptp(g) == 0 else (g - g.mean()) / (g.std() + 1e-6))
+    return out
+
+
+def verl_like_estimator(token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True):
+    """verl's estimator signature: (n, T) token rewards, a response mask, a uid per row → (A, A)."""
+    scores = token_level_rewards.sum(dim=-1)
+    out = torch.zeros_like(scores)
+    for u in set(index.tolist()):
+        at = torch.as_tensor([i == u for i in index])
+        g = scores[at]
+        if g.numel() > 1:
+            centred = g - g.mean()
+            out[at] = centred / (g.std() + epsilon) if norm_adv_by_std_in_grpo else centred
+    advantages = out.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+def grpo_returns_a_tuple(rewards, group_size):
+    """Returns (advantages, statistics)."""
+    R = rewards.reshape(-1, group_size)
+    A = np.where(np.ptp(R, 1, keepdims=True) > 0, (R - R.mean(1, keepdims=True)) / (R.std(1, keepdims=True) + 1e-12), 0)
+    return A.reshape(-1), {"std": R.std(1)}
+
+
+def grpo_returns_a_dict(rewards, G):
+    """Returns {"advantages": …, "mean": …}."""
+    return {"advantages": grpo_returns_a_tuple(rewards, G)[0], "mean": rewards.mean()}
+
+
+def needs_a_temperature(rewards, G, temperature):
+    """A parameter the audit cannot fill without a template."""
+    R = rewards.reshape(-1, G) / temperature
+    return (R - R.mean(1, keepdims=True)).reshape(-1)
+
+
+def takes_only_strings(rewards, G):
+    """Refuses every input the audit can pass."""
+    raise TypeError(f"expected a list of str, got {type(rewards).__name__}")
+
+
+def keep_rows_of_informative_groups(rewards, G):
+    """A row filter done right: every answer of a group with σ > 0."""
+    R = np.asarray(rewards).reshape(-1, G)
+    return np.repeat(np.ptp(R, 1) > 0, G)
+
+
+def keep_rows_far_from_the_mean(rewards, G):
+    """A row filter done per answer: keeps the answers whose reward is far from the group's mean —
+    it drops the three wrong answers of a group [1, 0, 0, 0] and keeps the lone correct one."""
+    R = np.asarray(rewards).reshape(-1, G)
+    return (np.abs(R - R.mean(1, keepdims=True)) > 0.3).reshape(-1)
+
+
+def keep_with_a_tolerance(rewards, G):
+    """DAPO's rule with a tolerance: max − min > 1e-6."""
+    R = np.asarray(rewards).reshape(-1, G)
+    return (R.max(1) - R.min(1)) > 1e-6
+
+
+def keep_in_float32(rewards, G):
+    """DAPO's rule computed in float32: spreads below float32's resolution are one value to it."""
+    return np.ptp(np.asarray(rewards).reshape(-1, G).astype(np.float32), 1) > 0

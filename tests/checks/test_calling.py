@@ -1,0 +1,136 @@
+"""How the audit calls a user's function (``checks.calling``): the signature decides the form, the
+annotation or the first call the input kind, and the advantages come back from whatever the
+function returns; what it cannot call is a ``CallError`` that says what to pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from _user_code import (
+    compute_grpo_advantages,
+    dr_grpo_grid,
+    dr_grpo_keyword_only,
+    grpo_by_uid,
+    grpo_returns_a_dict,
+    grpo_returns_a_tuple,
+    needs_a_temperature,
+    takes_only_strings,
+    verl_like_estimator,
+)
+
+from grpo_identity import dial as D
+from grpo_identity.checks.calling import Caller, CallError, CallOptions
+from grpo_identity.checks.options import OptionError
+
+R = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])  # two groups of 4
+
+
+@pytest.mark.parametrize(
+    "fn, form, call",
+    [
+        (compute_grpo_advantages, "flat", "compute_grpo_advantages(R, group_size=G)"),
+        (dr_grpo_keyword_only, "flat", "dr_grpo_keyword_only(R, num_generations=G)"),
+        (dr_grpo_grid, "grid", "dr_grpo_grid(R2)"),
+        (grpo_by_uid, "ids", "grpo_by_uid(R, uids=IDS)"),
+        (
+            verl_like_estimator,
+            "verl",
+            "verl_like_estimator(token_level_rewards=R[n, T], response_mask=M[n, T], index=UIDS)",
+        ),
+        (grpo_returns_a_tuple, "flat", "grpo_returns_a_tuple(R, group_size=G)"),
+    ],
+)
+def test_the_signature_decides_how_the_function_is_called(fn, form, call):
+    caller = Caller.for_function(fn)
+    assert caller.plan.form == form and caller.plan.describe() == call
+
+
+@pytest.mark.parametrize(
+    "fn, dial",
+    [
+        (compute_grpo_advantages, D.VERL),
+        (dr_grpo_keyword_only, D.DR_GRPO),
+        (dr_grpo_grid, D.DR_GRPO),
+        (grpo_by_uid, D.Dial(eps=1e-6)),
+        (verl_like_estimator, D.VERL),
+        (grpo_returns_a_tuple, D.GRPO),
+        (grpo_returns_a_dict, D.GRPO),
+    ],
+)
+def test_each_form_gives_one_advantage_per_reward_in_the_batchs_order(fn, dial):
+    out = Caller.for_function(fn)(R, 4)
+    A = out.detach().double().numpy() if isinstance(out, torch.Tensor) else np.asarray(out, dtype=np.float64)
+    assert np.allclose(A, D.advantages(R, 4, dial), atol=1e-6)
+
+
+def test_the_input_kind_comes_from_the_annotation_else_from_the_first_call():
+    assert Caller.for_function(compute_grpo_advantages).plan.input == "torch"  # annotated
+    caller = Caller.for_function(lambda rewards, G: rewards.view(-1, G).sum(1).repeat_interleave(G) * 0.0 + rewards)
+    assert caller.plan.input == "auto"
+    caller(R, 4)  # numpy has no .view(-1, G) with these arguments: torch is tried next, and kept
+    assert caller.plan.input == "torch"
+    only_lists = Caller.for_function(lambda rewards, G: [r - sum(rewards) / len(rewards) for r in rewards])
+    only_lists(R, 4)
+    assert only_lists.plan.input in ("numpy", "list")
+
+
+def test_a_function_that_takes_no_input_the_audit_can_pass_is_a_call_error_saying_what_to_pass():
+    caller = Caller.for_function(takes_only_strings)
+    with pytest.raises(CallError, match="takes none of numpy arrays, torch tensors or lists.*--input.*--call"):
+        caller(R, 4)
+
+
+def test_an_exception_that_is_not_about_the_input_is_the_functions_own():
+    def broken(rewards, G):
+        raise RuntimeError("division by zero in my code")
+
+    with pytest.raises(RuntimeError, match="division by zero"):
+        Caller.for_function(broken)(R, 4)
+
+
+def test_a_parameter_the_audit_cannot_fill_asks_for_a_template_and_the_template_fills_it():
+    with pytest.raises(CallError, match=r"needs temperature.*--call"):
+        Caller.for_function(needs_a_temperature)
+    options = CallOptions(call="needs_a_temperature(R, G, temperature=2.0)")
+    caller = Caller.for_function(needs_a_temperature, options)
+    assert np.allclose(caller(R, 4), D.advantages(R, 4, D.DR_GRPO) / 2)
+    picked = Caller.for_function(grpo_returns_a_tuple, CallOptions(call="grpo_returns_a_tuple(R, G)[0]"))
+    assert picked.plan.form == "template"
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        ("fn(rewards=R, temp=T)", "uses 'T'"),
+        ("fn(rewards=__import__('os'))", "neither a name nor a literal"),
+        ("not a call", "is no Python call"),
+        ("R + G", "must be a call"),
+    ],
+)
+def test_a_template_is_parsed_safely_and_a_bad_one_names_the_option(call, words):
+    with pytest.raises(OptionError, match=words) as info:
+        CallOptions(call=call)
+    assert info.value.field == "call"
+
+
+def test_rewards_go_in_the_dtype_asked_for_and_bfloat16_needs_torch():
+    seen = {}
+
+    def record(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        seen["dtype"] = rewards.dtype
+        return rewards - rewards.view(-1, group_size).mean(1).repeat_interleave(group_size)
+
+    Caller.for_function(record, CallOptions(reward_dtype="bfloat16"))(R, 4)
+    assert seen["dtype"] == torch.bfloat16
+    with pytest.raises(OptionError, match="bfloat16 needs torch tensors"):
+        CallOptions(input="numpy", reward_dtype="bfloat16")
+
+
+def test_rows_in_any_order_with_group_ids_reach_a_function_that_takes_them():
+    caller = Caller.for_function(grpo_by_uid)
+    order = np.random.default_rng(0).permutation(R.size)
+    ids = np.repeat([70, 30], 4)[order]
+    assert np.allclose(caller(R[order], 4, ids), grpo_by_uid(R, np.repeat([0, 1], 4))[order])
+    with pytest.raises(CallError, match="takes no group ids"):
+        Caller.for_function(dr_grpo_keyword_only)(R, 4, ids)
