@@ -256,7 +256,7 @@ def _context(tgt: Any, inf: Inferred) -> P.Context:
     """What the properties compare against: the inferred dial, and, for a target that takes group
     ids, the same dial on rows in any order (groups of any size unless it also takes G)."""
     call = (getattr(tgt, "info", None) or {}).get("call") or {}
-    with_ids = call.get("form") in ("ids", "verl")
+    with_ids = bool(call.get("takes_ids"))
     rounding = getattr(tgt, "dtype", None)
     reference, reference_ids = inf.reference(), inf.reference_ids() if with_ids else None
     if rounding is not None:  # the references see the rewards the target sees
@@ -267,7 +267,7 @@ def _context(tgt: Any, inf: Inferred) -> P.Context:
         reference=reference,
         batch_scale=inf.scale == "batch_std",
         reference_ids=reference_ids,
-        ragged=with_ids and not call.get("group_size_arg"),
+        ragged=with_ids and not call.get("takes_group_size"),
     )
 
 

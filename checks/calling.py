@@ -76,6 +76,10 @@ REWARD_NAMES = ("rewards", "reward", "scores", "score", "r", "R", "values")
 TEMPLATE_NAMES = {
     "R": "the rewards, 1-D (n·G,)",
     "R2": "the rewards as a grid (n, G)",
+    "RC": "the rewards as a column (n·G, 1): one reward function",
+    "TR": "token-level rewards (n·G, T), the reward on each answer's last token",
+    "MASK": "the response mask (n·G, T), all ones",
+    "ONES": "a weight of 1 for the one reward function, shape (1,)",
     "G": "the group size",
     "N": "the number of groups",
     "IDS": "integer group ids, one per reward",
@@ -130,12 +134,24 @@ class CallPlan:
     output: str = "array"
     """Where the advantages were: 'array', 'tuple[i]', or "dict['key']"."""
 
+    @property
+    def takes_ids(self) -> bool:
+        """It takes group ids: rows may come in any order."""
+        return self.form in ("ids", "verl") or (self.template is not None and _uses(self.template, "IDS", "UIDS"))
+
+    @property
+    def takes_group_size(self) -> bool:
+        """It takes G: groups must all have G answers."""
+        if self.template is not None:
+            return _uses(self.template, "G", "R2")
+        return bool(self.group_size_arg is not None)
+
     def describe(self) -> str:
         """The call in Python's words, e.g. ``fn(rewards=R, group_size=G)``."""
         if self.template is not None:
             return self.template
         if self.form == "verl":
-            return f"{self.name}(token_level_rewards=R[n, T], response_mask=M[n, T], index=UIDS)"
+            return f"{self.name}(token_level_rewards=TR, response_mask=MASK, index=UIDS)"
         value = "R2" if self.form == "grid" else "R"
         parts = [f"{self.rewards_arg}={value}" if self.rewards_arg else value]
         if self.group_size_arg == "":
@@ -147,7 +163,12 @@ class CallPlan:
         return f"{self.name}({', '.join(parts)})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "call": self.describe()}
+        return {
+            **asdict(self),
+            "call": self.describe(),
+            "takes_ids": self.takes_ids,
+            "takes_group_size": self.takes_group_size,
+        }
 
 
 # --- the plan from the signature --------------------------------------------------------------------
@@ -199,8 +220,11 @@ def _size_arg(p: inspect.Parameter | None) -> str | None:
 
 def _unfilled(fn: Callable[..., Any], plan: CallPlan) -> list[str]:
     """Required parameters the plan does not fill."""
-    if plan.form in ("template", "verl"):
+    if plan.form == "template":
         return []
+    if plan.form == "verl":
+        verl = {"token_level_rewards", "response_mask", "index"}
+        return [p.name for p in _parameters(fn) if _needs(p) and p.name not in verl]
     filled = {plan.rewards_arg, plan.group_size_arg, plan.ids_arg} - {None, ""}
     params = _parameters(fn)
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -277,13 +301,15 @@ class Caller:
         lists: the first the function takes).  :class:`CallError` when the signature needs more
         than the audit can pass."""
         options = options or CallOptions()
-        name = getattr(fn, "__name__", "fn")
+        name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "fn")
         plan = _form_of(fn, name, options)
         missing = _unfilled(fn, plan)
         if missing:
+            so_far = plan.describe()[:-1]  # the call the signature gives, without its ")"
+            wanted = "=..., ".join(missing)
             raise CallError(
                 f"{name} needs {', '.join(missing)}, which the audit cannot pass: give --call "
-                f'"{name}(rewards=R, group_size=G, {missing[0]}=...)" (names: {", ".join(TEMPLATE_NAMES)})'
+                f'"{so_far}, {wanted}=...)" (names: {", ".join(TEMPLATE_NAMES)})'
             )
         annotated = None if options.input else _annotated_input(fn, plan)
         decided = options.input or annotated or ("torch" if options.reward_dtype == "bfloat16" else "auto")
@@ -389,14 +415,10 @@ def _about_types(exc: BaseException) -> bool:
 
 
 def _ids_as(ids: Any, input: str) -> Any:
+    """Group ids as a numpy array (numbers that hash by value, as frameworks' uid arrays do), or a
+    list for a function that takes lists."""
     ids = np.asarray(ids).reshape(-1)
-    if input == "torch" and np.issubdtype(ids.dtype, np.integer):
-        import torch
-
-        return torch.as_tensor(ids)
-    if input == "list":
-        return ids.tolist()
-    return ids
+    return ids.tolist() if input == "list" else ids
 
 
 # --- templates --------------------------------------------------------------------------------------
@@ -431,19 +453,34 @@ def _run_template(
     call = tree.value if isinstance(tree, ast.Subscript) else tree
     assert isinstance(call, ast.Call)
     ids = np.asarray(ids).reshape(-1)
-    names = {
-        "R": x,
-        "R2": _convert(rewards.reshape(-1, G), plan.input, plan.reward_dtype) if G else x,
-        "G": G,
-        "N": int(np.unique(ids).size),
-        "IDS": _ids_as(ids, plan.input),
-        "UIDS": np.array([f"uid-{i}" for i in ids], dtype=object),
+    token = np.zeros((rewards.size, VERL_LENGTH))
+    token[:, -1] = rewards
+    names: dict[str, Callable[[], Any]] = {  # built only when the template uses them
+        "R": lambda: x,
+        "R2": lambda: _convert(rewards.reshape(-1, G), plan.input, plan.reward_dtype),
+        "RC": lambda: _convert(rewards.reshape(-1, 1), plan.input, plan.reward_dtype),
+        "TR": lambda: _convert(token, plan.input, plan.reward_dtype),
+        "MASK": lambda: _convert(np.ones_like(token), plan.input, "float32"),
+        "ONES": lambda: _convert(np.ones(1), plan.input, plan.reward_dtype),
+        "G": lambda: G,
+        "N": lambda: int(np.unique(ids).size),
+        "IDS": lambda: _ids_as(ids, plan.input),
+        "UIDS": lambda: np.array([f"uid-{i}" for i in ids], dtype=object),
     }
 
     def value(node: ast.expr) -> Any:
-        return names[node.id] if isinstance(node, ast.Name) else ast.literal_eval(node)
+        return names[node.id]() if isinstance(node, ast.Name) else ast.literal_eval(node)
 
     out = fn(*[value(a) for a in call.args], **{k.arg: value(k.value) for k in call.keywords if k.arg})
     if isinstance(tree, ast.Subscript):
         out = out[ast.literal_eval(tree.slice)]
+    if _uses(text, "TR"):  # advantages per token: the one on an answer's tokens
+        A, _ = _advantages_of(out)
+        return A[:, 0] if getattr(A, "ndim", 1) == 2 else A
     return out
+
+
+def _uses(template: str, *names: str) -> bool:
+    """Whether the template refers to any of ``names``."""
+    tree = ast.parse(template.strip(), mode="eval")
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(tree))

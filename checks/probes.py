@@ -6,8 +6,8 @@ whole groups' advantages), or ``None`` when there is nothing to say:
 
 - remainder: n·G + G//2 rewards (a last, partial group), where the target accepts them;
 - tiny spread: one group of 0.7 + 1e-5·noise, whose σ is far below any ε;
-- singleton groups (G = 1): σ = 0, so the advantage should be 0: NaN is a deviation, a nonzero
-  push (the raw reward) or refusing G = 1 a note (a fixed-G target meets G = 1 only if configured).
+- singleton groups (G = 1): σ = 0, so the advantage should be 0: NaN, a nonzero push (the raw
+  reward) or refusing G = 1 is a note (a fixed-G target meets G = 1 only if configured).
 
 >>> from grpo_identity import dial as D
 >>> [f.message.split(":")[0] for f in run_probes(lambda r, G: D.advantages(r, G, D.GRPO))][::2]
@@ -81,17 +81,17 @@ def tiny_spread(target: Callable[..., Any]) -> Any:
     return _finding(
         "probe_tiny_spread",
         f"a group whose rewards differ by ~1e-5 (0.7 + 1e-5·noise, G={G}) gets |Â| up to {big:.3g} (a 0/1 group: "
-        f"{float(np.abs(A[G:]).max()):.3g}): {'noise scaled up to full weight' if big > 0.1 else 'kept small by ε'}",
+        f"{float(np.abs(A[G:]).max()):.3g}): {'noise scaled up to full weight' if big > 0.1 else 'kept small'}",
     )
 
 
 def singletons(target: Callable[..., Any]) -> Any:
     """G = 1: a lone answer has no group to centre on; σ = 0, so the identity gives it no push and
     every advantage should be exactly 0.  A target called with a fixed G meets G = 1 only if its
-    user configures it, so NaN or inf there is a deviation (it would poison the step's gradient) and
-    a nonzero value (the raw reward: REINFORCE with no baseline) a note; refusing G = 1 is a note
-    too.  Targets that take group ids meet lone answers in ragged batches: the ``ragged_groups``
-    property judges those (NaN fails there)."""
+    user configures it (and GRPO's std and RLOO need G ≥ 2): NaN or inf there, a nonzero value (the
+    raw reward: REINFORCE with no baseline) and refusing G = 1 are notes that say so.  Targets that
+    take group ids meet lone answers in ragged batches: the ``ragged_groups`` property judges those
+    (NaN fails there)."""
     r = np.array([1.0, 0.0, 0.7])
     try:
         A = np.asarray(target(r, 1), dtype=np.float64)
@@ -105,7 +105,7 @@ def singletons(target: Callable[..., Any]) -> Any:
             f"G = 1 (a lone answer, σ = 0) gives {A.tolist()}: NaN or inf would poison the step's gradient "
             "(keep G ≥ 2 in the configuration)"
         )
-        return _finding("probe_singleton", message, "deviation", example)
+        return _finding("probe_singleton", message, "note", example)
     message = (
         f"G = 1 (a lone answer, σ = 0) gives {np.round(A, 6).tolist()} instead of zeros: a push by the raw "
         "reward with no baseline, where the identity gives none"

@@ -509,6 +509,22 @@ def _call_filter(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.n
     return out
 
 
+def _as_row_mask(out: np.ndarray, n: int) -> np.ndarray:
+    """A row filter's output as one flag per row: flags as they are, or the indices of the kept rows
+    (what ``zero_variance_filter``-style filters return) turned into flags."""
+    if out.ndim == 1 and out.size == 0 and n > 0:  # no index: every row dropped
+        return np.zeros(n, dtype=bool)
+    if out.dtype == np.bool_ or out.ndim != 1 or not np.issubdtype(out.dtype, np.integer):
+        return out
+    if out.size == n and np.isin(out, (0, 1)).all():
+        return out.astype(bool)
+    if out.size and (out.min() < 0 or out.max() >= n):
+        return out
+    mask = np.zeros(n, dtype=bool)
+    mask[out] = True
+    return mask
+
+
 class WholeGroups:
     """A row filter (one keep flag per answer) seen as a group filter: each group's flags must agree
     (a group is kept or dropped whole, by its σ); a group split between kept and dropped answers is a
@@ -522,7 +538,7 @@ class WholeGroups:
 
     def __call__(self, rewards: np.ndarray, group_size: int) -> np.ndarray:
         G = int(group_size)
-        rows = np.asarray(self._target(rewards, G))
+        rows = _as_row_mask(np.asarray(self._target(rewards, G)), rewards.size)
         if rows.shape != rewards.shape:
             raise PropertyViolation(
                 "filter_well_formed",

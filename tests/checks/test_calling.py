@@ -36,7 +36,7 @@ R = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])  # two groups of 4
         (
             verl_like_estimator,
             "verl",
-            "verl_like_estimator(token_level_rewards=R[n, T], response_mask=M[n, T], index=UIDS)",
+            "verl_like_estimator(token_level_rewards=TR, response_mask=MASK, index=UIDS)",
         ),
         (grpo_returns_a_tuple, "flat", "grpo_returns_a_tuple(R, group_size=G)"),
     ],

@@ -32,7 +32,7 @@ def test_a_partial_last_group_that_changes_the_whole_groups_fails():
     assert finding.severity == "fail" and "changes the whole groups" in finding.message
 
 
-def test_a_lone_answer_at_a_fixed_group_size_nan_is_a_deviation_a_raw_reward_a_note():
+def test_a_lone_answer_at_a_fixed_group_size_is_a_note_whether_nan_or_a_raw_reward():
     from grpo_identity.checks.probes import singletons
 
     def bessel(r, G):  # std with ddof 1 at G = 1: NaN
@@ -42,6 +42,6 @@ def test_a_lone_answer_at_a_fixed_group_size_nan_is_a_deviation_a_raw_reward_a_n
     with np.errstate(all="ignore"):
         nan = singletons(bessel)
     raw = singletons(lambda r, G: r.copy() if G == 1 else r - r.mean())
-    assert nan.severity == "deviation" and "NaN or inf would poison" in nan.message
+    assert nan.severity == "note" and "NaN or inf would poison" in nan.message
     assert raw.severity == "note" and "raw reward" in raw.message
     assert singletons(lambda r, G: np.zeros_like(r)) is None
