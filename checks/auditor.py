@@ -289,6 +289,11 @@ def _keep_rule(tgt: Any, name: str, options: AuditOptions, kind: str = "filter")
         return _failed(name, "advantage", kind, expected, inf, [_probe_failure(exc)])
     ctx = P.Context(P.Tolerance.for_precision("float64"), keep_reference=expected)
     findings, examples, ran = _search(tgt, P.FILTER_PROPERTIES, ctx, options, name)
+    if getattr(tgt, "dead", None) is None:
+        from grpo_identity.checks.probes import filter_singletons
+
+        lone = filter_singletons(tgt, inf.keep)
+        findings += [lone] if lone is not None else []
     decision = V.keep_rule(inf, findings, expected)
     return _report(name, kind, inf, decision, expected, examples, ran, time.perf_counter() - t0)
 

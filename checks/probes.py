@@ -22,7 +22,7 @@ import numpy as np
 
 from grpo_identity.checks.infer import probe_batch
 
-__all__ = ["run_probes", "PROBES"]
+__all__ = ["run_probes", "PROBES", "filter_singletons"]
 
 
 def _finding(name: str, message: str, severity: str = "note", example: dict[str, Any] | None = None) -> Any:
@@ -111,6 +111,24 @@ def singletons(target: Callable[..., Any]) -> Any:
         "reward with no baseline, where the identity gives none"
     )
     return _finding("probe_singleton", message, "note", example)
+
+
+def filter_singletons(target: Callable[..., Any], keep: str | None) -> Any:
+    """G = 1 for a filter: every group is one answer, σ = 0, so DAPO's rule drops them all (a keep-all
+    rule keeps them).  At a fixed G this happens only if configured: what the filter does is a note."""
+    r = np.array([1.0, 0.0, 0.7])
+    try:
+        flags = np.asarray(target(r, 1)).astype(bool).reshape(-1)
+    except Exception as exc:
+        return _finding("probe_filter_singleton", f"rejects G = 1: {str(exc).splitlines()[0][:160]}")
+    want = np.ones(3, dtype=bool) if keep == "all" else np.zeros(3, dtype=bool)
+    if flags.shape == want.shape and np.array_equal(flags, want):
+        return None
+    message = (
+        f"G = 1 (lone answers, σ = 0): keeps {flags.tolist()}; the keep rule '{keep}' "
+        f"{'keeps' if keep == 'all' else 'drops'} every one (a fixed-G filter meets G = 1 only if configured)"
+    )
+    return _finding("probe_filter_singleton", message, "note", {"group_size": 1, "rewards": r.tolist()})
 
 
 #: the edge probes, in report order

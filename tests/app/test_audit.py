@@ -224,9 +224,10 @@ def test_the_gradient_level_audits_a_users_own_loss_built_from_their_advantages_
 
 
 def test_an_ordinary_torch_grpo_function_is_audited_as_written(capsys):
-    assert main(["audit", f"{USER_CODE}:compute_grpo_advantages", "--max-examples", "60", "--json"]) == 0
+    argv = ["audit", f"{USER_CODE}:compute_grpo_advantages", "--expect", "grpo", "--max-examples", "60", "--json"]
+    assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["verdict"] == "deviation" and out["matches"] == "verl" and out["inferred"]["ddof"] == 1
+    assert out["verdict"] == "deviation" and out["matches"] == "verl" and out["inferred"]["ddof"] == 1  # Bessel, ε
     assert out["target_info"]["call"]["input"] == "torch"
     assert main(["audit", f"{USER_CODE}:compute_grpo_advantages_batch_mean", "--max-examples", "60"]) == 1
 

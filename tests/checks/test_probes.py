@@ -45,3 +45,18 @@ def test_a_lone_answer_at_a_fixed_group_size_is_a_note_whether_nan_or_a_raw_rewa
     assert nan.severity == "note" and "NaN or inf would poison" in nan.message
     assert raw.severity == "note" and "raw reward" in raw.message
     assert singletons(lambda r, G: np.zeros_like(r)) is None
+
+
+def test_a_filter_at_g_1_is_probed_too_and_keeping_a_lone_answer_is_a_note():
+    from grpo_identity.checks.probes import filter_singletons
+
+    def exact(r, G):
+        return np.ptp(r.reshape(-1, G), 1) > 0
+
+    def keeps_everything(r, G):
+        return np.ones(r.size // G, dtype=bool)
+
+    assert filter_singletons(exact, "nonzero_std") is None  # one answer: one value, dropped
+    kept = filter_singletons(keeps_everything, "nonzero_std")
+    assert kept.severity == "note" and "drops every one" in kept.message
+    assert filter_singletons(keeps_everything, "all") is None
