@@ -33,7 +33,7 @@ from grpo_identity import dial as D
 from grpo_identity.checks import properties as P
 from grpo_identity.checks import verdict as V
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
-from grpo_identity.checks.infer import PROBE_GROUP_SIZES, infer_dial, infer_filter
+from grpo_identity.checks.infer import PROBE_GROUP_SIZES, infer_dial, infer_filter, tolerance_rule
 from grpo_identity.checks.options import CALL_TIMEOUT, DEFAULT_MAX_EXAMPLES, AuditOptions, OptionError
 from grpo_identity.checks.report import VERDICTS, AuditReport, Finding, Inferred, Report
 from grpo_identity.checks.search import FiniteGuard, failure, run_property
@@ -287,7 +287,8 @@ def _keep_rule(tgt: Any, name: str, options: AuditOptions, kind: str = "filter")
         inf = infer_filter(tgt, rounding=(lambda r: round_rewards(r, dtype)) if dtype else None)
     except (P.PropertyViolation, TargetError) as exc:
         return _failed(name, "advantage", kind, expected, inf, [_probe_failure(exc)])
-    ctx = P.Context(P.Tolerance.for_precision("float64"), keep_reference=expected)
+    rule = tolerance_rule(inf.keep_tolerance, str(inf.keep_measure)) if inf.keep_tolerance is not None else None
+    ctx = P.Context(P.Tolerance.for_precision("float64"), keep_reference=expected, keep_rule=rule)
     findings, examples, ran = _search(tgt, P.FILTER_PROPERTIES, ctx, options, name)
     if getattr(tgt, "dead", None) is None:
         from grpo_identity.checks.probes import filter_singletons

@@ -66,8 +66,9 @@ GROUP_SIZE_NAMES = (
     "n_samples_per_prompt",
     "samples_per_prompt",
     "rollout_n",
-    "group",
 )
+#: names a required second positional parameter may have to be read as the group size
+_POSITIONAL_SIZE_NAMES = (*GROUP_SIZE_NAMES, "k", "size", "gs", "n_per_group")
 #: parameter names that take one group id per reward
 IDS_NAMES = ("index", "uid", "uids", "group_ids", "group_id", "group_index", "ids", "prompt_ids", "prompt_index")
 #: parameter names that take the rewards (else the first positional parameter)
@@ -195,8 +196,9 @@ def _form_of(fn: Callable[..., Any], name: str, options: CallOptions) -> CallPla
     params = _parameters(fn)
     if not params:
         return CallPlan(form="flat", group_size_arg="", **base)
-    if _find(params, ("token_level_rewards",)) is not None:
-        return CallPlan(form="verl", rewards_arg="token_level_rewards", ids_arg="index", **base)
+    if _find(params, ("token_level_rewards",)) is not None:  # verl's estimators take torch tensors
+        verl = {**base, "input": "torch"}
+        return CallPlan(form="verl", rewards_arg="token_level_rewards", ids_arg="index", **verl)
     rewards = _find(params, REWARD_NAMES) or params[0]
     rest = [p for p in params if p is not rewards]
     ids, size = _find(rest, IDS_NAMES), _find(rest, GROUP_SIZE_NAMES)
@@ -206,8 +208,10 @@ def _form_of(fn: Callable[..., Any], name: str, options: CallOptions) -> CallPla
         return CallPlan(form="ids", rewards_arg=rewards_arg, ids_arg=ids.name, group_size_arg=_size_arg(size), **base)
     if size is None:
         second = next((p for p in rest if p.kind in positional), None)
-        if second is not None and _needs(second):  # fn(rewards, k): the second positional is G
-            return CallPlan(form="flat", rewards_arg=rewards_arg, group_size_arg="", **base)
+        if second is not None and _needs(second):
+            if second.name in _POSITIONAL_SIZE_NAMES:  # fn(rewards, k): the group size by position
+                return CallPlan(form="flat", rewards_arg=rewards_arg, group_size_arg="", **base)
+            return CallPlan(form="flat", rewards_arg=rewards_arg, **base)  # a parameter it cannot fill
         return CallPlan(form="grid", rewards_arg=rewards_arg, **base)
     return CallPlan(form="flat", rewards_arg=rewards_arg, group_size_arg=_size_arg(size), **base)
 
@@ -243,7 +247,13 @@ def _annotated_input(fn: Callable[..., Any], plan: CallPlan) -> str | None:
         return "torch"
     if "ndarray" in text or "NDArray" in text or "ArrayLike" in text or "numpy" in text:
         return "numpy"
-    if text.lower().startswith(("list", "sequence")) or "List[" in text:
+    if (
+        p is not None
+        and p.annotation in (list, tuple)
+        or text.lower().startswith(("list", "sequence", "<class 'list'>"))
+    ):
+        return "list"
+    if "List[" in text or "Sequence[" in text:
         return "list"
     return None
 
@@ -311,7 +321,11 @@ class Caller:
                 f"{name} needs {', '.join(missing)}, which the audit cannot pass: give --call "
                 f'"{so_far}, {wanted}=...)" (names: {", ".join(TEMPLATE_NAMES)})'
             )
+        if plan.form == "verl":
+            return cls(fn, plan)
         annotated = None if options.input else _annotated_input(fn, plan)
+        if annotated in ("numpy", "list") and options.reward_dtype == "bfloat16":
+            raise CallError(f"{name} takes {annotated} rewards (its annotation says so); bfloat16 needs torch tensors")
         decided = options.input or annotated or ("torch" if options.reward_dtype == "bfloat16" else "auto")
         return cls(fn, _replace(plan, input=decided))
 
@@ -321,22 +335,29 @@ class Caller:
         return self._call(rewards, group_size, ids)
 
     def _first_call(self, rewards: np.ndarray, group_size: int, ids: Any) -> Any:
-        """The first call, with numpy arrays, then torch tensors, then lists: the first the function
-        takes decides the plan.  An exception that is not about the input's type is the function's
-        own (it takes that input, and fails); when every kind is refused: :class:`CallError`."""
-        tried: list[str] = []
-        for kind in INPUTS:
+        """The first call, on each input kind in turn (torch first for a module that imports torch and
+        not numpy, else numpy, torch, lists): the first the function takes decides the plan.  An
+        exception that cannot be about the input's kind is the function's own (it takes that kind,
+        and fails); so is one every kind meets alike (the same message: a bug, not a refusal).  When
+        every kind is refused, each its own way: :class:`CallError`."""
+        tried: list[tuple[str, BaseException]] = []
+        for kind in _input_order(self.fn):
             self.plan = _replace(self.plan, input=kind)
             try:
                 return self._call(rewards, group_size, ids)
             except Exception as exc:  # the function's own exception: judged below
-                tried.append(f"{kind}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+                tried.append((kind, exc))
                 if not _about_types(exc):
                     raise
+        first_kind, first = tried[0]
+        if len({(type(e), str(e)) for _, e in tried}) == 1:  # the same failure whatever it is given
+            self.plan = _replace(self.plan, input=first_kind)
+            raise first
         self.plan = _replace(self.plan, input="auto")
+        said = "; ".join(f"{k}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}" for k, e in tried)
         raise CallError(
             f"{self.plan.name} takes none of numpy arrays, torch tensors or lists as the audit passes them "
-            f"({self.plan.describe()}): {'; '.join(tried)}. Say what it takes with --input, or how to call it "
+            f"({self.plan.describe()}): {said}. Say what it takes with --input, or how to call it "
             "with --call"
         )
 
@@ -357,9 +378,7 @@ class Caller:
             out = self.fn(*args, **kwargs)
         self.passed = _back(x).reshape(-1)
         adv, _ = _advantages_of(out)
-        if plan.form == "grid" and hasattr(adv, "reshape"):
-            adv = adv.reshape(-1)
-        return adv
+        return _flat_output(adv, rewards.size, plan.input)
 
     def _arguments(self, x: Any, G: int, ids: Any) -> tuple[list[Any], dict[str, Any]]:
         plan = self.plan
@@ -400,6 +419,35 @@ class Caller:
         return adv
 
 
+def _input_order(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The input kinds to try first: torch first for a function whose module imports torch and not
+    numpy (a torch function may also run on numpy arrays, with numpy's semantics), else numpy."""
+    names = getattr(fn, "__globals__", None) or getattr(getattr(fn, "func", None), "__globals__", {}) or {}
+    modules = {getattr(v, "__name__", "") for v in names.values() if type(v).__name__ == "module"}
+    if "torch" in modules and "numpy" not in modules:
+        return ("torch", "numpy", "list")
+    return INPUTS
+
+
+def _flat_output(adv: Any, n: int, input: str) -> Any:
+    """One value per reward: a grid (n, G) or a column flattened; a list of floats as an array when
+    the function works in lists (from an array-taking function a list stays a finding); a list of
+    ints as the kept rows' indices (a row filter's ``zero_variance_filter``-style answer) turned
+    into one flag per row."""
+    if isinstance(adv, (list, tuple)) and (input == "list" or not adv or isinstance(adv[0], (int, np.integer))):
+        if adv and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in adv):
+            if len(adv) != n or not set(adv) <= {0, 1} or list(adv) == list(range(n)):
+                mask = np.zeros(n, dtype=bool)
+                mask[[int(i) for i in adv if 0 <= int(i) < n]] = True
+                return mask
+        if not adv and n:
+            return np.zeros(n, dtype=bool)
+        return np.asarray(adv, dtype=np.float64 if any(isinstance(v, float) for v in adv) else None)
+    if hasattr(adv, "ndim") and adv.ndim == 2 and int(np.prod(adv.shape)) == n:
+        return adv.reshape(-1)
+    return adv
+
+
 def _replace(plan: CallPlan, **changes: Any) -> CallPlan:
     from dataclasses import replace
 
@@ -407,17 +455,21 @@ def _replace(plan: CallPlan, **changes: Any) -> CallPlan:
 
 
 def _about_types(exc: BaseException) -> bool:
-    """Whether an exception says the input was of the wrong type (not that the function is wrong)."""
-    if isinstance(exc, (TypeError, AttributeError)):
+    """Whether an exception may say the input was of the wrong kind (an attribute or a method the
+    input lacks, a type check, an assert on isinstance): only a first call on another kind tells."""
+    if isinstance(exc, (TypeError, AttributeError, AssertionError)):
         return True
     text = str(exc).lower()
-    return any(word in text for word in ("tensor", "ndarray", "numpy", "list", "dtype", "sub-type", "type"))
+    return any(word in text for word in ("ndarray", "sub-type", "must be tensor", "not a tensor", "expected tensor"))
 
 
 def _ids_as(ids: Any, input: str) -> Any:
-    """Group ids as a numpy array (numbers that hash by value, as frameworks' uid arrays do), or a
-    list for a function that takes lists."""
+    """Group ids in the kind the rewards go in: a numpy array, a torch tensor, or a list."""
     ids = np.asarray(ids).reshape(-1)
+    if input == "torch" and np.issubdtype(ids.dtype, np.integer):
+        import torch
+
+        return torch.as_tensor(ids)
     return ids.tolist() if input == "list" else ids
 
 
@@ -434,6 +486,20 @@ def _parse_template(text: str) -> ast.Call:
     call = tree.value if isinstance(tree, ast.Subscript) else tree
     if not isinstance(call, ast.Call):
         raise OptionError("call", f"must be a call such as fn(rewards=R, group_size=G), got {text!r}")
+    func = call.func
+    while isinstance(func, ast.Attribute):
+        func = func.value
+    if not isinstance(func, ast.Name):
+        raise OptionError("call", f"must call the function by its name, got {ast.unparse(call.func)!r}")
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        raise OptionError("call", "takes named arguments and values, not **mappings or *sequences")
+    if isinstance(tree, ast.Subscript):
+        try:
+            picked = ast.literal_eval(tree.slice)
+        except ValueError:
+            picked = None
+        if not isinstance(picked, (int, str)):
+            raise OptionError("call", f'picks the output with [an index] or ["a key"], got [{ast.unparse(tree.slice)}]')
     for node in [*call.args, *(k.value for k in call.keywords)]:
         if isinstance(node, ast.Name) and node.id not in TEMPLATE_NAMES:
             names = ", ".join(f"{k} ({v})" for k, v in TEMPLATE_NAMES.items())

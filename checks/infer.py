@@ -321,15 +321,40 @@ def _largest_dropped(
     return float(dropped.max()) if dropped.size else 0.0
 
 
+def tolerance_rule(tol: float, measure: str) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+    """The keep rule :func:`keep_tolerance` found, as a reference for the filter properties: which
+    groups it keeps, and which lie within a factor 2 of its threshold (the ladder's estimate is that
+    close, so those are not judged)."""
+
+    def rule(r: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
+        R = np.asarray(r, dtype=np.float64).reshape(-1, G)
+        spread = np.ptp(R, 1)
+        if measure.endswith("resolution"):
+            dtype = measure.split()[0]
+            ulp = np.spacing(np.abs(R).max(1).astype(dtype)).astype(np.float64)
+            keep = np.ptp(R.astype(dtype).astype(np.float64), 1) > 0
+            return keep, (spread > 0) & (spread < 4 * ulp)
+        if measure == "relative":
+            m = spread / np.maximum(np.abs(R).max(1), 1e-300)
+        else:
+            m = np.array([_MEASURES[measure](row) for row in R])
+        return m > tol, (m > tol / 2) & (m < tol * 2)
+
+    return rule
+
+
 def keep_tolerance(target: Callable[..., Any], seen: Callable[[np.ndarray], np.ndarray]) -> dict[str, Any] | None:
     """How far below σ > 0 a filter drops groups: the tolerance, the measure it is taken in (max − min
     or a std; a threshold that grows with the rewards' size is a floating-point resolution), and a
     sentence.  ``None`` when it drops no group the definition keeps."""
-    at = {(G, base): _largest_dropped(target, G, base, seen) for G in (2, 8) for base in (0.5, 100.0)}
+    at = {(G, base): _largest_dropped(target, G, base, seen) for G in (2, 8) for base in (0.5, 0.75, 100.0)}
     t2, t8, t2_big = at[(2, 0.5)], at[(8, 0.5)], at[(2, 100.0)]
     if max(at.values()) == 0.0:
         return None
-    if t2 > 0 and t2_big / t2 > 20:  # it scales with the rewards: a resolution, not a tolerance
+    # a floating-point resolution is one value across a binade (0.5 and 0.75), a relative tolerance grows
+    scales = t2 > 0 and t2_big / t2 > 20  # it grows with the rewards' size
+    same_binade = scales and at[(2, 0.75)] > 0 and abs(np.log(at[(2, 0.75)] / t2)) < np.log(1.25)
+    if same_binade:  # a resolution, if it is one dtype's spacing
         for dtype in ("float32", "float16"):
             ulp = float(np.spacing(np.array(0.5, dtype=dtype)))
             if 0.2 * ulp <= t2 <= 8 * ulp:
@@ -339,6 +364,7 @@ def keep_tolerance(target: Callable[..., Any], seen: Callable[[np.ndarray], np.n
                     f"to it and dropped (it computes in {dtype})"
                 )
                 return {"tolerance": ulp, "measure": f"{dtype} resolution", "why": why}
+    if scales:
         why = f"drops groups whose spread is below about {t2 / 0.5:.2g} of their size (a relative tolerance)"
         return {"tolerance": t2 / 0.5, "measure": "relative", "why": why}
     unit = np.r_[np.zeros(7), 1.0]
@@ -348,6 +374,7 @@ def keep_tolerance(target: Callable[..., Any], seen: Callable[[np.ndarray], np.n
         return abs(np.log(max(t2 * m(pair), 1e-300)) - np.log(max(t8 * m(unit), 1e-300)))
 
     measure = min(_MEASURES, key=lambda name: mismatch(_MEASURES[name]))
-    tol = t2 * _MEASURES[measure](pair)
-    why = f"keeps σ > 0 with a tolerance: drops groups whose {measure} ≤ about {tol:.2g}"
-    return {"tolerance": tol, "measure": measure, "why": why}
+    lo = t2 * _MEASURES[measure](pair)  # the largest rung dropped; the next one up is kept
+    hi = lo * float(TOLERANCE_LADDER[0] / TOLERANCE_LADDER[1])
+    why = f"keeps σ > 0 with a tolerance: drops groups whose {measure} is at most between {lo:.2g} and {hi:.2g}"
+    return {"tolerance": float(np.sqrt(lo * hi)), "measure": measure, "why": why}

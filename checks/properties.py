@@ -123,6 +123,9 @@ class Context:
     """The target scales by a batch-wide number (batch std): groups are independent up to it."""
     keep_reference: Any = None
     """For filters: the dial whose keep rule is expected (default DAPO's: keep σ > 0)."""
+    keep_rule: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]] | None = None
+    """For filters whose rule keeps σ > 0 up to a tolerance (inferred): which groups it keeps, and
+    which lie too near the tolerance to judge; ``None``: the rule's exact definition."""
     reference_ids: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
     """Advantages the target should give rows in any order with group ids (groups of any size),
     for targets that take group ids; ``None`` otherwise."""
@@ -477,8 +480,9 @@ def ragged_groups(target: Target, batch: Any, ctx: Context, rng: np.random.Gener
                 severity,
             )
         if at.size > 1 and not ctx.tol.close(got, want, float(max(np.abs(want).max(), np.abs(got).max())) * 4):
-            if R[g].max() == R[g].min() and not _exact_silent_value(float(R[g, 0])):
-                continue
+            kept = rows[at]
+            if kept.max() == kept.min() and not _exact_silent_value(float(kept[0])):
+                continue  # a silent subset of 0.1s: its rounding residue is the silent probe's business
             raise PropertyViolation(
                 "ragged_groups",
                 f"a group of {at.size} among groups of sizes {sorted(set(sizes.tolist()))} (G={G} before answers "
@@ -598,6 +602,9 @@ def keeps_groups_with_nonzero_std(target: Target, batch: Any, ctx: Context, rng:
     keep = _call_filter(target, r, G, "keeps_groups_with_nonzero_std")
     rule = (ctx.keep_reference or D.DAPO).keep
     want = kept_by_definition(r, G, rule)
+    if ctx.keep_rule is not None and rule == "nonzero_std":  # the tolerance the inference found
+        want, near = ctx.keep_rule(r, G)
+        keep = np.where(near, want, keep)
     R = r.reshape(-1, G)
     for g in np.flatnonzero(keep != want):
         sd = float(R[g].std())

@@ -129,3 +129,57 @@ def keep_with_a_tolerance(rewards, G):
 def keep_in_float32(rewards, G):
     """DAPO's rule computed in float32: spreads below float32's resolution are one value to it."""
     return np.ptp(np.asarray(rewards).reshape(-1, G).astype(np.float32), 1) > 0
+
+
+def grpo_on_lists(rewards: list, G: int) -> list:
+    """Pure Python: lists in, lists out."""
+    out = []
+    for g in range(0, len(rewards), G):
+        block = rewards[g : g + G]
+        mean = sum(block) / G
+        sd = (sum((x - mean) ** 2 for x in block) / G) ** 0.5
+        out += [0.0 if sd == 0 else (x - mean) / sd for x in block]
+    return out
+
+
+def loops_with_a_bug(rewards, G):
+    """A real bug, the same whatever it is given: range() of a float."""
+    out = []
+    for g in range(len(rewards) / G):
+        out.append(g)
+    return out
+
+
+def torch_only_by_assert(rewards, G):
+    """Checks its input with an assert, then uses torch's std (Bessel's)."""
+    assert isinstance(rewards, torch.Tensor), "give me a tensor"
+    r = rewards.reshape(-1, G)
+    return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)).reshape(-1)
+
+
+def torch_by_group_ids(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Groups with torch.unique (ids must be a tensor)."""
+    out = torch.zeros_like(rewards)
+    for u in torch.unique(group_ids):
+        at = group_ids == u
+        g = rewards[at]
+        if g.numel() > 1 and g.max() > g.min():
+            out[at] = (g - g.mean()) / g.std(unbiased=False)
+    return out
+
+
+def kept_row_indices(rewards, G):
+    """A row filter returning the kept rows' indices (as SkyRL's zero_variance_filter does)."""
+    R = np.asarray(rewards).reshape(-1, G)
+    return [int(i) for g in range(R.shape[0]) if np.ptp(R[g]) > 0 for i in range(g * G, (g + 1) * G)]
+
+
+def keep_with_a_relative_tolerance(rewards, G):
+    """Drops groups whose max and min are close in relative terms (numpy's isclose, rtol 1e-3)."""
+    R = np.asarray(rewards).reshape(-1, G)
+    return ~np.isclose(R.max(1), R.min(1), rtol=1e-3, atol=0)
+
+
+def needs_num_prompts(rewards, num_prompts):
+    """A required second parameter that is not the group size."""
+    return rewards.reshape(num_prompts, -1).reshape(-1)

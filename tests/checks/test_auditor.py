@@ -98,7 +98,7 @@ def test_the_filter_audit_catches_a_bug_in_the_dials_own_keep_mask(monkeypatch):
     assert audit(the_dials_filter, kind="filter", expect="dapo", max_examples=20).verdict == "pass"
     monkeypatch.setattr(D, "keep_mask", _keep_mask_with_a_threshold)
     keep, why = infer_keep_rule(the_dials_filter)  # a threshold: σ > 0 kept with a tolerance, named
-    assert keep == "nonzero_std" and "max − min ≤ about" in why
+    assert keep == "nonzero_std" and "max − min is at most between" in why
     report = audit(the_dials_filter, kind="filter", expect="dapo", max_examples=20)
     assert report.verdict == "deviation" and report.findings[-1].property == "keep_tolerance", report.format()
     assert report.inferred.keep_measure == "max − min" and 3e-7 < report.inferred.keep_tolerance <= 1e-6
@@ -220,3 +220,14 @@ def test_rewards_in_float16_reach_the_filter_and_its_references_alike():
         f"{USER_CODE}:keep_rows_of_informative_groups", kind="row-filter", expect="dapo", reward_dtype="float16"
     )
     assert report.verdict == "pass", report.format()
+
+
+def test_a_real_bug_in_user_code_is_a_fail_not_a_usage_error():
+    report = audit(f"{USER_CODE}:loops_with_a_bug", max_examples=10)
+    assert report.verdict == "fail" and "cannot be interpreted as an integer" in report.findings[0].message
+
+
+def test_an_index_returning_row_filter_and_a_relative_tolerance_are_read_right():
+    assert audit(f"{USER_CODE}:kept_row_indices", kind="row-filter", expect="dapo").verdict == "pass"
+    report = audit(f"{USER_CODE}:keep_with_a_relative_tolerance", kind="filter", expect="dapo")
+    assert report.verdict == "deviation" and report.inferred.keep_measure == "relative", report.format()

@@ -134,3 +134,57 @@ def test_rows_in_any_order_with_group_ids_reach_a_function_that_takes_them():
     assert np.allclose(caller(R[order], 4, ids), grpo_by_uid(R, np.repeat([0, 1], 4))[order])
     with pytest.raises(CallError, match="takes no group ids"):
         Caller.for_function(dr_grpo_keyword_only)(R, 4, ids)
+
+
+def test_a_function_written_for_lists_is_called_with_lists_and_its_list_is_read():
+    from _user_code import grpo_on_lists
+
+    caller = Caller.for_function(grpo_on_lists)
+    assert caller.plan.input == "list"  # `rewards: list`
+    assert np.allclose(caller(R, 4), D.advantages(R, 4, D.GRPO))
+
+
+def test_a_bug_every_input_meets_alike_is_the_functions_own_not_a_refusal():
+    from _user_code import loops_with_a_bug
+
+    with pytest.raises(TypeError, match="'float' object cannot be interpreted as an integer"):
+        Caller.for_function(loops_with_a_bug)(R, 4)
+
+
+def test_an_isinstance_assert_sends_the_first_call_on_to_torch_and_ids_go_in_the_rewards_kind():
+    from _user_code import torch_by_group_ids, torch_only_by_assert
+
+    caller = Caller.for_function(torch_only_by_assert)
+    caller(R, 4)
+    assert caller.plan.input == "torch"
+    by_ids = Caller.for_function(torch_by_group_ids)
+    out = by_ids(R, 4, np.repeat([7, 3], 4))
+    assert np.allclose(out.numpy(), D.advantages(R, 4, D.GRPO))
+
+
+def test_a_required_parameter_that_is_not_the_group_size_asks_for_a_template():
+    from _user_code import needs_num_prompts
+
+    with pytest.raises(CallError, match=r'needs num_prompts.*--call "needs_num_prompts\(R, num_prompts=\.\.\.\)"'):
+        Caller.for_function(needs_num_prompts)
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        ("__import__('os').system('x')(R, G)", "by its name"),
+        ("fn(R, **{'eps': 1e-3})", "not \\*\\*mappings"),
+        ("fn(R, G)[0:1]", "picks the output with"),
+    ],
+)
+def test_a_template_calls_a_name_with_named_values_and_picks_by_index_or_key(call, words):
+    with pytest.raises(OptionError, match=words):
+        CallOptions(call=call)
+
+
+def test_a_row_filter_that_returns_kept_row_indices_is_read_as_flags_even_for_one_pair():
+    from _user_code import kept_row_indices
+
+    caller = Caller.for_function(kept_row_indices)
+    assert caller(np.array([1.0, 0.0]), 2).tolist() == [True, True]  # [0, 1]: indices, not a mask
+    assert caller(np.array([1.0, 1.0]), 2).tolist() == [False, False]

@@ -202,3 +202,25 @@ def test_a_wrong_keep_decision_names_the_group_and_its_rewards():
         match=r"group 0 \(G=2, rewards \[0.1, 0.1\], σ = 0\) is kept; the keep rule 'nonzero_std' drops it",
     ):
         P.keeps_groups_with_nonzero_std(keep_all, two_valued([0.1, 0.1, 0.0, 1.0], 2), CTX64, RNG)
+
+
+def test_ragged_groups_leave_a_silent_subset_of_inexact_values_to_the_silent_probe():
+    from grpo_identity.checks.strategies import RewardBatch
+
+    class KeepThree:  # sizes 3 (the three 0.1s), rows in their own order
+        def integers(self, lo, hi, size):
+            return np.full(size, 3)
+
+        def permutation(self, n):
+            return np.arange(n)
+
+    def eps_grpo(r, G, ids=None):
+        out = np.zeros_like(r)
+        for u in np.unique(ids):
+            g = r[ids == u]
+            out[ids == u] = (g - g.mean()) / (g.std() + 1e-6)  # 0.1s: a rounding residue of ~1e-11
+        return out
+
+    batch = RewardBatch(np.array([0.1, 0.1, 0.1, 0.7]), 4, "continuous")
+    ctx = P.Context(P.Tolerance.for_precision("float64"), reference_ids=lambda r, ids: np.zeros_like(r), ragged=True)
+    P.ragged_groups(eps_grpo, batch, ctx, KeepThree())  # no finding: the residue is the silent probe's
