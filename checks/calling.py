@@ -85,6 +85,7 @@ TEMPLATE_NAMES = {
     "N": "the number of groups",
     "IDS": "integer group ids, one per reward",
     "UIDS": "string group ids, one per reward (verl's uid)",
+    "ROWS": "a distinct id per reward (request ids), as a list",
 }
 #: verl's token length of the probe answers (the reward sits on the last response token)
 VERL_LENGTH = 4
@@ -532,6 +533,7 @@ def _run_template(
         "N": lambda: int(np.unique(ids).size),
         "IDS": lambda: _ids_as(ids, plan.input),
         "UIDS": lambda: np.array([f"uid-{i}" for i in ids], dtype=object),
+        "ROWS": lambda: list(range(rewards.size)),
     }
 
     def value(node: ast.expr) -> Any:
