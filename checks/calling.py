@@ -312,7 +312,7 @@ class Caller:
         lists: the first the function takes).  :class:`CallError` when the signature needs more
         than the audit can pass."""
         options = options or CallOptions()
-        name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "fn")
+        name = str(getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "fn"))
         plan = _form_of(fn, name, options)
         missing = _unfilled(fn, plan)
         if missing:
@@ -379,7 +379,7 @@ class Caller:
             out = self.fn(*args, **kwargs)
         self.passed = _back(x).reshape(-1)
         adv, _ = _advantages_of(out)
-        return _flat_output(adv, rewards.size, plan.input)
+        return _flat_output(adv, rewards.size, plan.input, flatten=plan.form in ("grid", "template"))
 
     def _arguments(self, x: Any, G: int, ids: Any) -> tuple[list[Any], dict[str, Any]]:
         plan = self.plan
@@ -430,11 +430,12 @@ def _input_order(fn: Callable[..., Any]) -> tuple[str, ...]:
     return INPUTS
 
 
-def _flat_output(adv: Any, n: int, input: str) -> Any:
+def _flat_output(adv: Any, n: int, input: str, flatten: bool = False) -> Any:
     """One value per reward: a grid (n, G) or a column flattened; a list of floats as an array when
     the function works in lists (from an array-taking function a list stays a finding); a list of
     ints as the kept rows' indices (a row filter's ``zero_variance_filter``-style answer) turned
-    into one flag per row."""
+    into one flag per row.  A 2-D result is flattened only where the call passed 2-D rewards
+    (``flatten``): a function given 1-D rewards keeps its shape, which the audit checks."""
     if isinstance(adv, (list, tuple)) and (input == "list" or not adv or isinstance(adv[0], (int, np.integer))):
         if adv and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in adv):
             if len(adv) != n or not set(adv) <= {0, 1} or list(adv) == list(range(n)):
@@ -444,7 +445,7 @@ def _flat_output(adv: Any, n: int, input: str) -> Any:
         if not adv and n:
             return np.zeros(n, dtype=bool)
         return np.asarray(adv, dtype=np.float64 if any(isinstance(v, float) for v in adv) else None)
-    if hasattr(adv, "ndim") and adv.ndim == 2 and int(np.prod(adv.shape)) == n:
+    if flatten and hasattr(adv, "ndim") and adv.ndim == 2 and int(np.prod(adv.shape)) == n:
         return adv.reshape(-1)
     return adv
 
