@@ -174,12 +174,12 @@ def _parse(parser: Any, argv: list[str], spec: FrameworkSpec) -> tuple[Any, list
     return args, unknown
 
 
-def _trainer(args: Any, state: dict[str, Any]) -> Any:
+def tiny_policy() -> tuple[Any, Any]:
+    """A word-level tokenizer over seven words and a one-layer Llama built from a config (no weights
+    downloaded), seeded: the policy of every TRL run this project makes."""
     import torch
-    from datasets import Dataset
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-    from trl import GRPOTrainer
 
     vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", "<unk>", "a", "b", "c", "d"])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
@@ -207,6 +207,14 @@ def _trainer(args: Any, state: dict[str, Any]) -> Any:
             eos_token_id=1,
         )
     )
+    return tokenizer, model
+
+
+def _trainer(args: Any, state: dict[str, Any]) -> Any:
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    tokenizer, model = tiny_policy()
 
     def reward_fn(completions: list[Any], **kwargs: Any) -> list[float]:
         r = state["rewards"]

@@ -21,10 +21,9 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+from grpo_identity.checks.frameworks.trl import tiny_policy  # noqa: E402
 from grpo_identity.integrations.trl import IdentityCallback  # noqa: E402
 
 #: prompts per process and step, steps
@@ -36,26 +35,7 @@ def main(out: str, reward: str = "binary", group_size: str = "4") -> None:
     G = int(group_size)
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
-    vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", "<unk>", "a", "b", "c", "d"])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    tokenizer.padding_side = "left"
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(vocab),
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=32,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=1,
-        )
-    )
+    tokenizer, model = tiny_policy()
     rows = open(os.path.join(out, f"rows-{rank}.jsonl"), "w")
 
     def reward_fn(prompts: list[str], completions: list[str], trainer_state: object, **kwargs: object) -> list[float]:
