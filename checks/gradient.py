@@ -9,7 +9,7 @@ these coefficients are the whole story:
 - aᵢₜ constant over an answer's tokens: a per-answer coefficient aᵢ, and sᵢ = Σₜ ∇log π(yᵢₜ);
 - the per-sample weight uᵢ = aᵢ/Âᵢ, compared across answers of different lengths and across two
   batches with different token totals: ``constant``, ``1/length`` (length bias) or
-  ``1/batch_tokens`` (batch coupling: the weight depends on every answer of the batch);
+  ``1/step_tokens`` (batch coupling: the weight depends on every answer of the batch);
 - silent groups (σ = 0) get aᵢₜ = 0 exactly;
 - G1: with wᵢ the named weight, g_group = Σᵢ aᵢ sᵢ equals c·(s̄₊ʷ − s̄₋ʷ), s̄±ʷ = (1/k±)Σ± wᵢsᵢ,
   checked on random token scores; c is reported beside the advantage-level c(k, G) = (k/G)·Â₊.
@@ -110,7 +110,7 @@ def _law(u: list[np.ndarray], L: list[np.ndarray], rtol: float = RTOL) -> tuple[
             return "constant", f"uᵢ = {per_call[0]:.6g} for every answer, whatever the lengths"
         if abs(per_call[0] * totals[0] - per_call[1] * totals[1]) <= 10 * rtol * abs(per_call[0] * totals[0]):
             return (
-                "1/batch_tokens",
+                "1/step_tokens",
                 f"uᵢ·(tokens in the batch) = {per_call[0] * totals[0]:.6g} in batches of {totals[0]:g} and "
                 f"{totals[1]:g} tokens",
             )
@@ -131,7 +131,7 @@ def _law(u: list[np.ndarray], L: list[np.ndarray], rtol: float = RTOL) -> tuple[
 
 
 def _weights(law: str, L: np.ndarray) -> np.ndarray:
-    return 1.0 / L if law == "1/length" else np.full(L.shape, 1.0 / L.sum() if law == "1/batch_tokens" else 1.0)
+    return 1.0 / L if law == "1/length" else np.full(L.shape, 1.0 / L.sum() if law == "1/step_tokens" else 1.0)
 
 
 def _g1(
@@ -287,12 +287,14 @@ def audit_gradient(
     for G in sizes:
         _probe_group_size(target, G, ev, ref, rng)
     ev.findings += _law_findings(ev)
+    step = _split_step(target, ev)
     inferred = Inferred(
         per_sample_weight=ev.law(),
         coefficient_precision="bfloat16" if ev.bf16 else "float32",
         weight_by_group_size={str(G): {"law": lw, "why": why} for G, lw, why in ev.laws},
         silent_groups_zero_gradient=ev.silent_ok,
         uniform_within_answer=ev.uniform,
+        step=step,
     )
     decision = V.gradient(inferred, ev.findings, ev.table, ref)
     return Report(
@@ -307,6 +309,27 @@ def audit_gradient(
         coefficient_table=decision.coefficient_table,
         seconds=time.perf_counter() - t0,
     )
+
+
+def _split_step(target: Callable[..., Any], ev: _Evidence) -> dict[str, Any]:
+    """A step target's optimizer step, split as configured and unsplit (:mod:`grpo_identity.checks.steps`):
+    its findings go to ``ev``; the measurements come back as :attr:`Inferred.step`."""
+    from grpo_identity.checks.steps import audit_step
+
+    info = getattr(target, "info", None) or getattr(target, "grpo_identity_info", None) or {}
+    if not info.get("step"):
+        return {}
+    result = audit_step(target, info["step"])
+    ev.findings += result.findings
+    return {
+        "weight": result.law_split,
+        "weight_unsplit": result.law_unsplit,
+        "invariant": result.invariant,
+        "layouts": result.layouts,
+        "settings": result.settings,
+        "ranks": result.ranks,
+        "pieces": result.pieces,
+    }
 
 
 class AdvantageView:

@@ -32,13 +32,20 @@ __all__ = ["VERDICTS", "SEVERITIES", "LEVELS", "KINDS", "WEIGHTS", "Finding", "I
 VERDICTS = ("pass", "deviation", "fail")
 #: a finding's severity: it breaks the identity, it is a bounded factor, or it changes nothing
 SEVERITIES = ("fail", "deviation", "note")
-#: per-sample weight laws of the gradient level, and what each means for the update
+#: per-sample weight laws of the gradient level, their denominator's scope named, and what each means
+#: for the update (the split step's laws: :mod:`grpo_identity.checks.steps`)
 WEIGHTS = {
-    "constant": "every answer weighs the same (the paper's 1/G)",
+    "constant": "every answer weighs the same (the paper's 1/G), however the step is split",
     "1/length": "length bias: an answer's push scales as 1/|yᵢ| (long correct answers move less, "
     "long wrong ones are penalised less)",
-    "1/batch_tokens": "batch coupling: every answer's weight is 1/(tokens in the batch), so it depends "
-    "on the other groups' lengths",
+    "1/step_tokens": "every token weighs 1/(tokens of the optimizer step), so an answer's weight depends on the "
+    "other groups' lengths, not on how the step is split",
+    "1/generation_tokens": "every token weighs 1/(tokens of the generation batch, which spans several optimizer steps)",
+    "1/rank_tokens": "a token weighs 1/(tokens on its rank): ranks holding fewer tokens push harder",
+    "1/micro_batch_tokens": "a token weighs 1/(tokens of its micro-batch): short micro-batches push harder",
+    "1/micro_batch_rows": "an answer weighs 1/(answers in its micro-batch): small micro-batches push harder",
+    "1/(length·micro_batch_rows)": "an answer weighs 1/(|yᵢ|·answers in its micro-batch)",
+    "1/(length·rank_rows)": "an answer weighs 1/(|yᵢ|·answers on its rank)",
 }
 #: target_info keys the report's first line shows
 _INFO_KEYS = ("framework", "version", "entry", "estimator", "preset", "loss_type", "loss_agg_mode", "options")
@@ -103,7 +110,7 @@ class Inferred:
     """Population std of each probe batch (for batch-std dials)."""
     why: str = ""
     per_sample_weight: str | None = None
-    """Gradient level: 'constant', '1/length', '1/batch_tokens' or 'other' (:data:`WEIGHTS`)."""
+    """Gradient level: a law of :data:`WEIGHTS` ('constant', '1/length', '1/step_tokens' …) or 'other'."""
     coefficient_precision: str | None = None
     """Gradient level: 'float32', or 'bfloat16' when the loss's coefficients are bf16 numbers."""
     weight_by_group_size: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -111,6 +118,10 @@ class Inferred:
     silent_groups_zero_gradient: bool | None = None
     uniform_within_answer: bool | None = None
     """Gradient level: every token of an answer gets the same coefficient."""
+    step: dict[str, Any] = field(default_factory=dict)
+    """Gradient level, a framework's optimizer step as its trainer splits it (:mod:`grpo_identity.checks.steps`):
+    ``weight`` and ``weight_unsplit`` (the laws of the split and unsplit layouts), ``invariant``, ``layouts``,
+    ``settings``, ``ranks`` and ``pieces`` (per micro-batch: rows, tokens, its weight over the unsplit step's)."""
 
     def describe(self) -> str:
         """The dial in a few words: ``centre mean, group_std (ddof 1, eps 0.0001)``."""
@@ -218,6 +229,7 @@ class Report:
         lines = _head(self)
         if self.level == "gradient":
             lines += _gradient_section(self.inferred, self.coefficient_table)
+            lines += _step_section(self.inferred.step)
             if self.advantage is not None:
                 sub = "\n".join(_advantage_section(self.advantage)).splitlines()
                 lines += ["", "advantage level (the same configuration's advantages, property-tested):"]
@@ -269,6 +281,26 @@ def _gradient_section(inf: Inferred, table: list[dict[str, Any]]) -> list[str]:
             "advantage-level c(k, G) = (k/G)·Â₊:",
             format_table(rows, headers),
         ]
+    return lines
+
+
+def _step_section(step: dict[str, Any]) -> list[str]:
+    if not step:
+        return []
+    yes = {True: "yes", False: "NO", None: "not measured"}
+    layouts = step.get("layouts") or {}
+    lines = [
+        "",
+        f"optimizer step as split ({layouts.get('split', '-')}; ranks {step.get('ranks', 'one')}): "
+        f"weight {step.get('weight')}; unsplit ({layouts.get('unsplit', '-')}): weight {step.get('weight_unsplit')}",
+        f"split-invariant: {yes[step.get('invariant')]}",
+    ]
+    pieces = step.get("pieces") or []
+    if pieces:
+        keys = ("step", "rank", "micro_batch", "rows", "tokens")
+        rows = [[*(p[k] for k in keys), _or_dash(p["weight_ratio"])] for p in pieces]
+        headers = ["step", "rank", "micro-batch", "answers", "tokens", "weight / unsplit"]
+        lines += [format_table(rows, headers)]
     return lines
 
 

@@ -9,8 +9,9 @@
   fails.  Silent groups of non-binary rewards whose residue exceeds :data:`SILENT_RESIDUE_FAIL`
   fail; a smaller residue is a note.
 - **filter** (:func:`keep_rule`): the inferred keep rule against the expected one.
-- **gradient** (:func:`gradient`): a failing finding fails; a per-sample weight other than
-  ``constant`` is a deviation; advantage coefficients off the expected preset's are a deviation.
+- **gradient** (:func:`gradient`): a failing finding fails (a split step whose micro-batches weigh
+  differently among them); a deviation finding (a split step rescaled as a whole), a per-sample weight
+  other than ``constant`` and advantage coefficients off the expected preset's are deviations.
 - **both levels** (:func:`combine`): the worse verdict, the advantage findings first.
 
 Every rule takes the measured data and returns a :class:`Decision`; none prints or reads text.
@@ -264,7 +265,7 @@ def gradient(inf: Inferred, findings: list[Finding], table: list[dict[str, Any]]
     findings = list(findings)
     if _fails(findings):
         return Decision("fail", None, findings, [], table)
-    verdict = "pass"
+    verdict = "deviation" if any(f.severity == "deviation" for f in findings) else "pass"
     law = inf.per_sample_weight
     if law != "constant":
         verdict = "deviation"
@@ -313,4 +314,5 @@ _GRADIENT_FIELDS = (
     "weight_by_group_size",
     "silent_groups_zero_gradient",
     "uniform_within_answer",
+    "step",
 )

@@ -57,7 +57,7 @@ SETTINGS: dict[str, dict[str, str]] = {
     "per_sample_weight": {
         "constant": "loss_type=dr_grpo",
         "1/length": "loss_type=grpo",
-        "1/batch_tokens": "loss_type=bnpo (or dapo)",
+        "1/step_tokens": "loss_type=bnpo (or dapo)",
     },
     "preset": {"dr_grpo": "scale_rewards=none", "trl": "scale_rewards=group"},
 }
@@ -174,14 +174,14 @@ def _parse(parser: Any, argv: list[str], spec: FrameworkSpec) -> tuple[Any, list
     return args, unknown
 
 
-def tiny_policy() -> tuple[Any, Any]:
-    """A word-level tokenizer over seven words and a one-layer Llama built from a config (no weights
-    downloaded), seeded: the policy of every TRL run this project makes."""
+def tiny_policy(words: list[str] | tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """A word-level tokenizer over seven words (and ``words``) and a one-layer Llama built from a config
+    (no weights downloaded), seeded: the policy of every TRL run this project makes."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", "<unk>", "a", "b", "c", "d"])}
+    vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", "<unk>", "a", "b", "c", "d", *words])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = PreTrainedTokenizerFast(
@@ -305,6 +305,9 @@ def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> 
 
 def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
     """fn(rewards, G): the advantages ``GRPOTrainer`` computes under ``spec``'s config."""
+    from grpo_identity.checks.frameworks.trl_step import one_process
+
+    spec = one_process(spec)
     args = grpo_config(spec)
     state: dict[str, Any] = {"rewards": None}
     trainer = _trainer(args, state)
@@ -320,9 +323,15 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
 
 def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     """fn(rewards, G, lengths) → {advantages, coefficients, mask}: −∂loss/∂log π per completion
-    token, autograd through ``GRPOTrainer.compute_loss``."""
+    token, autograd through ``GRPOTrainer.compute_loss``; with a step request (:mod:`grpo_identity.checks.steps`),
+    the optimizer step of ``GRPOTrainer.train()`` as configured or unsplit (:mod:`.trl_step`)."""
     import torch
 
+    from grpo_identity.checks.frameworks import trl_step
+
+    whole = spec
+    spec = trl_step.one_process(spec)
+    step = trl_step.step_geometry(whole)  # before the trainer: a GRPOConfig resets accelerate's shared state
     args = grpo_config(spec)
     state: dict[str, Any] = {"rewards": None}
     trainer = _trainer(args, state)
@@ -343,15 +352,23 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     def keep_logps(*a: Any, **k: Any) -> Any:
         out = original(*a, **k)
         logps = out[0] if isinstance(out, tuple) else out
-        logps.retain_grad()
-        kept["logps"] = logps
+        if logps.requires_grad:  # not the old policy's, computed without gradient
+            logps.retain_grad()
+            kept["logps"] = logps
         return out
 
     setattr(trainer, hook, keep_logps)
     eos = trainer.processing_class.eos_token_id
     pad = trainer.processing_class.pad_token_id
 
-    def trl_loss_gradient(rewards: np.ndarray, group_size: int, lengths: np.ndarray | None) -> dict[str, np.ndarray]:
+    def trl_loss_gradient(
+        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None, request: dict[str, Any] | None = None
+    ) -> dict[str, np.ndarray]:
+        if request is not None:
+            layout, truncated = request["layout"], request.get("truncated")
+            return trl_step.run_layout(
+                whole, layout, rewards, np.asarray(lengths), int(group_size), truncated=truncated
+            )
         inputs = _score(trainer, state, rewards, group_size)
         if lengths is None:  # the advantages alone (the advantage audit of the same run)
             return {"advantages": inputs["advantages"].detach().double().numpy()}
@@ -383,6 +400,7 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         "loss_type": str(getattr(args, "loss_type", "none (the release has one loss)")),
         "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no")),
         "lengths_optional": True,
+        "step": step,
     }
     return trl_loss_gradient
 

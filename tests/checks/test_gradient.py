@@ -36,7 +36,7 @@ def _target(weight, advantage=D.GRPO, spread=0.0, silent_leak=0.0):
     [
         (lambda L, total, n: np.full(L.shape, 1.0 / (n * T)), "constant", "pass"),
         (lambda L, total, n: 1.0 / (n * L), "1/length", "deviation"),
-        (lambda L, total, n: np.full(L.shape, 1.0 / total), "1/batch_tokens", "deviation"),
+        (lambda L, total, n: np.full(L.shape, 1.0 / total), "1/step_tokens", "deviation"),
     ],
 )
 def test_the_per_sample_weight_is_named_and_the_identity_holds_with_it(weight, law, verdict):
@@ -223,7 +223,7 @@ def test_a_gradient_target_is_built_from_an_advantage_function_and_a_loss_in_a_f
         return -(logprobs * advantages[:, None] * mask).sum()
 
     assert (
-        audit_gradient(gradient_target(adv, token_mean_over_the_batch)).inferred.per_sample_weight == "1/batch_tokens"
+        audit_gradient(gradient_target(adv, token_mean_over_the_batch)).inferred.per_sample_weight == "1/step_tokens"
     )
     report = audit_gradient(gradient_target(adv, token_sum))
     assert report.inferred.per_sample_weight == "constant" and report.verdict == "pass"

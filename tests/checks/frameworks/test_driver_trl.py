@@ -51,18 +51,30 @@ def test_trl_grpo_trainer_scale_rewards_settings(spec, verdict, matches, scale):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "loss_type, weight",
-    [("grpo", "1/length"), ("dr_grpo", "constant"), ("bnpo", "1/batch_tokens"), ("dapo", "1/batch_tokens")],
+    "loss_type, weight, split_weight",
+    [
+        ("grpo", "1/length", "1/length"),
+        ("dr_grpo", "constant", "constant"),
+        ("bnpo", "1/step_tokens", "1/micro_batch_tokens"),
+        ("dapo", "1/step_tokens", "1/step_tokens"),
+    ],
 )
-def test_trl_compute_loss_names_the_per_sample_weight_of_each_loss_type(loss_type, weight, capsys):
+def test_trl_compute_loss_names_the_per_sample_weight_of_each_loss_type(loss_type, weight, split_weight, capsys):
     _need_trl()
     argv = ["audit", "trl", "--set", f"loss_type={loss_type}", "--level", "gradient", "--max-examples", "20", "--json"]
     code = main(argv)
     out = _json(capsys)
-    assert code == 0 and out["level"] == "gradient"
+    assert out["level"] == "gradient"
     assert out["inferred"]["per_sample_weight"] == weight and out["inferred"]["silent_groups_zero_gradient"]
+    # the optimizer step under the driver's default split (two accumulated micro-batches): bnpo normalises each
+    # micro-batch by its own tokens (TRL's _compute_loss: mask.sum() of the micro-batch, / accumulation steps)
+    step = out["inferred"]["step"]
+    assert step["weight"] == split_weight and step["weight_unsplit"] == weight
+    assert step["invariant"] is (split_weight == weight)
+    assert "default split" in step["layouts"]["split"] and step["settings"]["gradient_accumulation_steps"] == 2
     # its advantages: group std, ddof 1
-    assert out["verdict"] == ("pass" if weight == "constant" else "deviation") and out["matches"] == "trl"
+    verdict = "fail" if split_weight != weight else "pass" if weight == "constant" else "deviation"
+    assert out["verdict"] == verdict and out["matches"] == "trl" and code == (1 if verdict == "fail" else 0)
 
 
 @pytest.mark.slow
@@ -119,16 +131,19 @@ def test_trl_0_22_0_does_not_scale_by_the_group_std_under_its_default_scale_rewa
 
 
 @pytest.mark.slow
-def test_trl_0_16_0_the_first_with_scale_rewards_a_bool_normalises_its_loss_by_the_batch_tokens(capsys):
+def test_trl_0_16_0_the_first_with_scale_rewards_a_bool_normalises_its_loss_by_the_micro_batch_tokens(capsys):
     env_or_skip("trl", "0.16.0")
     code = main(
         ["audit", "trl", "--release", "0.16.0", "--set", "scale_rewards=false", "--max-examples", "20", "--json"]
     )
     out = _json(capsys)
-    # 0.16.0: scale_rewards: bool (False: no std); the loss is Σ token losses / Σ tokens of the batch
-    assert code == 0 and out["target_info"]["version"] == "0.16.0" and out["level"] == "gradient"
-    assert out["matches"] == "dr_grpo" and out["inferred"]["per_sample_weight"] == "1/batch_tokens"
+    # 0.16.0: scale_rewards: bool (False: no std); the loss is Σ token losses / Σ tokens of the micro-batch:
+    # one call is 1/step_tokens, a step of accumulated micro-batches weighs each by its own tokens
+    assert out["target_info"]["version"] == "0.16.0" and out["level"] == "gradient"
+    assert out["matches"] == "dr_grpo" and out["inferred"]["per_sample_weight"] == "1/step_tokens"
     assert "has one loss" in out["target_info"]["loss_type"]
+    assert out["inferred"]["step"]["weight"] == "1/micro_batch_tokens" and code == 1
+    assert any(f["property"] == "split_invariance" and f["severity"] == "fail" for f in out["findings"])
 
 
 @pytest.mark.slow
@@ -142,7 +157,7 @@ def test_releases_prints_one_line_per_release(capsys):
     # (0.22: bnpo, 1.16: dapo; both normalise by the batch's tokens)
     assert lines[0].startswith("trl 0.22.0: DEVIATION  matches dr_grpo")
     assert lines[1].startswith("trl 1.16.0: DEVIATION  matches trl")
-    assert np.all([" (centre mean" in ln and "per-sample weight 1/batch_tokens" in ln for ln in lines])
+    assert np.all([" (centre mean" in ln and "per-sample weight 1/step_tokens" in ln for ln in lines])
 
 
 def _without_seconds(d):
@@ -209,3 +224,70 @@ def test_a_trl_report_names_the_setting_that_gives_a_constant_weight_and_the_exp
     notes = [f["message"] for f in json.loads(capsys.readouterr().out)["findings"] if f["property"] == "setting"]
     assert "for a constant per-sample weight (the paper's 1/G): loss_type=dr_grpo" in notes
     assert "for dr_grpo: scale_rewards=none" in notes
+
+
+# --- the optimizer step as TRL's trainer splits it (checks.frameworks.trl_step) -------------------------
+def test_the_step_geometry_is_the_users_split_or_a_default_split_of_two_accumulated_micro_batches():
+    _need_trl()
+    from grpo_identity.checks.frameworks import trl_step
+
+    plain = trl_step.step_geometry(FrameworkSpec("trl"))
+    assert (plain["group_size"], plain["step_rows"], plain["generation_rows"]) == (4, 8, 8)
+    assert plain["settings"]["gradient_accumulation_steps"] == 2 and "default split" in plain["layouts"]["split"]
+    sets = (("num_generations", "2"), ("per_device_train_batch_size", "2"), ("gradient_accumulation_steps", "3"))
+    mine = trl_step.step_geometry(FrameworkSpec("trl", (*sets, ("steps_per_generation", "6"), ("num_processes", "2"))))
+    assert (mine["group_size"], mine["step_rows"], mine["generation_rows"]) == (2, 12, 24)
+    assert mine["ranks"] == "processes" and "default" not in mine["layouts"]["split"]
+    assert "per_device_train_batch_size=12, gradient_accumulation_steps=1" in mine["layouts"]["unsplit"]
+
+
+@pytest.mark.parametrize("value", ["0", "5", "two"])
+def test_num_processes_is_bounded_and_named(value):
+    from grpo_identity.checks.frameworks import AdapterError, trl_step
+
+    with pytest.raises(AdapterError, match="num_processes takes a whole number from 1 to 4"):
+        trl_step.launch_settings(FrameworkSpec("trl", (("num_processes", value),)))
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_gather_a_trl_step_whose_gradient_is_the_unsplit_steps_for_dapo_not_for_bnpo():
+    """Ranks are real processes (``accelerate launch``, gloo): the model's whole gradient as the optimizer
+    receives it after the all-reduce, against the same step on one process in one micro-batch."""
+    _need_trl()
+    from grpo_identity.checks.frameworks import trl_step
+    from grpo_identity.checks.steps import design
+
+    gaps = {}
+    for loss in ("dapo", "bnpo"):
+        sets = (
+            ("loss_type", loss),
+            ("num_processes", "2"),
+            ("per_device_train_batch_size", "2"),
+            ("max_grad_norm", "0"),
+        )
+        spec = FrameworkSpec("trl", sets)
+        d = design(trl_step.step_geometry(spec), 6)
+        split = trl_step.run_layout(spec, "split", d.rewards, d.lengths, 4, param_grads=True)
+        whole = trl_step.run_layout(spec, "unsplit", d.rewards, d.lengths, 4, param_grads=True)
+        assert set(split["rank"]) == {0, 1} and set(whole["rank"]) == {0}
+        x, y = split["param_grads"], whole["param_grads"]
+        assert x.shape == y.shape and x.shape[0] == 2  # two optimizer steps
+        gaps[loss] = float(np.linalg.norm(x - y) / np.linalg.norm(y))
+    assert gaps["dapo"] < 1e-5, gaps  # the gathered token count: the ranks' gradients average to the whole step's
+    assert gaps["bnpo"] > 1e-2, gaps  # each rank's own token count: not the whole step's gradient
+
+
+@pytest.mark.slow
+def test_trl_0_22_2s_dapo_normaliser_counts_the_truncated_answers_it_masks_and_1_16_0s_does_not(capsys):
+    _need_trl()
+    env_or_skip("trl", "0.22.2")
+    sets = ["--set", "loss_type=dapo", "--set", "mask_truncated_completions=true", "--max-examples", "20", "--json"]
+    found = {}
+    for release in ("0.22.2", None):
+        main(["audit", "trl", *(["--release", release] if release else []), *sets])
+        out = _json(capsys)
+        found[release] = [f for f in out["findings"] if f["property"] == "masked_normaliser"]
+        assert out["inferred"]["step"]["weight"] == "1/step_tokens"
+    # 0.22.2: num_items_in_batch is the completion lengths' sum, taken before truncated answers are masked
+    assert found["0.22.2"] and found["0.22.2"][0]["counterexample"]["masked_tokens"] == 12
+    assert not found[None]

@@ -1,0 +1,488 @@
+"""TRL's optimizer step as its trainer splits it: ``GRPOTrainer.train()`` itself, for the split-step
+audit (:mod:`grpo_identity.checks.steps`).
+
+Each layout is a real training run of the tiny policy (:func:`~grpo_identity.checks.frameworks.trl.tiny_policy`)
+under the user's ``GRPOConfig``: TRL's sampler, its ``_prepare_inputs`` (generation batches split into
+``per_device_train_batch_size`` slices, ``steps_per_generation``), the ``Trainer``'s gradient accumulation, its
+``compute_loss`` and ``accelerate``'s data parallelism over ``num_processes`` CPU processes (gloo, started by
+``accelerate launch`` as users start them).  The driver changes three things, and says so:
+
+- generation: the model's ``generate`` returns the audit's answers (a member marker, filler tokens, the EOS at
+  the answer's length) for the prompts it is given; every rank gathers the prompts of the call so that each
+  answer of a group gets its own member index in the order TRL gathers the ranks' rows;
+- rewards: a reward function that returns the audit's reward of each (prompt, member);
+- ``learning_rate`` 0 (the parameters stay where they are, so every micro-batch is on-policy) and the log-
+  probabilities kept for their gradient: each micro-batch's −∂loss/∂log π is read after the trainer's
+  backward, divided by the number of processes (DDP averages the ranks' gradients).
+
+``num_processes`` is the launcher's setting (``accelerate launch --num_processes``), not a ``GRPOConfig`` field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any
+
+import numpy as np
+
+from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec
+
+__all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_geometry", "run_layout", "main"]
+
+#: the GRPOConfig settings that decide how an optimizer step is split
+SPLIT_KEYS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "steps_per_generation",
+    "generation_batch_size",
+)
+#: settings of the launcher, not of GRPOConfig (bounds: processes on this machine)
+LAUNCH_KEYS = {"num_processes": (1, 4)}
+#: the step's group size when the user sets no num_generations
+STEP_GROUP_SIZE = 4
+#: what the driver sets for every step run (the parameters never move: every micro-batch is on-policy)
+STEP_FORCED = {"learning_rate": "0.0", "disable_tqdm": "true", "logging_steps": "1000000"}
+
+
+def _new_trl() -> bool:
+    """TRL generates one generation batch per ``steps_per_generation`` steps (0.18 on); older releases
+    generate per micro-batch."""
+    from trl import GRPOConfig
+
+    return "steps_per_generation" in GRPOConfig.__dataclass_fields__
+
+
+def launch_settings(spec: FrameworkSpec) -> tuple[FrameworkSpec, int]:
+    """``spec`` without the launcher's keys, and the number of processes (1 unless set)."""
+    processes, sets = 1, []
+    for key, value in spec.sets:
+        if key not in LAUNCH_KEYS:
+            sets.append((key, value))
+            continue
+        low, high = LAUNCH_KEYS[key]
+        try:
+            processes = int(value)
+        except ValueError:
+            processes = -1
+        if not low <= processes <= high:
+            raise AdapterError(f"TRL: {key} takes a whole number from {low} to {high}, got {value!r}")
+    return FrameworkSpec(spec.framework, tuple(sets), spec.config, spec.level, release=spec.release), processes
+
+
+def one_process(spec: FrameworkSpec) -> FrameworkSpec:
+    """``spec`` for one process: without the launcher's keys, and, where it names several processes, with the
+    per-device batch of the whole world (TRL checks its batch sizes against the world size it sees)."""
+    bare, processes = launch_settings(spec)
+    if processes == 1:
+        return bare
+    merged = dict(bare.sets)
+    merged["per_device_train_batch_size"] = str(_int_setting(bare, merged, "per_device_train_batch_size") * processes)
+    return FrameworkSpec(bare.framework, tuple(merged.items()), bare.config, bare.level, release=bare.release)
+
+
+def _user_split(spec: FrameworkSpec) -> dict[str, Any]:
+    from grpo_identity.checks.frameworks.trl import _user_keys
+
+    keys = _user_keys(spec)
+    return {k: keys[k] for k in (*SPLIT_KEYS, "num_generations") if k in keys}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A layout's settings: ``sets`` for every rank's GRPOConfig (after the user's, so they win), the
+    number of processes, and the numbers of its step."""
+
+    sets: tuple[tuple[str, str], ...]
+    processes: int
+    group_size: int
+    step_rows: int
+    generation_rows: int
+    settings: dict[str, Any]
+
+
+def _parse(spec: FrameworkSpec, sets: tuple[tuple[str, str], ...], processes: int) -> Any:
+    """The GRPOConfig of one rank, parsed here as one process: TRL checks its batch sizes against the world
+    size it sees, so the per-device batch is parsed as the whole world's (then divided back)."""
+    from grpo_identity.checks.frameworks.trl import grpo_config
+
+    merged = dict((*spec.sets, *sets))
+    if processes > 1:
+        per_device = _int_setting(spec, merged, "per_device_train_batch_size")
+        merged["per_device_train_batch_size"] = str(per_device * processes)
+    args = grpo_config(FrameworkSpec(spec.framework, (*merged.items(), *STEP_FORCED.items()), spec.config))
+    args.per_device_train_batch_size //= processes
+    return args
+
+
+def _int_setting(spec: FrameworkSpec, merged: dict[str, Any], key: str) -> int:
+    from grpo_identity.checks.frameworks.trl import DRIVER_DEFAULTS, _int_or, _user_keys
+
+    value = merged.get(key, _user_keys(spec).get(key, DRIVER_DEFAULTS.get(key)))
+    return _int_or(value, 1)
+
+
+def _layout(spec: FrameworkSpec, processes: int, name: str) -> Layout:
+    """The split layout (the user's settings, or two accumulated micro-batches of one group each where the user
+    set none) or the unsplit one (each optimizer step of the split layout as one micro-batch on one process)."""
+    user = _user_split(spec)
+    G = int(user.get("num_generations", STEP_GROUP_SIZE))
+    sets: tuple[tuple[str, str], ...] = (("num_generations", str(G)),)
+    if not any(k in user for k in SPLIT_KEYS) and processes == 1:
+        sets += (("per_device_train_batch_size", str(G)), ("gradient_accumulation_steps", "2"))
+    args = _parse(spec, sets, processes)
+    G, step_rows, generation_rows = _numbers(args, processes)
+    settings = {k: getattr(args, k) for k in SPLIT_KEYS if getattr(args, k, None) is not None}
+    split = Layout(sets, processes, G, step_rows, generation_rows, {**settings, "num_processes": processes})
+    if name == "split":
+        return split
+    unsplit = (("num_generations", str(G)), ("per_device_train_batch_size", str(step_rows)))
+    unsplit += (("gradient_accumulation_steps", "1"),)
+    if _new_trl():
+        per_generation = max(1, generation_rows // step_rows)
+        if "generation_batch_size" in user:
+            unsplit += (("generation_batch_size", str(per_generation * step_rows)),)
+        else:
+            unsplit += (("steps_per_generation", str(per_generation)),)
+    settings = {k: v for k, v in unsplit if k != "num_generations"}
+    return Layout(unsplit, 1, G, step_rows, generation_rows, {**settings, "num_processes": 1})
+
+
+def _numbers(args: Any, processes: int) -> tuple[int, int, int]:
+    """(G, answers per optimizer step, answers per generation batch) of one rank's config."""
+    G = int(args.num_generations)
+    step_rows = int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps) * processes
+    if _new_trl():
+        generation_rows = int(args.per_device_train_batch_size) * int(args.steps_per_generation) * processes
+    else:
+        generation_rows = int(args.per_device_train_batch_size) * processes
+    return G, step_rows, generation_rows
+
+
+def step_geometry(spec: FrameworkSpec) -> dict[str, Any]:
+    """The configured step (:func:`grpo_identity.checks.steps.geometry`): the user's split settings, or the
+    driver's default split."""
+    from grpo_identity.checks.steps import geometry
+
+    bare, processes = launch_settings(spec)
+    split, unsplit = _layout(bare, processes, "split"), _layout(bare, processes, "unsplit")
+    user_set = any(k in _user_split(bare) for k in SPLIT_KEYS) or processes > 1
+
+    def words(settings: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in settings.items())
+
+    layouts = {
+        "split": words(split.settings) + ("" if user_set else " (the driver's default split: you set none)"),
+        "unsplit": words(unsplit.settings),
+    }
+    ranks = "processes" if processes > 1 else "one"
+    return geometry(
+        split.group_size,
+        split.step_rows,
+        split.generation_rows,
+        layouts=layouts,
+        ranks=ranks,
+        truncation=True,
+        settings=split.settings,
+    )
+
+
+def run_layout(
+    spec: FrameworkSpec,
+    layout: str,
+    rewards: np.ndarray,
+    lengths: np.ndarray,
+    G: int,
+    param_grads: bool = False,
+    truncated: Any = None,
+) -> dict[str, Any]:
+    """Train on the rows (contiguous groups of G) under ``layout``; per row: advantages, coefficients, mask,
+    step, rank, micro_batch, generation (the caller's order).  ``param_grads``: also the model's whole
+    gradient as the optimizer receives it at each step (after the ranks' all-reduce), rank 0's, as
+    ``param_grads`` (steps × parameters)."""
+    bare, processes = launch_settings(spec)
+    chosen = _layout(bare, processes, layout)
+    ranks = chosen.processes
+    job = {
+        "sets": [list(kv) for kv in (*bare.sets, *chosen.sets, *STEP_FORCED.items())],
+        "config": bare.config,
+        "rewards": np.asarray(rewards, dtype=float).tolist(),
+        "lengths": np.asarray(lengths, dtype=int).tolist(),
+        "group_size": int(G),
+        "param_grads": bool(param_grads),
+        "truncated": [bool(x) for x in (truncated if truncated is not None else [False] * len(rewards))],
+    }
+    records = _run_here(job) if ranks == 1 else _run_ranks(job, ranks)
+    out = _rows([r for r in records if "rows" in r], len(rewards), ranks)
+    if param_grads:
+        steps = sorted((r["step"], r["param_grad"]) for r in records if "param_grad" in r and r["rank"] == 0)
+        out["param_grads"] = np.asarray([g for _, g in steps])
+    return out
+
+
+def _run_ranks(job: dict[str, Any], ranks: int) -> list[dict[str, Any]]:
+    """``accelerate launch`` of this module on ``ranks`` CPU processes (gloo); each writes its records."""
+    with tempfile.TemporaryDirectory(prefix="grpo-identity-trl-step-") as folder:
+        path = os.path.join(folder, "job.json")
+        with open(path, "w") as fh:
+            json.dump({**job, "out": folder}, fh)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = str(s.getsockname()[1])
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(ranks)]
+        cmd += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+        cmd += ["--main_process_port", port, "-m", "grpo_identity.checks.frameworks.trl_step", path]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        records = []
+        for rank in range(ranks):
+            out = os.path.join(folder, f"rank-{rank}.json")
+            if not os.path.exists(out):
+                last = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()][-3:]
+                raise AdapterError(f"TRL {version('trl')} on {ranks} processes: rank {rank} wrote nothing: {last}")
+            with open(out) as fh:
+                records += json.load(fh)
+        return records
+
+
+def _rows(records: list[dict[str, Any]], n: int, ranks: int) -> dict[str, Any]:
+    """The micro-batch records of a run as per-row arrays; every row trained on exactly once."""
+    T = RESPONSE_LENGTH
+    out = {
+        "advantages": np.zeros(n),
+        "coefficients": np.zeros((n, T)),
+        "mask": np.zeros((n, T)),
+        "step": np.full(n, -1),
+        "rank": np.zeros(n, dtype=int),
+        "micro_batch": np.zeros(n, dtype=int),
+        "generation": np.zeros(n, dtype=int),
+    }
+    seen = np.zeros(n, dtype=int)
+    for rec in records:
+        for i, row in enumerate(rec["rows"]):
+            width = len(rec["coefficients"][i])
+            out["advantages"][row] = rec["advantages"][i]
+            out["coefficients"][row, :width] = np.asarray(rec["coefficients"][i]) / ranks  # DDP averages the ranks
+            out["mask"][row, :width] = rec["mask"][i]
+            out["step"][row], out["rank"][row], out["micro_batch"][row] = rec["step"], rec["rank"], rec["micro"]
+            out["generation"][row] = rec["generation"]
+            seen[row] += 1
+    if not np.all(seen == 1):
+        raise AdapterError(
+            f"TRL {version('trl')}: the trainer trained on {int((seen > 0).sum())} of the {n} answers its sampler "
+            f"drew ({int((seen > 1).sum())} more than once): the driver cannot read this step"
+        )
+    return out
+
+
+def _run_here(job: dict[str, Any], rank: int = 0) -> list[dict[str, Any]]:
+    """One process's share of the run: ``GRPOTrainer.train()`` for the job's optimizer steps."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from grpo_identity.checks.frameworks.trl import grpo_config
+
+    spec = FrameworkSpec("trl", tuple(tuple(kv) for kv in job["sets"]), job["config"])  # type: ignore[misc]
+    args = grpo_config(spec)
+    rewards, lengths, G = np.asarray(job["rewards"]), np.asarray(job["lengths"], dtype=int), int(job["group_size"])
+    runner = _Runner(args, rewards, lengths, G, np.asarray(job.get("truncated") or [False] * len(rewards)))
+    return runner.train(rank, bool(job.get("param_grads")))
+
+
+class _Runner:
+    """A trainer whose generation, rewards and log-probabilities the audit controls (module docstring)."""
+
+    def __init__(self, args: Any, rewards: np.ndarray, lengths: np.ndarray, G: int, truncated: np.ndarray) -> None:
+        self.rewards, self.lengths, self.G, self.truncated = rewards, lengths, G, truncated
+        self.n_groups = len(rewards) // G
+        step_rows = int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
+        args.max_steps = max(1, len(rewards) // max(1, step_rows * _world()))
+        self.args = args
+        self.records: list[dict[str, Any]] = []
+        self.members: dict[int, int] = {}
+        self.kept: list[Any] = []
+
+    def train(self, rank: int, param_grads: bool = False) -> list[dict[str, Any]]:
+        from datasets import Dataset
+        from trl import GRPOTrainer
+
+        from grpo_identity.checks.frameworks.trl import tiny_policy
+
+        words = [f"g{g}" for g in range(self.n_groups)] + [f"m{j}" for j in range(self.G)]
+        tokenizer, model = tiny_policy(words)
+        self.tokenizer = tokenizer
+        model.generate = self._generate
+        prompts = Dataset.from_dict({"prompt": [f"g{g}" for g in range(self.n_groups)]})
+        trainer = GRPOTrainer(
+            model=model, reward_funcs=self._reward, args=self.args, processing_class=tokenizer, train_dataset=prompts
+        )
+        self.trainer = trainer
+        self._keep_logps(trainer)
+        grads: list[dict[str, Any]] = []
+        if param_grads:
+            trainer.add_callback(_ParamGrads(grads, rank))
+        trainer.train()
+        return self._read(rank) + grads
+
+    # --- what the trainer calls ------------------------------------------------------------------
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        """The audit's answers for the prompts of this call: member indices in the order TRL gathers rows."""
+        import torch
+
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        groups = [self._group_of(row) for row in ids]
+        everyone = _gather_objects(groups)
+        rank = _rank()
+        before = sum(len(x) for x in everyone[:rank])
+        counts = dict(self.members)
+        for g in [g for part in everyone for g in part][:before]:
+            counts[g] = counts.get(g, 0) + 1
+        completions = []
+        for g in groups:
+            j = counts.get(g, 0)
+            counts[g] = j + 1
+            completions.append(self._answer(g, j))
+        for g in [g for part in everyone for g in part]:
+            self.members[g] = self.members.get(g, 0) + 1
+        tail = torch.tensor(completions, dtype=ids.dtype, device=ids.device)
+        return torch.cat([ids, tail], dim=1)
+
+    def _group_of(self, prompt_ids: Any) -> int:
+        words = self.tokenizer.convert_ids_to_tokens([int(t) for t in prompt_ids])
+        return int(next(w for w in reversed(words) if w.startswith("g"))[1:])
+
+    def _answer(self, g: int, j: int) -> list[int]:
+        tok = self.tokenizer
+        row = g * self.G + min(j, self.G - 1)
+        L = int(self.lengths[row])
+        body = [tok.convert_tokens_to_ids(f"m{min(j, self.G - 1)}")] + [tok.convert_tokens_to_ids("a")] * (L - 2)
+        if self.truncated[row]:  # cut at the length budget: no EOS
+            return (body + [tok.convert_tokens_to_ids("a")] * RESPONSE_LENGTH)[:RESPONSE_LENGTH]
+        return (body + [tok.eos_token_id] + [tok.pad_token_id] * RESPONSE_LENGTH)[:RESPONSE_LENGTH]
+
+    def _reward(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        out = []
+        for p, c in zip(prompts, completions):
+            g = int(str(p).split()[-1][1:])
+            j = int(str(c).split()[0][1:])
+            out.append(float(self.rewards[g * self.G + j]))
+        return out
+
+    def _keep_logps(self, trainer: Any) -> None:
+        """The log-probabilities compute_loss differentiates, kept with their inputs for their gradient."""
+        hook = next(n for n in ("_get_per_token_logps_and_entropies", "_get_per_token_logps") if hasattr(trainer, n))
+        original_logps, original_loss = getattr(trainer, hook), trainer.compute_loss
+        pending: dict[str, Any] = {}
+
+        def keep_logps(*a: Any, **k: Any) -> Any:
+            out = original_logps(*a, **k)
+            logps = out[0] if isinstance(out, tuple) else out
+            if logps.requires_grad:
+                logps.retain_grad()
+                pending["logps"] = logps
+            return out
+
+        def compute_loss(model: Any, inputs: Any, *a: Any, **k: Any) -> Any:
+            pending.clear()
+            loss = original_loss(model, inputs, *a, **k)
+            if "logps" in pending:
+                self.kept.append((trainer.state.global_step, pending["logps"], inputs))
+            return loss
+
+        setattr(trainer, hook, keep_logps)
+        trainer.compute_loss = compute_loss
+
+    def _read(self, rank: int) -> list[dict[str, Any]]:
+        records, micro, last_step = [], 0, None
+        accumulation = int(self.args.gradient_accumulation_steps)
+        per_generation = int(getattr(self.args, "steps_per_generation", None) or 1)  # micro-batches per generation
+        for step, logps, inputs in self.kept:
+            micro = micro + 1 if step == last_step else 0
+            last_step = step
+            grad = logps.grad
+            if grad is None:
+                raise AdapterError(f"TRL {version('trl')}: compute_loss's log-probabilities got no gradient")
+            completion = inputs["completion_ids"]
+            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+            rows = []
+            for prompt, answer in zip(inputs["prompt_ids"], completion):
+                g = self._group_of(prompt)
+                j = int(self.tokenizer.convert_ids_to_tokens(int(answer[0]))[1:])
+                rows.append(g * self.G + j)
+            records.append(
+                {
+                    "rows": rows,
+                    "step": int(step),
+                    "rank": rank,
+                    "micro": micro,
+                    "generation": (int(step) * accumulation + micro) // per_generation,
+                    "advantages": inputs["advantages"].detach().double().reshape(len(rows), -1)[:, 0].tolist(),
+                    "coefficients": (-grad).detach().double().tolist(),
+                    "mask": mask.detach().double().tolist(),
+                }
+            )
+        return records
+
+
+class _ParamGrads:
+    """A trainer callback: the model's gradient as the optimizer receives it, at each step."""
+
+    def __init__(self, out: list[dict[str, Any]], rank: int) -> None:
+        self.out, self.rank = out, rank
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("on_"):
+            return lambda *a, **k: None
+        raise AttributeError(name)
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import torch
+
+        model = kwargs["model"]
+        flat = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
+        self.out.append({"step": int(state.global_step), "rank": self.rank, "param_grad": flat.double().tolist()})
+
+
+def _world() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _gather_objects(obj: Any) -> list[Any]:
+    import torch.distributed as dist
+
+    if _world() == 1:
+        return [obj]
+    out: list[Any] = [None] * _world()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One rank of ``accelerate launch -m grpo_identity.checks.frameworks.trl_step JOB.json``."""
+    path = (argv or sys.argv[1:])[0]
+    with open(path) as fh:
+        job = json.load(fh)
+    from accelerate import PartialState
+
+    rank = PartialState(cpu=True).process_index
+    records = _run_here(job, rank)
+    with open(os.path.join(job["out"], f"rank-{rank}.json"), "w") as fh:
+        json.dump(records, fh)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""The split-step audit (``checks.steps``): the weight law with its scope, split invariance, masked
+normalisers and ragged groups, on step targets made of numpy whose answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grpo_identity.checks import steps as S
+from grpo_identity.checks.gradient import audit_gradient
+from grpo_identity.checks.report import WEIGHTS
+
+T = 6
+
+
+def target(**kw):
+    def fn(r, G, L, request=None):
+        return S.micro_batch_mean(r, G, L, request, **kw)
+
+    return fn
+
+
+GEO = S.geometry(4, 16, 16, holes=True, truncation=True)
+
+
+# --- the probe batches ---------------------------------------------------------------------------
+def test_the_design_gives_steps_and_micro_batches_of_unequal_token_counts_and_silent_and_live_groups():
+    d = S.design(GEO, T)
+    assert d.rewards.size == 32 and set(d.sizes) == {4}
+    per_batch = d.lengths.reshape(2, 16).sum(1)
+    assert per_batch[0] != per_batch[1]  # the two steps hold different token totals
+    halves = d.lengths.reshape(4, 8).sum(1)
+    assert halves[0] != halves[1]  # two micro-batches of a step hold different token totals
+    R = d.rewards.reshape(-1, 4)
+    assert np.any(np.ptp(R, axis=1) == 0) and np.any(np.ptp(R, axis=1) > 0)
+    assert d.lengths.min() >= S.MIN_LENGTH and d.lengths.max() <= T
+    assert d.holes.sum() > 0 and d.truncated.sum() == 2
+    live = np.repeat(np.ptp(R, axis=1) > 0, 4)
+    assert np.all(live[d.truncated])  # a truncated answer carries weight unless masked
+
+
+def test_a_target_that_cannot_mask_gets_no_masked_tokens():
+    d = S.design(S.geometry(4, 8, 8), T)
+    assert d.holes.sum() == 0 and d.truncated.sum() == 0
+
+
+# --- the weight law and its scope ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "scope, split_law, unsplit_law",
+    [
+        ("micro_batch", "1/micro_batch_tokens", "1/step_tokens"),
+        ("step", "1/step_tokens", "1/step_tokens"),
+        ("length", "1/length", "1/length"),
+        ("constant", "constant", "constant"),
+    ],
+)
+def test_the_law_of_each_layout_names_its_denominators_scope(scope, split_law, unsplit_law):
+    out = S.audit_step(target(scope=scope), GEO)
+    assert (out.law_split, out.law_unsplit) == (split_law, unsplit_law)
+    assert out.invariant is (split_law == unsplit_law)
+
+
+def test_every_law_the_fit_can_name_is_explained_in_the_report():
+    assert {name for name, *_ in S._CANDIDATES} <= set(WEIGHTS)
+
+
+# --- split invariance ----------------------------------------------------------------------------
+def test_a_micro_batch_normaliser_fails_with_each_micro_batchs_weight_over_the_unsplit_steps():
+    out = S.audit_step(target(scope="micro_batch", micro_batches=4), GEO)
+    (finding,) = [f for f in out.findings if f.property == "split_invariance"]
+    assert finding.severity == "fail"
+    pieces = finding.counterexample["micro_batches"]
+    assert len(pieces) == 4
+    step_tokens = sum(p["tokens"] for p in pieces)
+    measured = [(p["weight_ratio"], p["tokens"]) for p in pieces if p["weight_ratio"] is not None]
+    assert len({round(x, 9) for x, _ in measured}) > 1
+    # a micro-batch's weight over the step's is (step tokens)/(pieces·its tokens): fewer tokens, more weight
+    assert [x for x, _ in measured] == pytest.approx([step_tokens / (4 * t) for _, t in measured], rel=1e-9)
+
+
+def test_a_loss_scaled_by_the_split_is_a_deviation_with_its_factor():
+    out = S.audit_step(target(scope="step", scale=2.0), GEO)
+    (finding,) = out.findings
+    assert (finding.property, finding.severity) == ("split_invariance", "deviation")
+    assert finding.counterexample["factor"] == pytest.approx(2.0)
+    assert out.law_split == out.law_unsplit == "1/step_tokens"
+
+
+def test_a_step_normalised_by_its_own_tokens_is_invariant_and_every_micro_batch_weighs_one():
+    out = S.audit_step(target(scope="step", micro_batches=4), GEO)
+    assert out.invariant and not out.findings
+    ratios = [p["weight_ratio"] for p in out.pieces if p["weight_ratio"] is not None]
+    assert len(ratios) >= 4 and ratios == pytest.approx([1.0] * len(ratios))
+    assert len({p["tokens"] for p in out.pieces}) > 1  # pieces of unequal size, equal weight
+
+
+# --- masked tokens -------------------------------------------------------------------------------
+def test_a_normaliser_that_counts_masked_tokens_is_a_finding():
+    out = S.audit_step(target(scope="step", count_masked=True), GEO)
+    (finding,) = out.findings
+    assert finding.property == "masked_normaliser" and finding.severity == "fail"
+    d = S.design(GEO, T)
+    assert finding.counterexample["masked_tokens"] == int(d.holes.sum() + d.lengths[d.truncated].sum())
+
+
+def test_a_normaliser_that_counts_only_the_losss_tokens_is_no_finding():
+    assert not S.audit_step(target(scope="step"), GEO).findings
+
+
+# --- ragged groups -------------------------------------------------------------------------------
+def _by_sizes(fixed_blocks: bool):
+    def fn(r, G, L, request=None):
+        sizes = request["sizes"] if request else [G] * (len(r) // G)
+        A = np.zeros(len(r))
+        if fixed_blocks:  # reshape by G whatever the rollout delivered
+            whole = len(r) // G * G
+            R = r[:whole].reshape(-1, G)
+            A[:whole] = (R - R.mean(1, keepdims=True)).reshape(-1)
+        else:
+            start = 0
+            for size in sizes:
+                block = r[start : start + size]
+                A[start : start + size] = block - block.mean()
+                start += size
+        out = S.micro_batch_mean(np.zeros(len(r)), 1, L, request)
+        return {**out, "advantages": A}
+
+    return fn
+
+
+@pytest.mark.parametrize("fixed_blocks", [True, False])
+def test_a_short_group_sliced_as_a_fixed_block_moves_the_other_groups(fixed_blocks):
+    geo = S.geometry(4, 16, 16, ragged=True)
+    found = S._ragged_probe(_by_sizes(fixed_blocks), geo, T)
+    assert (found is not None) is fixed_blocks
+    if found is not None:
+        assert found.property == "group_slicing" and found.counterexample["sizes"][:2] == [4, 3]
+
+
+def test_g_1_is_a_note_not_a_measurement():
+    out = S.audit_step(target(), S.geometry(1, 8, 8))
+    assert out.law_split == "other" and out.invariant is None
+    assert [f.severity for f in out.findings] == ["note"]
+
+
+# --- through the gradient audit and its report ---------------------------------------------------
+def _gradient_target(**kw):
+    per_call = target(**kw)
+
+    def fn(r, G, L, request=None):
+        if request is None:  # the per-G probes: the batch as one unsplit step
+            n = len(r)
+            return S.micro_batch_mean(r, G, L, {"layout": "unsplit", "holes": [0] * n}, **kw)
+        return per_call(r, G, L, request)
+
+    fn.grpo_identity_info = {"step": S.geometry(4, 8, 8)}
+    return fn
+
+
+def test_the_gradient_report_carries_the_step_its_table_and_a_failing_verdict():
+    report = audit_gradient(_gradient_target(scope="micro_batch"), sizes=(4,))
+    assert report.verdict == "fail"
+    step = report.to_dict()["inferred"]["step"]
+    assert step["weight"] == "1/micro_batch_tokens" and step["invariant"] is False
+    text = report.format()
+    assert "split-invariant: NO" in text and "weight / unsplit" in text
+
+
+def test_a_rescaled_split_makes_a_passing_gradient_audit_a_deviation():
+    report = audit_gradient(_gradient_target(scope="constant", scale=3.0), sizes=(4,))
+    assert report.inferred.per_sample_weight == "constant"
+    assert report.verdict == "deviation"
+    assert any(f.property == "split_invariance" for f in report.findings)
+
+
+def test_a_target_without_step_geometry_has_no_step_section():
+    def fn(r, G, L):
+        return S.micro_batch_mean(r, G, L, {"layout": "unsplit", "holes": [0] * len(r)}, scope="constant")
+
+    report = audit_gradient(fn, sizes=(4,))
+    assert report.inferred.step == {} and "split-invariant" not in report.format()
