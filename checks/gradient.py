@@ -319,9 +319,11 @@ def _split_step(target: Callable[..., Any], ev: _Evidence) -> dict[str, Any]:
     info = getattr(target, "info", None) or getattr(target, "grpo_identity_info", None) or {}
     if not info.get("step"):
         return {}
+    t0 = time.perf_counter()
     result = audit_step(target, info["step"])
     ev.findings += result.findings
     return {
+        "seconds": round(time.perf_counter() - t0, 2),
         "weight": result.law_split,
         "weight_unsplit": result.law_unsplit,
         "invariant": result.invariant,

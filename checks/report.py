@@ -121,7 +121,8 @@ class Inferred:
     step: dict[str, Any] = field(default_factory=dict)
     """Gradient level, a framework's optimizer step as its trainer splits it (:mod:`grpo_identity.checks.steps`):
     ``weight`` and ``weight_unsplit`` (the laws of the split and unsplit layouts), ``invariant``, ``layouts``,
-    ``settings``, ``ranks`` and ``pieces`` (per micro-batch: rows, tokens, its weight over the unsplit step's)."""
+    ``settings``, ``ranks``, ``pieces`` (per micro-batch: rows, tokens, its weight over the unsplit step's) and
+    ``seconds`` (the two runs' wall time)."""
 
     def describe(self) -> str:
         """The dial in a few words: ``centre mean, group_std (ddof 1, eps 0.0001)``."""

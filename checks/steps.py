@@ -359,14 +359,17 @@ def _invariance(split: StepRun, unsplit: StepRun, law: Law, tol: float) -> tuple
 
 
 def _ragged_probe(target: Callable[..., Any], geo: dict[str, Any], T: int) -> Finding | None:
-    """A generation batch with its second group one answer short, against the same batch whole:
-    every other group must keep its advantages."""
+    """A generation batch with its second group one answer short (and its answers the longest, so that a
+    dispatch ordered by tokens puts it first), against the same batch whole: every other group must keep
+    its advantages, and the short group's own must stay of the batch's size (a partial block normalised
+    by a zero std blows them up)."""
     G = int(geo["group_size"])
     n = int(geo["generation_rows"])
     if G < 3 or n // G < 3:
         return None
     d = design({**geo, "step_rows": n}, T)
-    r, L = d.rewards[:n], d.lengths[:n]
+    r, L = d.rewards[:n], d.lengths[:n].copy()
+    L[G : 2 * G] = T
     drop = G + int(np.flatnonzero(r[G : 2 * G] != r[G])[0]) if np.ptp(r[G : 2 * G]) > 0 else G
     keep = np.arange(n) != drop
     sizes = [G, G - 1] + [G] * (n // G - 2)
@@ -374,17 +377,26 @@ def _ragged_probe(target: Callable[..., Any], geo: dict[str, Any], T: int) -> Fi
     short = target(r[keep], G, L[keep], {"layout": "unsplit", "sizes": sizes, "holes": [0] * (n - 1)})
     A_whole = np.asarray(whole["advantages"], dtype=np.float64)[keep]
     A_short = np.asarray(short["advantages"], dtype=np.float64)
-    others = np.ones(n - 1, dtype=bool)
-    others[G : 2 * G - 1] = False
-    diff = np.abs(A_whole - A_short)[others]
-    if float(diff.max()) <= TOL * max(1.0, float(np.abs(A_whole).max())):
-        return None
-    g = int(np.flatnonzero(diff > TOL)[0] // G) if np.any(diff > TOL) else 2
-    message = (
-        f"a group one answer short of G={G} changes the advantages of other groups (by up to {float(diff.max()):.4g}): "
-        "groups are cut as fixed blocks of G rows, not by their ids"
-    )
-    return Finding("group_slicing", message, {"group_size": G, "sizes": sizes[:4], "group": g})
+    mine = np.zeros(n - 1, dtype=bool)
+    mine[G : 2 * G - 1] = True
+    diff = np.abs(A_whole - A_short)[~mine]
+    scale = max(1.0, float(np.abs(A_whole).max()))
+    example = {"group_size": G, "sizes": sizes[:4]}
+    if float(diff.max()) > TOL * scale:
+        g = int(np.flatnonzero(diff > TOL * scale)[0] // G)
+        message = (
+            f"a group one answer short of G={G} changes the advantages of other groups (by up to "
+            f"{float(diff.max()):.4g}): groups are cut as fixed blocks of G rows, not by their ids"
+        )
+        return Finding("group_slicing", message, {**example, "group": g if g < 1 else g + 1})
+    own = float(np.abs(A_short[mine]).max())
+    if not np.isfinite(own) or own > 10 * scale:
+        message = (
+            f"a group one answer short of G={G} gets advantages up to {own:.4g} (the whole batch's reach "
+            f"{scale:.4g}): its rows are normalised as a partial block of G rows, not as their own group"
+        )
+        return Finding("group_slicing", message, {**example, "group": 1, "group_output": A_short[mine].tolist()})
+    return None
 
 
 def audit_step(target: Callable[..., Any], geo: dict[str, Any], T: int | None = None, seed: int = 0) -> StepResult:

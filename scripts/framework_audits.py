@@ -47,6 +47,20 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("trl --set scale_rewards=batch --set loss_type=grpo", TRL),
     ("trl --set loss_type=bnpo", TRL),
     ("trl --set loss_type=dapo", ("1.16.0",)),
+    # the optimizer step as TRL's trainer splits it: accumulation (the default split), two gloo processes,
+    # generation batches spanning two steps, truncated answers masked
+    (
+        "trl --set scale_rewards=false --set gradient_accumulation_steps=4 --set per_device_train_batch_size=2",
+        ("0.16.0",),
+    ),
+    ("trl --set loss_type=bnpo --set num_processes=2 --set per_device_train_batch_size=2", ("0.22.2", "1.16.0")),
+    ("trl --set loss_type=dapo --set num_processes=2 --set per_device_train_batch_size=2", ("0.22.2", "1.16.0")),
+    (
+        "trl --set loss_type=dapo --set gradient_accumulation_steps=2 --set steps_per_generation=4 --set "
+        "per_device_train_batch_size=4",
+        ("0.22.2", "1.16.0"),
+    ),
+    ("trl --set loss_type=dapo --set mask_truncated_completions=true", ("0.22.2", "1.16.0")),
     ("verl --set algorithm.adv_estimator=grpo", VERL),
     ("verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo", VERL),
     (
@@ -171,31 +185,44 @@ def _dial(inf: dict) -> str:
     return f"{inf['scale'].replace('_', ' ')}, ddof {inf['ddof']}, ε {inf['eps']:.2g}"
 
 
+def _step(inf: dict) -> str:
+    """The optimizer step as split: its weight law, split-invariant or not (with the micro-batches' weight
+    ratios to the unsplit step's)."""
+    step = inf.get("step") or {}
+    if not step:
+        return "-"
+    ratios = [p["weight_ratio"] for p in step.get("pieces", []) if p.get("weight_ratio") is not None]
+    if step.get("invariant") is None:
+        return f"{step.get('weight')}"
+    if step["invariant"]:
+        return f"{step.get('weight')}, invariant"
+    spread = f" ({min(ratios):.3g}–{max(ratios):.3g}×)" if ratios else ""
+    return f"**{step.get('weight')}**, **not invariant**{spread}"
+
+
 def _cell(row: dict) -> list[str]:
-    """verdict, matches, dial, per-sample weight, silent groups, the first failing finding."""
+    """verdict, matches, dial, per-sample weight, the split step, silent groups, the first failing finding."""
     if "report" not in row:
         why = row["error"].split("error: ", 1)[-1].replace("|", "/")
-        return ["adapter error", "-", "-", "-", "-", why if len(why) <= 160 else "…" + why[-159:]]
+        return ["adapter error", "-", "-", "-", "-", "-", why if len(why) <= 160 else "…" + why[-159:]]
     d = row["report"]
     inf = d.get("inferred", {})
     first = next((f for f in d.get("findings", []) if f.get("severity") == "fail"), None)
     silent = {True: "0", False: "**not 0**", None: "-"}[inf.get("silent_groups_zero_gradient")]
     why = f"{first['property']}: {first['message']}".replace("|", "/")[:160] if first else ""
-    return [d["verdict"].upper(), d.get("matches") or "-", _dial(inf), inf.get("per_sample_weight") or "-", silent, why]
+    weight = inf.get("per_sample_weight") or "-"
+    return [d["verdict"].upper(), d.get("matches") or "-", _dial(inf), weight, _step(inf), silent, why]
 
 
 def render(rows: list[dict]) -> str:
     """The markdown table: one line per (configuration, release), in the order run."""
     columns = ["audit (`grpo-identity audit …`)", "release", "verdict", "matches", "dial", "per-sample weight"]
-    columns += ["silent-group gradient", "first failing finding", "s"]
+    columns += ["optimizer step as split", "silent-group gradient", "first failing finding", "s"]
     head = "| " + " | ".join(columns) + " |"
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * len(columns)]
     for row in rows:
-        verdict, matches, dial, weight, silent, why = _cell(row)
-        lines.append(
-            f"| `{row['target']}` | {row['release']} | {verdict} | {matches} | {dial} | {weight} | {silent} | {why} "
-            f"| {row['wall_seconds']:.0f} |"
-        )
+        cells = " | ".join(_cell(row))
+        lines.append(f"| `{row['target']}` | {row['release']} | {cells} | {row['wall_seconds']:.0f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -24,20 +24,46 @@
   loss by its ``loss_mask.count_nonzero()`` over the total: 1 here); the engine's forward pass
   (the model's log-probabilities) is bypassed;
 - group size: ``NormConfig.group_size`` (``${gconfig.n_samples}`` in AReaL's examples) is each
-  probe batch's G, set on the actor's config before the actor is built.
+  probe batch's G, set on the actor's config before the actor is built;
+- the optimizer step (:mod:`grpo_identity.checks.steps`, a call with a request): the trainer's
+  path from the rollout to the optimizer, per generation batch (``train_dataset.batch_size``
+  prompts, each a group as ``GroupedRolloutWorkflow`` delivers it: the answers that did not come
+  back ``None``, so a group may hold fewer than ``gconfig.n_samples``).  ``PPOActorController``
+  hands the groups to the data-parallel ranks with ``TrainController._dispatch_tensors`` (whole
+  groups, balanced by tokens; on one rank too, where it orders them heaviest first); each rank
+  runs ``PPOActor.compute_advantages`` on its groups concatenated (``Normalization`` cuts fixed
+  blocks of ``group_size`` rows), the results are merged back (``_merge_tensors``) and dispatched
+  again for ``PPOActor.ppo_update``: its
+  ``ppo_n_minibatches`` mini-batches (``split_padded_tensor_dict_into_mb_list``, balanced by
+  tokens, not by group), one ``engine.train_batch`` (one optimizer step) each, with AReaL's
+  ``grpo_loss_fn`` partial and its ``loss_weight_fn`` (``loss_mask.count_nonzero()``).  The
+  engine is ``FSDPEngine`` itself, its ``train_batch`` running as written (``_prepare_mb_list``'s
+  micro-batches by ``actor.mb_spec``, ``compute_total_loss_weight``'s all-reduced total,
+  ``_compute_logprobs_and_loss``'s scale ``local_weight / total_loss_weight × dp_size``); only the
+  model (a table of log-probabilities, one row per answer), the optimizer step (it records the
+  accumulated gradient) and FSDP's gradient average over the ranks (1/dp) are stand-ins.  The ranks
+  run as threads of this process with ``torch.distributed`` emulated in AReaL's modules
+  (:class:`_Ranks`: ``all_reduce`` sums the ranks' tensors, ``all_gather_object`` gathers their
+  objects), so every all-reduce AReaL makes (the total loss weight, a batch-level
+  ``Normalization``, the micro-batch count) gets the sums of every rank.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib
 import os
 import tempfile
+import threading
 import warnings
+from dataclasses import dataclass, replace
 from importlib.metadata import version
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from grpo_identity.checks import steps
 from grpo_identity.checks.frameworks import PROMPT_LENGTH, RESPONSE_LENGTH, AdapterError, FrameworkSpec, lengths_for
 
 __all__ = [
@@ -63,8 +89,17 @@ recover: {{experiment_name: "${{experiment_name}}", trial_name: "${{trial_name}}
 rollout: {{backend: "sglang:d1"}}
 actor: {{experiment_name: "${{experiment_name}}", trial_name: "${{trial_name}}", backend: "fsdp:d1"}}
 """
-#: keys the audit sets itself, per probe batch
-GROUP_SIZE_KEYS = ("actor.reward_norm.group_size", "actor.adv_norm.group_size", "gconfig.n_samples")
+#: keys the audit sets itself, per probe batch (``gconfig.n_samples``, the configured G, is the user's:
+#: the step's group size)
+GROUP_SIZE_KEYS = ("actor.reward_norm.group_size", "actor.adv_norm.group_size")
+#: the settings that split an optimizer step (a key, or everything under it)
+SPLIT_KEYS = ("actor.ppo_n_minibatches", "actor.mb_spec", "actor.backend")
+#: the split where the user set none of :data:`SPLIT_KEYS`: two micro-batches per mini-batch on
+#: two data-parallel ranks (AReaL's own defaults, one micro-batch on one rank, would not accumulate)
+DEFAULT_N_MBS, DEFAULT_BACKEND = 2, "fsdp:d2"
+#: the step's group size and prompts per generation batch where the user set none (AReaL's
+#: defaults, ``n_samples=1`` and ``batch_size=1``, hold no group to normalise)
+DEFAULT_GROUP_SIZE, DEFAULT_BATCH_SIZE = 4, 4
 
 
 #: the settings that give each preset (what a report suggests)
@@ -79,10 +114,10 @@ SETTINGS: dict[str, dict[str, str]] = {
 
 def import_check() -> None:
     """Import what the driver needs (a release environment's smoke test)."""
-    import importlib
-
     importlib.import_module("areal.api.cli_args")
     importlib.import_module("areal.trainer.ppo.actor")
+    importlib.import_module("areal.engine.fsdp_engine")
+    importlib.import_module("areal.infra.controller.train_controller")
     importlib.import_module("grpo_identity.checks.target")
 
 
@@ -173,16 +208,21 @@ class _Actors:
         return self.built[G]
 
 
-def _trajectory(reward: float, length: int, prox_logp: bool) -> dict[str, Any]:
+def _trajectory(reward: float, length: int, prox_logp: bool, marker: int = 1, hole: int = 0) -> dict[str, Any]:
     """One trajectory as ``RLVRWorkflow.arun_episode`` returns it (batch dim 1), with the
     trainer's ``prox_logp`` (recomputed log-probabilities, on-policy: 0) when the config asks
-    for them (``should_compute_prox_logp``)."""
+    for them (``should_compute_prox_logp``).  Every token id is ``marker`` (the step probe's row
+    id); ``hole`` response tokens from position 1 on are out of the loss mask, as a multi-turn
+    workflow masks the tokens it did not generate."""
     import torch
 
     L, P = PROMPT_LENGTH + int(length), PROMPT_LENGTH
+    if not 0 <= int(hole) < max(int(length), 1):
+        raise ValueError(f"{hole} masked tokens do not fit inside an answer of {length} tokens")
+    answer = [1] + [0] * int(hole) + [1] * (int(length) - 1 - int(hole))
     traj = {
-        "input_ids": torch.ones(1, L, dtype=torch.int32),
-        "loss_mask": torch.tensor([[0] * P + [1] * int(length)], dtype=torch.int32),
+        "input_ids": torch.full((1, L), int(marker), dtype=torch.int32),
+        "loss_mask": torch.tensor([[0] * P + answer], dtype=torch.int32),
         "logprobs": torch.zeros(1, L, dtype=torch.float32),
         "versions": torch.tensor([[-1] * P + [0] * int(length)], dtype=torch.int32),
         "attention_mask": torch.ones(1, L, dtype=torch.bool),
@@ -260,20 +300,28 @@ def _loss_fn(module: Any, a: Any) -> Callable[..., Any]:
 
 
 def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
-    """fn(rewards, G, lengths) → {advantages, coefficients, mask}: −∂loss/∂log π per response token,
-    autograd through the actor's ``grpo_loss_fn`` on the whole batch as one minibatch and one
-    micro-batch (the engine then scales the loss by loss_mask.count_nonzero() over the total: 1)."""
+    """fn(rewards, G, lengths, request=None) → {advantages, coefficients, mask}: −∂loss/∂log π per
+    response token.  Without a request: autograd through the actor's ``grpo_loss_fn`` on the whole
+    batch as one minibatch and one micro-batch (the engine then scales the loss by
+    loss_mask.count_nonzero() over the total: 1).  With a step request: the trainer's step path
+    (:func:`_run_step`), with ``step``, ``rank`` and ``micro_batch`` per row."""
     import torch
     from areal.utils.data import concat_padded_tensors
 
     cfg = load_config(spec)
     actors = _Actors(cfg)
     loss_fn = _loss_fn(actors.module, cfg.actor)
+    plan = _plan(spec, cfg)
+    engine = _engine_class()
 
     def areal_grpo_loss_gradient(
-        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None
+        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None, request: dict[str, Any] | None = None
     ) -> dict[str, np.ndarray]:
         G = int(group_size)
+        if request is not None:
+            if lengths is None:
+                raise ValueError("a step request needs the answers' lengths")
+            return _run_step(cfg, plan, engine, np.asarray(rewards, dtype=np.float64), G, np.asarray(lengths), request)
         adv, out = _advantages(
             actors(G), rewards, G, lengths_for(len(rewards)) if lengths is None else np.asarray(lengths)
         )
@@ -287,14 +335,435 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
 
     entry = (
         "PPOActor.compute_advantages, then grpo_loss_fn as _ppo_update binds it (one minibatch, one micro-batch; "
-        "the engine's forward bypassed: log-probs given)"
+        "the engine's forward bypassed: log-probs given); with a step request PPOActor.ppo_update on "
+        "FSDPEngine.train_batch (the model and the optimizer step stubbed)"
     )
     areal_grpo_loss_gradient.grpo_identity_info = {  # type: ignore[attr-defined]
         **_info(spec, cfg, entry),
-        "ppo_n_minibatches": "1 (the audit's batch is one update)",
+        "ppo_n_minibatches": "1 (the audit's batch is one update); the step request splits as configured",
         "lengths_optional": True,
+        "step": plan.geometry(),
     }
     return areal_grpo_loss_gradient
+
+
+# --- the optimizer step ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Plan:
+    """The configured step: G answers per prompt, ``batch_size`` prompts per generation batch,
+    ``minibatches`` optimizer steps per generation batch (``actor.ppo_n_minibatches``), each rank's
+    mini-batch cut into micro-batches by ``mb_spec`` (``actor.mb_spec``), ``dp`` data-parallel
+    ranks (``actor.backend``); ``chosen`` says what the driver set where the user set nothing."""
+
+    group_size: int
+    batch_size: int
+    minibatches: int
+    mb_spec: Any
+    backend: str
+    dp: int
+    chosen: tuple[str, ...] = ()
+
+    @property
+    def generation_rows(self) -> int:
+        return self.batch_size * self.group_size
+
+    def unsplit(self) -> _Plan:
+        """Each generation batch one optimizer step of one micro-batch on one rank."""
+        from areal.api.cli_args import MicroBatchSpec
+
+        return replace(self, minibatches=1, mb_spec=MicroBatchSpec(), backend="fsdp:d1", dp=1)
+
+    def settings(self) -> dict[str, Any]:
+        m = self.mb_spec
+        return {
+            "gconfig.n_samples": self.group_size,
+            "train_dataset.batch_size": self.batch_size,
+            "actor.ppo_n_minibatches": self.minibatches,
+            "actor.mb_spec.n_mbs": m.n_mbs,
+            "actor.mb_spec.max_tokens_per_mb": m.max_tokens_per_mb,
+            "actor.mb_spec.packing_algorithm": m.packing_algorithm,
+            "actor.backend": self.backend,
+            "data_parallel_ranks": self.dp,
+            "driver_chose": list(self.chosen),
+        }
+
+    def geometry(self) -> dict[str, Any]:
+        m = self.mb_spec
+        budget = f", at most {m.max_tokens_per_mb} tokens each" if m.max_tokens_per_mb is not None else ""
+        split = (
+            f"{self.batch_size} prompts × G per generation batch over {self.dp} data-parallel rank(s) "
+            "(TrainController._dispatch_tensors: whole groups, balanced by tokens"
+            f"{'; ranks emulated as threads' if self.dp > 1 else ''}); on each rank {self.minibatches} mini-batch(es), "
+            "one optimizer step each (PPOActor._ppo_update: split_padded_tensor_dict_into_mb_list, balanced by tokens, "
+            f"so a group's answers spread over steps), each cut by FSDPEngine._prepare_mb_list into at least "
+            f"{m.n_mbs} micro-batch(es){budget} ({m.packing_algorithm})"
+        )
+        engine = self.backend.partition(":")[0]
+        if engine != "fsdp":
+            split += f"; FSDPEngine.train_batch stands in for the {engine} engine's"
+        return steps.geometry(
+            self.group_size,
+            max(1, self.generation_rows // self.minibatches),
+            self.generation_rows,
+            layouts={"split": split, "unsplit": "ppo_n_minibatches=1, MicroBatchSpec() (one micro-batch), one rank"},
+            ranks="emulated" if self.dp > 1 else "one",
+            holes=True,
+            ragged=True,
+            settings=self.settings(),
+        )
+
+
+def _user_keys(spec: FrameworkSpec) -> set[str]:
+    """The config keys the user set: each ``--set`` and every key (dotted) of the ``--config`` file."""
+    from omegaconf import OmegaConf
+
+    keys = {k.lstrip("+~") for k, _ in spec.sets}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                keys.add(prefix + str(k))
+                walk(v, f"{prefix}{k}.")
+
+    if spec.config:
+        walk(OmegaConf.to_container(OmegaConf.load(spec.config)), "")
+    return keys
+
+
+def _plan(spec: FrameworkSpec, cfg: Any) -> _Plan:
+    """The step ``spec`` configures, the driver's defaults where the user set nothing (the batch
+    size: the smallest from :data:`DEFAULT_BATCH_SIZE` on that AReaL can split as configured)."""
+    from areal.api.alloc_mode import ModelAllocation
+    from areal.api.cli_args import MicroBatchSpec
+
+    keys = _user_keys(spec)
+    chosen = []
+    G = int(cfg.gconfig.n_samples)
+    if "gconfig.n_samples" not in keys:
+        G = DEFAULT_GROUP_SIZE
+        chosen.append(f"gconfig.n_samples={G}")
+    a = cfg.actor
+    mb_spec, backend = a.mb_spec, a.backend
+    if not any(k == s or k.startswith(s + ".") for k in keys for s in SPLIT_KEYS):
+        mb_spec, backend = MicroBatchSpec.new(a.mb_spec, n_mbs=DEFAULT_N_MBS), DEFAULT_BACKEND
+        chosen += [f"actor.mb_spec.n_mbs={DEFAULT_N_MBS}", f"actor.backend={DEFAULT_BACKEND}"]
+    try:
+        dp = int(ModelAllocation.from_str(backend, name="actor").parallel.dp_size)
+    except Exception as exc:  # AReaL's allocation grammar
+        raise AdapterError(f"{_release()} rejects actor.backend={backend}: {exc}") from None
+    plan = _Plan(G, int(cfg.train_dataset.batch_size), int(a.ppo_n_minibatches), mb_spec, backend, dp)
+    if "train_dataset.batch_size" not in keys:
+        B = next(b for b in range(DEFAULT_BATCH_SIZE, 10**6) if _splits(replace(plan, batch_size=b)) is None)
+        plan = replace(plan, batch_size=B)
+        chosen.append(f"train_dataset.batch_size={B}")
+    refused = _splits(plan)
+    if refused is not None:
+        raise AdapterError(f"{_release()}: {refused}")
+    return replace(plan, chosen=tuple(chosen))
+
+
+def _splits(plan: _Plan) -> str | None:
+    """Why AReaL cannot split a generation batch of ``plan`` (None: it can): the dispatch deals the
+    prompts out evenly over the ranks (``balanced_greedy_partition``), ``ffd_allocate`` needs as
+    many answers as mini-batches on each rank, and, row counts balanced, each mini-batch as many
+    answers as micro-batches."""
+    per_rank = plan.generation_rows // plan.dp
+    if plan.batch_size % plan.dp:
+        return (
+            f"TrainController._dispatch_tensors deals the {plan.batch_size} prompts of a batch out evenly over "
+            f"dp={plan.dp} ranks (train_dataset.batch_size must be a multiple of dp)"
+        )
+    if per_rank // plan.minibatches < (plan.mb_spec.n_mbs or 1):
+        return (
+            f"{per_rank} answers per rank (train_dataset.batch_size × gconfig.n_samples / dp) do not make "
+            f"actor.ppo_n_minibatches={plan.minibatches} mini-batches of actor.mb_spec.n_mbs={plan.mb_spec.n_mbs} "
+            "micro-batches (AReaL's ffd_allocate refuses fewer answers than groups)"
+        )
+    return None
+
+
+def _actor_config(actor: Any, plan: _Plan, G: int) -> Any:
+    """``config.actor`` with the plan's split and each normalisation's group_size = G."""
+    a = copy.deepcopy(actor)
+    for norm in (a.reward_norm, a.adv_norm):
+        if norm is not None:
+            norm.group_size = G
+    a.ppo_n_minibatches, a.mb_spec, a.backend = plan.minibatches, plan.mb_spec, plan.backend
+    return a
+
+
+class _RankStats:
+    """``areal.utils.stats_tracker`` as each emulated rank sees it: a tracker of its own (AReaL's
+    global tracker keeps one scope stack, which concurrent ranks would interleave)."""
+
+    def __init__(self, module: Any) -> None:
+        self._module, self._local = module, threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        tracker = getattr(self._local, "tracker", None)
+        if tracker is None:
+            tracker = self._local.tracker = self._module.DistributedStatsTracker()
+        return getattr(tracker, name) if hasattr(tracker, name) else getattr(self._module, name)
+
+
+class _Ranks:
+    """``torch.distributed`` as AReaL's code calls it, for ``size`` data-parallel ranks run as threads
+    of this process: ``all_reduce`` sums every rank's tensor (the sums, as the collective does),
+    ``all_gather_object`` gathers every rank's object; anything else is refused by name."""
+
+    def __init__(self, size: int) -> None:
+        import torch.distributed as dist
+
+        self.size, self.ReduceOp = size, dist.ReduceOp
+        self._barrier = threading.Barrier(size, timeout=120)
+        self._slots: list[Any] = [None] * size
+        self._local = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"torch.distributed.{name} is not emulated by the AReaL driver's ranks")
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def get_rank(self, group: Any = None) -> int:
+        return int(getattr(self._local, "rank", 0))
+
+    def get_world_size(self, group: Any = None) -> int:
+        return self.size
+
+    def _exchange(self, value: Any) -> list[Any]:
+        self._slots[self.get_rank()] = value
+        self._barrier.wait()
+        parts = list(self._slots)
+        self._barrier.wait()
+        return parts
+
+    def all_reduce(self, tensor: Any, op: Any = None, group: Any = None) -> None:
+        if op not in (None, self.ReduceOp.SUM):
+            raise NotImplementedError(f"all_reduce with {op}: the driver's ranks only sum")
+        parts = self._exchange(tensor.detach().clone())
+        tensor.copy_(sum(parts[1:], parts[0]))
+
+    def all_gather_object(self, out: list[Any], obj: Any, group: Any = None) -> None:
+        out[:] = self._exchange(obj)
+
+    def run(self, fn: Callable[[int], Any]) -> list[Any]:
+        """``fn(rank)`` on every rank at once (one thread each); the first error of any rank raised."""
+        if self.size == 1:
+            self._local.rank = 0
+            return [fn(0)]
+        results: list[Any] = [None] * self.size
+        errors: list[BaseException] = []
+
+        def body(rank: int) -> None:
+            self._local.rank = rank
+            try:
+                results[rank] = fn(rank)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the other ranks stop
+                errors.append(exc)
+                self._barrier.abort()
+
+        threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(self.size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
+        return results
+
+
+@contextlib.contextmanager
+def _emulated(ranks: _Ranks) -> Iterator[None]:
+    """AReaL's modules of the step path see ``ranks`` as ``torch.distributed`` and a tracker per rank."""
+    names = ("areal.utils.data", "areal.engine.core.train_engine", "areal.engine.fsdp_engine")
+    patches: list[tuple[Any, str, Any]] = [(importlib.import_module(m), "dist", ranks) for m in names]
+    stats = importlib.import_module("areal.utils.stats_tracker")
+    patches.append((importlib.import_module("areal.trainer.ppo.actor"), "stats_tracker", _RankStats(stats)))
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
+    try:
+        for module, name, value in patches:
+            setattr(module, name, value)
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
+def _engine_class() -> Any:
+    """``FSDPEngine`` with its model and optimizer stubbed, everything ``train_batch`` does between them
+    as AReaL wrote it."""
+    import torch
+    from areal.engine.fsdp_engine import FSDPEngine, FSDPTrainContext
+
+    class StubbedFSDPEngine(FSDPEngine):
+        """The model is ``leaf``, a table of log-probabilities (row: the answer whose token ids are its
+        marker, column: the position); ``optimizer_step`` records the gradient the micro-batches
+        accumulated in it and the rows of each micro-batch."""
+
+        def __init__(self, config: Any, dp: int, leaf: Any) -> None:  # FSDPEngine.__init__ builds the model
+            from types import SimpleNamespace
+
+            self.config, self.enable_tree_training, self.leaf = config, False, leaf
+            self.model_config = SimpleNamespace(model_type="grpo-identity")
+            self.parallel_helper = SimpleNamespace(dp_size=dp, tp_size=1, sp_size=1)
+            self.dp_group, self.device, self.logger = None, torch.device("cpu"), _actor_module().logger
+            self.steps: list[tuple[Any, list[list[int]]]] = []
+            self._micro: list[list[int]] = []
+
+        def _ensure_ready(self) -> None:
+            pass
+
+        def train(self, mode: bool = True) -> Any:
+            return self
+
+        def get_version(self) -> int:
+            return 0
+
+        def optimizer_zero_grad(self) -> None:
+            self.leaf.grad = None
+
+        def optimizer_step(self) -> dict[str, float]:
+            grad = self.leaf.grad if self.leaf.grad is not None else torch.zeros_like(self.leaf)
+            self.steps.append((grad.detach().clone(), self._micro))
+            self._micro = []
+            return {}
+
+        def _compute_logprobs_entropy(self, logits: Any, inputs: Any, ulysses_pad_size: int = 0) -> Any:
+            return logits, torch.zeros_like(logits.detach())
+
+        def _get_vocab_min_max_logits(self, logits: Any, ulysses_pad_size: int = 0) -> Any:
+            zero = torch.zeros_like(logits.detach())
+            return zero, zero
+
+        def forward_backward_batch(self, mb_list: Any, process_output_fn: Any, forward_only: bool = False) -> None:
+            """The loop of ``FSDPEngine.forward_backward_batch``: each packed, padded micro-batch's
+            log-probabilities (looked up in ``leaf``), ``process_output_fn``, ``loss.backward()``."""
+            for item in mb_list:
+                rows = item.padded_mb["input_ids"].reshape(-1).long() - 1  # pad tokens are 0: row -1
+                cols = item.padded_mb["position_ids"].reshape(-1).long()
+                live = rows >= 0
+                cols = torch.where(live, cols, 0)  # pad positions run on past a row's width
+                logp = torch.where(live, self.leaf[rows.clamp(min=0), cols], torch.zeros(()))
+                self._micro.append(sorted(set(rows[live].tolist())))
+                ctx = FSDPTrainContext(
+                    model_inputs=item.padded_mb, mb_input=item.orig_mb, pad_length=item.padding_length
+                )
+                loss = process_output_fn(logp, ctx.to_dict())
+                if not forward_only and loss is not None:
+                    loss.backward()
+
+    return StubbedFSDPEngine
+
+
+def _group_items(
+    rewards: np.ndarray, lengths: np.ndarray, sizes: list[int], holes: list[int], prox: bool
+) -> list[dict[str, Any]]:
+    """One dict per prompt as ``GroupedRolloutWorkflow.arun_episode`` returns it: its answers
+    (``sizes[g]`` of them) concatenated; each answer's token ids are 1 + its row."""
+    from areal.utils.data import concat_padded_tensors
+
+    if sum(sizes) != len(rewards):
+        raise ValueError(f"group sizes {sizes} do not add up to the {len(rewards)} rows")
+    rows = [_trajectory(r, ell, prox, i + 1, h) for i, (r, ell, h) in enumerate(zip(rewards, lengths, holes))]
+    bounds = np.cumsum([0, *sizes])
+    return [concat_padded_tensors(rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _run_generation(items: list[dict[str, Any]], actor_cfg: Any, dp: int, engine: Any, n: int) -> tuple[list, list]:
+    """One generation batch as ``PPOTrainer.train`` runs it in the single-controller mode:
+    dispatch, ``compute_advantages`` per rank, merge, dispatch, ``ppo_update`` per rank.  Returns
+    the advantages' items (in the rollout's order) and each rank's engine."""
+    import torch
+    from areal.infra.controller.train_controller import _dispatch_tensors, _merge_tensors
+
+    module = _actor_module()
+    ranks = _Ranks(dp)
+    engines = [
+        engine(actor_cfg, dp, torch.zeros(n, PROMPT_LENGTH + RESPONSE_LENGTH, requires_grad=True)) for _ in range(dp)
+    ]
+    actors = [module.PPOActor(actor_cfg, e) for e in engines]
+    with _emulated(ranks):
+        shards, where = _dispatch_tensors(items, dp)
+        adv = _merge_tensors(ranks.run(lambda r: actors[r].compute_advantages(shards[r])), where)
+        shards, _ = _dispatch_tensors(adv, dp)
+        ranks.run(lambda r: actors[r].ppo_update(shards[r]))
+    return adv, engines
+
+
+def _response(row: Any) -> np.ndarray:
+    """A row of the actor's rolled layout (position t holds the token at t + 1) as the answer's T tokens."""
+    x = row.detach().double().numpy()[PROMPT_LENGTH - 1 : PROMPT_LENGTH - 1 + RESPONSE_LENGTH]
+    return np.pad(x, (0, RESPONSE_LENGTH - x.size))
+
+
+class _StepRecord:
+    """The step request's answer, filled generation batch by generation batch."""
+
+    def __init__(self, n: int) -> None:
+        self.advantages = np.full(n, np.nan)
+        self.coefficients, self.mask = np.zeros((n, RESPONSE_LENGTH)), np.zeros((n, RESPONSE_LENGTH))
+        self.where = {k: np.full(n, -1, dtype=np.int64) for k in ("step", "rank", "micro_batch", "generation")}
+
+    def read_advantages(self, items: list[dict[str, Any]], generation: int) -> None:
+        for item in items:
+            for ids, adv, mask in zip(item["input_ids"], item["advantages"], item["loss_mask"]):
+                i, m = int(ids[0]) - 1, mask.bool()
+                self.advantages[i] = float(adv[m].double().mean()) if m.any() else 0.0
+                self.mask[i], self.where["generation"][i] = _response(mask), generation
+
+    def read_steps(self, engines: list[Any], first: int) -> int:
+        """Each rank's optimizer steps from ``first`` on; the gradient averaged over the ranks (FSDP's
+        reduce-scatter averages: each row is on one rank, 1/dp of its rank's gradient)."""
+        for rank, engine in enumerate(engines):
+            for k, (grad, micro) in enumerate(engine.steps):
+                for m, rows in enumerate(micro):
+                    for i in rows:
+                        if self.where["step"][i] >= 0:
+                            raise RuntimeError(f"row {i} was trained in two micro-batches")
+                        self.where["step"][i], self.where["rank"][i], self.where["micro_batch"][i] = first + k, rank, m
+                        self.coefficients[i] = -_response(grad[i]) / len(engines)
+        return first + max(len(e.steps) for e in engines)
+
+    def result(self) -> dict[str, np.ndarray]:
+        if (self.where["step"] < 0).any() or np.isnan(self.advantages).any():
+            raise RuntimeError("a row of the step request never reached the optimizer")
+        return {"advantages": self.advantages, "coefficients": self.coefficients, "mask": self.mask, **self.where}
+
+
+def _run_step(
+    cfg: Any, plan: _Plan, engine: Any, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """A step request (:mod:`grpo_identity.checks.steps`): the rows in groups of ``request["sizes"]``
+    (as the rollout delivers them), ``plan.batch_size`` groups per generation batch, each through
+    :func:`_run_generation` under the layout's plan."""
+    n = len(rewards)
+    sizes = [int(s) for s in request.get("sizes") or [G] * (n // G)]
+    holes = [int(h) for h in request.get("holes") or [0] * n]
+    layout = plan if request.get("layout", "split") == "split" else plan.unsplit()
+    actor_cfg = _actor_config(cfg.actor, layout, G)
+    items = _group_items(rewards, lengths, sizes, holes, bool(actor_cfg.should_compute_prox_logp()))
+    record, step = _StepRecord(n), 0
+    for generation, start in enumerate(range(0, len(items), layout.batch_size)):
+        try:
+            adv, engines = _run_generation(items[start : start + layout.batch_size], actor_cfg, layout.dp, engine, n)
+        except (RuntimeError, ValueError) as exc:
+            if "seqpack" not in _origin(exc):
+                raise
+            raise AdapterError(
+                f"{_release()} cannot split the step as configured ({layout.settings()}): {exc}"
+            ) from None
+        record.read_advantages(adv, generation)
+        step = record.read_steps(engines, step)
+    return record.result()
+
+
+def _origin(exc: BaseException) -> str:
+    """The file of the innermost frame that raised ``exc``."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename if tb is not None else ""
 
 
 def _norm(norm: Any) -> dict[str, Any] | None:

@@ -47,8 +47,10 @@ SPLIT_KEYS = (
 LAUNCH_KEYS = {"num_processes": (1, 4)}
 #: the step's group size when the user sets no num_generations
 STEP_GROUP_SIZE = 4
-#: what the driver sets for every step run (the parameters never move: every micro-batch is on-policy)
-STEP_FORCED = {"learning_rate": "0.0", "disable_tqdm": "true", "logging_steps": "1000000"}
+#: what the driver sets for every step run: the parameters never move (every micro-batch is on-policy), and
+#: each generation batch is trained on once (the first of ``num_iterations`` passes: the one whose
+#: normalisation the audit reads)
+STEP_FORCED = {"learning_rate": "0.0", "num_iterations": "1", "disable_tqdm": "true", "logging_steps": "1000000"}
 
 
 def _new_trl() -> bool:
@@ -87,10 +89,14 @@ def one_process(spec: FrameworkSpec) -> FrameworkSpec:
     return FrameworkSpec(bare.framework, tuple(merged.items()), bare.config, bare.level, release=bare.release)
 
 
-def _user_split(spec: FrameworkSpec) -> dict[str, Any]:
+def _user_keys_of(spec: FrameworkSpec) -> dict[str, Any]:
     from grpo_identity.checks.frameworks.trl import _user_keys
 
-    keys = _user_keys(spec)
+    return _user_keys(spec)
+
+
+def _user_split(spec: FrameworkSpec) -> dict[str, Any]:
+    keys = _user_keys_of(spec)
     return {k: keys[k] for k in (*SPLIT_KEYS, "num_generations") if k in keys}
 
 
@@ -139,7 +145,11 @@ def _layout(spec: FrameworkSpec, processes: int, name: str) -> Layout:
     args = _parse(spec, sets, processes)
     G, step_rows, generation_rows = _numbers(args, processes)
     settings = {k: getattr(args, k) for k in SPLIT_KEYS if getattr(args, k, None) is not None}
-    split = Layout(sets, processes, G, step_rows, generation_rows, {**settings, "num_processes": processes})
+    settings["num_processes"] = processes
+    iterations = _user_keys_of(spec).get("num_iterations")
+    if iterations not in (None, 1, "1"):
+        settings["num_iterations"] = f"1 (yours {iterations}: the first pass over each generation batch)"
+    split = Layout(sets, processes, G, step_rows, generation_rows, settings)
     if name == "split":
         return split
     unsplit = (("num_generations", str(G)), ("per_device_train_batch_size", str(step_rows)))

@@ -138,6 +138,11 @@ def test_the_framework_table_shows_adapter_errors_and_the_first_failing_finding(
             "eps": 1e-6,
             "per_sample_weight": "constant",
             "silent_groups_zero_gradient": False,
+            "step": {
+                "weight": "1/micro_batch_tokens",
+                "invariant": False,
+                "pieces": [{"weight_ratio": 0.5}, {"weight_ratio": None}, {"weight_ratio": 1.5}],
+            },
         },
         "findings": [
             {"severity": "note", "property": "probe_singleton", "message": "n"},
@@ -156,5 +161,6 @@ def test_the_framework_table_shows_adapter_errors_and_the_first_failing_finding(
         ]
     )
     fail, error = table.splitlines()[2:]
-    assert "| FAIL | - | group std, ddof 1, ε 1e-06 | constant | **not 0** | zero_sum: a / b | 12 |" in fail
+    step = "**1/micro_batch_tokens**, **not invariant** (0.5–1.5×)"
+    assert f"| FAIL | - | group std, ddof 1, ε 1e-06 | constant | {step} | **not 0** | zero_sum: a / b | 12 |" in fail
     assert "| adapter error |" in error and "TypeError" in error

@@ -179,3 +179,26 @@ def test_a_target_without_step_geometry_has_no_step_section():
 
     report = audit_gradient(fn, sizes=(4,))
     assert report.inferred.step == {} and "split-invariant" not in report.format()
+
+
+def test_a_short_group_normalised_as_a_partial_block_blows_up_and_is_found():
+    """A dispatch that moves short groups last, then fixed blocks of G with mean 0 and std 0 for the partial
+    block (r / ε): the other groups keep their advantages, the short group's reach 1/ε."""
+
+    def fn(r, G, L, request=None):
+        sizes = request["sizes"]
+        starts = np.cumsum([0, *sizes[:-1]])
+        order = sorted(range(len(sizes)), key=lambda g: sizes[g] < G)  # whole groups first, stable
+        rows = np.concatenate([np.arange(starts[g], starts[g] + sizes[g]) for g in order])
+        x = r[rows]
+        A_sorted = np.zeros(len(r))
+        whole = len(r) // G * G
+        R = x[:whole].reshape(-1, G)
+        A_sorted[:whole] = ((R - R.mean(1, keepdims=True)) / (R.std(1, keepdims=True) + 1e-5)).reshape(-1)
+        A_sorted[whole:] = x[whole:] / 1e-5
+        A = np.empty(len(r))
+        A[rows] = A_sorted
+        return {**S.micro_batch_mean(np.zeros(len(r)), 1, L, request), "advantages": A}
+
+    found = S._ragged_probe(fn, S.geometry(4, 16, 16, ragged=True), T)
+    assert found is not None and found.property == "group_slicing" and "partial block" in found.message

@@ -15,6 +15,11 @@ on the rewards, ``reward_norm(reward_score)``, and on the token-level returns,
   is None;
 - a ``NormConfig`` given only ``mean_level`` keeps ``std_level="batch"`` (its default);
 - rows past the last whole group keep ``mean = zeros_like(x)`` and ``std = zeros_like(x)``.
+
+The optimizer step (``PPOActor._ppo_update`` on ``FSDPEngine.train_batch``, the model and the
+optimizer stubbed, data-parallel ranks emulated as threads): every token weighs 1/(tokens of its
+optimizer step over all ranks), however the step is cut; a group short of G (an answer that came back
+``None`` in ``GroupedRolloutWorkflow``) is cut in fixed blocks of G rows.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ def test_each_set_is_a_hydra_override_that_may_add_the_key():
     assert drv._override("actor.adv_norm.mean_level", "group") == "++actor.adv_norm.mean_level=group"
     assert drv._override("+actor.kl_ctl", "0") == "+actor.kl_ctl=0"
     assert drv._override("~actor.adv_norm", "") == "~actor.adv_norm="
+    assert drv._override("gconfig.n_samples", "8") == "++gconfig.n_samples=8"  # the step's G is the user's
 
 
 @pytest.mark.parametrize("key", drv.GROUP_SIZE_KEYS)
@@ -200,4 +206,151 @@ def test_the_ppo_loss_weights_every_token_by_one_over_the_batchs_tokens(capsys):
     # ppo_actor_loss_fn: torch.where(loss_mask, pg_loss, 0).sum() / loss_mask.count_nonzero(); the
     # engine scales each micro-batch's loss by its loss_mask.count_nonzero() over the total
     code, out = _audit(capsys, *GRPO_SETS, "--level", "gradient")
-    assert code == 0 and out["verdict"] == "deviation" and out["inferred"]["per_sample_weight"] == "1/batch_tokens"
+    assert out["inferred"]["per_sample_weight"] == "1/step_tokens"
+    assert out["inferred"]["step"]["weight"] == "1/step_tokens" and out["inferred"]["step"]["invariant"]
+    # the verdict: a group short of G (an answer that came back None) is normalised in fixed blocks of G
+    failing = [f["property"] for f in out["findings"] if f["severity"] == "fail"]
+    assert code == 1 and out["verdict"] == "fail" and "group_slicing" in failing
+
+
+# --- the optimizer step (grpo_identity.checks.steps) ----------------------------------------------
+# PPOActor._ppo_update cuts a generation batch into ppo_n_minibatches mini-batches, one
+# engine.train_batch (optimizer step) each, loss_weight_fn = loss_mask.count_nonzero();
+# FSDPEngine.train_batch: total = compute_total_loss_weight (all-reduced over dp), each micro-batch's
+# loss (grpo_loss_fn: sum / its own count_nonzero) times local_weight / total × dp_size, FSDP
+# averages the gradient over dp: every token weighs 1/(tokens of the optimizer step, all ranks).
+def test_the_emulated_ranks_sum_every_ranks_tensor_and_gather_every_object():
+    torch = pytest.importorskip("torch")
+    ranks = drv._Ranks(3)
+
+    def rank(r):
+        t = torch.tensor([float(r + 1)])
+        ranks.all_reduce(t)
+        out = [None] * 3
+        ranks.all_gather_object(out, f"rank{r}")
+        return float(t), out
+
+    assert ranks.run(rank) == [(6.0, ["rank0", "rank1", "rank2"])] * 3
+
+
+def test_an_error_on_one_rank_stops_the_others_and_is_raised():
+    torch = pytest.importorskip("torch")
+    ranks = drv._Ranks(2)
+
+    def rank(r):
+        if r == 1:
+            raise ValueError("rank 1 fails")
+        ranks.all_reduce(torch.zeros(1))  # would wait for rank 1 forever
+
+    with pytest.raises(ValueError, match="rank 1 fails"):
+        ranks.run(rank)
+
+
+def test_the_users_keys_include_every_key_of_the_config_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("actor:\n  mb_spec:\n    max_tokens_per_mb: 4096\ngconfig: {n_samples: 8}\n")
+    keys = drv._user_keys(FrameworkSpec("areal", sets=(("+actor.ppo_n_minibatches", "2"),), config=str(path)))
+    assert {"actor.mb_spec.max_tokens_per_mb", "gconfig.n_samples", "actor.ppo_n_minibatches"} <= keys
+
+
+def _step(sets, *requests):
+    """The step geometry, ``audit_step``'s result and the target's answer to each request, run in the
+    release environment (the audit there, as the auditor runs it, against the child's target)."""
+    from grpo_identity.checks.steps import audit_step
+
+    env = env_or_skip("areal", RELEASE)
+    spec = FrameworkSpec("areal", sets=tuple(s.split("=", 1) for s in sets))
+    with ChildTarget(spec, kind="gradient", python=env.python, warm=True, timeout=300, load_timeout=600) as fn:
+        geo = fn.info["step"]
+        return geo, audit_step(fn, geo), [fn(*request) for request in requests]
+
+
+def _pieces_per_step(result):
+    steps = {}
+    for p in result.pieces:
+        steps.setdefault(p["step"], []).append(p)
+    return steps
+
+
+GRPO = ["actor.reward_norm.mean_level=group", "actor.reward_norm.std_level=group"]
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_the_default_split_accumulates_micro_batches_on_two_ranks_and_keeps_one_over_the_steps_tokens():
+    from grpo_identity.checks.steps import design
+
+    geo, result, _ = _step(GRPO)
+    assert geo["ranks"] == "emulated" and geo["holes"] and geo["ragged"]
+    assert {"actor.mb_spec.n_mbs=2", "actor.backend=fsdp:d2"} <= set(geo["settings"]["driver_chose"])
+    assert (result.law_split, result.law_unsplit, result.invariant) == ("1/step_tokens", "1/step_tokens", True)
+    assert not {f.property for f in result.findings} & {"split_invariance", "masked_normaliser"}  # holes not counted
+    per_step = _pieces_per_step(result)
+    assert all(len({(p["rank"], p["micro_batch"]) for p in ps}) >= 2 for ps in per_step.values())
+    assert any(len({p["tokens"] for p in ps}) > 1 for ps in per_step.values())  # unequal micro-batches
+    ratios = [p["weight_ratio"] for p in result.pieces if p["weight_ratio"] is not None]
+    assert ratios and max(abs(r - 1) for r in ratios) < 1e-4
+    d = design(geo, drv.RESPONSE_LENGTH)
+    _, _, (out,) = _step(GRPO, (d.rewards, 4, d.lengths, d.request("split")))
+    assert len(set(out["step"][:4].tolist())) > 1  # a group's answers are spread over optimizer steps
+    holes = np.flatnonzero(d.holes)
+    assert holes.size and np.all(out["mask"][holes, 1] == 0) and np.all(out["coefficients"][holes, 1] == 0)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_the_users_split_by_token_budget_on_four_ranks_keeps_one_over_the_steps_tokens():
+    sets = [
+        *GRPO,
+        "gconfig.n_samples=3",
+        "train_dataset.batch_size=8",
+        "actor.ppo_n_minibatches=2",
+        "actor.mb_spec.max_tokens_per_mb=16",
+        "actor.backend=fsdp:d4",
+    ]
+    geo, result, _ = _step(sets)
+    s = geo["settings"]
+    assert (geo["group_size"], geo["generation_rows"], geo["step_rows"], geo["ranks"]) == (3, 24, 12, "emulated")
+    assert (s["actor.mb_spec.max_tokens_per_mb"], s["data_parallel_ranks"], s["driver_chose"]) == (16, 4, [])
+    assert (result.law_split, result.invariant) == ("1/step_tokens", True)
+    assert all(len(ps) >= 4 for ps in _pieces_per_step(result).values())  # 4 ranks, budget-cut micro-batches
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_a_batch_level_std_is_all_reduced_over_the_emulated_ranks():
+    # Normalization._compute_std(all_reduce=True): the ranks' sums of squares and counts, summed
+    from grpo_identity.checks.steps import design
+
+    geo = {"group_size": 4, "step_rows": 16, "generation_rows": 16, "holes": False}
+    d = design(geo, drv.RESPONSE_LENGTH)
+    sets = ["actor.reward_norm.mean_level=group", "actor.reward_norm.std_level=batch"]
+    _, _, (split, unsplit) = _step(sets, *[(d.rewards, 4, d.lengths, d.request(k)) for k in ("split", "unsplit")])
+    assert set(split["rank"].tolist()) == {0, 1}
+    assert np.allclose(split["advantages"], unsplit["advantages"], atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_a_short_group_is_cut_in_fixed_blocks_of_g_rows_after_the_dispatch_sorts_groups_by_tokens():
+    # GroupedRolloutWorkflow keeps the answers that did not come back None; _dispatch_tensors orders a
+    # rank's groups by tokens (heaviest first); Normalization cuts blocks x[i*G:(i+1)*G] and leaves a
+    # last partial block with mean 0 and std 0: reward / eps
+    G = 4
+    r = np.array([0, 0, 1, 0, 0, 0, 1, 1, 1, 1, 0, 1, 0, 1, 1, 1], dtype=float)
+    light = np.array([2, 3, 2, 3, 2, 2, 2, 2, 5, 4, 5, 4, 5, 4, 5, 4])  # the short group has the fewest tokens
+    heavy = light.copy()
+    heavy[4:8] = 6  # the short group outweighs group 0
+    keep = np.arange(16) != 5
+
+    def calls(L):
+        whole = (r, G, L, {"layout": "unsplit", "sizes": [4] * 4, "holes": [0] * 16})
+        short = (r[keep], G, L[keep], {"layout": "unsplit", "sizes": [4, 3, 4, 4], "holes": [0] * 15})
+        return whole, short
+
+    _, _, (whole, short, whole_h, short_h) = _step(GRPO, *calls(light), *calls(heavy))
+    A, S = whole["advantages"][keep], short["advantages"]
+    assert np.allclose(A[np.r_[0:4, 7:15]], S[np.r_[0:4, 7:15]], atol=1e-5)  # the short group sorts last
+    assert S[5] == pytest.approx(1e5, rel=1e-3) and S[4] == 0.0  # its own block is partial: reward / eps
+    A, S = whole_h["advantages"][keep], short_h["advantages"]
+    assert not np.allclose(A[0:4], S[0:4], atol=1e-3)  # group 0 now straddles two blocks
