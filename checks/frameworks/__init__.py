@@ -150,8 +150,8 @@ def _literal(raw: str) -> Any:
 
 
 def setting_for(framework: str, what: str, value: str) -> str | None:
-    """The setting of ``framework`` that gives ``value`` of ``what`` ('per_sample_weight' or 'preset'),
-    from its driver's ``SETTINGS``; None when the driver knows none."""
+    """The setting of ``framework`` that gives ``value`` of ``what`` ('per_sample_weight', 'preset', or
+    'split' with 'invariant'), from its driver's ``SETTINGS``; None when the driver knows none."""
     import importlib
 
     try:

@@ -60,6 +60,10 @@ SETTINGS: dict[str, dict[str, str]] = {
         "1/step_tokens": "loss_type=bnpo (or dapo)",
     },
     "preset": {"dr_grpo": "scale_rewards=none", "trl": "scale_rewards=group"},
+    "split": {
+        "invariant": "loss_type=dapo (normalised by the generation batch's gathered token count), dr_grpo or grpo: "
+        "bnpo and 0.16's single loss divide each micro-batch by its own tokens",
+    },
 }
 
 

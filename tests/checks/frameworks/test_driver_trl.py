@@ -72,6 +72,8 @@ def test_trl_compute_loss_names_the_per_sample_weight_of_each_loss_type(loss_typ
     assert step["weight"] == split_weight and step["weight_unsplit"] == weight
     assert step["invariant"] is (split_weight == weight)
     assert "default split" in step["layouts"]["split"] and step["settings"]["gradient_accumulation_steps"] == 2
+    notes = [f["message"] for f in out["findings"] if f["property"] == "setting"]
+    assert any("does not depend on the split: loss_type=dapo" in m for m in notes) is (split_weight != weight)
     # its advantages: group std, ddof 1
     verdict = "fail" if split_weight != weight else "pass" if weight == "constant" else "deviation"
     assert out["verdict"] == verdict and out["matches"] == "trl" and code == (1 if verdict == "fail" else 0)

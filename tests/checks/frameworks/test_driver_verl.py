@@ -80,7 +80,7 @@ def test_verl_grpo_without_std_normalisation_through_the_trainer_is_dr_grpo(caps
     assert out["inferred"]["scale"] == "none"
     assert out["advantage"]["verdict"] == "pass"  # the advantages are Dr. GRPO's ...
     # ... token-mean is not its constant weight
-    assert out["verdict"] == "deviation" and out["inferred"]["per_sample_weight"] == "1/batch_tokens"
+    assert out["verdict"] == "deviation" and out["inferred"]["per_sample_weight"] == "1/step_tokens"
     assert out["target_info"]["entry"].startswith("ray_trainer.compute_advantage")
     assert out["target_info"]["norm_adv_by_std_in_grpo"] is False
 
@@ -101,7 +101,7 @@ def test_a_verl_yaml_config_reaches_the_gradient_level_too(tmp_path, capsys):
     cfg.write_text("algorithm:\n  adv_estimator: grpo\n")
     assert main(["audit", "verl", "--config", str(cfg), "--level", "gradient", "--max-examples", "10", "--json"]) == 0
     # token-mean, verl's default
-    assert json.loads(capsys.readouterr().out)["inferred"]["per_sample_weight"] == "1/batch_tokens"
+    assert json.loads(capsys.readouterr().out)["inferred"]["per_sample_weight"] == "1/step_tokens"
 
 
 @pytest.mark.slow
@@ -160,7 +160,7 @@ def test_through_verls_trainer_grpo_vectorized_ignores_norm_adv_by_std_in_grpo_f
 @pytest.mark.parametrize(
     "mode, weight",
     [
-        ("token-mean", "1/batch_tokens"),
+        ("token-mean", "1/step_tokens"),
         ("token-sum", "constant"),
         ("seq-mean-token-sum", "constant"),
         ("seq-mean-token-mean", "1/length"),
@@ -235,3 +235,182 @@ def test_verls_estimator_function_is_audited_as_written_with_its_uid_grouping(ca
     assert out["matches"] == "verl" and out["target_info"]["call"]["form"] == "verl"
     lone = [f for f in out["findings"] if f["property"] == "ragged_groups"]
     assert out["verdict"] == "deviation" and lone and "a lone answer" in lone[0]["message"]  # mean 0, std 1 there
+
+
+# --- the optimizer step as the trainer splits it (checks.steps) ----------------------------------
+_GRPO = (("algorithm.adv_estimator", "grpo"),)
+_ACTOR = "actor_rollout_ref.actor."
+
+
+@pytest.fixture(scope="module")
+def verl_step():
+    """verl 0.9's gradient target with the driver's default split, and its step geometry."""
+    _need("verl.trainer.ppo.ray_trainer")
+    from grpo_identity.checks.frameworks import verl as driver
+
+    fn = driver.gradient_target(FrameworkSpec("verl", sets=_GRPO))
+    return fn, fn.grpo_identity_info["step"]
+
+
+def _step_rows(fn, geo, layout="split", seed=0):
+    """The step target's rows for the audit's design (its holes included)."""
+    from grpo_identity.checks.frameworks import RESPONSE_LENGTH
+    from grpo_identity.checks.steps import design
+
+    d = design(geo, RESPONSE_LENGTH, seed)
+    return d, fn(d.rewards, d.group_size, d.lengths, d.request(layout))
+
+
+def test_verl_step_geometry_is_the_default_split_where_the_user_set_none(verl_step):
+    from grpo_identity.checks.frameworks.verl import DEFAULT_SPLIT
+
+    _, geo = verl_step
+    # 4 prompts × G=4 per generation batch, optimizer steps of 2 prompts over 2 emulated ranks
+    assert (geo["group_size"], geo["step_rows"], geo["generation_rows"]) == (4, 8, 16)
+    assert (geo["ranks"], geo["holes"], geo["ragged"]) == ("emulated", True, False)
+    assert geo["settings"]["driver defaults (keys the user did not set)"] == list(DEFAULT_SPLIT)
+    assert geo["settings"]["actor_rollout_ref.actor.loss_agg_mode"] == "token-mean"
+    assert "engine worker" in geo["settings"]["worker"]  # 0.9 has no legacy actor
+
+
+def test_a_split_verls_worker_would_reject_is_a_usage_error():
+    _need("verl.trainer.ppo.ray_trainer")
+    from grpo_identity.checks.frameworks import AdapterError
+    from grpo_identity.checks.frameworks import verl as driver
+
+    sets = (*_GRPO, ("trainer.n_gpus_per_node", "2"), (_ACTOR + "ppo_mini_batch_size", "1"))
+    sets += ((_ACTOR + "ppo_micro_batch_size_per_gpu", "4"),)  # 1 prompt × 4 answers ÷ 2 ranks = 2 < 4
+    with pytest.raises(AdapterError, match="normalized ppo_mini_batch_size 2 should be .* divisible"):
+        driver.gradient_target(FrameworkSpec("verl", sets=sets))
+
+
+@pytest.mark.slow
+def test_verl_0_9_steps_weigh_every_token_by_the_tokens_of_its_optimizer_step(verl_step):
+    """The engine's ppo_loss: agg_loss(token-mean) × dp_size ÷ the mini-batch's token count all-reduced
+    over the ranks, then FSDP's mean over ranks: every token weighs Â/(tokens of its step)."""
+    from grpo_identity.checks.steps import audit_step
+
+    fn, geo = verl_step
+    d, out = _step_rows(fn, geo)
+    A, C, M = out["advantages"], out["coefficients"], out["mask"]
+    step, rank, micro = out["step"], out["rank"], out["micro_batch"]
+    assert sorted(set(step)) == [0, 1, 2, 3] and sorted(set(rank)) == [0, 1] and sorted(set(micro)) == [0, 1]
+    step_tokens = np.array([M[step == s].sum() for s in step])
+    live = A != 0
+    ratio = (C * M).sum(1)[live] / M.sum(1)[live] * step_tokens[live] / A[live]
+    assert ratio == pytest.approx(np.ones(live.sum()), rel=1e-5)
+    result = audit_step(fn, geo)
+    assert (result.law_split, result.law_unsplit, result.invariant) == ("1/step_tokens", "1/step_tokens", True)
+    assert not result.findings
+
+
+@pytest.mark.slow
+def test_verl_masks_tokens_inside_answers_out_of_the_loss_and_out_of_its_token_counts(verl_step):
+    fn, geo = verl_step
+    d, out = _step_rows(fn, geo)
+    holed = np.flatnonzero(d.holes)
+    assert holed.size and all(out["mask"][i, 1] == 0 and out["mask"][i, 0] == 1 for i in holed)
+    assert np.all(out["coefficients"][holed, 1] == 0)  # the masked token gets no gradient
+    live = holed[out["advantages"][holed] != 0]
+    assert live.size and np.all(out["coefficients"][live, 0] != 0)
+    # the weight law counts the loss's own tokens (checked above on rows with holes): no masked_normaliser
+
+
+@pytest.mark.slow
+def test_verl_0_9_dynamic_batches_of_unequal_rows_keep_seq_mean_token_mean_invariant():
+    """use_dynamic_bsz cuts each rank's mini-batch by a token budget into micro-batches of 2 and 3
+    answers; agg_loss divides by global_batch_size (the mini-batch's answers), not the micro-batch's."""
+    _need("verl.trainer.ppo.ray_trainer")
+    from grpo_identity.checks.frameworks import verl as driver
+    from grpo_identity.checks.steps import audit_step
+
+    sets = (*_GRPO, (_ACTOR + "use_dynamic_bsz", "true"), (_ACTOR + "loss_agg_mode", "seq-mean-token-mean"))
+    sets += ((_ACTOR + "ppo_mini_batch_size", "4"), (_ACTOR + "ppo_max_token_len_per_gpu", "16"))
+    fn = driver.gradient_target(FrameworkSpec("verl", sets=sets))
+    result = audit_step(fn, fn.grpo_identity_info["step"])
+    assert len({p["rows"] for p in result.pieces}) > 1  # micro-batches of unequal answer counts
+    assert (result.law_split, result.law_unsplit, result.invariant) == ("1/length", "1/length", True)
+
+
+_STEP_SCRIPT = """
+import json, sys
+from grpo_identity.checks.frameworks import FrameworkSpec, verl
+from grpo_identity.checks.steps import audit_step
+out = []
+for sets in json.loads(sys.argv[1]):
+    fn = verl.gradient_target(FrameworkSpec("verl", sets=tuple(map(tuple, sets))))
+    r = audit_step(fn, fn.grpo_identity_info["step"])
+    worker = fn.grpo_identity_info["step"]["settings"]["worker"]
+    findings = [(f.property, f.severity) for f in r.findings]
+    out.append({"laws": [r.law_split, r.law_unsplit], "invariant": r.invariant, "pieces": r.pieces,
+                "findings": findings, "worker": worker})
+print(json.dumps(out))
+"""
+
+
+def _steps_in_release(release, *cases):
+    """audit_step of the driver's step target for each ``--set`` case, in the release's environment."""
+    import subprocess
+
+    from grpo_identity.checks.releases import child_environ
+
+    env = env_or_skip("verl", release)
+    proc = subprocess.run(
+        [env.python, "-c", _STEP_SCRIPT, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=child_environ(),
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _layout(pieces):
+    """Micro-batches per (optimizer step, rank)."""
+    keys = [(p["step"], p["rank"]) for p in pieces]
+    return {key: keys.count(key) for key in keys}
+
+
+def _micro_batch_means(pieces):
+    """Per micro-batch with live answers: ρ × its tokens × micro-batches in its step ÷ the step's
+    tokens, 1 when each micro-batch's token-mean is scaled by 1/(micro-batches of the step)."""
+    out = []
+    for p in pieces:
+        if p["weight_ratio"] is None:
+            continue
+        mine = [q for q in pieces if q["step"] == p["step"]]
+        out.append(p["weight_ratio"] * p["tokens"] * len(mine) / sum(q["tokens"] for q in mine))
+    return out
+
+
+@pytest.mark.slow
+def test_verl_0_6_legacy_worker_takes_token_mean_per_micro_batch_and_breaks_split_invariance():
+    """DataParallelPPOActor.update_policy: agg_loss over the micro-batch (masked_mean), × 1/
+    gradient_accumulation, FSDP's mean over ranks: a token weighs 1/(its micro-batch's tokens ×
+    micro-batches per step), so micro-batches with fewer tokens push harder."""
+    token_mean, seq_mean = _steps_in_release(
+        "0.6.0", [*_GRPO], [*_GRPO, (_ACTOR + "loss_agg_mode", "seq-mean-token-sum")]
+    )
+    assert "legacy FSDP worker" in token_mean["worker"]
+    # ppo_mini_batch_size normalised as fsdp_workers does (2 prompts × 4 ÷ 2 ranks): 2 steps per generation batch
+    assert _layout(token_mean["pieces"]) == {(s, r): 2 for s in range(4) for r in range(2)}
+    assert token_mean["laws"] == ["1/micro_batch_tokens", "1/step_tokens"] and token_mean["invariant"] is False
+    assert ["split_invariance", "fail"] in token_mean["findings"]
+    ratios = [p["weight_ratio"] for p in token_mean["pieces"] if p["weight_ratio"] is not None]
+    assert max(ratios) / min(ratios) > 1.05
+    assert _micro_batch_means(token_mean["pieces"]) == pytest.approx([1.0] * len(ratios), rel=1e-5)
+    # seq-mean-token-sum: each micro-batch's seq-mean × 1/gradient_accumulation is the step's seq-mean
+    assert seq_mean["laws"] == ["constant", "constant"] and seq_mean["invariant"] is True
+
+
+@pytest.mark.slow
+def test_verl_0_7_legacy_worker_splits_token_mean_but_its_engine_worker_does_not():
+    """0.7's default (trainer.use_legacy_worker_impl=auto) is the legacy actor, micro-batch token-mean;
+    =disable runs the engine worker of the rewrite, whose loss is normalised by the step's tokens."""
+    legacy, engine = _steps_in_release("0.7.1", [*_GRPO], [*_GRPO, ("trainer.use_legacy_worker_impl", "disable")])
+    assert "legacy FSDP worker" in legacy["worker"] and "engine worker" in engine["worker"]
+    assert legacy["laws"] == ["1/micro_batch_tokens", "1/step_tokens"] and legacy["invariant"] is False
+    assert _micro_batch_means(legacy["pieces"]) == pytest.approx([1.0] * len(_micro_batch_means(legacy["pieces"])))
+    assert engine["laws"] == ["1/step_tokens", "1/step_tokens"] and engine["invariant"] is True
+    assert all(p["weight_ratio"] == pytest.approx(1.0, rel=1e-5) for p in engine["pieces"] if p["weight_ratio"])
