@@ -54,8 +54,11 @@ BASE_SITE_VAR = "GRPO_IDENTITY_BASE_SITE"
 _BASE_PTH = f"import os, site; _b = os.environ.get({BASE_SITE_VAR!r}); _b and site.addsitedir(_b)\n"
 #: (framework, first release, first release no longer needing them) -> extra requirements
 RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
-    # TRL 0.x imports trl/extras/vllm_client.py, which wants vllm under transformers 5
-    ("trl", "0.0", "0.23"): ("transformers>=4.56.1,<4.57",),
+    # TRL 0.x imports trl/extras/vllm_client.py, which wants vllm under transformers 5; releases before 0.17
+    # run under the transformers of their time (4.56's Trainer calls _get_train_sampler(dataset), which
+    # 0.16's override does not take)
+    ("trl", "0.0", "0.17"): ("transformers>=4.50,<4.52",),
+    ("trl", "0.17", "0.23"): ("transformers>=4.56.1,<4.57",),
     ("trl", "0.23", "1.0"): ("transformers<5",),
     # verl before 0.8 imports transformers names that 5.x removed (AutoModelForVision2Seq), and
     # pins numpy < 2, which the newest pyarrow (and the datasets built on it) no longer import with
@@ -84,6 +87,7 @@ RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     # OpenRLHF goes in with --no-deps (it requires flash-attn); what its experience maker and its
     # train_ppo_ray module import, at the versions 0.11.2 declares (ray without [default]: no dashboard)
     ("openrlhf", "0.0", "99"): ("ray", "deepspeed", "transformers", "peft", "pylatexenc", "aiohttp"),
+    ("openrlhf", "0.10", "0.11"): ("ray==2.48.0", "deepspeed==0.18.9", "transformers==5.5.4"),
     ("openrlhf", "0.11", "0.12"): ("ray==2.55.0", "deepspeed==0.19.6", "transformers==5.15.0"),
 }
 #: (framework, first release, first release no longer needing it) -> packages installed with

@@ -416,13 +416,12 @@ def audit_step(target: Callable[..., Any], geo: dict[str, Any], T: int | None = 
     result.law_split, result.law_unsplit = law_split.name, law_unsplit.name
     result.invariant, findings, result.pieces = _invariance(split, unsplit, law_unsplit, TOL)
     result.findings += findings
-    masked = [law for law in (law_split, law_unsplit) if law.counts_masked and law.name != "constant"]
-    if masked:
-        law = masked[0]
+    counting = [law for law in (law_split, law_unsplit) if law.counts_masked and law.name != "constant"]
+    if counting:
         masked = int((split.all_tokens - split.loss_tokens).sum())
         message = (
-            f"the normaliser counts tokens the loss does not contain: the weight is {law.name} only when the "
-            f"{masked} masked tokens (inside answers, or of truncated answers) are counted"
+            f"the normaliser counts tokens the loss does not contain: the weight is {counting[0].name} only when "
+            f"the {masked} masked tokens (inside answers, or of truncated answers) are counted"
         )
         result.findings.append(Finding("masked_normaliser", message, {"masked_tokens": masked}))
     if geo.get("ragged"):

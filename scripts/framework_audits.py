@@ -76,12 +76,25 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
         "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
         ("0.9.1",),
     ),
+    # the optimizer step as verl's actor splits it: the engine worker (opt-in on 0.7), micro-batches by a token
+    # budget, four ranks of one-answer micro-batches
+    ("verl --set algorithm.adv_estimator=grpo --set trainer.use_legacy_worker_impl=disable", ("0.7.1",)),
+    (
+        "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.use_dynamic_bsz=true --set "
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16",
+        ("0.6.0", "0.9.1"),
+    ),
+    (
+        "verl --set algorithm.adv_estimator=grpo --set trainer.n_gpus_per_node=4 --set "
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        ("0.6.0", "0.9.1"),
+    ),
     ("verl --set algorithm.adv_estimator=rloo", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=opo", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=gpg", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=reinforce_plus_plus_baseline", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=grpo_passk", ("0.9.1",)),
-    ("openrlhf --set algo.advantage.estimator=group_norm", OPENRLHF),
+    ("openrlhf --set algo.advantage.estimator=group_norm", ("0.10.2", "0.11.2")),
     ("openrlhf --set algo.advantage.estimator=group_norm --set reward.clip_range=-1000,1000", OPENRLHF),
     ("openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.no_std_norm=true", OPENRLHF),
     ("openrlhf --set algo.advantage.estimator=dr_grpo", OPENRLHF),
@@ -90,6 +103,20 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("openrlhf --set algo.advantage.estimator=rloo", OPENRLHF),
     ("openrlhf --set algo.advantage.estimator=rloo --set reward.clip_range=-1000,1000", OPENRLHF),
     ("openrlhf --set algo.advantage.estimator=reinforce_baseline", OPENRLHF),
+    # the optimizer step as OpenRLHF's actor splits it: micro-batches by a token budget, a train batch larger
+    # than the rollout batch (DeepSpeed's accumulation window spans two ppo_train calls)
+    (
+        "openrlhf --set algo.advantage.estimator=group_norm --set rollout.batch_size=4 --set train.batch_size=8 --set "
+        "actor.num_gpus_per_node=2 --set vllm.num_engines=1 --set train.dynamic_batch_enable=true --set "
+        "train.max_tokens_per_gpu=12",
+        ("0.10.2", "0.11.2"),
+    ),
+    (
+        "openrlhf --set algo.advantage.estimator=group_norm --set rollout.batch_size=2 --set "
+        "rollout.micro_batch_size=2 --set train.batch_size=16 --set train.micro_batch_size=2 --set "
+        "actor.num_gpus_per_node=2",
+        ("0.10.2", "0.11.2"),
+    ),
     ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group", AREAL),
     # AReaL clips raw rewards at ±actor.reward_clip (20) before it normalises them: out of reach here
     (
@@ -110,6 +137,13 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("areal --set actor.reward_norm.mean_level=group", AREAL),
     ("areal --set actor.adv_norm.mean_level=group --set actor.adv_norm.std_level=group", AREAL),
+    # the optimizer step split over four ranks, two mini-batches and a token budget per micro-batch
+    (
+        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
+        "actor.reward_clip=1000000 --set actor.backend=fsdp:d4 --set actor.ppo_n_minibatches=2 --set "
+        "actor.mb_spec.max_tokens_per_mb=16",
+        AREAL,
+    ),
     # the normalisation of AReaL's own GRPO example (examples/math/gsm8k_grpo.yaml)
     (
         "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "

@@ -17,10 +17,24 @@
 - advantages: ``RemoteExperienceMaker.compute_advantages_and_returns`` on those micro-batches (a
   real ``RemoteExperienceMaker``, its model groups None, ``strategy.args`` the parsed config, the
   KL controller the trainer's), read back per response through each micro-batch's ``index``;
-- gradient: the actor's ``PolicyLoss`` built from the config as ``PolicyModelActor`` builds it
-  (clip range, ``loss_agg_mode`` → ``token_level_loss``), on the whole batch as one micro-batch
-  (``batch_num_tokens``/``global_batch_size`` of that batch, one rank), differentiated by autograd
-  with respect to each response token's log-probability.
+- gradient: the actor's ``PolicyLoss`` as a real ``ActorPPOTrainer`` builds it from the config
+  (clip range, 0.11's ``loss_agg_mode`` → ``token_level_loss``), on the whole batch as one
+  micro-batch (0.11: ``batch_num_tokens``/``global_batch_size`` of that batch, one rank),
+  differentiated by autograd with respect to each response token's log-probability;
+- step (a request of :mod:`grpo_identity.checks.steps`): the rows one generation batch
+  (``rollout.batch_size`` × G answers) after another through the experience maker, then into the
+  ranks' replay buffers as ``PPOTrainer.train_step`` sends them (``RayActorGroup
+  .async_run_method_batch``, after ``balance_experiences`` under ``train.dynamic_batch_enable``),
+  then each rank's real ``ActorPPOTrainer.ppo_train`` (its ``DataLoader`` of
+  ``train.micro_batch_size``, shuffled as it shuffles, or the replay buffer's token-budget
+  partitions; 0.11's ``iter_grad_accum_global_norm`` windows; ``training_step``).  What needs GPUs
+  is emulated, and the target's info says so (``"ranks": "emulated"``): DeepSpeed's engine
+  (``backward`` divides the loss by ``gradient_accumulation_steps``, ``step`` applies at the
+  accumulation boundary: :class:`_Engine`), the average of the gradients over the data-parallel
+  ranks, and the all-reduces of OpenRLHF's own code, whose gathered sums (min, max) over the ranks
+  are given where that code reads them (:class:`_Collectives`); the policy is one leaf tensor of
+  log-probabilities (:class:`_Policy`).  Where the user set no split option (:data:`SPLIT_KEYS`)
+  the split is :data:`DEFAULT_SPLIT` (2 ranks × 2 accumulated micro-batches a step).
 
 OpenRLHF's import chain reaches ``flash_attn`` and ``vllm`` (GPU only): while the driver imports
 OpenRLHF it installs a ``sys.meta_path`` finder (:class:`StandIns`) that answers any module under
@@ -31,6 +45,7 @@ target's ``grpo_identity_info`` names them (``stand_ins``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -38,6 +53,7 @@ import importlib.util
 import io
 import sys
 import warnings
+from dataclasses import replace
 from importlib.metadata import version
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Iterator
@@ -60,9 +76,53 @@ __all__ = [
 
 #: packages OpenRLHF's import chain reaches that only exist for CUDA
 GPU_ONLY = ("flash_attn", "vllm")
+#: modules imported before the stand-ins go in: transformers 5.5 (OpenRLHF 0.10's pin) asks at import
+#: whether ``flash_attn`` is installed and then looks its distribution up (a stand-in has none)
+BEFORE_STAND_INS = ("transformers.integrations.flash_attention",)
 #: what the driver sets before the user's options (theirs come after and win); the group size
 #: (``rollout.n_samples_per_prompt``) comes after those
 DRIVER_SETS = (("rollout.micro_batch_size", "3"),)
+#: the options that cut OpenRLHF's optimizer step (0.10 and 0.11 name them alike)
+SPLIT_KEYS = (
+    "rollout.batch_size",
+    "rollout.micro_batch_size",
+    "train.batch_size",
+    "train.micro_batch_size",
+    "actor.num_nodes",
+    "actor.num_gpus_per_node",
+    "train.max_epochs",
+    "train.dynamic_batch_enable",
+    "train.max_tokens_per_gpu",
+    "rollout.max_tokens_per_gpu",
+    "ds.ring_attn_size",
+    "ds.tensor_parallel_size",
+)
+#: the split the step audit runs when the user set none of :data:`SPLIT_KEYS`: 4 prompts a generation
+#: batch, 8 answers an optimizer step on 2 ranks of 2 micro-batches of 2 answers (accumulation and ranks)
+DEFAULT_SPLIT = (
+    ("rollout.batch_size", "4"),
+    ("rollout.micro_batch_size", "2"),
+    ("train.batch_size", "8"),
+    ("train.micro_batch_size", "2"),
+    ("actor.num_nodes", "1"),
+    ("actor.num_gpus_per_node", "2"),
+)
+#: the unsplit layout: one generation batch of ``rows`` answers, one micro-batch, one rank
+UNSPLIT = (
+    ("train.batch_size", "{rows}"),
+    ("train.micro_batch_size", "{rows}"),
+    ("actor.num_nodes", "1"),
+    ("actor.num_gpus_per_node", "1"),
+    ("train.dynamic_batch_enable", "false"),
+)
+#: the group size of the step audit when the user set no ``rollout.n_samples_per_prompt``
+DEFAULT_GROUP_SIZE = 4
+#: a row's number in its prompt's first token: ID_BASE + row
+ID_BASE = 1000
+#: ``ppo_train`` passes at most, until the all-reduced counts settle
+MAX_PASSES = 4
+#: the replay buffer's module (its ``dist`` under dynamic batching)
+REPLAY = "openrlhf.trainer.ppo_utils.replay_buffer"
 #: the CLI module whose parser the driver runs
 CLI_MODULE = "openrlhf.cli.train_ppo_ray"
 #: the modules the driver calls into
@@ -131,7 +191,7 @@ def stand_ins(roots: tuple[str, ...] = GPU_ONLY) -> Iterator[StandIns]:
 SETTINGS: dict[str, dict[str, str]] = {
     "per_sample_weight": {
         "1/length": "actor.loss_agg_mode=seq-mean-token-mean",
-        "1/batch_tokens": "actor.loss_agg_mode=token-mean",
+        "1/step_tokens": "actor.loss_agg_mode=token-mean",
     },
     "preset": {
         "dr_grpo": "algo.advantage.estimator=dr_grpo (and a reward.clip_range beyond your rewards)",
@@ -154,6 +214,9 @@ def _openrlhf() -> dict[str, Any]:
     """OpenRLHF's modules the driver calls (imported once, under the stand-ins)."""
     if "ray" not in _LOADED:
         warnings.filterwarnings("ignore")
+        for name in BEFORE_STAND_INS:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
         with stand_ins() as finder:
             try:
                 mods = {name: importlib.import_module(name) for name in (*MODULES, "openrlhf.utils", "ray")}
@@ -204,8 +267,8 @@ class _Parsed(Exception):
         self.config = args
 
 
-def cli_args(spec: FrameworkSpec, group_size: int) -> Any:
-    """The config ``train_ppo_ray``'s own parser and checks build from ``spec`` (driver sets, the
+def cli_args(spec: FrameworkSpec, group_size: int, driver_sets: tuple[tuple[str, str], ...] = DRIVER_SETS) -> Any:
+    """The config ``train_ppo_ray``'s own parser and checks build from ``spec`` (``driver_sets``, the
     user's, then ``--rollout.n_samples_per_prompt group_size``): the nested namespace its
     ``hierarchize`` makes (``args.algo.advantage.estimator`` …)."""
     import argparse
@@ -214,7 +277,7 @@ def cli_args(spec: FrameworkSpec, group_size: int) -> Any:
     if spec.config:
         raise AdapterError(f"OpenRLHF {_release()}: train_ppo_ray takes no config file; give its options with --set")
     mods = _openrlhf()
-    sets = [*DRIVER_SETS, *spec.sets, ("rollout.n_samples_per_prompt", str(int(group_size)))]
+    sets = [*driver_sets, *spec.sets, ("rollout.n_samples_per_prompt", str(int(group_size)))]
     original = argparse.ArgumentParser.parse_args
 
     def parse(parser: Any, args: Any = None, namespace: Any = None) -> Any:
@@ -263,7 +326,7 @@ def cli_args(spec: FrameworkSpec, group_size: int) -> Any:
             setattr(obj, name, old)
     raise AdapterError(
         f"OpenRLHF {_release()}: {CLI_MODULE} ran to its end without calling get_strategy(args) (the driver knows "
-        "the 0.11 command line)"
+        "the 0.10–0.11 command line)"
     )
 
 
@@ -275,7 +338,7 @@ def _maker(args: Any) -> Any:
     em, klc = mods["openrlhf.trainer.ppo_utils.experience_maker"], mods["openrlhf.trainer.ppo_utils.kl_controller"]
     for module, name in ((em, "RemoteExperienceMaker"), (klc, "FixedKLController"), (klc, "AdaptiveKLController")):
         if not hasattr(module, name):
-            raise AdapterError(f"OpenRLHF {_release()} has no {module.__name__}.{name} (the driver knows 0.11)")
+            raise AdapterError(f"OpenRLHF {_release()} has no {module.__name__}.{name} (the driver knows 0.10–0.11)")
     kl = args.algo.kl
     kl_ctl = (
         klc.AdaptiveKLController(kl.init_coef, kl.target, kl.horizon)
@@ -286,15 +349,28 @@ def _maker(args: Any) -> Any:
     return em.RemoteExperienceMaker(None, None, None, None, kl_ctl, SimpleNamespace(args=args), tokenizer)
 
 
-def _rollout(rewards: np.ndarray, lengths: np.ndarray) -> list[Any]:
-    """One ``Experience`` per response, as the samples generator returns them (group by group)."""
+def _rollout(
+    rewards: np.ndarray, lengths: np.ndarray, first: int = 0, holes: Any = None, truncated: Any = None
+) -> list[Any]:
+    """One ``Experience`` per response, as the samples generator returns them (group by group): the
+    prompt's first token is ``ID_BASE`` + the row's number (``first`` + position), which is how the
+    driver's policy (:class:`_Policy`) knows the row of each sequence it is given; ``holes[i]``
+    tokens of response i masked out of ``action_mask`` from its second token on (what several
+    ``action_ranges`` of a multi-turn agent leave); ``truncated[i]``: vLLM stopped response i at
+    its length budget (``finish_reason == "length"``)."""
     import torch
 
     Experience = _openrlhf()["openrlhf.trainer.ppo_utils.experience"].Experience
+    n = len(rewards)
+    holes = np.zeros(n, dtype=int) if holes is None else np.asarray(holes, dtype=int)
+    truncated = np.zeros(n, dtype=bool) if truncated is None else np.asarray(truncated, dtype=bool)
     out = []
-    for i, (r, ell) in enumerate(zip(np.asarray(rewards, dtype=np.float64), np.asarray(lengths, dtype=int))):
+    rows = zip(np.asarray(rewards, dtype=np.float64), np.asarray(lengths, dtype=int), holes, truncated)
+    for i, (r, ell, h, cut) in enumerate(rows):
         seq = torch.arange(3, 3 + PROMPT_LENGTH + int(ell)).unsqueeze(0)  # (1, prompt + response)
+        seq[0, 0] = ID_BASE + first + i
         action = torch.ones(1, int(ell), dtype=torch.bool)  # (1, response)
+        action[0, 1 : 1 + int(h)] = False
         out.append(
             Experience(
                 sequences=seq,
@@ -302,24 +378,26 @@ def _rollout(rewards: np.ndarray, lengths: np.ndarray) -> list[Any]:
                 action_mask=action,
                 rewards=torch.tensor([float(r)], dtype=torch.float32),
                 response_length=torch.tensor([int(ell)]),
-                truncated=torch.tensor([False]),
+                truncated=torch.tensor([bool(cut)]),
                 total_length=torch.tensor([PROMPT_LENGTH + int(ell)]),
-                prompts=[f"prompt {i}"],
+                prompts=[f"prompt {first + i}"],
                 labels=[""],
             )
         )
     return out
 
 
-def _experiences(maker: Any, rewards: np.ndarray, lengths: np.ndarray) -> list[Any]:
-    """The micro-batches after ``compute_advantages_and_returns``."""
+def _experiences(maker: Any, rewards: np.ndarray, lengths: np.ndarray, first: int = 0, **marks: Any) -> list[Any]:
+    """The rollout micro-batches after ``compute_advantages_and_returns`` (``marks``: holes,
+    truncated, as :func:`_rollout` takes them)."""
     import torch
 
-    micro = maker.split_rollout_samples(_rollout(rewards, lengths))
+    micro = maker.split_rollout_samples(_rollout(rewards, lengths, first, **marks))
     for exp in micro:  # what make_experience adds: on-policy, the reference equal to the actor, no critic
         exp.action_log_probs = torch.zeros(exp.action_mask.shape, dtype=torch.float32)
+        exp.base_action_log_probs = torch.zeros(exp.action_mask.shape, dtype=torch.float32)
         exp.kl = torch.zeros(exp.action_mask.shape, dtype=torch.float32)
-        exp.values, exp.base_action_log_probs = None, None
+        exp.values = None
     return maker.compute_advantages_and_returns(micro)
 
 
@@ -342,12 +420,18 @@ def _per_response(experiences: list[Any], n: int, estimator: str) -> np.ndarray:
     return out
 
 
+def _value(args: Any, key: str) -> Any:
+    """The parsed value of a dotted option (``train.batch_size``)."""
+    return functools.reduce(getattr, key.split("."), args)
+
+
 class _Configs:
-    """The parsed config per group size (OpenRLHF checks the group size when it parses)."""
+    """The parsed config per group size (OpenRLHF checks the group size when it parses), and the
+    configs of the step's two layouts."""
 
     def __init__(self, spec: FrameworkSpec) -> None:
         self.spec = spec
-        self.by_g: dict[int, Any] = {}
+        self.by_g: dict[Any, Any] = {}
         named = [v.strip().lower() for k, v in spec.sets if k.lstrip("-") == "algo.advantage.estimator"]
         if not named:
             raise AdapterError(
@@ -359,11 +443,28 @@ class _Configs:
                 f"OpenRLHF {_release()}: algo.advantage.estimator=gae needs a critic's values; the driver audits the "
                 "critic-free estimators (reinforce, rloo, reinforce_baseline, group_norm, dr_grpo …)"
             )
+        keys = [k.lstrip("-") for k, _ in spec.sets]
+        self.user_split = [k for k in SPLIT_KEYS if k in keys]
+        sizes = [int(v) for k, v in spec.sets if k.lstrip("-") == "rollout.n_samples_per_prompt"]
+        self.group_size = sizes[-1] if sizes else DEFAULT_GROUP_SIZE
 
     def get(self, G: int) -> Any:
         if G not in self.by_g:
             self.by_g[G] = cli_args(self.spec, G)
         return self.by_g[G]
+
+    def step(self, G: int, layout: str, rows: int = 0) -> Any:
+        """The config of a step layout: ``split``, the user's split settings (:data:`DEFAULT_SPLIT`
+        where they set none); ``unsplit``, the same with ``rows`` answers in one micro-batch on one
+        rank (:data:`UNSPLIT`)."""
+        key = (G, layout, rows if layout == "unsplit" else 0)
+        if key not in self.by_g:
+            base = () if self.user_split else DEFAULT_SPLIT
+            spec = self.spec
+            if layout == "unsplit":
+                spec = replace(spec, sets=(*spec.sets, *((k, v.format(rows=rows)) for k, v in UNSPLIT)))
+            self.by_g[key] = cli_args(spec, G, driver_sets=base)
+        return self.by_g[key]
 
 
 def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
@@ -383,21 +484,25 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
 
 
 def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
-    """fn(rewards, G, lengths) → {advantages, coefficients, mask}: −∂loss/∂log π per response token
-    (autograd through the actor's ``PolicyLoss`` and its aggregation), rows in the caller's order."""
+    """fn(rewards, G, lengths, request=None) → {advantages, coefficients, mask}: −∂loss/∂log π per
+    response token (autograd through the actor's ``PolicyLoss`` as ``ActorPPOTrainer`` builds it),
+    rows in the caller's order.  With a step request (:mod:`grpo_identity.checks.steps`), the
+    optimizer steps ``ActorPPOTrainer.ppo_train`` makes of the rows (:func:`_run_step`), with
+    ``step``, ``rank`` and ``micro_batch`` per row."""
     import torch
 
     configs = _Configs(spec)
     mods = _openrlhf()
-    loss_mod = mods["openrlhf.models.loss"]
-    for name in ("PolicyLoss", "aggregate_loss"):
-        if not hasattr(loss_mod, name):
-            raise AdapterError(f"OpenRLHF {_release()} has no openrlhf.models.loss.{name} (the driver knows 0.11)")
-    from openrlhf.utils.loss_utils import get_loss_batch_info
+    if not hasattr(mods["openrlhf.models.loss"], "PolicyLoss"):
+        raise AdapterError(f"OpenRLHF {_release()} has no openrlhf.models.loss.PolicyLoss (the driver knows 0.10–0.11)")
+    loss_utils = _module("openrlhf.utils.loss_utils", optional=True)  # 0.10.3 on: the loss's global normalisers
+    loss_fns: dict[int, Any] = {}
 
     def openrlhf_policy_loss_gradient(
-        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None
+        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None, request: dict[str, Any] | None = None
     ) -> dict[str, np.ndarray]:
+        if request is not None:
+            return _run_step(configs, rewards, int(group_size), np.asarray(lengths, dtype=int), request)
         args = configs.get(int(group_size))
         rewards = np.asarray(rewards, dtype=np.float64)
         exps = _experiences(
@@ -407,13 +512,13 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         if lengths is None:  # the advantages alone (the advantage audit of the same run)
             return {"advantages": adv}
         Experience = mods["openrlhf.trainer.ppo_utils.experience"].Experience
-        batch = Experience.concat_experiences(
-            exps, 0
-        )  # the whole batch as one training micro-batch (one optimizer step)
+        batch = Experience.concat_experiences(exps, 0)  # the whole batch as one training micro-batch (one step)
         mask = batch.action_mask
         log_prob = torch.full(mask.shape, -1.0, requires_grad=True)  # (B, A); on-policy: old = current
-        info = get_loss_batch_info(SimpleNamespace(), mask)
-        loss, *_ = _policy_loss(loss_mod, args)(
+        info = loss_utils.get_loss_batch_info(SimpleNamespace(), mask) if loss_utils is not None else {}
+        if int(group_size) not in loss_fns:
+            loss_fns[int(group_size)] = _trainer(args, _Engine(args, 0, 1, _Ledger(0)), _Policy(0)).actor_loss_fn
+        loss, *_ = loss_fns[int(group_size)](
             log_prob, log_prob.detach(), batch.advantages, action_mask=mask, rollout_log_probs=None, **info
         )
         (grad,) = torch.autograd.grad(loss, log_prob)
@@ -422,29 +527,18 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         return {"advantages": adv, "coefficients": coeff, "mask": m}
 
     args = configs.get(2)
-    openrlhf_policy_loss_gradient.grpo_identity_info = {  # type: ignore[attr-defined]
-        **_info(spec, args, "compute_advantages_and_returns + models.loss.PolicyLoss (aggregate_loss)"),
-        "loss_agg_mode": str(args.actor.loss_agg_mode),
+    info = {
+        **_info(spec, args, "compute_advantages_and_returns + ActorPPOTrainer.actor_loss_fn (models.loss.PolicyLoss)"),
+        "loss_agg_mode": str(getattr(args.actor, "loss_agg_mode", "token-mean (no actor.loss_agg_mode here)")),
         "policy_loss_type": str(args.actor.policy_loss_type),
         "lengths_optional": True,
     }
+    try:
+        info["step"] = step_geometry(configs)
+    except AdapterError as exc:  # a split the driver cannot run: the per-G gradient probes still can
+        info["step_unavailable"] = str(exc)
+    openrlhf_policy_loss_gradient.grpo_identity_info = info  # type: ignore[attr-defined]
     return openrlhf_policy_loss_gradient
-
-
-def _policy_loss(loss_mod: Any, args: Any) -> Any:
-    """The actor's loss as ``PolicyModelActor`` builds it from the config."""
-    actor, adv = args.actor, args.algo.advantage
-    return loss_mod.PolicyLoss(
-        clip_eps_low=actor.eps_clip_low_high[0],
-        clip_eps_high=actor.eps_clip_low_high[1],
-        dual_clip=actor.dual_clip,
-        token_level_loss=actor.loss_agg_mode == "token-mean",
-        policy_loss_type=actor.policy_loss_type,
-        is_correction_level=adv.is_correction_level,
-        is_correction_mode=adv.is_correction_mode,
-        is_correction_gating=adv.is_correction_gating,
-        is_correction_threshold=adv.is_correction_threshold,
-    )
 
 
 def _info(spec: FrameworkSpec, args: Any, entry: str) -> dict[str, Any]:
@@ -462,4 +556,401 @@ def _info(spec: FrameworkSpec, args: Any, entry: str) -> dict[str, Any]:
         "micro_batch_size": int(args.rollout.micro_batch_size),
         "stand_ins": sorted(_LOADED["stand_ins"]),
         "dtype": "float32",
+    }
+
+
+# --- the optimizer step: ActorPPOTrainer.ppo_train on emulated DeepSpeed ranks ----------------------
+def _module(name: str, optional: bool = False) -> Any:
+    """An OpenRLHF module beyond :data:`MODULES` (imported once, under the stand-ins); None for an
+    ``optional`` one this release does not have."""
+    if name not in _LOADED:
+        _openrlhf()
+        if optional and importlib.util.find_spec(name) is None:
+            _LOADED[name] = None
+        else:
+            with stand_ins() as finder:
+                try:
+                    _LOADED[name] = importlib.import_module(name)
+                except ImportError as exc:
+                    raise AdapterError(f"OpenRLHF {_release()}: {name} does not import here ({exc})") from None
+                finally:
+                    _LOADED["stand_ins"].update(m.partition(".")[0] for m in finder.made)
+    return _LOADED[name]
+
+
+@contextlib.contextmanager
+def _patched(patches: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Set attributes while the block runs; the old values come back afterwards."""
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    try:
+        for obj, name, new in patches:
+            setattr(obj, name, new)
+        yield
+    finally:
+        for obj, name, old in reversed(saved):
+            setattr(obj, name, old)
+
+
+def _ranks(args: Any) -> tuple[int, int]:
+    """(data-parallel ranks, DeepSpeed's gradient accumulation steps) as ``DeepspeedStrategy``
+    computes them (``accumulated_gradient``); the splits DeepSpeed or the driver refuses are
+    adapter errors."""
+    world = int(args.actor.num_nodes) * int(args.actor.num_gpus_per_node)
+    ring, tp = int(args.ds.ring_attn_size), int(args.ds.tensor_parallel_size)
+    if ring * tp != 1:
+        raise AdapterError(
+            f"OpenRLHF {_release()}: ds.ring_attn_size={ring}, ds.tensor_parallel_size={tp}: the driver emulates "
+            "data-parallel ranks only (ring attention and tensor parallelism split one sequence over GPUs)"
+        )
+    batch, micro = int(args.train.batch_size), int(args.train.micro_batch_size)
+    if batch % (micro * world) or batch < micro * world:
+        raise AdapterError(
+            f"OpenRLHF {_release()}: train.batch_size={batch} is not train.micro_batch_size={micro} × {world} ranks × "
+            "a whole number of accumulation steps (DeepSpeed refuses that config)"
+        )
+    return world, batch // micro // world
+
+
+def step_geometry(configs: _Configs) -> dict[str, Any]:
+    """The configured step (``info["step"]``): G (the user's ``rollout.n_samples_per_prompt``, else
+    :data:`DEFAULT_GROUP_SIZE`), ``train.batch_size`` answers per optimizer step,
+    ``rollout.batch_size`` × G per generation batch; the split settings in force."""
+    from grpo_identity.checks.steps import geometry
+
+    G = configs.group_size
+    args = configs.step(G, "split")
+    dp, ga = _ranks(args)
+    settings: dict[str, Any] = {key: _value(args, key) for key in SPLIT_KEYS}
+    settings.update(
+        {
+            "split": "as set: " + ", ".join(configs.user_split)
+            if configs.user_split
+            else "the driver's default (no split setting given): " + ", ".join(f"{k}={v}" for k, v in DEFAULT_SPLIT),
+            "data_parallel_ranks": dp,
+            "gradient_accumulation_steps": 1 if args.train.dynamic_batch_enable else ga,
+            "train.max_epochs audited": "the first epoch (each epoch repeats the split, reshuffled)",
+        }
+    )
+    mode = "token budget (train.dynamic_batch_enable)" if args.train.dynamic_batch_enable else "train.micro_batch_size"
+    layouts = {
+        "split": f"ActorPPOTrainer.ppo_train on {dp} emulated DeepSpeed rank(s), micro-batches by {mode}",
+        "unsplit": "each generation batch as one micro-batch (train.batch_size = train.micro_batch_size = its rows), "
+        "one rank",
+    }
+    return geometry(
+        G,
+        int(args.train.batch_size),
+        int(args.rollout.batch_size) * G,
+        layouts=layouts,
+        ranks="emulated" if dp > 1 else "one",
+        holes=True,
+        truncation=True,
+        ragged=False,
+        settings=settings,
+    )
+
+
+class _Ledger:
+    """Where each row was trained: optimizer step, rank, micro-batch within (step, rank); −1 for a
+    row no micro-batch held (``DataLoader(drop_last=True)``)."""
+
+    def __init__(self, n: int) -> None:
+        self.step, self.rank, self.micro = (np.full(n, -1, dtype=np.int64) for _ in range(3))
+
+    def record(self, rows: Any, step: int, rank: int, micro: int) -> None:
+        idx = np.asarray(rows, dtype=np.int64)
+        self.step[idx], self.rank[idx], self.micro[idx] = step, rank, micro
+
+
+class _Policy:
+    """The actor as ``training_step`` calls it (``self.actor(sequences, action_mask, …)``): the
+    log-probabilities of each row's response tokens are a leaf tensor (T,) of its own (a backward
+    touches only its micro-batch's rows), found by the row number the prompt's first token carries;
+    on-policy (zero, the rollout's old log-probs too)."""
+
+    def __init__(self, n: int) -> None:
+        import torch
+
+        from grpo_identity.checks.frameworks import RESPONSE_LENGTH
+
+        self.leaves = [torch.zeros(RESPONSE_LENGTH, requires_grad=True) for _ in range(n)]
+        self.rows: Any = None
+
+    def __call__(self, sequences: Any, action_mask: Any, *args: Any, return_output: bool = False, **kw: Any) -> Any:
+        import torch
+
+        self.rows = (sequences[:, 0].long() - ID_BASE).tolist()
+        log_probs = torch.stack([self.leaves[r] for r in self.rows])[:, : action_mask.shape[1]]
+        output = SimpleNamespace(entropy=torch.zeros(sequences.shape), aux_loss=torch.zeros(()))
+        return (log_probs, output) if return_output else log_probs
+
+    def gradient(self) -> np.ndarray:
+        """∂loss/∂log π accumulated so far, (rows, T)."""
+        return np.stack(
+            [np.zeros(leaf.shape) if leaf.grad is None else leaf.grad.double().numpy() for leaf in self.leaves]
+        )
+
+    def zero_grad(self, rows: list[int]) -> None:
+        for r in rows:
+            self.leaves[r].grad = None
+
+    def train(self, mode: bool = True) -> _Policy:
+        return self
+
+    def eval(self) -> _Policy:
+        return self
+
+
+class _Engine:
+    """One data-parallel rank's ``DeepspeedStrategy`` and DeepSpeed engine, emulated: ``backward``
+    divides the loss by the engine's ``gradient_accumulation_steps`` (``DeepSpeedEngine.backward``:
+    ``loss / gradient_accumulation_steps()``; ``get_ds_train_config`` sets it to 1 under
+    ``train.dynamic_batch_enable``) and accumulates; ``optimizer_step`` is a step of the engine at
+    its accumulation boundary (every call under dynamic batching, where OpenRLHF calls it only at a
+    step's last micro-batch).  The average over ranks of data parallelism is the caller's (the rows
+    of the ranks are disjoint: each token's gradient is its rank's, divided by the ranks)."""
+
+    def __init__(self, args: Any, rank: int, dp: int, ledger: _Ledger, collectives: Any = None) -> None:
+        self.args, self.rank, self.ledger, self.collectives = args, rank, ledger, collectives
+        dynamic = bool(args.train.dynamic_batch_enable)
+        self.accumulated_gradient = int(args.train.batch_size) // int(args.train.micro_batch_size) // dp
+        self.gas = 1 if dynamic else self.accumulated_gradient
+        self.dynamic = dynamic
+        self.ring_attn_group = None
+        self.ds_device_mesh = {"dp": SimpleNamespace(get_group=lambda: None)}
+        self.steps, self.micro_steps = 0, 0
+
+    def is_rank_0(self) -> bool:
+        return False  # tqdm's progress bars off
+
+    def backward(self, loss: Any, model: Any, optimizer: Any, **kwargs: Any) -> None:
+        (loss / self.gas).backward()
+        self.ledger.record(model.rows, self.steps, self.rank, self.micro_steps)
+        self.micro_steps += 1
+
+    def optimizer_step(self, optimizer: Any, model: Any, scheduler: Any, name: str = "model", **kwargs: Any) -> None:
+        if self.dynamic or self.micro_steps == self.gas:
+            self.steps, self.micro_steps = self.steps + 1, 0
+
+    def all_reduce(self, data: Any, op: str = "mean") -> Any:
+        """``DeepspeedStrategy.all_reduce`` of a tensor (a max or a sum over the ranks; the mean a sum
+        of the values over the ranks); the logged metrics (a dict) as they are."""
+        if isinstance(data, dict):
+            return data
+        self.collectives.all_reduce(data, op)
+        return data
+
+    def get_grad_norm(self, model: Any) -> float:
+        return 0.0
+
+    def moving_average(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class _Collectives:
+    """``torch.distributed`` as OpenRLHF's loss and replay-buffer code sees it on one of ``dp``
+    ranks (its modules' ``dist``): the ranks run one after another, so a pass records what each
+    rank reduces, and the next pass returns, at each call, the reduction (sum, min, max) over the
+    ranks of what the previous pass recorded there: the gathered counts, as the all-reduce gives
+    them.  Passes repeat until a pass records what the one before it did."""
+
+    ReduceOp = SimpleNamespace(SUM="sum", MIN="min", MAX="max", AVG="mean")
+
+    def __init__(self, dp: int) -> None:
+        self.dp, self.rank = dp, 0
+        self.recorded: list[list[tuple[str, Any]]] = [[] for _ in range(dp)]
+        self.previous: list[list[tuple[str, Any]]] | None = None
+
+    def next_pass(self) -> None:
+        self.previous, self.recorded = self.recorded, [[] for _ in range(self.dp)]
+
+    def settled(self) -> bool:
+        """This pass reduced what the previous one did (and every rank made the same calls)."""
+        calls = {len(r) for r in self.recorded}
+        if len(calls) > 1:
+            raise AdapterError(
+                f"OpenRLHF {_release()}: the ranks make different numbers of all-reduce calls {sorted(calls)} (a real "
+                "run would hang): give every rank the same number of micro-batches"
+            )
+        if self.previous is None:
+            return not any(self.recorded) or self.dp == 1
+        return all(
+            op == op0 and bool((t == t0).all())
+            for now, before in zip(self.recorded, self.previous)
+            for (op, t), (op0, t0) in zip(now, before)
+        )
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def get_world_size(self, group: Any = None) -> int:
+        return self.dp
+
+    def get_rank(self, group: Any = None) -> int:
+        return self.rank
+
+    def all_reduce(self, tensor: Any, op: Any = "sum", group: Any = None, **kwargs: Any) -> None:
+        import torch
+
+        op = {"max": "max", "min": "min", "sum": "sum"}.get(str(op).lower(), "mean")
+        calls = self.recorded[self.rank]
+        k = len(calls)
+        calls.append((op, tensor.detach().clone()))
+        if self.previous is None or not all(len(p) > k for p in self.previous):
+            return  # the first pass: this rank's own value
+        values = torch.stack([p[k][1] for p in self.previous])
+        reduced = values.amin(0) if op == "min" else values.amax(0) if op == "max" else values.sum(0)
+        tensor.copy_(reduced / self.dp if op == "mean" else reduced)
+
+
+def _trainer(args: Any, engine: _Engine, policy: _Policy) -> Any:
+    """A real ``ActorPPOTrainer`` (its ``PolicyLoss`` from the config, its ``NaiveReplayBuffer``) on the
+    emulated engine and the driver's policy; no vLLM engines, no EMA."""
+    import torch
+
+    pa = _module("openrlhf.trainer.ray.ppo_actor")
+    if not hasattr(pa, "ActorPPOTrainer"):
+        raise AdapterError(f"OpenRLHF {_release()} has no {pa.__name__}.ActorPPOTrainer (the driver knows 0.10–0.11)")
+    scheduler = SimpleNamespace(get_last_lr=lambda: [0.0])
+    with _patched([(pa, "torch_dist_barrier_and_cuda_sync", lambda: None), (torch.cuda, "current_device", lambda: 0)]):
+        trainer = pa.ActorPPOTrainer(
+            engine,
+            policy,
+            ema_model=None,
+            actor_optim=None,
+            actor_scheduler=scheduler,
+            micro_train_batch_size=int(args.train.micro_batch_size),
+            tokenizer=None,
+            vllm_engines=None,
+        )
+    trainer.max_epochs = 1  # the first epoch (see step_geometry)
+    return trainer
+
+
+def _distribute(experiences: list[Any], trainers: list[Any]) -> None:
+    """The rollout micro-batches to the ranks' replay buffers as ``PPOTrainer.train_step`` sends them:
+    ``RayActorGroup.async_run_method_batch(method_name="append", …)`` (its own slicing into chunks
+    per rank) onto ``BaseModelActor.execute_batch`` of each rank (``ray.put`` the identity)."""
+    launcher = _module("openrlhf.trainer.ray.launcher")
+    ray = _openrlhf()["ray"]
+
+    def handler(trainer: Any) -> Any:
+        actor = SimpleNamespace(append=trainer.replay_buffer.append, strategy=trainer.strategy)
+
+        def remote(method: str, data: Any, start: int, end: int) -> Any:
+            return launcher.BaseModelActor.execute_batch(actor, method, data, start, end)
+
+        return SimpleNamespace(execute_batch=SimpleNamespace(remote=remote))
+
+    group = object.__new__(launcher.RayActorGroup)
+    group.duplicate_actors = 1
+    group._actor_handlers = [handler(t) for t in trainers]
+    with _patched([(ray, "put", lambda data: data)]):
+        group.async_run_method_batch(method_name="append", experience=experiences)
+
+
+def _train(trainers: list[Any], engines: list[_Engine], collectives: _Collectives, kl_ctl: float, seed: int) -> None:
+    """``ppo_train`` on every rank, in passes until the all-reduced counts settle (:class:`_Collectives`);
+    each pass starts from the same engines' counters and the same shuffles."""
+    import torch
+
+    homes = [m for m in (_module("openrlhf.utils.loss_utils", optional=True), _module(REPLAY)) if m is not None]
+    policy = trainers[0].actor
+    start = [(e.steps, e.micro_steps) for e in engines]
+    rows = sorted({int(r) for t in trainers for item in t.replay_buffer.items for r in _row_of(item)})
+    patches = [(m, "dist", collectives) for m in homes if hasattr(m, "dist")]
+    with _patched([*patches, (torch.cuda, "current_device", lambda: "cpu")]):
+        for _ in range(MAX_PASSES):
+            for engine, (steps, micro) in zip(engines, start):
+                engine.steps, engine.micro_steps = steps, micro
+            policy.zero_grad(rows)
+            for rank, trainer in enumerate(trainers):
+                collectives.rank = rank
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(seed * 1000 + rank)  # the DataLoader's shuffle
+                    trainer.ppo_train(kl_ctl)
+            if collectives.settled():
+                break
+            collectives.next_pass()
+        else:
+            raise AdapterError(f"OpenRLHF {_release()}: the all-reduced counts did not settle in {MAX_PASSES} passes")
+    collectives.recorded, collectives.previous = [[] for _ in range(collectives.dp)], None
+    for trainer in trainers:
+        trainer.replay_buffer.clear()
+
+
+def _same_micro_batches(trainers: list[Any], args: Any) -> None:
+    """Every rank holds as many micro-batches (``len(buffer) // train.micro_batch_size``; under
+    dynamic batching ``setup_dynamic_batch`` evens them out itself), else DeepSpeed's accumulation
+    boundaries fall apart across the ranks: an adapter error naming the counts."""
+    if args.train.dynamic_batch_enable:
+        return
+    counts = [len(t.replay_buffer) // int(args.train.micro_batch_size) for t in trainers]
+    if len(set(counts)) > 1:
+        raise AdapterError(
+            f"OpenRLHF {_release()}: the ranks get {counts} micro-batches of a generation batch (rollout.batch_size × "
+            "n_samples_per_prompt answers in rollout.micro_batch_size chunks over the ranks): DeepSpeed's "
+            "accumulation boundaries would differ from rank to rank"
+        )
+
+
+def _row_of(item: Any) -> list[int]:
+    return (item.sequences.reshape(-1, item.sequences.shape[-1])[:, 0].long() - ID_BASE).tolist()
+
+
+def _run_step(
+    configs: _Configs, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """The rows through OpenRLHF's step path, one generation batch (``rollout.batch_size`` × G rows)
+    after another: the experience maker's rollout micro-batches and advantages, the ranks' replay
+    buffers (``async_run_method_batch``; ``balance_experiences`` first under dynamic batching), each
+    rank's ``ActorPPOTrainer.ppo_train``; the engines' counters run on from batch to batch, as
+    DeepSpeed's do.  Coefficients: −∂/∂log π of the accumulated loss, averaged over the ranks."""
+    from grpo_identity.checks.frameworks import RESPONSE_LENGTH
+
+    layout = str(request["layout"])
+    rewards = np.asarray(rewards, dtype=np.float64)
+    n = len(rewards)
+    if any(int(size) != G for size in request.get("sizes") or [G]):
+        raise AdapterError(f"OpenRLHF {_release()} delivers whole groups of rollout.n_samples_per_prompt answers")
+    holes = np.asarray(request.get("holes") or [0] * n, dtype=int)
+    truncated = np.asarray(request.get("truncated") or [False] * n, dtype=bool)
+    split = configs.step(G, "split")
+    rows = int(split.rollout.batch_size) * G
+    dp = _ranks(split)[0] if layout == "split" else 1
+    ledger, policy, collectives = _Ledger(n), _Policy(n), _Collectives(dp)
+    engines: list[_Engine] = []
+    advantages = np.empty(n)
+    balance = _openrlhf()["openrlhf.trainer.ppo_utils.experience"].balance_experiences
+    for b, first in enumerate(range(0, n, rows)):
+        chunk = slice(first, min(first + rows, n))
+        args = split if layout == "split" else configs.step(G, "unsplit", chunk.stop - chunk.start)
+        engines = engines or [_Engine(args, r, dp, ledger, collectives) for r in range(dp)]
+        maker = _maker(args)
+        marks = {"holes": holes[chunk], "truncated": truncated[chunk]}
+        exps = _experiences(maker, rewards[chunk], lengths[chunk], first, **marks)
+        advantages[chunk] = _per_response(exps, chunk.stop - chunk.start, args.algo.advantage.estimator)
+        if args.train.dynamic_batch_enable:
+            exps = balance(exps, args)
+        trainers = [_trainer(args, e, policy) for e in engines]
+        _distribute(exps, trainers)
+        _same_micro_batches(trainers, args)
+        _train(trainers, engines, collectives, float(maker.kl_ctl.value), b)
+    coefficients = -policy.gradient() / dp
+    mask = np.arange(RESPONSE_LENGTH)[None, :] < lengths[:, None]
+    for i, h in enumerate(holes):
+        mask[i, 1 : 1 + h] = False
+    return {
+        "advantages": advantages,
+        "coefficients": coefficients,
+        "mask": mask.astype(np.float64),
+        "step": ledger.step,
+        "rank": ledger.rank,
+        "micro_batch": ledger.micro,
     }

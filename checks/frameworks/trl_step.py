@@ -152,7 +152,10 @@ def _layout(spec: FrameworkSpec, processes: int, name: str) -> Layout:
     split = Layout(sets, processes, G, step_rows, generation_rows, settings)
     if name == "split":
         return split
-    unsplit = (("num_generations", str(G)), ("per_device_train_batch_size", str(step_rows)))
+    unsplit: tuple[tuple[str, str], ...] = (
+        ("num_generations", str(G)),
+        ("per_device_train_batch_size", str(step_rows)),
+    )
     unsplit += (("gradient_accumulation_steps", "1"),)
     if _new_trl():
         per_generation = max(1, generation_rows // step_rows)
@@ -298,7 +301,7 @@ def _run_here(job: dict[str, Any], rank: int = 0) -> list[dict[str, Any]]:
     warnings.filterwarnings("ignore")
     from grpo_identity.checks.frameworks.trl import grpo_config
 
-    spec = FrameworkSpec("trl", tuple(tuple(kv) for kv in job["sets"]), job["config"])  # type: ignore[misc]
+    spec = FrameworkSpec("trl", tuple((str(k), str(v)) for k, v in job["sets"]), job["config"])
     args = grpo_config(spec)
     rewards, lengths, G = np.asarray(job["rewards"]), np.asarray(job["lengths"], dtype=int), int(job["group_size"])
     runner = _Runner(args, rewards, lengths, G, np.asarray(job.get("truncated") or [False] * len(rewards)))
@@ -345,7 +348,7 @@ class _Runner:
         """The audit's answers for the prompts of this call: member indices in the order TRL gathers rows."""
         import torch
 
-        ids = kwargs.get("input_ids", args[0] if args else None)
+        ids: Any = kwargs.get("input_ids", args[0] if args else None)
         groups = [self._group_of(row) for row in ids]
         everyone = _gather_objects(groups)
         rank = _rank()

@@ -222,8 +222,6 @@ def test_a_gradient_target_is_built_from_an_advantage_function_and_a_loss_in_a_f
     def token_sum(logprobs, advantages, mask):
         return -(logprobs * advantages[:, None] * mask).sum()
 
-    assert (
-        audit_gradient(gradient_target(adv, token_mean_over_the_batch)).inferred.per_sample_weight == "1/step_tokens"
-    )
+    assert audit_gradient(gradient_target(adv, token_mean_over_the_batch)).inferred.per_sample_weight == "1/step_tokens"
     report = audit_gradient(gradient_target(adv, token_sum))
     assert report.inferred.per_sample_weight == "constant" and report.verdict == "pass"

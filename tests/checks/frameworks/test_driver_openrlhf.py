@@ -3,8 +3,9 @@ stand-ins for GPU-only packages, ``--set`` as ``train_ppo_ray`` arguments, confi
 run, an API it does not know), then audits of OpenRLHF 0.11.2 itself from its release
 environment (slow; the environment is built once).
 
-What OpenRLHF 0.11.2 computes (``RemoteExperienceMaker.compute_advantages_and_returns``, read in
-its source): rewards in float32 (at least), reshaped to (prompts, n_samples_per_prompt), then
+What OpenRLHF 0.10.2 and 0.11.2 compute (``RemoteExperienceMaker.compute_advantages_and_returns``,
+the same in both, read in their source): rewards in float32 (at least), reshaped to (prompts,
+n_samples_per_prompt), then
 
 - ``group_norm``: (r − mean) / (r.std() + 1e-9), torch's std (ddof 1);
 - ``dr_grpo`` and ``reinforce_baseline``: r − mean;
@@ -15,6 +16,13 @@ puts it on the last response token; returns are cumulated with γ (forced to 1 f
 ``reinforce``); finally ``reinforce`` and ``reinforce_baseline`` (and ``gae``) are whitened over the
 whole batch with a token-weighted mean and variance (``algo.advantage.no_std_norm`` drops the
 variance only). ``no_std_norm`` does not reach ``group_norm``.
+
+The optimizer step (``ActorPPOTrainer.ppo_train``): 0.10.2's ``PolicyLoss`` takes the token mean
+of each micro-batch (``masked_mean``), so a token weighs 1/(its micro-batch's tokens) once DeepSpeed
+divides by the accumulation steps and averages the ranks; 0.11.2 (``utils/loss_utils.py``,
+``iter_grad_accum_global_norm``, OpenRLHF PR #1249) divides every micro-batch of an accumulation
+window by the window's tokens summed over the ranks (÷ accumulation steps, × ranks): one token
+mean over the optimizer step, whatever the split, as long as a step lies inside one generation batch.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from grpo_identity.app.cli import main
 from grpo_identity.checks.child import ChildTarget
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks import openrlhf as drv
+from grpo_identity.checks.steps import audit_step
 
 pytestmark = pytest.mark.xdist_group("openrlhf")
 
@@ -137,6 +146,82 @@ def test_without_openrlhf_the_driver_says_so_as_an_adapter_error():
     ]
 
 
+def _args(sets):
+    """A parsed-config look-alike: ``train.batch_size`` → ``args.train.batch_size`` (ints)."""
+    args = SimpleNamespace()
+    for key, value in sets:
+        head, _, leaf = key.partition(".")
+        setattr(args, head, getattr(args, head, SimpleNamespace()))
+        setattr(getattr(args, head), leaf, int(value))
+    return args
+
+
+def test_the_default_split_accumulates_on_two_ranks_and_deepspeed_splits_are_checked():
+    base = [("ds.ring_attn_size", 1), ("ds.tensor_parallel_size", 1), *drv.DEFAULT_SPLIT]
+    dp, ga = drv._ranks(_args(base))
+    assert (dp, ga) == (2, 2)  # 8 answers a step = 2 ranks × 2 micro-batches × 2 answers
+    with pytest.raises(AdapterError, match="not train.micro_batch_size=2 × 2 ranks"):
+        drv._ranks(_args([*base, ("train.batch_size", 6)]))
+    with pytest.raises(AdapterError, match="data-parallel ranks only"):
+        drv._ranks(_args([*base, ("ds.ring_attn_size", 2)]))
+
+
+def test_the_emulated_collectives_give_each_call_the_reduction_over_the_ranks_of_the_previous_pass():
+    import torch
+
+    c = drv._Collectives(2)
+    values = {0: [3.0, 1.0], 1: [5.0, 4.0]}  # rank → what it reduces in its two calls
+
+    def run():
+        out = {}
+        for rank in (0, 1):
+            c.rank = rank
+            a, b = torch.tensor(values[rank][0]), torch.tensor(values[rank][1])
+            c.all_reduce(a, op=c.ReduceOp.SUM)
+            c.all_reduce(b, op=c.ReduceOp.MIN)
+            out[rank] = (float(a), float(b))
+        return out
+
+    assert run() == {0: (3.0, 1.0), 1: (5.0, 4.0)} and not c.settled()  # the first pass: each rank's own
+    c.next_pass()
+    assert run() == {0: (8.0, 1.0), 1: (8.0, 1.0)} and c.settled()  # the gathered sum, the minimum
+    c.next_pass()
+    c.rank = 0
+    c.all_reduce(torch.tensor(1.0))
+    with pytest.raises(AdapterError, match=r"different numbers of all-reduce calls \[0, 1\]"):
+        c.settled()
+
+
+def test_the_emulated_engine_divides_by_the_accumulation_steps_and_steps_at_the_boundary():
+    import torch
+
+    args = _args([("train.batch_size", 8), ("train.micro_batch_size", 2), ("train.dynamic_batch_enable", 0)])
+    ledger, policy = drv._Ledger(4), drv._Policy(4)
+    engine = drv._Engine(args, rank=1, dp=2, ledger=ledger)
+    for rows in ([0, 1], [2, 3]):  # two micro-batches: one accumulation window (8 / (2 × 2))
+        seq = torch.tensor([[drv.ID_BASE + r, 3, 4] for r in rows])
+        log_probs = policy(seq, torch.ones(2, 2, dtype=torch.bool))
+        engine.backward(log_probs.sum(), policy, None)
+        engine.optimizer_step(None, policy, None)
+    assert engine.gas == 2 and engine.steps == 1 and engine.micro_steps == 0
+    assert ledger.step.tolist() == [0, 0, 0, 0] and ledger.micro.tolist() == [0, 0, 1, 1]
+    assert ledger.rank.tolist() == [1] * 4
+    np.testing.assert_allclose(policy.gradient()[:, :2], 0.5)  # ∂(loss / 2)
+    args.train.dynamic_batch_enable = 1  # DeepSpeed's gradient_accumulation_steps is 1 under dynamic batching
+    dynamic = drv._Engine(args, rank=0, dp=2, ledger=ledger)
+    dynamic.micro_steps = 1
+    dynamic.optimizer_step(None, policy, None)  # OpenRLHF calls it at a dynamic step's last micro-batch only
+    assert dynamic.gas == 1 and dynamic.steps == 1
+
+
+def test_ranks_with_different_numbers_of_micro_batches_are_an_adapter_error():
+    args = _args([("train.micro_batch_size", 2), ("train.dynamic_batch_enable", 0)])
+    trainers = [SimpleNamespace(replay_buffer=[0] * k) for k in (9, 7)]
+    with pytest.raises(AdapterError, match=r"the ranks get \[4, 3\] micro-batches"):
+        drv._same_micro_batches(trainers, args)
+    drv._same_micro_batches([SimpleNamespace(replay_buffer=[0] * 8)] * 2, args)
+
+
 # --- OpenRLHF 0.11.2 itself, from its release environment ----------------------------------------
 @pytest.fixture(scope="module")
 def release_env():
@@ -222,7 +307,7 @@ def test_reinforce_baseline_couples_the_groups_through_a_token_weighted_batch_wh
 
 @pytest.mark.slow
 @pytest.mark.frameworks
-@pytest.mark.parametrize("mode, weight", [("token-mean", "1/batch_tokens"), ("seq-mean-token-mean", "1/length")])
+@pytest.mark.parametrize("mode, weight", [("token-mean", "1/step_tokens"), ("seq-mean-token-mean", "1/length")])
 def test_the_policy_loss_aggregation_sets_the_per_sample_weight(release_env, capsys, mode, weight):
     code, out = _audit(capsys, "algo.advantage.estimator=dr_grpo", f"actor.loss_agg_mode={mode}", level="gradient")
     assert out["target_info"]["loss_agg_mode"] == mode and out["verdict"] == "deviation"
@@ -254,3 +339,84 @@ def test_the_driver_reads_back_what_the_experience_maker_computes_per_response(r
     L = np.array([3, 2])  # the driver's two responses are 3 and 2 tokens long: the batch mean is over their tokens
     centred = np.array([0.5, -0.5])
     np.testing.assert_allclose(got["baseline"], centred - (centred * L).sum() / L.sum(), atol=1e-6)
+
+
+# --- the optimizer step, OpenRLHF 0.10.2 and 0.11.2 ----------------------------------------------
+OLDER = "0.10.2"
+
+
+def _step(python, *sets):
+    """(geometry, audit_step's result, the per-G gradient of [1, 0, 0] with lengths 2, 3, 4) of
+    OpenRLHF's step target in a release environment's child process."""
+    spec = FrameworkSpec("openrlhf", sets=tuple(tuple(s.split("=", 1)) for s in sets), level="gradient")
+    with ChildTarget(spec, kind="gradient", python=python, warm=True, timeout=300, load_timeout=600) as fn:
+        geo = fn.info["step"]
+        result = audit_step(fn, geo)
+        plain = fn(np.array([1.0, 0.0, 0.0]), 3, np.array([2, 3, 4]))
+    return geo, result, plain
+
+
+def _predicted_micro_batch_ratios(result, ga, dp):
+    """ρ of each micro-batch under a token mean per micro-batch: (its step's tokens)/(its tokens × GA × ranks)."""
+    step_tokens = {}
+    for p in result.pieces:
+        step_tokens[p["step"]] = step_tokens.get(p["step"], 0) + p["tokens"]
+    return [(p["weight_ratio"], step_tokens[p["step"]] / (p["tokens"] * ga * dp)) for p in result.pieces]
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_0_11_normalises_the_policy_loss_over_the_step_on_every_rank(release_env):
+    geo, result, plain = _step(release_env.python, "algo.advantage.estimator=group_norm")
+    settings = geo["settings"]
+    assert (
+        geo["ranks"] == "emulated"
+        and geo["holes"]
+        and not geo["ragged"]
+        and (geo["step_rows"], geo["group_size"]) == (8, 4)
+    )
+    assert settings["split"].startswith("the driver's default") and settings["gradient_accumulation_steps"] == 2
+    assert (result.law_split, result.law_unsplit, result.invariant) == ("1/step_tokens", "1/step_tokens", True)
+    ratios = [p["weight_ratio"] for p in result.pieces if p["weight_ratio"] is not None]
+    assert len(result.pieces) == 16 and np.allclose(ratios, 1.0, rtol=1e-5) and not result.findings
+    np.testing.assert_allclose(plain["coefficients"][0, :2], (2 / 3 / np.sqrt(1 / 3)) / 9, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_0_10_takes_the_token_mean_of_each_micro_batch_so_the_split_changes_the_update():
+    env = env_or_skip("openrlhf", OLDER)
+    geo, result, plain = _step(env.python, "algo.advantage.estimator=group_norm")
+    assert (result.law_split, result.law_unsplit, result.invariant) == ("1/micro_batch_tokens", "1/step_tokens", False)
+    assert [f.property for f in result.findings] == ["split_invariance"]
+    measured = _predicted_micro_batch_ratios(result, ga=2, dp=2)
+    assert all(got == pytest.approx(want, rel=1e-5) for got, want in measured if got is not None)
+    assert max(g for g, _ in measured if g) / min(g for g, _ in measured if g) > 2  # 0.7× … 1.75×
+    # the per-G gradient probes (no request) still run: one micro-batch, its 9 tokens
+    np.testing.assert_allclose(plain["coefficients"][0, :2], (2 / 3 / np.sqrt(1 / 3)) / 9, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize("release, invariant", [(RELEASE, True), (OLDER, False)])
+def test_token_budget_micro_batches_follow_each_release_s_normalisation(release, invariant):
+    env = env_or_skip("openrlhf", release)
+    split = ("rollout.batch_size=4", "train.batch_size=8", "actor.num_gpus_per_node=2", "vllm.num_engines=1")
+    dynamic = ("train.dynamic_batch_enable=true", "train.max_tokens_per_gpu=12")
+    geo, result, _ = _step(env.python, "algo.advantage.estimator=group_norm", *split, *dynamic)
+    assert geo["settings"]["gradient_accumulation_steps"] == 1 and geo["settings"]["split"].startswith("as set")
+    assert result.invariant is invariant and len({p["micro_batch"] for p in result.pieces}) >= 2
+    assert result.law_split == ("1/step_tokens" if invariant else "1/micro_batch_tokens")
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_0_11_a_step_longer_than_a_generation_batch_is_normalised_per_generation_batch(release_env):
+    # train.batch_size (16) > rollout rows (2 × 4): the engine's window spans two ppo_train calls,
+    # each closing its part with iter_grad_accum_global_norm's trailing partial window
+    sets = ("rollout.batch_size=2", "rollout.micro_batch_size=2", "train.batch_size=16", "train.micro_batch_size=2")
+    geo, result, _ = _step(
+        release_env.python, "algo.advantage.estimator=group_norm", *sets, "actor.num_gpus_per_node=2"
+    )
+    assert (geo["step_rows"], geo["generation_rows"]) == (16, 8)
+    assert result.law_split == "1/generation_tokens" and result.invariant is False
