@@ -243,6 +243,31 @@ def _trainer(args: Any, state: dict[str, Any]) -> Any:
         ) from None
 
 
+def retain_logps(trainer: Any, kept: dict[str, Any]) -> None:
+    """Wrap the method ``compute_loss`` gets its log-probabilities from (before 0.20: logps alone) so that
+    the tensor keeps its gradient, as ``kept["logps"]`` (the old policy's, computed without gradient, are
+    left alone)."""
+    hook = next(
+        (n for n in ("_get_per_token_logps_and_entropies", "_get_per_token_logps") if hasattr(trainer, n)), None
+    )
+    if hook is None:
+        raise AdapterError(
+            f"TRL {version('trl')}: GRPOTrainer has neither _get_per_token_logps_and_entropies nor "
+            "_get_per_token_logps (the driver needs one)"
+        )
+    original = getattr(trainer, hook)
+
+    def keep_logps(*a: Any, **k: Any) -> Any:
+        out = original(*a, **k)
+        logps = out[0] if isinstance(out, tuple) else out
+        if logps.requires_grad:
+            logps.retain_grad()
+            kept["logps"] = logps
+        return out
+
+    setattr(trainer, hook, keep_logps)
+
+
 def _sample_once_per_shape(trainer: Any) -> None:
     """The trainer's sampling runs once per batch of prompts; later batches of the same prompts get
     a copy of that sample.  The completions never enter the advantages (the reward function
@@ -341,27 +366,8 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     trainer = _trainer(args, state)
     if not hasattr(trainer, "current_gradient_accumulation_steps"):
         trainer.current_gradient_accumulation_steps = 1  # set by the training loop before each step
-    # the method compute_loss gets its log-probabilities from (before 0.20: logps alone)
-    hook = next(
-        (n for n in ("_get_per_token_logps_and_entropies", "_get_per_token_logps") if hasattr(trainer, n)), None
-    )
-    if hook is None:
-        raise AdapterError(
-            f"TRL {version('trl')}: GRPOTrainer has neither _get_per_token_logps_and_entropies nor "
-            "_get_per_token_logps (the driver needs one)"
-        )
-    original = getattr(trainer, hook)
     kept: dict[str, Any] = {}
-
-    def keep_logps(*a: Any, **k: Any) -> Any:
-        out = original(*a, **k)
-        logps = out[0] if isinstance(out, tuple) else out
-        if logps.requires_grad:  # not the old policy's, computed without gradient
-            logps.retain_grad()
-            kept["logps"] = logps
-        return out
-
-    setattr(trainer, hook, keep_logps)
+    retain_logps(trainer, kept)
     eos = trainer.processing_class.eos_token_id
     pad = trainer.processing_class.pad_token_id
 

@@ -389,17 +389,11 @@ class _Runner:
 
     def _keep_logps(self, trainer: Any) -> None:
         """The log-probabilities compute_loss differentiates, kept with their inputs for their gradient."""
-        hook = next(n for n in ("_get_per_token_logps_and_entropies", "_get_per_token_logps") if hasattr(trainer, n))
-        original_logps, original_loss = getattr(trainer, hook), trainer.compute_loss
-        pending: dict[str, Any] = {}
+        from grpo_identity.checks.frameworks.trl import retain_logps
 
-        def keep_logps(*a: Any, **k: Any) -> Any:
-            out = original_logps(*a, **k)
-            logps = out[0] if isinstance(out, tuple) else out
-            if logps.requires_grad:
-                logps.retain_grad()
-                pending["logps"] = logps
-            return out
+        original_loss = trainer.compute_loss
+        pending: dict[str, Any] = {}
+        retain_logps(trainer, pending)
 
         def compute_loss(model: Any, inputs: Any, *a: Any, **k: Any) -> Any:
             pending.clear()
@@ -408,7 +402,6 @@ class _Runner:
                 self.kept.append((trainer.state.global_step, pending["logps"], inputs))
             return loss
 
-        setattr(trainer, hook, keep_logps)
         trainer.compute_loss = compute_loss
 
     def _read(self, rank: int) -> list[dict[str, Any]]:

@@ -25,3 +25,12 @@ def env_or_skip(framework: str, release: str) -> Any:
     if isinstance(_ENVS[key], str):
         pytest.skip(_ENVS[key])
     return _ENVS[key]
+
+
+def without_seconds(d: Any) -> Any:
+    """A report's JSON without its wall times (every ``seconds`` key, however deep)."""
+    if isinstance(d, dict):
+        return {k: without_seconds(v) for k, v in d.items() if k != "seconds"}
+    if isinstance(d, list):
+        return [without_seconds(v) for v in d]
+    return d

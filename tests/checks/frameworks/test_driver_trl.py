@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from _support import env_or_skip
+from _support import env_or_skip, without_seconds
 
 from grpo_identity.app.cli import main
 from grpo_identity.checks import adapters, audit
@@ -162,13 +162,6 @@ def test_releases_prints_one_line_per_release(capsys):
     assert np.all([" (centre mean" in ln and "per-sample weight 1/step_tokens" in ln for ln in lines])
 
 
-def _without_seconds(d):
-    d = {k: v for k, v in d.items() if k != "seconds"}
-    if d.get("advantage"):
-        d["advantage"] = _without_seconds(d["advantage"])
-    return d
-
-
 @pytest.mark.slow
 def test_two_trl_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
     pytest.importorskip("trl")
@@ -176,12 +169,12 @@ def test_two_trl_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
 
     configs = [["loss_type=grpo"], ["loss_type=dr_grpo", "scale_rewards=none"], ["bf16=true"]]
     close_warm_children()
-    warm = [_without_seconds(audit("trl", sets=c, max_examples=30).to_dict()) for c in configs]
+    warm = [without_seconds(audit("trl", sets=c, max_examples=30).to_dict()) for c in configs]
     assert sum(warm_children().values()) == 1  # the later audits reused the first one's child
     cold = []
     for c in configs:
         close_warm_children()
-        cold.append(_without_seconds(audit("trl", sets=c, max_examples=30).to_dict()))
+        cold.append(without_seconds(audit("trl", sets=c, max_examples=30).to_dict()))
     assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
 
 

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from _support import env_or_skip
+from _support import env_or_skip, without_seconds
 
 from grpo_identity.app.cli import main
 from grpo_identity.checks import adapters, audit
@@ -196,13 +196,6 @@ def test_verl_grpo_vectorized_through_the_trainer_crashes_in_0_6_0_and_ignores_t
     assert new.startswith("verl 0.7.1: FAIL  matches verl") and "group_std (ddof 1, eps 1e-06)" in new
 
 
-def _without_seconds(d):
-    d = {k: v for k, v in d.items() if k != "seconds"}
-    if d.get("advantage"):
-        d["advantage"] = _without_seconds(d["advantage"])
-    return d
-
-
 @pytest.mark.slow
 def test_two_verl_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
     _need("verl.trainer.ppo.core_algos")
@@ -210,12 +203,12 @@ def test_two_verl_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
 
     configs = [["algorithm.adv_estimator=grpo"], ["algorithm.adv_estimator=rloo"]]
     close_warm_children()
-    warm = [_without_seconds(audit("verl", sets=c, max_examples=30).to_dict()) for c in configs]
+    warm = [without_seconds(audit("verl", sets=c, max_examples=30).to_dict()) for c in configs]
     assert sum(warm_children().values()) == 1  # the second audit reused the first one's child
     cold = []
     for c in configs:
         close_warm_children()
-        cold.append(_without_seconds(audit("verl", sets=c, max_examples=30).to_dict()))
+        cold.append(without_seconds(audit("verl", sets=c, max_examples=30).to_dict()))
     assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
 
 
