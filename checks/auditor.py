@@ -161,8 +161,9 @@ def _settings_notes(framework: str, report: Report, expected: D.Dial | None) -> 
         hint = setting_for(framework, "per_sample_weight", "constant")
         if hint:
             notes.append(Finding("setting", f"for a constant per-sample weight (the paper's 1/G): {hint}", {}, "note"))
-    if report.inferred.step.get("invariant") is False:
-        hint = setting_for(framework, "split", "invariant")
+    step = report.inferred.step
+    if step.get("invariant") is False:
+        hint = setting_for(framework, "split", str(step.get("weight"))) or setting_for(framework, "split", "invariant")
         if hint:
             notes.append(Finding("setting", f"for an update that does not depend on the split: {hint}", {}, "note"))
     if expected is not None and report.matches != expected.name:

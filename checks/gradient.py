@@ -313,14 +313,29 @@ def audit_gradient(
 
 def _split_step(target: Callable[..., Any], ev: _Evidence) -> dict[str, Any]:
     """A step target's optimizer step, split as configured and unsplit (:mod:`grpo_identity.checks.steps`):
-    its findings go to ``ev``; the measurements come back as :attr:`Inferred.step`."""
-    from grpo_identity.checks.steps import audit_step
+    its findings go to ``ev``; the measurements come back as :attr:`Inferred.step`.  A step the framework's
+    own path cannot run is a note (the rest of the audit stands); a malformed geometry is the target's
+    usage error."""
+    from grpo_identity.checks.steps import audit_step, check_geometry
+    from grpo_identity.checks.target import TargetError, TargetImportError
 
     info = getattr(target, "info", None) or getattr(target, "grpo_identity_info", None) or {}
+    if info.get("step_unavailable"):
+        message = f"the optimizer step was not run split: {info['step_unavailable']}"
+        ev.findings.append(Finding("split_step", message, {}, "note"))
     if not info.get("step"):
         return {}
+    wrong = check_geometry(info["step"])
+    if wrong is not None:
+        raise TargetImportError(f"the target's step geometry: {wrong}")
     t0 = time.perf_counter()
-    result = audit_step(target, info["step"])
+    try:
+        result = audit_step(target, info["step"])
+    except TargetError as exc:
+        if type(exc) is not TargetError:  # it died or hung: the audit cannot go on with it
+            raise
+        ev.findings.append(Finding("split_step", f"the optimizer step could not be run split: {exc}", {}, "note"))
+        return {}
     ev.findings += result.findings
     return {
         "seconds": round(time.perf_counter() - t0, 2),

@@ -33,19 +33,25 @@ masks it or not as it is configured to) and returns per row, in the caller's ord
   is in (accumulated over micro-batches, averaged over ranks as the framework's data parallelism
   averages);
 - ``step``, ``rank``, ``micro_batch`` (n,): where the row was: its optimizer step (0, 1, … over
-  the call), its rank, its micro-batch within (step, rank); optionally ``generation`` (n,), its
-  generation batch, where the framework draws the batches in an order of its own (else the rows'
-  order: ``generation_rows`` rows each).
+  the call; -1 for an answer the framework never trained on), its rank, its micro-batch within
+  (step, rank); optionally ``generation`` (n,), its generation batch, where the framework draws the
+  batches in an order of its own (else the rows' order: ``generation_rows`` rows each).
 
-``unsplit`` runs each generation batch as one optimizer step of one micro-batch on one rank.
+``unsplit`` runs the same optimizer steps (as many answers per step as the split layout, composed as
+the framework composes them) each as one micro-batch on one rank.  A call holds :func:`probe_rows`
+answers: whole optimizer steps and whole generation batches, at least two of each.  A driver says what cannot be
+measured by raising (a setting the framework's step path refuses is the framework's error, raised
+when the target is built where the driver can tell, else at the call).
 
 What is measured
 ----------------
 - the weight law of each layout, its denominator's scope named (:data:`~grpo_identity.checks.report.WEIGHTS`): uᵢ =
   aᵢ/Âᵢ times the law's denominator is one constant over every live answer of the call;
-- ``split_invariance``: ρᵢ = aᵢ(split)/aᵢ(unsplit) per answer.  ρ varying inside one optimizer
-  step means the split changes the update's direction (fail, with each micro-batch's ρ); one ρ ≠ 1
-  for a step that holds its whole generation batch means the split rescales the update (deviation);
+- ``split_invariance``: ρᵢ = aᵢ(split) over what the unsplit layout's law gives answer i in its
+  split step.  An answer the split leaves out of the update, or ρ varying inside one optimizer step,
+  means the split changes the update's direction (fail, with each micro-batch's ρ); one ρ ≠ 1 for a
+  whole step means the split rescales the update (deviation); a step whose law is counted per
+  generation batch while it holds answers of several is weighted unevenly by the split (fail);
 - ``masked_normaliser``: the law only fits when its token counts include tokens masked out of the
   loss (inside answers, or whole truncated answers);
 - ``group_slicing`` (drivers whose rollout delivers short groups): one group short of G changes
@@ -61,6 +67,7 @@ What is measured
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -69,8 +76,8 @@ import numpy as np
 from grpo_identity.checks.report import Finding
 
 __all__ = [
-    "LAYOUTS",
     "geometry",
+    "check_geometry",
     "StepDesign",
     "design",
     "StepRun",
@@ -80,10 +87,10 @@ __all__ = [
     "micro_batch_mean",
 ]
 
-#: the layouts a step target runs
-LAYOUTS = ("split", "unsplit")
 #: relative tolerance of the step's float32 measurements (10 × the gradient level's RTOL)
 TOL = 1e-3
+#: the most answers a step probe trains on (a bound on the audit's run time)
+MAX_PROBE_ROWS = 256
 #: the shortest answer of a step probe: a marker token and the EOS (drivers identify rows by it)
 MIN_LENGTH = 2
 #: weight laws with their denominator's scope, simplest first (a scope that coincides with a smaller one
@@ -100,8 +107,6 @@ _CANDIDATES: tuple[tuple[str, bool, str | None, str | None], ...] = (
     ("1/(length·rank_rows)", True, "rank", "rows"),
     ("1/generation_tokens", False, "generation", "tokens"),
 )
-#: laws under which the split does not change the relative weights of one step's answers
-INVARIANT_LAWS = ("constant", "1/length", "1/step_tokens", "1/generation_tokens")
 
 
 def geometry(
@@ -130,6 +135,32 @@ def geometry(
     }
 
 
+def probe_rows(geo: dict[str, Any]) -> int:
+    """Rows of a step probe: twice the larger of an optimizer step and a generation batch, and a whole number of
+    each (where neither holds a whole number of the other, their least common multiple)."""
+    step, generation = int(geo["step_rows"]), int(geo["generation_rows"])
+    return math.lcm(2 * max(step, generation), min(step, generation))
+
+
+def check_geometry(geo: Any) -> str | None:
+    """What is wrong with a step target's ``info["step"]`` (in words), or None."""
+    if not isinstance(geo, dict):
+        return f"info['step'] must be a dict (steps.geometry(...)), got {type(geo).__name__}"
+    for key in ("group_size", "step_rows", "generation_rows"):
+        value = geo.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            return f"info['step'][{key!r}] must be a whole number ≥ 1, got {value!r}"
+    if geo["step_rows"] % geo["group_size"] and geo["generation_rows"] % geo["group_size"]:
+        return "info['step']: neither step_rows nor generation_rows holds whole groups of group_size answers"
+    if probe_rows(geo) > MAX_PROBE_ROWS:
+        return (
+            f"the step's probe would take {probe_rows(geo)} answers (whole optimizer steps of {geo['step_rows']} and "
+            f"generation batches of {geo['generation_rows']}); the audit runs at most {MAX_PROBE_ROWS}: choose "
+            "batch sizes whose optimizer step and generation batch divide one another, or smaller ones"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class StepDesign:
     """The rows of a step probe: two or more generation batches of whole groups."""
@@ -154,15 +185,16 @@ class StepDesign:
 
 
 def design(geo: dict[str, Any], T: int, seed: int = 0) -> StepDesign:
-    """Two generation batches (or two optimizer steps, whichever is larger) of whole groups: binary
+    """:func:`probe_rows` answers in whole groups (two generation batches or two optimizer steps, whichever
+    is larger, and whole ones of both): binary
     groups with k = 1 … G−1 successes and a silent group every fourth; answers of 2 … T tokens,
     the short ones first in each batch (so that micro-batches hold unequal token counts) and the
     second batch longer (so that the steps do); one masked token inside every third answer of
     four tokens or more, where the target can mask; one truncated answer of a live group per batch,
     where the target can take one."""
     G = int(geo["group_size"])
+    n = probe_rows(geo)
     per_batch = max(int(geo["generation_rows"]), int(geo["step_rows"]))
-    n = 2 * per_batch
     rng = np.random.default_rng(seed)
     rewards = np.zeros(n)
     for g in range(n // G):
@@ -203,9 +235,9 @@ class StepRun:
     live: np.ndarray
     """Rows whose advantage and loss are nonzero (the law's evidence)."""
     where: dict[str, np.ndarray]
-    """A key per row for each scope: step, generation, rank, micro_batch."""
-    spread: float = 0.0
-    """Largest relative spread of the token coefficients within an answer."""
+    """A key per row for each scope: step, generation, rank, micro_batch (-1: never trained on)."""
+    trained: np.ndarray
+    """Rows the update contains (a step ≥ 0 and a nonzero coefficient)."""
 
     def scope_sum(self, scope: str, values: np.ndarray) -> np.ndarray:
         """Per row, the sum of ``values`` over the rows in the same ``scope``."""
@@ -222,18 +254,19 @@ def run_layout(target: Callable[..., Any], d: StepDesign, layout: str) -> StepRu
     M = np.asarray(out["mask"], dtype=np.float64)
     n_tok = M.sum(1)
     a = (C * M).sum(1) / np.maximum(n_tok, 1)
-    spread = np.abs((C - a[:, None]) * M).max(1)
     scale = max(float(np.abs(a).max()), 1e-30)
     step, rank, micro = (np.asarray(out[k], dtype=np.int64).reshape(-1) for k in ("step", "rank", "micro_batch"))
+    never = step < 0
     where = {
         "step": step,
         "generation": np.asarray(out.get("generation", d.generation), dtype=np.int64).reshape(-1),
-        "rank": step * 1000 + rank,
-        "micro_batch": (step * 1000 + rank) * 100000 + micro,
+        "rank": np.where(never, -1, step * 1000 + rank),
+        "micro_batch": np.where(never, -1, (step * 1000 + rank) * 100000 + micro),
     }
-    live = (A != 0) & (n_tok > 0) & (np.abs(a) > 1e-12 * scale)
-    masked = d.holes + np.where(d.truncated & (n_tok == 0), d.lengths, 0)  # inside answers; whole truncated ones
-    return StepRun(layout, A, a, n_tok, n_tok + masked, live, where, float(spread.max() / scale))
+    trained = ~never & (np.abs(a) > 1e-12 * scale)
+    live = (A != 0) & (n_tok > 0) & trained
+    masked = np.where(d.truncated & (n_tok == 0), d.lengths, d.holes)  # a truncated answer masked whole, else holes
+    return StepRun(layout, A, a, n_tok, n_tok + masked, live, where, trained)
 
 
 @dataclass(frozen=True)
@@ -294,7 +327,7 @@ def _pieces(split: StepRun, rho: np.ndarray) -> list[dict[str, Any]]:
     """One row per micro-batch of the split layout, in step, rank, micro-batch order."""
     rows = []
     keys = split.where["micro_batch"]
-    for key in np.unique(keys):
+    for key in np.unique(keys[keys >= 0]):
         inside = keys == key
         live = inside & split.live & np.isfinite(rho)
         rows.append(
@@ -326,11 +359,29 @@ def _ratios(split: StepRun, unsplit: StepRun, law: Law) -> np.ndarray:
 
 
 def _invariance(split: StepRun, unsplit: StepRun, law: Law, tol: float) -> tuple[bool, list[Finding], Any]:
-    """ρᵢ per live answer, the findings it gives, and the per-micro-batch table."""
+    """ρᵢ per live answer, the findings it gives (the first of: answers left out, weights that differ
+    inside a step, a step counted per generation batch while it spans several, a rescaled step), and the
+    per-micro-batch table."""
     rho = _ratios(split, unsplit, law)
     pieces = _pieces(split, rho)
-    steps = np.unique(split.where["step"])
-    for s in steps:
+    found = _dropped(split, unsplit) or _uneven(split, rho, pieces, tol) or _spanning(split, law)
+    found = found or _rescaled(split, rho, tol)
+    return found is None, [found] if found is not None else [], pieces
+
+
+def _dropped(split: StepRun, unsplit: StepRun) -> Finding | None:
+    left_out = np.flatnonzero(unsplit.live & ~split.trained)
+    if not left_out.size:
+        return None
+    message = (
+        f"the split leaves {left_out.size} of the {split.a.size} answers out of the update (the unsplit step "
+        "trains on them): a drop_last or a window that never closes"
+    )
+    return Finding("split_invariance", message, {"dropped": int(left_out.size), "rows": left_out[:8].tolist()})
+
+
+def _uneven(split: StepRun, rho: np.ndarray, pieces: list[dict[str, Any]], tol: float) -> Finding | None:
+    for s in np.unique(split.where["step"][split.where["step"] >= 0]):
         r = rho[(split.where["step"] == s) & np.isfinite(rho)]
         if r.size and float(np.ptp(r)) > tol * float(np.abs(r).max()):
             mine = [p for p in pieces if p["step"] == int(s)]
@@ -339,23 +390,37 @@ def _invariance(split: StepRun, unsplit: StepRun, law: Law, tol: float) -> tuple
                 f"the update depends on how the step is split: in optimizer step {int(s)} the micro-batches' "
                 f"weights are {min(ratios):.4g}× … {max(ratios):.4g}× the unsplit step's"
             )
-            return False, [Finding("split_invariance", message, {"step": int(s), "micro_batches": mine})], pieces
-    generation = split.where["generation"]
-    for s in steps:
-        rows = split.where["step"] == s
-        held = np.unique(generation[rows])
-        if held.size != 1 or rows.sum() != (generation == held[0]).sum():
-            continue  # the step holds part of a generation batch (or several): its scale is its own
-        r = rho[rows & np.isfinite(rho)]
+            return Finding("split_invariance", message, {"step": int(s), "micro_batches": mine})
+    return None
+
+
+def _spanning(split: StepRun, law: Law) -> Finding | None:
+    """A law counted per generation batch in a step that holds answers of several: each batch's answers
+    weigh by their own batch's count (invisible to ρ when the unsplit step does the same)."""
+    if fit_law(split).name != "1/generation_tokens":
+        return None
+    for s in np.unique(split.where["step"][split.where["step"] >= 0]):
+        held = np.unique(split.where["generation"][split.where["step"] == s])
+        if held.size > 1:
+            message = (
+                f"optimizer step {int(s)} holds answers of {held.size} generation batches and weighs each batch's "
+                "tokens by that batch's own count: the step's update depends on where the generation batches end"
+            )
+            return Finding("split_invariance", message, {"step": int(s), "generation_batches": held.tolist()})
+    return None
+
+
+def _rescaled(split: StepRun, rho: np.ndarray, tol: float) -> Finding | None:
+    for s in np.unique(split.where["step"][split.where["step"] >= 0]):
+        r = rho[(split.where["step"] == s) & np.isfinite(rho)]
         if r.size and abs(float(np.median(r)) - 1.0) > tol:
             factor = float(np.median(r))
             message = (
                 f"the split rescales the update: optimizer step {int(s)} is {factor:.6g}× the same step unsplit "
                 "(every answer alike: the direction holds, the step size depends on the split)"
             )
-            finding = Finding("split_invariance", message, {"step": int(s), "factor": factor}, "deviation")
-            return False, [finding], pieces
-    return True, [], pieces
+            return Finding("split_invariance", message, {"step": int(s), "factor": factor}, "deviation")
+    return None
 
 
 def _ragged_probe(target: Callable[..., Any], geo: dict[str, Any], T: int) -> Finding | None:
@@ -465,7 +530,7 @@ def micro_batch_mean(
     pieces = micro_batches if request.get("layout") == "split" else 1
     step = np.arange(n) // (n // 2)
     micro = (np.arange(n) % (n // 2)) // max(1, (n // 2) // pieces)
-    tokens = mask.sum(1) + ((holes + np.where(truncated, L, 0)) if count_masked else 0)
+    tokens = mask.sum(1) + (np.where(truncated, L, holes) if count_masked else 0)  # masked: a whole answer, or holes
     key = step * 100 + (micro if scope == "micro_batch" else 0)
     _, inverse = np.unique(key, return_inverse=True)
     per_scope = np.bincount(inverse, weights=tokens)[inverse]

@@ -260,8 +260,10 @@ def keep_rule(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> 
 
 # --- gradient level ------------------------------------------------------------------------------
 def gradient(inf: Inferred, findings: list[Finding], table: list[dict[str, Any]], expect: D.Dial | None) -> Decision:
-    """The gradient-level verdict: fail on a failing finding; else a deviation for a non-constant
-    weight or for advantage coefficients off the expected preset's; else pass."""
+    """The gradient-level verdict: fail on a failing finding (the split step's ``split_invariance``,
+    ``masked_normaliser``, ``group_slicing`` among them); else a deviation for a deviation-severity
+    finding (a split that rescales the step), a non-constant weight, or advantage coefficients off the
+    expected preset's; else pass."""
     findings = list(findings)
     if _fails(findings):
         return Decision("fail", None, findings, [], table)

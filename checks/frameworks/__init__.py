@@ -23,6 +23,7 @@ __all__ = [
     "ESTIMATOR_KEY",
     "RESPONSE_LENGTH",
     "PROMPT_LENGTH",
+    "STEP_GROUP_SIZE",
     "lengths_for",
     "FrameworkSpec",
     "AdapterError",
@@ -38,6 +39,8 @@ ESTIMATOR_KEY = {"verl": "algorithm.adv_estimator", "openrlhf": "algo.advantage.
 #: response length budget of every driver's probe batches (tokens), and their prompts' length
 RESPONSE_LENGTH = 6
 PROMPT_LENGTH = 2
+#: answers per prompt in a split-step run when the user's settings do not name a group size
+STEP_GROUP_SIZE = 4
 
 
 def lengths_for(n: int, seed: int = 0) -> Any:

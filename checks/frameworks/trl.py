@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import tempfile
 import warnings
 from importlib.metadata import version
@@ -39,6 +40,9 @@ DRIVER_FORCED: dict[str, Any] = {
     "report_to": "none",
     "save_strategy": "no",
 }
+#: GRPOConfig's required ``output_dir``: one folder for every run, left empty (nothing is saved or logged there,
+#: :data:`DRIVER_FORCED`)
+UNUSED_OUTPUT_DIR = os.path.join(tempfile.gettempdir(), "grpo-identity-trl-unused")
 #: what the driver sets where the user set nothing (the batch size follows the user's num_generations)
 DRIVER_DEFAULTS: dict[str, Any] = {
     "bf16": False,
@@ -61,8 +65,11 @@ SETTINGS: dict[str, dict[str, str]] = {
     },
     "preset": {"dr_grpo": "scale_rewards=none", "trl": "scale_rewards=group"},
     "split": {
-        "invariant": "loss_type=dapo (normalised by the generation batch's gathered token count), dr_grpo or grpo: "
-        "bnpo and 0.16's single loss divide each micro-batch by its own tokens",
+        "1/micro_batch_tokens": "loss_type=dapo (normalised by the generation batch's gathered token count), "
+        "dr_grpo or grpo: bnpo and 0.16's single loss divide each micro-batch by its own tokens",
+        "1/rank_tokens": "loss_type=dapo (the token count gathered over the ranks), dr_grpo or grpo",
+        "1/generation_tokens": "steps_per_generation a multiple of gradient_accumulation_steps (no optimizer step "
+        "across two generation batches)",
     },
 }
 
@@ -92,7 +99,7 @@ def grpo_config(spec: FrameworkSpec) -> Any:
     if "num_generations" in user and "per_device_train_batch_size" not in user:
         defaults["per_device_train_batch_size"] = _int_or(user["num_generations"], 2)
     parser.set_defaults(**{k: v for k, v in defaults.items() if any(a.dest == k for a in parser._actions)})
-    argv = ["--output_dir", tempfile.mkdtemp(prefix="grpo-identity-trl-")]
+    argv = ["--output_dir", UNUSED_OUTPUT_DIR]
     if spec.config:
         argv += ["--config", spec.config]
     for key, value in spec.sets:

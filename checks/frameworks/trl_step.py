@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import RESPONSE_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec
 
 __all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_geometry", "run_layout", "main"]
 
@@ -45,8 +45,8 @@ SPLIT_KEYS = (
 )
 #: settings of the launcher, not of GRPOConfig (bounds: processes on this machine)
 LAUNCH_KEYS = {"num_processes": (1, 4)}
-#: the step's group size when the user sets no num_generations
-STEP_GROUP_SIZE = 4
+#: seconds the processes of one multi-process step run may take before they are ended
+RANKS_SECONDS = 600
 #: what the driver sets for every step run: the parameters never move (every micro-batch is on-policy), and
 #: each generation batch is trained on once (the first of ``num_iterations`` passes: the one whose
 #: normalisation the audit reads)
@@ -136,35 +136,58 @@ def _int_setting(spec: FrameworkSpec, merged: dict[str, Any], key: str) -> int:
 
 def _layout(spec: FrameworkSpec, processes: int, name: str) -> Layout:
     """The split layout (the user's settings, or two accumulated micro-batches of one group each where the user
-    set none) or the unsplit one (each optimizer step of the split layout as one micro-batch on one process)."""
+    set none) or the unsplit one (each optimizer step of the split layout as one micro-batch on one process).
+    Every split number the run uses is in the layout's ``sets`` (each rank's config), so what the ranks run is
+    what the geometry says."""
     user = _user_split(spec)
+    _check_whole_numbers(user)
     G = int(user.get("num_generations", STEP_GROUP_SIZE))
     sets: tuple[tuple[str, str], ...] = (("num_generations", str(G)),)
     if not any(k in user for k in SPLIT_KEYS) and processes == 1:
         sets += (("per_device_train_batch_size", str(G)), ("gradient_accumulation_steps", "2"))
+    elif "per_device_train_batch_size" not in user:
+        sets += (("per_device_train_batch_size", str(G)),)  # grpo_config's default where num_generations is set
     args = _parse(spec, sets, processes)
+    pinned = ["per_device_train_batch_size", "gradient_accumulation_steps"]
+    pinned += [] if "generation_batch_size" in user else ["steps_per_generation"]  # TRL takes one of the two
+    sets += tuple((k, str(getattr(args, k))) for k in pinned if getattr(args, k, None) is not None and k not in user)
     G, step_rows, generation_rows = _numbers(args, processes)
     settings = {k: getattr(args, k) for k in SPLIT_KEYS if getattr(args, k, None) is not None}
     settings["num_processes"] = processes
     iterations = _user_keys_of(spec).get("num_iterations")
     if iterations not in (None, 1, "1"):
         settings["num_iterations"] = f"1 (yours {iterations}: the first pass over each generation batch)"
-    split = Layout(sets, processes, G, step_rows, generation_rows, settings)
+    split = Layout(_last_wins(sets), processes, G, step_rows, generation_rows, settings)
     if name == "split":
         return split
     unsplit: tuple[tuple[str, str], ...] = (
         ("num_generations", str(G)),
         ("per_device_train_batch_size", str(step_rows)),
+        ("gradient_accumulation_steps", "1"),
     )
-    unsplit += (("gradient_accumulation_steps", "1"),)
-    if _new_trl():
+    if _new_trl():  # the user's generation_batch_size must be overridden by the same key (TRL takes one of two)
         per_generation = max(1, generation_rows // step_rows)
-        if "generation_batch_size" in user:
-            unsplit += (("generation_batch_size", str(per_generation * step_rows)),)
-        else:
-            unsplit += (("steps_per_generation", str(per_generation)),)
+        key = "generation_batch_size" if "generation_batch_size" in user else "steps_per_generation"
+        unsplit += ((key, str(per_generation * step_rows if key == "generation_batch_size" else per_generation)),)
     settings = {k: v for k, v in unsplit if k != "num_generations"}
     return Layout(unsplit, 1, G, step_rows, generation_rows, {**settings, "num_processes": 1})
+
+
+def _last_wins(sets: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple(dict(sets).items())
+
+
+def _check_whole_numbers(user: dict[str, Any]) -> None:
+    """The user's split numbers are whole numbers ≥ 1 (TRL divides by them)."""
+    for key in (*SPLIT_KEYS, "num_generations"):
+        if key not in user:
+            continue
+        try:
+            ok = int(str(user[key])) >= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            raise AdapterError(f"TRL: {key} takes a whole number ≥ 1, got {user[key]!r}")
 
 
 def _numbers(args: Any, processes: int) -> tuple[int, int, int]:
@@ -252,16 +275,46 @@ def _run_ranks(job: dict[str, Any], ranks: int) -> list[dict[str, Any]]:
         cmd += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
         cmd += ["--main_process_port", port, "-m", "grpo_identity.checks.frameworks.trl_step", path]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        stderr = _launch(cmd, env, ranks)
         records = []
         for rank in range(ranks):
             out = os.path.join(folder, f"rank-{rank}.json")
             if not os.path.exists(out):
-                last = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()][-3:]
+                last = [ln for ln in stderr.splitlines() if ln.strip()][-3:]
                 raise AdapterError(f"TRL {version('trl')} on {ranks} processes: rank {rank} wrote nothing: {last}")
             with open(out) as fh:
                 records += json.load(fh)
         return records
+
+
+def _launch(cmd: list[str], env: dict[str, str], ranks: int) -> str:
+    """Run the launcher to its end and return its stderr.  It dies with this process (and its ranks with
+    it, :func:`_die_with_parent`); past :data:`RANKS_SECONDS` it is killed and the step reported as not run."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent
+    )
+    try:
+        return proc.communicate(timeout=RANKS_SECONDS)[1] or ""
+    except subprocess.TimeoutExpired:
+        raise AdapterError(
+            f"TRL {version('trl')} on {ranks} processes: the step did not finish in {RANKS_SECONDS} s"
+        ) from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when its parent exits, so no rank outlives an audit that was
+    stopped (elsewhere: nothing; the audit's process group is still ended as a whole)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def _rows(records: list[dict[str, Any]], n: int, ranks: int) -> dict[str, Any]:
@@ -484,6 +537,7 @@ def main(argv: list[str] | None = None) -> None:
         job = json.load(fh)
     from accelerate import PartialState
 
+    _die_with_parent()  # the launcher's end ends this rank
     rank = PartialState(cpu=True).process_index
     records = _run_here(job, rank)
     with open(os.path.join(job["out"], f"rank-{rank}.json"), "w") as fh:

@@ -39,6 +39,23 @@ def test_the_design_gives_steps_and_micro_batches_of_unequal_token_counts_and_si
     assert np.all(live[d.truncated])  # a truncated answer carries weight unless masked
 
 
+@pytest.mark.parametrize(
+    "step_rows, generation_rows, rows",
+    [(16, 16, 32), (8, 16, 32), (16, 8, 32), (20, 12, 120), (12, 8, 24)],
+)
+def test_a_probe_holds_whole_optimizer_steps_and_whole_generation_batches(step_rows, generation_rows, rows):
+    geo = S.geometry(4, step_rows, generation_rows)
+    d = S.design(geo, T)
+    assert d.rewards.size == rows
+    assert rows % step_rows == 0 and rows % generation_rows == 0 and rows >= 2 * max(step_rows, generation_rows)
+
+
+def test_a_step_whose_probe_would_be_too_large_is_refused_in_words():
+    assert S.check_geometry(S.geometry(4, 12, 16)) is None  # 96 answers
+    message = S.check_geometry(S.geometry(4, 60, 64))  # 1920 answers
+    assert message is not None and "divide one another" in message and "1920" in message
+
+
 def test_a_target_that_cannot_mask_gets_no_masked_tokens():
     d = S.design(S.geometry(4, 8, 8), T)
     assert d.holes.sum() == 0 and d.truncated.sum() == 0
@@ -100,7 +117,8 @@ def test_a_normaliser_that_counts_masked_tokens_is_a_finding():
     (finding,) = out.findings
     assert finding.property == "masked_normaliser" and finding.severity == "fail"
     d = S.design(GEO, T)
-    assert finding.counterexample["masked_tokens"] == int(d.holes.sum() + d.lengths[d.truncated].sum())
+    assert np.any(d.truncated & (d.holes > 0))  # a hole inside a truncated answer: counted once, with the answer
+    assert finding.counterexample["masked_tokens"] == int(d.lengths[d.truncated].sum() + d.holes[~d.truncated].sum())
 
 
 def test_a_normaliser_that_counts_only_the_losss_tokens_is_no_finding():

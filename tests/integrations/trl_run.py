@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import warnings
 
 warnings.filterwarnings("ignore")
@@ -50,7 +49,7 @@ def main(out: str, reward: str = "binary", group_size: str = "4") -> None:
         return r
 
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="grpo-identity-trl-run-"),
+        output_dir=os.path.join(out, "trainer"),  # nothing is saved there (save_strategy "no")
         use_cpu=True,
         bf16=False,
         report_to="none",

@@ -16,6 +16,7 @@ from grpo_identity.app.cli import main
 from grpo_identity.checks import adapters, audit
 from grpo_identity.checks.adapters import TESTED_VERSIONS
 from grpo_identity.checks.frameworks import FrameworkSpec
+from grpo_identity.checks.steps import design
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.xdist_group("trl")]
 
@@ -236,6 +237,32 @@ def test_the_step_geometry_is_the_users_split_or_a_default_split_of_two_accumula
     assert "per_device_train_batch_size=12, gradient_accumulation_steps=1" in mine["layouts"]["unsplit"]
 
 
+@pytest.mark.parametrize(
+    "key, value",
+    [("per_device_train_batch_size", "0"), ("gradient_accumulation_steps", "x"), ("num_generations", "-2")],
+)
+def test_a_split_number_below_one_is_refused_when_the_target_is_built(key, value):
+    _need_trl()
+    from grpo_identity.checks.frameworks import AdapterError, trl_step
+
+    with pytest.raises(AdapterError, match=f"{key} takes a whole number ≥ 1"):
+        trl_step.step_geometry(FrameworkSpec("trl", ((key, value),)))
+
+
+def test_every_rank_runs_the_batch_sizes_the_geometry_counts():
+    """With processes and no per-device batch set, each rank's config names the batch the geometry counted."""
+    _need_trl()
+    from grpo_identity.checks.frameworks import trl_step
+
+    spec = FrameworkSpec("trl", (("num_generations", "2"), ("num_processes", "2")))
+    geo = trl_step.step_geometry(spec)
+    split = trl_step._layout(*trl_step.launch_settings(spec), "split")
+    sets = dict(split.sets)
+    assert int(sets["per_device_train_batch_size"]) * 2 * int(sets["gradient_accumulation_steps"]) == geo["step_rows"]
+    d = design(geo, 6)
+    assert d.rewards.size % geo["step_rows"] == 0
+
+
 @pytest.mark.parametrize("value", ["0", "5", "two"])
 def test_num_processes_is_bounded_and_named(value):
     from grpo_identity.checks.frameworks import AdapterError, trl_step
@@ -250,7 +277,6 @@ def test_two_gloo_processes_gather_a_trl_step_whose_gradient_is_the_unsplit_step
     receives it after the all-reduce, against the same step on one process in one micro-batch."""
     _need_trl()
     from grpo_identity.checks.frameworks import trl_step
-    from grpo_identity.checks.steps import design
 
     gaps = {}
     for loss in ("dapo", "bnpo"):
