@@ -34,8 +34,9 @@
   runs ``PPOActor.compute_advantages`` on its groups concatenated (``Normalization`` cuts fixed
   blocks of ``group_size`` rows), the results are merged back (``_merge_tensors``) and dispatched
   again for ``PPOActor.ppo_update``: its
-  ``ppo_n_minibatches`` mini-batches (``split_padded_tensor_dict_into_mb_list``, balanced by
-  tokens, not by group), one ``engine.train_batch`` (one optimizer step) each, with AReaL's
+  ``ppo_n_minibatches`` mini-batches (``split_padded_tensor_dict_into_mb_list``: ``_ffd_allocate``
+  deals the answers out longest first, each to the mini-batch with the fewest; not by group), one
+  ``engine.train_batch`` (one optimizer step) each, with AReaL's
   ``grpo_loss_fn`` partial and its ``loss_weight_fn`` (``loss_mask.count_nonzero()``).  The
   engine is ``FSDPEngine`` itself, its ``train_batch`` running as written (``_prepare_mb_list``'s
   micro-batches by ``actor.mb_spec``, ``compute_total_loss_weight``'s all-reduced total,
@@ -43,9 +44,13 @@
   model (a table of log-probabilities, one row per answer), the optimizer step (it records the
   accumulated gradient) and FSDP's gradient average over the ranks (1/dp) are stand-ins.  The ranks
   run as threads of this process with ``torch.distributed`` emulated in AReaL's modules
-  (:class:`_Ranks`: ``all_reduce`` sums the ranks' tensors, ``all_gather_object`` gathers their
-  objects), so every all-reduce AReaL makes (the total loss weight, a batch-level
-  ``Normalization``, the micro-batch count) gets the sums of every rank.
+  (:class:`~grpo_identity.checks.frameworks._ranks.ThreadRanks` as their ``dist``: ``all_reduce``
+  sums the ranks' tensors, ``all_gather_object`` gathers their objects), so every all-reduce AReaL
+  makes (the total loss weight, a batch-level ``Normalization``, the micro-batch count) gets the sums
+  of every rank.  The unsplit layout runs the same optimizer steps (the answers of each split step,
+  all ranks' k-th mini-batches) each as one ``ppo_update`` of one micro-batch on one rank.  Split
+  settings AReaL would refuse on the audit's rows (a count below 1, a token budget below the longest
+  sequence, a batch the ranks or micro-batches cannot divide) are refused when the target is built.
 """
 
 from __future__ import annotations
@@ -64,7 +69,15 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from grpo_identity.checks import steps
-from grpo_identity.checks.frameworks import PROMPT_LENGTH, RESPONSE_LENGTH, AdapterError, FrameworkSpec, lengths_for
+from grpo_identity.checks.frameworks import (
+    PROMPT_LENGTH,
+    RESPONSE_LENGTH,
+    STEP_GROUP_SIZE,
+    AdapterError,
+    FrameworkSpec,
+    lengths_for,
+)
+from grpo_identity.checks.frameworks._ranks import ThreadRanks
 
 __all__ = [
     "import_check",
@@ -97,10 +110,15 @@ SPLIT_KEYS = ("actor.ppo_n_minibatches", "actor.mb_spec", "actor.backend")
 #: the split where the user set none of :data:`SPLIT_KEYS`: two micro-batches per mini-batch on
 #: two data-parallel ranks (AReaL's own defaults, one micro-batch on one rank, would not accumulate)
 DEFAULT_N_MBS, DEFAULT_BACKEND = 2, "fsdp:d2"
-#: the step's group size and prompts per generation batch where the user set none (AReaL's
-#: defaults, ``n_samples=1`` and ``batch_size=1``, hold no group to normalise)
-DEFAULT_GROUP_SIZE, DEFAULT_BATCH_SIZE = 4, 4
-
+#: the prompts per generation batch where the user set none (AReaL's default, ``batch_size=1``, holds
+#: one group); the step's group size where the user set none is :data:`STEP_GROUP_SIZE`
+DEFAULT_BATCH_SIZE = 4
+#: the unsplit layout (:func:`_run_unsplit`)
+UNSPLIT = (
+    "the split layout's optimizer steps, each with the same answers (the ranks' k-th mini-batches of "
+    "PPOActor._ppo_update), run as PPOActor.ppo_update with ppo_n_minibatches=1 and MicroBatchSpec() "
+    "(one train_batch of one micro-batch) on one rank; the advantages computed on one rank"
+)
 
 #: the settings that give each preset (what a report suggests)
 SETTINGS: dict[str, dict[str, str]] = {
@@ -368,7 +386,8 @@ class _Plan:
         return self.batch_size * self.group_size
 
     def unsplit(self) -> _Plan:
-        """Each generation batch one optimizer step of one micro-batch on one rank."""
+        """The unsplit layout's settings: one mini-batch (one ``train_batch``) of one micro-batch on one rank,
+        run on the rows of each of the split layout's optimizer steps in turn."""
         from areal.api.cli_args import MicroBatchSpec
 
         return replace(self, minibatches=1, mb_spec=MicroBatchSpec(), backend="fsdp:d1", dp=1)
@@ -381,6 +400,8 @@ class _Plan:
             "actor.ppo_n_minibatches": self.minibatches,
             "actor.mb_spec.n_mbs": m.n_mbs,
             "actor.mb_spec.max_tokens_per_mb": m.max_tokens_per_mb,
+            "actor.mb_spec.granularity": m.granularity,
+            "actor.mb_spec.n_mbs_divisor": m.n_mbs_divisor,
             "actor.mb_spec.packing_algorithm": m.packing_algorithm,
             "actor.backend": self.backend,
             "data_parallel_ranks": self.dp,
@@ -394,8 +415,9 @@ class _Plan:
             f"{self.batch_size} prompts × G per generation batch over {self.dp} data-parallel rank(s) "
             "(TrainController._dispatch_tensors: whole groups, balanced by tokens"
             f"{'; ranks emulated as threads' if self.dp > 1 else ''}); on each rank {self.minibatches} mini-batch(es), "
-            "one optimizer step each (PPOActor._ppo_update: split_padded_tensor_dict_into_mb_list, balanced by tokens, "
-            f"so a group's answers spread over steps), each cut by FSDPEngine._prepare_mb_list into at least "
+            "one optimizer step each (PPOActor._ppo_update: split_padded_tensor_dict_into_mb_list, the answers dealt "
+            "out longest first, so a group's answers spread over steps), each cut by FSDPEngine._prepare_mb_list into "
+            "at least "
             f"{m.n_mbs} micro-batch(es){budget} ({m.packing_algorithm})"
         )
         engine = self.backend.partition(":")[0]
@@ -405,7 +427,7 @@ class _Plan:
             self.group_size,
             max(1, self.generation_rows // self.minibatches),
             self.generation_rows,
-            layouts={"split": split, "unsplit": "ppo_n_minibatches=1, MicroBatchSpec() (one micro-batch), one rank"},
+            layouts={"split": split, "unsplit": UNSPLIT},
             ranks="emulated" if self.dp > 1 else "one",
             holes=True,
             ragged=True,
@@ -432,7 +454,8 @@ def _user_keys(spec: FrameworkSpec) -> set[str]:
 
 def _plan(spec: FrameworkSpec, cfg: Any) -> _Plan:
     """The step ``spec`` configures, the driver's defaults where the user set nothing (the batch
-    size: the smallest from :data:`DEFAULT_BATCH_SIZE` on that AReaL can split as configured)."""
+    size: the smallest from :data:`DEFAULT_BATCH_SIZE` on that AReaL can split as configured); a split
+    AReaL would refuse on the audit's rows is an :class:`AdapterError` naming the setting."""
     from areal.api.alloc_mode import ModelAllocation
     from areal.api.cli_args import MicroBatchSpec
 
@@ -440,7 +463,7 @@ def _plan(spec: FrameworkSpec, cfg: Any) -> _Plan:
     chosen = []
     G = int(cfg.gconfig.n_samples)
     if "gconfig.n_samples" not in keys:
-        G = DEFAULT_GROUP_SIZE
+        G = STEP_GROUP_SIZE
         chosen.append(f"gconfig.n_samples={G}")
     a = cfg.actor
     mb_spec, backend = a.mb_spec, a.backend
@@ -452,32 +475,76 @@ def _plan(spec: FrameworkSpec, cfg: Any) -> _Plan:
     except Exception as exc:  # AReaL's allocation grammar
         raise AdapterError(f"{_release()} rejects actor.backend={backend}: {exc}") from None
     plan = _Plan(G, int(cfg.train_dataset.batch_size), int(a.ppo_n_minibatches), mb_spec, backend, dp)
-    if "train_dataset.batch_size" not in keys:
-        B = next(b for b in range(DEFAULT_BATCH_SIZE, 10**6) if _splits(replace(plan, batch_size=b)) is None)
-        plan = replace(plan, batch_size=B)
-        chosen.append(f"train_dataset.batch_size={B}")
-    refused = _splits(plan)
+    refused = _invalid(plan)
+    if refused is None and "train_dataset.batch_size" not in keys:
+        fits = (b for b in range(DEFAULT_BATCH_SIZE, 10**5) if _splits(replace(plan, batch_size=b), short=1) is None)
+        B = next(fits, 0)
+        plan = replace(plan, batch_size=B or DEFAULT_BATCH_SIZE)
+        chosen.append(f"train_dataset.batch_size={plan.batch_size}")
+    refused = refused or _splits(plan)
     if refused is not None:
         raise AdapterError(f"{_release()}: {refused}")
     return replace(plan, chosen=tuple(chosen))
 
 
-def _splits(plan: _Plan) -> str | None:
-    """Why AReaL cannot split a generation batch of ``plan`` (None: it can): the dispatch deals the
-    prompts out evenly over the ranks (``balanced_greedy_partition``), ``ffd_allocate`` needs as
-    many answers as mini-batches on each rank, and, row counts balanced, each mini-batch as many
-    answers as micro-batches."""
-    per_rank = plan.generation_rows // plan.dp
+def _invalid(plan: _Plan) -> str | None:
+    """A split setting no batch can meet (None: none): a count below 1 (``n_mbs`` and ``max_tokens_per_mb``
+    may be unset), or a token budget below the audit's longest sequence (``ffd_allocate`` and
+    ``kk_allocate`` refuse a sequence over the budget; ``split_padded_tensor_dict_into_mb_list``
+    counts ``granularity`` adjacent sequences as one)."""
+    m = plan.mb_spec
+    counts = {
+        "gconfig.n_samples": plan.group_size,
+        "train_dataset.batch_size": plan.batch_size,
+        "actor.ppo_n_minibatches": plan.minibatches,
+        "actor.mb_spec.n_mbs": m.n_mbs,
+        "actor.mb_spec.granularity": m.granularity,
+        "actor.mb_spec.max_tokens_per_mb": m.max_tokens_per_mb,
+        "actor.mb_spec.n_mbs_divisor": m.n_mbs_divisor,
+    }
+    for key, value in counts.items():
+        if value is not None and value < 1:
+            return f"{key}={value}: the split settings count answers, micro-batches or tokens, and must be at least 1"
+    longest = PROMPT_LENGTH + RESPONSE_LENGTH
+    smallest = m.granularity * longest
+    if m.max_tokens_per_mb is not None and m.max_tokens_per_mb < smallest:
+        return (
+            f"actor.mb_spec.max_tokens_per_mb={m.max_tokens_per_mb} is below the audit's longest sequence "
+            f"({PROMPT_LENGTH} prompt + {RESPONSE_LENGTH} response tokens"
+            f"{f', times actor.mb_spec.granularity={m.granularity}' if m.granularity > 1 else ''}): "
+            f"AReaL's ffd_allocate refuses a sequence over the budget; the smallest value that works is {smallest}"
+        )
+    return None
+
+
+def _splits(plan: _Plan, short: int = 0) -> str | None:
+    """Why AReaL cannot split a generation batch of ``plan``'s whole groups (None: it can), or, with
+    ``short``, a batch that many answers short on one rank: ``balanced_greedy_partition`` deals the
+    prompts out evenly over the ranks (``The length of nums must be divisible by K``),
+    ``split_padded_tensor_dict_into_mb_list`` needs each rank's rows in whole ``granularity`` blocks,
+    and ``ffd_allocate`` as many answers per rank as mini-batches and per mini-batch as micro-batches
+    (``n_mbs`` rounded up to a multiple of ``n_mbs_divisor``, as ``ffd_allocate`` and ``kk_allocate`` round
+    it, and ``allocate_balanced_mbs_synced`` makes every rank take the largest count; with no token budget,
+    ``_ffd_allocate`` deals the rows out by count)."""
+    m, per_rank = plan.mb_spec, plan.generation_rows // plan.dp
     if plan.batch_size % plan.dp:
         return (
-            f"TrainController._dispatch_tensors deals the {plan.batch_size} prompts of a batch out evenly over "
-            f"dp={plan.dp} ranks (train_dataset.batch_size must be a multiple of dp)"
+            f"train_dataset.batch_size={plan.batch_size} is not a multiple of the dp={plan.dp} ranks of "
+            f"actor.backend={plan.backend}: TrainController._dispatch_tensors deals a batch's prompts out evenly"
         )
-    if per_rank // plan.minibatches < (plan.mb_spec.n_mbs or 1):
+    if per_rank % m.granularity:
         return (
-            f"{per_rank} answers per rank (train_dataset.batch_size × gconfig.n_samples / dp) do not make "
-            f"actor.ppo_n_minibatches={plan.minibatches} mini-batches of actor.mb_spec.n_mbs={plan.mb_spec.n_mbs} "
-            "micro-batches (AReaL's ffd_allocate refuses fewer answers than groups)"
+            f"actor.mb_spec.granularity={m.granularity} does not divide the {per_rank} answers per rank "
+            "(train_dataset.batch_size × gconfig.n_samples / dp): split_padded_tensor_dict_into_mb_list refuses them"
+        )
+    need = -(-max(m.n_mbs or 0, m.n_mbs_divisor) // m.n_mbs_divisor) * m.n_mbs_divisor
+    if (per_rank - short) // plan.minibatches < need:
+        return (
+            f"{per_rank - short} answers per rank (train_dataset.batch_size × gconfig.n_samples / dp"
+            f"{', one answer short' if short else ''}) do not make "
+            f"actor.ppo_n_minibatches={plan.minibatches} mini-batches of {need} micro-batches (actor.mb_spec.n_mbs="
+            f"{m.n_mbs}, n_mbs_divisor={m.n_mbs_divisor}): AReaL's {m.packing_algorithm}_allocate refuses fewer "
+            "answers than groups"
         )
     return None
 
@@ -506,75 +573,8 @@ class _RankStats:
         return getattr(tracker, name) if hasattr(tracker, name) else getattr(self._module, name)
 
 
-class _Ranks:
-    """``torch.distributed`` as AReaL's code calls it, for ``size`` data-parallel ranks run as threads
-    of this process: ``all_reduce`` sums every rank's tensor (the sums, as the collective does),
-    ``all_gather_object`` gathers every rank's object; anything else is refused by name."""
-
-    def __init__(self, size: int) -> None:
-        import torch.distributed as dist
-
-        self.size, self.ReduceOp = size, dist.ReduceOp
-        self._barrier = threading.Barrier(size, timeout=120)
-        self._slots: list[Any] = [None] * size
-        self._local = threading.local()
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"torch.distributed.{name} is not emulated by the AReaL driver's ranks")
-
-    def is_initialized(self) -> bool:
-        return True
-
-    def get_rank(self, group: Any = None) -> int:
-        return int(getattr(self._local, "rank", 0))
-
-    def get_world_size(self, group: Any = None) -> int:
-        return self.size
-
-    def _exchange(self, value: Any) -> list[Any]:
-        self._slots[self.get_rank()] = value
-        self._barrier.wait()
-        parts = list(self._slots)
-        self._barrier.wait()
-        return parts
-
-    def all_reduce(self, tensor: Any, op: Any = None, group: Any = None) -> None:
-        if op not in (None, self.ReduceOp.SUM):
-            raise NotImplementedError(f"all_reduce with {op}: the driver's ranks only sum")
-        parts = self._exchange(tensor.detach().clone())
-        tensor.copy_(sum(parts[1:], parts[0]))
-
-    def all_gather_object(self, out: list[Any], obj: Any, group: Any = None) -> None:
-        out[:] = self._exchange(obj)
-
-    def run(self, fn: Callable[[int], Any]) -> list[Any]:
-        """``fn(rank)`` on every rank at once (one thread each); the first error of any rank raised."""
-        if self.size == 1:
-            self._local.rank = 0
-            return [fn(0)]
-        results: list[Any] = [None] * self.size
-        errors: list[BaseException] = []
-
-        def body(rank: int) -> None:
-            self._local.rank = rank
-            try:
-                results[rank] = fn(rank)
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the other ranks stop
-                errors.append(exc)
-                self._barrier.abort()
-
-        threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(self.size)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
-        return results
-
-
 @contextlib.contextmanager
-def _emulated(ranks: _Ranks) -> Iterator[None]:
+def _emulated(ranks: ThreadRanks) -> Iterator[None]:
     """AReaL's modules of the step path see ``ranks`` as ``torch.distributed`` and a tracker per rank."""
     names = ("areal.utils.data", "areal.engine.core.train_engine", "areal.engine.fsdp_engine")
     patches: list[tuple[Any, str, Any]] = [(importlib.import_module(m), "dist", ranks) for m in names]
@@ -670,25 +670,64 @@ def _group_items(
     return [concat_padded_tensors(rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+def _rank_actors(actor_cfg: Any, dp: int, engine: Any, n: int) -> list[Any]:
+    """One ``PPOActor`` per rank, each on its own stubbed engine (a table of ``n`` answers' log-probabilities)."""
+    import torch
+
+    module = _actor_module()
+    width = PROMPT_LENGTH + RESPONSE_LENGTH
+    return [
+        module.PPOActor(actor_cfg, engine(actor_cfg, dp, torch.zeros(n, width, requires_grad=True))) for _ in range(dp)
+    ]
+
+
+def _advantages_on(ranks: ThreadRanks, actors: list[Any], items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``PPOActorController.compute_advantages``: the groups dispatched over the ranks
+    (``_dispatch_tensors``), ``compute_advantages`` on each rank, merged back (``_merge_tensors``)."""
+    from areal.infra.controller.train_controller import _dispatch_tensors, _merge_tensors
+
+    shards, where = _dispatch_tensors(items, ranks.size)
+    return _merge_tensors(ranks.run(lambda r: actors[r].compute_advantages(shards[r])), where)
+
+
 def _run_generation(items: list[dict[str, Any]], actor_cfg: Any, dp: int, engine: Any, n: int) -> tuple[list, list]:
     """One generation batch as ``PPOTrainer.train`` runs it in the single-controller mode:
     dispatch, ``compute_advantages`` per rank, merge, dispatch, ``ppo_update`` per rank.  Returns
     the advantages' items (in the rollout's order) and each rank's engine."""
-    import torch
-    from areal.infra.controller.train_controller import _dispatch_tensors, _merge_tensors
+    from areal.infra.controller.train_controller import _dispatch_tensors
 
-    module = _actor_module()
-    ranks = _Ranks(dp)
-    engines = [
-        engine(actor_cfg, dp, torch.zeros(n, PROMPT_LENGTH + RESPONSE_LENGTH, requires_grad=True)) for _ in range(dp)
-    ]
-    actors = [module.PPOActor(actor_cfg, e) for e in engines]
+    ranks, actors = ThreadRanks(dp), _rank_actors(actor_cfg, dp, engine, n)
     with _emulated(ranks):
-        shards, where = _dispatch_tensors(items, dp)
-        adv = _merge_tensors(ranks.run(lambda r: actors[r].compute_advantages(shards[r])), where)
+        adv = _advantages_on(ranks, actors, items)
         shards, _ = _dispatch_tensors(adv, dp)
         ranks.run(lambda r: actors[r].ppo_update(shards[r]))
-    return adv, engines
+    return adv, [a.engine for a in actors]
+
+
+def _answers(items: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each answer of the groups' items as an item of its own (batch dim 1), by its row."""
+    answers = {}
+    for item in items:
+        size = item["input_ids"].shape[0]
+        for j in range(size):
+            answer = {k: v[j : j + 1] if getattr(v, "shape", ())[:1] == (size,) else v for k, v in item.items()}
+            answers[int(answer["input_ids"][0, 0]) - 1] = answer
+    return answers
+
+
+def _run_unsplit(
+    items: list[dict[str, Any]], actor_cfg: Any, engine: Any, n: int, steps: list[list[int]]
+) -> tuple[list, list]:
+    """One generation batch in the unsplit layout: the advantages on one rank, then each of ``steps``
+    (the rows of one of the split layout's optimizer steps) one ``ppo_update`` of those answers on one
+    rank (``actor_cfg``: one mini-batch of one micro-batch).  Returns the advantages' items and the engine."""
+    ranks, (actor,) = ThreadRanks(1), _rank_actors(actor_cfg, 1, engine, n)
+    with _emulated(ranks):
+        adv = _advantages_on(ranks, [actor], items)
+        answers = _answers(adv)
+        updates = [[answers[i] for i in rows] for rows in steps]
+        ranks.run(lambda r: [actor.ppo_update(update) for update in updates])
+    return adv, [actor.engine]
 
 
 def _response(row: Any) -> np.ndarray:
@@ -698,10 +737,11 @@ def _response(row: Any) -> np.ndarray:
 
 
 class _StepRecord:
-    """The step request's answer, filled generation batch by generation batch."""
+    """The step request's answer, filled generation batch by generation batch; a row no optimizer step
+    held keeps step -1 and zero coefficients."""
 
     def __init__(self, n: int) -> None:
-        self.advantages = np.full(n, np.nan)
+        self.advantages = np.zeros(n)
         self.coefficients, self.mask = np.zeros((n, RESPONSE_LENGTH)), np.zeros((n, RESPONSE_LENGTH))
         self.where = {k: np.full(n, -1, dtype=np.int64) for k in ("step", "rank", "micro_batch", "generation")}
 
@@ -712,22 +752,29 @@ class _StepRecord:
                 self.advantages[i] = float(adv[m].double().mean()) if m.any() else 0.0
                 self.mask[i], self.where["generation"][i] = _response(mask), generation
 
-    def read_steps(self, engines: list[Any], first: int) -> int:
-        """Each rank's optimizer steps from ``first`` on; the gradient averaged over the ranks (FSDP's
-        reduce-scatter averages: each row is on one rank, 1/dp of its rank's gradient)."""
+    def read_steps(self, engines: list[Any], ids: list[int]) -> None:
+        """Each rank's optimizer steps, the k-th as step ``ids[k]`` of the call; the gradient averaged over
+        the ranks (FSDP's reduce-scatter averages: each row is on one rank, 1/dp of its rank's gradient)."""
         for rank, engine in enumerate(engines):
-            for k, (grad, micro) in enumerate(engine.steps):
+            for step, (grad, micro) in zip(ids, engine.steps):
                 for m, rows in enumerate(micro):
                     for i in rows:
                         if self.where["step"][i] >= 0:
                             raise RuntimeError(f"row {i} was trained in two micro-batches")
-                        self.where["step"][i], self.where["rank"][i], self.where["micro_batch"][i] = first + k, rank, m
+                        self.where["step"][i], self.where["rank"][i], self.where["micro_batch"][i] = step, rank, m
                         self.coefficients[i] = -_response(grad[i]) / len(engines)
-        return first + max(len(e.steps) for e in engines)
+
+    def steps_of(self, rows: list[int], extra: int) -> list[tuple[int, list[int]]]:
+        """The optimizer steps that hold ``rows``, each (its id, its rows in rank order), in step order;
+        then the rows no step held as step ``extra`` (the unsplit layout trains what the split left out)."""
+        held = sorted((tuple(int(self.where[k][i]) for k in ("step", "rank", "micro_batch")), i) for i in rows)
+        steps: dict[int, list[int]] = {}
+        for (step, _, _), i in held:
+            steps.setdefault(step, []).append(i)
+        left = steps.pop(-1, [])
+        return list(steps.items()) + ([(extra, left)] if left else [])
 
     def result(self) -> dict[str, np.ndarray]:
-        if (self.where["step"] < 0).any() or np.isnan(self.advantages).any():
-            raise RuntimeError("a row of the step request never reached the optimizer")
         return {"advantages": self.advantages, "coefficients": self.coefficients, "mask": self.mask, **self.where}
 
 
@@ -736,26 +783,42 @@ def _run_step(
 ) -> dict[str, np.ndarray]:
     """A step request (:mod:`grpo_identity.checks.steps`): the rows in groups of ``request["sizes"]``
     (as the rollout delivers them), ``plan.batch_size`` groups per generation batch, each through
-    :func:`_run_generation` under the layout's plan."""
+    :func:`_run_generation` under the configured split; for the unsplit layout, each optimizer step of
+    that split again through :func:`_run_unsplit` (the same answers, one micro-batch on one rank)."""
     n = len(rewards)
     sizes = [int(s) for s in request.get("sizes") or [G] * (n // G)]
     holes = [int(h) for h in request.get("holes") or [0] * n]
-    layout = plan if request.get("layout", "split") == "split" else plan.unsplit()
-    actor_cfg = _actor_config(cfg.actor, layout, G)
+    actor_cfg = _actor_config(cfg.actor, plan, G)
     items = _group_items(rewards, lengths, sizes, holes, bool(actor_cfg.should_compute_prox_logp()))
-    record, step = _StepRecord(n), 0
-    for generation, start in enumerate(range(0, len(items), layout.batch_size)):
-        try:
-            adv, engines = _run_generation(items[start : start + layout.batch_size], actor_cfg, layout.dp, engine, n)
-        except (RuntimeError, ValueError) as exc:
-            if "seqpack" not in _origin(exc):
-                raise
-            raise AdapterError(
-                f"{_release()} cannot split the step as configured ({layout.settings()}): {exc}"
-            ) from None
-        record.read_advantages(adv, generation)
-        step = record.read_steps(engines, step)
-    return record.result()
+    batches = [items[start : start + plan.batch_size] for start in range(0, len(items), plan.batch_size)]
+    split = _StepRecord(n)
+    for generation, batch in enumerate(batches):
+        adv, engines = _split_generation(batch, actor_cfg, plan, engine, n)
+        split.read_advantages(adv, generation)
+        first = int(split.where["step"].max()) + 1
+        split.read_steps(engines, list(range(first, first + max(len(e.steps) for e in engines))))
+    if request.get("layout", "split") == "split":
+        return split.result()
+    unsplit, one = _StepRecord(n), _actor_config(cfg.actor, plan.unsplit(), G)
+    extra = int(split.where["step"].max()) + 1  # past the split's steps: the rows it left out, per batch
+    for generation, batch in enumerate(batches):
+        steps = split.steps_of(list(_answers(batch)), extra + generation)
+        adv, engines = _run_unsplit(batch, one, engine, n, [rows for _, rows in steps])
+        unsplit.read_advantages(adv, generation)
+        unsplit.read_steps(engines, [step for step, _ in steps])
+    return unsplit.result()
+
+
+def _split_generation(
+    batch: list[dict[str, Any]], actor_cfg: Any, plan: _Plan, engine: Any, n: int
+) -> tuple[list, list]:
+    """:func:`_run_generation` under ``plan``; AReaL's packing refusing the split is an :class:`AdapterError`."""
+    try:
+        return _run_generation(batch, actor_cfg, plan.dp, engine, n)
+    except (RuntimeError, ValueError) as exc:
+        if "seqpack" not in _origin(exc):
+            raise
+        raise AdapterError(f"{_release()} cannot split the step as configured ({plan.settings()}): {exc}") from None
 
 
 def _origin(exc: BaseException) -> str:

@@ -220,3 +220,15 @@ def test_a_short_group_normalised_as_a_partial_block_blows_up_and_is_found():
 
     found = S._ragged_probe(fn, S.geometry(4, 16, 16, ragged=True), T)
     assert found is not None and found.property == "group_slicing" and "partial block" in found.message
+
+
+def test_a_framework_that_cannot_run_a_short_group_leaves_a_note_and_the_step_measured():
+    def fn(r, G, L, request=None):
+        if request and len(set(request["sizes"])) > 1:
+            raise RuntimeError("min_groups 2")
+        return S.micro_batch_mean(r, G, L, request, scope="step")
+
+    out = S.audit_step(fn, {**S.geometry(4, 16, 16), "ragged": True})
+    assert out.invariant and out.law_split == "1/step_tokens"
+    notes = [f for f in out.findings if f.property == "group_slicing"]
+    assert len(notes) == 1 and notes[0].severity == "note" and "min_groups 2" in notes[0].message

@@ -18,8 +18,10 @@ on the rewards, ``reward_norm(reward_score)``, and on the token-level returns,
 
 The optimizer step (``PPOActor._ppo_update`` on ``FSDPEngine.train_batch``, the model and the
 optimizer stubbed, data-parallel ranks emulated as threads): every token weighs 1/(tokens of its
-optimizer step over all ranks), however the step is cut; a group short of G (an answer that came back
-``None`` in ``GroupedRolloutWorkflow``) is cut in fixed blocks of G rows.
+optimizer step over all ranks), however the step is cut, so each micro-batch weighs 1× the same step
+run as one micro-batch on one rank; a group short of G (an answer that came back ``None`` in
+``GroupedRolloutWorkflow``) is cut in fixed blocks of G rows.  Split settings AReaL would refuse on the
+audit's rows are refused when the target is built.
 """
 
 from __future__ import annotations
@@ -219,31 +221,67 @@ def test_the_ppo_loss_weights_every_token_by_one_over_the_batchs_tokens(capsys):
 # FSDPEngine.train_batch: total = compute_total_loss_weight (all-reduced over dp), each micro-batch's
 # loss (grpo_loss_fn: sum / its own count_nonzero) times local_weight / total × dp_size, FSDP
 # averages the gradient over dp: every token weighs 1/(tokens of the optimizer step, all ranks).
-def test_the_emulated_ranks_sum_every_ranks_tensor_and_gather_every_object():
+def _plan(**kw):
+    """A ``_Plan`` of the default split (G=4, 6 prompts, 4 mini-batches of 2 micro-batches on 2 ranks), with ``kw``
+    over it (``mb_spec`` fields by name)."""
+    from types import SimpleNamespace
+
+    spec = {"n_mbs": 2, "granularity": 1, "max_tokens_per_mb": None, "n_mbs_divisor": 1, "packing_algorithm": "ffd"}
+    mb = SimpleNamespace(**{**spec, **{k: v for k, v in kw.items() if k in spec}})
+    plan = {"group_size": 4, "batch_size": 6, "minibatches": 4, "mb_spec": mb, "backend": "fsdp:d2", "dp": 2}
+    return drv._Plan(**{**plan, **{k: v for k, v in kw.items() if k not in spec}})
+
+
+@pytest.mark.parametrize(
+    "setting, key",
+    [
+        ({"group_size": 0}, "gconfig.n_samples=0"),
+        ({"batch_size": 0}, "train_dataset.batch_size=0"),
+        ({"minibatches": 0}, "actor.ppo_n_minibatches=0"),
+        ({"n_mbs": -1}, "actor.mb_spec.n_mbs=-1"),
+        ({"granularity": 0}, "actor.mb_spec.granularity=0"),
+        ({"max_tokens_per_mb": 0}, "actor.mb_spec.max_tokens_per_mb=0"),
+        ({"n_mbs_divisor": 0}, "actor.mb_spec.n_mbs_divisor=0"),
+    ],
+)
+def test_a_split_count_below_one_is_refused_by_name(setting, key):
+    assert drv._invalid(_plan()) is None
+    assert f"{key}: the split settings count" in drv._invalid(_plan(**setting))
+
+
+def test_a_token_budget_below_the_longest_sequence_is_refused_with_the_smallest_that_works():
+    longest = drv.PROMPT_LENGTH + drv.RESPONSE_LENGTH
+    assert drv._invalid(_plan(max_tokens_per_mb=longest)) is None
+    refused = drv._invalid(_plan(max_tokens_per_mb=longest - 1))
+    assert f"actor.mb_spec.max_tokens_per_mb={longest - 1}" in refused
+    assert refused.endswith(f"the smallest value that works is {longest}")
+    # split_padded_tensor_dict_into_mb_list packs granularity adjacent sequences as one
+    assert drv._invalid(_plan(max_tokens_per_mb=2 * longest - 1, granularity=2)).endswith(f"is {2 * longest}")
+
+
+def test_a_batch_the_ranks_or_the_micro_batches_cannot_divide_is_refused_by_name():
+    assert drv._splits(_plan()) is None and drv._splits(_plan(), short=1) is None  # the default takes a short group
+    assert "train_dataset.batch_size=5 is not a multiple of the dp=2 ranks" in drv._splits(_plan(batch_size=5))
+    assert "actor.mb_spec.granularity=5 does not divide the 12 answers" in drv._splits(_plan(granularity=5))
+    assert "actor.ppo_n_minibatches=4 mini-batches of 4 micro-batches" in drv._splits(_plan(n_mbs=4))
+    # ffd_allocate and kk_allocate round the micro-batch count up to a multiple of n_mbs_divisor
+    assert drv._splits(_plan(n_mbs=3)) is None
+    assert "of 4 micro-batches" in drv._splits(_plan(n_mbs=3, n_mbs_divisor=2))
+    assert "of 4 micro-batches" in drv._splits(_plan(n_mbs=3, n_mbs_divisor=2, packing_algorithm="kk"))
+    assert drv._splits(_plan(batch_size=4)) is None  # 8 answers per rank: 4 mini-batches × 2 fit exactly …
+    assert "7 answers per rank" in drv._splits(_plan(batch_size=4), short=1)  # … but not one answer short
+
+
+def test_a_row_no_optimizer_step_held_is_step_minus_one_with_zero_coefficients():
     torch = pytest.importorskip("torch")
-    ranks = drv._Ranks(3)
-
-    def rank(r):
-        t = torch.tensor([float(r + 1)])
-        ranks.all_reduce(t)
-        out = [None] * 3
-        ranks.all_gather_object(out, f"rank{r}")
-        return float(t), out
-
-    assert ranks.run(rank) == [(6.0, ["rank0", "rank1", "rank2"])] * 3
-
-
-def test_an_error_on_one_rank_stops_the_others_and_is_raised():
-    torch = pytest.importorskip("torch")
-    ranks = drv._Ranks(2)
-
-    def rank(r):
-        if r == 1:
-            raise ValueError("rank 1 fails")
-        ranks.all_reduce(torch.zeros(1))  # would wait for rank 1 forever
-
-    with pytest.raises(ValueError, match="rank 1 fails"):
-        ranks.run(rank)
+    record = drv._StepRecord(3)
+    grad = torch.ones(3, drv.PROMPT_LENGTH + drv.RESPONSE_LENGTH)
+    record.read_steps([type("Engine", (), {"steps": [(grad, [[2], [0]])]})()], [7])
+    out = record.result()
+    assert out["step"].tolist() == [7, -1, 7] and out["micro_batch"].tolist() == [1, -1, 0]
+    assert np.all(out["coefficients"][1] == 0) and np.all(out["coefficients"][[0, 2]] == -1)
+    # the unsplit layout runs the split's steps (rows in rank order) and what the split left out as a step more
+    assert record.steps_of([0, 1, 2], extra=9) == [(7, [2, 0]), (9, [1])]
 
 
 def test_the_users_keys_include_every_key_of_the_config_file(tmp_path):
@@ -253,16 +291,27 @@ def test_the_users_keys_include_every_key_of_the_config_file(tmp_path):
     assert {"actor.mb_spec.max_tokens_per_mb", "gconfig.n_samples", "actor.ppo_n_minibatches"} <= keys
 
 
-def _step(sets, *requests):
-    """The step geometry, ``audit_step``'s result and the target's answer to each request, run in the
-    release environment (the audit there, as the auditor runs it, against the child's target)."""
+def _step(sets, requests=lambda geo: ()):
+    """The step geometry, ``audit_step``'s result and the target's answer to each of ``requests(geo)``, run in
+    the release environment (the audit there, as the auditor runs it, against the child's target)."""
     from grpo_identity.checks.steps import audit_step
 
     env = env_or_skip("areal", RELEASE)
     spec = FrameworkSpec("areal", sets=tuple(s.split("=", 1) for s in sets))
     with ChildTarget(spec, kind="gradient", python=env.python, warm=True, timeout=300, load_timeout=600) as fn:
         geo = fn.info["step"]
-        return geo, audit_step(fn, geo), [fn(*request) for request in requests]
+        return geo, audit_step(fn, geo), [fn(*request) for request in requests(geo)]
+
+
+def _designed(*layouts):
+    """``requests`` for :func:`_step`: the step audit's own rows (``steps.design``) in each of ``layouts``."""
+    from grpo_identity.checks.steps import design
+
+    def requests(geo):
+        d = design(geo, drv.RESPONSE_LENGTH)
+        return [(d.rewards, geo["group_size"], d.lengths, d.request(layout)) for layout in layouts]
+
+    return requests
 
 
 def _pieces_per_step(result):
@@ -280,7 +329,7 @@ GRPO = ["actor.reward_norm.mean_level=group", "actor.reward_norm.std_level=group
 def test_the_default_split_accumulates_micro_batches_on_two_ranks_and_keeps_one_over_the_steps_tokens():
     from grpo_identity.checks.steps import design
 
-    geo, result, _ = _step(GRPO)
+    geo, result, (out,) = _step(GRPO, _designed("split"))
     assert geo["ranks"] == "emulated" and geo["holes"] and geo["ragged"]
     assert {"actor.mb_spec.n_mbs=2", "actor.backend=fsdp:d2"} <= set(geo["settings"]["driver_chose"])
     assert (result.law_split, result.law_unsplit, result.invariant) == ("1/step_tokens", "1/step_tokens", True)
@@ -289,12 +338,23 @@ def test_the_default_split_accumulates_micro_batches_on_two_ranks_and_keeps_one_
     assert all(len({(p["rank"], p["micro_batch"]) for p in ps}) >= 2 for ps in per_step.values())
     assert any(len({p["tokens"] for p in ps}) > 1 for ps in per_step.values())  # unequal micro-batches
     ratios = [p["weight_ratio"] for p in result.pieces if p["weight_ratio"] is not None]
-    assert ratios and max(abs(r - 1) for r in ratios) < 1e-4
+    assert ratios and max(abs(r - 1) for r in ratios) < 1e-4  # every micro-batch 1× the same step unsplit
     d = design(geo, drv.RESPONSE_LENGTH)
-    _, _, (out,) = _step(GRPO, (d.rewards, 4, d.lengths, d.request("split")))
     assert len(set(out["step"][:4].tolist())) > 1  # a group's answers are spread over optimizer steps
     holes = np.flatnonzero(d.holes)
     assert holes.size and np.all(out["mask"][holes, 1] == 0) and np.all(out["coefficients"][holes, 1] == 0)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_the_unsplit_layout_runs_the_split_steps_each_as_one_micro_batch_on_one_rank():
+    # the same answers per optimizer step (all ranks' k-th mini-batch of PPOActor._ppo_update), one
+    # ppo_update of one micro-batch on one rank each: the same update, as 1/step_tokens says
+    _, _, (split, unsplit) = _step(GRPO, _designed("split", "unsplit"))
+    assert np.array_equal(unsplit["step"], split["step"]) and split["step"].max() >= 3
+    assert set(split["rank"].tolist()) == {0, 1} and set(split["micro_batch"].tolist()) == {0, 1}
+    assert set(unsplit["rank"].tolist()) == {0} and set(unsplit["micro_batch"].tolist()) == {0}
+    assert np.allclose(unsplit["coefficients"], split["coefficients"], atol=1e-6)
 
 
 @pytest.mark.slow
@@ -312,20 +372,36 @@ def test_the_users_split_by_token_budget_on_four_ranks_keeps_one_over_the_steps_
     s = geo["settings"]
     assert (geo["group_size"], geo["generation_rows"], geo["step_rows"], geo["ranks"]) == (3, 24, 12, "emulated")
     assert (s["actor.mb_spec.max_tokens_per_mb"], s["data_parallel_ranks"], s["driver_chose"]) == (16, 4, [])
-    assert (result.law_split, result.invariant) == ("1/step_tokens", True)
+    assert (result.law_split, result.law_unsplit, result.invariant) == ("1/step_tokens", "1/step_tokens", True)
     assert all(len(ps) >= 4 for ps in _pieces_per_step(result).values())  # 4 ranks, budget-cut micro-batches
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize(
+    "setting, words",
+    [
+        ("actor.ppo_n_minibatches=0", "actor.ppo_n_minibatches=0: the split settings count"),
+        ("actor.mb_spec.max_tokens_per_mb=7", "the smallest value that works is 8"),
+        ("actor.mb_spec.n_mbs_divisor=0", "actor.mb_spec.n_mbs_divisor=0: the split settings count"),
+        ("train_dataset.batch_size=3", "train_dataset.batch_size=3 is not a multiple of the dp=2 ranks"),
+    ],
+)
+def test_a_split_areal_would_refuse_is_refused_when_the_target_is_built(setting, words):
+    from grpo_identity.checks.target import TargetImportError
+
+    sets = [setting] if setting.startswith("actor.") else [setting, "actor.backend=fsdp:d2"]
+    with pytest.raises(TargetImportError, match="AReaL 1.0.4: ") as caught:
+        _step([*GRPO, *sets])
+    assert words in str(caught.value)
 
 
 @pytest.mark.slow
 @pytest.mark.frameworks
 def test_a_batch_level_std_is_all_reduced_over_the_emulated_ranks():
     # Normalization._compute_std(all_reduce=True): the ranks' sums of squares and counts, summed
-    from grpo_identity.checks.steps import design
-
-    geo = {"group_size": 4, "step_rows": 16, "generation_rows": 16, "holes": False}
-    d = design(geo, drv.RESPONSE_LENGTH)
     sets = ["actor.reward_norm.mean_level=group", "actor.reward_norm.std_level=batch"]
-    _, _, (split, unsplit) = _step(sets, *[(d.rewards, 4, d.lengths, d.request(k)) for k in ("split", "unsplit")])
+    _, _, (split, unsplit) = _step(sets, _designed("split", "unsplit"))
     assert set(split["rank"].tolist()) == {0, 1}
     assert np.allclose(split["advantages"], unsplit["advantages"], atol=1e-6)
 
@@ -335,22 +411,25 @@ def test_a_batch_level_std_is_all_reduced_over_the_emulated_ranks():
 def test_a_short_group_is_cut_in_fixed_blocks_of_g_rows_after_the_dispatch_sorts_groups_by_tokens():
     # GroupedRolloutWorkflow keeps the answers that did not come back None; _dispatch_tensors orders a
     # rank's groups by tokens (heaviest first); Normalization cuts blocks x[i*G:(i+1)*G] and leaves a
-    # last partial block with mean 0 and std 0: reward / eps
+    # last partial block with mean 0 and std 0: reward / eps.  One generation batch of the default's
+    # 6 prompts, group 1 an answer short.
     G = 4
-    r = np.array([0, 0, 1, 0, 0, 0, 1, 1, 1, 1, 0, 1, 0, 1, 1, 1], dtype=float)
-    light = np.array([2, 3, 2, 3, 2, 2, 2, 2, 5, 4, 5, 4, 5, 4, 5, 4])  # the short group has the fewest tokens
+    r = np.array([0, 0, 1, 0, 0, 0, 1, 1, 1, 1, 0, 1, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 1], dtype=float)
+    light = np.array([2, 3, 2, 3, 2, 2, 2, 2] + [5, 4] * 8)  # the short group has the fewest tokens
     heavy = light.copy()
     heavy[4:8] = 6  # the short group outweighs group 0
-    keep = np.arange(16) != 5
+    keep = np.arange(24) != 5
 
     def calls(L):
-        whole = (r, G, L, {"layout": "unsplit", "sizes": [4] * 4, "holes": [0] * 16})
-        short = (r[keep], G, L[keep], {"layout": "unsplit", "sizes": [4, 3, 4, 4], "holes": [0] * 15})
+        whole = (r, G, L, {"layout": "unsplit", "sizes": [4] * 6, "holes": [0] * 24})
+        short = (r[keep], G, L[keep], {"layout": "unsplit", "sizes": [4, 3, 4, 4, 4, 4], "holes": [0] * 23})
         return whole, short
 
-    _, _, (whole, short, whole_h, short_h) = _step(GRPO, *calls(light), *calls(heavy))
+    geo, _, (whole, short, whole_h, short_h) = _step(GRPO, lambda geo: [*calls(light), *calls(heavy)])
+    assert geo["generation_rows"] == 24
+    others = np.r_[0:4, 7:23]
     A, S = whole["advantages"][keep], short["advantages"]
-    assert np.allclose(A[np.r_[0:4, 7:15]], S[np.r_[0:4, 7:15]], atol=1e-5)  # the short group sorts last
+    assert np.allclose(A[others], S[others], atol=1e-5)  # the short group sorts last
     assert S[5] == pytest.approx(1e5, rel=1e-3) and S[4] == 0.0  # its own block is partial: reward / eps
     A, S = whole_h["advantages"][keep], short_h["advantages"]
     assert not np.allclose(A[0:4], S[0:4], atol=1e-3)  # group 0 now straddles two blocks
