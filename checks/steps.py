@@ -359,14 +359,14 @@ def _ratios(split: StepRun, unsplit: StepRun, law: Law) -> np.ndarray:
 
 
 def _invariance(split: StepRun, unsplit: StepRun, law: Law, tol: float) -> tuple[bool, list[Finding], Any]:
-    """ρᵢ per live answer, the findings it gives (the first of: answers left out, weights that differ
+    """ρᵢ per live answer, the findings it gives (answers left out; and the first of: weights that differ
     inside a step, a step counted per generation batch while it spans several, a rescaled step), and the
     per-micro-batch table."""
     rho = _ratios(split, unsplit, law)
     pieces = _pieces(split, rho)
-    found = _dropped(split, unsplit) or _uneven(split, rho, pieces, tol) or _spanning(split, law)
-    found = found or _rescaled(split, rho, tol)
-    return found is None, [found] if found is not None else [], pieces
+    weighed = _uneven(split, rho, pieces, tol) or _spanning(split, law) or _rescaled(split, rho, tol)
+    found = [f for f in (_dropped(split, unsplit), weighed) if f is not None]
+    return not found, found, pieces
 
 
 def _dropped(split: StepRun, unsplit: StepRun) -> Finding | None:

@@ -26,15 +26,22 @@
   ranks' replay buffers as ``PPOTrainer.train_step`` sends them (``RayActorGroup
   .async_run_method_batch``, after ``balance_experiences`` under ``train.dynamic_batch_enable``),
   then each rank's real ``ActorPPOTrainer.ppo_train`` (its ``DataLoader`` of
-  ``train.micro_batch_size``, shuffled as it shuffles, or the replay buffer's token-budget
-  partitions; 0.11's ``iter_grad_accum_global_norm`` windows; ``training_step``).  What needs GPUs
-  is emulated, and the target's info says so (``"ranks": "emulated"``): DeepSpeed's engine
-  (``backward`` divides the loss by ``gradient_accumulation_steps``, ``step`` applies at the
-  accumulation boundary: :class:`_Engine`), the average of the gradients over the data-parallel
-  ranks, and the all-reduces of OpenRLHF's own code, whose gathered sums (min, max) over the ranks
-  are given where that code reads them (:class:`_Collectives`); the policy is one leaf tensor of
-  log-probabilities (:class:`_Policy`).  Where the user set no split option (:data:`SPLIT_KEYS`)
-  the split is :data:`DEFAULT_SPLIT` (2 ranks × 2 accumulated micro-batches a step).
+  ``train.micro_batch_size``, shuffled as it shuffles, ``drop_last``; or the replay buffer's
+  token-budget partitions; 0.11's ``iter_grad_accum_global_norm`` windows; ``training_step``).  A
+  row no micro-batch held (``drop_last``, or the rows ``setup_dynamic_batch``'s whole steps of
+  ``train.batch_size`` leave over) comes back with step −1.  The unsplit layout runs the optimizer
+  steps the split made, each as one micro-batch on one rank (the rows the split left out, a step
+  per generation batch).  What needs GPUs is emulated, and the target's info says so (``"ranks":
+  "emulated"``): DeepSpeed's engine is a stand-in (``backward`` divides the loss by
+  ``gradient_accumulation_steps``, ``step`` applies at the accumulation boundary: :class:`_Engine`);
+  the data-parallel ranks run one after another, their gradients averaged, and each all-reduce of
+  OpenRLHF's own code is given the sum (min, max) of what every rank reduced there
+  (:class:`_Collectives`); the policy is one leaf tensor of log-probabilities (:class:`_Policy`).
+  Where the user set no split option (:data:`SPLIT_KEYS`) the split is :data:`DEFAULT_SPLIT` (2
+  ranks × 2 accumulated micro-batches a step) and G is ``STEP_GROUP_SIZE``.  Split settings
+  OpenRLHF cannot run are an AdapterError when the target is built, naming a value that runs
+  (:func:`split_problem`); ring attention and tensor parallelism, which the driver cannot
+  reproduce, leave the step out (``info["step_unavailable"]``).
 
 OpenRLHF's import chain reaches ``flash_attn`` and ``vllm`` (GPU only): while the driver imports
 OpenRLHF it installs a ``sys.meta_path`` finder (:class:`StandIns`) that answers any module under
@@ -60,7 +67,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import PROMPT_LENGTH, AdapterError, FrameworkSpec, lengths_for
+from grpo_identity.checks.frameworks import PROMPT_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec, lengths_for
 
 __all__ = [
     "import_check",
@@ -107,7 +114,12 @@ DEFAULT_SPLIT = (
     ("actor.num_nodes", "1"),
     ("actor.num_gpus_per_node", "2"),
 )
-#: the unsplit layout: one generation batch of ``rows`` answers, one micro-batch, one rank
+#: the numeric options of the split (with the group size): each must be at least 1 (None: unset, where allowed)
+SPLIT_NUMBERS = (
+    "rollout.n_samples_per_prompt",
+    *(k for k in SPLIT_KEYS if k != "train.dynamic_batch_enable"),
+)
+#: the unsplit layout: one optimizer step of the split layout, its ``rows`` answers in one micro-batch on one rank
 UNSPLIT = (
     ("train.batch_size", "{rows}"),
     ("train.micro_batch_size", "{rows}"),
@@ -115,8 +127,8 @@ UNSPLIT = (
     ("actor.num_gpus_per_node", "1"),
     ("train.dynamic_batch_enable", "false"),
 )
-#: the group size of the step audit when the user set no ``rollout.n_samples_per_prompt``
-DEFAULT_GROUP_SIZE = 4
+#: how many values of a setting the search for one that fixes an impossible split tries (nearest first)
+FIX_SEARCH = 256
 #: a row's number in its prompt's first token: ID_BASE + row
 ID_BASE = 1000
 #: ``ppo_train`` passes at most, until the all-reduced counts settle
@@ -267,27 +279,41 @@ class _Parsed(Exception):
         self.config = args
 
 
-def cli_args(spec: FrameworkSpec, group_size: int, driver_sets: tuple[tuple[str, str], ...] = DRIVER_SETS) -> Any:
+def cli_args(
+    spec: FrameworkSpec,
+    group_size: int,
+    driver_sets: tuple[tuple[str, str], ...] = DRIVER_SETS,
+    check: Callable[[Any], None] | None = None,
+) -> Any:
     """The config ``train_ppo_ray``'s own parser and checks build from ``spec`` (``driver_sets``, the
     user's, then ``--rollout.n_samples_per_prompt group_size``): the nested namespace its
-    ``hierarchize`` makes (``args.algo.advantage.estimator`` …)."""
+    ``hierarchize`` makes (``args.algo.advantage.estimator`` …).  ``check`` sees that namespace as
+    ``hierarchize`` returns it, before ``train_ppo_ray``'s own checks (which divide by some of its values)."""
     import argparse
     import runpy
 
     if spec.config:
         raise AdapterError(f"OpenRLHF {_release()}: train_ppo_ray takes no config file; give its options with --set")
     mods = _openrlhf()
+    config = _module("openrlhf.utils.config")
     sets = [*driver_sets, *spec.sets, ("rollout.n_samples_per_prompt", str(int(group_size)))]
-    original = argparse.ArgumentParser.parse_args
+    original, hierarchize = argparse.ArgumentParser.parse_args, config.hierarchize
 
     def parse(parser: Any, args: Any = None, namespace: Any = None) -> Any:
         return original(parser, argv_of(parser, sets), namespace)
+
+    def checked(args: Any) -> Any:
+        nested = hierarchize(args)
+        if check is not None:
+            check(nested)
+        return nested
 
     def stop(args: Any) -> Any:
         raise _Parsed(args)
 
     patches = [
         (argparse.ArgumentParser, "parse_args", parse),
+        (config, "hierarchize", checked),
         (mods["ray"], "is_initialized", lambda: True),
         (mods["openrlhf.utils"], "get_strategy", stop),
     ]
@@ -303,6 +329,8 @@ def cli_args(spec: FrameworkSpec, group_size: int, driver_sets: tuple[tuple[str,
                 _LOADED["stand_ins"].update(m.partition(".")[0] for m in finder.made)
     except _Parsed as done:
         return done.config
+    except AdapterError:  # the driver's check of the parsed config
+        raise
     except SystemExit:  # argparse: an unknown option, a value of the wrong type or choice
         last = [ln for ln in err.getvalue().splitlines() if ln.strip()]
         raise AdapterError(
@@ -425,6 +453,12 @@ def _value(args: Any, key: str) -> Any:
     return functools.reduce(getattr, key.split("."), args)
 
 
+GAE = (
+    "OpenRLHF {release}: algo.advantage.estimator=gae needs a critic's values; the driver audits the critic-free "
+    "estimators (reinforce, rloo, reinforce_baseline, group_norm, dr_grpo …)"
+)
+
+
 class _Configs:
     """The parsed config per group size (OpenRLHF checks the group size when it parses), and the
     configs of the step's two layouts."""
@@ -438,32 +472,31 @@ class _Configs:
                 f"OpenRLHF {_release()}: set the estimator (--set algo.advantage.estimator=group_norm, dr_grpo, "
                 "rloo, reinforce_baseline, reinforce …); its default, gae, needs a critic"
             )
-        if named[-1] == "gae" or self.get(2).algo.advantage.estimator == "gae":  # the CLI wants a reward model for gae
-            raise AdapterError(
-                f"OpenRLHF {_release()}: algo.advantage.estimator=gae needs a critic's values; the driver audits the "
-                "critic-free estimators (reinforce, rloo, reinforce_baseline, group_norm, dr_grpo …)"
-            )
+        if named[-1] == "gae":  # the CLI wants a reward model for gae
+            raise AdapterError(GAE.format(release=_release()))
         keys = [k.lstrip("-") for k, _ in spec.sets]
         self.user_split = [k for k in SPLIT_KEYS if k in keys]
         sizes = [int(v) for k, v in spec.sets if k.lstrip("-") == "rollout.n_samples_per_prompt"]
-        self.group_size = sizes[-1] if sizes else DEFAULT_GROUP_SIZE
+        self.group_size = sizes[-1] if sizes else STEP_GROUP_SIZE
 
     def get(self, G: int) -> Any:
         if G not in self.by_g:
             self.by_g[G] = cli_args(self.spec, G)
+            if self.by_g[G].algo.advantage.estimator == "gae":
+                raise AdapterError(GAE.format(release=_release()))
         return self.by_g[G]
 
     def step(self, G: int, layout: str, rows: int = 0) -> Any:
         """The config of a step layout: ``split``, the user's split settings (:data:`DEFAULT_SPLIT`
-        where they set none); ``unsplit``, the same with ``rows`` answers in one micro-batch on one
-        rank (:data:`UNSPLIT`)."""
+        where they set none), checked by :func:`check_split`; ``unsplit``, the same with ``rows``
+        answers in one micro-batch on one rank (:data:`UNSPLIT`)."""
         key = (G, layout, rows if layout == "unsplit" else 0)
         if key not in self.by_g:
             base = () if self.user_split else DEFAULT_SPLIT
             spec = self.spec
             if layout == "unsplit":
                 spec = replace(spec, sets=(*spec.sets, *((k, v.format(rows=rows)) for k, v in UNSPLIT)))
-            self.by_g[key] = cli_args(spec, G, driver_sets=base)
+            self.by_g[key] = cli_args(spec, G, driver_sets=base, check=check_split if layout == "split" else None)
         return self.by_g[key]
 
 
@@ -526,6 +559,8 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         coeff[batch.index], m[batch.index] = -grad.double().numpy(), mask.double().numpy()
         return {"advantages": adv, "coefficients": coeff, "mask": m}
 
+    # the split first: settings OpenRLHF cannot run are an AdapterError naming a value that runs (check_split)
+    unavailable = _unreproducible(configs.step(configs.group_size, "split"))
     args = configs.get(2)
     info = {
         **_info(spec, args, "compute_advantages_and_returns + ActorPPOTrainer.actor_loss_fn (models.loss.PolicyLoss)"),
@@ -533,10 +568,10 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         "policy_loss_type": str(args.actor.policy_loss_type),
         "lengths_optional": True,
     }
-    try:
+    if unavailable:  # a split the driver cannot reproduce: the per-G gradient probes still run
+        info["step_unavailable"] = unavailable
+    else:
         info["step"] = step_geometry(configs)
-    except AdapterError as exc:  # a split the driver cannot run: the per-G gradient probes still can
-        info["step_unavailable"] = str(exc)
     openrlhf_policy_loss_gradient.grpo_identity_info = info  # type: ignore[attr-defined]
     return openrlhf_policy_loss_gradient
 
@@ -592,34 +627,133 @@ def _patched(patches: list[tuple[Any, str, Any]]) -> Iterator[None]:
 
 
 def _ranks(args: Any) -> tuple[int, int]:
-    """(data-parallel ranks, DeepSpeed's gradient accumulation steps) as ``DeepspeedStrategy``
-    computes them (``accumulated_gradient``); the splits DeepSpeed or the driver refuses are
-    adapter errors."""
+    """(data-parallel ranks, accumulated micro-batches a step) as ``DeepspeedStrategy.setup_distributed``
+    computes them (``dp_size``, ``accumulated_gradient``) from a config :func:`check_split` passed."""
     world = int(args.actor.num_nodes) * int(args.actor.num_gpus_per_node)
     ring, tp = int(args.ds.ring_attn_size), int(args.ds.tensor_parallel_size)
-    if ring * tp != 1:
-        raise AdapterError(
-            f"OpenRLHF {_release()}: ds.ring_attn_size={ring}, ds.tensor_parallel_size={tp}: the driver emulates "
-            "data-parallel ranks only (ring attention and tensor parallelism split one sequence over GPUs)"
+    return world // ring // tp, int(args.train.batch_size) * ring * tp // int(args.train.micro_batch_size) // world
+
+
+def _unreproducible(args: Any) -> str | None:
+    """Why the driver cannot run this (valid) split, or None."""
+    ring, tp = int(args.ds.ring_attn_size), int(args.ds.tensor_parallel_size)
+    if ring * tp == 1:
+        return None
+    return (
+        f"OpenRLHF {_release()}: ds.ring_attn_size={ring}, ds.tensor_parallel_size={tp}: the driver runs data-parallel "
+        "ranks only (ring attention and tensor parallelism split one sequence over GPUs)"
+    )
+
+
+def check_split(args: Any) -> None:
+    """Refuse, as an AdapterError naming the setting and a value that runs, split settings OpenRLHF
+    cannot run (:func:`split_problem`), the values as ``train_ppo_ray`` parsed them."""
+    values = {key: _value(args, key) for key in SPLIT_NUMBERS}
+    dynamic = bool(args.train.dynamic_batch_enable)
+    found = split_problem(values, dynamic)
+    if found is None:
+        return
+    key, why = found
+    fix = _fixing(values, dynamic, key)
+    hint = f"; --set {key}={fix} would run" if fix is not None else ""
+    raise AdapterError(f"OpenRLHF {_release()}: {why}{hint}")
+
+
+def split_problem(values: dict[str, Any], dynamic: bool) -> tuple[str, str] | None:
+    """The first rule the split settings ``values`` break, as (the setting to change, why), or None:
+    each number ≥ 1; the device mesh (``DeepspeedStrategy.setup_distributed``: ranks in whole ring ×
+    tensor-parallel groups); ``train_ppo_ray``'s own check (at least one rollout micro-batch per
+    data-parallel rank); DeepSpeed's batch check (``DeepSpeedConfig._batch_assertion``: ``train_batch_size``
+    = micro-batch × accumulation steps × ranks, ``get_ds_train_config`` leaves it out under dynamic
+    batching); under dynamic batching, ``NaiveReplayBuffer.setup_dynamic_batch``'s per-rank batch
+    (``train.batch_size // ranks``, which it divides by); else every rank as many micro-batches (each
+    micro-batch's metrics are all-reduced: a rank with fewer would leave the others waiting)."""
+    for key in SPLIT_NUMBERS:
+        if values[key] is not None and int(values[key]) < 1:
+            return key, f"{key}={values[key]} must be at least 1"
+    v = {k: int(x) for k, x in values.items() if x is not None}
+    world = v["actor.num_nodes"] * v["actor.num_gpus_per_node"]
+    parallel = v["ds.ring_attn_size"] * v["ds.tensor_parallel_size"]
+    dp, rows = world // parallel, v["rollout.batch_size"] * v["rollout.n_samples_per_prompt"]
+    if world % parallel:
+        return "actor.num_gpus_per_node", (
+            f"{world} GPUs do not make whole groups of ds.ring_attn_size × ds.tensor_parallel_size = {parallel}"
         )
-    batch, micro = int(args.train.batch_size), int(args.train.micro_batch_size)
-    if batch % (micro * world) or batch < micro * world:
-        raise AdapterError(
-            f"OpenRLHF {_release()}: train.batch_size={batch} is not train.micro_batch_size={micro} × {world} ranks × "
-            "a whole number of accumulation steps (DeepSpeed refuses that config)"
+    if rows // v["rollout.micro_batch_size"] < dp:
+        key = "rollout.micro_batch_size" if rows >= dp else "rollout.batch_size"
+        return key, (
+            f"train_ppo_ray refuses {rows} answers a generation batch in rollout.micro_batch_size="
+            f"{v['rollout.micro_batch_size']} chunks over {dp} data-parallel ranks (fewer chunks than ranks)"
         )
-    return world, batch // micro // world
+    batch, micro = v["train.batch_size"] * parallel, v["train.micro_batch_size"]
+    if not dynamic and (batch % (micro * world) or batch < micro * world):
+        return "train.batch_size", (
+            f"DeepSpeed refuses train.batch_size={v['train.batch_size']}: not train.micro_batch_size={micro} × "
+            f"{world} GPUs × a whole number of accumulation steps"
+        )
+    if dynamic and v["train.batch_size"] < dp:
+        return "train.batch_size", (
+            f"under train.dynamic_batch_enable, setup_dynamic_batch divides by train.batch_size // {dp} ranks, "
+            f"0 for train.batch_size={v['train.batch_size']}"
+        )
+    counts = [r // micro for r in _shares(rows, v["rollout.micro_batch_size"], dp)]
+    if not dynamic and len(set(counts)) > 1:
+        return "rollout.micro_batch_size", (
+            f"the ranks get {counts} micro-batches of a generation batch (its {rows} answers in "
+            f"rollout.micro_batch_size={v['rollout.micro_batch_size']} chunks as RayActorGroup.async_run_method_batch "
+            "deals them, then "
+            f"train.micro_batch_size={micro}): each micro-batch's all-reduce would leave the other ranks waiting"
+        )
+    return None
+
+
+def _fixing(values: dict[str, Any], dynamic: bool, key: str) -> int | None:
+    """The value of ``key`` nearest its own (the larger first at equal distance) under which
+    :func:`split_problem` finds nothing, within :data:`FIX_SEARCH` tries; None if none does."""
+    now = max(int(values[key]), 1)
+    tries = sorted(range(1, now + FIX_SEARCH // 2), key=lambda x: (abs(x - now), -x))[:FIX_SEARCH]
+    return next((x for x in tries if split_problem({**values, key: x}, dynamic) is None), None)
+
+
+def _actor_group(calls: list[Callable[..., Any]]) -> Any:
+    """A ``RayActorGroup`` without Ray: actor r's ``execute_batch.remote(method, data, start, end)`` is
+    ``calls[r]``."""
+    launcher = _module("openrlhf.trainer.ray.launcher")
+    group = object.__new__(launcher.RayActorGroup)
+    group.duplicate_actors = 1
+    group._actor_handlers = [SimpleNamespace(execute_batch=SimpleNamespace(remote=call)) for call in calls]
+    return group
+
+
+def _shares(rows: int, micro: int, dp: int) -> list[int]:
+    """The answers each of ``dp`` ranks gets of a generation batch of ``rows`` answers cut into
+    ``micro``-answer rollout micro-batches (``split_rollout_samples``), as ``RayActorGroup
+    .async_run_method_batch`` deals the micro-batches out."""
+    got = [0] * dp
+
+    def call(rank: int) -> Callable[..., Any]:
+        def remote(method: str, data: Any, start: int, end: int) -> None:
+            got[rank] += sum(data["experience"][start:end])
+
+        return remote
+
+    sizes = [min(micro, rows - first) for first in range(0, rows, micro)]
+    with _patched([(_openrlhf()["ray"], "put", lambda data: data)]):
+        _actor_group([call(r) for r in range(dp)]).async_run_method_batch(method_name="append", experience=sizes)
+    return got
 
 
 def step_geometry(configs: _Configs) -> dict[str, Any]:
     """The configured step (``info["step"]``): G (the user's ``rollout.n_samples_per_prompt``, else
-    :data:`DEFAULT_GROUP_SIZE`), ``train.batch_size`` answers per optimizer step,
-    ``rollout.batch_size`` × G per generation batch; the split settings in force."""
+    :data:`~grpo_identity.checks.frameworks.STEP_GROUP_SIZE`), ``train.batch_size`` answers per
+    optimizer step, ``rollout.batch_size`` × G per generation batch; the split settings in force;
+    what of the split is emulated, said once in the split layout's words."""
     from grpo_identity.checks.steps import geometry
 
     G = configs.group_size
     args = configs.step(G, "split")
     dp, ga = _ranks(args)
+    dynamic = bool(args.train.dynamic_batch_enable)
     settings: dict[str, Any] = {key: _value(args, key) for key in SPLIT_KEYS}
     settings.update(
         {
@@ -627,15 +761,27 @@ def step_geometry(configs: _Configs) -> dict[str, Any]:
             if configs.user_split
             else "the driver's default (no split setting given): " + ", ".join(f"{k}={v}" for k, v in DEFAULT_SPLIT),
             "data_parallel_ranks": dp,
-            "gradient_accumulation_steps": 1 if args.train.dynamic_batch_enable else ga,
+            "gradient_accumulation_steps": 1 if dynamic else ga,
             "train.max_epochs audited": "the first epoch (each epoch repeats the split, reshuffled)",
         }
     )
-    mode = "token budget (train.dynamic_batch_enable)" if args.train.dynamic_batch_enable else "train.micro_batch_size"
+    cut = (
+        f"micro-batches by token budget (train.max_tokens_per_gpu={args.train.max_tokens_per_gpu})"
+        if dynamic
+        else f"{ga} accumulated micro-batch{'es' if ga > 1 else ''} of train.micro_batch_size="
+        f"{args.train.micro_batch_size} a step"
+    )
+    ranks = (
+        f"{dp} data-parallel ranks run one after another, each all-reduce given the sum (or min, max) of what every "
+        "rank reduced there"
+        if dp > 1
+        else "one rank"
+    )
     layouts = {
-        "split": f"ActorPPOTrainer.ppo_train on {dp} emulated DeepSpeed rank(s), micro-batches by {mode}",
-        "unsplit": "each generation batch as one micro-batch (train.batch_size = train.micro_batch_size = its rows), "
-        "one rank",
+        "split": f"ActorPPOTrainer.ppo_train, {cut}; a stand-in for DeepSpeed's engine (backward ÷ accumulation "
+        f"steps, a step at the boundary); {ranks}",
+        "unsplit": "the split's optimizer steps, each as one micro-batch on one rank (train.batch_size = "
+        "train.micro_batch_size = the step's answers); answers the split leaves out, one step per generation batch",
     }
     return geometry(
         G,
@@ -764,6 +910,20 @@ class _Collectives:
         self.recorded: list[list[tuple[str, Any]]] = [[] for _ in range(dp)]
         self.previous: list[list[tuple[str, Any]]] | None = None
 
+    @staticmethod
+    def reduction(op: Any) -> str:
+        """``op`` as one of sum, min, max, mean (``ReduceOp.AVG``; ``DeepspeedStrategy.all_reduce``'s
+        "mean"): this :data:`ReduceOp`'s values, or torch's ``ReduceOp`` of those names; any other is an
+        AdapterError naming it (never a sum in its place)."""
+        name = str(op).lower().rpartition(".")[2]
+        known = {"sum": "sum", "min": "min", "max": "max", "mean": "mean", "avg": "mean"}
+        if name not in known:
+            raise AdapterError(
+                f"OpenRLHF {_release()}: an all-reduce with op {op!r}; the driver's ranks reduce by sum, min, max or "
+                "mean only"
+            )
+        return known[name]
+
     def next_pass(self) -> None:
         self.previous, self.recorded = self.recorded, [[] for _ in range(self.dp)]
 
@@ -798,7 +958,7 @@ class _Collectives:
     def all_reduce(self, tensor: Any, op: Any = "sum", group: Any = None, **kwargs: Any) -> None:
         import torch
 
-        op = {"max": "max", "min": "min", "sum": "sum"}.get(str(op).lower(), "mean")
+        op = self.reduction(op)
         calls = self.recorded[self.rank]
         k = len(calls)
         calls.append((op, tensor.detach().clone()))
@@ -838,21 +998,17 @@ def _distribute(experiences: list[Any], trainers: list[Any]) -> None:
     ``RayActorGroup.async_run_method_batch(method_name="append", …)`` (its own slicing into chunks
     per rank) onto ``BaseModelActor.execute_batch`` of each rank (``ray.put`` the identity)."""
     launcher = _module("openrlhf.trainer.ray.launcher")
-    ray = _openrlhf()["ray"]
 
-    def handler(trainer: Any) -> Any:
+    def call(trainer: Any) -> Callable[..., Any]:
         actor = SimpleNamespace(append=trainer.replay_buffer.append, strategy=trainer.strategy)
 
         def remote(method: str, data: Any, start: int, end: int) -> Any:
             return launcher.BaseModelActor.execute_batch(actor, method, data, start, end)
 
-        return SimpleNamespace(execute_batch=SimpleNamespace(remote=remote))
+        return remote
 
-    group = object.__new__(launcher.RayActorGroup)
-    group.duplicate_actors = 1
-    group._actor_handlers = [handler(t) for t in trainers]
-    with _patched([(ray, "put", lambda data: data)]):
-        group.async_run_method_batch(method_name="append", experience=experiences)
+    with _patched([(_openrlhf()["ray"], "put", lambda data: data)]):
+        _actor_group([call(t) for t in trainers]).async_run_method_batch(method_name="append", experience=experiences)
 
 
 def _train(trainers: list[Any], engines: list[_Engine], collectives: _Collectives, kl_ctl: float, seed: int) -> None:
@@ -904,53 +1060,114 @@ def _row_of(item: Any) -> list[int]:
     return (item.sequences.reshape(-1, item.sequences.shape[-1])[:, 0].long() - ID_BASE).tolist()
 
 
+#: a generation batch of the step: its rows, its rollout micro-batches (advantages set), the advantage per row, KL coef
+_Batch = tuple[slice, list[Any], np.ndarray, float]
+
+
 def _run_step(
     configs: _Configs, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]
 ) -> dict[str, np.ndarray]:
     """The rows through OpenRLHF's step path, one generation batch (``rollout.batch_size`` × G rows)
-    after another: the experience maker's rollout micro-batches and advantages, the ranks' replay
-    buffers (``async_run_method_batch``; ``balance_experiences`` first under dynamic batching), each
-    rank's ``ActorPPOTrainer.ppo_train``; the engines' counters run on from batch to batch, as
-    DeepSpeed's do.  Coefficients: −∂/∂log π of the accumulated loss, averaged over the ranks."""
+    after another (:func:`_generation_batches`), split as configured (:func:`_train_split`); for the
+    unsplit layout, the optimizer steps the split made of them, each again as one micro-batch on one
+    rank (:func:`_train_unsplit`).  Coefficients: −∂/∂log π of the accumulated loss, averaged over
+    the ranks; a row no micro-batch held has step −1 and zero coefficients."""
     from grpo_identity.checks.frameworks import RESPONSE_LENGTH
 
-    layout = str(request["layout"])
     rewards = np.asarray(rewards, dtype=np.float64)
     n = len(rewards)
     if any(int(size) != G for size in request.get("sizes") or [G]):
         raise AdapterError(f"OpenRLHF {_release()} delivers whole groups of rollout.n_samples_per_prompt answers")
-    holes = np.asarray(request.get("holes") or [0] * n, dtype=int)
-    truncated = np.asarray(request.get("truncated") or [False] * n, dtype=bool)
-    split = configs.step(G, "split")
-    rows = int(split.rollout.batch_size) * G
-    dp = _ranks(split)[0] if layout == "split" else 1
-    ledger, policy, collectives = _Ledger(n), _Policy(n), _Collectives(dp)
-    engines: list[_Engine] = []
-    advantages = np.empty(n)
-    balance = _openrlhf()["openrlhf.trainer.ppo_utils.experience"].balance_experiences
-    for b, first in enumerate(range(0, n, rows)):
-        chunk = slice(first, min(first + rows, n))
-        args = split if layout == "split" else configs.step(G, "unsplit", chunk.stop - chunk.start)
-        engines = engines or [_Engine(args, r, dp, ledger, collectives) for r in range(dp)]
-        maker = _maker(args)
-        marks = {"holes": holes[chunk], "truncated": truncated[chunk]}
-        exps = _experiences(maker, rewards[chunk], lengths[chunk], first, **marks)
-        advantages[chunk] = _per_response(exps, chunk.stop - chunk.start, args.algo.advantage.estimator)
-        if args.train.dynamic_batch_enable:
-            exps = balance(exps, args)
-        trainers = [_trainer(args, e, policy) for e in engines]
-        _distribute(exps, trainers)
-        _same_micro_batches(trainers, args)
-        _train(trainers, engines, collectives, float(maker.kl_ctl.value), b)
-    coefficients = -policy.gradient() / dp
+    marks = {
+        "holes": np.asarray(request.get("holes") or [0] * n, dtype=int),
+        "truncated": np.asarray(request.get("truncated") or [False] * n, dtype=bool),
+    }
+    args = configs.step(G, "split")
+    batches = _generation_batches(args, rewards, lengths, marks)
+    ledger, policy = _train_split(args, batches, n)
+    dp = _ranks(args)[0]
+    if request["layout"] == "unsplit":
+        generation = np.arange(n) // (int(args.rollout.batch_size) * G)
+        steps = _unsplit_steps(ledger.step, generation)
+        batches = _generation_batches(args, rewards, lengths, marks)  # fresh experiences for the second run
+        (ledger, policy), dp = _train_unsplit(configs, G, batches, steps), 1
     mask = np.arange(RESPONSE_LENGTH)[None, :] < lengths[:, None]
-    for i, h in enumerate(holes):
+    for i, h in enumerate(marks["holes"]):
         mask[i, 1 : 1 + h] = False
     return {
-        "advantages": advantages,
-        "coefficients": coefficients,
+        "advantages": np.concatenate([adv for _, _, adv, _ in batches]),
+        "coefficients": -policy.gradient() / dp,
         "mask": mask.astype(np.float64),
         "step": ledger.step,
         "rank": ledger.rank,
         "micro_batch": ledger.micro,
     }
+
+
+def _generation_batches(
+    args: Any, rewards: np.ndarray, lengths: np.ndarray, marks: dict[str, np.ndarray]
+) -> list[_Batch]:
+    """Per generation batch of ``rollout.batch_size`` × G rows (the last one shorter where the rows
+    end sooner): its rows, its rollout micro-batches after the experience maker's advantages
+    (:func:`_experiences`), the advantage per row, the KL coefficient."""
+    rows = int(args.rollout.batch_size) * int(args.rollout.n_samples_per_prompt)
+    out = []
+    for first in range(0, len(rewards), rows):
+        chunk = slice(first, min(first + rows, len(rewards)))
+        maker = _maker(args)
+        exps = _experiences(maker, rewards[chunk], lengths[chunk], first, **{k: v[chunk] for k, v in marks.items()})
+        advantages = _per_response(exps, chunk.stop - chunk.start, args.algo.advantage.estimator)
+        out.append((chunk, exps, advantages, float(maker.kl_ctl.value)))
+    return out
+
+
+def _train_split(args: Any, batches: list[_Batch], n: int) -> tuple[_Ledger, _Policy]:
+    """(ledger, policy) of the split layout: each generation batch into the ranks' replay buffers
+    (``async_run_method_batch``; ``balance_experiences`` first under dynamic batching), then each
+    rank's ``ActorPPOTrainer.ppo_train``; the engines' counters run on from batch to batch, as
+    DeepSpeed's do (a window the last batch leaves open keeps its step: DeepSpeed applies it at the
+    next boundary)."""
+    dp = _ranks(args)[0]
+    ledger, policy, collectives = _Ledger(n), _Policy(n), _Collectives(dp)
+    engines = [_Engine(args, r, dp, ledger, collectives) for r in range(dp)]
+    balance = _openrlhf()["openrlhf.trainer.ppo_utils.experience"].balance_experiences
+    for b, (_, exps, _, kl) in enumerate(batches):
+        if args.train.dynamic_batch_enable:
+            exps = balance(exps, args)
+        trainers = [_trainer(args, e, policy) for e in engines]
+        _distribute(exps, trainers)
+        _same_micro_batches(trainers, args)
+        _train(trainers, engines, collectives, kl, b)
+    return ledger, policy
+
+
+def _unsplit_steps(split: np.ndarray, generation: np.ndarray) -> np.ndarray:
+    """The unsplit layout's optimizer step per row: the split's, and for the rows the split left out
+    (step −1), one more step per generation batch after the split's last."""
+    steps = split.copy()
+    after = int(split.max()) + 1 if (split >= 0).any() else 0
+    for k, g in enumerate(np.unique(generation[split < 0])):
+        steps[(split < 0) & (generation == g)] = after + k
+    return steps
+
+
+def _train_unsplit(configs: _Configs, G: int, batches: list[_Batch], steps: np.ndarray) -> tuple[_Ledger, _Policy]:
+    """(ledger, policy) of the unsplit layout: each optimizer step's rows (``steps``) in one rank's
+    replay buffer (``NaiveReplayBuffer.append`` of their rollout micro-batches, the step's rows kept),
+    trained by ``ppo_train`` under :data:`UNSPLIT` (one micro-batch of all of them, one rank)."""
+    ledger, policy = _Ledger(len(steps)), _Policy(len(steps))
+    for s in np.unique(steps[steps >= 0]):
+        rows = set(np.flatnonzero(steps == s).tolist())
+        args = configs.step(G, "unsplit", len(rows))
+        collectives = _Collectives(1)
+        engine = _Engine(args, 0, 1, ledger, collectives)
+        engine.steps = int(s)
+        trainer = _trainer(args, engine, policy)
+        buffer = trainer.replay_buffer
+        for chunk, exps, _, _ in batches:
+            if rows.intersection(range(chunk.start, chunk.stop)):
+                for exp in exps:
+                    buffer.append(exp)
+        buffer.items[:] = [item for item in buffer.items if _row_of(item)[0] in rows]
+        _train([trainer], [engine], collectives, batches[0][3], int(s))
+    return ledger, policy

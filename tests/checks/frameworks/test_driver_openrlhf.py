@@ -39,9 +39,10 @@ from _support import env_or_skip
 
 from grpo_identity.app.cli import main
 from grpo_identity.checks.child import ChildTarget
-from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks import openrlhf as drv
-from grpo_identity.checks.steps import audit_step
+from grpo_identity.checks.steps import audit_step, design
+from grpo_identity.checks.target import TargetImportError
 
 pytestmark = pytest.mark.xdist_group("openrlhf")
 
@@ -156,14 +157,87 @@ def _args(sets):
     return args
 
 
-def test_the_default_split_accumulates_on_two_ranks_and_deepspeed_splits_are_checked():
-    base = [("ds.ring_attn_size", 1), ("ds.tensor_parallel_size", 1), *drv.DEFAULT_SPLIT]
-    dp, ga = drv._ranks(_args(base))
-    assert (dp, ga) == (2, 2)  # 8 answers a step = 2 ranks × 2 micro-batches × 2 answers
-    with pytest.raises(AdapterError, match="not train.micro_batch_size=2 × 2 ranks"):
-        drv._ranks(_args([*base, ("train.batch_size", 6)]))
-    with pytest.raises(AdapterError, match="data-parallel ranks only"):
-        drv._ranks(_args([*base, ("ds.ring_attn_size", 2)]))
+#: the driver's default split with G = 4 and the options it leaves at OpenRLHF's defaults
+SPLIT = {
+    **{k: int(v) for k, v in drv.DEFAULT_SPLIT},
+    "rollout.n_samples_per_prompt": 4,
+    "train.max_epochs": 1,
+    "train.max_tokens_per_gpu": 16192,
+    "rollout.max_tokens_per_gpu": None,
+    "ds.ring_attn_size": 1,
+    "ds.tensor_parallel_size": 1,
+}
+
+
+def _even_shares(rows, micro, dp):
+    """What ``RayActorGroup.async_run_method_batch`` gives each rank (its chunks of ⌈chunks / dp⌉)."""
+    sizes = [min(micro, rows - first) for first in range(0, rows, micro)]
+    per = -(-len(sizes) // dp)
+    return [sum(sizes[r * per : (r + 1) * per]) for r in range(dp)]
+
+
+def test_the_default_split_accumulates_on_two_ranks_and_is_a_split_openrlhf_runs(monkeypatch):
+    monkeypatch.setattr(drv, "_shares", _even_shares)
+    assert drv.STEP_GROUP_SIZE == SPLIT["rollout.n_samples_per_prompt"] == 4
+    args = _args([(k, v) for k, v in SPLIT.items() if v is not None])
+    assert drv._ranks(args) == (2, 2)  # 8 answers a step = 2 ranks × 2 micro-batches × 2 answers
+    assert drv.split_problem(SPLIT, dynamic=False) is None and drv.split_problem(SPLIT, dynamic=True) is None
+    ring = _args([(k, v) for k, v in {**SPLIT, "ds.ring_attn_size": 2}.items() if v is not None])
+    assert "data-parallel ranks only" in drv._unreproducible(ring) and drv._unreproducible(args) is None
+
+
+@pytest.mark.parametrize(
+    "change, dynamic, key, why, fix",
+    [
+        ({"train.micro_batch_size": 0}, False, "train.micro_batch_size", "must be at least 1", 1),
+        ({"rollout.max_tokens_per_gpu": 0}, True, "rollout.max_tokens_per_gpu", "must be at least 1", 1),
+        ({"actor.num_gpus_per_node": 3, "ds.ring_attn_size": 2}, False, "actor.num_gpus_per_node", "whole groups", 4),
+        ({"rollout.micro_batch_size": 16}, False, "rollout.micro_batch_size", "fewer chunks than ranks", 8),
+        (
+            {"rollout.batch_size": 1, "rollout.n_samples_per_prompt": 1, "rollout.micro_batch_size": 1},
+            False,
+            "rollout.batch_size",
+            "fewer chunks than ranks",
+            2,
+        ),
+        ({"train.batch_size": 6}, False, "train.batch_size", "DeepSpeed refuses train.batch_size=6", 8),
+        ({"train.batch_size": 2}, False, "train.batch_size", "DeepSpeed refuses", 4),
+        ({"train.batch_size": 1}, True, "train.batch_size", "setup_dynamic_batch divides", 2),
+        (
+            {"rollout.batch_size": 3, "rollout.micro_batch_size": 4, "train.batch_size": 4},
+            False,
+            "rollout.micro_batch_size",
+            "the ranks get [4, 2] micro-batches",
+            3,
+        ),
+    ],
+)
+def test_split_settings_openrlhf_cannot_run_name_the_setting_and_a_value_that_runs(
+    monkeypatch, change, dynamic, key, why, fix
+):
+    monkeypatch.setattr(drv, "_shares", _even_shares)
+    monkeypatch.setattr(drv, "_release", lambda: "9.9")
+    values = {**SPLIT, **change}
+    found = drv.split_problem(values, dynamic)
+    assert found is not None and found[0] == key and why in found[1]
+    assert drv._fixing(values, dynamic, key) == fix and drv.split_problem({**values, key: fix}, dynamic) is None
+    args = _args([*((k, v) for k, v in values.items() if v is not None), ("train.dynamic_batch_enable", dynamic)])
+    args.rollout.max_tokens_per_gpu = values["rollout.max_tokens_per_gpu"]
+    with pytest.raises(AdapterError, match=rf"OpenRLHF 9\.9: .*; --set {key}={fix} would run"):
+        drv.check_split(args)
+
+
+def test_the_emulated_collectives_refuse_a_reduction_they_do_not_know_naming_it():
+    import torch
+    import torch.distributed as dist
+
+    c = drv._Collectives(2)
+    for op in ("product", dist.ReduceOp.PRODUCT, dist.ReduceOp.BAND):
+        with pytest.raises(AdapterError, match=rf"an all-reduce with op .*{str(op).rpartition('.')[2]}"):
+            c.all_reduce(torch.tensor(2.0), op=op)
+    assert c.recorded == [[], []]  # nothing recorded, nothing summed in its place
+    names = [c.ReduceOp.SUM, dist.ReduceOp.SUM, c.ReduceOp.AVG, dist.ReduceOp.AVG, "max", dist.ReduceOp.MIN]
+    assert [c.reduction(op) for op in names] == ["sum", "sum", "mean", "mean", "max", "min"]
 
 
 def test_the_emulated_collectives_give_each_call_the_reduction_over_the_ranks_of_the_previous_pass():
@@ -345,15 +419,28 @@ def test_the_driver_reads_back_what_the_experience_maker_computes_per_response(r
 OLDER = "0.10.2"
 
 
-def _step(python, *sets):
+def _step(python, *sets, layouts=False):
     """(geometry, audit_step's result, the per-G gradient of [1, 0, 0] with lengths 2, 3, 4) of
-    OpenRLHF's step target in a release environment's child process."""
+    OpenRLHF's step target in a release environment's child process; with ``layouts``, then also
+    the target's output for the audit's rows split and unsplit."""
     spec = FrameworkSpec("openrlhf", sets=tuple(tuple(s.split("=", 1)) for s in sets), level="gradient")
     with ChildTarget(spec, kind="gradient", python=python, warm=True, timeout=300, load_timeout=600) as fn:
         geo = fn.info["step"]
         result = audit_step(fn, geo)
         plain = fn(np.array([1.0, 0.0, 0.0]), 3, np.array([2, 3, 4]))
-    return geo, result, plain
+        if not layouts:
+            return geo, result, plain
+        d = design(geo, RESPONSE_LENGTH)
+        out = {layout: fn(d.rewards, d.group_size, d.lengths, d.request(layout)) for layout in ("split", "unsplit")}
+    return geo, result, plain, out
+
+
+def _same_steps_unsplit(out):
+    """The unsplit layout ran the split's optimizer steps, each one micro-batch on one rank."""
+    split, unsplit = out["split"], out["unsplit"]
+    trained = split["step"] >= 0
+    assert (unsplit["step"][trained] == split["step"][trained]).all()
+    assert (unsplit["rank"] == 0).all() and (unsplit["micro_batch"] == 0).all() and (unsplit["step"] >= 0).all()
 
 
 def _predicted_micro_batch_ratios(result, ga, dp):
@@ -367,7 +454,9 @@ def _predicted_micro_batch_ratios(result, ga, dp):
 @pytest.mark.slow
 @pytest.mark.frameworks
 def test_0_11_normalises_the_policy_loss_over_the_step_on_every_rank(release_env):
-    geo, result, plain = _step(release_env.python, "algo.advantage.estimator=group_norm")
+    geo, result, plain, out = _step(release_env.python, "algo.advantage.estimator=group_norm", layouts=True)
+    _same_steps_unsplit(out)
+    assert "ranks run one after another" in geo["layouts"]["split"] and "emulated" not in geo["layouts"]["split"]
     settings = geo["settings"]
     assert (
         geo["ranks"] == "emulated"
@@ -420,3 +509,53 @@ def test_0_11_a_step_longer_than_a_generation_batch_is_normalised_per_generation
     )
     assert (geo["step_rows"], geo["generation_rows"]) == (16, 8)
     assert result.law_split == "1/generation_tokens" and result.invariant is False
+    # unsplit, the step is one token mean over its 16 answers; split, each rank's micro-batches 0, 1 (the
+    # first generation batch) and 2, 3 (the second) are each a token mean over their generation batch's part
+    assert result.findings[0].property == "split_invariance" and "in optimizer step 0" in result.findings[0].message
+    for step in {p["step"] for p in result.pieces}:
+        mine = [p for p in result.pieces if p["step"] == step]
+        part = {half: sum(p["tokens"] for p in mine if p["micro_batch"] // 2 == half) for half in (0, 1)}
+        for p in mine:
+            want = sum(part.values()) / part[p["micro_batch"] // 2]
+            assert p["weight_ratio"] is None or p["weight_ratio"] == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize(
+    "sets, left_out",
+    [  # 16 answers a generation batch, 8 a rank: DataLoader(drop_last) keeps 2 micro-batches of 3 answers
+        (("rollout.micro_batch_size=2", "train.micro_batch_size=3", "train.batch_size=6"), 2 / 8),
+        # setup_dynamic_batch: 16 // 12 = one step of 12 // 2 = 6 answers a rank
+        (("vllm.num_engines=1", "train.dynamic_batch_enable=true", "train.batch_size=12"), 2 / 8),
+    ],
+    ids=["drop_last", "dynamic_remainder"],
+)
+def test_answers_the_split_leaves_out_come_back_with_step_minus_1_and_are_reported(release_env, sets, left_out):
+    base = ("algo.advantage.estimator=group_norm", "rollout.batch_size=4", "actor.num_gpus_per_node=2")
+    geo, result, _, out = _step(release_env.python, *base, *sets, layouts=True)
+    split, n = out["split"], len(out["split"]["step"])
+    never = split["step"] == -1
+    assert never.sum() == n * left_out and not np.abs(split["coefficients"][never]).any()
+    assert (split["rank"][never] == -1).all() and (split["micro_batch"][never] == -1).all()
+    _same_steps_unsplit(out)  # the rows left out: a step of their own per generation batch, unsplit
+    assert result.invariant is False and result.findings[0].property == "split_invariance"
+    assert result.findings[0].counterexample["dropped"] > 0 and "out of the update" in result.findings[0].message
+    assert all(p["weight_ratio"] is None or p["weight_ratio"] == pytest.approx(1, rel=1e-5) for p in result.pieces)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_splits_openrlhf_cannot_run_fail_at_load_and_ring_attention_leaves_the_step_out(release_env):
+    def load(*sets):
+        spec = FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "group_norm"), *sets), level="gradient")
+        with ChildTarget(spec, kind="gradient", python=release_env.python, warm=True, load_timeout=600) as fn:
+            return fn.info
+
+    ranks = ("actor.num_gpus_per_node", "2")
+    with pytest.raises(TargetImportError, match=r"DeepSpeed refuses train.batch_size=6.*--set train.batch_size=8"):
+        load(ranks, ("train.micro_batch_size", "2"), ("train.batch_size", "6"))
+    with pytest.raises(TargetImportError, match=r"the ranks get \[8, 4\] micro-batches.*rollout.micro_batch_size=3"):
+        load(ranks, ("rollout.batch_size", "3"), ("rollout.micro_batch_size", "4"), ("train.batch_size", "4"))
+    info = load(ranks, ("ds.ring_attn_size", "2"), ("vllm.num_engines", "1"), ("train.batch_size", "8"))
+    assert "step" not in info and "ring attention" in info["step_unavailable"]
