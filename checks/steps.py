@@ -100,6 +100,8 @@ _CANDIDATES: tuple[tuple[str, bool, str | None, str | None], ...] = (
     ("constant", False, None, None),
     ("1/length", True, None, None),
     ("1/step_tokens", False, "step", "tokens"),
+    ("1/step_rows", False, "step", "rows"),
+    ("1/(length·step_rows)", True, "step", "rows"),
     ("1/rank_tokens", False, "rank", "tokens"),
     ("1/micro_batch_tokens", False, "micro_batch", "tokens"),
     ("1/micro_batch_rows", False, "micro_batch", "rows"),

@@ -20,7 +20,10 @@
   ``DataParallelPPOActor.update_policy`` (0.6; 0.7's default) or the engine worker's
   ``TrainingWorker.train_mini_batch`` (0.7 with ``trainer.use_legacy_worker_impl=disable``; 0.9's
   only one); the ranks are threads of this process whose collectives exchange the ranks' values, the
-  gradient averaged over them as FSDP averages it (:func:`step_run`);
+  gradient averaged over them as FSDP averages it (:func:`step_run`).  The unsplit layout runs the
+  same optimizer steps, each handed alone to one rank as one micro-batch.  Refused when the target is
+  built: sequence parallelism, a split setting below 1, a split verl's own checks reject
+  (:func:`step_split`);
 - ``verl:estimator=NAME``: the ``core_algos`` estimator function alone (bypasses the trainer).
 """
 
@@ -28,13 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 import io
+import math
 import os
-import threading
 import types
 import uuid
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import version
 from typing import Any, Callable
 
@@ -44,10 +48,12 @@ from grpo_identity.checks import steps
 from grpo_identity.checks.frameworks import (
     PROMPT_LENGTH,
     RESPONSE_LENGTH,
+    STEP_GROUP_SIZE,
     AdapterError,
     FrameworkSpec,
     lengths_for,
 )
+from grpo_identity.checks.frameworks._ranks import ThreadRanks
 
 __all__ = [
     "import_check",
@@ -238,8 +244,7 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         rewards: np.ndarray, group_size: int, lengths: np.ndarray | None, request: dict[str, Any] | None = None
     ) -> dict[str, np.ndarray]:
         if request is not None:
-            layout = split if request["layout"] == "split" else split.unsplit()
-            return step_run(cfg, layout, rewards, int(group_size), np.asarray(lengths), request)
+            return step_run(cfg, split, rewards, int(group_size), np.asarray(lengths), request)
         adv, data, order = _advantages(
             ray_trainer, cfg, rewards, int(group_size), lengths_for(len(rewards)) if lengths is None else lengths
         )
@@ -347,10 +352,18 @@ DEFAULT_SPLIT: dict[str, Any] = {
     "actor_rollout_ref.actor.ppo_mini_batch_size": "2 micro-batches per rank",
     "data.train_batch_size": "2 optimizer steps",
 }
-#: the step probe's group size where the user set no ``actor_rollout_ref.rollout.n``
-DEFAULT_GROUP_SIZE = 4
+_ACTOR = "actor_rollout_ref.actor."
+#: the split's keys, as the user writes them (and as the refusals name them)
+_PROMPTS, _N = "data.train_batch_size", "actor_rollout_ref.rollout.n"
+_MINI, _MICRO = _ACTOR + "ppo_mini_batch_size", _ACTOR + "ppo_micro_batch_size_per_gpu"
+_TOKENS, _GPUS, _NODES = _ACTOR + "ppo_max_token_len_per_gpu", "trainer.n_gpus_per_node", "trainer.nnodes"
 #: the deprecated global micro-batch size, which ``fsdp_workers`` divides by the data-parallel size
-_GLOBAL_MICRO = "actor_rollout_ref.actor.ppo_micro_batch_size"
+_GLOBAL_MICRO = _ACTOR + "ppo_micro_batch_size"
+#: words in the names of the actor's settings that turn on sequence (context) parallelism in the releases
+#: audited: ``actor.ulysses_sequence_parallel_size`` (0.6 on), ``actor.fsdp_config.ulysses_sequence_parallel_size``
+#: (0.6 on; 0.7's ``FSDPActorConfig`` copies the actor's one there), ``actor.fsdp_config.turbo_config.distributed.
+#: ulysses_parallel_size`` (0.9)
+_SEQUENCE_PARALLEL = ("ulysses", "sequence_parallel", "context_parallel")
 
 
 @dataclass(frozen=True)
@@ -372,12 +385,13 @@ class StepSplit:
     group_size: int
     """Answers per prompt (``actor_rollout_ref.rollout.n``)."""
     defaults: tuple[str, ...] = field(default=())
-    """The split keys the user did not set: the driver's :data:`DEFAULT_SPLIT` values."""
+    """The split keys the user did not set: the driver's :data:`DEFAULT_SPLIT` values (and ``rollout.n``,
+    :data:`~grpo_identity.checks.frameworks.STEP_GROUP_SIZE`)."""
 
-    def unsplit(self) -> StepSplit:
-        """Each generation batch as one optimizer step of one micro-batch on one rank."""
-        rows = self.prompts * self.group_size
-        return StepSplit(self.prompts, self.prompts, rows, False, self.max_tokens, 1, self.group_size, self.defaults)
+    def whole_steps(self) -> StepSplit:
+        """The worker's settings of the unsplit layout: one rank whose micro-batch holds a whole optimizer
+        step of this split (``ppo_micro_batch_size_per_gpu`` = the step's answers, no dynamic batches)."""
+        return replace(self, micro=self.mini * self.group_size, dynamic=False, ranks=1)
 
     def describe(self) -> str:
         G = self.group_size
@@ -414,8 +428,9 @@ class StepSplit:
         }
         layouts = {
             "split": self.describe(),
-            "unsplit": "each generation batch as one optimizer step (ppo_mini_batch_size = data.train_batch_size) "
-            "of one micro-batch holding all its answers, on one GPU",
+            "unsplit": "the same optimizer steps (each one the answers the split's ranks take for it: the dispatch's "
+            "chunk per rank, each rank's mini-batch), each as one micro-batch holding all its answers on one GPU "
+            "(ppo_micro_batch_size_per_gpu = the step's answers, use_dynamic_bsz off)",
         }
         ranks = "emulated" if self.ranks > 1 else "one"
         return steps.geometry(
@@ -460,8 +475,10 @@ _ENGINE_STAND_INS = (
     "FSDPEngineWithLMHead: the model forward gives the probe's log-probabilities (then ppo_loss as forward_step "
     "calls it), a one-parameter module and SGD at lr 0, train_mode without offload, an emulated data-parallel "
     "group; TrainingWorker._postprocess_output (metrics: CUDA memory, MFU) returns none; verl 0.9's "
-    "plugin.platform (no CPU platform) answers 'cpu' while the step runs; torch.distributed: one thread per "
-    "rank whose collectives exchange the ranks' values; gradients averaged over ranks as FSDP averages them"
+    "plugin.platform (no CPU platform) answers 'cpu' while the step runs; verl 0.7's utils.attention_utils "
+    "(flash_attn.bert_padding, not installed) answers with plain-torch unpadding while the step runs; "
+    "torch.distributed: one thread per rank whose collectives exchange the ranks' values; gradients averaged "
+    "over ranks as FSDP averages them"
 )
 
 
@@ -478,67 +495,156 @@ def _engine_path(cfg: Any) -> bool:
     return chooses and str(cfg.trainer.get("use_legacy_worker_impl", "auto")) == "disable"
 
 
+def _leaf_keys(node: Any, prefix: str = "") -> list[str]:
+    """The dotted keys of a nested dict's leaves."""
+    keys = []
+    for key, value in node.items():
+        keys += _leaf_keys(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
+    return keys
+
+
 def _user_keys(spec: FrameworkSpec) -> set[str]:
     """The dotted keys the user set, by ``--set`` or in the config file."""
     keys = {key.lstrip("+~") for key, _ in spec.sets}
     if spec.config:
         from omegaconf import OmegaConf
 
-        def walk(node: Any, prefix: str) -> None:
-            for key, value in node.items():
-                if isinstance(value, dict):
-                    walk(value, f"{prefix}{key}.")
-                else:
-                    keys.add(f"{prefix}{key}")
-
-        walk(OmegaConf.to_container(OmegaConf.load(spec.config)), "")
+        keys.update(_leaf_keys(OmegaConf.to_container(OmegaConf.load(spec.config))))
     return keys
 
 
 def step_split(spec: FrameworkSpec, cfg: Any) -> StepSplit:
     """The configured step: each split key the user set, :data:`DEFAULT_SPLIT` for the others (the
-    group size :data:`DEFAULT_GROUP_SIZE` unless ``rollout.n`` was set); a global
-    ``ppo_micro_batch_size`` is divided by the ranks as ``fsdp_workers`` normalises it, and a split
-    that normalisation rejects is verl's error."""
+    group size :data:`~grpo_identity.checks.frameworks.STEP_GROUP_SIZE` unless ``rollout.n`` was set); a
+    global ``ppo_micro_batch_size`` is divided by the ranks as ``fsdp_workers`` normalises it.  Refused
+    here, when the target is built: sequence parallelism (:func:`_refuse_sequence_parallel`), a setting
+    below 1, and a split verl's own checks reject (:func:`_split_problem`)."""
     from omegaconf import OmegaConf
 
+    _refuse_sequence_parallel(cfg)
     user = _user_keys(spec)
+    refused = f"verl {version('verl')} rejects the split ({spec.describe()})"
 
-    def value(key: str) -> Any:
-        return OmegaConf.select(cfg, key) if key in user else DEFAULT_SPLIT[key]
+    def count(key: str) -> int:
+        raw = OmegaConf.select(cfg, key) if key in user else DEFAULT_SPLIT[key]
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+            raise AdapterError(f"{refused}: {key}={raw!r} must be a whole number ≥ 1: set {key}=1 or more")
+        return raw
 
-    ranks = int(value("trainer.n_gpus_per_node")) * int(value("trainer.nnodes"))
-    G = int(cfg.actor_rollout_ref.rollout.n) if "actor_rollout_ref.rollout.n" in user else DEFAULT_GROUP_SIZE
-    micro = int(value("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"))
-    if _GLOBAL_MICRO in user and "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" not in user:
-        micro = int(OmegaConf.select(cfg, _GLOBAL_MICRO)) // ranks
-    mini_key, prompts_key = "actor_rollout_ref.actor.ppo_mini_batch_size", "data.train_batch_size"
-    mini = int(value(mini_key)) if mini_key in user else _fewest_prompts(G, ranks, micro)
+    ranks = count(_GPUS) * count(_NODES)
+    G = count(_N) if _N in user else STEP_GROUP_SIZE
+    dynamic_key = _ACTOR + "use_dynamic_bsz"
+    dynamic = bool(OmegaConf.select(cfg, dynamic_key)) if dynamic_key in user else DEFAULT_SPLIT[dynamic_key]
+    unset = dynamic and _MICRO in user and OmegaConf.select(cfg, _MICRO) is None  # verl's way under dynamic bsz
+    micro = DEFAULT_SPLIT[_MICRO] if unset else count(_MICRO)
+    if _GLOBAL_MICRO in user and _MICRO not in user:
+        micro = count(_GLOBAL_MICRO) // ranks
+        if micro < 1:
+            raise AdapterError(
+                f"{refused}: {_GLOBAL_MICRO}={count(_GLOBAL_MICRO)} ÷ {ranks} ranks leaves micro-batches of 0 answers "
+                f"per GPU (fsdp_workers' normalisation; ActorConfig.validate asks ppo_micro_batch_size >= n_gpus): "
+                f"set {_GLOBAL_MICRO}={ranks}"
+            )
+    prompts = count(_PROMPTS) if _PROMPTS in user else None
+    mini = count(_MINI) if _MINI in user else _fewest_prompts(G, ranks, micro, prompts)
     split = StepSplit(
-        prompts=int(value(prompts_key)) if prompts_key in user else 2 * mini,
+        prompts=2 * mini if prompts is None else prompts,
         mini=mini,
         micro=micro,
-        dynamic=bool(value("actor_rollout_ref.actor.use_dynamic_bsz")),
-        max_tokens=int(value("actor_rollout_ref.actor.ppo_max_token_len_per_gpu")),
+        dynamic=dynamic,
+        max_tokens=count(_TOKENS),
         ranks=ranks,
         group_size=G,
-        defaults=tuple(k for k in DEFAULT_SPLIT if k not in user),
+        defaults=tuple(k for k in (*DEFAULT_SPLIT, _N) if k not in user),
     )
-    rows = split.mini * G // ranks  # fsdp_workers: ppo_mini_batch_size × rollout.n ÷ data-parallel size
-    if rows <= 0 or (not split.dynamic and rows % micro):
-        raise AdapterError(
-            f"verl {version('verl')} rejects the split ({spec.describe()}): normalized ppo_mini_batch_size {rows} "
-            f"should be larger than 0 and divisible by ppo_micro_batch_size_per_gpu {micro}"
-        )
+    problem = _split_problem(split, _engine_path(cfg))
+    if problem:
+        mine = [key for key in split.defaults if f"{key}=" in problem]
+        note = f" ({', '.join(mine)}: the driver's default, not set by you)" if mine else ""
+        raise AdapterError(f"{refused}: {problem}{note}")
     return split
 
 
-def _fewest_prompts(G: int, ranks: int, micro: int) -> int:
-    """The fewest prompts per optimizer step that give every rank two or more whole micro-batches."""
-    mini = 1
-    while (mini * G) % (ranks * micro) or mini * G < 2 * ranks * micro:
-        mini += 1
-    return mini
+def _refuse_sequence_parallel(cfg: Any) -> None:
+    """Sequence parallelism (Ulysses) splits each sequence over several GPUs and divides the data-parallel
+    size by their number (``fsdp_workers``: ``dp = world_size // ulysses_sequence_parallel_size``), in a
+    model forward the probe does not run: any setting of the actor's that turns it on (:data:`_SEQUENCE_PARALLEL`)
+    is refused.  The reference policy's own setting only changes its log-probabilities, which the probe
+    holds fixed."""
+    from omegaconf import OmegaConf
+
+    actor = OmegaConf.to_container(cfg.actor_rollout_ref.actor, resolve=False)
+    for key in _leaf_keys(actor, _ACTOR):
+        if not any(word in key.rsplit(".", 1)[-1] for word in _SEQUENCE_PARALLEL):
+            continue
+        value = OmegaConf.select(cfg, key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            raise AdapterError(
+                f"verl {version('verl')}: {key}={value} turns on sequence parallelism, which the driver does not "
+                f"emulate: set {key}=1"
+            )
+
+
+def _split_problem(s: StepSplit, engine: bool) -> str | None:
+    """What verl's own checks refuse in this split, with the value that fixes it, or None: ``utils.config.
+    validate_config`` (real_train_batch_size % n_gpus), ``ActorConfig.validate`` (train_batch_size ≥
+    ppo_mini_batch_size), and the worker's: the legacy ``fsdp_workers`` normalisation (ppo_mini_batch_size ×
+    rollout.n ÷ ranks, > 0 and divisible by ppo_micro_batch_size_per_gpu), the engine's ``TrainingWorker.
+    train_mini_batch`` (mini_batch_size % dp size), ``tu.make_iterator`` (a rank's answers in whole mini-batches)
+    and ``prepare_micro_batches`` (a mini-batch in whole micro-batches); under dynamic batches
+    ``rearrange_micro_batches`` (max_token_len ≥ the probe's sequence length)."""
+    G, R, P, M = s.group_size, s.ranks, s.prompts, s.mini
+    rows, odd = M * G // R, R // math.gcd(G, R)  # answers per rank per step; prompts come in multiples of odd
+    where = "prepare_micro_batches" if engine else "fsdp_workers' normalisation"
+    if (P * G) % R:
+        return (
+            f"{_PROMPTS}={P} × {_N}={G} = {P * G} answers do not cut into equal chunks for {R} data-parallel ranks "
+            f"({_GPUS} × {_NODES}; validate_config: real_train_batch_size % n_gpus): set {_PROMPTS}={_up(P, odd)}"
+        )
+    if not s.dynamic and P < M:
+        return f"{_PROMPTS}={P} is below {_MINI}={M} (ActorConfig.validate): set {_MINI}={P}"
+    if engine and (M * G) % R:
+        return (
+            f"{_MINI}={M} × {_N}={G} = {M * G} answers per optimizer step do not split evenly over {R} ranks "
+            f"(TrainingWorker.train_mini_batch: mini_batch_size % dp size): set {_MINI}={_up(M, odd)}"
+        )
+    if engine and P % M:
+        return (
+            f"{_PROMPTS}={P} is not a multiple of {_MINI}={M}: a rank's {P * G // R} answers do not cut into "
+            f"mini-batches of {rows} (tu.make_iterator): set {_PROMPTS}={_up(P, M)}"
+        )
+    if rows < 1:
+        return (
+            f"normalized ppo_mini_batch_size {rows} should be larger than 0 ({_MINI}={M} × {_N}={G} ÷ {R} ranks, "
+            f"fsdp_workers' normalisation): set {_MINI}={_up(R, G) // G}"
+        )
+    if not s.dynamic and rows % s.micro:
+        fix = max(d for d in range(1, s.micro + 1) if rows % d == 0)
+        return (
+            f"normalized ppo_mini_batch_size {rows} ({_MINI}={M} × {_N}={G} ÷ {R} ranks) should be divisible by "
+            f"ppo_micro_batch_size_per_gpu {s.micro} ({where}): set {_MICRO}={fix}"
+        )
+    longest = PROMPT_LENGTH + RESPONSE_LENGTH
+    if s.dynamic and s.max_tokens < longest:
+        return (
+            f"{_TOKENS}={s.max_tokens} is below the probe's sequences ({longest} tokens, prompt included; "
+            f"rearrange_micro_batches: max_token_len >= the sequence length): set {_TOKENS}={longest}"
+        )
+    return None
+
+
+def _up(value: int, base: int) -> int:
+    """The smallest multiple of ``base`` that is ``value`` or more."""
+    return -(-value // base) * base
+
+
+def _fewest_prompts(G: int, ranks: int, micro: int, prompts: int | None = None) -> int:
+    """The fewest prompts per optimizer step that give every rank two or more whole micro-batches (one or
+    more where none gives two), dividing the generation batch's ``prompts`` where the user set them."""
+    limit = prompts or 2 * ranks * micro
+    fits = [m for m in range(1, limit + 1) if (m * G) % (ranks * micro) == 0 and (prompts or m) % m == 0]
+    two = [m for m in fits if m * G >= 2 * ranks * micro]
+    return (two or fits or [limit])[0]
 
 
 def _step_config(cfg: Any, split: StepSplit, G: int) -> Any:
@@ -567,10 +673,12 @@ def step_run(
     cfg: Any, split: StepSplit, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]
 ) -> dict[str, np.ndarray]:
     """The rows as the trainer runs them, one generation batch (``split.prompts`` groups) after the
-    other: balanced over the ranks, advantages computed, the actor updated on the emulated ranks.  Per
-    row, in the caller's order: its advantage, its token coefficients (−∂loss/∂log π summed over the
-    micro-batches of its optimizer step and averaged over the ranks), its mask, step, rank and
-    micro-batch."""
+    other: balanced over the split's ranks, advantages computed, then the actor updated: on the emulated
+    ranks as split (layout ``split``), or each optimizer step of that split (:func:`_step_positions`)
+    handed alone to one rank whose one micro-batch holds it (layout ``unsplit``).  Per row, in the
+    caller's order: its advantage, its token coefficients (−∂loss/∂log π summed over the micro-batches of
+    its optimizer step and averaged over the ranks), its mask, step, rank and micro-batch (step -1: a row
+    of a last, partial generation batch, which the trainer's dataloader drops, ``drop_last=True``)."""
     ray_trainer = _trainer_module()
     c = _step_config(cfg, split, G)
     r = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -579,7 +687,11 @@ def step_run(
     holes = np.asarray(request.get("holes") or [0] * n, dtype=int)
     recorder = _Recorder()
     advantages, mask = np.zeros(n), np.zeros((n, RESPONSE_LENGTH))
-    with _cpu_platform(), _bert_padding(), contextlib.redirect_stdout(io.StringIO()):
+    unsplit = request["layout"] != "split"
+    layout = split.whole_steps() if unsplit else split
+    layout_config = _step_config(cfg, layout, G)
+    with _cpu_platform(), _plain_attention(), contextlib.redirect_stdout(io.StringIO()):
+        update_actor = _dispatcher(layout_config, layout, recorder)
         for rows, groups in _generation_batches(sizes, split.prompts):
             data = _rollout(rows, groups, r, np.asarray(lengths, dtype=int), holes, c)
             _balance(ray_trainer, c, data, split.ranks)
@@ -587,19 +699,62 @@ def step_run(
             where = (data.batch["responses"][:, 0] - MARK).numpy()
             advantages[where] = data.batch["advantages"][:, 0].double().numpy()
             mask[where] = data.batch["response_mask"].double().numpy()
-            _update_actor(ray_trainer, c, data, _dispatcher(c, split, recorder))
+            if unsplit:
+                for positions in _step_positions(c, split, len(data)):
+                    _update_actor(ray_trainer, layout_config, data.select_idxs(positions), update_actor)
+            else:
+                _update_actor(ray_trainer, c, data, update_actor)
             recorder.next_generation()
-    return {"advantages": advantages, "mask": mask, **recorder.result(n, split.ranks)}
+    return {"advantages": advantages, "mask": mask, **recorder.result(n, layout.ranks)}
 
 
 def _generation_batches(sizes: list[int], prompts: int) -> list[tuple[np.ndarray, list[int]]]:
-    """The rows and group sizes of each generation batch: ``prompts`` groups after the other."""
+    """The rows and group sizes of each generation batch: ``prompts`` groups after the other; a last
+    batch of fewer groups is never generated (the trainer's dataloader has ``drop_last=True``)."""
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     out = []
-    for g in range(0, len(sizes), prompts):
+    for g in range(0, len(sizes) - prompts + 1, prompts):
         groups = sizes[g : g + prompts]
         out.append((np.arange(starts[g], starts[g] + sum(groups)), groups))
     return out
+
+
+def _step_positions(c: Any, split: StepSplit, n: int) -> list[np.ndarray]:
+    """The optimizer steps of a balanced generation batch of ``n`` rows as the split composes them
+    (positions in the batch): verl's dispatch gives rank r the r-th of equal contiguous chunks, the rank's
+    worker cuts its chunk into mini-batches (the legacy ``DataParallelPPOActor.update_policy``:
+    ``data.split(ppo_mini_batch_size)``, contiguous; the engine's ``train_mini_batch``: ``tu.make_iterator``,
+    shuffled under ``actor.shuffle`` with ``data_loader_seed`` + the rank), and step k is every rank's
+    k-th mini-batch."""
+    per_rank, rows = n // split.ranks, split.mini * split.group_size // split.ranks
+    engine = _engine_path(c)
+    mini_batches = []
+    for rank in range(split.ranks):
+        chunk = np.arange(rank * per_rank, (rank + 1) * per_rank)
+        if engine:
+            mini_batches.append(_engine_mini_batches(c, chunk, rows, rank))
+        else:
+            mini_batches.append([chunk[i : i + rows] for i in range(0, per_rank, rows)])
+    return [np.concatenate(parts) for parts in zip(*mini_batches)]
+
+
+def _engine_mini_batches(c: Any, chunk: np.ndarray, rows: int, rank: int) -> list[np.ndarray]:
+    """The mini-batches ``TrainingWorker.train_mini_batch`` draws from a rank's chunk: verl's
+    ``tu.make_iterator`` over the chunk's positions, with the seed and shuffle ``_update_actor`` hands it."""
+    import torch
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+
+    actor = c.actor_rollout_ref.actor
+    positions = TensorDict({"position": torch.as_tensor(chunk)}, batch_size=[len(chunk)])
+    loader = tu.make_iterator(
+        positions,
+        mini_batch_size=rows,
+        epochs=1,
+        seed=int(actor.data_loader_seed) + rank,
+        dataloader_kwargs={"shuffle": bool(actor.shuffle)},
+    )
+    return [batch["position"].numpy() for batch in loader]
 
 
 def _rollout(
@@ -672,13 +827,18 @@ def _update_actor(ray_trainer: Any, c: Any, data: Any, update_actor: Callable[[A
 
 def _dispatcher(c: Any, split: StepSplit, recorder: _Recorder) -> Callable[[Any], Any]:
     """``actor_rollout_wg.update_actor``: verl's dispatch cuts the batch into one contiguous chunk per
-    data-parallel rank, and each emulated rank runs the actor worker's update on its chunk."""
+    data-parallel rank, and each rank (a thread, :class:`~grpo_identity.checks.frameworks._ranks.ThreadRanks`,
+    answering ``torch.distributed`` while it runs) runs the actor worker's update on its chunk."""
+    import torch.distributed as dist
+
     rank_update = _engine_rank if _engine_path(c) else _legacy_rank
     run = rank_update(c, split, recorder)
 
     def update_actor(batch: Any) -> Any:
         chunks = _chunks(batch, split.ranks)
-        return _EmulatedRanks(split.ranks).run(lambda rank: run(rank, chunks[rank]))[0]
+        ranks = ThreadRanks(split.ranks)
+        with ranks.patched(dist):
+            return ranks.run(lambda rank: run(rank, chunks[rank]))[0]
 
     return update_actor
 
@@ -872,53 +1032,68 @@ def _cpu_platform() -> Any:
 
 
 @contextlib.contextmanager
-def _bert_padding() -> Any:
-    """verl 0.7's engine worker unpads its batch with ``flash_attn.bert_padding`` (a CUDA package that
-    is never installed here; verl 0.9 falls back to plain torch itself): while the step runs, a module
-    of that name whose ``unpad_input``, ``pad_input`` and ``index_first_axis`` are the same plain-torch
-    functions verl 0.9's ``utils.attention_utils`` falls back to."""
-    import importlib.util
-    import sys
-
-    import torch
-
-    if importlib.util.find_spec("flash_attn") is not None:
+def _plain_attention() -> Any:
+    """verl 0.7's engine worker unpads its batch with ``utils.attention_utils``'s ``unpad_input`` and
+    ``index_first_axis`` (``workers.utils.padding``), which ``_get_attention_functions`` imports from
+    ``flash_attn.bert_padding``, a CUDA package never installed here (verl 0.9's falls back to plain torch
+    itself, ``_fallback_unpad_input`` …).  While the step runs, that one function of that one module
+    returns the same plain-torch functions 0.9 falls back to; on the way out it is restored, with the four
+    module globals it caches its answer in.  No ``flash_attn`` module is ever installed (``sys.modules``
+    and the import system are untouched), so nothing else in the process sees one, during the step or
+    after it; only verl's own attention helpers answer during the step where they would raise
+    ImportError."""
+    try:
+        from verl.utils import attention_utils
+    except ImportError:
+        attention_utils = None
+    names = ("_get_attention_functions", "_index_first_axis", "_pad_input", "_rearrange", "_unpad_input")
+    needed = (
+        attention_utils is not None
+        and all(hasattr(attention_utils, name) for name in names)
+        and not hasattr(attention_utils, "_fallback_unpad_input")
+        and importlib.util.find_spec("flash_attn") is None
+    )
+    if not needed:
         yield
         return
-
-    def index_first_axis(tensor: Any, indices: Any) -> Any:
-        return tensor.reshape(-1, *tensor.shape[2:])[indices] if tensor.dim() > 2 else tensor[indices]
-
-    def unpad_input(hidden_states: Any, attention_mask: Any, unused_mask: Any = None) -> Any:
-        masks = attention_mask + unused_mask if unused_mask is not None else attention_mask
-        seqlens = masks.sum(dim=-1, dtype=torch.int32)
-        indices = torch.nonzero(masks.flatten(), as_tuple=False).flatten()
-        cu_seqlens = torch.nn.functional.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
-        flat = hidden_states.reshape(-1, *hidden_states.shape[2:])
-        return flat[indices], indices, cu_seqlens, int(seqlens.max()), attention_mask.sum(-1, dtype=torch.int32)
-
-    def pad_input(hidden_states: Any, indices: Any, batch: int, seqlen: int) -> Any:
-        output = hidden_states.new_zeros(batch * seqlen, *hidden_states.shape[1:])
-        output[indices] = hidden_states
-        return output.view(batch, seqlen, *hidden_states.shape[1:])
-
-    def rearrange(*args: Any, **kwargs: Any) -> Any:
-        from einops import rearrange as einops_rearrange
-
-        return einops_rearrange(*args, **kwargs)
-
-    padding = types.ModuleType("flash_attn.bert_padding")
-    padding.__dict__.update(
-        index_first_axis=index_first_axis, unpad_input=unpad_input, pad_input=pad_input, rearrange=rearrange
-    )
-    root = types.ModuleType("flash_attn")
-    root.__dict__["bert_padding"] = padding
-    sys.modules.update({"flash_attn": root, "flash_attn.bert_padding": padding})
+    saved = {name: getattr(attention_utils, name) for name in names}
+    attention_utils._get_attention_functions = lambda: (_index_first_axis, _pad_input, _rearrange, _unpad_input)
     try:
         yield
     finally:
-        for name in ("flash_attn", "flash_attn.bert_padding"):
-            sys.modules.pop(name, None)
+        for name, value in saved.items():
+            setattr(attention_utils, name, value)
+
+
+def _index_first_axis(tensor: Any, indices: Any) -> Any:
+    """``flash_attn.bert_padding.index_first_axis`` in plain torch (verl 0.9's fallback)."""
+    return tensor[indices]
+
+
+def _unpad_input(hidden_states: Any, attention_mask: Any, unused_mask: Any = None) -> Any:
+    """``flash_attn.bert_padding.unpad_input`` in plain torch (verl 0.9's fallback)."""
+    import torch
+
+    masks = attention_mask + unused_mask if unused_mask is not None else attention_mask
+    seqlens = masks.sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(masks.flatten(), as_tuple=False).flatten()
+    cu_seqlens = torch.nn.functional.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
+    flat = hidden_states.reshape(-1, *hidden_states.shape[2:])
+    return flat[indices], indices, cu_seqlens, int(seqlens.max()), attention_mask.sum(-1, dtype=torch.int32)
+
+
+def _pad_input(hidden_states: Any, indices: Any, batch: int, seqlen: int) -> Any:
+    """``flash_attn.bert_padding.pad_input`` in plain torch (verl 0.9's fallback)."""
+    output = hidden_states.new_zeros(batch * seqlen, *hidden_states.shape[1:])
+    output[indices] = hidden_states
+    return output.view(batch, seqlen, *hidden_states.shape[1:])
+
+
+def _rearrange(*args: Any, **kwargs: Any) -> Any:
+    """``einops.rearrange`` (what ``flash_attn.bert_padding`` re-exports)."""
+    from einops import rearrange
+
+    return rearrange(*args, **kwargs)
 
 
 @dataclass
@@ -966,9 +1141,10 @@ class _Recorder:
         self.steps = {}
 
     def result(self, n: int, ranks: int) -> dict[str, np.ndarray]:
-        """Per row: −gradient ÷ ranks (FSDP averages the ranks' gradients), step, rank, micro-batch."""
+        """Per row: −gradient ÷ ranks (FSDP averages the ranks' gradients), step, rank, micro-batch (-1
+        and no gradient for a row no micro-batch held)."""
         out: dict[str, np.ndarray] = {"coefficients": np.zeros((n, RESPONSE_LENGTH))}
-        out.update({key: np.zeros(n, dtype=int) for key in ("step", "rank", "micro_batch")})
+        out.update({key: np.full(n, -1, dtype=int) for key in ("step", "rank", "micro_batch")})
         for piece in self.pieces:
             rows = piece.rows.numpy()
             if piece.leaf.grad is not None:
@@ -976,85 +1152,3 @@ class _Recorder:
                 out["coefficients"][rows] = -grad / ranks
             out["step"][rows], out["rank"][rows], out["micro_batch"][rows] = piece.step, piece.rank, piece.micro
         return out
-
-
-class _EmulatedRanks:
-    """Data-parallel ranks as threads of this process: ``torch.distributed``'s collectives are
-    replaced, while ``run`` runs, by ones that meet at a barrier and give every rank the reduction
-    of all ranks' values (the gathered sums, maxima, minima; objects gathered in rank order)."""
-
-    NAMES = ("is_initialized", "get_rank", "get_world_size", "all_reduce", "all_gather_object")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.barrier = threading.Barrier(size, timeout=120)
-        self.local = threading.local()
-        self.slots: list[Any] = [None] * size
-        self.finished = 0
-
-    def rank(self, group: Any = None) -> int:
-        return int(getattr(self.local, "rank", 0))
-
-    def world_size(self, group: Any = None) -> int:
-        return self.size
-
-    def _exchange(self, value: Any) -> list[Any]:
-        if self.finished:
-            raise RuntimeError("the emulated ranks made different collective calls")
-        self.slots[self.rank()] = value
-        self.barrier.wait()
-        values = list(self.slots)
-        self.barrier.wait()
-        return values
-
-    def all_reduce(self, tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> None:
-        import torch
-        import torch.distributed as dist
-
-        stacked = torch.stack(self._exchange(tensor.detach().clone()))
-        reduce = {
-            dist.ReduceOp.SUM: lambda x: x.sum(0),
-            dist.ReduceOp.MAX: lambda x: x.amax(0),
-            dist.ReduceOp.MIN: lambda x: x.amin(0),
-            dist.ReduceOp.AVG: lambda x: x.double().mean(0),
-        }[dist.ReduceOp.SUM if op is None else op]
-        tensor.copy_(reduce(stacked))
-
-    def all_gather_object(self, out: list[Any], obj: Any, group: Any = None) -> None:
-        out[:] = self._exchange(obj)
-
-    def run(self, fn: Callable[[int], Any]) -> list[Any]:
-        """``fn(rank)`` on every rank, each in its thread; the first rank's error is raised."""
-        import torch.distributed as dist
-
-        results: list[Any] = [None] * self.size
-        errors: list[BaseException | None] = [None] * self.size
-
-        def target(rank: int) -> None:
-            self.local.rank = rank
-            try:
-                results[rank] = fn(rank)
-            except BaseException as exc:  # noqa: BLE001 (re-raised in the caller's thread)
-                errors[rank] = exc
-            self.finished += 1
-            if self.barrier.n_waiting or errors[rank] is not None:  # a rank left waiting would wait forever
-                self.barrier.abort()
-
-        saved = {name: getattr(dist, name) for name in self.NAMES}
-        patch = (lambda: True, self.rank, self.world_size, self.all_reduce, self.all_gather_object)
-        for name, value in zip(self.NAMES, patch):
-            setattr(dist, name, value)
-        try:
-            threads = [threading.Thread(target=target, args=(rank,)) for rank in range(self.size)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        finally:
-            for name, value in saved.items():
-                setattr(dist, name, value)
-        first = [e for e in errors if e is not None and not isinstance(e, threading.BrokenBarrierError)]
-        first += [e for e in errors if e is not None]
-        if first:
-            raise first[0]
-        return results

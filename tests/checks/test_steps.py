@@ -232,3 +232,22 @@ def test_a_framework_that_cannot_run_a_short_group_leaves_a_note_and_the_step_me
     assert out.invariant and out.law_split == "1/step_tokens"
     notes = [f for f in out.findings if f.property == "group_slicing"]
     assert len(notes) == 1 and notes[0].severity == "note" and "min_groups 2" in notes[0].message
+
+
+def test_a_short_step_of_a_per_answer_mean_is_measured_against_its_own_step():
+    """Steps of 16, 8 and 8 answers, each a mean over its answers: the unsplit law is 1/(length·step_rows)
+    (not a micro-batch's), so the split's micro-batches of 4 weigh 1× their step."""
+
+    def fn(r, G, L, request=None):
+        out = S.micro_batch_mean(r, G, L, request, scope="constant")
+        step = np.repeat([0, 1, 2], [16, 8, 8])
+        rows = np.bincount(step)[step]
+        tokens = np.maximum(out["mask"].sum(1), 1)
+        out["coefficients"] = (out["advantages"] / rows / tokens)[:, None] * out["mask"]
+        out["step"] = step
+        split = bool(request) and request["layout"] == "split"
+        out["micro_batch"] = (np.arange(32) % 8) // 4 if split else np.zeros(32, dtype=int)
+        return out
+
+    out = S.audit_step(fn, S.geometry(4, 16, 8))
+    assert out.law_unsplit == "1/(length·step_rows)" and out.invariant, (out.law_split, out.findings)

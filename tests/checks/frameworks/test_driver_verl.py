@@ -255,26 +255,114 @@ def _step_rows(fn, geo, layout="split", seed=0):
 
 
 def test_verl_step_geometry_is_the_default_split_where_the_user_set_none(verl_step):
+    from grpo_identity.checks.frameworks import STEP_GROUP_SIZE
     from grpo_identity.checks.frameworks.verl import DEFAULT_SPLIT
 
     _, geo = verl_step
     # 4 prompts × G=4 per generation batch, optimizer steps of 2 prompts over 2 emulated ranks
-    assert (geo["group_size"], geo["step_rows"], geo["generation_rows"]) == (4, 8, 16)
+    assert (geo["group_size"], geo["step_rows"], geo["generation_rows"]) == (STEP_GROUP_SIZE, 8, 16)
     assert (geo["ranks"], geo["holes"], geo["ragged"]) == ("emulated", True, False)
-    assert geo["settings"]["driver defaults (keys the user did not set)"] == list(DEFAULT_SPLIT)
+    defaults = geo["settings"]["driver defaults (keys the user did not set)"]
+    assert defaults == [*DEFAULT_SPLIT, "actor_rollout_ref.rollout.n"]
+    assert geo["layouts"]["unsplit"].startswith("the same optimizer steps")
     assert geo["settings"]["actor_rollout_ref.actor.loss_agg_mode"] == "token-mean"
     assert "engine worker" in geo["settings"]["worker"]  # 0.9 has no legacy actor
 
 
-def test_a_split_verls_worker_would_reject_is_a_usage_error():
+_MINI, _MICRO, _PROMPTS = (
+    _ACTOR + "ppo_mini_batch_size",
+    _ACTOR + "ppo_micro_batch_size_per_gpu",
+    "data.train_batch_size",
+)
+
+
+@pytest.mark.parametrize(
+    "sets, words",
+    [
+        # a setting below 1 (a ZeroDivisionError before)
+        ((("trainer.n_gpus_per_node", "0"),), "trainer.n_gpus_per_node=0 must be a whole number ≥ 1"),
+        (((_MICRO, "0"),), f"{_MICRO}=0 must be a whole number ≥ 1: set {_MICRO}=1 or more"),
+        (((_MINI, "0"),), f"{_MINI}=0 must be a whole number ≥ 1"),
+        (((_PROMPTS, "0"),), f"{_PROMPTS}=0 must be a whole number ≥ 1"),
+        ((("actor_rollout_ref.rollout.n", "0"),), "actor_rollout_ref.rollout.n=0 must be a whole number ≥ 1"),
+        (((_ACTOR + "ppo_max_token_len_per_gpu", "0"),), "ppo_max_token_len_per_gpu=0 must be a whole number ≥ 1"),
+        # sequence parallelism, in each key the releases read it from
+        (
+            ((_ACTOR + "ulysses_sequence_parallel_size", "2"),),
+            f"{_ACTOR}ulysses_sequence_parallel_size=2 turns on sequence parallelism, which the driver does not "
+            f"emulate: set {_ACTOR}ulysses_sequence_parallel_size=1",
+        ),
+        (((_ACTOR + "fsdp_config.ulysses_sequence_parallel_size", "4"),), "sequence_parallel_size=4 turns on"),
+        # verl's own divisibility: validate_config, ActorConfig.validate, the engine worker's asserts
+        (((_PROMPTS, "3"), ("actor_rollout_ref.rollout.n", "3")), f"2 data-parallel ranks .* set {_PROMPTS}=4$"),
+        (((_PROMPTS, "2"), (_MINI, "4")), f"{_PROMPTS}=2 is below {_MINI}=4 .* set {_MINI}=2$"),
+        (((_PROMPTS, "6"), (_MINI, "4")), f"not a multiple of {_MINI}=4.* set {_PROMPTS}=8$"),
+        (
+            ((_PROMPTS, "6"), (_MINI, "3"), ("actor_rollout_ref.rollout.n", "3")),
+            f"9 answers per optimizer step do not split evenly over 2 ranks .* set {_MINI}=4$",
+        ),
+        (
+            (("trainer.n_gpus_per_node", "2"), (_MINI, "1"), (_MICRO, "4")),  # 1 prompt × 4 answers ÷ 2 ranks = 2
+            f"normalized ppo_mini_batch_size 2 .* divisible by ppo_micro_batch_size_per_gpu 4 .* set {_MICRO}=2 "
+            "\\(actor_rollout_ref.rollout.n: the driver's default",
+        ),
+        (  # the driver's default ppo_mini_batch_size (none divides the user's 2 prompts into micro-batches of 3)
+            ((_PROMPTS, "2"), (_MICRO, "3")),
+            f"set {_MICRO}=2 \\({_MINI}, actor_rollout_ref.rollout.n: the driver's default, not set by you\\)$",
+        ),
+        (
+            ((_ACTOR + "use_dynamic_bsz", "true"), (_ACTOR + "ppo_max_token_len_per_gpu", "6")),
+            f"below the probe's sequences .* set {_ACTOR}ppo_max_token_len_per_gpu=8$",
+        ),
+    ],
+)
+def test_a_split_verl_refuses_is_refused_when_the_target_is_built(sets, words):
     _need("verl.trainer.ppo.ray_trainer")
     from grpo_identity.checks.frameworks import AdapterError
     from grpo_identity.checks.frameworks import verl as driver
 
-    sets = (*_GRPO, ("trainer.n_gpus_per_node", "2"), (_ACTOR + "ppo_mini_batch_size", "1"))
-    sets += ((_ACTOR + "ppo_micro_batch_size_per_gpu", "4"),)  # 1 prompt × 4 answers ÷ 2 ranks = 2 < 4
-    with pytest.raises(AdapterError, match="normalized ppo_mini_batch_size 2 should be .* divisible"):
-        driver.gradient_target(FrameworkSpec("verl", sets=sets))
+    with pytest.raises(AdapterError, match=words) as caught:
+        driver.gradient_target(FrameworkSpec("verl", sets=(*_GRPO, *sets)))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_verl_setting_below_one_is_a_usage_error_not_a_traceback(capsys):
+    _need("verl.trainer.ppo.ray_trainer")
+    sets = ["--set", "algorithm.adv_estimator=grpo", "--set", "trainer.n_gpus_per_node=0"]
+    assert main(["audit", "verl", *sets, "--level", "gradient", "--max-examples", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.n_gpus_per_node=0 must be a whole number ≥ 1" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("shuffle", ["false", "true"])
+def test_verls_unsplit_layout_runs_the_split_layouts_optimizer_steps_each_in_one_piece(shuffle):
+    """The same answers in each optimizer step (the dispatch's chunks, each rank's mini-batches, shuffled
+    by tu.make_iterator under actor.shuffle), each step one micro-batch on one rank."""
+    _need("verl.trainer.ppo.ray_trainer")
+    from grpo_identity.checks.frameworks import verl as driver
+
+    fn = driver.gradient_target(FrameworkSpec("verl", sets=(*_GRPO, (_ACTOR + "shuffle", shuffle))))
+    geo = fn.grpo_identity_info["step"]
+    _, split = _step_rows(fn, geo, "split")
+    _, unsplit = _step_rows(fn, geo, "unsplit")
+    assert sorted(set(split["step"])) == [0, 1, 2, 3] and sorted(set(split["rank"])) == [0, 1]
+    assert split["step"].tolist() == unsplit["step"].tolist()
+    assert set(unsplit["rank"]) == {0} and set(unsplit["micro_batch"]) == {0}
+
+
+def test_verl_rows_of_a_partial_generation_batch_are_never_trained_on(verl_step):
+    """The trainer's dataloader drops a last batch of fewer prompts than data.train_batch_size (drop_last):
+    those rows come back with step -1 and no gradient, in both layouts."""
+    fn, geo = verl_step
+    G, prompts = geo["group_size"], geo["generation_rows"] // geo["group_size"]
+    n = (prompts + 2) * G  # one generation batch and two groups of the next
+    rewards = np.tile([1.0, 0.0, 0.0, 1.0], n // 4)
+    lengths = 2 + np.arange(n) % 5
+    for layout in ("split", "unsplit"):
+        out = fn(rewards, G, lengths, {"layout": layout, "sizes": [G] * (n // G), "holes": [0] * n})
+        left = np.arange(n) >= prompts * G
+        assert np.all(out["step"][left] == -1) and np.all(out["coefficients"][left] == 0)
+        assert np.all(out["step"][~left] >= 0) and np.abs(out["coefficients"][~left]).sum() > 0
 
 
 @pytest.mark.slow
@@ -327,8 +415,18 @@ def test_verl_0_9_dynamic_batches_of_unequal_rows_keep_seq_mean_token_mean_invar
 
 _STEP_SCRIPT = """
 import json, sys
+import torch.distributed as dist
 from grpo_identity.checks.frameworks import FrameworkSpec, verl
 from grpo_identity.checks.steps import audit_step
+
+def left():  # what the step left behind in the process
+    from verl.utils import attention_utils as au
+    names = ("is_initialized", "get_rank", "get_world_size", "all_reduce", "all_gather_object")
+    return {"flash_attn": sorted(m for m in sys.modules if m.startswith("flash_attn")),
+            "attention_cache": [getattr(au, k) is not None for k in ("_index_first_axis", "_unpad_input")],
+            "attention_functions": au._get_attention_functions.__module__,
+            "dist": sorted({getattr(dist, k).__module__.split(".")[0] for k in names})}
+
 out = []
 for sets in json.loads(sys.argv[1]):
     fn = verl.gradient_target(FrameworkSpec("verl", sets=tuple(map(tuple, sets))))
@@ -336,7 +434,7 @@ for sets in json.loads(sys.argv[1]):
     worker = fn.grpo_identity_info["step"]["settings"]["worker"]
     findings = [(f.property, f.severity) for f in r.findings]
     out.append({"laws": [r.law_split, r.law_unsplit], "invariant": r.invariant, "pieces": r.pieces,
-                "findings": findings, "worker": worker})
+                "findings": findings, "worker": worker, "left": left()})
 print(json.dumps(out))
 """
 
@@ -407,3 +505,9 @@ def test_verl_0_7_legacy_worker_splits_token_mean_but_its_engine_worker_does_not
     assert _micro_batch_means(legacy["pieces"]) == pytest.approx([1.0] * len(_micro_batch_means(legacy["pieces"])))
     assert engine["laws"] == ["1/step_tokens", "1/step_tokens"] and engine["invariant"] is True
     assert all(p["weight_ratio"] == pytest.approx(1.0, rel=1e-5) for p in engine["pieces"] if p["weight_ratio"])
+    # the engine unpads through attention_utils, whose flash_attn import the driver answers only while the step
+    # runs: no flash_attn module in the process, the helpers' cache and import as verl left them, the ranks'
+    # torch.distributed restored
+    left = engine["left"]
+    assert left["flash_attn"] == [] and left["attention_cache"] == [False, False]
+    assert left["attention_functions"] == "verl.utils.attention_utils" and left["dist"] == ["torch"]
