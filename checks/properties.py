@@ -7,7 +7,9 @@ Each property takes the target (``target(rewards, G) -> array``, see
 with an explicit message and the counterexample (the offending group and the batch).
 
 The identity (Theorem 1, PAPER §Claims 1): for two-valued rewards, g = (1/G) Σ Âᵢ sᵢ =
-c(k, G)·(s̄₊ − s̄₋), with c = (k/G)·Â₊ given by the dial (:func:`grpo_identity.dial.coefficient`).
+c(k, G)·(s̄₊ − s̄₋), with c = (k/G)·Â₊ given by the dial (:func:`grpo_identity.dial.coefficient`);
+for any rewards (theorem G9), g = c·β̂ with β̂ the least-squares slope of the scores on the rewards
+(:func:`grpo_identity.closed_forms.score_slope`) and c = (1/G) Σ Âᵢ (Rᵢ − R̄): GRPO's σ_R, Dr. GRPO's σ_R².
 
 >>> import numpy as np
 >>> from grpo_identity.checks.strategies import RewardBatch
@@ -26,8 +28,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from grpo_identity import closed_forms as C
 from grpo_identity import dial as D
-from grpo_identity.checks.target import output_issue
+from grpo_identity.checks.target import output_issue, round_rewards
 
 __all__ = [
     "PropertyViolation",
@@ -38,6 +41,7 @@ __all__ = [
     "two_valued_per_group",
     "zero_sum_per_group",
     "identity_in_vector_form",
+    "any_reward_groups",
     "groups_independent",
     "permutation_equivariant",
     "stateless",
@@ -300,15 +304,27 @@ def zero_sum_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.
 
 
 def identity_in_vector_form(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
-    """g = (1/G) Σ Âᵢ sᵢ equals c·(s̄₊ − s̄₋) on random score vectors of any dimension (Theorem 1)."""
+    """g = (1/G) Σ Âᵢ sᵢ on random score vectors of any dimension: c·(s̄₊ − s̄₋) on the batch's
+    two-valued groups (Theorem 1), and c·β̂ on groups of continuous and multi-valued rewards drawn
+    beside the batch (theorem G9: β̂ the least-squares slope of the scores on the rewards), c the
+    reference dial's coefficient where there is one (GRPO's σ_R, Dr. GRPO's σ_R² …)."""
+    _identity_two_valued(target, batch, ctx, rng)
+    _identity_any_rewards(target, batch, ctx, rng)
+
+
+def _random_scores(n_rows: int, rng: np.random.Generator) -> np.ndarray:
+    shape = tuple(int(d) for d in rng.integers(1, 4, size=int(rng.integers(0, 3))))
+    return rng.standard_normal((n_rows, *shape))  # (n·G, *shape): one score per answer
+
+
+def _identity_two_valued(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     r, G = batch.contiguous(), batch.group_size
     A = _call(target, r, G, "identity_in_vector_form")
     R = r.reshape(-1, G)
     two = _two_valued_groups(R)
     if not two:
         return
-    shape = tuple(int(d) for d in rng.integers(1, 4, size=int(rng.integers(0, 3))))
-    S = rng.standard_normal((r.size, *shape))  # (n·G, *shape): one score per answer
+    S = _random_scores(r.size, rng)
     g_all = D.group_updates(A, S, G)  # (n, D)
     high = np.zeros_like(r)
     for g, _lo, hi in two:
@@ -326,6 +342,97 @@ def identity_in_vector_form(target: Target, batch: Any, ctx: Context, rng: np.ra
                 f"with c = (k/G)·Â₊ = {c:.6g}",
                 _example(r, G, A, g),
             )
+
+
+#: reward levels of the multi-valued groups (partial credit): exact in every float type
+_PARTIAL_CREDIT = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+
+
+def any_reward_groups(n: int, G: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` groups of ``G`` rewards beyond the binary verifier: partial credit (levels 0, ¼, ½, ¾, 1,
+    ties included, three levels at least; for G ≥ 3), continuous in [0, 1], or continuous of either sign
+    (normal × 1 or 0.01: advantages stay inside the ±10 clips trainers apply), one kind per group; shape
+    (n·G,), group by group.
+
+    >>> R = any_reward_groups(3, 4, np.random.default_rng(0)).reshape(3, 4)
+    >>> [int(np.unique(row).size) >= 3 for row in R]
+    [True, True, True]
+    """
+    rows = []
+    for kind in rng.integers(0 if G > 2 else 1, 3, size=n):
+        if kind == 0:
+            row = rng.choice(_PARTIAL_CREDIT, size=G)
+            row[rng.permutation(G)[:3]] = (0.0, 0.5, 1.0)
+        elif kind == 1:
+            row = rng.random(G)
+            row[rng.integers(G)] = 0.0  # the worst answer gets 0: the spread is at least the largest reward
+        else:
+            row = rng.standard_normal(G) * float(rng.choice([1.0, 0.01]))
+        rows.append(row)
+    return np.concatenate(rows)
+
+
+def _coefficient(A: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """c with g = c·β̂ for advantages Âᵢ = a·(Rᵢ − R̄): c = a·σ_R² = (1/G) Σ Âᵢ (Rᵢ − R̄), per group."""
+    centred = R - R.mean(1, keepdims=True)  # (n, G)
+    return (A * centred).mean(1)  # (n,)
+
+
+def _identity_any_rewards(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+    G = batch.group_size
+    if G < 2:
+        return
+    r = any_reward_groups(batch.n_groups, G, rng)
+    dtype = getattr(target, "dtype", None)
+    r = round_rewards(r, dtype) if dtype else r  # the rewards exactly as the target sees them
+    R = r.reshape(-1, G)
+    A = _call(target, r, G, "identity_in_vector_form")
+    S = _random_scores(r.size, rng)
+    g_all = D.group_updates(A, S, G)  # (n, D)
+    slope = np.asarray(C.score_slope(R, S.reshape(R.shape[0], G, -1)))  # (n, D): β̂ per group, score component
+    c_target = _coefficient(A.reshape(-1, G), R)
+    E = _centred_reference(ctx, r, R)  # (n, G) or None
+    c_ref = None if E is None else _coefficient(E, R)
+    for g in range(R.shape[0]):
+        if R[g].max() == R[g].min():  # rounding made it silent: the silent properties' business
+            continue
+        size = max(float(np.abs(A[g * G : (g + 1) * G]).max()), 0.0 if E is None else float(np.abs(E[g]).max()))
+        tol = size * float(np.abs(S[g * G : (g + 1) * G]).max()) * 4 * _cancellation(R[g])
+        for c, whose in ((c_target, "its own"), (c_ref, "the dial's")):
+            if c is not None and not ctx.tol.close(g_all[g], c[g] * slope[g], tol):
+                raise PropertyViolation(
+                    "identity_in_vector_form",
+                    _any_reward_message(g, R[g], g_all[g], c[g], slope[g], whose, c_target[g]),
+                    _example(r, G, A, g),
+                )
+
+
+def _centred_reference(ctx: Context, r: np.ndarray, R: np.ndarray) -> np.ndarray | None:
+    """The reference dial's advantages on these rewards, (n, G), when it is centred (zero-sum groups:
+    then it has a coefficient c with g = c·β̂); ``None`` otherwise or without a reference."""
+    if ctx.reference is None:
+        return None
+    E = np.asarray(ctx.reference(r, R.shape[1]), dtype=np.float64).reshape(R.shape)
+    if not np.all(np.abs(E.sum(1)) <= 1e-6 * np.maximum(np.abs(E).sum(1), 1e-300)):
+        return None
+    return E
+
+
+def _any_reward_message(
+    g: int, row: np.ndarray, upd: np.ndarray, c: float, slope: np.ndarray, whose: str, c_own: float
+) -> str:
+    sd = float(C.reward_std(row))
+    head = (
+        f"group {g} (G={row.size}, rewards {_fmt(row)}, σ_R = {sd:.6g}): g = {_fmt(upd, 4)} is not "
+        f"c·β̂ = {_fmt(c * slope, 4)}, β̂ the least-squares slope of the scores on the rewards"
+    )
+    if whose == "its own":
+        return f"{head} and c = (1/G)Σ Âᵢ(Rᵢ − R̄) = {c:.6g}: the advantages are not proportional to R − R̄"
+    return (
+        f"{head} and c = {c:.6g} the dial's coefficient (GRPO's is σ_R, Dr. GRPO's σ_R²); the target's "
+        f"advantages give c = {c_own:.6g} = {c_own / c:.6g}·c (σ_R is the std of the group's rewards, not a binary "
+        "formula such as √(μ(1 − μ)))"
+    )
 
 
 def groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:

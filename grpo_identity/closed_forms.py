@@ -45,6 +45,8 @@ __all__ = [
     "expected_score_gap",
     "expected_update_given_k",
     "update_covariance_given_k",
+    "reward_std",
+    "score_slope",
 ]
 
 ArrayLike = float | int | npt.ArrayLike
@@ -489,6 +491,60 @@ def update_covariance_given_k(
             np.nan,
         )
     return _out(out)
+
+
+# --- any rewards (theorem G9) -----------------------------------------------------------------
+def _rewards(rewards: npt.ArrayLike) -> FloatArray:
+    """Rewards as a float64 array, one group per row of the last axis; reject non-finite values."""
+    R = np.asarray(rewards, dtype=np.float64)
+    if R.ndim == 0 or R.shape[-1] == 0:
+        raise ValueError(f"rewards must hold at least one group of at least one reward, got shape {R.shape}")
+    if not np.isfinite(R).all():
+        raise ValueError(f"rewards must be finite, got {R[~np.isfinite(R)].flat[0]!r}")
+    return R
+
+
+def reward_std(rewards: npt.ArrayLike) -> FloatArray | float:
+    """Group standard deviation of any rewards, σ_R = √((1/G) Σᵢ (Rᵢ − R̄)²) (ddof 0), over the
+    last axis; exactly 0 when every reward of the group is equal (theorem G9).
+
+    Twin of :func:`grpo_identity.formulas.reward_std`; :func:`sigma` for binary rewards.
+
+    >>> reward_std([1, 0, 0, 0]) == sigma(1, 4)
+    True
+    >>> reward_std([[0.0, 0.5, 1.0], [0.1, 0.1, 0.1]]).round(6)
+    array([0.408248, 0.      ])
+    """
+    R = _rewards(rewards)
+    silent = R.max(-1) == R.min(-1)  # (…,): one distinct value, σ_R = 0 exactly
+    return _out(np.where(silent, 0.0, R.std(axis=-1)))
+
+
+def score_slope(rewards: npt.ArrayLike, scores: npt.ArrayLike) -> FloatArray | float:
+    """Least-squares slope of the scores on the rewards in each group,
+    β̂ = Σᵢ (Rᵢ − R̄)(sᵢ − s̄) / Σᵢ (Rᵢ − R̄)², and 0 for a group whose rewards are all equal
+    (σ_R = 0: its update is 0 too).  Theorem G9: (1/G) Σᵢ (Rᵢ − R̄) sᵢ = σ_R²·β̂, so GRPO's update is
+    ``reward_std(R) * score_slope(R, s)``; β̂ = s̄₊ − s̄₋ for binary rewards.
+
+    Twin of :func:`grpo_identity.formulas.score_slope`.  ``rewards`` has shape (…, G); ``scores``
+    the same leading shape and any trailing shape (a score of any dimension); the result has the
+    leading shape followed by the trailing one.
+
+    >>> round(score_slope([1, 0, 0], [3.0, 1.0, 2.0]), 12)  # binary: s̄₊ − s̄₋
+    1.5
+    >>> score_slope([[0.0, 0.5, 1.0]], [[[1.0, 0.0], [2.0, 0.0], [3.0, 1.0]]])  # (1, 3) rewards, (1, 3, 2) scores
+    array([[2., 1.]])
+    """
+    R = _rewards(rewards)
+    S = np.asarray(scores, dtype=np.float64)
+    if S.shape[: R.ndim] != R.shape:
+        raise ValueError(f"scores of shape {S.shape} do not start with the rewards' shape {R.shape}")
+    tail = (1,) * (S.ndim - R.ndim)
+    centred = (R - R.mean(-1, keepdims=True)).reshape(R.shape + tail)  # (…, G, 1…)
+    sxx = (centred**2).sum(axis=R.ndim - 1)  # (…, 1…)
+    sxy = (centred * S).sum(axis=R.ndim - 1)  # (…, trailing): Σ (Rᵢ − R̄) sᵢ = Σ (Rᵢ − R̄)(sᵢ − s̄)
+    live = (R.max(-1) != R.min(-1)).reshape(R.shape[:-1] + tail)
+    return _out(np.where(live, sxy / np.where(live, sxx, 1.0), 0.0))
 
 
 # --- summaries for the CLI, the report and the notebooks ---------------------------------------

@@ -48,6 +48,10 @@ __all__ = [
     "expected_score_gap",
     "expected_update_given_k",
     "update_covariance_given_k",
+    "R",
+    "s",
+    "reward_std",
+    "score_slope",
 ]
 
 # --- symbols, with their assumptions --------------------------------------------------------
@@ -70,6 +74,9 @@ grad_p = sp.Symbol(r"\nabla p", real=True)
 #: covariance (one entry) of the score among correct answers, Σ₊ = Cov(s | y correct), and among incorrect ones
 cov_plus = sp.Symbol(r"\Sigma_{+}", real=True)
 cov_minus = sp.Symbol(r"\Sigma_{-}", real=True)
+#: the rewards and the scores (one component) of a group of any size, R[i] and s[i] for i = 1 … G
+R = sp.IndexedBase("R", real=True)
+s = sp.IndexedBase("s", real=True)
 
 #: a SymPy expression or a plain number (SymPy's own annotations are too loose to say more)
 Num: TypeAlias = Any
@@ -263,3 +270,54 @@ def update_covariance_given_k(
     """
     coef = sigma(k, G) if c is None else c
     return coef**2 * (sp.sympify(cov_plus) / k + sp.sympify(cov_minus) / (G - k))
+
+
+# --- any rewards (theorem G9) -----------------------------------------------------------------
+#: the answers' index in a group's sums, and the index of the sums inside them (the group means)
+_i, _j = sp.symbols("i j", integer=True, positive=True)
+
+
+def _group_sum(term: Any, x: Any, G: Num, index: sp.Symbol = _i) -> sp.Expr:
+    """Σ over the group of ``term(v)``, v an index of ``x``: a Python sum for a sequence of values
+    (G is its length), an unevaluated ``Sum`` over ``index`` = 1 … G for an ``IndexedBase``."""
+    if isinstance(x, sp.IndexedBase):
+        return sp.Sum(term(index), (index, 1, G))
+    return sp.Add(*[term(v) for v in range(len(x))])
+
+
+def _group_size(x: Any, G: Num) -> Num:
+    return G if isinstance(x, sp.IndexedBase) else sp.Integer(len(x))
+
+
+def reward_std(R: Any = R, G: Num = G) -> sp.Expr:
+    """Group standard deviation of any rewards, population (ddof 0): σ_R = √((1/G) Σᵢ (Rᵢ − R̄)²),
+    R̄ = (1/G) Σᵢ Rᵢ.
+
+    ``R`` is an ``IndexedBase`` (a group of symbolic size G, kept as ``Sum`` objects) or a sequence
+    of values (G its length).  For binary rewards it is :func:`sigma`.  Beyond the paper (§Limits:
+    non-binary rewards; theorem G9).
+
+    >>> reward_std([1, 0, 0, 0]), reward_std([0, sp.Rational(1, 2), 1])
+    (sqrt(3)/4, sqrt(6)/6)
+    """
+    n = _group_size(R, G)
+    mean = _group_sum(lambda i: R[i], R, G, _j) / n
+    return sp.sqrt(_group_sum(lambda i: (R[i] - mean) ** 2, R, G) / n)
+
+
+def score_slope(R: Any = R, s: Any = s, G: Num = G) -> sp.Expr:
+    """Least-squares slope of the scores on the rewards within a group (one score component):
+    β̂ = Σᵢ (Rᵢ − R̄)(sᵢ − s̄) / Σᵢ (Rᵢ − R̄)², defined when σ_R > 0.
+
+    Beyond the paper (theorem G9): (1/G) Σ (Rᵢ − R̄) sᵢ = σ_R²·β̂, so GRPO's update is σ_R·β̂ and
+    Dr. GRPO's σ_R²·β̂ for any rewards; for binary rewards β̂ = s̄₊ − s̄₋.  ``R`` and ``s`` are both
+    ``IndexedBase`` objects (symbolic G) or both sequences of one length.
+
+    >>> score_slope([1, 0, 0], [3, 1, 2])  # binary: s̄₊ − s̄₋ = 3 − 3/2
+    3/2
+    """
+    n = _group_size(R, G)
+    r_mean = _group_sum(lambda i: R[i], R, G, _j) / n
+    s_mean = _group_sum(lambda i: s[i], s, G, _j) / n
+    sxy = _group_sum(lambda i: (R[i] - r_mean) * (s[i] - s_mean), R, G)
+    return sxy / _group_sum(lambda i: (R[i] - r_mean) ** 2, R, G)

@@ -16,8 +16,9 @@ from typing import Any, Callable, Literal
 __all__ = ["Formula", "REGISTRY", "by_name", "resolve"]
 
 #: the arguments a definition and its twin share, in order: ``dial`` is a :class:`grpo_identity.dial.Dial`
-#: (the definition takes its parameters), ``cov`` the pair (Σ₊, Σ₋) of class score covariances
-Signature = Literal["k,G", "G,p", "eps,p", "p", "k,G,dial", "G,k,n", "k,G,cov", "k,G,p"]
+#: (the definition takes its parameters), ``cov`` the pair (Σ₊, Σ₋) of class score covariances, ``R`` one
+#: group's rewards and ``s`` its scores (sequences: exact values for the definition, arrays for the twin)
+Signature = Literal["k,G", "G,p", "eps,p", "p", "k,G,dial", "G,k,n", "k,G,cov", "k,G,p", "R", "R,s"]
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,26 @@ REGISTRY: tuple[Formula, ...] = (
         _C + "update_covariance_given_k",
         "G8",
         "k,G,cov",
+    ),
+    Formula(
+        "reward_std",
+        "group standard deviation of any rewards (ddof 0; beyond the paper)",
+        "σ_R = √((1/G) Σ (Rᵢ − R̄)²); binary rewards: σ",
+        "beyond the paper (§Limits: non-binary rewards)",
+        _F + "reward_std",
+        _C + "reward_std",
+        "G9",
+        "R",
+    ),
+    Formula(
+        "score_slope",
+        "least-squares slope of the scores on the rewards (beyond the paper)",
+        "β̂ = Σ(Rᵢ − R̄)(sᵢ − s̄)/Σ(Rᵢ − R̄)²; (1/G)Σ(Rᵢ − R̄)sᵢ = σ_R²·β̂; binary: s̄₊ − s̄₋",
+        "beyond the paper (§Limits: non-binary rewards)",
+        _F + "score_slope",
+        _C + "score_slope",
+        "G9",
+        "R,s",
     ),
 )
 

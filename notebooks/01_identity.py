@@ -230,6 +230,43 @@ statement("G6")
 prove("G6")
 
 # %% [markdown]
+# ## The identity for any rewards
+#
+# G5 keeps two reward values. With partial credit or a reward model the rewards of a group take
+# any real values, and there is no $k$, no $\bar s_+$, no $\bar s_-$. The identity survives in the form
+# every statistician knows: the centred-reward sum $\frac{1}{G}\sum_i (R_i - \bar R)\,s_i$ is the
+# covariance of the rewards and the scores, that is $\sigma_R^2$ times $\hat\beta$, the least-squares
+# slope of the scores on the rewards. GRPO's update is $\sigma_R\hat\beta$, Dr. GRPO's
+# $\sigma_R^2\hat\beta$; with binary rewards $\hat\beta = \bar s_+ - \bar s_-$ and $\sigma_R = \sigma$.
+# Proved for a symbolic group size.
+
+# %% tags=["hide-input"]
+statement("G9")
+
+# %%
+prove("G9")
+
+# %% [markdown]
+# A group of partial-credit rewards with two-dimensional scores: the update computed from GRPO's
+# advantages equals $\sigma_R\hat\beta$ from the closed forms, while a σ taken from the binary formula
+# $\sqrt{\mu(1-\mu)}$ (right on $\{0, 1\}$ rewards only) gives another coefficient; the audit's identity
+# property reports such an implementation with this kind of counterexample. Numbers, not a proof.
+
+# %%
+from grpo_identity import closed_forms as C
+
+rng = np.random.default_rng(0)
+rewards = np.array([0.0, 0.25, 0.5, 1.0, 1.0, 0.75, 0.0, 0.5])  # one group of G = 8
+scores = rng.standard_normal((8, 2))  # (G, 2): one score vector per answer
+g = D.group_updates(D.advantages(rewards, 8, D.GRPO), scores, 8)[0]
+sigma_r, slope = C.reward_std(rewards), C.score_slope(rewards, scores)
+mu = rewards.mean()
+print("g (GRPO advantages)      :", np.round(g, 6))
+print("sigma_R * beta_hat       :", np.round(sigma_r * slope, 6))
+print("sigma_R, sqrt(mu(1 - mu)):", round(sigma_r, 6), round(float(np.sqrt(mu * (1 - mu))), 6))
+print("binary-formula update    :", np.round(sigma_r**2 / np.sqrt(mu * (1 - mu)) * slope, 6))
+
+# %% [markdown]
 # ## The identity in expectation, for any policy
 #
 # Everything above holds group by group. For a language model the score gap $\bar s_+ - \bar s_-$ is a

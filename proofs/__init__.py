@@ -17,6 +17,8 @@ to show that a wrong statement fails.
 - G1–G6 (:mod:`.beyond`): weights, ddof 1, ε, batch std, {a, b} rewards, clip and KL.
 - G7, G8 (:mod:`.policy`): the identity in expectation for any policy, E[g | k] = c(k, G)·∇p/(p(1−p)),
   and its noise Cov(g | k) = c²(Σ₊/k + Σ₋/(G−k)).
+- G9 (:mod:`.rewards`): the identity for any rewards, (1/G) Σ (Rᵢ − R̄) sᵢ = σ_R²·β̂ (β̂ the
+  least-squares slope of the scores on the rewards), symbolic in G; RLOO and DAPO as corollaries.
 
 Imports SymPy (and mpmath); command-line use: ``grpo-identity prove [-k SUBSTRING] [--json]``.
 
@@ -32,6 +34,7 @@ from grpo_identity.proofs.core import Claim, Formulas, ProofResult, Theorem, che
 from grpo_identity.proofs.expectation import T8, T9, T10, T12, T13
 from grpo_identity.proofs.identity import T1, T2, T3, T4, T5, T6, T7
 from grpo_identity.proofs.policy import G7, G8
+from grpo_identity.proofs.rewards import G9
 from grpo_identity.proofs.table import T14
 
 __all__ = [
@@ -74,6 +77,7 @@ THEOREMS: tuple[Theorem, ...] = (
     G6,
     G7,
     G8,
+    G9,
 )
 
 

@@ -94,6 +94,71 @@ def test_the_identity_property_checks_g_against_the_score_gap_in_any_dimension()
         P.identity_in_vector_form(wrong, batch([1, 1, 0, 0] * 3, 4), CTX64, np.random.default_rng(3))
 
 
+def binary_sigma(r, G):
+    """GRPO with σ from the binary formula √(μ(1 − μ)): right on {0, 1} rewards only."""
+    R = r.reshape(-1, G)
+    mu = R.mean(1, keepdims=True)
+    sd = np.sqrt(np.abs(mu * (1 - mu)))
+    return np.divide(R - mu, sd, out=np.zeros_like(R), where=np.ptp(R, 1, keepdims=True) > 0).reshape(-1)
+
+
+def two_level_sigma(r, G):
+    """GRPO with σ = (max − min)·√(k(G − k))/G, k the answers at the group's maximum: right on binary and
+    two-valued rewards (G5), wrong on any third value."""
+    R = r.reshape(-1, G)
+    k = (R == R.max(1, keepdims=True)).sum(1, keepdims=True)
+    sd = np.ptp(R, 1, keepdims=True) * np.sqrt(k * (G - k)) / G
+    return np.divide(R - R.mean(1, keepdims=True), sd, out=np.zeros_like(R), where=sd > 0).reshape(-1)
+
+
+GRPO_REFERENCE = P.Context(P.Tolerance.for_precision("float64"), reference=dial_fn(D.GRPO))
+
+
+@pytest.mark.parametrize("fn", [binary_sigma, two_level_sigma])
+def test_a_sigma_right_on_binary_rewards_only_fails_the_identity_on_any_rewards(fn):
+    b = batch([1, 0, 0, 1, 1, 1, 0, 0], 4)
+    assert np.allclose(fn(b.contiguous(), 4), dial_fn(D.GRPO)(b.contiguous(), 4))  # right on the binary batch
+    with pytest.raises(P.PropertyViolation, match=r"is not c·β̂ .* the dial's coefficient .* not a binary") as exc:
+        P.identity_in_vector_form(fn, b, GRPO_REFERENCE, np.random.default_rng(0))
+    rewards = np.asarray(exc.value.counterexample["group_rewards"])
+    assert np.unique(rewards).size > 2 or not np.isin(rewards, (0.0, 1.0)).all()  # not a binary group
+
+
+def test_without_a_reference_the_identity_on_any_rewards_still_needs_advantages_proportional_to_r_minus_rbar():
+    def squashed(r, G):  # zero-sum and two-valued on two-valued groups, not affine in the reward
+        A = np.tanh(3 * r.reshape(-1, G))
+        return (A - A.mean(1, keepdims=True)).reshape(-1)
+
+    b = batch([1, 0, 0, 1], 4)
+    P.identity_in_vector_form(two_level_sigma, b, CTX64, np.random.default_rng(0))  # proportional: no reference
+    with pytest.raises(P.PropertyViolation, match="not proportional to R − R̄"):
+        P.identity_in_vector_form(squashed, b, CTX64, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("dial", [D.GRPO, D.DR_GRPO, D.RLOO, D.DAPO, D.TRL, D.GRPO.replace(scale="batch_std")])
+def test_every_centred_dial_satisfies_g_equals_c_times_the_slope_on_any_rewards(dial):
+    ctx = P.Context(P.Tolerance.for_precision("float64"), reference=dial_fn(dial))
+    for seed in range(20):
+        P.identity_in_vector_form(dial_fn(dial), batch([1, 0, 0, 1, 0, 0], 3), ctx, np.random.default_rng(seed))
+
+
+def test_any_reward_groups_take_three_values_at_least_and_two_distinct_ones_at_g_2():
+    rng = np.random.default_rng(0)
+    for G in (2, 3, 8, 64):
+        for _ in range(10):
+            R = P.any_reward_groups(4, G, rng).reshape(4, G)
+            assert all(np.unique(row).size >= min(G, 3) for row in R)
+
+
+def test_the_audit_fails_a_binary_only_sigma_with_a_counterexample_of_continuous_rewards():
+    from grpo_identity.checks import audit
+
+    report = audit(two_level_sigma, expect="grpo", max_examples=60, isolate=False)
+    found = {f.property: f for f in report.findings}
+    assert report.verdict == "fail" and "identity_in_vector_form" in found
+    assert "σ_R" in found["identity_in_vector_form"].message
+
+
 def test_the_silent_groups_property_names_the_group_and_its_advantages():
     b = type("B", (), {"contiguous": lambda self: np.array([1.0, 1.0, 0.0, 1.0]), "group_size": 2})()
     with pytest.raises(P.PropertyViolation, match=r"silent group 0 \(G=2, every reward 1\)"):

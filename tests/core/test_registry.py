@@ -15,7 +15,7 @@ from grpo_identity import dial as D
 from grpo_identity import formulas as F
 from grpo_identity.registry import REGISTRY, Formula, by_name, resolve
 
-SYMBOLS = {"G", "k", "m", "n", "p", "eps", "batch_std", "grad_p", "cov_plus", "cov_minus"}
+SYMBOLS = {"G", "k", "m", "n", "p", "eps", "batch_std", "grad_p", "cov_plus", "cov_minus", "R", "s"}
 
 
 def test_registry_lists_every_public_formula_exactly_once():
@@ -60,6 +60,17 @@ DIALS = [
     D.GRPO.replace(eps=0.01, eps_where="variance"),
     D.TRL.replace(eps_where="variance"),
 ]
+_Q = sp.Rational
+#: groups of rewards the "R" signatures are compared on: binary, two-valued, multi-valued (ties),
+#: continuous, silent (all equal: σ_R = 0, β̂ undefined and its twin 0), a lone answer
+REWARD_GROUPS = [
+    (1, 0, 0, 0),
+    (_Q(1, 10), _Q(9, 10), _Q(9, 10)),
+    (0, _Q(1, 2), 1, _Q(1, 2), 0),
+    (_Q(3, 10), _Q(-7, 4), 2, _Q(1, 3), 5, _Q(-1, 8)),
+    (_Q(1, 10),) * 3,
+    (_Q(7, 3),),
+]
 COVARIANCES = [
     (sp.Rational(1, 3), sp.Rational(2, 7)),
     (sp.Integer(1), sp.Integer(1)),
@@ -86,6 +97,11 @@ def points(signature: str) -> list[tuple[object, ...]]:
         return [(k, G, p) for G in range(2, 9) for k in range(G + 1) for p in RATIONAL_P]
     if signature == "k,G,cov":
         return [(k, G, cov) for G in range(2, 9) for k in range(1, G) for cov in COVARIANCES]
+    if signature == "R":
+        return [(list(R),) for R in REWARD_GROUPS]
+    if signature == "R,s":
+        scores = [_Q(2, 3), -1, _Q(5, 2), 0, _Q(-9, 7), 4]
+        return [(list(R), scores[: len(R)]) for R in REWARD_GROUPS]
     raise ValueError(f"no comparison points for signature {signature!r}: add them to points()")
 
 
@@ -111,6 +127,8 @@ def _twin_value(formula: Formula, args: tuple[object, ...]) -> float:
     elif formula.signature == "k,G,cov":
         k, G, (cp, cm) = args  # type: ignore[misc]
         out = twin(k, G, float(cp), float(cm))
+    elif formula.signature in ("R", "R,s"):
+        out = twin(*[np.array([float(x) for x in a]) for a in args])  # type: ignore[attr-defined]
     else:
         out = twin(*[a if isinstance(a, int) else float(a) for a in args])  # type: ignore[arg-type]
     return float(out[formula.twin_part] if formula.twin_part is not None else out)

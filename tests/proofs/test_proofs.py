@@ -58,8 +58,8 @@ def test_attenuation_theorem_t11_is_proved_with_its_numeric_checks() -> None:
     assert not any(c["method"] == "numeric evidence" for c in r.details["claims"])
 
 
-def test_the_theorems_are_t1_to_t14_then_g1_to_g8_in_order() -> None:
-    assert [t.name for t in THEOREMS] == [f"T{i}" for i in range(1, 15)] + [f"G{i}" for i in range(1, 9)]
+def test_the_theorems_are_t1_to_t14_then_g1_to_g9_in_order() -> None:
+    assert [t.name for t in THEOREMS] == [f"T{i}" for i in range(1, 15)] + [f"G{i}" for i in range(1, 10)]
 
 
 @pytest.mark.parametrize("theorem", THEOREMS, ids=lambda t: t.name)
@@ -125,7 +125,14 @@ PERTURBATIONS = {
     "G4": {"sigma": _sigma_inflated},
     "G5": {"advantage_correct": lambda k=F.k, G=F.G: F.advantage_correct(k, G) * (1 + sp.Integer(1) / G)},
     "G6": {"sigma": _sigma_inflated},
+    "G9": {"reward_std": lambda R=F.R, G=F.G: _binary_sigma(R, G)},  # right on binary rewards only
 }
+
+
+def _binary_sigma(R, G):  # type: ignore[no-untyped-def]
+    """σ from the binary formula √(R̄(1 − R̄)): σ_R for rewards in {0, 1}, wrong for any others."""
+    mean = sp.Sum(R[F._j], (F._j, 1, G)) / G if isinstance(R, sp.IndexedBase) else sp.Rational(1, len(R)) * sum(R)
+    return sp.sqrt(mean * (1 - mean))
 
 
 def test_every_fast_theorem_has_a_perturbation() -> None:
@@ -463,3 +470,30 @@ def test_cli_prove_reports_whether_the_second_order_law_predicts_the_table_bette
     assert main(["prove"]) == 0
     out = capsys.readouterr().out
     assert "second-order law is better than G*: 3/12 exact vs 0/12, mean |error| 2.67 vs 5.92" in out
+
+
+# --- G9: the identity for any rewards -------------------------------------------------------------
+def test_g9_proves_the_any_reward_identity_for_symbolic_g_with_its_corollaries() -> None:
+    r = by_name("G9").prove()
+    claims = {c["claim"]: c for c in r.details["claims"]}
+    assert r.status == "proved" and r.method == "symbolic"
+    for word in ("any rewards", "GRPO", "Dr. GRPO", "RLOO", "DAPO", "binary rewards: beta_hat"):
+        assert any(word in label and c["holds"] for label, c in claims.items()), word
+
+
+def test_a_binary_only_sigma_fails_g9_on_any_rewards_yet_holds_on_binary_ones() -> None:
+    r = by_name("G9").prove(perturb=PERTURBATIONS["G9"])
+    holds = {c["claim"]: c["holds"] for c in r.details["claims"]}
+    assert r.status == "failed"
+    assert not holds["(1/G) sum (R_i - Rbar) s_i = sigma_R^2 beta_hat, any rewards"]
+    assert holds["binary rewards: sigma_R = sigma"]  # the binary formula is right where it was made for
+
+
+def test_linear_sums_splits_a_sum_and_takes_out_the_factors_free_of_its_index() -> None:
+    from grpo_identity.proofs.rewards import linear_sums
+
+    i = sp.Symbol("i", integer=True, positive=True)
+    x = sp.IndexedBase("x")
+    got = linear_sums(sp.Sum((x[i] - sp.Sum(x[i], (i, 1, F.G)) / F.G) * 3, (i, 1, F.G)))
+    assert got == 0
+    assert linear_sums(sp.Sum(F.G * x[i] ** 2, (i, 2, F.G))) == F.G * sp.Sum(x[i] ** 2, (i, 2, F.G))
