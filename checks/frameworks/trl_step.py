@@ -20,6 +20,8 @@ under the user's ``GRPOConfig``: TRL's sampler, its ``_prepare_inputs`` (generat
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import socket
@@ -352,7 +354,11 @@ def _run_here(job: dict[str, Any], rank: int = 0) -> list[dict[str, Any]]:
     import warnings
 
     warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
     from grpo_identity.checks.frameworks.trl import grpo_config
+
+    hf_logging.set_verbosity_error()  # the trainer's notes on the tiny policy's tokenizer are not the user's
 
     spec = FrameworkSpec("trl", tuple((str(k), str(v)) for k, v in job["sets"]), job["config"])
     args = grpo_config(spec)
@@ -393,7 +399,8 @@ class _Runner:
         grads: list[dict[str, Any]] = []
         if param_grads:
             trainer.add_callback(_ParamGrads(grads, rank))
-        trainer.train()
+        with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its final metrics
+            trainer.train()
         return self._read(rank) + grads
 
     # --- what the trainer calls ------------------------------------------------------------------
