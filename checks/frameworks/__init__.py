@@ -15,6 +15,8 @@ It is a small frozen record, so it travels to the audit's child process as it is
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +32,7 @@ __all__ = [
     "parse_spec",
     "parse_set",
     "setting_for",
+    "patched_attributes",
 ]
 
 #: frameworks with a config-driven driver
@@ -162,3 +165,17 @@ def setting_for(framework: str, what: str, value: str) -> str | None:
     except (ImportError, AttributeError):
         return None
     return settings.get(what, {}).get(value)
+
+
+@contextlib.contextmanager
+def patched_attributes(patches: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    """``(object, name, value)``: each attribute set while the block runs, the old values back afterwards
+    (how a driver lets a framework's own code meet the audit's stand-ins, and nothing else after)."""
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    try:
+        for obj, name, value in patches:
+            setattr(obj, name, value)
+        yield
+    finally:
+        for obj, name, value in reversed(saved):
+            setattr(obj, name, value)

@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from grpo_identity.checks.frameworks import patched_attributes
+
 __all__ = ["ThreadRanks"]
 
 #: seconds a rank waits at a collective for the others before the step is abandoned
@@ -115,14 +117,8 @@ class ThreadRanks:
     def patched(self, module: Any) -> Iterator[None]:
         """``module`` (``torch.distributed`` itself, or a framework's module's ``dist``) answers with
         these ranks' :data:`NAMES` while the block runs; restored after it."""
-        saved = {name: getattr(module, name) for name in self.NAMES}
-        try:
-            for name in self.NAMES:
-                setattr(module, name, getattr(self, name))
+        with patched_attributes([(module, name, getattr(self, name)) for name in self.NAMES]):
             yield
-        finally:
-            for name, value in saved.items():
-                setattr(module, name, value)
 
     def run(self, fn: Callable[[int], Any]) -> list[Any]:
         """``fn(rank)`` on every rank at once (one thread each), results in rank order; the first

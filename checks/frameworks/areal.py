@@ -76,6 +76,7 @@ from grpo_identity.checks.frameworks import (
     AdapterError,
     FrameworkSpec,
     lengths_for,
+    patched_attributes,
 )
 from grpo_identity.checks.frameworks._ranks import ThreadRanks
 
@@ -580,14 +581,8 @@ def _emulated(ranks: ThreadRanks) -> Iterator[None]:
     patches: list[tuple[Any, str, Any]] = [(importlib.import_module(m), "dist", ranks) for m in names]
     stats = importlib.import_module("areal.utils.stats_tracker")
     patches.append((importlib.import_module("areal.trainer.ppo.actor"), "stats_tracker", _RankStats(stats)))
-    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
-    try:
-        for module, name, value in patches:
-            setattr(module, name, value)
+    with patched_attributes(patches):
         yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
 
 
 def _engine_class() -> Any:

@@ -67,7 +67,14 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import PROMPT_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec, lengths_for
+from grpo_identity.checks.frameworks import (
+    PROMPT_LENGTH,
+    STEP_GROUP_SIZE,
+    AdapterError,
+    FrameworkSpec,
+    lengths_for,
+    patched_attributes,
+)
 
 __all__ = [
     "import_check",
@@ -613,19 +620,6 @@ def _module(name: str, optional: bool = False) -> Any:
     return _LOADED[name]
 
 
-@contextlib.contextmanager
-def _patched(patches: list[tuple[Any, str, Any]]) -> Iterator[None]:
-    """Set attributes while the block runs; the old values come back afterwards."""
-    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
-    try:
-        for obj, name, new in patches:
-            setattr(obj, name, new)
-        yield
-    finally:
-        for obj, name, old in reversed(saved):
-            setattr(obj, name, old)
-
-
 def _ranks(args: Any) -> tuple[int, int]:
     """(data-parallel ranks, accumulated micro-batches a step) as ``DeepspeedStrategy.setup_distributed``
     computes them (``dp_size``, ``accumulated_gradient``) from a config :func:`check_split` passed."""
@@ -738,7 +732,7 @@ def _shares(rows: int, micro: int, dp: int) -> list[int]:
         return remote
 
     sizes = [min(micro, rows - first) for first in range(0, rows, micro)]
-    with _patched([(_openrlhf()["ray"], "put", lambda data: data)]):
+    with patched_attributes([(_openrlhf()["ray"], "put", lambda data: data)]):
         _actor_group([call(r) for r in range(dp)]).async_run_method_batch(method_name="append", experience=sizes)
     return got
 
@@ -978,7 +972,8 @@ def _trainer(args: Any, engine: _Engine, policy: _Policy) -> Any:
     if not hasattr(pa, "ActorPPOTrainer"):
         raise AdapterError(f"OpenRLHF {_release()} has no {pa.__name__}.ActorPPOTrainer (the driver knows 0.10–0.11)")
     scheduler = SimpleNamespace(get_last_lr=lambda: [0.0])
-    with _patched([(pa, "torch_dist_barrier_and_cuda_sync", lambda: None), (torch.cuda, "current_device", lambda: 0)]):
+    quiet = [(pa, "torch_dist_barrier_and_cuda_sync", lambda: None), (torch.cuda, "current_device", lambda: 0)]
+    with patched_attributes(quiet):
         trainer = pa.ActorPPOTrainer(
             engine,
             policy,
@@ -1007,7 +1002,7 @@ def _distribute(experiences: list[Any], trainers: list[Any]) -> None:
 
         return remote
 
-    with _patched([(_openrlhf()["ray"], "put", lambda data: data)]):
+    with patched_attributes([(_openrlhf()["ray"], "put", lambda data: data)]):
         _actor_group([call(t) for t in trainers]).async_run_method_batch(method_name="append", experience=experiences)
 
 
@@ -1021,7 +1016,7 @@ def _train(trainers: list[Any], engines: list[_Engine], collectives: _Collective
     start = [(e.steps, e.micro_steps) for e in engines]
     rows = sorted({int(r) for t in trainers for item in t.replay_buffer.items for r in _row_of(item)})
     patches = [(m, "dist", collectives) for m in homes if hasattr(m, "dist")]
-    with _patched([*patches, (torch.cuda, "current_device", lambda: "cpu")]):
+    with patched_attributes([*patches, (torch.cuda, "current_device", lambda: "cpu")]):
         for _ in range(MAX_PASSES):
             for engine, (steps, micro) in zip(engines, start):
                 engine.steps, engine.micro_steps = steps, micro
