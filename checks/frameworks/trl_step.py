@@ -143,7 +143,7 @@ def _layout(spec: FrameworkSpec, processes: int, name: str) -> Layout:
     what the geometry says."""
     user = _user_split(spec)
     _check_whole_numbers(user)
-    G = int(user.get("num_generations", STEP_GROUP_SIZE))
+    G = int(user.get("num_generations", _default_group(user, processes)))
     sets: tuple[tuple[str, str], ...] = (("num_generations", str(G)),)
     if not any(k in user for k in SPLIT_KEYS) and processes == 1:
         sets += (("per_device_train_batch_size", str(G)), ("gradient_accumulation_steps", "2"))
@@ -154,7 +154,8 @@ def _layout(spec: FrameworkSpec, processes: int, name: str) -> Layout:
     pinned += [] if "generation_batch_size" in user else ["steps_per_generation"]  # TRL takes one of the two
     sets += tuple((k, str(getattr(args, k))) for k in pinned if getattr(args, k, None) is not None and k not in user)
     G, step_rows, generation_rows = _numbers(args, processes)
-    settings = {k: getattr(args, k) for k in SPLIT_KEYS if getattr(args, k, None) is not None}
+    settings: dict[str, Any] = {"num_generations": G}
+    settings.update({k: getattr(args, k) for k in SPLIT_KEYS if getattr(args, k, None) is not None})
     settings["num_processes"] = processes
     iterations = _user_keys_of(spec).get("num_iterations")
     if iterations not in (None, 1, "1"):
@@ -173,6 +174,15 @@ def _layout(spec: FrameworkSpec, processes: int, name: str) -> Layout:
         unsplit += ((key, str(per_generation * step_rows if key == "generation_batch_size" else per_generation)),)
     settings = {k: v for k, v in unsplit if k != "num_generations"}
     return Layout(unsplit, 1, G, step_rows, generation_rows, {**settings, "num_processes": 1})
+
+
+def _default_group(user: dict[str, Any], processes: int) -> int:
+    """The step's group size where the user set none: :data:`STEP_GROUP_SIZE`, or, where TRL generates per
+    micro-batch (before 0.18) and the user's micro-batch holds no whole group of it, one that fits."""
+    if _new_trl() or "per_device_train_batch_size" not in user:
+        return STEP_GROUP_SIZE
+    micro = int(str(user["per_device_train_batch_size"])) * processes
+    return next((g for g in (STEP_GROUP_SIZE, 3, 2) if micro % g == 0), STEP_GROUP_SIZE)
 
 
 def _last_wins(sets: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:

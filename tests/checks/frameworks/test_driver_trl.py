@@ -249,6 +249,17 @@ def test_a_split_number_below_one_is_refused_when_the_target_is_built(key, value
         trl_step.step_geometry(FrameworkSpec("trl", ((key, value),)))
 
 
+@pytest.mark.parametrize("per_device, processes, G", [("2", 1, 2), ("6", 1, 3), ("2", 2, 4), ("8", 1, 4)])
+def test_before_0_18_the_default_group_fits_the_users_micro_batch(monkeypatch, per_device, processes, G):
+    """TRL < 0.18 generates per micro-batch, so the step's default group must divide it (0.16 refuses else)."""
+    from grpo_identity.checks.frameworks import trl_step
+
+    monkeypatch.setattr(trl_step, "_new_trl", lambda: False)
+    assert trl_step._default_group({"per_device_train_batch_size": per_device}, processes) == G
+    monkeypatch.setattr(trl_step, "_new_trl", lambda: True)
+    assert trl_step._default_group({"per_device_train_batch_size": per_device}, processes) == 4
+
+
 def test_every_rank_runs_the_batch_sizes_the_geometry_counts():
     """With processes and no per-device batch set, each rank's config names the batch the geometry counted."""
     _need_trl()
