@@ -251,3 +251,44 @@ def test_a_short_step_of_a_per_answer_mean_is_measured_against_its_own_step():
 
     out = S.audit_step(fn, S.geometry(4, 16, 8))
     assert out.law_unsplit == "1/(length·step_rows)" and out.invariant, (out.law_split, out.findings)
+
+
+# --- ranks, answers left out, steps across generation batches ------------------------------------
+def test_ranks_that_normalise_by_their_own_tokens_are_named_by_the_rank_scope():
+    def fn(r, G, L, request=None):
+        out = S.micro_batch_mean(r, G, L, request, micro_batches=2, scope="micro_batch")
+        out["rank"], out["micro_batch"] = out["micro_batch"], np.zeros(len(r), dtype=int)  # pieces as ranks
+        return out
+
+    out = S.audit_step(fn, GEO)
+    assert (out.law_split, out.law_unsplit, out.invariant) == ("1/rank_tokens", "1/step_tokens", False)
+    assert {p["rank"] for p in out.pieces} == {0, 1}
+
+
+def test_answers_the_split_leaves_out_are_a_failure_beside_an_uneven_weighting():
+    def fn(r, G, L, request=None):
+        out = S.micro_batch_mean(r, G, L, request, micro_batches=2, scope="micro_batch")
+        if request and request["layout"] == "split":
+            out["step"][24:28] = -1  # a live group (the 7th) the framework never trained on
+            out["coefficients"][24:28] = 0.0
+        return out
+
+    out = S.audit_step(fn, GEO)
+    messages = [f.message for f in out.findings if f.property == "split_invariance"]
+    assert not out.invariant and len(messages) == 2
+    assert "of the 32 answers out of the update" in messages[0] and "depends on how the step is split" in messages[1]
+
+
+def test_a_step_weighing_each_generation_batch_by_its_own_tokens_fails_where_it_holds_two():
+    def fn(r, G, L, request=None):
+        out = S.micro_batch_mean(r, G, L, request, scope="step")
+        out["micro_batch"] = np.zeros(len(r), dtype=int)  # one micro-batch a step: only the law decides
+        generation = np.arange(len(r)) // 8
+        tokens = np.bincount(generation, weights=out["mask"].sum(1))[generation]
+        out["coefficients"] = (out["advantages"] / tokens)[:, None] * out["mask"]
+        out["generation"] = generation
+        return out
+
+    out = S.audit_step(fn, S.geometry(4, 16, 8))
+    assert out.law_split == "1/generation_tokens" and not out.invariant
+    assert any("holds answers of 2 generation batches" in f.message for f in out.findings)
