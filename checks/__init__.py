@@ -43,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "Inferred": "report",
     "VERDICTS": "report",
     "AuditOptions": "options",
+    "Declared": "declared",
     "OptionError": "options",
     "resolve": "spec",
     "FunctionSpec": "spec",

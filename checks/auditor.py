@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from grpo_identity import dial as D
 from grpo_identity.checks import properties as P
@@ -50,7 +50,7 @@ _TWO_VALUED = (P.two_valued_per_group, P.identity_in_vector_form, P.silent_group
 def audit(
     target: Any,
     *,
-    expect: str | D.Dial | None = None,
+    expect: str | D.Dial | Callable[[int, int], float] | None = None,
     kind: str = "advantage",
     level: str | None = None,
     sets: Iterable[str | tuple[str, str]] = (),
@@ -73,8 +73,9 @@ def audit(
     target : callable, str or FrameworkSpec
         A callable (run in this process unless ``isolate``); ``FILE.py:fn``, ``module:fn``, a preset
         (``grpo``) or a framework (``trl``, ``verl:grpo`` …), each run in a child process.
-    expect : str or Dial, optional
-        The expected preset; None: any preset.
+    expect : str, Dial or callable, optional
+        The expected preset, or a declared coefficient ``"c=sigma**2/G"`` or c(k, G)
+        (:mod:`~grpo_identity.checks.declared`); None: any preset.
     kind, level : str
         'advantage', 'filter' (a flag per group) or 'row-filter' (a flag per answer); 'advantage'
         or 'gradient' (None: the gradient for a framework's trainer path).
@@ -133,6 +134,10 @@ def run(spec: Spec, options: AuditOptions) -> Report:
     pytest plugin all call)."""
     t0 = time.perf_counter()
     name = spec.describe()
+    if options.declared is not None and (spec.kind != "advantage"):
+        raise OptionError(
+            "expect", f"{options.declared.name}: a declared coefficient applies to advantages, not filters"
+        )
     calling = spec.calling if isinstance(spec, FunctionSpec) else None
     dtype = calling.reward_dtype if calling is not None else "float64"
     with _open(spec, options, _release_python(spec, options)) as opened:
@@ -146,6 +151,8 @@ def run(spec: Spec, options: AuditOptions) -> Report:
         report.target_info = dict(getattr(opened, "info", {}) or {})
     if isinstance(spec, FrameworkSpec):
         report.findings += _settings_notes(spec.framework, report, options.expected)
+    if options.declared is not None:  # the gradient level's own record names no preset
+        report.expected = options.declared.name
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -232,7 +239,7 @@ def _gradient(tgt: Any, name: str, options: AuditOptions) -> Report:
         grad = audit_gradient(tgt, expect=expected, name=name)
     except TargetError as exc:
         finding = Finding("probe", failure(exc, " on the gradient probes"))
-        return _failed(name, "gradient", "advantage", expected, Inferred(why="not probed"), [finding])
+        return _failed(name, "gradient", "advantage", options.expected_name, Inferred(why="not probed"), [finding])
     adv = _advantages(AdvantageView(tgt), name, options)
     return V.combine(grad, adv)
 
@@ -245,7 +252,8 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
     try:
         inf = infer_dial(guarded)
     except (P.PropertyViolation, TargetError) as exc:
-        return _failed(name, "advantage", "advantage", expected, Inferred(why="not probed"), [_probe_failure(exc)])
+        why = [_probe_failure(exc)]
+        return _failed(name, "advantage", "advantage", options.expected_name, Inferred(why="not probed"), why)
     ctx = _context(tgt, inf)
     props = P.ADVANTAGE_PROPERTIES + (P.LAYOUT_PROPERTIES if ctx.reference_ids is not None else ())
     findings, examples, ran = _search(guarded, props, ctx, options, name)
@@ -253,8 +261,8 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
         from grpo_identity.checks.probes import run_probes
 
         findings.extend(f for f in run_probes(tgt) if f is not None)
-    decision = V.advantage(inf, findings, expected)
-    return _report(name, "advantage", inf, decision, expected, examples, ran, time.perf_counter() - t0)
+    decision = V.advantage(inf, findings, expected, options.declared)
+    return _report(name, "advantage", inf, decision, options.expected_name, examples, ran, time.perf_counter() - t0)
 
 
 def _context(tgt: Any, inf: Inferred) -> P.Context:
@@ -291,7 +299,7 @@ def _keep_rule(tgt: Any, name: str, options: AuditOptions, kind: str = "filter")
     try:
         inf = infer_filter(tgt, rounding=(lambda r: round_rewards(r, dtype)) if dtype else None)
     except (P.PropertyViolation, TargetError) as exc:
-        return _failed(name, "advantage", kind, expected, inf, [_probe_failure(exc)])
+        return _failed(name, "advantage", kind, options.expected_name, inf, [_probe_failure(exc)])
     rule = tolerance_rule(inf.keep_tolerance, str(inf.keep_measure)) if inf.keep_tolerance is not None else None
     ctx = P.Context(P.Tolerance.for_precision("float64"), keep_reference=expected, keep_rule=rule)
     findings, examples, ran = _search(tgt, P.FILTER_PROPERTIES, ctx, options, name)
@@ -301,7 +309,7 @@ def _keep_rule(tgt: Any, name: str, options: AuditOptions, kind: str = "filter")
         lone = filter_singletons(tgt, inf.keep)
         findings += [lone] if lone is not None else []
     decision = V.keep_rule(inf, findings, expected)
-    return _report(name, kind, inf, decision, expected, examples, ran, time.perf_counter() - t0)
+    return _report(name, kind, inf, decision, options.expected_name, examples, ran, time.perf_counter() - t0)
 
 
 def _search(
@@ -337,10 +345,8 @@ def _probe_failure(exc: Exception) -> Finding:
     return Finding("probe", failure(exc, where), {"group_sizes": list(PROBE_GROUP_SIZES)})
 
 
-def _failed(
-    name: str, level: str, kind: str, expected: D.Dial | None, inf: Inferred, findings: list[Finding]
-) -> Report:
-    return Report(name, level, kind, "fail", None, expected.name if expected else None, inf, findings)
+def _failed(name: str, level: str, kind: str, expected: str | None, inf: Inferred, findings: list[Finding]) -> Report:
+    return Report(name, level, kind, "fail", None, expected, inf, findings)
 
 
 def _report(
@@ -348,7 +354,7 @@ def _report(
     kind: str,
     inf: Inferred,
     decision: V.Decision,
-    expected: D.Dial | None,
+    expected: str | None,
     examples: int,
     ran: list[str],
     seconds: float,
@@ -359,7 +365,7 @@ def _report(
         kind=kind,
         verdict=decision.verdict,
         matches=decision.matches,
-        expected=expected.name if expected else None,
+        expected=expected,
         inferred=inf,
         findings=decision.findings,
         factors=decision.factors,

@@ -33,6 +33,7 @@ __all__ = [
     "NEAR_SILENT_OFFSETS",
     "Inferred",
     "infer_dial",
+    "fit_tolerance",
     "infer_keep_rule",
     "infer_filter",
     "keep_tolerance",
@@ -204,10 +205,16 @@ def _fit_one(centre: str, y: np.ndarray, cand: _Candidate, u: float) -> tuple[fl
     }
 
 
+def fit_tolerance(precision: str) -> float:
+    """The relative residual within which measured coefficients fit a form (a point of the dial,
+    a declared c(k, G), a factor of G): 30 rtol of the precision, at most 10 %."""
+    return max(min(30 * Tolerance.for_precision(precision).rtol, 0.1), 1e-12)
+
+
 def _fits(data: np.ndarray, inf: Inferred) -> list[tuple[int, float, dict[str, Any]]]:
     """(rank, residual, params) of every (centre, scale) candidate that fits within the precision's tolerance."""
     Gs, gap = data[:, 0], data[:, 2]
-    fit_tol = max(min(30 * Tolerance.for_precision(inf.precision).rtol, 0.1), 1e-12)
+    fit_tol = fit_tolerance(inf.precision)
     u = _UNIT_ROUNDOFF[inf.precision]
     fits = []
     for centre in ("mean", "loo"):

@@ -19,11 +19,12 @@ grpo_identity.checks.options.OptionError: timeout must be a finite number of sec
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:  # the dial (numpy) loads when an expected preset is read, not with this module
     from grpo_identity import dial as D
+    from grpo_identity.checks.declared import Declared
 
 __all__ = [
     "MAX_EXAMPLES",
@@ -71,8 +72,10 @@ def _seconds(field: str, value: Any) -> float:
 class AuditOptions:
     """How to audit (what to audit is the target spec, :mod:`grpo_identity.checks.spec`)."""
 
-    expect: str | D.Dial | None = None
-    """The expected preset (a name or a :class:`~grpo_identity.dial.Dial`); None: any preset."""
+    expect: str | D.Dial | Callable[[int, int], float] | Declared | None = None
+    """The expected preset (a name or a :class:`~grpo_identity.dial.Dial`), or a declared update
+    coefficient: a formula ``"c=sigma**2/G"`` or a callable c(k, G)
+    (:mod:`grpo_identity.checks.declared`); None: any preset."""
     max_examples: int = DEFAULT_MAX_EXAMPLES
     """Hypothesis examples in all, shared by the properties (1 to :data:`MAX_EXAMPLES`)."""
     timeout: float = CALL_TIMEOUT
@@ -86,6 +89,8 @@ class AuditOptions:
     """Another interpreter for the child (a release's environment); None: this one."""
     progress: bool = False
     """A progress bar on stderr."""
+    declared: Declared | None = field(default=None, init=False, compare=False)
+    """Derived from ``expect``: the declared coefficient, read and evaluated once (None: a preset or any)."""
 
     def __post_init__(self) -> None:
         n = self.max_examples
@@ -98,23 +103,38 @@ class AuditOptions:
             raise OptionError("isolate", f"must be True, False or None, got {self.isolate!r}")
         if self.python is not None and not isinstance(self.python, str):
             raise OptionError("python", f"must be the path of an interpreter, got {self.python!r}")
-        if self.expect is not None:
+        from grpo_identity.checks.declared import declare, is_declared  # standard library at import
+
+        if is_declared(self.expect):  # a formula is read (SymPy) and evaluated now, once
+            object.__setattr__(self, "declared", declare(self.expect))
+        elif self.expect is not None:
             self.expected  # noqa: B018  (an unknown preset is an error now, not when the audit ends)
 
     @property
+    def expected_name(self) -> str | None:
+        """What the report says was expected: the preset's name or the declared coefficient."""
+        if self.declared is not None:
+            return self.declared.name
+        expected = self.expected
+        return expected.name if expected is not None else None
+
+    @property
     def expected(self) -> D.Dial | None:
-        """The expected preset as a dial (None: any preset)."""
+        """The expected preset as a dial (None: any preset, or a declared coefficient)."""
         from grpo_identity import dial as D
 
+        if self.declared is not None:
+            return None
         if self.expect is None or isinstance(self.expect, D.Dial):
             return self.expect
         if not isinstance(self.expect, str):
-            raise OptionError("expect", f"must be a preset name or a Dial, got {self.expect!r}")
+            raise OptionError("expect", f"must be a preset name, a Dial or a coefficient, got {self.expect!r}")
         try:
             return D.preset(self.expect)
         except (KeyError, ValueError):
             presets = ", ".join(D.PRESETS)
-            raise OptionError("expect", f"must be a preset ({presets}) or a Dial, got {self.expect!r}") from None
+            why = f"must be a preset ({presets}), a Dial or a coefficient c=FORMULA, got {self.expect!r}"
+            raise OptionError("expect", why) from None
 
     def load_timeout_for(self, framework: bool) -> float:
         """Seconds for loading a target: ``load_timeout``; unset, :data:`FRAMEWORK_LOAD_TIMEOUT`

@@ -17,7 +17,9 @@ defined at the top of a module (a test file too) or a spec string runs in a chil
 ``timeout`` stops a hang; ``isolate=False`` runs it in this process, and a local function or
 lambda always runs here (the report says so in a note).  A marker with an option it does not
 know fails its own test, naming the options it knows; the rest of the session runs.  Options:
-``--grpo-identity-max-examples``, ``--grpo-identity-timeout``; the header names them.
+``--grpo-identity-max-examples``, ``--grpo-identity-timeout``; the header names them.  ``expect``
+takes a preset or a declared coefficient, ``expect="c=sigma**2/G"`` or a callable c(k, G)
+(:mod:`grpo_identity.checks.declared`).
 """
 
 from __future__ import annotations

@@ -6,8 +6,16 @@
   std) off by a bounded factor (Bessel's correction, a visible ε, ε under the root, a constant)
   is a ``deviation`` with the factor c_target / c_expected at G = 4, 8, 16, 64 — or a ``pass``
   with a note when that factor is within :data:`MATERIAL_FACTOR` of 1 everywhere; another family
-  fails.  Silent groups of non-binary rewards whose residue exceeds :data:`SILENT_RESIDUE_FAIL`
-  fail; a smaller residue is a note.
+  fails.  A target no point of the dial fits whose c(k, G) is a preset's times a factor of G alone
+  (1/G, G, G/(G−1) …: one number per group size) is a ``deviation`` naming the preset and the
+  factor (:func:`group_size_factor`), or fails when ``expect`` is of the other family.  Silent
+  groups of non-binary rewards whose residue exceeds :data:`SILENT_RESIDUE_FAIL` fail; a smaller
+  residue is a note.
+- **declared coefficient** (``expect="c=sigma**2/G"`` or a callable c(k, G),
+  :mod:`grpo_identity.checks.declared`): the measured c(k, G) table against the declared one at
+  every probed G and 0 < k < G: equal within the fit tolerance passes, ``matches`` the formula;
+  off by a factor of G alone, or varying with k by at most :data:`DECLARED_SHAPE_TOL`, is a
+  ``deviation``; more is another function of k, a fail.
 - **filter** (:func:`keep_rule`): the inferred keep rule against the expected one.
 - **gradient** (:func:`gradient`): a failing finding fails (a split step whose micro-batches weigh
   differently among them); a deviation finding (a split step rescaled as a whole), a per-sample weight
@@ -29,12 +37,13 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from grpo_identity import dial as D
-from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES
+from grpo_identity.checks.declared import Declared
+from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, fit_tolerance
 from grpo_identity.checks.report import VERDICTS, WEIGHTS, Finding, Inferred, Report
 
 __all__ = [
@@ -42,6 +51,8 @@ __all__ = [
     "SILENT_RESIDUE_FAIL",
     "MATERIAL_FACTOR",
     "GRADIENT_RATIO_TOL",
+    "DECLARED_SHAPE_TOL",
+    "GROUP_SIZE_FACTORS",
     "Decision",
     "advantage",
     "keep_rule",
@@ -49,6 +60,8 @@ __all__ = [
     "combine",
     "worst",
     "matches_preset",
+    "group_size_factor",
+    "name_group_size_factor",
 ]
 
 #: group sizes of the reported factor c_target / c_expected
@@ -61,6 +74,27 @@ MATERIAL_FACTOR = 1e-6
 #: the gradient level's advantage coefficients may differ from the expected preset's by this
 #: much (relative) before they are a deviation
 GRADIENT_RATIO_TOL = 0.1
+#: c_target / c_declared may vary with k (within one G) by this much (relative) and be a bounded
+#: factor (an ε, a dtype): a deviation; more is another function of k, a fail (σ against σ² varies
+#: by 15 % at G = 4 and 4× at G = 64)
+DECLARED_SHAPE_TOL = 0.1
+#: the simple factors of G a target's c(k, G) may differ from a preset's by, named in the report
+GROUP_SIZE_FACTORS: dict[str, Callable[[int], float]] = {
+    "1/G": lambda G: 1 / G,
+    "G": lambda G: G,
+    "G/(G−1)": lambda G: G / (G - 1),
+    "(G−1)/G": lambda G: (G - 1) / G,
+    "1/(G−1)": lambda G: 1 / (G - 1),
+    "G−1": lambda G: G - 1,
+    "(G−1)/G²": lambda G: (G - 1) / G**2,
+    "G²/(G−1)": lambda G: G**2 / (G - 1),
+    "√G": lambda G: math.sqrt(G),
+    "1/√G": lambda G: 1 / math.sqrt(G),
+    "√(G/(G−1))": lambda G: math.sqrt(G / (G - 1)),
+    "√((G−1)/G)": lambda G: math.sqrt((G - 1) / G),
+    "1/G²": lambda G: G**-2,
+    "G²": lambda G: G**2,
+}
 
 
 @dataclass(frozen=True)
@@ -114,6 +148,13 @@ def _nearest(inf: Inferred) -> D.Dial | None:
 
 def coefficient_tables(inf: Inferred, ref: D.Dial) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """c(k, G) of the target against ``ref`` at a few k per G, and the factor rows per G."""
+    return _tables(inf, ref.name, _preset_c(ref))
+
+
+def _tables(
+    inf: Inferred, name: str, c_ref: Callable[[int, int], float]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """c(k, G) of the target against the reference ``c_ref`` (a preset's or a declared one)."""
     table, factors = [], []
     for G in FACTOR_GROUP_SIZES:
         if G not in inf.coefficients:
@@ -121,11 +162,11 @@ def coefficient_tables(inf: Inferred, ref: D.Dial) -> tuple[list[dict[str, Any]]
         ratios = []
         for k in range(1, G):
             ct = inf.coefficients[G][k]
-            cr = float(D.coefficient(k, G, ref))
+            cr = c_ref(k, G)
             ratio = ct / cr if cr else None
             ratios.append(float("nan") if ratio is None else ratio)
             if k in {1, max(1, G // 4), G // 2, G - 1}:
-                table.append({"G": G, "k": k, "c_target": ct, "c_reference": cr, "ratio": ratio, "reference": ref.name})
+                table.append({"G": G, "k": k, "c_target": ct, "c_reference": cr, "ratio": ratio, "reference": name})
         factors.append(
             {
                 "G": G,
@@ -135,6 +176,61 @@ def coefficient_tables(inf: Inferred, ref: D.Dial) -> tuple[list[dict[str, Any]]
             }
         )
     return table, factors
+
+
+def _ratios(inf: Inferred, c_ref: Callable[[int, int], float]) -> dict[int, np.ndarray]:
+    """c_target / c_reference for 0 < k < G, by probed G."""
+    return {
+        G: np.array([c[k] / c_ref(k, G) for k in range(1, G)], dtype=np.float64)
+        for G, c in sorted(inf.coefficients.items())
+    }
+
+
+def group_size_factor(inf: Inferred, c_ref: Callable[[int, int], float]) -> dict[int, float] | None:
+    """c_target / c_reference per probed G when it is one positive number per G (the same for every
+    0 < k < G within :func:`~grpo_identity.checks.infer.fit_tolerance`), else None.
+
+    >>> inf = Inferred(coefficients={4: [0, 0.75 / 16, 1 / 16, 0.75 / 16, 0]})
+    >>> group_size_factor(inf, lambda k, G: float(D.coefficient(k, G, D.DR_GRPO)))
+    {4: 0.25}
+    """
+    tol = fit_tolerance(inf.precision)
+    out = {}
+    for G, r in _ratios(inf, c_ref).items():
+        if not (np.all(np.isfinite(r)) and np.all(r > 0)) or r.max() / r.min() - 1 > tol:
+            return None
+        out[G] = float(np.median(r))
+    return out or None
+
+
+def name_group_size_factor(factor: dict[int, float], precision: str = "float64") -> str | None:
+    """The factor as a form of :data:`GROUP_SIZE_FACTORS` (``1/G``), or a constant times one
+    (``2·1/G``), when it is one at every G; else None.
+
+    >>> name_group_size_factor({2: 0.5, 4: 0.25, 8: 0.125})
+    '1/G'
+    """
+    tol = fit_tolerance(precision)
+    scaled = []
+    for name, form in GROUP_SIZE_FACTORS.items():
+        r = np.array([f / form(G) for G, f in factor.items()])
+        if r.max() / r.min() - 1 <= tol:
+            alpha = float(np.median(r))
+            if abs(alpha - 1) <= tol:
+                return name
+            scaled.append(f"{alpha:.6g}·{name}")
+    return scaled[0] if scaled else None
+
+
+def _measured(inf: Inferred) -> bool:
+    """Every probed c(k, G), 0 < k < G, finite and positive: a table to compare, fit or no fit."""
+    return bool(inf.coefficients) and all(
+        math.isfinite(c[k]) and c[k] > 0 for G, c in inf.coefficients.items() for k in range(1, G)
+    )
+
+
+def _per_g(factor: dict[int, float]) -> str:
+    return ", ".join(f"G={G}: {f:.6g}" for G, f in factor.items())
 
 
 def _silent_residue(inf: Inferred) -> Finding | None:
@@ -158,26 +254,35 @@ def _silent_residue(inf: Inferred) -> Finding | None:
     return Finding("silent_nonbinary_groups_zero", message, example, severity)
 
 
-def advantage(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> Decision:
+def advantage(
+    inf: Inferred, findings: list[Finding], expect: D.Dial | None, declared: Declared | None = None
+) -> Decision:
     """The advantage-level verdict (see the module docstring); a finding that is a deviation by
-    itself (a lone answer pushed by its raw reward …) makes a pass a deviation."""
-    decision = _advantage(inf, findings, expect)
+    itself (a lone answer pushed by its raw reward …) makes a pass a deviation.  ``declared``: a
+    declared coefficient, compared instead of a preset (``expect`` is then None)."""
+    decision = _advantage(inf, findings, expect, declared)
     if decision.verdict == "pass" and any(f.severity == "deviation" for f in decision.findings):
         return Decision("deviation", decision.matches, decision.findings, decision.factors, decision.coefficient_table)
     return decision
 
 
-def _advantage(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> Decision:
+def _advantage(inf: Inferred, findings: list[Finding], expect: D.Dial | None, declared: Declared | None) -> Decision:
     findings = list(findings)
     residue = _silent_residue(inf)
     if residue is not None:
         findings.append(residue)
-    if inf.centre is None:
+    by_g = None if inf.centre is not None or declared is not None else _group_size_preset(inf)
+    comparable = _measured(inf) and not inf.coupled and (declared is not None or by_g is not None)
+    if inf.centre is None and not comparable:
         findings.append(Finding("dial", f"no point of the dial fits: {inf.why}"))
     elif inf.coupled and inf.scale != "batch_std" and not any(f.property == "groups_independent" for f in findings):
         findings.append(Finding("groups_independent", inf.why))
     if _fails(findings):
         return Decision("fail", None, findings)
+    if declared is not None:
+        return _against_declared(inf, findings, declared)
+    if by_g is not None:
+        return _by_group_size(inf, findings, expect, *by_g)
     presets = [expect] if expect else []
     found = next((d for d in presets + list(D.PRESETS.values()) if matches_preset(inf, d.replace(keep="all"))), None)
     ref = expect if expect is not None else (found or _nearest(inf))
@@ -201,6 +306,93 @@ def _advantage(inf: Inferred, findings: list[Finding], expect: D.Dial | None) ->
         return Decision("pass", ref.name, [*findings, Finding("matches_preset", note, {}, "note")], factors, table)
     deviation = Finding("matches_preset", message, {}, "deviation")
     return Decision("deviation", found.name if found else None, [*findings, deviation], factors, table)
+
+
+def _group_size_preset(inf: Inferred) -> tuple[D.Dial, dict[int, float]] | None:
+    """The first preset (one whose factor has a name first) whose c(k, G) the target's is times a
+    factor of G alone, and that factor; None if none is."""
+    found = []
+    for d in D.PRESETS.values():
+        if d.keep != "all" or d.centre == "none" or d.scale == "batch_std":
+            continue
+        factor = group_size_factor(inf, _preset_c(d))
+        if factor is not None:
+            found.append((d, factor))
+    named = [f for f in found if name_group_size_factor(f[1], inf.precision) in GROUP_SIZE_FACTORS]
+    return (named or found)[0] if found else None
+
+
+def _preset_c(d: D.Dial) -> Callable[[int, int], float]:
+    """The preset's c(k, G) (:func:`~grpo_identity.dial.coefficient`) as a function of (k, G)."""
+    return lambda k, G: float(D.coefficient(k, G, d))
+
+
+def _by_group_size(
+    inf: Inferred, findings: list[Finding], expect: D.Dial | None, near: D.Dial, factor: dict[int, float]
+) -> Decision:
+    """A target no dial fits whose c(k, G) is ``near``'s times ``factor`` (a number per G): a
+    deviation from ``expect`` (or from ``near``) of the same family, a fail from the other."""
+    ref = expect or near
+    table, factors = coefficient_tables(inf, ref)
+    form = name_group_size_factor(factor, inf.precision)
+    shape = f" = {form}" if form else ""
+    mine = "σ" if family(near.scale) == "sigma" else "σ²"
+    if family(ref.scale) != family(near.scale):
+        theirs = "σ" if family(ref.scale) == "sigma" else "σ²"
+        message = (
+            f"wrong family: the target's c(k, G) is {near.name}'s times a factor of G{shape} (c ∝ {mine}), "
+            f"{ref.name} expects c ∝ {theirs}"
+        )
+        return Decision("fail", None, [*findings, Finding("matches_preset", message)], [], table)
+    against = factor if ref is near else group_size_factor(inf, _preset_c(ref))
+    of_ref = f"; c_target/c_{ref.name}: {_per_g(against)}" if against and ref is not near else ""
+    message = (
+        f"same c(k, G) as {near.name} times a factor that depends on G only{shape} "
+        f"(c_target/c_{near.name}: {_per_g(factor)}){of_ref}: every group of one size is scaled alike, "
+        "groups of different sizes differently"
+    )
+    evidence = {"factor_by_group_size": {str(G): f for G, f in factor.items()}, "reference": near.name}
+    return Decision(
+        "deviation", None, [*findings, Finding("matches_preset", message, evidence, "deviation")], factors, table
+    )
+
+
+def _against_declared(inf: Inferred, findings: list[Finding], declared: Declared) -> Decision:
+    """The measured c(k, G) against the declared one (see the module docstring)."""
+    table, factors = _tables(inf, declared.name, declared.at)
+    ratios = _ratios(inf, declared.at)
+    every = np.concatenate(list(ratios.values()))
+    if np.all(np.abs(every - 1) <= fit_tolerance(inf.precision)):
+        return Decision("pass", declared.name, findings, [], table)
+    evidence = {"c_target_over_declared": {str(G): [float(r.min()), float(r.max())] for G, r in ratios.items()}}
+    if np.all(np.abs(every - 1) < MATERIAL_FACTOR):
+        note = f"c_target/c_declared within {MATERIAL_FACTOR:g} of 1 at every probed G and k: no material change"
+        return Decision(
+            "pass", declared.name, [*findings, Finding("matches_declared", note, evidence, "note")], factors, table
+        )
+    factor = group_size_factor(inf, declared.at)
+    if factor is not None:
+        form = name_group_size_factor(factor, inf.precision)
+        message = (
+            f"c_target/c_declared ({declared.name}) depends on G only{f' = {form}' if form else ''}: {_per_g(factor)}"
+        )
+        finding = Finding("matches_declared", message, evidence, "deviation")
+        return Decision("deviation", None, [*findings, finding], factors, table)
+    spread = {G: float(r.max() / r.min() - 1) for G, r in ratios.items()}
+    worst_g = max(spread, key=spread.__getitem__)
+    lo, hi = float(ratios[worst_g].min()), float(ratios[worst_g].max())
+    if spread[worst_g] <= DECLARED_SHAPE_TOL:
+        message = (
+            f"c_target/c_declared ({declared.name}) varies with k by up to {spread[worst_g]:.3g} "
+            f"({lo:.6g}–{hi:.6g} at G={worst_g}): a bounded factor"
+        )
+        finding = Finding("matches_declared", message, evidence, "deviation")
+        return Decision("deviation", None, [*findings, finding], factors, table)
+    message = (
+        f"c(k, G) is another function of k than {declared.name}: c_target/c_declared runs "
+        f"{lo:.6g}–{hi:.6g} over k at G={worst_g}"
+    )
+    return Decision("fail", None, [*findings, Finding("matches_declared", message, evidence)], factors, table)
 
 
 def _wrong_family(inf: Inferred, ref: D.Dial) -> Finding:

@@ -257,3 +257,20 @@ def test_a_function_the_audit_cannot_call_is_a_usage_error_that_says_what_to_pas
     _one_line_error(capsys, "needs temperature, which the audit cannot pass: give --call")
     call = "needs_a_temperature(R, G, temperature=2.0)"
     assert main(["audit", f"{USER_CODE}:needs_a_temperature", "--call", call, "--max-examples", "20"]) == 0
+
+
+def test_expect_takes_a_coefficient_formula_and_a_bad_one_is_a_one_line_usage_error(tmp_path, capsys):
+    path = tmp_path / "over_g.py"
+    path.write_text(
+        "import numpy as np\n\n"
+        "def over_g(rewards, G):\n"
+        "    R = np.asarray(rewards, dtype=float).reshape(-1, G)\n"
+        "    return ((R - R.mean(1, keepdims=True)) / G).reshape(-1)\n"
+    )
+    target = f"{path}:over_g"
+    assert main(["audit", target, "--max-examples", "10", "--expect", "c=sigma**2/G"]) == 0
+    assert "verdict: PASS   matches: c=sigma**2/G   expected: c=sigma**2/G" in capsys.readouterr().out
+    assert main(["audit", target, "--max-examples", "10", "--expect", "c=sigma**2", "--strict"]) == 1
+    assert "[deviation] matches_declared:" in capsys.readouterr().out
+    assert main(["audit", target, "--max-examples", "10", "--expect", "c=__import__('os')"]) == 2
+    _one_line_error(capsys, "--expect must be a preset name or c=FORMULA in k, G, sigma")

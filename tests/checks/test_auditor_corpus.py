@@ -491,7 +491,7 @@ MUTANTS = [
     (hard_coded_group_size_8, "advantage", "grpo", "fail"),
     (centred_then_global_std, "advantage", "grpo", "fail"),
     (reversed_within_group, "advantage", "grpo", "fail"),
-    (scaled_by_sqrt_group_size, "advantage", "grpo", "fail"),
+    (scaled_by_sqrt_group_size, "advantage", "grpo", "deviation"),  # a factor of G alone, 1/√G
     (doubled, "advantage", "grpo", "deviation"),
     (eps_grows_with_batch, "advantage", "grpo", "fail"),
     (binary_sigma_formula, "advantage", "grpo", "fail"),

@@ -80,3 +80,14 @@ def test_loading_a_framework_gets_longer_unless_told():
     assert AuditOptions(timeout=5).load_timeout_for(framework=False) == 5
     assert AuditOptions(timeout=5).load_timeout_for(framework=True) == FRAMEWORK_LOAD_TIMEOUT
     assert AuditOptions(timeout=5, load_timeout=7).load_timeout_for(framework=True) == 7
+
+
+def test_a_declared_coefficient_is_read_once_into_the_record_and_names_what_was_expected():
+    options = AuditOptions(expect="c=sigma**2/G")
+    assert options.declared is not None and options.declared.at(2, 4) == 1 / 16
+    assert options.expected is None and options.expected_name == "c=sigma**2/G"
+    assert AuditOptions(expect="grpo").declared is None and AuditOptions(expect="grpo").expected_name == "grpo"
+    assert dataclasses.replace(options, max_examples=5).declared == options.declared
+    with pytest.raises(OptionError) as info:
+        AuditOptions(expect="c=__import__('os')")
+    assert info.value.field == "expect" and info.value.worded({"expect": "--expect"}).startswith("--expect must be")

@@ -218,3 +218,36 @@ def test_a_bad_marker_value_fails_its_test_even_when_the_fixture_is_never_called
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*grpo_identity: max_examples must be an integer from 1 to 10,000, got 0*"])
+
+
+@pytest.mark.slow
+def test_the_marker_and_check_take_a_declared_coefficient_and_a_bad_formula_fails_its_own_test(pytester):
+    pytester.makepyfile(
+        impl=GOOD
+        + "\ndef over_g(rewards, G):\n    return grpo(rewards, G) * rewards.reshape(-1, G).std(1).repeat(G) / G\n"
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+        import impl
+
+        @pytest.mark.grpo_identity(expect="c=sigma**2/G", max_examples=10)
+        def test_formula(grpo_identity):
+            assert grpo_identity(impl.over_g).matches == "c=sigma**2/G"
+
+        def test_callable(grpo_identity):
+            report = grpo_identity(impl.over_g, expect=lambda k, G: k * (G - k) / G**3, max_examples=10)
+            assert report.verdict == "pass"
+
+        def test_missed(grpo_identity):
+            grpo_identity(impl.grpo, expect="c=sigma**2/G", max_examples=10)
+
+        @pytest.mark.grpo_identity(expect="c=__import__('os')")
+        def test_bad(grpo_identity):
+            grpo_identity(impl.grpo)
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["*grpo_identity FAIL grpo (expected c=sigma**2/G): matches_declared*"])
+    result.stdout.fnmatch_lines(["*grpo_identity: expect must be a preset name or c=FORMULA*__import__ is not an*"])

@@ -95,3 +95,90 @@ def test_a_silent_residue_fails_above_the_threshold_and_is_a_note_below(residue,
 def test_a_non_finite_silent_residue_fails():
     inf = Inferred(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=1.0, silent_nonbinary_max_abs=np.inf)
     assert V.advantage(inf, [], D.GRPO).verdict == "fail"
+
+
+# --- a factor of G alone, a declared coefficient -------------------------------------------------
+def dr_grpo_over_g(rewards, G):
+    """Dr. GRPO divided by G (the 'average over the group' form)."""
+    return D.advantages(rewards, G, D.DR_GRPO) / G
+
+
+def dr_grpo_times_g(rewards, G):
+    return D.advantages(rewards, G, D.DR_GRPO) * G
+
+
+@pytest.mark.parametrize("fn, form", [(dr_grpo_over_g, "1/G"), (dr_grpo_times_g, "G")])
+def test_a_factor_of_g_alone_is_a_deviation_naming_the_preset_and_the_factor(fn, form):
+    report = audit(fn, max_examples=20)
+    assert report.verdict == "deviation" and report.inferred.centre is None, report.format()
+    found = [f for f in report.findings if f.property == "matches_preset"]
+    assert [f.severity for f in found] == ["deviation"] and not any(f.property == "dial" for f in report.findings)
+    assert f"as dr_grpo times a factor that depends on G only = {form} " in found[0].message
+    factor = found[0].counterexample["factor_by_group_size"]
+    assert factor["64"] == pytest.approx(1 / 64 if form == "1/G" else 64)
+    assert report.coefficient_table[0]["reference"] == "dr_grpo"
+
+
+def test_a_factor_of_g_alone_of_the_other_family_fails():
+    report = audit(dr_grpo_over_g, expect="grpo", max_examples=20)
+    assert report.verdict == "fail"
+    assert any(
+        "wrong family: the target's c(k, G) is dr_grpo's times a factor of G = 1/G" in f.message
+        for f in report.findings
+    )
+    assert audit(dr_grpo_over_g, expect="dr_grpo", max_examples=10).verdict == "deviation"
+
+
+def test_a_target_no_dial_fits_and_no_factor_of_g_explains_still_fails():
+    def sigma_cubed(rewards, G):  # c ∝ σ⁴: Dr. GRPO times σ², a factor of k too
+        R = rewards.reshape(-1, G)
+        return ((R - R.mean(1, keepdims=True)) * R.var(1, keepdims=True)).reshape(-1)
+
+    report = audit(sigma_cubed, max_examples=10)
+    assert report.verdict == "fail" and any(f.property == "dial" for f in report.findings)
+
+
+@pytest.mark.parametrize(
+    "g, name",
+    [
+        ({2: 0.5, 3: 1 / 3, 64: 1 / 64}, "1/G"),
+        ({2: 2.0, 3: 1.5, 64: 64 / 63}, "G/(G−1)"),
+        ({2: 1.0, 3: 2 / 3, 64: 2 / 64}, "2·1/G"),
+        ({2: 1.0, 3: 2.0, 64: 1.0}, None),
+    ],
+)
+def test_a_factor_of_g_is_named_by_its_simple_form(g, name):
+    assert V.name_group_size_factor(g) == name
+
+
+def test_a_declared_coefficient_that_the_target_has_passes_and_is_matched():
+    report = audit(dr_grpo_over_g, expect="c=sigma**2/G", max_examples=20)
+    assert (report.verdict, report.matches, report.expected) == ("pass", "c=sigma**2/G", "c=sigma**2/G")
+    assert not any(f.property == "matches_declared" for f in report.findings), report.format()
+    assert report.coefficient_table[0]["reference"] == "c=sigma**2/G"
+    assert all(row["ratio"] == pytest.approx(1, rel=1e-12) for row in report.coefficient_table)
+    mine = audit(dr_grpo_over_g, expect=lambda k, G: k * (G - k) / G**3, max_examples=10)
+    assert mine.verdict == "pass" and mine.matches.endswith("<lambda>(k, G)")
+
+
+@pytest.mark.parametrize(
+    "fn, expect, verdict, words",
+    [
+        (dr_grpo_times_g, "c=sigma**2/G", "deviation", "depends on G only = G²"),
+        (dial_fn(D.TRL), "c=sigma*sqrt((G-1)/G)", "deviation", "varies with k by up to"),
+        (dial_fn(D.GRPO), "c=sigma**2", "fail", "another function of k than c=sigma**2"),
+    ],
+)
+def test_a_declared_coefficient_the_target_misses_by_a_factor_deviates_and_by_a_shape_fails(fn, expect, verdict, words):
+    report = audit(fn, expect=expect, max_examples=10)
+    found = [f for f in report.findings if f.property == "matches_declared"]
+    assert report.verdict == verdict and report.matches is None and len(found) == 1
+    assert words in found[0].message, found[0].message
+    assert found[0].counterexample["c_target_over_declared"]["4"]
+
+
+def test_a_declared_coefficient_of_a_filter_is_an_option_error():
+    from grpo_identity.checks.options import OptionError
+
+    with pytest.raises(OptionError, match="applies to advantages"):
+        audit("dapo", kind="filter", expect="c=sigma", max_examples=5)

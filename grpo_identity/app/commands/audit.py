@@ -97,8 +97,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--expect",
-        metavar="PRESET",
-        help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any)",
+        metavar="PRESET|c=FORMULA",
+        help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any); or the update "
+        "coefficient c(k, G) the target should have, a formula in k, G, sigma (σ), mu (μ), e.g. 'c=sigma**2/G' "
+        "(numbers, + - * / **, sqrt, Abs, Min, Max, log, exp)",
     )
     p.add_argument(
         "--max-examples",
