@@ -43,6 +43,12 @@ MAX_FORMULA_LENGTH = 200
 _MAX_NODES = 100
 #: a number a formula computes from numbers alone (2**10 …) stays below this
 _MAX_NUMBER = 1e100
+#: the largest size of a numeric exponent (SymPy computes powers of numbers exactly: 2**-10**99 never ends)
+_MAX_EXPONENT = 1000
+#: the smallest c a declared coefficient may give (a ratio against a subnormal number means nothing)
+_MIN_COEFFICIENT = 1e-300
+#: each allowed function's number of arguments (lowest, highest)
+_ARITY = {"sqrt": (1, 1), "Abs": (1, 1), "log": (1, 1), "exp": (1, 1), "Min": (2, _MAX_NODES), "Max": (2, _MAX_NODES)}
 _ALLOWED = "c=FORMULA in k, G, sigma (σ), mu (μ), numbers, + - * / ** and sqrt, Abs, Min, Max, log, exp"
 
 
@@ -87,6 +93,14 @@ def declare(expect: Any) -> Declared:
     return Declared(name, values, function)
 
 
+def _size(number: Any) -> float:
+    """|number| of a SymPy number (infinite where it is none: zoo, nan)."""
+    try:
+        return abs(complex(number))
+    except (TypeError, ValueError, OverflowError):
+        return math.inf
+
+
 def _value(name: str, function: Callable[[int, int], float], k: int, G: int) -> float:
     try:
         c = function(k, G)
@@ -95,8 +109,11 @@ def _value(name: str, function: Callable[[int, int], float], k: int, G: int) -> 
     except Exception as exc:  # noqa: BLE001  (a user's callable: any error is the user's to read)
         why = f"must give c(k, G); {name} raised {type(exc).__name__}: {exc} at k={k}, G={G}"
         raise OptionError("expect", why) from None
-    if not (isinstance(c, float) and math.isfinite(c) and c > 0):
-        raise OptionError("expect", f"must give a finite c(k, G) > 0 for 0 < k < G; {name} gives {c!r} at k={k}, G={G}")
+    if not (isinstance(c, float) and math.isfinite(c) and c > _MIN_COEFFICIENT):
+        raise OptionError(
+            "expect",
+            f"must give a finite c(k, G) > {_MIN_COEFFICIENT:g} for 0 < k < G; {name} gives {c!r} at k={k}, G={G}",
+        )
     return c
 
 
@@ -188,27 +205,36 @@ class _Builder:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             inner = self.build(node.operand)
             return -inner if isinstance(node.op, ast.USub) else inner
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
-            if node.func.id not in self.functions:
-                raise _bad(self.text, f"{node.func.id} is not an allowed function")
-            try:
-                return self.functions[node.func.id](*(self.build(a) for a in node.args))
-            except TypeError:
-                raise _bad(self.text, f"{node.func.id} takes other arguments") from None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            raise _bad(self.text, f"{node.func.id} is not an allowed function")
+            return self.call(node.func.id, node)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitXor):
             raise _bad(self.text, "a power is written **")
         raise _bad(self.text, f"{ast.unparse(node)!r} is not allowed")
 
+    def call(self, name: str, node: ast.Call) -> Any:
+        """An allowed function of as many positional arguments as it takes (SymPy reads a second argument
+        of ``sqrt`` or ``log`` as something else, so none is passed on that it would misread)."""
+        if name not in self.functions:
+            raise _bad(self.text, f"{name} is not an allowed function")
+        if node.keywords:
+            raise _bad(self.text, f"{name} takes no keyword arguments")
+        low, high = _ARITY[name[0].upper() + name[1:] if name in ("abs", "min", "max") else name]
+        if not low <= len(node.args) <= high:
+            wanted = f"{low}" if low == high else f"at least {low}"
+            raise _bad(self.text, f"{name} takes {wanted} argument{'s' if low > 1 else ''}, got {len(node.args)}")
+        return self.functions[name](*(self.build(a) for a in node.args))
+
     def power(self, base: Any, exponent: Any) -> Any:
-        """base ** exponent; a power of numbers alone stays below :data:`_MAX_NUMBER` (SymPy computes
-        a power of integers exactly, when the expression is built)."""
+        """base ** exponent; a numeric exponent is at most :data:`_MAX_EXPONENT` in size and a power of
+        numbers alone stays below :data:`_MAX_NUMBER` (SymPy computes a power of numbers exactly, when
+        the expression is built)."""
+        if exponent.is_number and not _size(exponent) <= _MAX_EXPONENT:
+            raise _bad(self.text, f"a numeric exponent must be a number at most {_MAX_EXPONENT} in size")
         if base.is_number and exponent.is_number:
             try:
                 big = abs(float(base)) ** float(exponent)
             except (OverflowError, TypeError, ValueError, ZeroDivisionError):
                 big = math.inf
             if not big < _MAX_NUMBER:
-                raise _bad(self.text, f"a power of numbers is below {_MAX_NUMBER:g}")
+                raise _bad(self.text, f"a power of numbers must stay below {_MAX_NUMBER:g}")
         return base**exponent

@@ -398,8 +398,10 @@ def _uneven(split: StepRun, rho: np.ndarray, pieces: list[dict[str, Any]], tol: 
 
 def _spanning(split: StepRun, law: Law) -> Finding | None:
     """A law counted per generation batch in a step that holds answers of several: each batch's answers
-    weigh by their own batch's count (invisible to ρ when the unsplit step does the same)."""
-    if fit_law(split).name != "1/generation_tokens":
+    weigh by their own batch's count (invisible to ρ when the unsplit step does the same).  Read from the
+    unsplit law (there a step is one micro-batch, so a generation batch is named as such; in the split a
+    micro-batch that is one generation batch is named by the micro-batch)."""
+    if law.name != "1/generation_tokens":
         return None
     for s in np.unique(split.where["step"][split.where["step"] >= 0]):
         held = np.unique(split.where["generation"][split.where["step"] == s])

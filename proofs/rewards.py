@@ -131,11 +131,14 @@ def _g9(f: Formulas) -> list[Claim]:
     sd, slope = f.reward_std(R, G), f.score_slope(R, s, G)
     out = [
         _claim("the centred rewards sum to 0: sum (R_i - Rbar) = 0", sp.Sum(_centred(_i), (_i, 1, G)), 0),
-        _claim("(1/G) sum (R_i - Rbar) s_i = sigma_R^2 beta_hat, any rewards", _update(_centred), sd**2 * slope),
+        _claim(
+            "(1/G) sum (R_i - Rbar) s_i = sigma_R^2 beta_hat, any rewards (Dr. GRPO's update, A_i = R_i - Rbar)",
+            _update(_centred),
+            sd**2 * slope,
+        ),
         _claim(
             "GRPO, A_i = (R_i - Rbar)/sigma_R: g = sigma_R beta_hat", _update(lambda i: _centred(i) / sd), sd * slope
         ),
-        _claim("Dr. GRPO, A_i = R_i - Rbar: g = sigma_R^2 beta_hat", _update(_centred), sd**2 * slope),
     ]
     out += _rloo(f)
     out += _silent(f)
@@ -223,9 +226,10 @@ G9 = Theorem(
     "For any real rewards R₁ … R_G (G symbolic) and scores sᵢ, (1/G) Σᵢ (Rᵢ − R̄) sᵢ = σ_R²·β̂, σ_R the "
     "population std of the rewards and β̂ = Σ(Rᵢ − R̄)(sᵢ − s̄)/Σ(Rᵢ − R̄)² the least-squares slope of the "
     "scores on the rewards (σ_R > 0).  So g = σ_R·β̂ for GRPO, σ_R²·β̂ for Dr. GRPO and, as corollaries, "
-    "(G/(G−1))·σ_R²·β̂ for RLOO (G ≥ 2) and 1{σ_R > 0}·σ_R·β̂ for DAPO, whose filter drops exactly the "
-    "groups with all rewards equal, whose update is 0 already.  For binary rewards β̂ = s̄₊ − s̄₋ and "
-    "σ_R = σ (Theorem 1); for rewards {a, a + δ}, β̂ = (s̄₊ − s̄₋)/δ and σ_R = δσ (G5).",
+    "(G/(G−1))·σ_R²·β̂ for RLOO (G ≥ 2) and 1{σ_R > 0}·σ_R·β̂ for DAPO, whose filter drops groups "
+    "with σ_R = 0; a group whose rewards are all equal has σ_R = 0 and a centred update of 0 already.  "
+    "For binary rewards β̂ = s̄₊ − s̄₋ and σ_R = σ (Theorem 1); for rewards {a, a + δ}, "
+    "β̂ = (s̄₊ − s̄₋)/δ and σ_R = δσ (G5).",
     "beyond the paper (§Limits: non-binary rewards)",
     "G a positive integer (n + 1 with n positive for RLOO); rewards R_i and scores s_i real (one component of a "
     "score of any dimension); sigma_R > 0 where beta_hat appears; silent GRPO advantages defined as 0",

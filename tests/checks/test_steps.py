@@ -279,10 +279,13 @@ def test_answers_the_split_leaves_out_are_a_failure_beside_an_uneven_weighting()
     assert "of the 32 answers out of the update" in messages[0] and "depends on how the step is split" in messages[1]
 
 
-def test_a_step_weighing_each_generation_batch_by_its_own_tokens_fails_where_it_holds_two():
+@pytest.mark.parametrize("micro_batch_is_generation", [False, True])
+def test_a_step_weighing_each_generation_batch_by_its_own_tokens_fails_where_it_holds_two(micro_batch_is_generation):
     def fn(r, G, L, request=None):
         out = S.micro_batch_mean(r, G, L, request, scope="step")
-        out["micro_batch"] = np.zeros(len(r), dtype=int)  # one micro-batch a step: only the law decides
+        split = bool(request) and request["layout"] == "split"
+        micro = (np.arange(len(r)) % 16) // 8 if split and micro_batch_is_generation else 0
+        out["micro_batch"] = np.zeros(len(r), dtype=int) + micro
         generation = np.arange(len(r)) // 8
         tokens = np.bincount(generation, weights=out["mask"].sum(1))[generation]
         out["coefficients"] = (out["advantages"] / tokens)[:, None] * out["mask"]
@@ -290,5 +293,5 @@ def test_a_step_weighing_each_generation_batch_by_its_own_tokens_fails_where_it_
         return out
 
     out = S.audit_step(fn, S.geometry(4, 16, 8))
-    assert out.law_split == "1/generation_tokens" and not out.invariant
+    assert out.law_unsplit == "1/generation_tokens" and not out.invariant
     assert any("holds answers of 2 generation batches" in f.message for f in out.findings)
