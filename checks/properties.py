@@ -373,9 +373,10 @@ def any_reward_groups(n: int, G: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _coefficient(A: np.ndarray, R: np.ndarray) -> np.ndarray:
-    """c with g = c·β̂ for advantages Âᵢ = a·(Rᵢ − R̄): c = a·σ_R² = (1/G) Σ Âᵢ (Rᵢ − R̄), per group."""
+    """c with g = c·β̂ for advantages Âᵢ = a·(Rᵢ − R̄): c = a·σ_R² = (1/G) Σ Âᵢ (Rᵢ − R̄), per group: the
+    update of the scores sᵢ = Rᵢ − R̄."""
     centred = R - R.mean(1, keepdims=True)  # (n, G)
-    return (A * centred).mean(1)  # (n,)
+    return D.group_updates(A, centred.reshape(-1), R.shape[1])[:, 0]  # (n,)
 
 
 def _identity_any_rewards(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
