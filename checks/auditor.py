@@ -261,8 +261,46 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
         from grpo_identity.checks.probes import run_probes
 
         findings.extend(f for f in run_probes(tgt) if f is not None)
+    findings += _aggregation(tgt, inf)
     decision = V.advantage(inf, findings, expected, options.declared)
+    want = options.expected_variant
+    if want is not None or decision.verdict == "fail":
+        named = expected is not None or options.declared is not None
+        decision = V.named_variant(decision, inf, _recognised(guarded, tgt, inf, want), want, named)
     return _report(name, "advantage", inf, decision, options.expected_name, examples, ran, time.perf_counter() - t0)
+
+
+def _aggregation(tgt: Any, inf: Inferred) -> list[Finding]:
+    """How a target whose driver scores several reward components combines them
+    (:mod:`grpo_identity.checks.aggregation`), into ``inf.aggregation``; its findings (none where the
+    target's info announces no components)."""
+    components = (getattr(tgt, "info", None) or {}).get("components")
+    if not components or getattr(tgt, "dead", None) is not None:
+        return []
+    from grpo_identity.checks.aggregation import audit_aggregation
+
+    try:
+        out = audit_aggregation(lambda C, G: tgt(C[:, 0].copy(), G, C), tuple(components["weights"]))
+    except TargetError as exc:
+        if type(exc) is not TargetError:
+            raise
+        return [Finding("reward_aggregation", f"the reward components could not be probed: {exc}", {}, "note")]
+    inf.aggregation = {k: v for k, v in out.items() if k != "findings"}
+    return list(out["findings"])
+
+
+def _recognised(guarded: Any, tgt: Any, inf: Inferred, want: Any) -> Any:
+    """The named variant the target computes (:mod:`grpo_identity.checks.recognise`), or None; a
+    target that fails on the recognition batches is recognised as nothing."""
+    from grpo_identity.checks.recognise import recognise
+
+    if getattr(tgt, "dead", None) is not None:
+        return None
+    dtype = getattr(tgt, "dtype", None)
+    try:
+        return recognise(guarded, inf.precision, (lambda r: round_rewards(r, dtype)) if dtype else None, prefer=want)
+    except TargetError:
+        return None
 
 
 def _context(tgt: Any, inf: Inferred) -> P.Context:

@@ -12,7 +12,10 @@ these coefficients are the whole story:
   ``1/step_tokens`` (batch coupling: the weight depends on every answer of the batch);
 - silent groups (σ = 0) get aᵢₜ = 0 exactly;
 - G1: with wᵢ the named weight, g_group = Σᵢ aᵢ sᵢ equals c·(s̄₊ʷ − s̄₋ʷ), s̄±ʷ = (1/k±)Σ± wᵢsᵢ,
-  checked on random token scores; c is reported beside the advantage-level c(k, G) = (k/G)·Â₊.
+  checked on random token scores; c is reported beside the advantage-level c(k, G) = (k/G)·Â₊;
+- a step target (its info gives ``step``) also gets its optimizer step split and unsplit
+  (:mod:`grpo_identity.checks.steps`), and an off-policy target (its info gives ``off_policy``) a step after
+  the policy has moved: importance weights, clip, KL (:mod:`grpo_identity.checks.offpolicy`).
 
 >>> from grpo_identity.checks.infer import probe_batch
 >>> def fake(r, G, L):  # constant weight 1/len(r), an outcome advantage r − mean
@@ -288,6 +291,7 @@ def audit_gradient(
         _probe_group_size(target, G, ev, ref, rng)
     ev.findings += _law_findings(ev)
     step = _split_step(target, ev)
+    off_policy = _off_policy(target, ev)
     inferred = Inferred(
         per_sample_weight=ev.law(),
         coefficient_precision="bfloat16" if ev.bf16 else "float32",
@@ -295,6 +299,7 @@ def audit_gradient(
         silent_groups_zero_gradient=ev.silent_ok,
         uniform_within_answer=ev.uniform,
         step=step,
+        off_policy=off_policy,
     )
     decision = V.gradient(inferred, ev.findings, ev.table, ref)
     return Report(
@@ -347,6 +352,33 @@ def _split_step(target: Callable[..., Any], ev: _Evidence) -> dict[str, Any]:
         "ranks": result.ranks,
         "pieces": result.pieces,
     }
+
+
+def _off_policy(target: Callable[..., Any], ev: _Evidence) -> dict[str, Any]:
+    """An off-policy target's step after the policy has moved (:mod:`grpo_identity.checks.offpolicy`): its
+    findings go to ``ev``; the measurements come back as :attr:`Inferred.off_policy`.  A target whose info does
+    not announce ``off_policy`` gets no probe; one that cannot run the step, or answers it malformed, gets a note
+    (the rest of the audit stands)."""
+    from grpo_identity.checks.offpolicy import audit_off_policy
+    from grpo_identity.checks.target import TargetError
+
+    info = getattr(target, "info", None) or getattr(target, "grpo_identity_info", None) or {}
+    settings = info.get("off_policy")
+    if not settings:
+        return {}
+    try:
+        out, findings = audit_off_policy(target, dict(settings), weight=ev.law())
+    except TargetError as exc:
+        if type(exc) is not TargetError:  # it died or hung: the audit cannot go on with it
+            raise
+        ev.findings.append(Finding("off_policy", f"the off-policy step could not be run: {exc}", {}, "note"))
+        return {}
+    except (KeyError, TypeError, ValueError) as exc:
+        message = f"the off-policy step's output is malformed: {type(exc).__name__}: {exc}"
+        ev.findings.append(Finding("off_policy", message, {}, "note"))
+        return {}
+    ev.findings += findings
+    return out
 
 
 class AdvantageView:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 if TYPE_CHECKING:  # the dial (numpy) loads when an expected preset is read, not with this module
     from grpo_identity import dial as D
     from grpo_identity.checks.declared import Declared
+    from grpo_identity.variants import Variant
 
 __all__ = [
     "MAX_EXAMPLES",
@@ -73,7 +74,8 @@ class AuditOptions:
     """How to audit (what to audit is the target spec, :mod:`grpo_identity.checks.spec`)."""
 
     expect: str | D.Dial | Callable[[int, int], float] | Declared | None = None
-    """The expected preset (a name or a :class:`~grpo_identity.dial.Dial`), or a declared update
+    """The expected preset (a name or a :class:`~grpo_identity.dial.Dial`), a variant's name
+    (:mod:`grpo_identity.variants`), or a declared update
     coefficient: a formula ``"c=sigma**2/G"`` or a callable c(k, G)
     (:mod:`grpo_identity.checks.declared`); None: any preset."""
     max_examples: int = DEFAULT_MAX_EXAMPLES
@@ -115,6 +117,8 @@ class AuditOptions:
         """What the report says was expected: the preset's name or the declared coefficient."""
         if self.declared is not None:
             return self.declared.name
+        if self.expected_variant is not None:
+            return self.expected_variant.name
         expected = self.expected
         return expected.name if expected is not None else None
 
@@ -123,7 +127,7 @@ class AuditOptions:
         """The expected preset as a dial (None: any preset, or a declared coefficient)."""
         from grpo_identity import dial as D
 
-        if self.declared is not None:
+        if self.declared is not None or self.expected_variant is not None:
             return None
         if self.expect is None or isinstance(self.expect, D.Dial):
             return self.expect
@@ -132,9 +136,26 @@ class AuditOptions:
         try:
             return D.preset(self.expect)
         except (KeyError, ValueError):
-            presets = ", ".join(D.PRESETS)
-            why = f"must be a preset ({presets}), a Dial or a coefficient c=FORMULA, got {self.expect!r}"
+            from grpo_identity.variants import VARIANTS
+
+            presets, variants = ", ".join(D.PRESETS), ", ".join(VARIANTS)
+            why = (
+                f"must be a preset ({presets}), a variant ({variants}), a Dial or a coefficient c=FORMULA, "
+                f"got {self.expect!r}"
+            )
             raise OptionError("expect", why) from None
+
+    @property
+    def expected_variant(self) -> Variant | None:
+        """The expected variant (:mod:`grpo_identity.variants`) when ``expect`` names one, else None."""
+        if not isinstance(self.expect, str) or self.declared is not None:
+            return None
+        from grpo_identity.variants import variant
+
+        try:
+            return variant(self.expect)
+        except ValueError:
+            return None
 
     def load_timeout_for(self, framework: bool) -> float:
         """Seconds for loading a target: ``load_timeout``; unset, :data:`FRAMEWORK_LOAD_TIMEOUT`

@@ -125,6 +125,17 @@ class Inferred:
     ``weight`` and ``weight_unsplit`` (the laws of the split and unsplit layouts), ``invariant``, ``layouts``,
     ``settings``, ``ranks``, ``pieces`` (per micro-batch: rows, tokens, its weight over the unsplit step's) and
     ``seconds`` (the two runs' wall time)."""
+    off_policy: dict[str, Any] = field(default_factory=dict)
+    """Gradient level, a step after the policy has moved (:mod:`grpo_identity.checks.offpolicy`):
+    ``importance_weight`` ('token', 'sequence' (GSPO), 'none' or 'other') with ``fit_residual``, ``kl_law``,
+    ``beta``, ``clipped_share`` and ``clip_rule_matches`` (against the configured ``clip``),
+    ``silent_groups_zero_gradient`` (and ``silent_size`` where not), ``identity_holds`` with the ``identity``
+    rows (c on- and off-policy per group, theorem G10), ``perturbation``, ``settings`` (the target's, e.g. where
+    its old log-probabilities come from) and ``seconds``; empty where the target announces no off-policy step."""
+    aggregation: dict[str, Any] = field(default_factory=dict)
+    """Advantage level, a driver that scores several reward components (:mod:`grpo_identity.checks.aggregation`):
+    ``rule`` ('sum_then_normalize', 'normalize_then_sum' or 'other'), ``weights``, ``moved_reward_changes``,
+    ``rescaled_component_changes``; empty where the audit did not probe it."""
 
     def describe(self) -> str:
         """The dial in a few words: ``centre mean, group_std (ddof 1, eps 0.0001)``."""
@@ -233,6 +244,7 @@ class Report:
         if self.level == "gradient":
             lines += _gradient_section(self.inferred, self.coefficient_table)
             lines += _step_section(self.inferred.step)
+            lines += _off_policy_section(self.inferred.off_policy)
             if self.advantage is not None:
                 sub = "\n".join(_advantage_section(self.advantage)).splitlines()
                 lines += ["", "advantage level (the same configuration's advantages, property-tested):"]
@@ -307,6 +319,57 @@ def _step_section(step: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _off_policy_section(off: dict[str, Any]) -> list[str]:
+    if not off:
+        return []
+    yes = {True: "yes", False: "NO", None: "not judged"}
+    moved = off.get("perturbation") or {}
+    settings = off.get("settings") or {}
+    law = off.get("importance_weight")
+    lines = [
+        "",
+        f"off-policy step (the policy moved by seeded noise of {moved.get('scale')} after the batch was scored; "
+        f"configured importance_sampling_level {settings.get('importance_sampling_level', '-')}):",
+        f"  importance weight: {law} ({off.get('importance_weight_means')}); fit residual "
+        f"{_num(off.get('fit_residual'))}" + (f", nearest law {off['nearest_law']}" if off.get("nearest_law") else ""),
+    ]
+    clip = off.get("clip") or {}
+    predicted = off.get("clip_predicted_share")
+    configured = ""
+    if predicted is not None:
+        configured = f" (the configured ε {clip.get('epsilon')} / ε_high {clip.get('epsilon_high')}: {_num(predicted)})"
+    lines.append(
+        f"  clipped share {_num(off.get('clipped_share'))} of the live tokens of non-silent answers{configured}; "
+        f"clip rule min(ρÂ, clip(ρ)·Â) as configured: {yes[off.get('clip_rule_matches')]}"
+    )
+    if off.get("beta"):
+        lines.append(f"  KL term: β = {off['beta']:g}, −∂KL/∂log π fitted as {off.get('kl_law') or 'none'}")
+    size = off.get("silent_size")
+    silent = yes[off.get("silent_groups_zero_gradient")]
+    if size:
+        silent += (
+            f" (their token coefficients reach {_num(size['max_ratio'])}× the largest of the non-silent answers', "
+            f"norm {_num(size['norm_ratio'])}× theirs; KL law {size.get('kl_law')})"
+        )
+    lines.append(f"  silent groups give zero gradient: {silent}")
+    rows = off.get("identity") or []
+    holds = yes[off.get("identity_holds")]
+    if rows:
+        ratios = [row["ratio"] for row in rows]
+        holds += (
+            f" (c off-policy / on-policy {_num(min(ratios))} … {_num(max(ratios))} over {len(rows)} groups, "
+            f"residual ≤ {_num(max(row['residual'] for row in rows))})"
+        )
+    lines.append(f"  identity with importance-weighted scores, g = c·(s̃̄₊ʷ − s̃̄₋ʷ), c on-policy's (G10): {holds}")
+    if settings.get("old_logps"):
+        lines.append(f"  old log-probabilities: {settings['old_logps']}")
+    return lines
+
+
+def _num(x: Any) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
 def _advantage_section(r: Report) -> list[str]:
     lines = [_dial_line(r)]
     inf = r.inferred
@@ -315,12 +378,20 @@ def _advantage_section(r: Report) -> list[str]:
         binary = "NOT exactly 0 (see findings)" if broken else "exactly 0"
         lines.append(f"silent groups: binary {binary}; all-0.1-style groups |Â| ≤ {inf.silent_nonbinary_max_abs:.3g}")
     lines.append(f"properties: {len(r.properties)} run on {r.examples} hypothesis examples in {r.seconds:.1f} s")
+    if inf.aggregation:
+        weights = ", ".join(f"{w:g}" for w in inf.aggregation.get("weights", []))
+        rule = inf.aggregation.get("rule")
+        lines.append(f"reward components: {rule} (weights {weights}; see finding reward_aggregation)")
     if r.coefficient_table:
-        rows = [[t["G"], t["k"], t["c_target"], t["c_reference"], t["ratio"]] for t in r.coefficient_table]
+        rows = [
+            [t["G"], t["k"], t["c_target"], _or_dash(t["c_reference"]), _or_dash(t["ratio"])]
+            for t in r.coefficient_table
+        ]
         reference = r.coefficient_table[0]["reference"]
+        against = f"against {reference}" if reference else "measured as (k/G)·Â₊ (no per-group reference)"
         lines += [
             "",
-            f"update coefficient c(k, G) in g = c·(s̄₊ − s̄₋), against {reference}:",
+            f"update coefficient c(k, G) in g = c·(s̄₊ − s̄₋), {against}:",
             format_table(rows, ["G", "k", "c target", "c reference", "ratio"]),
         ]
     if r.factors:

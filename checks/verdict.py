@@ -37,7 +37,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -45,6 +45,10 @@ from grpo_identity import dial as D
 from grpo_identity.checks.declared import Declared
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, fit_tolerance
 from grpo_identity.checks.report import VERDICTS, WEIGHTS, Finding, Inferred, Report
+from grpo_identity.variants import VARIANTS, Variant
+
+if TYPE_CHECKING:
+    from grpo_identity.checks.recognise import Recognition
 
 __all__ = [
     "FACTOR_GROUP_SIZES",
@@ -55,6 +59,7 @@ __all__ = [
     "GROUP_SIZE_FACTORS",
     "Decision",
     "advantage",
+    "named_variant",
     "keep_rule",
     "gradient",
     "combine",
@@ -427,6 +432,103 @@ def _deviation_message(inf: Inferred, ref: D.Dial, factors: list[dict[str, Any]]
     return f"same family as {ref.name} but {because}; c_target/c_{ref.name} at k=G/2: {at_half}"
 
 
+# --- variants by name ----------------------------------------------------------------------------
+#: findings that only say "no point of the dial": a recognised variant answers them
+_DIAL_ONLY = ("dial", "matches_dial")
+
+
+def named_variant(
+    decision: Decision, inf: Inferred, found: Recognition | None, want: Variant | None, named: bool
+) -> Decision:
+    """The advantage decision once the target's variant is known (:mod:`grpo_identity.checks.recognise`).
+
+    ``want``: the expected variant; ``named``: a preset or a coefficient was expected (the decision
+    stands; the variant is a note).  With neither, a recognised variant is what the target
+    ``matches``: the properties it gives up by design become deviations that name it, the dial's
+    "no fit" is answered, and a variant without a departure at factor 1 passes.  The expected
+    variant recognised passes (its departures are notes), at another factor is a deviation, not
+    recognised fails."""
+    if want is None and found is None:
+        return decision
+    if named and want is None:
+        assert found is not None
+        note = _variant_note(found, "note")
+        return _with(decision, decision.verdict, decision.matches, [*decision.findings, note])
+    if want is not None and (found is None or found.variant.name != want.name):
+        other = f"; it computes {_variant_text(found)}" if found is not None else ""
+        message = f"the target does not compute {want.name} ({want.citation}){other}"
+        return _with(decision, "fail", None, [*decision.findings, Finding("variant", message)])
+    assert found is not None
+    v = found.variant
+    expected = want is not None
+    findings = [_by_design(f, v, found.form, expected) for f in decision.findings if f.property not in _DIAL_ONLY]
+    off = found.factor != 1.0 or (bool(v.departures(found.form)) and not expected)
+    findings.append(_variant_note(found, "deviation" if off else "note"))
+    verdict = "pass"
+    if any(f.severity == "fail" for f in findings):
+        verdict = "fail"
+    elif any(f.severity == "deviation" for f in findings):
+        verdict = "deviation"
+    table, factors = decision.coefficient_table, decision.factors
+    if v.coefficient is not None and _measured(inf):
+        table, factors = _tables(inf, v.name, v.coefficient)
+    elif not table:
+        table, factors = _measured_table(inf), []
+    return Decision(verdict, v.name, findings, factors, table)
+
+
+def _measured_table(inf: Inferred) -> list[dict[str, Any]]:
+    """The target's c(k, G) = (k/G)·Â₊ on the probe batches, with no reference to compare (a variant
+    with no per-group coefficient)."""
+    return [
+        {"G": G, "k": k, "c_target": inf.coefficients[G][k], "c_reference": None, "ratio": None, "reference": None}
+        for G in FACTOR_GROUP_SIZES
+        if G in inf.coefficients
+        for k in sorted({1, max(1, G // 4), G // 2, G - 1})
+    ]
+
+
+def _with(decision: Decision, verdict: str, matches: str | None, findings: list[Finding]) -> Decision:
+    return Decision(verdict, matches, findings, decision.factors, decision.coefficient_table)
+
+
+def _variant_text(found: Recognition) -> str:
+    times = f" times {found.factor:.6g}" if found.factor != 1.0 else ""
+    lengths = ", with the response lengths the driver lays out" if found.lengths != "equal" else ""
+    return f"{found.variant.name}{times} ({found.variant.citation}; form: {found.form}{lengths})"
+
+
+def _variant_note(found: Recognition, severity: str) -> Finding:
+    """What the target computes and where that stands relative to the identity."""
+    v = found.variant
+    message = f"computes {_variant_text(found)}: {v.stands}"
+    if v.departures(found.form):
+        message += f"; by design: {', '.join(d.replace('_', ' ') for d in v.departures(found.form))}"
+    return Finding("variant", message, found.to_dict(), severity)
+
+
+def _by_design(f: Finding, v: Variant, form: str | None, expected: bool) -> Finding:
+    """A finding about a property ``v`` gives up by design: a deviation (a note when ``v`` was
+    expected); one on rewards outside a binary-only variant's definition: a note."""
+    if f.severity not in ("fail", "deviation"):
+        return f
+    if v.binary_only and not _binary_example(f.counterexample):
+        message = f"outside {v.name}'s definition (binary rewards): {f.message}"
+        return Finding(f.property, message, f.counterexample, "note")
+    if not v.departs_from(f.property, form):
+        return f
+    severity = "note" if expected else "deviation"
+    return Finding(f.property, f"by design of {v.name}: {f.message}", f.counterexample, severity)
+
+
+def _binary_example(example: dict[str, Any]) -> bool:
+    """Whether a counterexample's rewards are all 0 or 1 (True when it shows none)."""
+    rewards = example.get("rewards", example.get("group_rewards"))
+    if not isinstance(rewards, list):
+        return True
+    return all(isinstance(x, (int, float)) and x in (0, 1) for x in rewards)
+
+
 # --- filters -------------------------------------------------------------------------------------
 def keep_rule(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> Decision:
     """The filter verdict: the inferred keep rule against the expected one (any preset's if none)."""
@@ -453,9 +555,10 @@ def keep_rule(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> 
 # --- gradient level ------------------------------------------------------------------------------
 def gradient(inf: Inferred, findings: list[Finding], table: list[dict[str, Any]], expect: D.Dial | None) -> Decision:
     """The gradient-level verdict: fail on a failing finding (the split step's ``split_invariance``,
-    ``masked_normaliser``, ``group_slicing`` among them); else a deviation for a deviation-severity
-    finding (a split that rescales the step), a non-constant weight, or advantage coefficients off the
-    expected preset's; else pass."""
+    ``masked_normaliser``, ``group_slicing``; off-policy, ``off_policy_silent_groups`` and
+    ``identity_off_policy`` among them); else a deviation for a deviation-severity finding (a split that
+    rescales the step; off-policy, ``kl_moves_silent_groups`` and ``clip_rule``), a non-constant weight, or
+    advantage coefficients off the expected preset's; else pass."""
     findings = list(findings)
     if _fails(findings):
         return Decision("fail", None, findings, [], table)
@@ -480,6 +583,11 @@ def combine(grad: Report, adv: Report) -> Report:
     ``matches_preset`` (its probes' c(k, G) against the expected preset) is dropped: the advantage
     audit says it, with the dial."""
     own = [f for f in grad.findings if f.property != "matches_preset"]
+    variant = VARIANTS.get(adv.matches or "")
+    if variant is not None:  # the gradient's findings of what the variant gives up by design
+        expected = adv.expected == adv.matches
+        form = next((f.counterexample.get("form") for f in adv.findings if f.property == "variant"), None)
+        own = [_by_design(f, variant, form, expected) for f in own]
     levels = [f.severity for f in own if f.severity in VERDICTS]
     gradient_fields = {k: getattr(grad.inferred, k) for k in _GRADIENT_FIELDS}
     inferred = Inferred(**copy.deepcopy({**adv.inferred.__dict__, **gradient_fields}))
@@ -509,4 +617,5 @@ _GRADIENT_FIELDS = (
     "silent_groups_zero_gradient",
     "uniform_within_answer",
     "step",
+    "off_policy",
 )

@@ -47,6 +47,10 @@ __all__ = [
     "update_covariance_given_k",
     "reward_std",
     "score_slope",
+    "clipped_surrogate",
+    "token_weight",
+    "sequence_ratio",
+    "kl_gradient_weight",
 ]
 
 ArrayLike = float | int | npt.ArrayLike
@@ -545,6 +549,78 @@ def score_slope(rewards: npt.ArrayLike, scores: npt.ArrayLike) -> FloatArray | f
     sxy = (centred * S).sum(axis=R.ndim - 1)  # (…, trailing): Σ (Rᵢ − R̄) sᵢ = Σ (Rᵢ − R̄)(sᵢ − s̄)
     live = (R.max(-1) != R.min(-1)).reshape(R.shape[:-1] + tail)
     return _out(np.where(live, sxy / np.where(live, sxx, 1.0), 0.0))
+
+
+# --- off-policy steps: importance ratios, clipping, KL (theorem G10) ----------------------------
+def _finite(x: npt.ArrayLike, name: str, *, positive: bool = False) -> FloatArray:
+    """``x`` as a float64 array; reject non-finite values (and values <= 0 when ``positive``)."""
+    arr = np.asarray(x, dtype=np.float64)
+    bad = ~np.isfinite(arr) | ((arr <= 0) if positive else False)
+    if np.any(bad):
+        first = arr[bad].flat[0] if arr.ndim else arr.item()
+        raise ValueError(f"{name} must be {'a positive' if positive else 'a finite'} number, got {first!r}")
+    return arr
+
+
+def clipped_surrogate(
+    ratio: ArrayLike, advantage: ArrayLike, eps_low: ArrayLike, eps_high: ArrayLike
+) -> FloatArray | float:
+    """PPO's clipped surrogate of each token, min(ρÂ, clip(ρ, 1 − ε_low, 1 + ε_high)·Â) (GRPO, DAPO),
+    ρ = π_θ/π_old; the arguments broadcast.
+
+    Twin of :func:`grpo_identity.formulas.clipped_surrogate` (theorem G10).
+
+    >>> clipped_surrogate(2.0, 1.0, 0.2, 0.28), clipped_surrogate(2.0, -1.0, 0.2, 0.28)
+    (1.28, -2.0)
+    """
+    r, A = _finite(ratio, "ratio"), _finite(advantage, "advantage")
+    lo, hi = 1.0 - _finite(eps_low, "eps_low", positive=True), 1.0 + _finite(eps_high, "eps_high", positive=True)
+    return _out(np.minimum(r * A, np.clip(r, lo, hi) * A))
+
+
+def token_weight(ratio: ArrayLike, advantage: ArrayLike, eps_low: ArrayLike, eps_high: ArrayLike) -> FloatArray | float:
+    """Weight w of each token's score in the gradient of the clipped surrogate, ∇ = w·Â·∇log π_θ:
+    ρ, and 0 where the token is clipped (Â > 0 and ρ > 1 + ε_high, or Â < 0 and ρ < 1 − ε_low).
+
+    Twin of :func:`grpo_identity.formulas.token_weight` (theorem G10); at the two kinks the
+    unclipped side's ρ, as the definition.
+
+    >>> token_weight([0.5, 1.0, 1.5], 1.0, 0.2, 0.28).tolist(), token_weight([0.5, 1.0, 1.5], -1.0, 0.2, 0.28).tolist()
+    ([0.5, 1.0, 0.0], [0.0, 1.0, 1.5])
+    """
+    r, A = _finite(ratio, "ratio"), _finite(advantage, "advantage")
+    lo, hi = 1.0 - _finite(eps_low, "eps_low", positive=True), 1.0 + _finite(eps_high, "eps_high", positive=True)
+    clipped = ((A > 0) & (r > hi)) | ((A < 0) & (r < lo))
+    return _out(np.where(clipped, 0.0, r).astype(np.float64))
+
+
+def sequence_ratio(log_ratio: npt.ArrayLike) -> FloatArray | float:
+    """GSPO's sequence-level importance ratio of each answer, s = exp((1/L) Σ_t x_t) with
+    x_t = log π_θ(y_t) − log π_old(y_t) over the last axis (the answer's L tokens).
+
+    Twin of :func:`grpo_identity.formulas.sequence_ratio` (theorem G10): every token of the answer
+    gets the same weight s in the gradient.
+
+    >>> round(sequence_ratio(np.log([2.0, 8.0])), 12)
+    4.0
+    """
+    x = _finite(log_ratio, "log_ratio")
+    if x.ndim == 0 or x.shape[-1] == 0:
+        raise ValueError(f"log_ratio must hold at least one token per answer, got shape {x.shape}")
+    return _out(np.exp(x.mean(axis=-1)))
+
+
+def kl_gradient_weight(ref_ratio: ArrayLike, beta: ArrayLike) -> FloatArray | float:
+    """Weight of each token's score in the gradient of −β·KL₃ (k3 estimator, ρ_ref = π_ref/π_θ):
+    β(ρ_ref − 1), whatever the advantage; 0 where π_θ = π_ref.
+
+    Twin of :func:`grpo_identity.formulas.kl_gradient_weight` (theorem G10).
+
+    >>> kl_gradient_weight(1.5, 0.04), kl_gradient_weight(1.0, 0.04)
+    (0.02, 0.0)
+    """
+    rr = _finite(ref_ratio, "ref_ratio", positive=True)
+    return _out(_finite(beta, "beta") * (rr - 1.0))
 
 
 # --- summaries for the CLI, the report and the notebooks ---------------------------------------

@@ -52,6 +52,18 @@ __all__ = [
     "s",
     "reward_std",
     "score_slope",
+    "ratio",
+    "advantage",
+    "eps_low",
+    "eps_high",
+    "log_ratio",
+    "L",
+    "ref_ratio",
+    "beta",
+    "clipped_surrogate",
+    "token_weight",
+    "sequence_ratio",
+    "kl_gradient_weight",
 ]
 
 # --- symbols, with their assumptions --------------------------------------------------------
@@ -77,6 +89,18 @@ cov_minus = sp.Symbol(r"\Sigma_{-}", real=True)
 #: the rewards and the scores (one component) of a group of any size, R[i] and s[i] for i = 1 … G
 R = sp.IndexedBase("R", real=True)
 s = sp.IndexedBase("s", real=True)
+#: a token's importance ratio ρ = π_θ/π_old and its answer's advantage Â
+ratio = sp.Symbol("rho", positive=True)
+advantage = sp.Symbol(r"\hat{A}", real=True)
+#: the clip range [1 − ε_low, 1 + ε_high] of the surrogate (DAPO's clip-higher: ε_high > ε_low)
+eps_low = sp.Symbol("epsilon_low", positive=True)
+eps_high = sp.Symbol("epsilon_high", positive=True)
+#: one answer's per-token log-ratios x[t] = log π_θ(y_t) − log π_old(y_t), t = 1 … L, and its length L
+log_ratio = sp.IndexedBase("x", real=True)
+L = sp.Symbol("L", positive=True, integer=True)
+#: a token's reference ratio π_ref/π_θ and the weight β of the KL term
+ref_ratio = sp.Symbol("rho_ref", positive=True)
+beta = sp.Symbol("beta", positive=True)
 
 #: a SymPy expression or a plain number (SymPy's own annotations are too loose to say more)
 Num: TypeAlias = Any
@@ -321,3 +345,74 @@ def score_slope(R: Any = R, s: Any = s, G: Num = G) -> sp.Expr:
     s_mean = _group_sum(lambda i: s[i], s, G, _j) / n
     sxy = _group_sum(lambda i: (R[i] - r_mean) * (s[i] - s_mean), R, G)
     return sxy / _group_sum(lambda i: (R[i] - r_mean) ** 2, R, G)
+
+
+# --- off-policy steps: importance ratios, clipping, KL (theorem G10) ----------------------------
+_t = sp.Symbol("t", integer=True, positive=True)  # a token's index in its answer
+
+
+def _clip(ratio: Num, eps_low: Num, eps_high: Num) -> sp.Expr:
+    """clip(ρ, 1 − ε_low, 1 + ε_high)."""
+    return sp.Piecewise((1 - eps_low, ratio < 1 - eps_low), (1 + eps_high, ratio > 1 + eps_high), (ratio, True))
+
+
+def clipped_surrogate(
+    ratio: Num = ratio, advantage: Num = advantage, eps_low: Num = eps_low, eps_high: Num = eps_high
+) -> sp.Expr:
+    """PPO's clipped surrogate of one token (GRPO, DAPO): min(ρÂ, clip(ρ, 1 − ε_low, 1 + ε_high)·Â),
+    ρ = π_θ/π_old the token's importance ratio, Â its answer's advantage.
+
+    Beyond the paper (theorem G10; G6 is its first on-policy step, ρ = 1).  ε_low = ε_high is PPO's
+    and GRPO's symmetric clip, ε_high > ε_low DAPO's clip-higher (Yu et al. 2025, arXiv 2503.14476).
+
+    >>> e = sp.Rational(1, 5)
+    >>> clipped_surrogate(2, 1, e, e), clipped_surrogate(2, -1, e, e)
+    (6/5, -2)
+    """
+    clipped = _clip(ratio, eps_low, eps_high)
+    return sp.Piecewise((ratio * advantage, ratio * advantage <= clipped * advantage), (clipped * advantage, True))
+
+
+def token_weight(
+    ratio: Num = ratio, advantage: Num = advantage, eps_low: Num = eps_low, eps_high: Num = eps_high
+) -> sp.Expr:
+    """Weight of a token's score in the gradient of the clipped surrogate: w = ρ, and 0 where the token
+    is clipped (Â > 0 and ρ > 1 + ε_high, or Â < 0 and ρ < 1 − ε_low), so that
+    ∇ min(ρÂ, clip(ρ)Â) = w·Â·∇log π_θ.
+
+    Beyond the paper (theorem G10).  At ρ = 1 − ε_low and 1 + ε_high the surrogate has a kink; the
+    value there (ρ, the unclipped side) is a convention.  With Â = 0 the weight multiplies nothing.
+
+    >>> e = sp.Rational(1, 5)
+    >>> token_weight(2, 1, e, e), token_weight(2, -1, e, e), token_weight(sp.Rational(1, 2), -1, e, e)
+    (0, 2, 0)
+    """
+    clipped = sp.Or(sp.And(advantage > 0, ratio > 1 + eps_high), sp.And(advantage < 0, ratio < 1 - eps_low))
+    return sp.Piecewise((0, clipped), (ratio, True))
+
+
+def sequence_ratio(log_ratio: Any = log_ratio, L: Num = L) -> sp.Expr:
+    """GSPO's sequence-level importance ratio of one answer: s = exp((1/L) Σ_t x_t), x_t = log π_θ(y_t) −
+    log π_old(y_t) over its L tokens (the geometric mean of the token ratios; Zheng et al. 2025, arXiv 2507.18071).
+
+    Beyond the paper (theorem G10): every token of the answer is weighted by the same s.  ``log_ratio``
+    is an ``IndexedBase`` (symbolic length L, kept as a ``Sum``) or a sequence of values (L its length).
+
+    >>> sequence_ratio([sp.log(2), sp.log(8)])
+    4
+    """
+    n = _group_size(log_ratio, L)
+    return sp.exp(_group_sum(lambda t: log_ratio[t], log_ratio, L, _t) / n)
+
+
+def kl_gradient_weight(ref_ratio: Num = ref_ratio, beta: Num = beta) -> sp.Expr:
+    """Weight of a token's score in the gradient of −β·KL₃, the k3 estimator KL₃ = ρ_ref − log ρ_ref − 1,
+    ρ_ref = π_ref/π_θ: ∇(−β·KL₃) = β(ρ_ref − 1)·∇log π_θ, whatever the advantage.
+
+    Beyond the paper (theorem G10): 0 exactly where π_θ = π_ref on the token (G6's first step);
+    positive where π_θ < π_ref (the term pulls the token back up), negative where π_θ > π_ref.
+
+    >>> kl_gradient_weight(sp.Rational(3, 2), sp.Rational(1, 25)), kl_gradient_weight(1, sp.Rational(1, 25))
+    (1/50, 0)
+    """
+    return beta * (ref_ratio - 1)

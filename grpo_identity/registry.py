@@ -17,8 +17,12 @@ __all__ = ["Formula", "REGISTRY", "by_name", "resolve"]
 
 #: the arguments a definition and its twin share, in order: ``dial`` is a :class:`grpo_identity.dial.Dial`
 #: (the definition takes its parameters), ``cov`` the pair (Σ₊, Σ₋) of class score covariances, ``R`` one
-#: group's rewards and ``s`` its scores (sequences: exact values for the definition, arrays for the twin)
-Signature = Literal["k,G", "G,p", "eps,p", "p", "k,G,dial", "G,k,n", "k,G,cov", "k,G,p", "R", "R,s"]
+#: group's rewards and ``s`` its scores (sequences: exact values for the definition, arrays for the twin); ``rho,A,eps``
+#: a token's ratio, advantage and clip range (ε_low, ε_high), ``x`` one answer's per-token log-ratios, ``rho,beta``
+#: a token's reference ratio π_ref/π_θ and the KL weight
+Signature = Literal[
+    "k,G", "G,p", "eps,p", "p", "k,G,dial", "G,k,n", "k,G,cov", "k,G,p", "R", "R,s", "rho,A,eps", "x", "rho,beta"
+]
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,46 @@ REGISTRY: tuple[Formula, ...] = (
         _C + "score_slope",
         "G9",
         "R,s",
+    ),
+    Formula(
+        "clipped_surrogate",
+        "clipped surrogate of one token (GRPO, DAPO; beyond the paper)",
+        "min(ρÂ, clip(ρ, 1 − ε_low, 1 + ε_high)·Â), ρ = π_θ/π_old",
+        "beyond the paper (§Limits: clipping)",
+        _F + "clipped_surrogate",
+        _C + "clipped_surrogate",
+        "G10",
+        "rho,A,eps",
+    ),
+    Formula(
+        "token_weight",
+        "weight of a token's score in the clipped surrogate's gradient (beyond the paper)",
+        "w = ρ, 0 where clipped (Â > 0, ρ > 1 + ε_high or Â < 0, ρ < 1 − ε_low); ∇ = w·Â·∇log π",
+        "beyond the paper (§Limits: clipping)",
+        _F + "token_weight",
+        _C + "token_weight",
+        "G10",
+        "rho,A,eps",
+    ),
+    Formula(
+        "sequence_ratio",
+        "GSPO's sequence-level importance ratio (beyond the paper)",
+        "s = exp((1/L) Σ_t (log π_θ − log π_old)); every token's weight s·Â",
+        "beyond the paper (§Limits: clipping)",
+        _F + "sequence_ratio",
+        _C + "sequence_ratio",
+        "G10",
+        "x",
+    ),
+    Formula(
+        "kl_gradient_weight",
+        "weight of a token's score in the gradient of −β·KL₃ (beyond the paper)",
+        "β(π_ref/π_θ − 1); 0 iff π_θ = π_ref, whatever Â",
+        "beyond the paper (§Limits: KL)",
+        _F + "kl_gradient_weight",
+        _C + "kl_gradient_weight",
+        "G10",
+        "rho,beta",
     ),
 )
 

@@ -267,6 +267,50 @@ print("sigma_R, sqrt(mu(1 - mu)):", round(sigma_r, 6), round(float(np.sqrt(mu * 
 print("binary-formula update    :", np.round(sigma_r**2 / np.sqrt(mu * (1 - mu)) * slope, 6))
 
 # %% [markdown]
+# ## Every step after the first: importance weights, clipping and KL
+#
+# G6 holds at the first step on a batch, where every ratio $\rho = \pi_\theta/\pi_{old}$ is 1 and the policy
+# is the reference. From the second step on the ratios move, the clip can bite and the KL term pulls. Token by
+# token, the clipped surrogate's gradient is $w\,\hat A\,\nabla\log\pi$ with $w = \rho$, or $w = 0$ where
+# the token is clipped; summed over a group it is the identity again, with the same coefficient ($\sigma$ for
+# GRPO) and importance-weighted, clip-masked scores $\tilde s_i = \sum_t w_{it}\nabla\log\pi_{it}$. GSPO's
+# sequence ratio gives every token of an answer one weight; the k3 KL term adds
+# $\beta(\pi_{ref}/\pi - 1)\nabla\log\pi$ per token whatever $\hat A$, so it moves silent groups too.
+
+# %% tags=["hide-input"]
+statement("G10")
+
+# %%
+prove("G10")
+
+# %% [markdown]
+# The weight $w$ of one token against its ratio for DAPO's clip-higher range ($\varepsilon_{low} = 0.2$,
+# $\varepsilon_{high} = 0.28$), from the closed forms, beside the slope of the surrogate in $\log\rho$ measured
+# by central differences (numbers, not a proof): a correct answer's token stops counting above
+# $1 + \varepsilon_{high}$, an incorrect answer's below $1 - \varepsilon_{low}$; in between both keep their ratio.
+
+# %%
+eps_low, eps_high, h = 0.2, 0.28, 1e-6
+ratios = np.linspace(0.5, 1.6, 221)  # (n,)
+off_kinks = (np.abs(ratios - (1 - eps_low)) > 1e-3) & (np.abs(ratios - (1 + eps_high)) > 1e-3)
+fig, ax = plt.subplots(figsize=(6.5, 3.4))
+for A, style, side in ((1.0, "-", "correct answer, Â > 0"), (-1.0, "--", "incorrect answer, Â < 0")):
+    w = C.token_weight(ratios, A, eps_low, eps_high)  # (n,)
+    up = C.clipped_surrogate(ratios * np.exp(h), A, eps_low, eps_high)
+    down = C.clipped_surrogate(ratios * np.exp(-h), A, eps_low, eps_high)
+    slope = (up - down) / (2 * h * A)  # (1/Â) d surrogate / d log ρ
+    print(f"{side}: max |slope/Â − w| off the kinks = {np.abs(slope - w)[off_kinks].max():.1e}")
+    ax.plot(ratios, w, style, label=f"w, {side}")
+for kink in (1 - eps_low, 1 + eps_high):
+    ax.axvline(kink, color="grey", lw=0.8)
+ax.set_xlabel("token ratio ρ = π_θ / π_old")
+ax.set_ylabel("weight w of the token's score")
+ax.set_title("The clipped surrogate's gradient is w·Â·∇log π", fontsize=10)
+ax.legend(fontsize=8)
+plt.show()
+print("KL weight β(π_ref/π − 1), β = 0.04, at π_ref/π = 0.5, 1, 2:", C.kl_gradient_weight(np.array([0.5, 1, 2]), 0.04))
+
+# %% [markdown]
 # ## The identity in expectation, for any policy
 #
 # Everything above holds group by group. For a language model the score gap $\bar s_+ - \bar s_-$ is a

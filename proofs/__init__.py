@@ -19,6 +19,10 @@ to show that a wrong statement fails.
   and its noise Cov(g | k) = c²(Σ₊/k + Σ₋/(G−k)).
 - G9 (:mod:`.rewards`): the identity for any rewards, (1/G) Σ (Rᵢ − R̄) sᵢ = σ_R²·β̂ (β̂ the
   least-squares slope of the scores on the rewards), symbolic in G; RLOO and DAPO as corollaries.
+- G10 (:mod:`.offpolicy`): every step after the first: the clipped surrogate's gradient is w·Â·∇log π
+  per token (w = ρ, 0 where clipped), so g = c·(s̃̄₊ − s̃̄₋) with importance-weighted, clip-masked
+  scores; GSPO's sequence ratio weighs every token of an answer alike; the k3 KL term adds
+  β(π_ref/π − 1)·∇log π per token, whatever Â.
 
 Imports SymPy (and mpmath); command-line use: ``grpo-identity prove [-k SUBSTRING] [--json]``.
 
@@ -33,6 +37,7 @@ from grpo_identity.proofs.beyond import G1, G2, G3, G4, G5, G6
 from grpo_identity.proofs.core import Claim, Formulas, ProofResult, Theorem, check_claims, check_equal
 from grpo_identity.proofs.expectation import T8, T9, T10, T12, T13
 from grpo_identity.proofs.identity import T1, T2, T3, T4, T5, T6, T7
+from grpo_identity.proofs.offpolicy import G10
 from grpo_identity.proofs.policy import G7, G8
 from grpo_identity.proofs.rewards import G9
 from grpo_identity.proofs.table import T14
@@ -78,6 +83,7 @@ THEOREMS: tuple[Theorem, ...] = (
     G7,
     G8,
     G9,
+    G10,
 )
 
 

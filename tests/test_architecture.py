@@ -27,7 +27,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": ("grpo_identity.foundation", "grpo_identity._validate", "grpo_identity.data", "grpo_identity.paper"),
     "formulas": ("grpo_identity.formulas", "grpo_identity.registry"),
     "closed_forms": ("grpo_identity.closed_forms", "grpo_identity.allocation"),
-    "dial": ("grpo_identity.dial",),
+    "dial": ("grpo_identity.dial", "grpo_identity.variants"),
     "proofs": ("grpo_identity.proofs",),
     "checks": ("grpo_identity.checks",),
     "analysis": ("grpo_identity.analysis",),

@@ -26,7 +26,9 @@ __all__ = [
     "RESPONSE_LENGTH",
     "PROMPT_LENGTH",
     "STEP_GROUP_SIZE",
+    "ESTIMATOR_RESPONSE_LENGTH",
     "lengths_for",
+    "length_layouts",
     "FrameworkSpec",
     "AdapterError",
     "parse_spec",
@@ -46,11 +48,24 @@ PROMPT_LENGTH = 2
 STEP_GROUP_SIZE = 4
 
 
+#: the response length (tokens, every row alike) of an estimator function called alone (``verl:estimator=…``)
+ESTIMATOR_RESPONSE_LENGTH = 3
+
+
 def lengths_for(n: int, seed: int = 0) -> Any:
     """Response lengths 1…RESPONSE_LENGTH, different from row to row (a fixed pattern per n)."""
     import numpy as np
 
     return 1 + (np.arange(n) * 5 + 3 * seed + n) % RESPONSE_LENGTH
+
+
+def length_layouts(n: int) -> dict[str, Any]:
+    """The response lengths a driver's advantage probe of ``n`` rows may carry, by name: different
+    per row (:func:`lengths_for`), or :data:`ESTIMATOR_RESPONSE_LENGTH` for every row (an estimator
+    called alone: a token-weighted statistic with Bessel's correction still sees the token count)."""
+    import numpy as np
+
+    return {"the driver's": lengths_for(n), "the estimator's": np.full(n, ESTIMATOR_RESPONSE_LENGTH)}
 
 
 class AdapterError(ValueError):

@@ -9,7 +9,12 @@
 - gradient: those same inputs with completions cut to different lengths (an EOS at that position,
   the mask after it 0, as generation leaves them), then the trainer's ``compute_loss``
   differentiated by autograd with respect to each completion token's log-probability (the
-  trainer's log-probability method is wrapped to keep that tensor's gradient; nothing else changes).
+  trainer's log-probability method is wrapped to keep that tensor's gradient; nothing else changes);
+- ``beta`` ≠ 0: the policy is saved to a temporary folder and the trainer given its path, so that TRL builds
+  its reference model as it builds it for a checkpoint (:func:`policy_for`); the reference's log-probabilities
+  are TRL's method on TRL's reference model, on the probe's completions;
+- off-policy (:mod:`grpo_identity.checks.offpolicy`): the same inputs, old and reference log-probabilities at
+  the current weights, then ``compute_loss`` at weights moved by a seeded noise (:func:`_off_policy_step`).
 
 ``num_generations`` is the group size of each probe batch: the audit sets it per call.
 """
@@ -22,7 +27,7 @@ import os
 import tempfile
 import warnings
 from importlib.metadata import version
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -221,11 +226,35 @@ def tiny_policy(words: list[str] | tuple[str, ...] = ()) -> tuple[Any, Any]:
     return tokenizer, model
 
 
+@contextlib.contextmanager
+def policy_for(args: Any, words: list[str] | tuple[str, ...] = ()) -> Iterator[tuple[Any, Any]]:
+    """The tokenizer and the ``model`` argument of ``GRPOTrainer`` for ``args``: the tiny policy itself where
+    ``beta`` is 0.  Where ``beta`` is not, TRL builds a reference model, and from 0.17 on it loads it from the
+    policy's path (``model.config._name_or_path``), which a policy built from a config does not have; so the
+    policy is saved to a temporary folder and the trainer is given that path, from which TRL loads both the
+    policy and the reference itself, as it does for a user's checkpoint (no hub, no download).  The folder is
+    removed when the block ends (build the trainer inside it: TRL reads the folder while it is built)."""
+    tokenizer, model = tiny_policy(words)
+    if not float(getattr(args, "beta", 0.0) or 0.0):
+        yield tokenizer, model
+        return
+    from transformers.utils import logging as hf_logging
+
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # "Loading weights" of a tiny local folder is not the user's business
+    try:
+        with tempfile.TemporaryDirectory(prefix="grpo-identity-trl-policy-") as folder:
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            yield tokenizer, folder
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
 def _trainer(args: Any, state: dict[str, Any]) -> Any:
     from datasets import Dataset
     from trl import GRPOTrainer
-
-    tokenizer, model = tiny_policy()
 
     def reward_fn(completions: list[Any], **kwargs: Any) -> list[float]:
         r = state["rewards"]
@@ -234,13 +263,14 @@ def _trainer(args: Any, state: dict[str, Any]) -> Any:
         return [float(v) for v in r]
 
     try:
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=reward_fn,
-            args=args,
-            processing_class=tokenizer,
-            train_dataset=Dataset.from_dict({"prompt": ["a b"] * 2}),
-        )
+        with policy_for(args) as (tokenizer, model):
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=reward_fn,
+                args=args,
+                processing_class=tokenizer,
+                train_dataset=Dataset.from_dict({"prompt": ["a b"] * 2}),
+            )
         _sample_once_per_shape(trainer)
         return trainer
     except Exception as exc:
@@ -324,6 +354,19 @@ def _fresh(obj: Any) -> Any:
     return obj
 
 
+@contextlib.contextmanager
+def _advantages_only(trainer: Any) -> Iterator[None]:
+    """Scoring for the advantages alone: the reference model's forward pass (``beta`` ≠ 0), whose
+    log-probabilities the advantages never read, is skipped (``beta`` read as 0 while the batch is scored:
+    the advantage audit calls the trainer hundreds of times)."""
+    beta = trainer.beta
+    trainer.beta = 0.0
+    try:
+        yield
+    finally:
+        trainer.beta = beta
+
+
 def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> dict[str, Any]:
     import torch
 
@@ -349,7 +392,8 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
     trainer = _trainer(args, state)
 
     def trl_advantage(rewards: np.ndarray, group_size: int) -> np.ndarray:
-        out = _score(trainer, state, rewards, group_size)
+        with _advantages_only(trainer):
+            out = _score(trainer, state, rewards, group_size)
         return out["advantages"].detach().cpu().numpy().astype(np.float64)  # TRL's fp32 values, in the caller's dtype
 
     info = _info(spec, args, "GRPOTrainer._generate_and_score_completions")
@@ -360,9 +404,10 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
 def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     """fn(rewards, G, lengths) → {advantages, coefficients, mask}: −∂loss/∂log π per completion
     token, autograd through ``GRPOTrainer.compute_loss``; with a step request (:mod:`grpo_identity.checks.steps`),
-    the optimizer step of ``GRPOTrainer.train()`` as configured or unsplit (:mod:`.trl_step`)."""
-    import torch
-
+    the optimizer step of ``GRPOTrainer.train()`` as configured or unsplit (:mod:`.trl_step`); with an off-policy
+    request (``{"off_policy": {"seed", "scale"}}``, :mod:`grpo_identity.checks.offpolicy`), one step at weights
+    moved after the batch was scored (:func:`_off_policy_step`).  Where ``beta`` ≠ 0 the reference model's
+    log-probabilities are those of TRL's own reference model on the probe's completions."""
     from grpo_identity.checks.frameworks import trl_step
 
     whole = spec
@@ -377,39 +422,36 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     retain_logps(trainer, kept)
     eos = trainer.processing_class.eos_token_id
     pad = trainer.processing_class.pad_token_id
+    off_policy = off_policy_settings(trainer, args)
+    words = [int(i) for i in trainer.processing_class.convert_tokens_to_ids(["a", "b", "c", "d"])]
 
     def trl_loss_gradient(
         rewards: np.ndarray, group_size: int, lengths: np.ndarray | None, request: dict[str, Any] | None = None
-    ) -> dict[str, np.ndarray]:
-        if request is not None:
+    ) -> dict[str, Any]:
+        if request is not None and "off_policy" not in request:
             layout, truncated = request["layout"], request.get("truncated")
             return trl_step.run_layout(
                 whole, layout, rewards, np.asarray(lengths), int(group_size), truncated=truncated
             )
-        inputs = _score(trainer, state, rewards, group_size)
         if lengths is None:  # the advantages alone (the advantage audit of the same run)
+            with _advantages_only(trainer):
+                inputs = _score(trainer, state, rewards, group_size)
             return {"advantages": inputs["advantages"].detach().double().numpy()}
-        ids = inputs["completion_ids"].clone()  # (B, T): T is the longest completion generated
-        short = int(np.max(lengths)) - ids.shape[1]
-        if short > 0:  # every sampled completion ended early: pad, then lay the probe's lengths out
-            ids = torch.cat([ids, torch.full((ids.shape[0], short), pad, dtype=ids.dtype)], dim=1)
-        mask = torch.zeros(ids.shape, dtype=inputs["completion_mask"].dtype)
-        for i, ell in enumerate(np.asarray(lengths, dtype=int)):
-            ids[i, ell - 1], ids[i, ell:], mask[i, :ell] = eos, pad, 1  # EOS at ell, nothing after
-        inputs = {**inputs, "completion_ids": ids, "completion_mask": mask}
-        if "num_items_in_batch" in inputs:
-            inputs["num_items_in_batch"] = mask.sum()
+        inputs = _score(trainer, state, rewards, group_size)
+        if request is not None:  # the answers' words drawn from the request's seed: the sample's do not matter
+            seed = int(request["off_policy"].get("seed", 0))
+            inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), eos, pad, words=(words, seed))
+            return _off_policy_step(trainer, kept, inputs, request["off_policy"], off_policy)
+        inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), eos, pad)
         for key in ("old_per_token_logps", "importance_sampling_ratio", "sampling_per_token_logps"):
             inputs.pop(key, None)  # on-policy first step: old = current
-        trainer.model.zero_grad()
-        with trainer.compute_loss_context_manager():  # as Trainer.training_step calls it (autocast under bf16)
-            loss = trainer.compute_loss(trainer.model, inputs)
-        loss.backward()
-        grad = kept["logps"].grad
+        if inputs.get("ref_per_token_logps") is not None:  # scored on the sampled completions: again on the probe's
+            inputs["ref_per_token_logps"] = _reference_logps(trainer, inputs)
+        coefficients = _loss_gradient(trainer, kept, inputs)
         return {
             "advantages": inputs["advantages"].detach().double().numpy(),
-            "coefficients": -grad.double().numpy(),
-            "mask": mask.double().numpy(),
+            "coefficients": coefficients,
+            "mask": inputs["completion_mask"].double().numpy(),
         }
 
     trl_loss_gradient.grpo_identity_info = {  # type: ignore[attr-defined]
@@ -418,8 +460,163 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no")),
         "lengths_optional": True,
         "step": step,
+        "off_policy": off_policy,
     }
     return trl_loss_gradient
+
+
+def _lay_out(
+    inputs: dict[str, Any], lengths: np.ndarray, eos: int, pad: int, words: tuple[list[int], int] | None = None
+) -> dict[str, Any]:
+    """``inputs`` with the sampled completions cut to the probe's ``lengths``: the EOS at an answer's length,
+    padding and a mask of 0 after it, as generation leaves them.  ``words`` (token ids, seed): the tokens before
+    the EOS drawn from those ids by a generator of that seed instead of the sampled ones (the off-policy step's
+    log-ratios then depend on the seed alone, not on what an earlier audit in the same process sampled)."""
+    import torch
+
+    ids = inputs["completion_ids"].clone()  # (B, T): T is the longest completion generated
+    if words is not None:
+        choice = torch.tensor(words[0], dtype=ids.dtype)
+        drawn = torch.randint(len(words[0]), ids.shape, generator=torch.Generator().manual_seed(words[1]))
+        ids = choice[drawn]  # (B, T)
+    short = int(np.max(lengths)) - ids.shape[1]
+    if short > 0:  # every sampled completion ended early: pad, then lay the probe's lengths out
+        ids = torch.cat([ids, torch.full((ids.shape[0], short), pad, dtype=ids.dtype)], dim=1)
+    mask = torch.zeros(ids.shape, dtype=inputs["completion_mask"].dtype)
+    for i, ell in enumerate(lengths):
+        ids[i, ell - 1], ids[i, ell:], mask[i, :ell] = eos, pad, 1  # EOS at ell, nothing after
+    inputs = {**inputs, "completion_ids": ids, "completion_mask": mask}
+    if "num_items_in_batch" in inputs:
+        inputs["num_items_in_batch"] = mask.sum()
+    return inputs
+
+
+def _loss_gradient(trainer: Any, kept: dict[str, Any], inputs: dict[str, Any]) -> np.ndarray:
+    """−∂loss/∂log π per completion token (n, T): ``compute_loss`` as ``Trainer.training_step`` calls it (under
+    the trainer's autocast context), differentiated by autograd."""
+    trainer.model.zero_grad()
+    kept.pop("logps", None)
+    with trainer.compute_loss_context_manager():
+        loss = trainer.compute_loss(trainer.model, inputs)
+    loss.backward()
+    grad = kept["logps"].grad
+    return -grad.double().numpy()
+
+
+def _per_token_logps(trainer: Any, model: Any, inputs: dict[str, Any]) -> Any:
+    """log π(yᵢₜ) of ``model`` on the completions of ``inputs``, by the trainer's own method, as its scoring
+    calls it (no gradient): the old policy's and the reference's log-probabilities are computed so."""
+    import torch
+
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    method = getattr(trainer, "_get_per_token_logps_and_entropies", None) or trainer._get_per_token_logps
+    with torch.no_grad():
+        out = method(model, ids, attention, inputs["completion_ids"].size(1))
+    return (out[0] if isinstance(out, tuple) else out).detach()
+
+
+def _reference_logps(trainer: Any, inputs: dict[str, Any]) -> Any:
+    """The reference model's log-probabilities on the probe's completions (``beta`` ≠ 0)."""
+    if getattr(trainer, "ref_model", None) is None:
+        raise AdapterError(
+            f"TRL {version('trl')}: beta is {trainer.beta} but the trainer holds no reference model (the driver "
+            "knows only the one TRL loads from the policy's path, not a PEFT policy's disabled adapter)"
+        )
+    return _per_token_logps(trainer, trainer.ref_model, inputs)
+
+
+def off_policy_settings(trainer: Any, args: Any) -> dict[str, Any]:
+    """``info["off_policy"]`` (:mod:`grpo_identity.checks.offpolicy`): what an off-policy step runs under."""
+    level = getattr(args, "importance_sampling_level", None)
+    stored = (
+        "set by the driver to the trainer's own log-probabilities at the unperturbed weights (TRL stores none when "
+        "num_iterations = 1 and generation is aligned with the optimizer steps, and stores exactly these when "
+        "num_iterations > 1)"
+    )
+    iterations = _reads_old_only_with_iterations(trainer)
+    if iterations:
+        stored += f"; TRL {version('trl')} reads them only when num_iterations > 1, so the step runs with 2"
+    return {
+        "perturbation": "every parameter plus scale × N(0, 1) noise from a generator seeded by the request's seed",
+        "beta": float(trainer.beta),
+        "importance_sampling_level": str(level) if level is not None else "token (the release has no setting)",
+        "epsilon": float(trainer.epsilon_low),
+        "epsilon_high": float(trainer.epsilon_high),
+        "delta": getattr(args, "delta", None),
+        "old_logps": stored,
+        "kl_bias_correction": bool(getattr(args, "use_bias_correction_kl", False)) and float(trainer.beta) != 0.0,
+        "num_iterations_for_old": iterations,
+    }
+
+
+def _reads_old_only_with_iterations(trainer: Any) -> bool:
+    """Whether the release's loss reads the stored old log-probabilities only when ``num_iterations > 1``
+    (0.16; later releases read them whenever they are there)."""
+    import inspect
+
+    method = getattr(type(trainer), "_compute_loss", None) or type(trainer).compute_loss
+    try:
+        return "self.num_iterations > 1" in inspect.getsource(method)
+    except (OSError, TypeError):
+        return False
+
+
+@contextlib.contextmanager
+def _perturbed(model: Any, seed: int, scale: float) -> Iterator[None]:
+    """The policy's parameters moved by a fixed seeded noise, ``scale`` × N(0, 1) on every parameter (the tiny
+    policy's logits are small: the probe's 0.1 moves log π by about 0.2 per token), restored exactly afterwards."""
+    import torch
+
+    saved = [p.detach().clone() for p in model.parameters()]
+    generator = torch.Generator().manual_seed(int(seed))
+    try:
+        with torch.no_grad():
+            for p in model.parameters():
+                if scale:
+                    noise = torch.randn(p.shape, generator=generator, dtype=torch.float32).to(p.dtype)
+                    p.add_(noise * float(scale))
+        yield
+    finally:
+        with torch.no_grad():
+            for p, q in zip(model.parameters(), saved):
+                p.copy_(q)
+        model.zero_grad(set_to_none=True)
+
+
+def _off_policy_step(
+    trainer: Any, kept: dict[str, Any], inputs: dict[str, Any], settings: dict[str, Any], info: dict[str, Any]
+) -> dict[str, Any]:
+    """One step after the policy has moved: the batch scored at the current weights (advantages; old and
+    reference log-probabilities at those weights, :func:`off_policy_settings`), then ``compute_loss`` at the
+    weights perturbed by a seeded noise (``settings``: seed, scale).  Per token: −∂loss/∂log π, log π − log π_old
+    and log π − log π_ref (``beta`` ≠ 0)."""
+    old = _per_token_logps(trainer, trainer.model, inputs)
+    inputs = {**inputs, "old_per_token_logps": old}
+    for key in ("importance_sampling_ratio", "sampling_per_token_logps"):
+        inputs.pop(key, None)  # vLLM's sampling correction: no vLLM here
+    beta = float(trainer.beta)
+    ref = _reference_logps(trainer, inputs) if beta != 0.0 else None
+    if ref is not None:
+        inputs["ref_per_token_logps"] = ref
+    iterations = getattr(trainer, "num_iterations", 1)
+    if info["num_iterations_for_old"]:
+        trainer.num_iterations = max(2, int(iterations))
+    try:
+        with _perturbed(trainer.model, int(settings.get("seed", 0)), float(settings.get("scale", 0.0))):
+            coefficients = _loss_gradient(trainer, kept, inputs)
+            logps = kept["logps"].detach()
+    finally:
+        trainer.num_iterations = iterations
+    return {
+        "advantages": inputs["advantages"].detach().double().numpy(),
+        "coefficients": coefficients,
+        "mask": inputs["completion_mask"].double().numpy(),
+        "log_ratio_old": (logps - old).double().numpy(),
+        "log_ratio_ref": None if ref is None else (logps - ref).double().numpy(),
+        "beta": beta,
+        "clip": {"epsilon": info["epsilon"], "epsilon_high": info["epsilon_high"], "delta": info["delta"]},
+    }
 
 
 def _info(spec: FrameworkSpec, args: Any, entry: str) -> dict[str, Any]:

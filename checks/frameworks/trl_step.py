@@ -394,16 +394,20 @@ class _Runner:
         from datasets import Dataset
         from trl import GRPOTrainer
 
-        from grpo_identity.checks.frameworks.trl import tiny_policy
+        from grpo_identity.checks.frameworks.trl import policy_for
 
         words = [f"g{g}" for g in range(self.n_groups)] + [f"m{j}" for j in range(self.G)]
-        tokenizer, model = tiny_policy(words)
-        self.tokenizer = tokenizer
-        model.generate = self._generate
         prompts = Dataset.from_dict({"prompt": [f"g{g}" for g in range(self.n_groups)]})
-        trainer = GRPOTrainer(
-            model=model, reward_funcs=self._reward, args=self.args, processing_class=tokenizer, train_dataset=prompts
-        )
+        with policy_for(self.args, words) as (tokenizer, model):  # a path where beta ≠ 0: TRL loads the reference
+            self.tokenizer = tokenizer
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=self._reward,
+                args=self.args,
+                processing_class=tokenizer,
+                train_dataset=prompts,
+            )
+        trainer.model.generate = self._generate
         self.trainer = trainer
         self._keep_logps(trainer)
         grads: list[dict[str, Any]] = []

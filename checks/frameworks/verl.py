@@ -46,6 +46,7 @@ import numpy as np
 
 from grpo_identity.checks import steps
 from grpo_identity.checks.frameworks import (
+    ESTIMATOR_RESPONSE_LENGTH,
     PROMPT_LENGTH,
     RESPONSE_LENGTH,
     STEP_GROUP_SIZE,
@@ -311,7 +312,7 @@ def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
     options = dict(spec.options)
 
     def verl_estimator_function(rewards: np.ndarray, group_size: int) -> np.ndarray:
-        n, T = len(rewards), 3
+        n, T = len(rewards), ESTIMATOR_RESPONSE_LENGTH
         order = np.random.default_rng(n).permutation(n)  # verl groups by uid, not by position
         token_rewards = torch.zeros(n, T, dtype=torch.float32)  # (bs, T)
         token_rewards[:, -1] = torch.as_tensor(np.asarray(rewards)[order], dtype=torch.float32)

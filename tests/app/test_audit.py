@@ -274,3 +274,13 @@ def test_expect_takes_a_coefficient_formula_and_a_bad_one_is_a_one_line_usage_er
     assert "[deviation] matches_declared:" in capsys.readouterr().out
     assert main(["audit", target, "--max-examples", "10", "--expect", "c=__import__('os')"]) == 2
     _one_line_error(capsys, "--expect must be a preset name or c=FORMULA in k, G, sigma")
+
+
+def test_the_help_of_expect_names_every_preset_and_every_variant(capsys):
+    from grpo_identity import dial as D
+    from grpo_identity.app.cli import main
+    from grpo_identity.variants import VARIANTS
+
+    assert main(["audit", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in [*D.PRESETS, *VARIANTS])

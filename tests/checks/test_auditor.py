@@ -231,3 +231,29 @@ def test_an_index_returning_row_filter_and_a_relative_tolerance_are_read_right()
     assert audit(f"{USER_CODE}:kept_row_indices", kind="row-filter", expect="dapo").verdict == "pass"
     report = audit(f"{USER_CODE}:keep_with_a_relative_tolerance", kind="filter", expect="dapo")
     assert report.verdict == "deviation" and report.inferred.keep_measure == "relative", report.format()
+
+
+class _Components:
+    """A target whose driver scores two reward components (its info says so), normalising each first."""
+
+    info = {"components": {"weights": [1.0, 0.5]}}
+    dead = None
+
+    def __call__(self, rewards, G, components=None):
+        from grpo_identity import dial as D
+
+        if components is None:
+            return D.advantages(rewards, G, D.TRL)
+        return sum(w * D.advantages(components[:, k], G, D.TRL) for k, w in enumerate((1.0, 0.5)))
+
+
+def test_a_target_that_scores_reward_components_gets_its_aggregation_rule_recorded():
+    from grpo_identity.checks.auditor import _aggregation
+    from grpo_identity.checks.report import Inferred
+
+    inf = Inferred()
+    findings = _aggregation(_Components(), inf)
+    assert inf.aggregation["rule"] == "normalize_then_sum" and inf.aggregation["weights"] == [1.0, 0.5]
+    assert [f.property for f in findings] == ["reward_aggregation"] and findings[0].severity == "note"
+    plain = Inferred()
+    assert _aggregation(lambda r, G: r, plain) == [] and plain.aggregation == {}

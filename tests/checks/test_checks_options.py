@@ -91,3 +91,15 @@ def test_a_declared_coefficient_is_read_once_into_the_record_and_names_what_was_
     with pytest.raises(OptionError) as info:
         AuditOptions(expect="c=__import__('os')")
     assert info.value.field == "expect" and info.value.worded({"expect": "--expect"}).startswith("--expect must be")
+
+
+def test_expect_may_name_a_variant_which_is_then_no_preset():
+    options = AuditOptions(expect="REINFORCE++-baseline")
+    assert options.expected_variant.name == "reinforce_plus_plus_baseline"
+    assert options.expected is None and options.expected_name == "reinforce_plus_plus_baseline"
+    assert AuditOptions(expect="grpo").expected_variant is None
+
+
+def test_an_unknown_expectation_lists_the_presets_and_the_variants():
+    with pytest.raises(OptionError, match=r"a variant \(maxrl, opo, gpg"):
+        AuditOptions(expect="maxrll")

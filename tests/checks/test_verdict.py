@@ -182,3 +182,54 @@ def test_a_declared_coefficient_of_a_filter_is_an_option_error():
 
     with pytest.raises(OptionError, match="applies to advantages"):
         audit("dapo", kind="filter", expect="c=sigma", max_examples=5)
+
+
+# --- variants by name ----------------------------------------------------------------------------
+def _variant_fn(name, factor=1.0):
+    from grpo_identity.variants import VARIANTS
+
+    v = VARIANTS[name]
+    return lambda r, G: factor * v.advantages(r.reshape(-1, G)).reshape(-1)
+
+
+def test_a_variant_that_gives_up_a_property_by_design_is_a_deviation_naming_it_not_no_dial_fits():
+    report = audit(_variant_fn("gpg"), max_examples=60)
+    assert report.verdict == "deviation" and report.matches == "gpg", report.format()
+    coupled = next(f for f in report.findings if f.property == "groups_independent")
+    assert coupled.severity == "deviation" and coupled.message.startswith("by design of gpg")
+    assert not any(f.property == "dial" for f in report.findings)
+    named = next(f for f in report.findings if f.property == "variant")
+    assert "arXiv 2504.02546" in named.message and named.counterexample["departs"] == ["groups_coupled"]
+    assert report.coefficient_table and report.coefficient_table[0]["c_reference"] is None
+
+
+def test_a_variant_with_a_per_group_coefficient_passes_against_its_own_c_table():
+    report = audit(_variant_fn("maxrl"), max_examples=60)
+    assert report.matches == "maxrl", report.format()
+    assert {r["reference"] for r in report.coefficient_table} == {"maxrl"}
+    assert all(abs(r["ratio"] - 1) < 1e-9 for r in report.coefficient_table)
+
+
+def test_the_expected_variant_passes_and_its_departures_become_notes():
+    report = audit(_variant_fn("gpg"), expect="gpg", max_examples=60)
+    assert report.verdict == "pass" and report.expected == "gpg", report.format()
+    assert {f.severity for f in report.findings if f.property in ("groups_independent", "variant")} == {"note"}
+
+
+def test_another_variant_than_the_expected_one_fails_and_says_what_it_is():
+    report = audit(_variant_fn("gpg"), expect="maxrl", max_examples=30)
+    assert report.verdict == "fail"
+    assert any(f.property == "variant" and "it computes gpg" in f.message for f in report.findings)
+    assert audit(dial_fn(D.GRPO), expect="maxrl", max_examples=30).verdict == "fail"
+
+
+def test_a_multiple_of_a_variant_is_a_deviation_with_its_factor():
+    report = audit(_variant_fn("maxrl", factor=0.25), expect="maxrl", max_examples=30)
+    assert report.verdict == "deviation"
+    assert any(f.property == "variant" and "times 0.25" in f.message for f in report.findings)
+
+
+def test_against_an_expected_preset_a_recognised_variant_is_a_note_beside_the_fail():
+    report = audit(_variant_fn("gpg"), expect="dr_grpo", max_examples=30)
+    assert report.verdict == "fail"
+    assert any(f.property == "variant" and f.severity == "note" for f in report.findings)

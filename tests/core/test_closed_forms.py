@@ -118,6 +118,10 @@ def test_summary_contains_every_quantity():
         (lambda: C.subsampled_silent_rate(2, 6, 5), "integer in \\[0, n=5\\], got 6$"),
         (lambda: C.subsampled_silent_rate(2, -1, 5), "integer in \\[0, n=5\\], got -1$"),
         (lambda: C.subsampled_silent_rate(2, 1.5, 5), "integer in \\[0, n=5\\], got 1.5$"),
+        (lambda: C.token_weight(float("nan"), 1.0, 0.2, 0.2), "ratio must be a finite number, got nan"),
+        (lambda: C.clipped_surrogate(1.0, 1.0, 0.0, 0.2), "eps_low must be a positive number, got 0.0"),
+        (lambda: C.sequence_ratio([]), "at least one token per answer"),
+        (lambda: C.kl_gradient_weight(0.0, 0.04), "ref_ratio must be a positive number, got 0.0"),
     ],
 )
 def test_bad_input_raises_a_value_error_naming_the_value(call, match):

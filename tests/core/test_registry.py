@@ -16,6 +16,7 @@ from grpo_identity import formulas as F
 from grpo_identity.registry import REGISTRY, Formula, by_name, resolve
 
 SYMBOLS = {"G", "k", "m", "n", "p", "eps", "batch_std", "grad_p", "cov_plus", "cov_minus", "R", "s"}
+SYMBOLS |= {"ratio", "advantage", "eps_low", "eps_high", "log_ratio", "L", "ref_ratio", "beta"}
 
 
 def test_registry_lists_every_public_formula_exactly_once():
@@ -71,6 +72,12 @@ REWARD_GROUPS = [
     (_Q(1, 10),) * 3,
     (_Q(7, 3),),
 ]
+#: token ratios, advantages and clip ranges (ε_low, ε_high) the "rho,A,eps" signature is compared on: every region
+#: of the clip, the kinks 3/4 and 3/2 of the range (1/4, 1/2) (exact in binary), DAPO's clip-higher (1/5, 7/25)
+RATIOS = [_Q(1, 4), _Q(3, 4), _Q(9, 10), 1, _Q(6, 5), _Q(3, 2), 2]
+CLIP_RANGES = [(_Q(1, 4), _Q(1, 2)), (_Q(1, 5), _Q(7, 25))]
+#: one answer's per-token log-ratios (the "x" signature): on-policy, a lone token, mixed signs
+LOG_RATIOS = [(0, 0, 0), (_Q(-1, 3),), (_Q(1, 10), _Q(-7, 4), 2, _Q(1, 3), _Q(-1, 8))]
 COVARIANCES = [
     (sp.Rational(1, 3), sp.Rational(2, 7)),
     (sp.Integer(1), sp.Integer(1)),
@@ -102,6 +109,12 @@ def points(signature: str) -> list[tuple[object, ...]]:
     if signature == "R,s":
         scores = [_Q(2, 3), -1, _Q(5, 2), 0, _Q(-9, 7), 4]
         return [(list(R), scores[: len(R)]) for R in REWARD_GROUPS]
+    if signature == "rho,A,eps":
+        return [(r, A, *e) for e in CLIP_RANGES for A in (_Q(-3, 2), 0, _Q(7, 10)) for r in RATIOS]
+    if signature == "x":
+        return [(list(x),) for x in LOG_RATIOS]
+    if signature == "rho,beta":
+        return [(r, b) for r in (_Q(1, 4), 1, _Q(3, 2), 5) for b in (_Q(1, 100), _Q(1, 25), 1)]
     raise ValueError(f"no comparison points for signature {signature!r}: add them to points()")
 
 
@@ -127,7 +140,7 @@ def _twin_value(formula: Formula, args: tuple[object, ...]) -> float:
     elif formula.signature == "k,G,cov":
         k, G, (cp, cm) = args  # type: ignore[misc]
         out = twin(k, G, float(cp), float(cm))
-    elif formula.signature in ("R", "R,s"):
+    elif formula.signature in ("R", "R,s", "x"):
         out = twin(*[np.array([float(x) for x in a]) for a in args])  # type: ignore[attr-defined]
     else:
         out = twin(*[a if isinstance(a, int) else float(a) for a in args])  # type: ignore[arg-type]

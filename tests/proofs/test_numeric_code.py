@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
+from grpo_identity import closed_forms as C
 from grpo_identity import dial as D
 from grpo_identity import formulas as F
 from grpo_identity.proofs.core import Formulas
@@ -101,3 +102,56 @@ def test_the_frameworks_epsilon_changes_the_coefficient_by_less_than_the_g3_boun
         exact = D.coefficient(k, G, dial.replace(eps=0.0))
         rel = (exact - D.coefficient(k, G, dial)) / exact
         assert np.all(rel > 0) and np.all(rel < dial.eps * G / math.sqrt(G - 1)), (dial.name, G)
+
+
+# --- G10: the twins' losses have the gradients the theorem states (central differences) ---------
+_H = 1e-6
+
+
+def _gradient(loss, x: np.ndarray) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """∂ loss/∂x_u for every u, by central differences."""
+    out = np.empty_like(x)
+    for u in range(x.size):
+        e = np.zeros_like(x)
+        e[u] = _H
+        out[u] = (loss(x + e) - loss(x - e)) / (2 * _H)
+    return out
+
+
+@pytest.mark.parametrize("eps", [(0.2, 0.2), (0.2, 0.28)], ids=["grpo", "dapo-clip-higher"])
+@pytest.mark.parametrize("A", [-1.3, 0.0, 0.8])
+def test_the_clipped_surrogates_gradient_in_the_log_ratio_is_the_token_weight_times_a(eps, A) -> None:  # type: ignore[no-untyped-def]
+    el, eh = eps
+    ratios = np.array([0.3, 0.7, 0.79, 0.95, 1.0, 1.1, 1.27, 1.35, 2.5])  # every region, near both kinks
+    x = np.log(ratios)
+    fd = (C.clipped_surrogate(np.exp(x + _H), A, el, eh) - C.clipped_surrogate(np.exp(x - _H), A, el, eh)) / (2 * _H)
+    assert np.allclose(fd, C.token_weight(ratios, A, el, eh) * A, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("A", [-0.7, 0.9])
+def test_gspo_weighs_every_token_of_an_answer_alike_and_the_token_ratio_does_not(A: float) -> None:
+    rng = np.random.default_rng(0)
+    el, eh = 0.2, 0.28
+    for shift in (0.0, 0.5, -0.5):  # s inside the clip range, above it, below it
+        x = shift + rng.normal(scale=0.1, size=7)  # one answer's log-ratios log π_θ − log π_old
+        s = C.sequence_ratio(x)
+        gspo = _gradient(lambda z: z.size * C.clipped_surrogate(C.sequence_ratio(z), A, el, eh), x)
+        assert np.allclose(gspo, C.token_weight(s, A, el, eh) * A, rtol=1e-6, atol=1e-9)
+        assert np.ptp(gspo) < 1e-6  # the same weight on every token
+        token = _gradient(lambda z: C.clipped_surrogate(np.exp(z), A, el, eh).sum(), x)
+        assert np.allclose(token, C.token_weight(np.exp(x), A, el, eh) * A, rtol=1e-6, atol=1e-9)
+        if shift == 0.0:  # inside the clip range each token keeps its own ρ_u
+            assert np.ptp(token) > 0.05
+
+
+def test_the_k3_kl_terms_gradient_is_the_kl_gradient_weight() -> None:
+    beta, ell_ref = 0.04, np.log(np.array([0.1, 0.5, 0.5, 0.9]))
+    ell = np.log(np.array([0.3, 0.5, 0.2, 0.95]))  # π_θ above, at, below and above π_ref
+
+    def minus_beta_k3(z: np.ndarray) -> float:
+        rho = np.exp(ell_ref - z)  # π_ref/π_θ
+        return float(-beta * (rho - np.log(rho) - 1).sum())
+
+    grad = _gradient(minus_beta_k3, ell)
+    assert np.allclose(grad, C.kl_gradient_weight(np.exp(ell_ref - ell), beta), rtol=1e-6, atol=1e-10)
+    assert grad[1] == pytest.approx(0.0, abs=1e-9) and grad[0] < 0 < grad[2]

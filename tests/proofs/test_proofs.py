@@ -58,8 +58,8 @@ def test_attenuation_theorem_t11_is_proved_with_its_numeric_checks() -> None:
     assert not any(c["method"] == "numeric evidence" for c in r.details["claims"])
 
 
-def test_the_theorems_are_t1_to_t14_then_g1_to_g9_in_order() -> None:
-    assert [t.name for t in THEOREMS] == [f"T{i}" for i in range(1, 15)] + [f"G{i}" for i in range(1, 10)]
+def test_the_theorems_are_t1_to_t14_then_g1_to_g10_in_order() -> None:
+    assert [t.name for t in THEOREMS] == [f"T{i}" for i in range(1, 15)] + [f"G{i}" for i in range(1, 11)]
 
 
 @pytest.mark.parametrize("theorem", THEOREMS, ids=lambda t: t.name)
@@ -126,6 +126,8 @@ PERTURBATIONS = {
     "G5": {"advantage_correct": lambda k=F.k, G=F.G: F.advantage_correct(k, G) * (1 + sp.Integer(1) / G)},
     "G6": {"sigma": _sigma_inflated},
     "G9": {"reward_std": lambda R=F.R, G=F.G: _binary_sigma(R, G)},  # right on binary rewards only
+    # w = ρ everywhere: importance-weighted, never clipped
+    "G10": {"token_weight": lambda ratio=F.ratio, advantage=F.advantage, eps_low=F.eps_low, eps_high=F.eps_high: ratio},
 }
 
 
@@ -498,3 +500,88 @@ def test_linear_sums_splits_a_sum_and_takes_out_the_factors_free_of_its_index() 
     got = linear_sums(sp.Sum((x[i] - sp.Sum(x[i], (i, 1, F.G)) / F.G) * 3, (i, 1, F.G)))
     assert got == 0
     assert linear_sums(sp.Sum(F.G * x[i] ** 2, (i, 2, F.G))) == F.G * sp.Sum(x[i] ** 2, (i, 2, F.G))
+
+
+# --- G10: off-policy steps --------------------------------------------------------------------------
+def test_g10_proves_the_clip_the_group_gspo_and_the_kl_parts_symbolically() -> None:
+    r = by_name("G10").prove()
+    labels = [c["claim"] for c in r.details["claims"]]
+    assert r.status == "proved" and r.method == "symbolic"
+    assert sum("d/dtheta min(rA, clip(r)A) = w A" in c for c in labels) == 6  # the six open regions
+    assert sum(c.startswith("GSPO, s in") for c in labels) == 6
+    for word in ("(clipped)", "GRPO: (1/G) sum A_i s~_i = sigma", "Dr. GRPO", "silent group", "KL3", "pi = pi_ref"):
+        assert any(word in c for c in labels), word
+
+
+def test_a_token_weight_without_the_clip_mask_fails_g10_exactly_where_tokens_are_clipped() -> None:
+    r = by_name("G10").prove(perturb=PERTURBATIONS["G10"])
+    failed = [c["claim"] for c in r.details["claims"] if not c["holds"]]
+    assert r.status == "failed" and r.residual is not None and r.residual != 0
+    assert failed and all("clipped" in c or c.endswith("w = 0") or "clip mask" in c for c in failed), failed
+    assert not any(c.startswith("A > 0, 1 - eps_low < rho") for c in failed)  # w = rho where nothing is clipped
+
+
+def _clip_wrong_side(ratio=F.ratio, advantage=F.advantage, eps_low=F.eps_low, eps_high=F.eps_high):  # type: ignore[no-untyped-def]
+    """The mask of Â's other sign: a positive advantage clipped below 1 − ε_low, a negative one above 1 + ε_high."""
+    clipped = sp.Or(sp.And(advantage > 0, ratio < 1 - eps_low), sp.And(advantage < 0, ratio > 1 + eps_high))
+    return sp.Piecewise((0, clipped), (ratio, True))
+
+
+def test_a_clip_mask_on_the_wrong_side_fails_the_token_claims_of_g10() -> None:
+    from grpo_identity.proofs.offpolicy import _token_clip
+
+    r = check_claims("G10", _token_clip(Formulas({"token_weight": _clip_wrong_side})))
+    assert r.status == "failed" and r.residual is not None and r.residual != 0
+    assert check_claims("G10", _token_clip(Formulas())).status == "proved"
+
+
+def test_a_ratio_placed_in_no_region_leaves_the_clip_undecided_and_is_refused() -> None:
+    from grpo_identity.proofs.offpolicy import decide
+
+    # ρ itself (positive, nothing more): the condition ρ > 1 + ε_high is not decided, the Piecewise stays
+    w = decide(F.token_weight(F.ratio, 1, F.eps_low, F.eps_high))
+    assert w.has(sp.Piecewise)
+    assert check_equal(w, F.ratio).status == "failed" and check_equal(w, 0).status == "failed"
+
+
+def test_the_gspo_weight_is_the_sequence_ratio_not_the_token_ratio() -> None:
+    from grpo_identity.proofs.offpolicy import _u, _v, gspo_token_gradient, x
+
+    grad = gspo_token_gradient(Formulas(), F.advantage, clip=False)  # d/dx_u of sum_t s A, L = u + v
+    s = F.sequence_ratio(x, _u + _v)
+    assert check_equal(grad, s * F.advantage).status == "proved"
+    wrong = check_equal(grad, sp.exp(x[_u]) * F.advantage)  # the token ratio rho_u as GSPO's weight
+    assert wrong.status == "failed" and wrong.residual != 0
+
+
+def test_a_sequence_ratio_from_the_summed_log_ratios_gives_l_times_the_weight() -> None:
+    from grpo_identity.proofs.offpolicy import _t, _u, _v, gspo_token_gradient, x
+
+    def summed(log_ratio=F.log_ratio, L=F.L):  # type: ignore[no-untyped-def]
+        return sp.exp(sp.Sum(log_ratio[_t], (_t, 1, L)))  # exp of the sum: no 1/L
+
+    f = Formulas({"sequence_ratio": summed})
+    grad = gspo_token_gradient(f, F.advantage, clip=False)
+    s = summed(x, _u + _v)
+    r = check_equal(grad, s * F.advantage)
+    assert r.status == "failed"
+    assert check_equal(grad, (_u + _v) * s * F.advantage).status == "proved"
+
+
+def test_a_kl_gradient_with_the_wrong_sign_fails_g10_in_its_kl_claims_only() -> None:
+    r = by_name("G10").prove(
+        perturb={"kl_gradient_weight": lambda ref_ratio=F.ref_ratio, beta=F.beta: beta * (1 - ref_ratio)}
+    )
+    failed = [c["claim"] for c in r.details["claims"] if not c["holds"]]
+    assert r.status == "failed" and r.residual is not None and r.residual != 0
+    assert failed and all("KL3" in c or "pi_ref" in c or "silent answer" in c for c in failed), failed
+
+
+def test_the_k1_estimator_does_not_have_the_k3_gradient() -> None:
+    """KL estimated by log(π/π_ref) (k1) has the gradient −β·∇log π, not k3's β(π_ref/π − 1)·∇log π."""
+    from grpo_identity.proofs.offpolicy import _ell, _ell_ref, _score, _theta
+
+    k1 = -(_ell_ref - _ell(_theta))  # log(π_θ/π_ref)
+    grad = sp.diff(-F.beta * k1, _theta)
+    assert check_equal(grad, F.kl_gradient_weight(sp.exp(_ell_ref - _ell(_theta)), F.beta) * _score).status == "failed"
+    assert check_equal(grad, -F.beta * _score).status == "proved"

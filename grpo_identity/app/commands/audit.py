@@ -97,8 +97,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--expect",
-        metavar="PRESET|c=FORMULA",
-        help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any); or the update "
+        metavar="PRESET|VARIANT|c=FORMULA",
+        help="expected preset: grpo, dr_grpo, dapo, rloo, trl, verl, openrlhf (default: any); a variant by name: "
+        "maxrl, opo, gpg, grpo_passk, pkpo, reinforce_plus_plus_baseline, gdpo, lite_ppo, token_grpo; or the update "
         "coefficient c(k, G) the target should have, a formula in k, G, sigma (σ), mu (μ), e.g. 'c=sigma**2/G' "
         "(numbers, + - * / **, sqrt, Abs, Min, Max, log, exp)",
     )

@@ -7,6 +7,7 @@ rejects — at the version the Makefile pins, then older releases from their own
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -323,3 +324,88 @@ def test_trl_0_22_2s_dapo_normaliser_counts_the_truncated_answers_it_masks_and_1
     # 0.22.2: num_items_in_batch is the completion lengths' sum, taken before truncated answers are masked
     assert found["0.22.2"] and found["0.22.2"][0]["counterexample"]["masked_tokens"] == 12
     assert not found[None]
+
+
+# --- off-policy: importance weights, clip and KL after the policy has moved (checks.offpolicy) -----------
+def _off_policy(sets: tuple[tuple[str, str], ...]) -> tuple[dict, list, object]:
+    """The installed release's gradient target and the off-policy probe on it (no property search)."""
+    _need_trl()
+    from grpo_identity.checks.frameworks import trl
+    from grpo_identity.checks.offpolicy import audit_off_policy
+
+    fn = trl.gradient_target(FrameworkSpec("trl", sets))
+    out, findings = audit_off_policy(fn, fn.grpo_identity_info["off_policy"], weight="1/step_tokens")
+    return out, findings, fn
+
+
+@pytest.mark.parametrize("sets, law", [((), "token"), ((("importance_sampling_level", "sequence"),), "sequence")])
+def test_trl_off_policy_weighs_each_token_by_its_ratio_and_gspo_each_answer_by_one(sets, law):
+    out, findings, _ = _off_policy(sets)
+    assert out["importance_weight"] == law and out["fit_residual"] < 1e-4  # GSPO told apart from GRPO
+    assert out["silent_groups_zero_gradient"] and out["identity_holds"] and out["kl_law"] is None
+    assert out["clip_rule_matches"] and out["clip"] == {"epsilon": 0.2, "epsilon_high": 0.2, "delta": None}
+    assert 0 < out["clipped_share"] < 0.5
+    assert not any(f.property == "kl_moves_silent_groups" for f in findings) and not findings  # beta 0: none
+    assert "stores exactly these when num_iterations > 1" in out["settings"]["old_logps"]
+
+
+def test_trl_with_beta_builds_its_reference_from_a_local_folder_and_its_kl_moves_silent_groups(monkeypatch):
+    import glob
+    import socket
+    import tempfile
+
+    from grpo_identity.checks.gradient import answer_lengths
+    from grpo_identity.checks.infer import probe_batch
+
+    touched: list[object] = []
+
+    def no_network(self, address):  # noqa: ANN001
+        touched.append(address)
+        raise OSError("the audit touched the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    folders = set(glob.glob(f"{tempfile.gettempdir()}/grpo-identity-trl-policy-*"))
+    out, findings, fn = _off_policy((("beta", "0.04"),))
+    assert not touched and set(glob.glob(f"{tempfile.gettempdir()}/grpo-identity-trl-policy-*")) == folders
+    # on-policy (the first step) the reference is the policy: silent groups get exactly zero
+    r = probe_batch(4)
+    on = fn(r, 4, answer_lengths(r.size))
+    silent = np.repeat(r.reshape(-1, 4).max(1) == r.reshape(-1, 4).min(1), 4)
+    assert not np.any(on["coefficients"][silent])
+    # after the policy moved, the KL term pushes them: a deviation with its size, TRL 1.x's bias-corrected k3
+    kl = [f for f in findings if f.property == "kl_moves_silent_groups"]
+    assert len(kl) == 1 and kl[0].severity == "deviation"
+    size = kl[0].counterexample["max_ratio"]
+    assert math.isfinite(size) and 0 < size < 1 and kl[0].counterexample["kl_law"] == "k3·ratio"
+    assert out["importance_weight"] == "token" and out["kl_law"] == "k3·ratio" and out["identity_holds"]
+    assert fn.grpo_identity_info["off_policy"]["kl_bias_correction"] is True
+
+
+@pytest.mark.slow
+def test_trl_audit_with_beta_reports_the_off_policy_step_in_text_and_json(capsys):
+    _need_trl()
+    code = main(["audit", "trl", "--set", "beta=0.04", "--max-examples", "20", "--json"])
+    out = _json(capsys)
+    off = out["inferred"]["off_policy"]
+    assert code == 0 and out["verdict"] == "deviation" and out["inferred"]["silent_groups_zero_gradient"]
+    assert off["importance_weight"] == "token" and off["beta"] == 0.04 and off["silent_size"]["max_ratio"] > 0
+    assert {f["property"]: f["severity"] for f in out["findings"]}["kl_moves_silent_groups"] == "deviation"
+    assert out["inferred"]["step"]["invariant"]  # the split step runs with the reference too
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "release, sets, law, kl",
+    [
+        ("0.16.0", ["beta=0.04"], "token", "k3"),  # old log-probs read only when num_iterations > 1
+        ("0.22.2", ["beta=0.04", "importance_sampling_level=sequence"], "sequence", "k3"),
+    ],
+)
+def test_older_trl_releases_build_their_reference_and_give_the_off_policy_step(release, sets, law, kl, capsys):
+    env_or_skip("trl", release)
+    argv = ["audit", "trl", "--release", release, *[x for s in sets for x in ("--set", s)], "--max-examples", "20"]
+    main([*argv, "--json"])
+    out = _json(capsys)
+    off = out["inferred"]["off_policy"]
+    assert out["target_info"]["version"] == release and off["importance_weight"] == law and off["kl_law"] == kl
+    assert any(f["property"] == "kl_moves_silent_groups" for f in out["findings"]) and off["identity_holds"]

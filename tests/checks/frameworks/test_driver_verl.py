@@ -511,3 +511,26 @@ def test_verl_0_7_legacy_worker_splits_token_mean_but_its_engine_worker_does_not
     left = engine["left"]
     assert left["flash_attn"] == [] and left["attention_cache"] == [False, False]
     assert left["attention_functions"] == "verl.utils.attention_utils" and left["dist"] == ["torch"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "estimator, departs",
+    [
+        ("gpg", "groups_coupled"),
+        ("opo", "not_zero_sum"),
+        ("grpo_passk", "not_zero_sum"),
+        ("reinforce_plus_plus_baseline", "moves_silent_groups"),
+        ("verl:estimator=gdpo", "groups_coupled"),  # through the trainer it needs gdpo_reward_keys
+    ],
+)
+def test_verls_variant_estimators_are_reported_by_name_with_what_they_give_up(estimator, departs):
+    _need("verl.trainer.ppo.core_algos")
+    name = estimator.rpartition("=")[2]
+    spec = estimator if ":" in estimator else FrameworkSpec("verl", sets=(("algorithm.adv_estimator", estimator),))
+    report = audit(spec, level="advantage", max_examples=60)
+    estimator = name
+    assert report.matches == estimator and report.verdict == "deviation", report.format()
+    named = next(f for f in report.findings if f.property == "variant")
+    assert departs in named.counterexample["departs"] and "arXiv" in named.message
+    assert not any(f.property == "dial" for f in report.findings)

@@ -1,0 +1,66 @@
+"""Recognising a named variant (``checks.recognise``): each variant's reference, in float32, is
+recognised as itself and as no other; a multiple of one is recognised with its factor; a dial
+point is recognised as no variant; a batch-coupled factor is not taken for a constant one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grpo_identity import dial as D
+from grpo_identity.checks.frameworks import lengths_for
+from grpo_identity.checks.recognise import recognise, recognition_batch
+from grpo_identity.variants import VARIANTS
+
+
+def as_target(v, form=None, lengths=False, factor=1.0):
+    def target(r, G):
+        L = lengths_for(r.size) if lengths else None
+        A = factor * v.advantages(r.reshape(-1, G), L, form)
+        return np.nan_to_num(A).reshape(-1).astype(np.float32)  # an implementation gives numbers everywhere
+
+    return target
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_each_variant_is_recognised_as_itself_in_float32(name):
+    v = VARIANTS[name]
+    for form in v.forms:
+        found = recognise(as_target(v, form, lengths=v.uses_lengths), "float32")
+        assert found is not None and found.variant.name == name, form
+        assert found.factor == 1.0 and found.residual < 1e-5 and found.form == form
+        R, n = recognition_batch(4).reshape(-1, 4), 28
+        by_length = not np.allclose(v.advantages(R, None, form), v.advantages(R, lengths_for(n), form), equal_nan=True)
+        assert found.lengths == ("the driver's" if by_length else "equal")
+
+
+def test_the_form_is_told_apart_where_the_implementations_differ():
+    v = VARIANTS["reinforce_plus_plus_baseline"]
+    assert recognise(as_target(v, "OpenRLHF", lengths=True), "float32").form == "OpenRLHF"
+    assert recognise(as_target(v, "verl", lengths=True), "float32").form == "verl"
+
+
+def test_a_multiple_of_a_variant_is_recognised_with_its_factor():
+    found = recognise(as_target(VARIANTS["maxrl"], factor=0.5), "float64")
+    assert found.variant.name == "maxrl" and abs(found.factor - 0.5) < 1e-7
+
+
+@pytest.mark.parametrize("d", [D.GRPO, D.TRL, D.RLOO])
+def test_a_point_of_the_dial_is_no_variant(d):
+    assert recognise(lambda r, G: D.advantages(r, G, d), "float64") is None
+
+
+def test_dr_grpo_times_a_constant_is_not_gpg_whose_factor_changes_with_the_batch():
+    only = VARIANTS["gpg"]
+    assert recognise(lambda r, G: 2.0 * D.advantages(r, G, D.DR_GRPO), "float64", only=only) is None
+
+
+def test_a_target_that_breaks_on_the_batches_is_recognised_as_nothing():
+    assert recognise(lambda r, G: np.full(r.size, np.nan), "float64") is None
+    assert recognise(lambda r, G: r[:-1], "float64") is None
+
+
+def test_the_batches_hold_every_k_a_continuous_group_and_two_levels():
+    R = recognition_batch(4).reshape(-1, 4)
+    assert [int(row.sum()) for row in R[:5]] == [0, 1, 2, 3, 4]
+    assert np.unique(R[5]).size == 4 and sorted(np.unique(R[6])) == [0.5, 1.0]
