@@ -65,29 +65,54 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.all(np.abs(a - b) <= _RTOL * scale))
 
 
+def _columns(C: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """The two designed components placed at a component of nonzero weight (the pivot) and the next one,
+    every other component 0: (n, K), and the two columns."""
+    K = weights.size
+    pivot = int(np.flatnonzero(weights)[0])
+    other = next((j for j in range(K) if j != pivot and weights[j]), next(j for j in range(K) if j != pivot))
+    out = np.zeros((C.shape[0], K))
+    out[:, pivot], out[:, other] = C[:, 0], C[:, 1]
+    return out, pivot, other
+
+
 def audit_aggregation(
     target: Callable[[np.ndarray, int], np.ndarray], weights: tuple[float, ...], G: int = AGGREGATION_GROUP_SIZE
 ) -> dict[str, Any]:
-    """The rule ``target`` combines two reward components by (``weights``: theirs, wₖ ≠ 0), with the
-    evidence, and the findings: ``{"rule", "weights", "moved_reward_changes", "rescaled_component_changes",
-    "findings"}``."""
-    w = np.asarray(weights[:2], dtype=np.float64)
-    C = components_batch(G)
+    """The rule ``target`` combines its reward components by (``weights``: one per component, two at least,
+    one nonzero), with the evidence, and the findings: ``{"rule", "weights", "moved_reward_changes",
+    "rescaled_component_changes", "reshaped_component_changes", "findings"}``.  A component whose non-affine
+    reshaping changes nothing is ignored: the rule is then 'other'."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.size < 2 or not np.any(w):
+        raise ValueError(f"two reward components at least, one of nonzero weight, are needed; got weights {weights}")
+    C, p, q = _columns(components_batch(G), w)
     base = np.asarray(target(C, G), dtype=np.float64)
     moved = C.copy()  # the same weighted sum per answer, carried by the other component
-    moved[:, 0] = C[:, 0] + 0.25 * C[:, 1] * w[1] / w[0]
-    moved[:, 1] = 0.75 * C[:, 1]
+    moved[:, p] = C[:, p] + 0.25 * C[:, q] * w[q] / w[p]
+    moved[:, q] = 0.75 * C[:, q]
     rescaled = C.copy()
-    rescaled[:, 1] = 10.0 * C[:, 1] + 0.3
-    after_move = np.asarray(target(moved, G), dtype=np.float64)
-    after_scale = np.asarray(target(rescaled, G), dtype=np.float64)
-    by_sum, scale_free = _close(base, after_move), _close(base, after_scale)
-    rule = "sum_then_normalize" if by_sum and not scale_free else "normalize_then_sum" if scale_free else "other"
+    rescaled[:, q] = 10.0 * C[:, q] + 0.3
+    reshaped = C.copy()  # not affine: a z-score sees it, and so does a sum (unless the weight is 0)
+    reshaped[:, q] = np.where(np.arange(C.shape[0]) % 3 == 0, 0.9, C[:, q])
+    after = {
+        "moved": np.asarray(target(moved, G), dtype=np.float64),
+        "rescaled": np.asarray(target(rescaled, G), dtype=np.float64),
+        "reshaped": np.asarray(target(reshaped, G), dtype=np.float64),
+    }
+    by_sum, scale_free = _close(base, after["moved"]), _close(base, after["rescaled"])
+    ignored = _close(base, after["reshaped"])
+    if ignored:
+        rule = "other"
+    else:
+        rule = "sum_then_normalize" if by_sum and not scale_free else "normalize_then_sum" if scale_free else "other"
     out: dict[str, Any] = {
         "rule": rule,
         "weights": [float(x) for x in w],
-        "moved_reward_changes": float(np.abs(after_move - base).max()),
-        "rescaled_component_changes": float(np.abs(after_scale - base).max()),
+        "moved_reward_changes": float(np.abs(after["moved"] - base).max()),
+        "rescaled_component_changes": float(np.abs(after["rescaled"] - base).max()),
+        "reshaped_component_changes": float(np.abs(after["reshaped"] - base).max()),
+        "ignores_a_component": ignored,
     }
     out["findings"] = [_finding(out)]
     return out
@@ -108,6 +133,11 @@ def _finding(out: dict[str, Any]) -> Finding:
             f"changed nothing; moving reward between components changed advantages by up to "
             f"{out['moved_reward_changes']:.3g}): G9 holds per component, each weighing wₖ whatever its spread, and "
             "a component silent in a group drops out of that group"
+        )
+    elif out["ignores_a_component"]:
+        message = (
+            "a reward component is ignored: reshaping it (not an affine change) left every advantage unchanged "
+            f"(weights {out['weights']})"
         )
     else:
         message = (

@@ -281,9 +281,7 @@ def _aggregation(tgt: Any, inf: Inferred) -> list[Finding]:
 
     try:
         out = audit_aggregation(lambda C, G: tgt(C[:, 0].copy(), G, C), tuple(components["weights"]))
-    except TargetError as exc:
-        if type(exc) is not TargetError:
-            raise
+    except (TargetError, ValueError) as exc:  # a crash or a hang too: a note, and the audit goes on without it
         return [Finding("reward_aggregation", f"the reward components could not be probed: {exc}", {}, "note")]
     inf.aggregation = {k: v for k, v in out.items() if k != "findings"}
     return list(out["findings"])

@@ -397,8 +397,12 @@ class AdvantageView:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
 
-    def __call__(self, rewards: np.ndarray, group_size: int) -> Any:
-        out = self._target(rewards, group_size, None if self._skip_loss else answer_lengths(len(rewards)))
+    def __call__(self, rewards: np.ndarray, group_size: int, scores: np.ndarray | None = None) -> Any:
+        """``scores``: one column per reward function (a driver whose info names ``components``)."""
+        if scores is not None:
+            out = self._target(rewards, group_size, None, {"scores": scores})
+        else:
+            out = self._target(rewards, group_size, None if self._skip_loss else answer_lengths(len(rewards)))
         adv = out.get("advantages") if isinstance(out, dict) else None
         bad = malformed(adv, "advantage")
         if bad is not None:

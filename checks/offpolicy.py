@@ -29,18 +29,21 @@ per-token weight (aᵢₜ⁰ = wᵢₜ·Âᵢ where the reference is the policy)
   importance-weighted scores s̃ᵢʷ = uᵢ Σₜ ωᵢₜ 1{t unclipped} Sᵢₜ (ω the law's weight, uᵢ the per-sample weight
   the gradient level named), with c the on-policy step's (whose update is c·(s̄₊ʷ − s̄₋ʷ), theorem G1).
 
->>> out, findings = audit_off_policy(clipped_surrogate, {"beta": 0.0})
+>>> out, findings = audit_off_policy(numpy_off_policy_target, {"beta": 0.0})
 >>> out["importance_weight"], out["clip_rule_matches"], out["silent_groups_zero_gradient"], findings
 ('token', True, True, [])
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
 import numpy as np
 
+from grpo_identity import closed_forms as C
+from grpo_identity import dial as D
 from grpo_identity.checks.report import Finding
 
 __all__ = [
@@ -50,7 +53,7 @@ __all__ = [
     "KL_LAWS",
     "audit_off_policy",
     "clipped",
-    "clipped_surrogate",
+    "numpy_off_policy_target",
 ]
 
 #: the noise that moves the policy (the driver's unit: TRL adds σ·N(0, 1) to every parameter)
@@ -74,7 +77,7 @@ IMPORTANCE_LAWS = {
 KL_LAWS = {
     "k3": "β(π_ref/π − 1)∇log π per token (k3 = π_ref/π − log(π_ref/π) − 1, differentiated)",
     "k3·ratio": "β·ρ·log(π_ref/π)∇log π per token (k3 times the importance ratio, differentiated through it: "
-    "the unbiased reverse-KL gradient)",
+    "the unbiased reverse-KL gradient; fitted, not proved by G10, which covers k3)",
 }
 
 
@@ -94,7 +97,7 @@ def _kl_push(kl: str | None, law: str, lr_old: np.ndarray, lr_ref: np.ndarray | 
         return np.zeros_like(lr_old)
     x = -lr_ref  # log π_ref − log π
     if kl == "k3" or law in ("none", "other"):
-        return np.expm1(x)
+        return np.asarray(C.kl_gradient_weight(np.exp(x), 1.0))  # β(π_ref/π − 1), over β (theorem G10's twin)
     if law == "token":  # −d(ρ·k3)/d log π = ρ·x
         return np.exp(lr_old) * x
     k3 = (np.exp(x) - x - 1) * M  # sequence: sᵢ·k3ᵢₜ summed over the answer, sᵢ a mean over its tokens
@@ -172,8 +175,11 @@ def clipped(ratio: np.ndarray, A: np.ndarray, low: float, high: float, delta: fl
     >>> clipped(np.array([0.7, 1.1, 1.3]), np.array([-1.0, 1.0, 1.0]), 0.2, 0.2).tolist()
     [True, False, True]
     """
-    top = np.inf if delta is None else float(delta)
-    return ((A > 0) & (ratio > min(top, 1 + high))) | ((A < 0) & ((ratio < 1 - low) | (ratio > max(top, 1 + high))))
+    cut = np.asarray(C.token_weight(ratio, A, low, high)) == 0  # the clip of theorem G10 (its numeric twin)
+    if delta is None:
+        return cut
+    capped = ((A > 0) & (ratio > delta)) | ((A < 0) & (ratio > max(float(delta), 1 + high)))
+    return cut | capped
 
 
 def _clip_rule(batches: list[_Batch], fit: dict[str, Any]) -> dict[str, Any]:
@@ -182,7 +188,8 @@ def _clip_rule(batches: list[_Batch], fit: dict[str, Any]) -> dict[str, Any]:
     observed = predicted = live = mismatched = 0
     example: dict[str, Any] = {}
     clip = batches[0].moved["clip"]
-    low, high, delta = clip.get("epsilon"), clip.get("epsilon_high", clip.get("epsilon")), clip.get("delta")
+    low, delta = clip.get("epsilon"), clip.get("delta")
+    high = clip.get("epsilon_high") or low  # unset: the symmetric clip
     judged = low is not None and fit["law"] in ("token", "sequence")
     for b in batches:
         _, r = b.factor(law, fit["kl"])
@@ -357,11 +364,12 @@ def audit_off_policy(
 def _findings(out: dict[str, Any]) -> list[Finding]:
     found = []
     size = out.get("silent_size")
-    if size and out["beta"] > 0:
+    if size and out["beta"] > 0 and size.get("kl_law") in KL_LAWS:
         found.append(Finding("kl_moves_silent_groups", _kl_message(out), dict(size), "deviation"))
     elif size:
+        why = "with β = 0" if not out["beta"] else "that no KL law explains (neither k3 nor k3·ratio)"
         message = (
-            f"off-policy, silent groups (σ = 0) get a gradient with β = 0: token coefficients up to "
+            f"off-policy, silent groups (σ = 0) get a gradient {why}: token coefficients up to "
             f"{size['max_abs']:.3g} ({size['max_ratio']:.3g}× the largest of the non-silent answers')"
         )
         found.append(Finding("off_policy_silent_groups", message, dict(size)))
@@ -403,7 +411,7 @@ def _kl_message(out: dict[str, Any]) -> str:
     )
 
 
-def clipped_surrogate(
+def numpy_off_policy_target(
     rewards: np.ndarray,
     G: int,
     lengths: np.ndarray,
@@ -415,34 +423,75 @@ def clipped_surrogate(
     clip: bool = True,
     epsilon: float = 0.2,
 ) -> dict[str, Any]:
-    """An off-policy target made of numpy, for tests and the docs: group-centred advantages over the group std,
-    a token-mean loss (every token weighs 1/(tokens of the batch)), the clipped surrogate with importance law
+    """An off-policy target made of numpy, for tests and the docs: TRL's advantages (the dial's ``TRL`` preset),
+    a token-mean loss (every token weighs 1/(tokens of the batch)) of the clipped surrogate with importance law
     ``law`` (``token``, ``sequence`` or ``none``), ``clip`` or not, and β times the KL term ``kl`` (``k3`` or
-    ``k3·ratio``).  The policy "moves" by seeded log-ratios of size ``3·scale`` to the old policy and to the
-    reference (the reference is the unmoved policy)."""
+    ``k3·ratio``), written out as a loss and differentiated by central differences in each token's
+    log-probability (not from the probe's own laws).  The policy "moves" by seeded log-ratios of size
+    ``3·scale`` to the old policy, which is also the reference."""
     from grpo_identity.checks.frameworks import RESPONSE_LENGTH
 
     r = np.asarray(rewards, dtype=np.float64)
     n, T = r.size, RESPONSE_LENGTH
-    R = r.reshape(-1, G)
-    A = ((R - R.mean(1, keepdims=True)) / (R.std(1, keepdims=True) + 1e-4)).reshape(-1)
-    L = np.asarray(lengths, dtype=int)
-    M = (np.arange(T)[None, :] < L[:, None]).astype(float)
+    A = np.asarray(D.advantages(r.reshape(-1, G), dial=D.TRL)).reshape(-1)
+    M = (np.arange(T)[None, :] < np.asarray(lengths, dtype=int)[:, None]).astype(float)  # (n, T)
     spec = (request or {}).get("off_policy") or {"seed": 0, "scale": 0.0}
-    lr = np.random.default_rng(spec["seed"]).normal(0.0, 3 * float(spec["scale"]), (n, T)) * M
-    omega = _importance(law, lr, M)
-    Ac = A[:, None] * np.ones_like(omega)
-    cut = clipped(omega, Ac, epsilon, epsilon)
-    w = 1.0 / M.sum()
-    surrogate = Ac * omega * (~cut if clip else 1.0)
-    push = beta * _kl_push(kl, law, lr, lr if beta else None, M)
-    coefficients = w * (surrogate + push) * M
+    lr = np.random.default_rng(spec["seed"]).normal(0.0, 3 * float(spec["scale"]), (n, T)) * M  # log π − log π_old
+    objective = functools.partial(
+        _written_objective,
+        old=-lr,
+        ref=-lr if beta else None,
+        A=A,
+        M=M,
+        law=law,
+        kl=kl,
+        clip=clip,
+        eps=epsilon,
+        beta=beta,
+    )
+    grad, h = np.zeros((n, T)), 1e-6
+    for t in range(T):  # each answer's objective depends on its own tokens only: one column at a time
+        step = np.zeros((n, T))
+        step[:, t] = h
+        grad[:, t] = (objective(step) - objective(-step)) / (2 * h)
     return {
         "advantages": A,
-        "coefficients": coefficients,
+        "coefficients": grad / M.sum() * M,
         "mask": M,
         "log_ratio_old": lr,
         "log_ratio_ref": lr if beta else None,
         "beta": beta,
         "clip": {"epsilon": epsilon, "epsilon_high": epsilon, "delta": None},
     }
+
+
+def _written_objective(
+    lp: np.ndarray,
+    *,
+    old: np.ndarray,
+    ref: np.ndarray | None,
+    A: np.ndarray,
+    M: np.ndarray,
+    law: str,
+    kl: str,
+    clip: bool,
+    eps: float,
+    beta: float = 1.0,
+) -> np.ndarray:
+    """Each answer's objective, (n,): Σₜ [min(ωÂ, clip(ω)Â) − β·KLₜ] over its tokens, at log-probabilities
+    ``lp`` (0 is the moved policy's own), ω the token ratio, GSPO's sequence ratio or 1 (``law``)."""
+    x = lp - old  # log ρ per token
+    if law == "token":
+        omega = np.exp(x)
+    elif law == "sequence":
+        omega = np.exp((x * M).sum(1, keepdims=True) / M.sum(1, keepdims=True)) * np.ones_like(x)
+    else:
+        omega = np.exp(lp)  # the ratio ignored: ∂/∂lp = 1 at the moved policy
+    Ac = A[:, None] * np.ones_like(x)
+    surrogate = C.clipped_surrogate(omega, Ac, eps, eps) if clip else omega * Ac
+    term = np.asarray(surrogate)
+    if ref is not None:
+        y = ref - lp  # log(π_ref/π)
+        k3 = np.exp(y) - y - 1
+        term = term - beta * (omega * k3 if kl == "k3·ratio" else k3)
+    return (term * M).sum(1)

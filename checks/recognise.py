@@ -27,9 +27,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from grpo_identity import dial as D
 from grpo_identity.checks.infer import fit_tolerance
 from grpo_identity.checks.properties import PropertyViolation, _call
-from grpo_identity.checks.target import TargetError
+from grpo_identity.checks.target import TargetError, TargetMalformed
 from grpo_identity.variants import VARIANTS, Variant
 
 __all__ = ["RECOGNITION_GROUP_SIZES", "Recognition", "recognition_batch", "recognise"]
@@ -103,6 +104,78 @@ def _fit(outs: list[np.ndarray], refs: list[np.ndarray], unit: float) -> tuple[f
     return alpha, worst
 
 
+def _outputs(target: Callable[..., Any]) -> dict[int, np.ndarray]:
+    """The target's advantages on each recognition batch; NaN where it does not take that G (an
+    exception of its own, a malformed output); a target that dies or hangs ends the recognition."""
+    outs = {}
+    for G in RECOGNITION_GROUP_SIZES:
+        try:
+            outs[G] = _call(target, recognition_batch(G), G, "recognition")
+        except (PropertyViolation, TargetMalformed):
+            outs[G] = np.full(G * (G + 3), np.nan)
+        except TargetError as exc:
+            if type(exc) is not TargetError:  # crashed or timed out: nothing more to ask it
+                raise
+            outs[G] = np.full(G * (G + 3), np.nan)
+    return outs
+
+
+def _rewards(rounding: Callable[[np.ndarray], np.ndarray] | None) -> dict[int, np.ndarray]:
+    """Each recognition batch as the target sees it (its dtype), (n_groups, G)."""
+    return {
+        G: (rounding(recognition_batch(G)) if rounding else recognition_batch(G)).reshape(-1, G)
+        for G in RECOGNITION_GROUP_SIZES
+    }
+
+
+def _a_preset_fits(outs: dict[int, np.ndarray], rewards: dict[int, np.ndarray], tol: float) -> bool:
+    """Whether a preset of the dial gives the target's advantages: then no variant explains it (OPO at
+    equal lengths is Dr. GRPO), and a failing property is the target's own."""
+    for d in D.PRESETS.values():
+        refs = [np.asarray(D.advantages(rewards[G], dial=d)).reshape(-1) for G in RECOGNITION_GROUP_SIZES]
+        if _fits([outs[G] for G in RECOGNITION_GROUP_SIZES], refs, tol, factor_free=True):
+            return True
+    return False
+
+
+def _fits(outs: list[np.ndarray], refs: list[np.ndarray], tol: float, factor_free: bool = False) -> bool:
+    if not all(np.all(np.isfinite(o)) for o in outs):
+        return False
+    alpha, worst = _fit(outs, refs, tol)
+    return worst <= tol and (alpha == 1.0 or not factor_free)
+
+
+def _candidate(
+    v: Variant,
+    form: str,
+    lengths_of: Callable[[int], np.ndarray] | None,
+    outs: dict[int, np.ndarray],
+    rewards: dict[int, np.ndarray],
+    tol: float,
+) -> tuple[float, float] | None:
+    """(α, worst residual) of ``v``'s ``form`` under the lengths ``lengths_of`` where it fits the
+    target on two group sizes at least, else None."""
+    refs = {}
+    for G, R in rewards.items():
+        L = None if lengths_of is None else np.asarray(lengths_of(R.size), dtype=np.float64)
+        refs[G] = v.advantages(R, L, form).reshape(-1)
+    defined = [  # the batches where the form and the target are defined
+        G for G, f in refs.items() if np.isfinite(f).any() and np.all(np.isfinite(outs[G][np.isfinite(f)]))
+    ]
+    if len(defined) < 2:  # one group size cannot tell a variant from one of its special cases
+        return None
+    alpha, worst = _fit([outs[G] for G in defined], [refs[G] for G in defined], tol)
+    return (alpha, worst) if alpha > 0 and worst <= tol else None
+
+
+def _length_free(v: Variant, form: str, rewards: dict[int, np.ndarray]) -> bool:
+    """Whether ``form``'s advantages do not depend on the response lengths (on the batch of G = 4)."""
+    from grpo_identity.checks.frameworks import lengths_for
+
+    R = rewards[4]
+    return bool(np.allclose(v.advantages(R, None, form), v.advantages(R, lengths_for(R.size), form), equal_nan=True))
+
+
 def recognise(
     target: Callable[..., Any],
     precision: str,
@@ -112,37 +185,22 @@ def recognise(
 ) -> Recognition | None:
     """The variant ``target`` computes, or None: ``prefer`` where it fits among others, else the
     best fit; ``only``: that variant alone.  ``rounding``: the rewards as the target sees them
-    (its dtype), for the references."""
-    outs = {}
-    for G in RECOGNITION_GROUP_SIZES:
-        try:
-            outs[G] = _call(target, recognition_batch(G), G, "recognition")
-        except (PropertyViolation, TargetError) as exc:  # a G it does not take: the others decide
-            if isinstance(exc, TargetError) and type(exc) is not TargetError:
-                raise  # it died or hung
-            outs[G] = np.full(G * (G + 3), np.nan)
+    (its dtype), for the references.  None where a preset of the dial gives its advantages, and a
+    variant that weighs by tokens counts only under response lengths that change its advantages."""
+    outs = _outputs(target)
     if sum(np.all(np.isfinite(A)) for A in outs.values()) < 2:
         return None
     tol = fit_tolerance(precision)
+    rewards = _rewards(rounding)
+    if _a_preset_fits(outs, rewards, tol):
+        return None
     found: list[Recognition] = []
     for v in [only] if only is not None else list(VARIANTS.values()):
-        for lengths, lengths_of in _lengths_choices(v):
-            for form in v.forms:
-                refs = []
-                for G in RECOGNITION_GROUP_SIZES:
-                    r = recognition_batch(G)
-                    R = (rounding(r) if rounding else r).reshape(-1, G)
-                    L = None if lengths_of is None else np.asarray(lengths_of(r.size), dtype=np.float64)
-                    refs.append(v.advantages(R, L, form).reshape(-1))
-                defined = [  # where the form and the target are defined
-                    i
-                    for i, (G, f) in enumerate(zip(RECOGNITION_GROUP_SIZES, refs))
-                    if np.isfinite(f).any() and np.all(np.isfinite(outs[G][np.isfinite(f)]))
-                ]
-                if not defined:
-                    continue
-                outs_d = [outs[RECOGNITION_GROUP_SIZES[i]] for i in defined]
-                alpha, worst = _fit(outs_d, [refs[i] for i in defined], tol)
-                if alpha > 0 and worst <= tol:
-                    found.append(Recognition(v, form, alpha, lengths, worst))
+        for form in v.forms:
+            for lengths, lengths_of in _lengths_choices(v):
+                if v.uses_lengths and lengths == "equal" and not _length_free(v, form, rewards):
+                    continue  # at equal lengths it is a point of the dial or another variant
+                fit = _candidate(v, form, lengths_of, outs, rewards, tol)
+                if fit is not None:
+                    found.append(Recognition(v, form, fit[0], lengths, fit[1]))
     return min(found, key=lambda f: (f.variant != prefer, f.factor != 1.0, f.residual)) if found else None

@@ -522,8 +522,9 @@ def _by_design(f: Finding, v: Variant, form: str | None, expected: bool) -> Find
 
 
 def _binary_example(example: dict[str, Any]) -> bool:
-    """Whether a counterexample's rewards are all 0 or 1 (True when it shows none)."""
-    rewards = example.get("rewards", example.get("group_rewards"))
+    """Whether a counterexample's rewards — its group's where it names one — are all 0 or 1 (True when it
+    shows none: a finding is excused only on rewards seen to be outside the definition)."""
+    rewards = example.get("group_rewards", example.get("rewards"))
     if not isinstance(rewards, list):
         return True
     return all(isinstance(x, (int, float)) and x in (0, 1) for x in rewards)

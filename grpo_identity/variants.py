@@ -32,15 +32,14 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-__all__ = ["Variant", "VARIANTS", "DEPARTURES", "variant", "WHITEN_EPS", "VERL_EPS", "TRL_EPS", "AREAL_EPS"]
+from grpo_identity import dial as D
 
-#: ε of verl's ``masked_whiten`` (under the square root) and OpenRLHF's variance clamp
+__all__ = ["Variant", "VARIANTS", "DEPARTURES", "variant", "WHITEN_EPS", "AREAL_EPS"]
+
+#: ε under the square root of verl's ``masked_whiten`` (OpenRLHF clamps the variance at it instead: the same
+#: for any batch with a spread)
 WHITEN_EPS = 1e-8
-#: ε verl adds to a group std (``epsilon`` of its advantage estimators)
-VERL_EPS = 1e-6
-#: ε TRL adds to a std
-TRL_EPS = 1e-4
-#: ε AReaL adds to a std (``Normalization``)
+#: ε AReaL adds to a std (``Normalization``); TRL's and verl's are their presets' (``dial.TRL.eps``, ``dial.VERL.eps``)
 AREAL_EPS = 1e-5
 
 Reference = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -140,7 +139,7 @@ def _gpg_verl(R: np.ndarray, L: np.ndarray) -> np.ndarray:
 
 def _gpg_paper(R: np.ndarray, L: np.ndarray) -> np.ndarray:
     silent = R.max(axis=1) == R.min(axis=1)
-    alpha = R.shape[0] / max(1, int((~silent).sum()))  # B / (B − M): the share of answers in live groups
+    alpha = R.shape[0] / max(1, int((~silent).sum()))  # B / (B − M): one over the share of answers in live groups
     return alpha * _centred(R)
 
 
@@ -161,8 +160,8 @@ def _pkpo(K: int) -> Reference:
 
 
 def _trl_normalize_then_sum(R: np.ndarray, L: np.ndarray) -> np.ndarray:
-    grpo = _centred(R) / (_group_std(R, 1) + TRL_EPS)
-    return (grpo - grpo.mean()) / (grpo.std(ddof=1) + TRL_EPS)
+    grpo = np.asarray(D.advantages(R, dial=D.TRL))
+    return (grpo - grpo.mean()) / (grpo.std(ddof=1) + D.TRL.eps)
 
 
 def _lite_ppo_centred(R: np.ndarray, L: np.ndarray) -> np.ndarray:
@@ -180,13 +179,15 @@ def _token_grpo(R: np.ndarray, L: np.ndarray) -> np.ndarray:
     return np.where(silent, 0.0, (R - mean) / (std + AREAL_EPS))
 
 
-def _passk(ddof: int) -> Reference:
+def _passk(ddof: int | None) -> Reference:
+    """The best answer's lead over the second, over the group std (``ddof``; None: no std), the others 0."""
+
     def best_only(R: np.ndarray, L: np.ndarray) -> np.ndarray:
         A = np.zeros_like(R)
         top = np.argsort(-R, axis=1, kind="stable")
         rows = np.arange(R.shape[0])
         gap = R[rows, top[:, 0]] - R[rows, top[:, 1]]
-        A[rows, top[:, 0]] = gap / (_group_std(R, ddof)[:, 0] + VERL_EPS)
+        A[rows, top[:, 0]] = gap if ddof is None else gap / (_group_std(R, ddof)[:, 0] + D.VERL.eps)
         return A
 
     return best_only
@@ -197,8 +198,7 @@ def _rfpp_baseline(ddof: int) -> Reference:
 
 
 def _gdpo_one_reward(R: np.ndarray, L: np.ndarray) -> np.ndarray:
-    grpo = _centred(R) / (_group_std(R, 1) + VERL_EPS)
-    return _whiten(grpo, L, 1)
+    return _whiten(np.asarray(D.advantages(R, dial=D.VERL)), L, 1)
 
 
 # --- the variants --------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ GRPO_PASSK = Variant(
     "pass@k advantage of Tang et al. 2025 (arXiv 2503.19595), verl adv_estimator=grpo_passk: "
     "the best answer gets (r_max − r_second)/(std + ε), the others 0",
     "not zero-sum: only a group with one best answer moves, by Â·s_best alone (for binary rewards only k = 1)",
-    {"verl": _passk(1), "ddof 0": _passk(0)},
+    {"verl": _passk(1), "ddof 0": _passk(0), "verl, norm_adv_by_std_in_grpo=false": _passk(None)},
     departs=("not_zero_sum",),
 )
 RFPP_BASELINE = Variant(
@@ -269,7 +269,7 @@ PKPO = Variant(
     "gets C(G − k, K − 1)/C(G, K), an incorrect one 0; K the pass@K target",
     "not zero-sum by design (an unbiased ∇pass@K): (1/G)Σ Âᵢsᵢ = c·(s̄₊ − s̄₋) + Ā·s̄ with "
     "c = (k(G − k)/G²)·Â₊, Ā = (k/G)·Â₊",
-    {f"K={K}": _pkpo(K) for K in (2, 3, 4, 8)},
+    {f"K={K}": _pkpo(K) for K in (2, 3, 4)},  # each defined on two probed group sizes at least (G ≥ K)
     departs=("not_zero_sum",),
     binary_only=True,
 )

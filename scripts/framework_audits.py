@@ -61,6 +61,11 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
         ("0.22.2", "1.16.0"),
     ),
     ("trl --set loss_type=dapo --set mask_truncated_completions=true", ("0.22.2", "1.16.0")),
+    # after the policy has moved: the KL term, GSPO's sequence ratio, several reward functions
+    ("trl --set beta=0.04", ("0.22.2", "1.16.0")),
+    ("trl --set importance_sampling_level=sequence", ("0.22.2", "1.16.0")),
+    ("trl --set multi_objective_aggregation=normalize_then_sum", ("1.16.0",)),
+    ("trl --set reward_weights=1,0.5", ("1.16.0",)),
     ("verl --set algorithm.adv_estimator=grpo", VERL),
     ("verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo", VERL),
     (
@@ -94,6 +99,7 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ("verl --set algorithm.adv_estimator=gpg", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=reinforce_plus_plus_baseline", ("0.9.1",)),
     ("verl --set algorithm.adv_estimator=grpo_passk", ("0.9.1",)),
+    ("verl:estimator=gdpo", ("0.9.1",)),
     ("openrlhf --set algo.advantage.estimator=group_norm", ("0.10.2", "0.11.2")),
     ("openrlhf --set algo.advantage.estimator=group_norm --set reward.clip_range=-1000,1000", OPENRLHF),
     ("openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.no_std_norm=true", OPENRLHF),
@@ -234,14 +240,22 @@ def _step(inf: dict) -> str:
     return f"**{step.get('weight')}**, **not invariant**{spread}"
 
 
+#: deviations the table shows in a column of their own
+_OWN_COLUMN = ("per_sample_weight", "split_invariance")
+
+
 def _cell(row: dict) -> list[str]:
-    """verdict, matches, dial, per-sample weight, the split step, silent groups, the first failing finding."""
+    """verdict, matches, dial, per-sample weight, the split step, silent groups, the first failing finding
+    (else the first deviation another column does not show)."""
     if "report" not in row:
         why = row["error"].split("error: ", 1)[-1].replace("|", "/")
         return ["adapter error", "-", "-", "-", "-", "-", why if len(why) <= 160 else "…" + why[-159:]]
     d = row["report"]
     inf = d.get("inferred", {})
-    first = next((f for f in d.get("findings", []) if f.get("severity") == "fail"), None)
+    findings = d.get("findings", [])
+    first = next((f for f in findings if f.get("severity") == "fail"), None) or next(
+        (f for f in findings if f.get("severity") == "deviation" and f.get("property") not in _OWN_COLUMN), None
+    )
     silent = {True: "0", False: "**not 0**", None: "-"}[inf.get("silent_groups_zero_gradient")]
     why = f"{first['property']}: {first['message']}".replace("|", "/")[:160] if first else ""
     weight = inf.get("per_sample_weight") or "-"
@@ -251,7 +265,7 @@ def _cell(row: dict) -> list[str]:
 def render(rows: list[dict]) -> str:
     """The markdown table: one line per (configuration, release), in the order run."""
     columns = ["audit (`grpo-identity audit …`)", "release", "verdict", "matches", "dial", "per-sample weight"]
-    columns += ["optimizer step as split", "silent-group gradient", "first failing finding", "s"]
+    columns += ["optimizer step as split", "silent-group gradient", "first failing (else deviating) finding", "s"]
     head = "| " + " | ".join(columns) + " |"
     lines = [head, "|" + "---|" * len(columns)]
     for row in rows:

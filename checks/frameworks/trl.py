@@ -108,7 +108,7 @@ def grpo_config(spec: FrameworkSpec) -> Any:
     if spec.config:
         argv += ["--config", spec.config]
     for key, value in spec.sets:
-        argv += [f"--{key}", value]
+        argv += [f"--{key}", *_values(parser, key, value)]
     forced = {k: v for k, v in DRIVER_FORCED.items() if any(a.dest == k for a in parser._actions)}
     for key, value in forced.items():
         argv += [f"--{key}", str(value)]
@@ -121,6 +121,14 @@ def grpo_config(spec: FrameworkSpec) -> Any:
         f"{user.get('num_generations', 'not set')}",
     }
     return args
+
+
+def _values(parser: Any, key: str, value: str) -> list[str]:
+    """A ``--set`` value as the parser's argv: a list field's (``reward_weights=1,0.5``) split at commas."""
+    action = next((a for a in parser._actions if a.dest == key), None)
+    if action is not None and action.nargs in ("+", "*"):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [value]
 
 
 def _user_keys(spec: FrameworkSpec) -> dict[str, Any]:
@@ -252,21 +260,71 @@ def policy_for(args: Any, words: list[str] | tuple[str, ...] = ()) -> Iterator[t
             hf_logging.enable_progress_bar()
 
 
-def _trainer(args: Any, state: dict[str, Any]) -> Any:
+def reward_components(spec: FrameworkSpec, args: Any) -> int:
+    """How many reward functions the trainer gets: one per entry of your ``reward_weights``; two where you
+    set ``multi_objective_aggregation`` alone (TRL weighs them 1, 1); else one."""
+    weights = getattr(args, "reward_weights", None)
+    if weights:
+        return len(weights)
+    return 2 if "multi_objective_aggregation" in _user_keys(spec) else 1
+
+
+def _reward_funcs(args: Any, state: dict[str, Any], components: int) -> list[Callable[..., list[float]]]:
+    """One reward function per component: column j of ``state["rewards"]`` when it is (n, K); the audit's
+    rewards otherwise, carried by the first function of nonzero weight (divided by its weight, so that the
+    weighted sum is the rewards themselves) with the others 0."""
+    pivot, weight = _pivot(args)
+
+    def make(j: int) -> Callable[..., list[float]]:
+        def reward_fn(completions: list[Any], **kwargs: Any) -> list[float]:
+            r = state["rewards"]
+            if r is None or len(r) != len(completions):
+                raise RuntimeError("reward batch and completion batch differ in length")
+            if r.ndim == 2:
+                return [float(v) for v in r[:, j]]
+            return [float(v) / weight if j == pivot else 0.0 for v in r]
+
+        reward_fn.__name__ = f"component_{j}" if components > 1 else "reward_fn"
+        return reward_fn
+
+    return [make(j) for j in range(components)]
+
+
+def carried(args: Any, reward: Callable[..., list[float]]) -> Any:
+    """``reward_funcs`` for a trainer whose rewards come from one function (the split step's): that function,
+    or, where your ``reward_weights`` name K > 1 functions, it divided by the first weight and K − 1 functions
+    of 0 (the weighted sum is its rewards)."""
+    weights = list(getattr(args, "reward_weights", None) or [])
+    if len(weights) <= 1:
+        return reward
+    pivot, weight = _pivot(args)
+
+    def carrier(*a: Any, **k: Any) -> list[float]:
+        return [v / weight for v in reward(*a, **k)]
+
+    def zero(completions: list[Any], **k: Any) -> list[float]:
+        return [0.0] * len(completions)
+
+    return [carrier if j == pivot else zero for j in range(len(weights))]
+
+
+def _pivot(args: Any) -> tuple[int, float]:
+    """The first reward function of nonzero weight, and its weight (0 and 1 without weights)."""
+    weights = [float(w) for w in (getattr(args, "reward_weights", None) or [1.0])]
+    pivot = next((j for j, w in enumerate(weights) if w), 0)
+    return pivot, weights[pivot] or 1.0
+
+
+def _trainer(args: Any, state: dict[str, Any], components: int = 1) -> Any:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    def reward_fn(completions: list[Any], **kwargs: Any) -> list[float]:
-        r = state["rewards"]
-        if r is None or len(r) != len(completions):
-            raise RuntimeError("reward batch and completion batch differ in length")
-        return [float(v) for v in r]
-
+    funcs = _reward_funcs(args, state, components)
     try:
         with policy_for(args) as (tokenizer, model):
             trainer = GRPOTrainer(
                 model=model,
-                reward_funcs=reward_fn,
+                reward_funcs=funcs if components > 1 else funcs[0],
                 args=args,
                 processing_class=tokenizer,
                 train_dataset=Dataset.from_dict({"prompt": ["a b"] * 2}),
@@ -389,16 +447,28 @@ def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
     spec = one_process(spec)
     args = grpo_config(spec)
     state: dict[str, Any] = {"rewards": None}
-    trainer = _trainer(args, state)
+    components = reward_components(spec, args)
+    trainer = _trainer(args, state, components)
 
-    def trl_advantage(rewards: np.ndarray, group_size: int) -> np.ndarray:
+    def trl_advantage(rewards: np.ndarray, group_size: int, scores: np.ndarray | None = None) -> np.ndarray:
+        """``scores``: one column per reward function, (n, K), in place of ``rewards``."""
         with _advantages_only(trainer):
-            out = _score(trainer, state, rewards, group_size)
+            out = _score(trainer, state, rewards if scores is None else np.asarray(scores), group_size)
         return out["advantages"].detach().cpu().numpy().astype(np.float64)  # TRL's fp32 values, in the caller's dtype
 
-    info = _info(spec, args, "GRPOTrainer._generate_and_score_completions")
+    info = {**_info(spec, args, "GRPOTrainer._generate_and_score_completions"), **_components_info(args, components)}
     trl_advantage.grpo_identity_info = info  # type: ignore[attr-defined]
     return trl_advantage
+
+
+def _components_info(args: Any, components: int) -> dict[str, Any]:
+    """``{"components": {weights, multi_objective_aggregation}}`` where the trainer has several reward
+    functions (the audit then probes how it combines them), else nothing."""
+    if components <= 1:
+        return {}
+    weights = [float(w) for w in (getattr(args, "reward_weights", None) or [1.0] * components)]
+    setting = str(getattr(args, "multi_objective_aggregation", "none (the release sums, then normalises)"))
+    return {"components": {"weights": weights, "multi_objective_aggregation": setting}}
 
 
 def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
@@ -415,7 +485,8 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     step = trl_step.step_geometry(whole)  # before the trainer: a GRPOConfig resets accelerate's shared state
     args = grpo_config(spec)
     state: dict[str, Any] = {"rewards": None}
-    trainer = _trainer(args, state)
+    components = reward_components(spec, args)
+    trainer = _trainer(args, state, components)
     if not hasattr(trainer, "current_gradient_accumulation_steps"):
         trainer.current_gradient_accumulation_steps = 1  # set by the training loop before each step
     kept: dict[str, Any] = {}
@@ -428,6 +499,10 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     def trl_loss_gradient(
         rewards: np.ndarray, group_size: int, lengths: np.ndarray | None, request: dict[str, Any] | None = None
     ) -> dict[str, Any]:
+        if request is not None and "scores" in request:  # one column per reward function (the advantages alone)
+            with _advantages_only(trainer):
+                inputs = _score(trainer, state, np.asarray(request["scores"]), group_size)
+            return {"advantages": inputs["advantages"].detach().double().numpy()}
         if request is not None and "off_policy" not in request:
             layout, truncated = request["layout"], request.get("truncated")
             return trl_step.run_layout(
@@ -461,6 +536,7 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         "lengths_optional": True,
         "step": step,
         "off_policy": off_policy,
+        **_components_info(args, components),
     }
     return trl_loss_gradient
 

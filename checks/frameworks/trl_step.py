@@ -394,7 +394,7 @@ class _Runner:
         from datasets import Dataset
         from trl import GRPOTrainer
 
-        from grpo_identity.checks.frameworks.trl import policy_for
+        from grpo_identity.checks.frameworks.trl import carried, policy_for
 
         words = [f"g{g}" for g in range(self.n_groups)] + [f"m{j}" for j in range(self.G)]
         prompts = Dataset.from_dict({"prompt": [f"g{g}" for g in range(self.n_groups)]})
@@ -402,7 +402,7 @@ class _Runner:
             self.tokenizer = tokenizer
             trainer = GRPOTrainer(
                 model=model,
-                reward_funcs=self._reward,
+                reward_funcs=carried(self.args, self._reward),
                 args=self.args,
                 processing_class=tokenizer,
                 train_dataset=prompts,

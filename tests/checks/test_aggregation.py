@@ -53,3 +53,27 @@ def test_the_probe_holds_groups_where_one_two_or_no_component_varies():
     varies = (C.max(axis=1) != C.min(axis=1)).tolist()
     assert [True, True] in varies and [True, False] in varies and [False, True] in varies
     assert [False, False] in varies
+
+
+@pytest.mark.parametrize(
+    "target",
+    [lambda C, G: D.advantages(C[:, 0], G, D.TRL), lambda C, G: np.zeros(C.shape[0])],
+    ids=["ignores the second", "constant"],
+)
+def test_a_target_that_ignores_a_component_is_neither_rule(target):
+    out = audit_aggregation(target, (1.0, 1.0))
+    assert out["rule"] == "other" and out["ignores_a_component"]
+    assert "ignored" in out["findings"][0].message
+
+
+@pytest.mark.parametrize("w", [(0.0, 1.0, 2.0), (1.0, 0.5, 2.0)])
+def test_three_components_any_of_zero_weight_are_probed_through_two_of_nonzero_weight(w):
+    out = audit_aggregation(sum_then_normalize(w), w)
+    assert out["rule"] == "sum_then_normalize" and out["weights"] == list(w)
+    assert audit_aggregation(normalize_then_sum(w), w)["rule"] == "normalize_then_sum"
+
+
+def test_weights_that_cannot_be_probed_are_refused():
+    for w in [(1.0,), (0.0, 0.0)]:
+        with pytest.raises(ValueError, match="two reward components at least"):
+            audit_aggregation(sum_then_normalize((1.0, 1.0)), w)

@@ -45,9 +45,27 @@ def test_a_multiple_of_a_variant_is_recognised_with_its_factor():
     assert found.variant.name == "maxrl" and abs(found.factor - 0.5) < 1e-7
 
 
-@pytest.mark.parametrize("d", [D.GRPO, D.TRL, D.RLOO])
-def test_a_point_of_the_dial_is_no_variant(d):
-    assert recognise(lambda r, G: D.advantages(r, G, d), "float64") is None
+@pytest.mark.parametrize("d", list(D.PRESETS.values()))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_point_of_the_dial_is_no_variant_even_where_a_variant_equals_it_at_equal_lengths(d, dtype):
+    found = recognise(lambda r, G: D.advantages(r, G, d).astype(dtype), "float32" if dtype == np.float32 else "float64")
+    assert found is None  # OPO at equal lengths is Dr. GRPO, GRPO over tokens is verl's GRPO …
+
+
+def test_each_variant_is_recognised_as_no_other_form_than_its_own():
+    for name, v in VARIANTS.items():
+        for form in v.forms:
+            target = as_target(v, form, lengths=v.uses_lengths)
+            others = [w for w in VARIANTS.values() if w is not v]
+            assert all(recognise(target, "float32", only=w) is None for w in others), (name, form)
+
+
+def test_a_fixed_k_form_is_not_taken_from_one_group_size():
+    def passk_without_std(r, G):  # verl's grpo_passk with norm_adv_by_std_in_grpo=false
+        return VARIANTS["grpo_passk"].advantages(r.reshape(-1, G), form="verl, norm_adv_by_std_in_grpo=false").ravel()
+
+    found = recognise(passk_without_std, "float64")
+    assert found.variant.name == "grpo_passk" and found.form.endswith("=false")
 
 
 def test_dr_grpo_times_a_constant_is_not_gpg_whose_factor_changes_with_the_batch():

@@ -205,7 +205,7 @@ def test_a_variant_that_gives_up_a_property_by_design_is_a_deviation_naming_it_n
 
 def test_a_variant_with_a_per_group_coefficient_passes_against_its_own_c_table():
     report = audit(_variant_fn("maxrl"), max_examples=60)
-    assert report.matches == "maxrl", report.format()
+    assert report.matches == "maxrl" and report.verdict == "pass", report.format()
     assert {r["reference"] for r in report.coefficient_table} == {"maxrl"}
     assert all(abs(r["ratio"] - 1) < 1e-9 for r in report.coefficient_table)
 
@@ -233,3 +233,14 @@ def test_against_an_expected_preset_a_recognised_variant_is_a_note_beside_the_fa
     report = audit(_variant_fn("gpg"), expect="dr_grpo", max_examples=30)
     assert report.verdict == "fail"
     assert any(f.property == "variant" and f.severity == "note" for f in report.findings)
+
+
+def trl_with_a_big_batch_bug(rewards, G):
+    A = D.advantages(rewards, G, D.TRL)
+    return A * 1.5 if rewards.size > 50 else A  # a batch of more than 50 answers is scaled: coupled groups
+
+
+def test_a_dial_point_with_a_bug_of_its_own_keeps_its_fail_and_is_no_variant():
+    report = audit(trl_with_a_big_batch_bug, max_examples=60)
+    assert report.verdict == "fail", report.format()
+    assert not any(f.property == "variant" or f.message.startswith("by design") for f in report.findings)

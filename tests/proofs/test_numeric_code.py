@@ -120,7 +120,9 @@ def _gradient(loss, x: np.ndarray) -> np.ndarray:  # type: ignore[no-untyped-def
 
 @pytest.mark.parametrize("eps", [(0.2, 0.2), (0.2, 0.28)], ids=["grpo", "dapo-clip-higher"])
 @pytest.mark.parametrize("A", [-1.3, 0.0, 0.8])
-def test_the_clipped_surrogates_gradient_in_the_log_ratio_is_the_token_weight_times_a(eps, A) -> None:  # type: ignore[no-untyped-def]
+def test_the_clipped_surrogates_gradient_in_the_log_ratio_is_the_token_weight_times_a(  # type: ignore[no-untyped-def]
+    eps, A
+) -> None:
     el, eh = eps
     ratios = np.array([0.3, 0.7, 0.79, 0.95, 1.0, 1.1, 1.27, 1.35, 2.5])  # every region, near both kinks
     x = np.log(ratios)

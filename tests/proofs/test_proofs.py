@@ -521,7 +521,9 @@ def test_a_token_weight_without_the_clip_mask_fails_g10_exactly_where_tokens_are
     assert not any(c.startswith("A > 0, 1 - eps_low < rho") for c in failed)  # w = rho where nothing is clipped
 
 
-def _clip_wrong_side(ratio=F.ratio, advantage=F.advantage, eps_low=F.eps_low, eps_high=F.eps_high):  # type: ignore[no-untyped-def]
+def _clip_wrong_side(  # type: ignore[no-untyped-def]
+    ratio=F.ratio, advantage=F.advantage, eps_low=F.eps_low, eps_high=F.eps_high
+):
     """The mask of Â's other sign: a positive advantage clipped below 1 − ε_low, a negative one above 1 + ε_high."""
     clipped = sp.Or(sp.And(advantage > 0, ratio < 1 - eps_low), sp.And(advantage < 0, ratio > 1 + eps_high))
     return sp.Piecewise((0, clipped), (ratio, True))

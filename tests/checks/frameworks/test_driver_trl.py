@@ -409,3 +409,29 @@ def test_older_trl_releases_build_their_reference_and_give_the_off_policy_step(r
     off = out["inferred"]["off_policy"]
     assert out["target_info"]["version"] == release and off["importance_weight"] == law and off["kl_law"] == kl
     assert any(f["property"] == "kl_moves_silent_groups" for f in out["findings"]) and off["identity_holds"]
+
+
+@pytest.mark.parametrize(
+    "sets, rule, weights",
+    [
+        ((("multi_objective_aggregation", "normalize_then_sum"),), "normalize_then_sum", [1.0, 1.0]),
+        ((("reward_weights", "1,0.5"),), "sum_then_normalize", [1.0, 0.5]),
+    ],
+)
+def test_trl_combines_its_reward_functions_as_multi_objective_aggregation_says(sets, rule, weights):
+    _need_trl()
+    from grpo_identity.checks.aggregation import audit_aggregation
+
+    target = adapters.build(FrameworkSpec("trl", sets=sets))
+    components = target.grpo_identity_info["components"]
+    assert components["weights"] == weights
+    out = audit_aggregation(lambda C, G: target(C[:, 0].copy(), G, C), tuple(components["weights"]))
+    assert out["rule"] == rule
+    R = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])  # one reward: carried by the first function alone
+    plain = target(R, 4)
+    assert plain[0] > 0 > plain[1] and abs(plain[:4].sum()) < 1e-5
+
+
+def test_a_trl_audit_without_several_reward_functions_does_not_probe_them():
+    _need_trl()
+    assert "components" not in adapters.build(FrameworkSpec("trl")).grpo_identity_info
