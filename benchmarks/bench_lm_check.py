@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -225,7 +226,11 @@ def main() -> int:
         "goal_ratio": GOAL_RATIO,
         "meets_goal": all(x <= GOAL_RATIO for x in ratios),
     }
-    if args.json:
+    if args.json:  # stored as results/lm-check-benchmark/bench.json: the run's provenance goes inside it
+        from grpo_identity import provenance
+
+        script = f"benchmarks/{os.path.basename(__file__)}"
+        out["provenance"] = provenance.record(provenance.command_line([script, *sys.argv[1:]], prog="python"))
         print(json.dumps(out, indent=2))
         return 0
     print(

@@ -245,11 +245,11 @@ _OWN_COLUMN = ("per_sample_weight", "split_invariance")
 
 
 def _cell(row: dict) -> list[str]:
-    """verdict, matches, dial, per-sample weight, the split step, silent groups, the first failing finding
-    (else the first deviation another column does not show)."""
+    """verdict, matches, dial, per-sample weight, the split step, silent groups, the off-policy importance
+    weight, the first failing finding (else the first deviation another column does not show)."""
     if "report" not in row:
         why = row["error"].split("error: ", 1)[-1].replace("|", "/")
-        return ["adapter error", "-", "-", "-", "-", "-", why if len(why) <= 160 else "…" + why[-159:]]
+        return ["adapter error", "-", "-", "-", "-", "-", "-", why if len(why) <= 160 else "…" + why[-159:]]
     d = row["report"]
     inf = d.get("inferred", {})
     findings = d.get("findings", [])
@@ -259,13 +259,15 @@ def _cell(row: dict) -> list[str]:
     silent = {True: "0", False: "**not 0**", None: "-"}[inf.get("silent_groups_zero_gradient")]
     why = f"{first['property']}: {first['message']}".replace("|", "/")[:160] if first else ""
     weight = inf.get("per_sample_weight") or "-"
-    return [d["verdict"].upper(), d.get("matches") or "-", _dial(inf), weight, _step(inf), silent, why]
+    moved = (inf.get("off_policy") or {}).get("importance_weight") or "-"
+    return [d["verdict"].upper(), d.get("matches") or "-", _dial(inf), weight, _step(inf), silent, moved, why]
 
 
 def render(rows: list[dict]) -> str:
     """The markdown table: one line per (configuration, release), in the order run."""
     columns = ["audit (`grpo-identity audit …`)", "release", "verdict", "matches", "dial", "per-sample weight"]
-    columns += ["optimizer step as split", "silent-group gradient", "first failing (else deviating) finding", "s"]
+    columns += ["optimizer step as split", "silent-group gradient", "off-policy weight"]
+    columns += ["first failing (else deviating) finding", "s"]
     head = "| " + " | ".join(columns) + " |"
     lines = [head, "|" + "---|" * len(columns)]
     for row in rows:

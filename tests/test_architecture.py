@@ -24,7 +24,13 @@ SOURCES = {
 #: layer -> module prefixes (longest prefix wins)
 LAYERS: dict[str, tuple[str, ...]] = {
     "root": ("grpo_identity", "grpo_identity.__main__"),
-    "foundation": ("grpo_identity.foundation", "grpo_identity._validate", "grpo_identity.data", "grpo_identity.paper"),
+    "foundation": (
+        "grpo_identity.foundation",
+        "grpo_identity._validate",
+        "grpo_identity.data",
+        "grpo_identity.paper",
+        "grpo_identity.provenance",
+    ),
     "formulas": ("grpo_identity.formulas", "grpo_identity.registry"),
     "closed_forms": ("grpo_identity.closed_forms", "grpo_identity.allocation"),
     "dial": ("grpo_identity.dial", "grpo_identity.variants"),

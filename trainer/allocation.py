@@ -183,8 +183,10 @@ _FLAG_OF = {"num_prompts": "--M", "group_size": "--G"}
 def main(argv: list[str] | None = None) -> int:
     """``python -m grpo_identity.trainer.allocation [options]``: the comparison as a table (or ``--json``)."""
     import argparse
+    import sys
     from pathlib import Path
 
+    from grpo_identity import provenance
     from grpo_identity.foundation import dumps, emit_json, format_table
     from grpo_identity.trainer.config import add_arguments, from_namespace
 
@@ -203,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--out", metavar="FILE", help="also write the whole result, per-step curves included, as JSON to FILE"
     )
-    args = ap.parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(raw)
     if not 0 < args.eps < 1:
         ap.exit(2, f"{ap.prog}: error: --eps must be in (0, 1), got {args.eps:g}\n")
     try:
@@ -214,8 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out and not Path(args.out).parent.is_dir():  # fail before the run, not after
         ap.exit(2, f"{ap.prog}: error: --out {args.out}: folder {Path(args.out).parent} does not exist\n")
     r = run_allocation(config, args.eps)
-    if args.out:
-        Path(args.out).write_text(dumps(r) + "\n")
+    if args.out:  # one file per run: its provenance (command, versions, commit) goes inside it
+        command = provenance.command_line(["-m", "grpo_identity.trainer.allocation", *raw], prog="python")
+        Path(args.out).write_text(dumps(r | {"provenance": provenance.record(command)}) + "\n")
     if args.json:
         emit_json({k: v for k, v in r.items() if k != "curves"})
         return 0

@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from grpo_identity import provenance
 from grpo_identity.trainer.config import BernoulliConfig
 
 __all__ = ["Z", "QUANTITIES", "quantities", "tolerance", "seed_spread", "main"]
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m grpo_identity.trainer.bernoulli_seeds", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--seeds", type=int, default=10, help="run seeds 0 … N−1 (default 10, at least 2)")
-    p.add_argument("--out", required=True, help="folder for spread.json and command.txt")
+    p.add_argument("--out", required=True, help="folder for spread.json, command.txt and provenance.json")
     args = p.parse_args(argv)
     if args.seeds < 2:
         p.error(f"--seeds must be >= 2, got {args.seeds}")
@@ -117,9 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     spread = seed_spread(BernoulliConfig(), list(range(args.seeds)), progress=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "spread.json").write_text(json.dumps(spread, indent=2) + "\n")
-    (out / "command.txt").write_text(
-        f"python -m grpo_identity.trainer.bernoulli_seeds --seeds {args.seeds} --out {args.out}\n"
+    command = provenance.command_line(
+        ["-m", "grpo_identity.trainer.bernoulli_seeds", "--seeds", str(args.seeds), "--out", args.out], prog="python"
     )
+    (out / "command.txt").write_text(command + "\n")
+    provenance.write(out, command)
     print(f"wrote {out / 'spread.json'}")
     return 0
 

@@ -3,9 +3,11 @@
 :func:`verify` proves every theorem, audits the built-in presets (and TRL and verl where
 installed), recomputes the paper's closed-form numbers and its 14 Big-Math numbers (from the
 shipped histogram, or ``--solve-rates``), runs the controlled Bernoulli-logit run on those solve
-rates, fits DAPO's curve (shipped, or ``--dapo-curve``), reads the stored LM runs and renders
-the notebooks.  Each comparison is an :class:`Item` (claim, paper value, project value,
-status); the report is written as ``report.json`` and ``report.html``.
+rates, fits DAPO's curve (shipped, or ``--dapo-curve``), compares the versions each stored run
+under ``results/`` recorded with the running ones, reads the stored LM runs (the fixed-policy
+runs' pre-registered criteria too, where recorded) and renders the notebooks.  Each comparison
+is an :class:`Item` (claim, paper value, project value, status); the report is written as
+``report.json`` and ``report.html``.
 
 How an item passes:
 
@@ -462,6 +464,7 @@ def _conditional_items(name: str, c: dict[str, Any], note: str) -> Iterator[Item
             r is not None and 0.8 <= r <= 1.25,
             note + "; pass: in [0.8, 1.25]",
         )
+    yield from _preregistered_items(name, c.get("preregistered"), note)
     pc = c["projected_check"]
     errs = (pc["projected_max_rel_err"], pc["exact_max_rel_err"])
     yield _item(
@@ -472,6 +475,29 @@ def _conditional_items(name: str, c: dict[str, Any], note: str) -> Iterator[Item
         all(x is not None and x <= REL_TOL for x in errs) and pc["silent_groups_with_nonzero_grad"] == 0,
         note,
     )
+
+
+#: a pre-registered criterion's verdict -> the item's status ("not testable" counts as neither)
+_PREREGISTERED_STATUS = {"met": "pass", "not met": "fail", "not testable": "skipped"}
+
+
+def _preregistered_items(name: str, p: dict[str, Any] | None, note: str) -> Iterator[Item]:
+    """One item per pre-registered criterion of a run that has them (``conditional.preregistered``)."""
+    if p is None:  # a run made before the analysis was pre-registered
+        return
+    from grpo_identity.trainer.lm.preregistered import observed_text
+
+    fixed = f"analysis commit {p['commit'][:12]}" if p.get("commit") else "no analysis commit recorded"
+    for crit, d in p["criteria_detail"].items():
+        why = f"; {d['reason']}" if d["reason"] else ""
+        yield Item(
+            "LM conditional",
+            f"{name} pre-registered {crit}: {d['rule']}",
+            "beyond the paper (G7–G8)",
+            f"{d['status']}: {observed_text(d['observed'])}",
+            _PREREGISTERED_STATUS[d["status"]],
+            f"{note}; {fixed}{why}",
+        )
 
 
 def _stored_conditional(results: Path = STORED_RESULTS) -> Iterator[Item]:
@@ -492,6 +518,38 @@ def _stored_conditional(results: Path = STORED_RESULTS) -> Iterator[Item]:
 
 def _conditional_count(results: Path = STORED_RESULTS) -> int:
     return max(1, 10 * len(list(results.glob("lm-conditional-*/summary.json"))))
+
+
+def _stored_environments(results: Path = STORED_RESULTS) -> Iterator[Item]:
+    """One item per stored run ``results/*/``: the python and package versions it recorded against
+    the running ones.  A difference is a note (status skipped), never a failure: the stored numbers
+    were made with the recorded versions, and a rerun here may differ."""
+    from grpo_identity import provenance
+
+    here = provenance.environment()
+    sec = "stored runs"
+    for folder in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
+        records = provenance.recorded(folder)
+        name = f"results/{folder.name}: recorded versions against this environment"
+        if not records:
+            why = "no provenance recorded (made before runs recorded their versions): regenerate it to record them"
+            yield Item(sec, name, "—", "not recorded", "skipped", why)
+            continue
+        diffs = sorted({d for r in records for d in provenance.differences(r, here)})
+        commits = sorted(
+            {(r.get("commit") or "no commit")[:12] + (" (modified)" if r.get("dirty") else "") for r in records}
+        )
+        made = f"recorded at {', '.join(commits)}"
+        if diffs:
+            yield Item(sec, name, "—", "differs: " + "; ".join(diffs), "skipped", f"a note, not a failure; {made}")
+        else:
+            named = set().union(*(r.get("versions") or {} for r in records))
+            same = ", ".join(["python", *[n for n in provenance.PACKAGES if n in named]])
+            yield Item(sec, name, "—", f"same ({same})", "pass", made)
+
+
+def _stored_count(results: Path = STORED_RESULTS) -> int:
+    return max(1, len([p for p in results.iterdir() if p.is_dir()]) if results.is_dir() else 1)
 
 
 #: what executing and rendering the notebooks imports (all in the 'notebooks' extra)
@@ -563,6 +621,7 @@ def _stages(
         Stage("Big-Math", lambda: _realdata(solve_rates), _realdata_expected()),
         Stage("controlled run", lambda: _bernoulli(solve_rates), 1 + len(QUANTITIES) + 3),
         Stage("DAPO", lambda: _dapo_fit(dapo_curve, solve_rates), 2),
+        Stage("stored runs", _stored_environments, _stored_count()),
         Stage("LM trainer", _stored_lm, max(1, len(list(STORED_RESULTS.glob("lm-*/summary.json"))))),
         Stage("LM conditional", _stored_conditional, _conditional_count()),
     ]

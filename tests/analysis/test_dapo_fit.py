@@ -127,3 +127,16 @@ def test_an_undecodable_curve_is_an_error_naming_it(tmp_path):
     with pytest.raises(ValueError, match="curve.csv is not UTF-8 text") as e:
         read_curve(path)
     assert "\n" not in str(e.value)
+
+
+def test_the_stored_fit_records_its_command_and_the_versions_it_ran_with(tmp_path, capsys):
+    import json
+
+    pytest.importorskip("matplotlib")
+    from grpo_identity.app.cli import main
+
+    argv = ["dapo-fit", "--bootstrap", "5", "--json", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    assert prov["command"] == "grpo-identity " + " ".join(argv) and prov["versions"]["numpy"] is not None

@@ -162,5 +162,29 @@ def test_the_framework_table_shows_adapter_errors_and_the_first_failing_finding(
     )
     fail, error = table.splitlines()[2:]
     step = "**1/micro_batch_tokens**, **not invariant** (0.5–1.5×)"
-    assert f"| FAIL | - | group std, ddof 1, ε 1e-06 | constant | {step} | **not 0** | zero_sum: a / b | 12 |" in fail
+    assert (
+        f"| FAIL | - | group std, ddof 1, ε 1e-06 | constant | {step} | **not 0** | - | zero_sum: a / b | 12 |" in fail
+    )
     assert "| adapter error |" in error and "TypeError" in error
+
+
+def test_the_framework_table_shows_a_deviation_where_nothing_fails_and_the_off_policy_weight():
+    fa = _framework_audits()
+    report = {
+        "verdict": "deviation",
+        "matches": "gpg",
+        "inferred": {
+            "centre": None,
+            "per_sample_weight": "1/step_tokens",
+            "off_policy": {"importance_weight": "sequence"},
+        },
+        "findings": [
+            {"severity": "deviation", "property": "per_sample_weight", "message": "its own column"},
+            {"severity": "deviation", "property": "groups_independent", "message": "by design of gpg: coupled"},
+        ],
+    }
+    (line,) = fa.render([{"target": "verl", "release": "0.9.1", "wall_seconds": 1.0, "report": report}]).splitlines()[
+        2:
+    ]
+    assert "| DEVIATION | gpg | no dial fits | 1/step_tokens |" in line
+    assert "| sequence | groups_independent: by design of gpg: coupled |" in line

@@ -98,7 +98,7 @@ def test_train_lm_exit_code_says_whether_the_identity_held(monkeypatch, capsys, 
     from grpo_identity.trainer.lm import train
 
     summary = _stored("lm-cpu-smoke/summary.json") | {"identity_max_rel_err": err}
-    monkeypatch.setattr(train, "run_lm", lambda config, progress, out_dir: summary)
+    monkeypatch.setattr(train, "run_lm", lambda config, progress, out_dir, **provenance: summary)
     assert main(["train", "lm"]) == code
     assert f"groups: {verdict}" in capsys.readouterr().out
     assert main(["train", "lm", "--json"]) == code

@@ -407,3 +407,50 @@ def test_the_stored_conditional_run_gives_passing_items_and_a_planted_miss_fails
     )
     shutil.rmtree(run)
     assert [i.status for i in V._stored_conditional(tmp_path)] == ["skipped"]
+
+
+def test_pre_registered_criteria_are_items_met_passes_not_met_fails_not_testable_is_skipped(tmp_path):
+    from grpo_identity.trainer.lm.preregistered import evaluate
+
+    run = tmp_path / "lm-conditional-prereg"
+    run.mkdir()
+    s = json.loads((V.STORED_RESULTS / "lm-conditional-cpu" / "summary.json").read_text())
+    c = s["conditional"]
+    c["slope_by_mode"]["grpo"]["weighted"].update(value=1.0, interval=[0.9, 1.1])
+    c["slope_by_mode"]["dr_grpo"]["weighted"].update(value=1.3, interval=[1.2, 1.4])  # a slope where 2 is predicted
+    c["cosine_min"]["by_mode"]["grpo"]["median"] = c["cosine_min"]["by_mode"]["dr_grpo"]["median"] = 0.98
+    c["preregistered"] = evaluate(c, commit=False)
+    (run / "summary.json").write_text(json.dumps(s))
+    items = {i.name.split(":")[0]: i for i in V._stored_conditional(tmp_path) if "pre-registered" in i.name}
+    status = {name.split()[-1]: i.status for name, i in items.items()}
+    assert status == {"grpo_slope": "pass", "dr_grpo_slope": "fail", "cosine_median": "pass", "noise_ratio": "skipped"}
+    assert "Σ₊ = 0" in items["lm-conditional-prereg pre-registered noise_ratio"].note  # not testable, and why
+    assert all("no analysis commit recorded" in i.note for i in items.values())
+
+
+def _provenance(folder, **versions):
+    from grpo_identity import provenance
+
+    folder.mkdir()
+    record = provenance.record("grpo-identity train bernoulli --out x")
+    record["versions"].update(versions)
+    (folder / "provenance.json").write_text(json.dumps(record))
+
+
+def test_stored_runs_say_which_recorded_versions_differ_from_the_running_ones_without_failing(tmp_path):
+    _provenance(tmp_path / "a")
+    _provenance(tmp_path / "b", torch="0.0.1")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "summary.json").write_text("{}")
+    a, b, c = V._stored_environments(tmp_path)
+    assert a.status == "pass" and a.project.startswith("same (python, grpo-identity, numpy, torch, transformers)")
+    assert b.status == "skipped" and b.project.startswith("differs: torch: 0.0.1 recorded, ")
+    assert "not a failure" in b.note and "recorded at" in b.note
+    assert c.status == "skipped" and c.project == "not recorded" and "no provenance" in c.note
+    assert list(V._stored_environments(tmp_path / "none")) == []
+
+
+def test_every_stored_run_folder_gets_an_environment_item():
+    items = list(V._stored_environments())
+    folders = [p for p in V.STORED_RESULTS.iterdir() if p.is_dir()]
+    assert len(items) == len(folders) >= 1 and all(i.status in ("pass", "skipped") for i in items)

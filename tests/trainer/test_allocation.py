@@ -52,3 +52,16 @@ def test_bad_input_is_one_line_on_stderr_naming_the_option_and_exit_2(capsys, ar
         main([*argv, "--steps", "1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1 and err[0].endswith(message)
+
+
+def test_the_result_file_records_its_command_and_the_versions_it_ran_with(tmp_path, capsys):
+    import json
+    import shlex
+
+    out = tmp_path / "seed3.json"
+    argv = ["--M", "40", "--steps", "2", "--seed", "3", "--json", "--out", str(out)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    prov = json.loads(out.read_text())["provenance"]
+    assert shlex.split(prov["command"]) == ["python", "-m", "grpo_identity.trainer.allocation", *argv]
+    assert prov["versions"]["torch"] is not None and "python" in prov and "commit" in prov

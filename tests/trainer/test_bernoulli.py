@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shlex
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -197,3 +199,51 @@ def test_the_initial_mass_counts_every_draw_however_it_is_batched(monkeypatch):
 def test_mass_draws_below_one_are_rejected():
     with pytest.raises(ValueError, match="mass_draws must be an integer >= 1, got 0"):
         BernoulliConfig(mass_draws=0)
+
+
+# --- the stored run, regenerated from the command it recorded ------------------------------------
+#: float64 throughout and seeded: a rerun on the recorded versions matches to rounding
+REPRO_RTOL, REPRO_ATOL = 1e-9, 1e-12
+#: the stored run this test regenerates (about 10 s)
+STORED = Path(__file__).resolve().parents[2] / "results" / "bernoulli"
+
+
+def _numbers_differ(stored, fresh, where="", skip=("seconds",)) -> list[str]:
+    """Where two JSON values differ beyond REPRO_RTOL / REPRO_ATOL (keys in ``skip`` ignored)."""
+    if isinstance(stored, dict) and isinstance(fresh, dict):
+        keys = (set(stored) | set(fresh)) - set(skip)
+        return [d for k in sorted(keys) for d in _numbers_differ(stored.get(k), fresh.get(k), f"{where}.{k}", skip)]
+    if isinstance(stored, list) and isinstance(fresh, list) and len(stored) == len(fresh):
+        return [d for i, (a, b) in enumerate(zip(stored, fresh)) for d in _numbers_differ(a, b, f"{where}[{i}]", skip)]
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (stored, fresh))
+    if numbers and math.isclose(stored, fresh, rel_tol=REPRO_RTOL, abs_tol=REPRO_ATOL):
+        return []
+    return [] if stored == fresh else [f"{where}: stored {stored!r}, now {fresh!r}"]
+
+
+def test_the_comparison_finds_a_change_beyond_the_tolerance_and_ignores_timings():
+    stored = {"r2": 0.9993, "curve": [0.1, 0.2], "seconds": 24.6, "source": "bigmath"}
+    assert _numbers_differ(stored, {**stored, "seconds": 5.0, "r2": 0.9993 * (1 + 1e-12)}) == []
+    assert _numbers_differ(stored, {**stored, "curve": [0.1, 0.2 * (1 + 1e-8)]}) == [
+        f".curve[1]: stored 0.2, now {0.2 * (1 + 1e-8)!r}"
+    ]
+    assert _numbers_differ(stored, {**stored, "source": "file"}) == [".source: stored 'bigmath', now 'file'"]
+
+
+def test_the_stored_run_reproduces_from_its_recorded_command(tmp_path, capsys):
+    from grpo_identity import provenance
+    from grpo_identity.app.cli import main
+
+    recorded = json.loads((STORED / "provenance.json").read_text())
+    argv = shlex.split(recorded["command"])
+    assert argv[0] == "grpo-identity" and "--out" in argv
+    argv[argv.index("--out") + 1] = str(tmp_path)  # the same command, written elsewhere
+    assert main(argv[1:]) == 0
+    capsys.readouterr()
+    env = provenance.differences(recorded) or ["none"]
+    for name in ("result.json", "config.json"):
+        stored, fresh = (json.loads((d / name).read_text()) for d in (STORED, tmp_path))
+        diffs = _numbers_differ(stored, fresh)
+        assert not diffs, f"{name} differs from the stored run ({len(diffs)} values; environment changes: {env}): " + (
+            "; ".join(diffs[:5])
+        )

@@ -258,6 +258,8 @@ def test_cli_json_has_the_documented_keys_and_writes_the_outputs(tmp_path, capsy
     assert json.loads((out / "config.json").read_text())["group_size"] == 4
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
     assert (out / "lm_identity.png").stat().st_size > 1000 and (out / "summary.json").exists()
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["command"] == "grpo-identity " + " ".join(argv) and prov["versions"]["torch"] is not None
 
 
 def test_cli_rejects_bad_settings_with_exit_2(capsys):

@@ -223,6 +223,13 @@ def test_conditional_experiment_reports_every_key_and_its_checks_hold():
     assert s["groups_checked"] == pc["groups_projected"] > 0
     assert c["grad_p_rel_err"]["mode"] == "dr_grpo"  # the mode with unweighted (constant) scores
     assert all(p["p_probe"] >= 0.05 for p in c["prompts"])
+    pre = c["preregistered"]  # read from the report above, never refitted
+    assert list(pre["criteria"]) == ["grpo_slope", "dr_grpo_slope", "cosine_median", "noise_ratio"]
+    assert pre["prompts"] == len(c["prompts"]) == 2 and "commit" in pre and len(pre["analysis"]["sha256"]) == 64
+    for mode in ("grpo", "dr_grpo"):
+        assert pre["slope_by_mode"][mode]["value"] == c["slope_by_mode"][mode]["weighted"]["value"]
+        assert pre["slope_by_mode"][mode]["unweighted"]["value"] == c["slope_by_mode"][mode]["value"]
+    assert pre["criteria"]["noise_ratio"] == "not testable"  # addition: one correct answer, Σ₊ = 0
 
 
 def test_conditional_checks_fail_when_ddof_one_advantages_are_claimed_as_grpo(monkeypatch):
@@ -280,6 +287,9 @@ def test_cli_conditional_json_prints_the_conditional_keys(tmp_path, capsys):
     c = json.loads(capsys.readouterr().out)["conditional"]
     assert list(c["slope_by_mode"]) == ["dr_grpo"] and c["groups"] == 32
     assert (tmp_path / "c" / "conditional.png").stat().st_size > 1000
+    assert c["preregistered"]["criteria"]["grpo_slope"] == "not testable"  # only Dr. GRPO was measured
+    prov = json.loads((tmp_path / "c" / "provenance.json").read_text())
+    assert prov["command"] == "grpo-identity " + " ".join(argv) and set(prov["versions"]) >= {"torch", "numpy"}
 
 
 @pytest.mark.parametrize(
@@ -400,3 +410,4 @@ def test_cli_conditional_table_names_the_slopes_and_the_checks(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "slope |E[g|k]| vs sigma" in out and "dr_grpo" in out and "holds" in out
+    assert "pre-registered analysis" in out and "noise_ratio    not testable" in out

@@ -3,5 +3,6 @@ the identity check on real gradients (exact per-sample scores, or projected alon
 directions by forward mode), the training loop, the fixed-policy conditional experiment
 (E[g | k] against σ_k) and their figures.
 
-Import :mod:`.config` and :mod:`.conditional_stats` without torch; every other module imports torch.
+Import :mod:`.config`, :mod:`.conditional_stats` and :mod:`.preregistered` without torch; every other module imports
+torch.
 """

@@ -49,15 +49,20 @@ from grpo_identity.trainer.lm.train import RunEnv, setup_run, warm_phase
 __all__ = ["run_conditional", "select_prompts", "draw_answers", "reference_moments", "measure_prompt"]
 
 
-def run_conditional(config: LMConfig, progress: bool = False, *, out_dir: str | Path | None = None) -> dict[str, Any]:
+def run_conditional(
+    config: LMConfig, progress: bool = False, *, out_dir: str | Path | None = None, command: str | None = None
+) -> dict[str, Any]:
     """Warm up, freeze, and measure E[g | k] on many groups of a few intermediate prompts.
 
     Returns a JSON-ready dict whose ``conditional`` entry holds ``slope_by_mode``,
-    ``cosine_min``, ``grad_p_rel_err``, ``noise_slope_by_mode``, ``groups`` and the cells, and
+    ``cosine_min``, ``grad_p_rel_err``, ``noise_slope_by_mode``, ``groups``, the cells and
+    ``preregistered`` (the pre-registered estimator and criteria, :mod:`.preregistered`), and
     ``identity_max_rel_err`` / ``groups_checked`` as a training run's summary has them; with
-    ``out_dir``: config.json, summary.json and conditional.png there.
+    ``out_dir``: config.json, summary.json, conditional.png and provenance.json (``command``,
+    the versions, the commit) there.
     """
     from grpo_identity.trainer.lm.conditional_summary import summarise
+    from grpo_identity.trainer.lm.preregistered import evaluate
 
     t0 = time.perf_counter()
     env = setup_run(config)
@@ -77,6 +82,7 @@ def run_conditional(config: LMConfig, progress: bool = False, *, out_dir: str | 
         tick()
     cond = summarise(measured, config, np.random.default_rng([config.seed, 12]))
     cond["candidates"] = candidates
+    cond["preregistered"] = evaluate(cond)
     pc = cond["projected_check"]
     errs = [e for e in (pc["projected_max_rel_err"], pc["exact_max_rel_err"]) if e is not None]
     summary = {
@@ -93,7 +99,7 @@ def run_conditional(config: LMConfig, progress: bool = False, *, out_dir: str | 
         "seconds": time.perf_counter() - t0,
     }
     if out_dir is not None:
-        _write_outputs(Path(out_dir), config, summary)
+        _write_outputs(Path(out_dir), config, summary, command)
     return summary
 
 
@@ -106,12 +112,14 @@ def _progress(on: bool, total: int) -> Callable[[], None]:
     return lambda: bar.update(1)
 
 
-def _write_outputs(out: Path, config: LMConfig, summary: dict[str, Any]) -> None:
+def _write_outputs(out: Path, config: LMConfig, summary: dict[str, Any], command: str | None) -> None:
     import json
 
+    from grpo_identity import provenance
     from grpo_identity.trainer.lm.plots import plot_conditional
 
     out.mkdir(parents=True, exist_ok=True)
+    provenance.write(out, command)
     (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     (out / "summary.json").write_text(dumps(summary) + "\n")
     plot_conditional(summary, out / "conditional.png")

@@ -566,19 +566,21 @@ def _learning_speed(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run_lm(config: LMConfig, progress: bool = False, *, out_dir: str | Path | None = None) -> dict[str, Any]:
+def run_lm(
+    config: LMConfig, progress: bool = False, *, out_dir: str | Path | None = None, command: str | None = None
+) -> dict[str, Any]:
     """Warm up once, train every mode of ``config`` from the same weights, and summarise.
 
     Returns a JSON-ready dict with at least ``identity_max_rel_err`` (largest over modes),
     ``groups_checked`` (sum), ``loglog_slope``/``loglog_r2`` (of the first mode; every mode's under
     ``modes``), ``device`` and ``seconds``.  With ``out_dir``: config.json, metrics.jsonl,
-    summary.json and lm_identity.png there.
+    summary.json, lm_identity.png and provenance.json (``command``, the versions, the commit) there.
     """
     t0 = time.perf_counter()
     env = setup_run(config)
     modes = modes_of(config)
     out = Path(out_dir) if out_dir is not None else None
-    sink = _open_outputs(out, config)
+    sink = _open_outputs(out, config, command)
     bar, tick = _progress(progress, config.warmup_steps + config.steps * len(modes))
     try:
         wu = warm_phase(env, config, tick)
@@ -662,11 +664,14 @@ def warm_phase(env: RunEnv, config: LMConfig, tick: Callable[[], None] = lambda:
     return wu
 
 
-def _open_outputs(out: Path | None, config: LMConfig) -> TextIO | None:
-    """Create ``out``, write config.json there and open metrics.jsonl (None without ``out``)."""
+def _open_outputs(out: Path | None, config: LMConfig, command: str | None) -> TextIO | None:
+    """Create ``out``, write provenance.json and config.json there and open metrics.jsonl (None without ``out``)."""
     if out is None:
         return None
+    from grpo_identity import provenance
+
     out.mkdir(parents=True, exist_ok=True)
+    provenance.write(out, command)
     (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     return open(out / "metrics.jsonl", "w")
 

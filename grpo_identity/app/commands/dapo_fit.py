@@ -35,7 +35,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         help=f"bootstrap resamples for the R^2 intervals, 0 (skip) to {MAX_BOOTSTRAP:,} (default 1000)",
     )
     p.add_argument("--seed", type=integer(0), default=0, help="bootstrap seed, an integer >= 0 (default 0)")
-    p.add_argument("--out", metavar="DIR", help="write fit.json and dapo_fit.png into DIR")
+    p.add_argument("--out", metavar="DIR", help="write fit.json, dapo_fit.png and provenance.json into DIR")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -58,7 +58,12 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.json and sys.stderr.isatty(),
     )
     if args.out:
-        write_outputs(args.out, {"fit.json": r}, ("dapo_fit.png", lambda path: plot_dapo_fit(r, path)))
+        from grpo_identity import provenance
+
+        record = provenance.record(provenance.command_line(args._argv))
+        write_outputs(
+            args.out, {"fit.json": r, provenance.FILE: record}, ("dapo_fit.png", lambda path: plot_dapo_fit(r, path))
+        )
     if args.json:
         emit_json(r)
         return 0

@@ -18,7 +18,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     from grpo_identity.trainer.config import BernoulliConfig, add_arguments  # standard library only
 
     add_arguments(p, BernoulliConfig, FLAGS)
-    p.add_argument("--out", metavar="DIR", help="write result.json, config.json and bernoulli.png into DIR")
+    p.add_argument(
+        "--out", metavar="DIR", help="write result.json, config.json, bernoulli.png and provenance.json into DIR"
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON (no progress bar)")
     p.description = f"{HELP}. {budget_help()}"
 
@@ -54,9 +56,15 @@ def run(args: argparse.Namespace) -> int:
 
     result = run_bernoulli(config, progress=not args.json and sys.stderr.isatty())
     if args.out:
+        from grpo_identity import provenance
+
         write_outputs(
             args.out,
-            {"result.json": result, "config.json": result["config"]},
+            {
+                "result.json": result,
+                "config.json": result["config"],
+                provenance.FILE: provenance.record(provenance.command_line(args._argv)),
+            },
             ("bernoulli.png", lambda path: plot_bernoulli(result, path)),
         )
     from grpo_identity.app.verify import IDENTITY_ABS_TOL
@@ -100,5 +108,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"DAPO samples / GRPO samples: {result['dapo_oversample']:.3f}   ({result['seconds']:.2f} s)")
     if args.out:
         out = Path(args.out)
-        print(f"wrote {out / 'result.json'}, {out / 'config.json'}, {out / 'bernoulli.png'}")
+        print(f"wrote {out / 'result.json'}, {out / 'config.json'}, {out / 'bernoulli.png'}, {out / 'provenance.json'}")
     return code

@@ -116,9 +116,10 @@ def run(args: argparse.Namespace) -> int:
 
     if config.experiment == "conditional":
         return _run_conditional(config, args, out)
+    from grpo_identity.provenance import command_line
     from grpo_identity.trainer.lm.train import run_lm
 
-    s = run_lm(config, progress=not args.json and sys.stderr.isatty(), out_dir=out)
+    s = run_lm(config, progress=not args.json and sys.stderr.isatty(), out_dir=out, command=command_line(args._argv))
     err = s["identity_max_rel_err"]
     holds = err is not None and err <= REL_TOL  # no checked group: nothing shown to hold
     if args.json:
@@ -216,10 +217,13 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
     import sys
 
     from grpo_identity.app.report import emit_json, format_table
+    from grpo_identity.provenance import command_line
     from grpo_identity.trainer.lm.conditional import run_conditional
     from grpo_identity.trainer.lm.identity import REL_TOL
 
-    s = run_conditional(config, progress=not args.json and sys.stderr.isatty(), out_dir=out)
+    s = run_conditional(
+        config, progress=not args.json and sys.stderr.isatty(), out_dir=out, command=command_line(args._argv)
+    )
     c = s["conditional"]
     pc = c["projected_check"]
     ok = all(e is not None and e <= REL_TOL for e in (pc["projected_max_rel_err"], pc["exact_max_rel_err"]))
@@ -278,6 +282,32 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
         + ("holds" if ok else f"FAILS the {REL_TOL:g} goal")
         + f"  ({s['seconds']:.1f} s)"
     )
+    _print_preregistered(c["preregistered"])
     if out is not None:
-        print(f"wrote {out / 'summary.json'}, {out / 'config.json'}, {out / 'conditional.png'}")
+        print(
+            f"wrote {out / 'summary.json'}, {out / 'config.json'}, {out / 'conditional.png'}, {out / 'provenance.json'}"
+        )
     return 0 if ok else 1
+
+
+def _print_preregistered(p: dict[str, typing.Any]) -> None:
+    """The pre-registered slopes (the plain fit beside them) and each criterion's verdict."""
+    import textwrap
+
+    from grpo_identity.app.report import format_table
+    from grpo_identity.trainer.lm.preregistered import observed_text as _observed
+
+    commit = p["commit"][:12] if p["commit"] else "none"
+    note = f"; {p['analysis']['note']}" if p["analysis"].get("note") else ""
+    print(f"pre-registered analysis (trainer/lm/preregistered.py; commit {commit}{note}):")
+    for m, sl in p["slope_by_mode"].items():
+        print(
+            f"  {m}: weighted slope {_observed(sl['value'])} {_observed(sl['interval'])}, "
+            f"predicted {sl['predicted']:g} inside ({sl['bounds'][0]:g}, {sl['bounds'][1]:g}); "
+            f"unweighted {_observed(sl['unweighted']['value'])} {_observed(sl['unweighted']['interval'])} (not judged)"
+        )
+    rows = [[name, d["status"], _observed(d["observed"])] for name, d in p["criteria_detail"].items()]
+    print(format_table(rows, ["criterion", "status", "observed"]))
+    for name, d in p["criteria_detail"].items():
+        if d["reason"]:
+            print(textwrap.fill(f"{name}: {d['reason']}", 120, initial_indent="  ", subsequent_indent="    "))
