@@ -371,12 +371,22 @@ def test_reinforce_baseline_couples_the_groups_through_a_token_weighted_batch_wh
     release_env, capsys, no_std_norm, scale
 ):
     # group mean subtracted, then (A - batch mean over response tokens) [/ batch std over tokens]:
-    # responses of different lengths weigh differently, so a silent group gets a nonzero advantage
+    # responses of different lengths weigh differently, so a silent group gets a nonzero advantage.
+    # Whitened, it is REINFORCE++-baseline (OpenRLHF's form, ddof 0), named, those properties given up by
+    # design; without the std, no variant: they fail
     code, out = _audit(
         capsys, "algo.advantage.estimator=reinforce_baseline", f"algo.advantage.no_std_norm={no_std_norm}"
     )
-    assert code == 1 and out["inferred"]["coupled"] is True and out["inferred"]["scale"] == scale
-    assert {"groups_independent", "silent_groups_exactly_zero", "zero_sum_per_group"} <= _failed(out)
+    assert out["inferred"]["coupled"] is True and out["inferred"]["scale"] == scale
+    properties = {"groups_independent", "silent_groups_exactly_zero", "zero_sum_per_group"}
+    if no_std_norm == "false":
+        assert code == 0 and out["matches"] == "reinforce_plus_plus_baseline"
+        variant = next(f for f in out["findings"] if f["property"] == "variant")
+        assert variant["counterexample"]["form"] == "OpenRLHF"
+        by_design = {f["property"] for f in out["findings"] if f["message"].startswith("by design")}
+        assert properties <= by_design and not _failed(out)
+    else:
+        assert code == 1 and properties <= _failed(out)
 
 
 @pytest.mark.slow
