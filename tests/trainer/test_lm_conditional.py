@@ -232,6 +232,43 @@ def test_conditional_experiment_reports_every_key_and_its_checks_hold():
     assert pre["criteria"]["noise_ratio"] == "not testable"  # addition: one correct answer, Σ₊ = 0
 
 
+def test_conditional_experiment_on_split_tests_the_noise_term_that_addition_cannot():
+    from grpo_identity.trainer.lm.conditional import run_conditional
+
+    s = run_conditional(named_config("cpu-smoke", **{**TINY, "task": "split", "warmup_steps": 100}))
+    c = s["conditional"]
+    assert c["task"] == "split" and len(c["prompts"]) == 2
+    texts = [p["prompt"] for p in c["prompts"]]
+    assert len(set(texts)) == 2 and all(t.startswith("^") and t.endswith("=") for t in texts)  # distinct prompts
+    assert all(p["correct_distinct"] > 1 for p in c["prompts"])  # several correct answers were sampled
+    assert all(p["trace_sigma_pos"]["grpo"] > 0 for p in c["prompts"])  # so Σ₊ ≠ 0
+    pre = c["preregistered"]
+    assert pre["criteria"]["noise_ratio"] in ("met", "not met")  # testable, unlike addition's
+    assert pre["noise_ratio_by_mode"]["grpo"]["prompts_testable"] and pre["noise_ratio_by_mode"]["grpo"]["cells"] > 0
+    assert s["identity_max_rel_err"] < 1e-4
+
+
+def test_prompt_selection_keeps_each_prompt_once_and_measures_every_candidate(monkeypatch):
+    import types
+
+    import grpo_identity.trainer.lm.conditional as cond
+    from grpo_identity.trainer.lm.task import SplitTask
+
+    task = SplitTask(max_digits=1)  # nine prompts, ^1= to ^9=: sixty candidates repeat them
+    drawn = []
+
+    def probe(env, config, prompt, answer, n, gen):  # every candidate solved half the time
+        drawn.append(n)
+        return None, None, None, torch.full((n,), 0.5)
+
+    monkeypatch.setattr(cond, "draw_answers", probe)
+    cfg = named_config("cpu-smoke", task="split", max_digits=1, cond_candidates=60, cond_prompts=12, cond_probe=10)
+    env = types.SimpleNamespace(task=task, device=torch.device("cpu"))
+    kept, seen = cond.select_prompts(env, cfg, np.random.default_rng(0), torch.Generator())
+    assert sorted(task.decode(k[0].tolist()) for k in kept) == [f"^{s}=" for s in range(1, 10)]
+    assert len(seen) == 60 and drawn == [10] * 60
+
+
 def test_conditional_checks_fail_when_ddof_one_advantages_are_claimed_as_grpo(monkeypatch):
     import grpo_identity.trainer.lm.conditional as cond
 
@@ -299,6 +336,7 @@ def test_cli_conditional_json_prints_the_conditional_keys(tmp_path, capsys):
         ["--mode", "dapo"],
         ["--aggregation", "token_mean"],
         ["--cond-min-cell", "1"],
+        ["--task", "multiply"],
     ],
 )
 def test_cli_conditional_rejects_bad_settings_in_one_line_with_exit_2(argv, capsys):

@@ -11,7 +11,7 @@ noise term, whose GRPO size does not grow with σ; E[g | k] is what scales.
 
 Procedure (:func:`run_conditional`): warm up as the trainer does, freeze the model; measure the
 solve rate of ``cond_candidates`` prompts with ``cond_probe`` answers each and keep up to
-``cond_prompts`` inside [cond_p_low, cond_p_high]; for each kept prompt
+``cond_prompts`` distinct ones inside [cond_p_low, cond_p_high]; for each kept prompt
 
 1. draw ``cond_ref_answers`` answers: their per-sample scores (streamed in chunks, never
    stored) give two independent halves of μ₊ − μ₋ and of ∇p / (p(1 − p)), and tr Σ±;
@@ -55,8 +55,10 @@ def run_conditional(
     """Warm up, freeze, and measure E[g | k] on many groups of a few intermediate prompts.
 
     Returns a JSON-ready dict whose ``conditional`` entry holds ``slope_by_mode``,
-    ``cosine_min``, ``grad_p_rel_err``, ``noise_slope_by_mode``, ``groups``, the cells and
-    ``preregistered`` (the pre-registered estimator and criteria, :mod:`.preregistered`), and
+    ``cosine_min``, ``grad_p_rel_err``, ``noise_slope_by_mode``, ``groups``, the cells,
+    ``prompts`` (each with its text and ``correct_distinct``, the distinct correct answers among
+    its groups), ``task`` and ``preregistered`` (the pre-registered estimator and criteria,
+    :mod:`.preregistered`), and
     ``identity_max_rel_err`` / ``groups_checked`` as a training run's summary has them; with
     ``out_dir``: config.json, summary.json, conditional.png and provenance.json (``command``,
     the versions, the commit) there.
@@ -77,10 +79,13 @@ def run_conditional(
         if config.time_budget > 0 and i >= 2 and time.perf_counter() - t0 + per_prompt > config.time_budget:
             break  # the budget would run out during the next prompt: stop with what is measured
         m = measure_prompt(env, config, prompt, answer, gen, seed=config.seed * 1000 + i)
-        m.update(level=level, p_probe=p_probe)
+        m.update(level=level, p_probe=p_probe, prompt=env.task.decode(prompt.tolist()))
         measured.append(m)
         tick()
     cond = summarise(measured, config, np.random.default_rng([config.seed, 12]))
+    for entry, m in zip(cond["prompts"], measured):  # what the task gives each prompt, beside the analysis
+        entry.update(prompt=m["prompt"], correct_distinct=m["correct_distinct"])
+    cond["task"] = config.task
     cond["candidates"] = candidates
     cond["preregistered"] = evaluate(cond)
     pc = cond["projected_check"]
@@ -154,23 +159,29 @@ def draw_answers(
 def select_prompts(
     env: RunEnv, config: LMConfig, rng: np.random.Generator, gen: torch.Generator
 ) -> tuple[list[tuple[torch.Tensor, list[int], int, float]], list[dict[str, Any]]]:
-    """Up to ``cond_prompts`` prompts whose measured solve rate lies in [cond_p_low, cond_p_high].
+    """Up to ``cond_prompts`` distinct prompts whose measured solve rate lies in [cond_p_low, cond_p_high].
 
-    Returns the kept (prompt (P,), answer, level, p̂) and every candidate's level and p̂.
+    Returns the kept (prompt (P,), answer, level, p̂) and every candidate's level and p̂.  A
+    candidate equal to a kept prompt is measured (the random streams stay those of a run without
+    the check) but not kept again.
     """
     probs = env.task.sample(config.cond_candidates, rng)
     kept: list[tuple[torch.Tensor, list[int], int, float]] = []
+    kept_keys: set[tuple[int, ...]] = set()
     seen: list[dict[str, Any]] = []
     for i in range(config.cond_candidates):
         prompt = torch.as_tensor(probs.prompts[i], device=env.device)
         _, _, _, r = draw_answers(env, config, prompt, probs.answers[i], config.cond_probe, gen)
         p_hat = float(r.float().mean())
         seen.append({"level": int(probs.levels[i]), "p_probe": p_hat})
-        if config.cond_p_low <= p_hat <= config.cond_p_high and len(kept) < config.cond_prompts:
+        key = tuple(probs.prompts[i].tolist())
+        inside = config.cond_p_low <= p_hat <= config.cond_p_high
+        if inside and key not in kept_keys and len(kept) < config.cond_prompts:
             kept.append((prompt, probs.answers[i], int(probs.levels[i]), p_hat))
+            kept_keys.add(key)
     if len(kept) < 2:
         raise ValueError(
-            f"only {len(kept)} of {config.cond_candidates} candidate prompts have a solve rate in "
+            f"only {len(kept)} distinct prompts among {config.cond_candidates} candidates have a solve rate in "
             f"[{config.cond_p_low:g}, {config.cond_p_high:g}]: raise --cond-candidates or widen the range"
         )
     return kept, seen
@@ -263,6 +274,7 @@ def measure_prompt(
     )  # (n·G, K)
     out: dict[str, Any] = {
         "k": k.tolist(),
+        "correct_distinct": _distinct_correct(seqs[:, env.task.prompt_len :], lengths, rewards),
         "n_ref": config.cond_ref_answers,
         "p_ref": float(np.mean(ref[conditional_modes(config)[0]]["p_half"])),
         "modes": {},
@@ -270,6 +282,13 @@ def measure_prompt(
     for m in conditional_modes(config):
         out["modes"][m] = _measure_mode(env, config, m, seqs, mask, lengths, rewards, k, V, u_proj, ref[m])
     return out
+
+
+def _distinct_correct(completions: torch.Tensor, lengths: torch.Tensor, rewards: torch.Tensor) -> int:
+    """How many different sequences the correct answers are (1 for addition: Σ₊ = 0 then)."""
+    comp, lens = completions.cpu().numpy(), lengths.cpu().numpy()  # (n, T), (n,)
+    right = np.flatnonzero(rewards.cpu().numpy() > 0.5)
+    return len({tuple(comp[i, : lens[i]].tolist()) for i in right})
 
 
 def _measure_mode(

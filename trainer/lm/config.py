@@ -11,6 +11,8 @@ A run of :func:`grpo_identity.trainer.lm.train.run_lm` is fully described by one
 
 Each size also sizes the fixed-policy conditional experiment (``experiment="conditional"``, the
 ``cond_*`` fields): ``cpu-smoke`` within five minutes on one CPU thread, ``gpu`` for one H200.
+``cpu-conditional`` is that experiment on the split task (several correct answers per prompt,
+so the noise term Σ₊ is not 0): 12 prompts, 960 groups each, within 15 minutes on one CPU thread.
 
 Derived quantities (the dial of a mode, the aggregation a mode implies, the device) are kept
 apart from the settings, in functions below the class.  Light: no torch at import.
@@ -34,6 +36,7 @@ __all__ = [
     "CONFIGS",
     "MODES",
     "AGGREGATIONS",
+    "TASKS",
     "named_config",
     "lm_field_docs",
     "modes_of",
@@ -50,6 +53,8 @@ Aggregation = Literal["auto", "seq_mean", "token_mean", "constant"]
 MODES: tuple[str, ...] = ("grpo", "dr_grpo", "dapo")
 #: how per-token losses are summed into a group's loss (see lm_loss.sample_weights)
 AGGREGATIONS: tuple[str, ...] = ("seq_mean", "token_mean", "constant")
+#: the tasks (lm.task.TASK_CLASSES): one correct answer per prompt, or several
+TASKS: tuple[str, ...] = ("addition", "split")
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,10 @@ class LMConfig:
     """attention heads (must divide n_embd)"""
 
     # --- task -------------------------------------------------------------------------------
+    task: Literal["addition", "split"] = "addition"
+    """addition (a + b =, one correct answer) or split (s =, any a + b with a + b = s is correct)"""
     max_digits: int = 3
-    """largest operand length of the addition task; difficulty level d in 1..max_digits"""
+    """largest length of a prompt's numbers (addition: each operand; split: s); difficulty level d in 1..max_digits"""
     difficulty_weights: tuple[float, ...] = ()
     """relative frequency of each difficulty level (empty: uniform)"""
 
@@ -190,6 +197,7 @@ class LMConfig:
 #: the fields with a fixed set of values, and those values
 _CHOICES: Mapping[str, tuple[str, ...]] = {
     "model": ("gpt2", "llama"),
+    "task": TASKS,
     "mode": MODES + ("all",),
     "aggregation": ("auto",) + AGGREGATIONS,
     "device": ("auto", "cpu", "cuda"),
@@ -350,6 +358,20 @@ CONFIGS: Mapping[str, LMConfig] = {
         cond_probe=64,
         cond_ref_answers=2048,
         cond_directions=4,
+    ),
+    # the fixed-policy experiment where G8's noise term Σ₊/k is exercised: split has s + 1 correct
+    # answers per prompt, so Σ₊ ≠ 0.  1–2 digit sums, warmed up to greedy accuracy 0.8, leave the
+    # sampled solve rates of most two-digit sums in 0.25–0.7.  5.5 minutes on one CPU thread (the
+    # Gram matrices grow as groups²); 8 directions, because ‖Vg‖/‖g‖ of 2 or 4 has a tail that
+    # some of ~23,000 checked groups reach (the error ‖Ve‖/‖Vg‖ then passes 1e-4)
+    "cpu-conditional": LMConfig(
+        experiment="conditional",
+        task="split",
+        max_digits=2,
+        warmup_target=0.8,
+        cond_prompts=12,
+        cond_groups=960,
+        cond_directions=8,
     ),
 }
 

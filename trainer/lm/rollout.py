@@ -21,7 +21,7 @@ from torch import nn
 from grpo_identity.dial import Dial
 from grpo_identity.trainer.lm.identity import silent_estimate
 from grpo_identity.trainer.lm.model import sample
-from grpo_identity.trainer.lm.task import PAD, AdditionTask
+from grpo_identity.trainer.lm.task import PAD, DigitTask
 
 __all__ = ["Rollout", "rollout"]
 
@@ -56,7 +56,7 @@ class Rollout:
 
 def rollout(
     model: nn.Module,
-    task: AdditionTask,
+    task: DigitTask,
     dial: Dial,
     *,
     n_prompts: int,

@@ -1,5 +1,5 @@
-"""The compact LM trainer: supervised warm-up, then GRPO / Dr. GRPO / DAPO on addition, with the
-identity g = c(k, G)·(s̄₊ − s̄₋) checked on real transformer gradients.
+"""The compact LM trainer: supervised warm-up, then GRPO / Dr. GRPO / DAPO on a digit task (addition
+or split), with the identity g = c(k, G)·(s̄₊ − s̄₋) checked on real transformer gradients.
 
 One step of a mode:
 
@@ -54,7 +54,7 @@ from grpo_identity.trainer.lm.loss import rl_loss, sample_weights
 from grpo_identity.trainer.lm.model import autocast, build_model, count_params, resolve_device, sample, token_logprobs
 from grpo_identity.trainer.lm.projected import projected_check, projected_scores, random_directions
 from grpo_identity.trainer.lm.rollout import rollout
-from grpo_identity.trainer.lm.task import AdditionTask, Problems
+from grpo_identity.trainer.lm.task import DigitTask, Problems, make_task
 
 __all__ = ["run_lm", "train_mode", "warmup", "evaluate", "RunEnv", "setup_run", "warm_phase"]
 
@@ -64,7 +64,7 @@ COEF_EXPONENT = {"grpo": 1, "dr_grpo": 2, "dapo": 1}
 
 def warmup(
     model: nn.Module,
-    task: AdditionTask,
+    task: DigitTask,
     cfg: LMConfig,
     rng: np.random.Generator,
     device: torch.device,
@@ -99,9 +99,7 @@ def warmup(
 
 
 @torch.no_grad()
-def evaluate(
-    model: nn.Module, task: AdditionTask, problems: Problems, device: torch.device, amp: bool
-) -> dict[str, Any]:
+def evaluate(model: nn.Module, task: DigitTask, problems: Problems, device: torch.device, amp: bool) -> dict[str, Any]:
     """Greedy accuracy on a fixed prompt set, overall and by difficulty level."""
     comp, _ = sample(
         model, torch.as_tensor(problems.prompts, device=device), task.max_answer_len, temperature=0.0, amp=amp
@@ -140,7 +138,7 @@ def train_mode(
     ref: nn.Module | None,
     base: dict[str, torch.Tensor],
     cfg: LMConfig,
-    task: AdditionTask,
+    task: DigitTask,
     eval_set: Problems,
     device: torch.device,
     amp: bool,
@@ -227,7 +225,7 @@ def _learn(
     ref: nn.Module | None,
     ro: Any,
     cfg: LMConfig,
-    task: AdditionTask,
+    task: DigitTask,
     device: torch.device,
     amp: bool,
     step: int,
@@ -631,7 +629,7 @@ class RunEnv:
 
     device: torch.device
     amp: bool
-    task: AdditionTask
+    task: DigitTask
     model: nn.Module
     eval_set: Problems
 
@@ -642,7 +640,7 @@ def setup_run(config: LMConfig) -> RunEnv:
     if device.type == "cpu":
         torch.set_num_threads(config.threads)
     amp = config.amp == "bf16" or (config.amp == "auto" and device.type == "cuda")
-    task = AdditionTask(config.max_digits, config.difficulty_weights)
+    task = make_task(config.task, config.max_digits, config.difficulty_weights)
     torch.manual_seed(config.seed)
     model = build_model(config, task.vocab_size, task.prompt_len + task.max_answer_len).to(device)
     eval_set = task.sample(

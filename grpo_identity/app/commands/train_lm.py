@@ -8,7 +8,10 @@ import typing
 
 from grpo_identity.app.options import budget_help
 
-HELP = "train a small transformer on addition with GRPO, Dr. GRPO and DAPO, checking the identity on real gradients"
+HELP = (
+    "train a small transformer on addition (or split: s = a + b) with GRPO, Dr. GRPO and DAPO, "
+    "checking the identity on real gradients"
+)
 
 #: short options named in the paper's letters
 FLAGS = {"group_size": ["--G", "--group-size"]}
@@ -237,6 +240,10 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
         f"fixed policy: {s['model']} with {s['n_params']:,} parameters on {s['device']}; "
         f"{c['groups']} groups of G = {c['group_size']} "
         f"on {len(c['prompts'])} prompts (solve rates " + ", ".join(f"{p['p_ref']:.2f}" for p in c["prompts"]) + ")"
+    )
+    print(
+        f"task {c['task']}: distinct correct answers among each prompt's groups "
+        + ", ".join(str(p["correct_distinct"]) for p in c["prompts"])
     )
     rows = [
         [
