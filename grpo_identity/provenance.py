@@ -161,7 +161,8 @@ def write(folder: str | Path, command: str | None) -> Path:
 
 def recorded(folder: str | Path) -> list[dict[str, Any]]:
     """Every provenance record a stored run's folder holds: ``provenance.json``, else the
-    frameworks' ``meta.json``, else the ``provenance`` entry of its JSON files (one per file)."""
+    frameworks' ``meta.json``, else the ``provenance`` entry of its JSON files (one per file) and
+    the ``provenance.json`` of its subfolders (the seeds of a replication, one per seed)."""
     folder = Path(folder)
     for name in (FILE, "meta.json"):
         path = folder / name
@@ -174,6 +175,10 @@ def recorded(folder: str | Path) -> list[dict[str, Any]]:
         body = json.loads(path.read_text())
         if isinstance(body, dict) and isinstance(body.get("provenance"), dict):
             found.append(body["provenance"] | {"file": path.name})
+    for path in sorted(folder.glob(f"*/{FILE}")):
+        body = json.loads(path.read_text())
+        if isinstance(body, dict) and "versions" in body:
+            found.append(body | {"file": path.relative_to(folder).as_posix()})
     return found
 
 

@@ -9,7 +9,9 @@
 #   projected check on every group along 4 directions, the exact one on 4 groups per prompt);
 #   sampling under bf16 autocast, every gradient and comparison in fp32; sized for one H200 within
 #   8 minutes (a 450 s time budget stops starting new prompts; about 37 GB of GPU memory holds one
-#   mode's per-group gradients).  Not yet run on a GPU: the sizing is an estimate.
+#   mode's per-group gradients).  TASK (default split: several correct answers per prompt, so the
+#   pre-registered noise criterion is testable; addition: one) picks the task.  Not yet run on a
+#   GPU: the sizing is an estimate.
 #
 #   [EXPERIMENT=conditional] scripts/gpu_run.sh [OUT_DIR] [more `grpo-identity train lm` options]
 #
@@ -26,9 +28,13 @@ EXPERIMENT="${EXPERIMENT:-train}"
 DEVICE="${DEVICE:-cuda}"
 # the memory check of `train lm` defaults to 16 GiB; one H200 has ~139 GiB (the conditional run needs ~50 by its estimate)
 export GRPO_IDENTITY_MEMORY_GIB="${GRPO_IDENTITY_MEMORY_GIB:-120}"
+# a device copy may carry no .git: the stored run's provenance records the commit given here
+GRPO_IDENTITY_COMMIT="${GRPO_IDENTITY_COMMIT:-$(git rev-parse HEAD 2>/dev/null || true)}"
+export GRPO_IDENTITY_COMMIT
 case "$EXPERIMENT" in
   train) OUT=results/lm-gpu; LIMIT=1500; extra=() ;;
-  conditional) OUT=results/lm-gpu-conditional; LIMIT=600; extra=(--experiment conditional --time-budget 450) ;;
+  conditional) OUT=results/lm-gpu-conditional; LIMIT=600
+    extra=(--experiment conditional --time-budget 450 --task "${TASK:-split}") ;;
   *) echo "EXPERIMENT must be train or conditional, got $EXPERIMENT" >&2; exit 2 ;;
 esac
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then  # a first argument that is not an option names the folder

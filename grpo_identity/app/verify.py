@@ -500,9 +500,38 @@ def _preregistered_items(name: str, p: dict[str, Any] | None, note: str) -> Iter
         )
 
 
+def _conditional_runs(results: Path) -> list[Path]:
+    """The stored fixed-policy runs: ``results/lm-conditional-*/summary.json`` and the seeds of a
+    replication, ``results/lm-conditional-*/seed-*/summary.json``."""
+    found = [*results.glob("lm-conditional-*/summary.json"), *results.glob("lm-conditional-*/seed-*/summary.json")]
+    return sorted(p.parent for p in found)
+
+
+def _replication_items(results: Path) -> Iterator[Item]:
+    """Per replication folder (``lm-conditional-*/seed-*``), each pre-registered criterion: met in how
+    many of its seeds.  The rule, fixed before the seeds ran: a criterion replicates when it is met in
+    every seed; one seed that does not meet it is a fail, and a seed where it is not testable counts as
+    not met."""
+    for folder in sorted({p.parent for p in results.glob("lm-conditional-*/seed-*")}):
+        seeds = sorted(folder.glob("seed-*/summary.json"))
+        runs = [json.loads(p.read_text())["conditional"].get("preregistered") or {} for p in seeds]
+        names = sorted({crit for r in runs for crit in r.get("criteria", {})})
+        for crit in names:
+            met = sum(r.get("criteria", {}).get(crit) == "met" for r in runs)
+            yield _item(
+                "LM conditional",
+                f"{folder.name}: pre-registered {crit} replicated over {len(runs)} seeds",
+                "met in every seed",
+                f"met in {met} of {len(runs)} seeds",
+                met == len(runs),
+                f"read from results/{folder.name}/seed-*, not re-run; pass: met in every seed",
+            )
+
+
 def _stored_conditional(results: Path = STORED_RESULTS) -> Iterator[Item]:
-    """The stored fixed-policy runs ``results/lm-conditional-*/summary.json`` (read, not re-run)."""
-    runs = sorted(p.parent for p in results.glob("lm-conditional-*/summary.json"))
+    """The stored fixed-policy runs (:func:`_conditional_runs`; read, not re-run), then each
+    replication's criteria over its seeds."""
+    runs = _conditional_runs(results)
     if not runs:
         yield _skip(
             "LM conditional",
@@ -513,11 +542,13 @@ def _stored_conditional(results: Path = STORED_RESULTS) -> Iterator[Item]:
         return
     for run in runs:
         c = json.loads((run / "summary.json").read_text())["conditional"]
-        yield from _conditional_items(run.name, c, f"read from results/{run.name}, not re-run")
+        name = run.relative_to(results).as_posix()
+        yield from _conditional_items(name, c, f"read from results/{name}, not re-run")
+    yield from _replication_items(results)
 
 
 def _conditional_count(results: Path = STORED_RESULTS) -> int:
-    return max(1, 10 * len(list(results.glob("lm-conditional-*/summary.json"))))
+    return max(1, 14 * len(_conditional_runs(results)))
 
 
 def _stored_environments(results: Path = STORED_RESULTS) -> Iterator[Item]:

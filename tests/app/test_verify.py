@@ -454,3 +454,27 @@ def test_every_stored_run_folder_gets_an_environment_item():
     items = list(V._stored_environments())
     folders = [p for p in V.STORED_RESULTS.iterdir() if p.is_dir()]
     assert len(items) == len(folders) >= 1 and all(i.status in ("pass", "skipped") for i in items)
+
+
+def test_a_replication_says_in_how_many_seeds_each_criterion_was_met_and_passes_only_in_all(tmp_path):
+    from grpo_identity import provenance
+    from grpo_identity.trainer.lm.preregistered import evaluate
+
+    base = json.loads((V.STORED_RESULTS / "lm-conditional-cpu" / "summary.json").read_text())
+    for seed, dr_grpo in ((1, [1.9, 2.1]), (2, [1.9, 2.1]), (3, [1.2, 1.4])):  # the third misses 2
+        s = json.loads(json.dumps(base))
+        c = s["conditional"]
+        c["slope_by_mode"]["grpo"]["weighted"].update(value=1.0, interval=[0.9, 1.1])
+        c["slope_by_mode"]["dr_grpo"]["weighted"].update(value=sum(dr_grpo) / 2, interval=dr_grpo)
+        c["preregistered"] = evaluate(c, commit=False)
+        run = tmp_path / "lm-conditional-rep" / f"seed-{seed}"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps(s))
+        (run / "provenance.json").write_text(json.dumps(provenance.record(f"seed {seed}")))
+    items = {i.name: i for i in V._stored_conditional(tmp_path) if "replicated" in i.name}
+    grpo = items["lm-conditional-rep: pre-registered grpo_slope replicated over 3 seeds"]
+    dr = items["lm-conditional-rep: pre-registered dr_grpo_slope replicated over 3 seeds"]
+    assert (grpo.status, grpo.project) == ("pass", "met in 3 of 3 seeds")
+    assert (dr.status, dr.project) == ("fail", "met in 2 of 3 seeds")
+    assert any(i.name.startswith("lm-conditional-rep/seed-2 ") for i in V._stored_conditional(tmp_path))
+    assert len(provenance.recorded(tmp_path / "lm-conditional-rep")) == 3  # one record per seed
