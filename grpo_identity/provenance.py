@@ -113,11 +113,16 @@ def last_commit(paths: Iterable[str | Path], root: Path | None = None) -> str | 
     return git("log", "-1", "--format=%H", "--", *rel, root=root) or None
 
 
+#: what a stored run writes: not part of what made its numbers (a run writing its own folder, or
+#: another run's, leaves the code unmodified)
+OUTPUTS = "results"
+
+
 def modified(paths: Iterable[str | Path] | None = None, root: Path | None = None) -> bool | None:
-    """Whether ``paths`` (None: the whole tree) differ from the checkout's HEAD, untracked files
-    included; None outside a checkout."""
+    """Whether ``paths`` (None: the whole tree but :data:`OUTPUTS`) differ from the checkout's HEAD,
+    untracked files included; None outside a checkout."""
     try:
-        rel = [] if paths is None else ["--", *_relative(paths, root)]
+        rel = ["--", ".", f":(exclude){OUTPUTS}"] if paths is None else ["--", *_relative(paths, root)]
     except ValueError:
         return None
     out = git("status", "--porcelain", *rel, root=root)

@@ -62,6 +62,15 @@ def test_last_commit_and_modified_follow_the_files(repo):
     assert P.last_commit([repo.parent / "elsewhere.py"], repo) is None  # outside the checkout
 
 
+def test_a_runs_own_output_under_results_does_not_make_the_tree_modified(repo):
+    assert P.modified(root=repo) is False
+    (repo / P.OUTPUTS / "run-1").mkdir(parents=True)
+    (repo / P.OUTPUTS / "run-1" / "summary.json").write_text("{}\n")  # what a stored run writes
+    assert P.modified(root=repo) is False
+    (repo / "c.py").write_text("code\n")
+    assert P.modified(root=repo) is True
+
+
 def test_differences_name_each_version_that_changed_and_nothing_else():
     here = {"python": "3.11.7", "versions": {"numpy": "2.4.6", "torch": "2.13.0", "transformers": "5.10.4"}}
     old = {"python": "3.11.7", "versions": {"numpy": "2.4.6", "torch": "2.12.0", "hypothesis": "1.0"}}
@@ -82,7 +91,9 @@ def test_recorded_reads_a_provenance_file_the_frameworks_meta_or_records_inside_
     assert [r["command"] for r in P.recorded(a)] == ["cmd a"]
     assert [r["command"] for r in P.recorded(b)] == ["cmd b"]
     assert [(r["command"], r["file"]) for r in P.recorded(c)] == [("cmd 0", "seed0.json"), ("cmd 1", "seed1.json")]
-    assert P.recorded(tmp_path) == []
+    assert [r["file"] for r in P.recorded(tmp_path)] == ["a/provenance.json"]  # a folder of runs: theirs
+    (tmp_path / "empty").mkdir()
+    assert P.recorded(tmp_path / "empty") == []
 
 
 def test_outside_a_checkout_the_commit_is_the_callers_variable_or_none_and_the_note_says_which(tmp_path, monkeypatch):
