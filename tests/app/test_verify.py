@@ -384,11 +384,15 @@ def test_the_stored_conditional_run_gives_passing_items_and_a_planted_miss_fails
     import shutil
 
     items = list(V._stored_conditional())
-    assert len(items) == 10 and not [i.name for i in items if i.status == "fail"]
+    cpu = [i for i in items if i.name.startswith("lm-conditional-cpu")]
+    assert len(cpu) == 10 and not [i.name for i in items if i.status == "fail"]
     # the GRPO pooled fit's estimate lies outside its own bootstrap interval: not counted, said so
-    assert [i.name for i in items if i.status == "skipped"] == [
+    assert [i.name for i in cpu if i.status == "skipped"] == [
         "lm-conditional-cpu grpo: slope ‖E[g|k]‖ vs σ_k, pooled, 95 % interval holds 1"
     ]
+    # the replication's three stored seeds: every pre-registered criterion met in all three
+    replicated = [i for i in items if "replicated over 3 seeds" in i.name]
+    assert len(replicated) == 4 and {i.project for i in replicated} == {"met in 3 of 3 seeds"}
     run = tmp_path / "lm-conditional-planted"
     run.mkdir()
     s = json.loads((V.STORED_RESULTS / "lm-conditional-cpu" / "summary.json").read_text())
