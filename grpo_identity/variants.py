@@ -103,9 +103,8 @@ class Variant:
 
 # --- reference computations ----------------------------------------------------------------------
 def _centred(R: np.ndarray) -> np.ndarray:
-    """Rᵢ − group mean, exactly 0 on silent groups."""
-    silent = R.max(axis=1, keepdims=True) == R.min(axis=1, keepdims=True)
-    return np.where(silent, 0.0, R - R.mean(axis=1, keepdims=True))
+    """Rᵢ − group mean, exactly 0 on silent groups: Dr. GRPO's advantages (the dial's)."""
+    return np.asarray(D.advantages(R, dial=D.DR_GRPO))
 
 
 def _group_std(R: np.ndarray, ddof: int) -> np.ndarray:
