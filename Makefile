@@ -7,10 +7,11 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q -c constraints.txt
 STAMP  := $(VENV)/.installed
 FW     := $(VENV)/.frameworks
-# real frameworks the checks audit in CI (tests marked `frameworks`), installed together with
-# their declared requirements so that `pip check` passes: verl 0.9.1 wants transformers < 5.11
-# (TRL 1.16.0 takes >= 4.56.2), and its trainer module imports cachetools, uvicorn, fastapi and
-# pillow beyond them. Other releases: `grpo-identity audit trl --release 0.22.0` (own environment).
+# real frameworks the checks audit in CI (tests marked `frameworks`): pyproject's `frameworks` extra
+# (pip install 'grpo-identity[frameworks]') pins these releases with their declared requirements so
+# that `pip check` passes: verl 0.9.1 wants transformers < 5.11 (TRL 1.16.0 takes >= 4.56.2), and its
+# trainer module imports cachetools, uvicorn, fastapi and pillow beyond them; a test checks that the
+# extra pins the versions below. Other releases: `grpo-identity audit trl --release 0.22.0` (own environment).
 TRL_VERSION  := 1.16.0
 VERL_VERSION := 0.9.1
 # AReaL is audited in its release environment only (grpo-identity audit areal --release 1.0.4), never in .venv
@@ -21,7 +22,7 @@ OPENRLHF_VERSION := 0.11.2
 TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out
 
-.PHONY: setup frameworks verify test test-fast lint bench mutate clean
+.PHONY: setup frameworks verify test test-fast lint docs bench mutate clean
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,8 +31,8 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PIP) -e '.[all]'
 	touch $(STAMP)
 
-$(FW): $(STAMP) constraints.txt
-	$(PIP) torch==2.13.0 trl==$(TRL_VERSION) verl==$(VERL_VERSION) transformers==$(TRANSFORMERS_VERSION) cachetools uvicorn fastapi pillow
+$(FW): $(STAMP) constraints.txt pyproject.toml
+	$(PIP) -e '.[frameworks]'
 	$(BIN)/python -m pip check
 	touch $(FW)
 
@@ -52,6 +53,11 @@ test: setup lint
 
 test-fast: setup
 	$(BIN)/python -m pytest -n auto --dist loadgroup -m "not slow"
+
+# the documentation site, built offline and strictly (a broken link or reference fails it): mkdocs.yml, docs/
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(OUT)/site
+	@echo "the site: $(OUT)/site/index.html"
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

@@ -67,6 +67,8 @@ EXTRAS: dict[str, str] = {
     "pandas": "data",
     "pyarrow": "data",
     "pytest": "test",
+    "trl": "frameworks",
+    "verl": "frameworks",
 }
 
 

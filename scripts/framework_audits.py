@@ -1,4 +1,4 @@
-"""Run the framework audits the README reports, and write their table from the audits' own output.
+"""Run the framework audits the documentation reports, and write their table from the audits' own output.
 
 Every row of :data:`CASES` is one configuration, audited at each of its releases by the CLI
 (``grpo-identity audit … --release R --json``), run in-process as a user's script or CI job would
@@ -8,13 +8,13 @@ shared out among ``--jobs`` worker processes (one per core by default), each rel
 one worker.  The JSON
 of every audit and its wall time go to ``results/frameworks/audits.jsonl``, the command and the
 versions that made them to ``results/frameworks/meta.json``; ``results/frameworks/table.md`` is
-rendered from the audits alone, and ``--readme`` copies it into README.md between the markers
-``<!-- framework-audits:begin -->`` and ``<!-- framework-audits:end -->``
-(``tests/app/test_packaging.py`` checks that the two agree).
+rendered from the audits alone; it is the one copy of the table: the site's
+``docs/findings/frameworks.md`` includes it (``--8<-- "results/frameworks/table.md"``) and
+``tests/app/test_packaging.py`` checks that it agrees with audits.jsonl.
 
     python scripts/framework_audits.py                 # every case (a few minutes on 2 cores)
     python scripts/framework_audits.py --only trl      # the cases whose target starts with trl
-    python scripts/framework_audits.py --render-only --readme   # re-render from audits.jsonl
+    python scripts/framework_audits.py --render-only   # re-render table.md from audits.jsonl
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "frameworks"
-BEGIN, END = "<!-- framework-audits:begin -->", "<!-- framework-audits:end -->"
+#: the page of the documentation site that includes table.md
+DOCS_PAGE = ROOT / "docs" / "findings" / "frameworks.md"
 
 TRL = ("0.22.0", "0.22.2", "1.16.0")
 VERL = ("0.6.0", "0.7.1", "0.9.1")
@@ -276,16 +277,6 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_readme(table: str) -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    head, sep, rest = text.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
-    if not (sep and sep2):
-        raise SystemExit(f"README.md has no {BEGIN} … {END} block")
-    readme.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
@@ -296,7 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--render-only", action="store_true", help="render table.md from audits.jsonl without running anything"
     )
-    p.add_argument("--readme", action="store_true", help="copy the table into README.md")
+    # the table was once copied into README.md; the site includes table.md instead, so the option only
+    # writes table.md (as every run does) and stays accepted for the scripts that pass it
+    p.add_argument("--table", "--readme", dest="table", action="store_true", help="write table.md (every run does)")
     p.add_argument("--out", type=Path, default=OUT, help=f"folder of the results (default {OUT.relative_to(ROOT)})")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: one per core)")
     args = p.parse_args(argv)
@@ -326,8 +319,6 @@ def main(argv: list[str] | None = None) -> int:
         (out_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     table = render(rows)
     (out_dir / "table.md").write_text(table)
-    if args.readme:
-        write_readme(table)
     return 0
 
 

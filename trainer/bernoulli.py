@@ -306,18 +306,23 @@ def _round(x: Any, digits: int = 6) -> Any:
     return x
 
 
-def _run_arms(p0: FloatArray, config: BernoulliConfig, progress: bool) -> dict[str, dict[str, Any]]:
-    """Train the three arms from the same p0 (one torch thread), with an optional progress bar."""
-    bar = None
-    if progress:
-        from tqdm import tqdm
+def _progress_bar(config: BernoulliConfig) -> Any:
+    """The run's progress bar on stderr, over every arm's steps; drawn at once, while the
+    initial gradient mass (seconds) is measured."""
+    from tqdm import tqdm
 
-        bar = tqdm(total=len(ARMS) * config.steps, desc="train bernoulli", unit="step", leave=False)
-    try:
-        return {arm: _run_arm(arm, p0, config, bar) for arm in ARMS}
-    finally:
+    return tqdm(total=len(ARMS) * config.steps, desc="train bernoulli: initial gradient mass", unit="step", leave=False)
+
+
+def _run_arms(p0: FloatArray, config: BernoulliConfig, bar: Any = None) -> dict[str, dict[str, Any]]:
+    """Train the three arms from the same p0 (one torch thread); ``bar`` (a tqdm bar, or None)
+    names the arm in training and counts the steps."""
+    arms = {}
+    for arm in ARMS:
         if bar is not None:
-            bar.close()
+            bar.set_description_str(f"train bernoulli: {arm} arm")
+        arms[arm] = _run_arm(arm, p0, config, bar)
+    return arms
 
 
 def run_bernoulli(config: BernoulliConfig | None = None, progress: bool = False) -> dict[str, Any]:
@@ -331,7 +336,8 @@ def run_bernoulli(config: BernoulliConfig | None = None, progress: bool = False)
     ``hard_final`` (per arm), ``hard_initial``, ``hard_count``, ``final_mean_solve_rate``,
     ``dapo_oversample``, ``dapo_silent_after_draws``, ``seconds``, ``solve_rate_source``,
     ``config``, the per-step ``curves`` and ``mass_by_p`` (share per 0.1-bin of p0) used by
-    :func:`plot_bernoulli`.
+    :func:`plot_bernoulli`.  ``progress``: a bar on stderr over every arm's steps, naming the arm
+    in training (drawn at once, while the initial gradient mass is measured).
     """
     import torch
 
@@ -339,12 +345,15 @@ def run_bernoulli(config: BernoulliConfig | None = None, progress: bool = False)
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    bar = _progress_bar(config) if progress else None
     try:
         p0, source = initial_solve_rates(config)
         mass, mass_err = initial_gradient_mass(p0, config)
-        arms = _run_arms(p0, config, progress)
+        arms = _run_arms(p0, config, bar)
     finally:
         torch.set_num_threads(threads)
+        if bar is not None:
+            bar.close()
     shares = _initial_shares(p0, config, mass)
     curves = {a: arms[a]["curves"] for a in ARMS}
     pooled = [np.concatenate([curves[a][k] for a in ARMS]) for k in ("silent_measured", "silent_predicted")]

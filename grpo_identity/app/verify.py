@@ -27,13 +27,14 @@ from __future__ import annotations
 import html
 import importlib.util
 import json
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from grpo_identity import data, paper
-from grpo_identity.foundation import missing_extra
+from grpo_identity.foundation import EXTRAS, missing_extra
 
 __all__ = [
     "Item",
@@ -41,6 +42,7 @@ __all__ = [
     "verify",
     "write_report",
     "format_summary",
+    "counts_line",
     "DEFAULT_DAPO_CURVE",
     "SEED_SPREAD",
     "TABLE_WIDTH",
@@ -91,11 +93,39 @@ def _skip(section: str, name: str, paper_value: Any, why: str) -> Item:
     return Item(section, name, paper_value, None, "skipped", why)
 
 
+#: what a run of one's own needs installed
+_TRAINER_EXTRA = f"grpo-identity[{EXTRAS['torch']}]"
+
+
+def _not_stored(what: str, where: str, results: Path, command: str) -> str:
+    """Why an item that reads a stored run has none.  In a checkout (``results/`` exists): the
+    command that stores one there.  From a pip install there is no ``results/`` (the stored runs
+    ship with the source checkout), and nothing may be written into the installed package: say
+    so, and how a run of one's own is made."""
+    if results.is_dir():
+        return f"no {what} under {results.name}/{where}: {command} --out {results.name}/NAME stores one"
+    return (
+        f"the {what} ship with the source checkout, not the pip package: clone the repository and run verify "
+        f"there (a run of your own: pip install '{_TRAINER_EXTRA}', then {command} --out DIR)"
+    )
+
+
+#: the hooks of the progress bar that runs now (set by :func:`_run_stages` while it runs)
+_NOW: list[Callable[[str], None]] = []
+
+
+def _running(name: str) -> None:
+    """Tell the progress bar, if one runs, which item a stage starts now (before a slow one)."""
+    for hook in _NOW:
+        hook(name)
+
+
 # --- the stages -------------------------------------------------------------------------------
 def _proofs() -> Iterator[Item]:
     from grpo_identity.proofs import THEOREMS
 
     for t in THEOREMS:
+        _running(f"{t.name} {t.title}")
         r = t.prove()
         note = "" if r.status == "proved" else f"residual: {r.residual}"
         yield _item(
@@ -147,6 +177,7 @@ def _audits(frameworks: bool, max_examples: int) -> Iterator[Item]:
     from grpo_identity.checks import audit
 
     for target, expect, kind in _PRESET_AUDITS:
+        _running(f"audit preset {target}")
         rep = audit(target, kind=kind, expect=expect, max_examples=max_examples)
         yield _item(
             "audits",
@@ -161,8 +192,10 @@ def _audits(frameworks: bool, max_examples: int) -> Iterator[Item]:
             yield _skip("audits", name, _FRAMEWORK_PAPER, "frameworks not requested")
             continue
         if importlib.util.find_spec(package) is None:
-            yield _skip("audits", name, _FRAMEWORK_PAPER, f"{package} is not installed (make frameworks)")
+            why = f"{package} is not installed: pip install 'grpo-identity[{EXTRAS[package]}]'"
+            yield _skip("audits", name, _FRAMEWORK_PAPER, why)
             continue
+        _running(f"audit {target}")
         rep = audit(target, kind="advantage", expect=expect, max_examples=max_examples)
         inf = rep.inferred.to_dict() if hasattr(rep.inferred, "to_dict") else dict(rep.inferred)
         project = (
@@ -222,10 +255,14 @@ def _load_spread(path: Path, config: Any) -> tuple[dict[str, Any] | None, str]:
     import dataclasses
 
     if not path.is_file():
-        return (
-            None,
-            f"no stored seed spread at {path.parent.name}/{path.name}: "
-            f"python -m grpo_identity.trainer.bernoulli_seeds --out {path.parent}",
+        if path.parent.parent.is_dir():  # a checkout's results/: the command that stores it there
+            where = f"{path.parent.parent.name}/{path.parent.name}"
+            return None, f"no stored seed spread: python -m grpo_identity.trainer.bernoulli_seeds --out {where}"
+        return None, (
+            "the seed spread that sets the tolerance ships with the source checkout "
+            f"({path.parent.parent.name}/{path.parent.name}), not the pip package: clone the repository and run "
+            f"verify there (a spread of your own: pip install '{_TRAINER_EXTRA}', then "
+            "python -m grpo_identity.trainer.bernoulli_seeds --out DIR)"
         )
     spread = json.loads(path.read_text())
     want = {k: v for k, v in dataclasses.asdict(config).items() if k != "seed"}
@@ -265,6 +302,7 @@ def _bernoulli(solve_rates: str | None = None, spread_path: Path | None = None) 
     from grpo_identity.trainer.bernoulli_seeds import quantities
 
     config = BernoulliConfig(solve_rates=None if solve_rates == BIG_MATH else solve_rates)  # None: the shipped Big-Math
+    _running("training the three arms")
     r = run_bernoulli(config)
     ext, hard = r["extreme_share"], r["hard_final"]
     yield _item(
@@ -313,6 +351,7 @@ def _dapo_fit(curve: Path | None, solve_rates: str | None) -> Iterator[Item]:
         return
     from grpo_identity.analysis.dapo_fit import fit
 
+    _running("fit with 200 bootstrap resamples")
     r = fit(curve, solve_rates, n_bootstrap=200)
     c, s = r["competence"], r["saturating"]
     lo, hi = c["r2_bootstrap"]
@@ -378,15 +417,16 @@ def _realdata(solve_rates: str | None) -> Iterator[Item]:
 
 def _stored_lm(results: Path = STORED_RESULTS) -> Iterator[Item]:
     """One item per stored language-model run ``results/lm-*/summary.json`` (read, not re-run)."""
-    from grpo_identity.trainer.lm.identity import REL_TOL
-
     runs = sorted(
         p.parent for p in results.glob("lm-*/summary.json") if not p.parent.name.startswith("lm-conditional-")
     )  # those: _stored_conditional
     if not runs:
         name = "LM trainer: identity g = c(k,G)(s̄₊ − s̄₋) in a transformer"
-        yield _skip("LM trainer", name, "beyond the paper", f"no stored run under {results.name}/lm-*")
+        why = _not_stored("stored LM runs", "lm-*", results, "grpo-identity train lm")
+        yield _skip("LM trainer", name, "beyond the paper", why)
         return
+    from grpo_identity.trainer.lm.identity import REL_TOL  # torch: only where there are runs to read
+
     for run in runs:
         s = json.loads((run / "summary.json").read_text())
         err = s.get("identity_max_rel_err")
@@ -414,6 +454,7 @@ def _interval_text(d: dict[str, Any]) -> str:
 
 def _conditional_items(name: str, c: dict[str, Any], note: str) -> Iterator[Item]:
     """The checks of one stored fixed-policy run (the conditional-expectation theorems G7-G8)."""
+    from grpo_identity.trainer.lm.conditional_summary import goal_errors
     from grpo_identity.trainer.lm.identity import REL_TOL
 
     sec = "LM conditional"
@@ -466,14 +507,15 @@ def _conditional_items(name: str, c: dict[str, Any], note: str) -> Iterator[Item
         )
     yield from _preregistered_items(name, c.get("preregistered"), note)
     pc = c["projected_check"]
-    errs = (pc["projected_max_rel_err"], pc["exact_max_rel_err"])
+    goal = goal_errors(pc)
     yield _item(
         sec,
         f"{name}: identity along {pc['directions']} random directions and exact",
         f"beyond the paper (≤ {REL_TOL:.0e})",
-        f"projected {errs[0]:.1e} ({pc['groups_projected']} groups), exact {errs[1]:.1e} ({pc['groups_exact']})",
-        all(x is not None and x <= REL_TOL for x in errs) and pc["silent_groups_with_nonzero_grad"] == 0,
-        note,
+        f"projected {goal['projected']:.1e} ({pc['groups_projected']} groups), "
+        f"exact {goal['exact']:.1e} ({pc['groups_exact']})",
+        all(x is not None and x <= REL_TOL for x in goal.values()) and pc["silent_groups_with_nonzero_grad"] == 0,
+        note + "; projected: ‖Ve‖/(√K‖g‖), largest over the groups",
     )
 
 
@@ -537,7 +579,12 @@ def _stored_conditional(results: Path = STORED_RESULTS) -> Iterator[Item]:
             "LM conditional",
             "E[g | k] = c(k, G)·∇p/(p(1−p)) at a fixed policy",
             "beyond the paper (G7–G8)",
-            f"no stored run under {results.name}/lm-conditional-*",
+            _not_stored(
+                "stored fixed-policy runs",
+                "lm-conditional-*",
+                results,
+                "grpo-identity train lm --experiment conditional --config cpu-smoke",
+            ),
         )
         return
     for run in runs:
@@ -559,7 +606,11 @@ def _stored_environments(results: Path = STORED_RESULTS) -> Iterator[Item]:
 
     here = provenance.environment()
     sec = "stored runs"
-    for folder in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
+    if not results.is_dir():
+        why = _not_stored("stored runs", "*", results, "grpo-identity train lm")
+        yield _skip(sec, "stored runs: recorded versions against this environment", "—", why)
+        return
+    for folder in sorted(p for p in results.iterdir() if p.is_dir()):
         records = provenance.recorded(folder)
         name = f"results/{folder.name}: recorded versions against this environment"
         if not records:
@@ -595,14 +646,21 @@ _NOTEBOOK_MODULES = (
 )
 
 
-def _render(out: Path) -> Iterator[Item]:
-    from grpo_identity.app.render import render
+def _render(out: Path, progress: bool = False) -> Iterator[Item]:
+    from grpo_identity.app.render import NOTEBOOKS_DIR, render
 
+    if not NOTEBOOKS_DIR.is_dir():  # a pip install: the jupytext sources are not in the package
+        why = (
+            "the notebooks ship with the source checkout, not the pip package: clone the repository, "
+            "pip install '.[notebooks]' and run verify there"
+        )
+        yield _skip("notebooks", "notebooks execute and render", "—", why)
+        return
     for module in _NOTEBOOK_MODULES:  # a missing one is a skipped stage naming the extra, not a failure
         if importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
-    r = render(out / "notebooks", execute=True)
+    r = render(out / "notebooks", execute=True, progress=progress)
     for nb in r["notebooks"]:
         ok = nb["errors"] == 0
         yield _item(
@@ -631,7 +689,13 @@ def _notebook_count() -> int:
 
 
 def _stages(
-    out: Path, solve_rates: str | None, dapo_curve: Path | None, frameworks: bool, render: bool, max_examples: int
+    out: Path,
+    solve_rates: str | None,
+    dapo_curve: Path | None,
+    frameworks: bool,
+    render: bool,
+    max_examples: int,
+    progress: bool = False,
 ) -> list[Stage]:
     from grpo_identity.trainer.bernoulli_seeds import QUANTITIES
 
@@ -657,18 +721,19 @@ def _stages(
         Stage("LM conditional", _stored_conditional, _conditional_count()),
     ]
     if render:
-        stages.append(Stage("notebooks", lambda: _render(out), _notebook_count()))
+        stages.append(Stage("notebooks", lambda: _render(out, progress), _notebook_count()))
     return stages
 
 
-def _run_stage(stage: Stage, tick: Callable[[], None]) -> list[Item]:
-    """The stage's items; an exception becomes one failed item (or a skipped one naming the
-    extra to install, when an optional package is missing), never a lost report."""
+def _run_stage(stage: Stage, tick: Callable[[Item], None]) -> list[Item]:
+    """The stage's items, each handed to ``tick`` once made; an exception becomes one failed item
+    (or a skipped one naming the extra to install, when an optional package is missing), never a
+    lost report."""
     items: list[Item] = []
     try:
         for item in stage.run():
             items.append(item)
-            tick()
+            tick(item)
     except ImportError as exc:
         hint = missing_extra(exc)
         if hint is None:
@@ -677,12 +742,12 @@ def _run_stage(stage: Stage, tick: Callable[[], None]) -> list[Item]:
             )
         else:
             items.append(Item(stage.name, f"{stage.name} stage", "—", None, "skipped", hint))
-        tick()
+        tick(items[-1])
     except Exception as exc:  # a broken stage is a failed item, never a lost report
         items.append(
             Item(stage.name, f"{stage.name} stage ran", "—", f"{type(exc).__name__}: {exc}".splitlines()[0], "fail")
         )
-        tick()
+        tick(items[-1])
     return items
 
 
@@ -718,14 +783,16 @@ def verify(
     max_examples : int
         Hypothesis examples per audit.
     progress : bool
-        Whether to show a progress bar.
+        Whether to show a progress bar on stderr (shown at once; it names the running stage, its
+        number of all the stages, the last item made and how many remain).
 
     Returns
     -------
     dict
         ``{"all_ok": bool, "seconds": float, "stage_seconds", "counts", "items": [{"section",
         "name", "paper", "project", "ok", "status", "note"}], "report": {"json", "html"}}``;
-        ``all_ok`` is True when no item failed (skipped items say why).
+        ``all_ok`` is True when no item failed (skipped items say why); ``counts`` has ``pass``,
+        ``fail``, ``skipped`` and ``checked`` (passed + failed).
 
     Raises
     ------
@@ -753,42 +820,77 @@ def verify(
     ):
         raise ValueError(f"--solve-rates: no such file: {solve_rates}")
     start = time.perf_counter()
-    stages = _stages(out, solve_rates, Path(dapo_curve) if dapo_curve else None, frameworks, render, max_examples)
-    items, timings = _run_stages(stages, progress)
-    result = {
-        "all_ok": all(i.status != "fail" for i in items),
-        "seconds": round(time.perf_counter() - start, 2),
-        "stage_seconds": timings,
-        "counts": {s: sum(i.status == s for i in items) for s in ("pass", "fail", "skipped")},
-        "items": [i.to_dict() for i in items],
-    }
+    curve = Path(dapo_curve) if dapo_curve else None
+    items, timings = _run_all(
+        lambda: _stages(out, solve_rates, curve, frameworks, render, max_examples, progress), progress
+    )
+    result = _result(items, timings, time.perf_counter() - start)
     result["report"] = write_report(result, out, notebooks_index=(out / "notebooks" / "index.html") if render else None)
     return result
 
 
-def _run_stages(stages: list[Stage], progress: bool) -> tuple[list[Item], dict[str, float]]:
-    """Every stage's items, and its seconds by name; a progress bar over the items if asked."""
+#: the progress bar names an item in at most this many characters
+_ITEM_WIDTH = 48
+
+
+def _result(items: list[Item], timings: dict[str, float], seconds: float) -> dict[str, Any]:
+    """The result :func:`verify` returns (without the report's paths)."""
+    counts = {s: sum(i.status == s for i in items) for s in ("pass", "fail", "skipped")}
+    return {
+        "all_ok": all(i.status != "fail" for i in items),
+        "seconds": round(seconds, 2),
+        "stage_seconds": timings,
+        "counts": counts | {"checked": counts["pass"] + counts["fail"]},
+        "items": [i.to_dict() for i in items],
+    }
+
+
+def _run_all(build: Callable[[], list[Stage]], progress: bool) -> tuple[list[Item], dict[str, float]]:
+    """The stages ``build`` makes, run (:func:`_run_stages`); with ``progress``, under a bar on
+    stderr drawn before they are built (building them imports SymPy: seconds)."""
+    if not progress:
+        return _run_stages(build())
+    from tqdm import tqdm
+
+    with tqdm(desc="verify: loading", unit="item", leave=False) as bar:
+        return _run_stages(build(), bar)
+
+
+def _run_stages(stages: list[Stage], bar: Any = None) -> tuple[list[Item], dict[str, float]]:
+    """Every stage's items, and its seconds by name; ``bar`` (a tqdm bar, or None) counts the
+    items and names the running stage ("verify [3/10] audits") and the item it runs now (where
+    the stage says, :func:`_running`) or the last one it made."""
     items: list[Item] = []
     timings: dict[str, float] = {}
-    bar: Any = None
-    if progress:
-        from tqdm import tqdm
 
-        bar = tqdm(total=sum(s.expected for s in stages), desc="verify", unit="item", leave=False)
+    def show(what: str, name: str, refresh: bool) -> None:
+        cut = name if len(name) <= _ITEM_WIDTH else name[: _ITEM_WIDTH - 1] + "…"
+        bar.set_postfix_str(f"{what}: {cut}", refresh=refresh)
+
+    def tick(item: Item) -> None:
+        if bar is not None:
+            show("done", item.name, refresh=False)
+            bar.update(1)
+
+    hooks = [lambda name: show("now", name, refresh=True)] if bar is not None else []
+    if bar is not None:
+        bar.total = sum(s.expected for s in stages)
+    _NOW.extend(hooks)
     try:
-        for stage in stages:
+        for number, stage in enumerate(stages, 1):
             if bar is not None:
-                bar.set_postfix_str(stage.name)
+                bar.set_description_str(f"verify [{number}/{len(stages)}] {stage.name}", refresh=False)
+                bar.set_postfix_str("")  # and draw: the stage's first item may take a while
             t = time.perf_counter()
-            got = _run_stage(stage, (lambda: bar.update(1)) if bar is not None else (lambda: None))
+            got = _run_stage(stage, tick)
             if bar is not None and len(got) != stage.expected:  # keep the total honest
                 bar.total += len(got) - stage.expected
                 bar.refresh()
             items.extend(got)
             timings[stage.name] = round(time.perf_counter() - t, 2)
     finally:
-        if bar is not None:
-            bar.close()
+        for hook in hooks:
+            _NOW.remove(hook)
     return items, timings
 
 
@@ -827,7 +929,6 @@ def _html(result: dict[str, Any], notebooks_index: Path | None, out: Path) -> st
             f"<td>{esc(_cell(it['project']))}</td>"
             f'<td style="color:{colour};font-weight:600">{esc(it["status"])}</td></tr>'
         )
-    counts = result["counts"]
     verdict = "everything holds" if result["all_ok"] else "SOMETHING FAILED"
     link = ""
     if notebooks_index is not None and notebooks_index.exists():
@@ -842,8 +943,7 @@ td, th {{ border-bottom: 1px solid #d0d7de; padding: .35em .6em; text-align: lef
 tr.section th {{ background: #f6f8fa; padding-top: 1em; }} .note {{ color: #656d76; font-size: .85em; }}
 </style></head><body>
 <h1>grpo-identity verify: {esc(verdict)}</h1>
-<p>The group-standard-deviation identity (arXiv 2607.00152): {counts["pass"]} passed, {counts["fail"]} failed,
-{counts["skipped"]} skipped, in {result["seconds"]:.0f} s.</p>
+<p>The group-standard-deviation identity (arXiv 2607.00152): {esc(counts_line(result))}.</p>
 {link}
 <table><thead><tr><th>claim</th><th>paper</th><th>project</th><th>status</th></tr></thead>
 <tbody>
@@ -887,8 +987,32 @@ def format_summary(result: dict[str, Any], width: int = TABLE_WIDTH) -> str:
             section = item["section"]
             out.append(section)
         out.append(line)
+    reasons = list(dict.fromkeys((i["section"], i["note"]) for i in items if i["status"] == "skipped"))
+    if reasons:  # the table has no room for them: each distinct reason once, by section
+        out.append("skipped, and why:")
+        for section, note in reasons:
+            out.append(
+                textwrap.fill(
+                    f"{section}: {note or 'no reason given'}",
+                    width,
+                    initial_indent="  ",
+                    subsequent_indent="    ",
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
+            )
+    return "\n".join(out) + "\n" + counts_line(result)
+
+
+def counts_line(result: dict[str, Any]) -> str:
+    """The summary line: how many items were checked (passed + failed) and how many skipped.
+
+    >>> counts_line({"counts": {"pass": 3, "fail": 1, "skipped": 2}, "seconds": 1.0})
+    '4 checked, 2 skipped: 3 passed, 1 failed in 1.0 s'
+    >>> counts_line({"counts": {"pass": 3, "fail": 0, "skipped": 0}, "seconds": 1.0})
+    '3 checked: 3 passed, 0 failed in 1.0 s'
+    """
     c = result["counts"]
-    return (
-        "\n".join(out)
-        + f"\n{c['pass']} passed, {c['fail']} failed, {c['skipped']} skipped in {result['seconds']:.1f} s"
-    )
+    skipped = f", {c['skipped']} skipped" if c["skipped"] else ""
+    checked = c["pass"] + c["fail"]
+    return f"{checked} checked{skipped}: {c['pass']} passed, {c['fail']} failed in {result['seconds']:.1f} s"

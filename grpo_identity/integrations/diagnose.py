@@ -10,11 +10,21 @@ What is read under LOGDIR (a folder, searched recursively, or one file):
   "rewards": [1, 0, 0, 1], "advantages": [...]}`` (``prompt`` and ``advantages`` optional). From
   those the metrics are computed here with :func:`~grpo_identity.integrations.metrics.step_metrics`
   (the steps in order, one solve-rate tracker; without advantages the dial's own are used, so
-  the audit shows nothing).
+  the audit shows nothing). Beside a valid ``trainer_state.json``, a ``*.jsonl`` that is neither
+  (say TRL's or a user's own completions dump) is ignored with a note, not an error;
+* **a plain TRL run** (no callback of this project): TRL's own ``reward`` and
+  ``frac_reward_zero_std`` in the same ``log_history``, compared with the silent fraction the
+  identity predicts from the logged mean reward and the group size G
+  (:mod:`grpo_identity.integrations.trl_logs`). G is not in ``trainer_state.json``: it is the
+  ``group_size`` argument (``--G``), else the callback's logged ``identity/group_size``.
 
 The page (inline SVG, no script, works offline) has one figure per question: silent fraction
 measured vs predicted, share of update mass on extreme and medium prompts, deviation from the
-identity, fidelity per difficulty band, recommended G against the G used.
+identity, fidelity per difficulty band, recommended G against the G used; for a TRL log, the
+logged zero-std fraction against the prediction, the mean reward and what the group size costs
+in silent groups. A figure of a deviation draws the live audit's tolerance
+(:data:`DEVIATION_TOL`) and its y-axis reaches at least :data:`TOL_HEADROOM` times it, so float
+noise (1e-17) reads as 0, far under the tolerance, never as spikes.
 """
 
 from __future__ import annotations
@@ -22,16 +32,36 @@ from __future__ import annotations
 import html
 import json
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
 from grpo_identity import dial as D
+from grpo_identity.checks.properties import Tolerance
 from grpo_identity.foundation import UsageError
+from grpo_identity.integrations import trl_logs
 from grpo_identity.integrations.metrics import BANDS, DEFAULT_EPS, PREFIX, SolveRateTracker, step_metrics
 
-__all__ = ["FIGURES", "read_series", "page", "write_page"]
+__all__ = [
+    "FIGURES",
+    "DEVIATION_TOL",
+    "TOL_HEADROOM",
+    "Run",
+    "read_run",
+    "read_series",
+    "figure_limits",
+    "figures",
+    "page",
+    "write_page",
+]
+
+#: the live audit's tolerance on an advantage's deviation, for float32 advantages (TRL's), relative
+#: to the group's advantage scale (about 1 for standardised advantages); the one in the checks
+DEVIATION_TOL = Tolerance.for_precision("float32").rtol
+#: a deviation figure's y-axis reaches at least this many tolerances
+TOL_HEADROOM = 5.0
 
 #: figure id -> (title, y label, [(metric without the prefix, legend)])
 FIGURES: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
@@ -56,8 +86,34 @@ FIGURES: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
     ),
     "fidelity": ("Fidelity of the current G per difficulty band", "fidelity", [(f"fidelity/{b}", b) for b in BANDS]),
     "group_size": ("Recommended G against the G used", "G", [("recommended_G", "recommended"), ("group_size", "used")]),
+    "trl_silent": (
+        "Silent groups: TRL's frac_reward_zero_std against the identity's prediction",
+        "fraction of groups",
+        [
+            ("frac_reward_zero_std", "logged by TRL"),
+            ("silent_frac_model", "predicted: saturated share + (1 - share) f(mean reward)"),
+            ("silent_frac_bound", "lower bound f(mean reward) = p^G + (1-p)^G"),
+        ],
+    ),
+    "trl_reward": ("Mean reward logged by TRL", "reward", [("reward", "reward")]),
 }
+#: figures of a deviation: their tolerance line (legend, value)
+TOLERANCES: dict[str, tuple[str, float]] = {
+    "deviation": (f"tolerance {DEVIATION_TOL:g} (float32, x the group's advantage scale)", DEVIATION_TOL)
+}
+#: figures of a share or a fraction: y from 0 to 1
+UNIT_Y = ("silent", "mass", "fidelity", "trl_silent")
 Series = dict[str, list[tuple[float, float]]]
+
+
+@dataclass
+class Run:
+    """What was read under LOGDIR: the series drawn, the TRL comparison (a TRL log) and the
+    files left out, each with why."""
+
+    series: Series
+    trl: trl_logs.Comparison | None = None
+    ignored: list[str] = field(default_factory=list)
 
 
 def _files(path: Path) -> tuple[list[Path], list[Path]]:
@@ -145,21 +201,62 @@ def _log_history(path: Path) -> list[dict[str, Any]]:
     return history
 
 
-def read_series(path: str | Path, *, dial: D.Dial = D.GRPO, eps: float = DEFAULT_EPS) -> Series:
-    """Every ``identity/`` metric found under ``path`` as {name without the prefix: [(step, value)]}, by step."""
-    states, jsonls = _files(Path(path))
-    by_step: dict[float, dict[str, float]] = defaultdict(dict)
-    if states:
-        for e in _log_history(max(states, key=_global_step)):
+def _jsonl(path: Path) -> tuple[dict[float, dict[str, Any]], dict[float, list[tuple[str, dict[str, Any]]]]]:
+    """One ``*.jsonl``: its identity metrics by step and its per-group rewards records by step."""
+    metrics: dict[float, dict[str, Any]] = defaultdict(dict)
+    groups: dict[float, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for n, rec in _records(path):
+        if "rewards" in rec:
+            groups[rec["step"]].append((f"{path.name}:{n}", rec))
+        else:
+            data = rec["data"] if isinstance(rec.get("data"), dict) else rec
+            found = {k: v for k, v in data.items() if k.startswith(PREFIX)}
+            if found:
+                metrics[rec["step"]].update(found)
+    return metrics, groups
+
+
+def _group_size(by_step: dict[float, dict[str, Any]], group_size: int | None, state: Path) -> tuple[int, str]:
+    if group_size is not None:
+        return int(group_size), "--G"
+    logged = [m[PREFIX + "group_size"] for _, m in sorted(by_step.items()) if PREFIX + "group_size" in m]
+    if logged and isinstance(logged[-1], (int, float)) and logged[-1] >= 2:
+        return int(logged[-1]), "identity/group_size logged by the callback"
+    raise UsageError(f"{state}: the group size is not recorded in trainer_state.json; pass --G (TRL's num_generations)")
+
+
+def read_run(
+    path: str | Path, *, dial: D.Dial = D.GRPO, eps: float = DEFAULT_EPS, group_size: int | None = None
+) -> Run:
+    """Everything :func:`page` draws from ``path`` (see the module docstring)."""
+    root = Path(path)
+    states, jsonls = _files(root)
+    by_step: dict[float, dict[str, Any]] = defaultdict(dict)
+    history: list[dict[str, Any]] = []
+    state = max(states, key=_global_step) if states else None
+    if state is not None:
+        history = _log_history(state)
+        for e in history:
             by_step[e.get("step", 0)].update({k: v for k, v in e.items() if k.startswith(PREFIX)})
+    ignored: list[str] = []
     groups: dict[float, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
     for f in jsonls:
-        for n, rec in _records(f):
-            if "rewards" in rec:
-                groups[rec["step"]].append((f"{f.name}:{n}", rec))
-            else:
-                data = rec["data"] if isinstance(rec.get("data"), dict) else rec
-                by_step[rec["step"]].update({k: v for k, v in data.items() if k.startswith(PREFIX)})
+        name = f.relative_to(root) if root.is_dir() else f.name
+        try:
+            metrics, mine = _jsonl(f)
+            _from_groups(mine, dial, eps)  # each file checked on its own first
+        except UsageError as exc:
+            if state is None:
+                raise
+            reason = str(exc).replace(str(f), str(name))
+            ignored.append(f"ignored {name}: not written by grpo-identity's callback ({reason})")
+            continue
+        if not metrics and not mine:
+            ignored.append(f"ignored {name}: no identity/ metrics and no per-group rewards records")
+        for step, m in metrics.items():
+            by_step[step].update(m)
+        for step, recs in mine.items():
+            groups[step].extend(recs)
     for step, m in _from_groups(groups, dial, eps).items():
         by_step[step].update(m)
     series: Series = defaultdict(list)
@@ -167,26 +264,68 @@ def read_series(path: str | Path, *, dial: D.Dial = D.GRPO, eps: float = DEFAULT
         for k, v in by_step[step].items():
             if isinstance(v, (int, float)) and np.isfinite(v):
                 series[k[len(PREFIX) :]].append((float(step), float(v)))
+    comparison = None
+    if state is not None and trl_logs.logged_steps(history):
+        G, source = _group_size(by_step, group_size, state)
+        comparison = trl_logs.compare(history, G, source=source, eps=eps)
+    if comparison is not None:
+        for i, s in enumerate(comparison.steps):
+            _add(series, "reward", s.step, s.reward)
+            _add(series, "frac_reward_zero_std", s.step, s.frac_zero_std)
+            _add(series, "silent_frac_bound", s.step, comparison.bound[i])
+            _add(series, "silent_frac_model", s.step, comparison.model[i])
     if not series:
-        raise UsageError(f"no identity/ metrics and no per-group rewards under {path}")
-    return dict(series)
+        raise UsageError(f"no identity/ metrics, no per-group rewards and no TRL reward metrics under {path}")
+    return Run(dict(series), comparison, ignored)
+
+
+def _add(series: Series, name: str, step: float, value: float | None) -> None:
+    if value is not None and np.isfinite(value):
+        series[name].append((float(step), float(value)))
+
+
+def read_series(path: str | Path, *, dial: D.Dial = D.GRPO, eps: float = DEFAULT_EPS) -> Series:
+    """Every ``identity/`` metric found under ``path`` as {name without the prefix: [(step, value)]}, by step."""
+    return read_run(path, dial=dial, eps=eps).series
+
+
+def figure_limits(fid: str, lines: list[tuple[str, list[tuple[float, float]]]]) -> tuple[float, float]:
+    """The y-limits of figure ``fid``: [0, 1] for a fraction; for a deviation at least
+    [0, TOL_HEADROOM × tolerance], so float noise sits at the bottom under the tolerance line;
+    else the data's range from 0 (or below)."""
+    ys = [y for _, ps in lines for _, y in ps]
+    lo, hi = min(0.0, min(ys)), max(ys)
+    if fid in UNIT_Y:
+        lo, hi = min(lo, 0.0), max(hi, 1.0)
+    if fid in TOLERANCES:
+        hi = max(hi, TOL_HEADROOM * TOLERANCES[fid][1])
+    return lo, (hi if hi > lo else lo + 1.0)
 
 
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 
 
-def _svg(lines: list[tuple[str, list[tuple[float, float]]]], ylabel: str, w: int = 640, h: int = 260) -> str:
-    """A line chart: one polyline per (legend, points), axes labelled with their ranges."""
+def _svg(
+    lines: list[tuple[str, list[tuple[float, float]]]],
+    ylabel: str,
+    ylim: tuple[float, float],
+    tolerance: tuple[str, float] | None = None,
+    w: int = 640,
+    h: int = 260,
+) -> str:
+    """A line chart: one polyline per (legend, points) over ``ylim``, axes labelled with their
+    ranges; ``tolerance`` (legend, value) a dashed horizontal line."""
     pts = [p for _, ps in lines for p in ps]
     x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y0, y1 = min(0.0, min(p[1] for p in pts)), max(p[1] for p in pts)
-    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+    (y0, y1), x1 = ylim, (x1 if x1 > x0 else x0 + 1)
     L, R, T, B = 60, 20, 20, 40
     sx = lambda x: L + (x - x0) / (x1 - x0) * (w - L - R)
     sy = lambda y: h - B - (y - y0) / (y1 - y0) * (h - T - B)
     e = html.escape
+    extra = 1 if tolerance else 0
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 20 * len(lines)}" role="img">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 20 * (len(lines) + extra)}" '
+        f'role="img" data-ylim="{y0:.6g} {y1:.6g}">',
         f'<line x1="{L}" y1="{h - B}" x2="{w - R}" y2="{h - B}" stroke="#333"/>',
         f'<line x1="{L}" y1="{T}" x2="{L}" y2="{h - B}" stroke="#333"/>',
         f'<text x="{L}" y="{h - B + 16}" font-size="11">step {x0:g}</text>',
@@ -204,24 +343,76 @@ def _svg(lines: list[tuple[str, list[tuple[float, float]]]], ylabel: str, w: int
             f'points="{points}"/>'
         )
         out.append(f'<text x="{L + 10}" y="{h + 14 + 20 * i}" font-size="12" fill="{c}">— {e(legend)}</text>')
+    if tolerance:
+        legend, tol = tolerance
+        out.append(
+            f'<line class="tolerance" data-value="{tol:g}" x1="{L}" y1="{sy(tol):.1f}" x2="{w - R}" y2="{sy(tol):.1f}" '
+            'stroke="#555" stroke-dasharray="6 4"/>'
+        )
+        out.append(
+            f'<text x="{L + 10}" y="{h + 14 + 20 * len(lines)}" font-size="12" fill="#555">- - {e(legend)}</text>'
+        )
     out.append("</svg>")
     return "".join(out)
 
 
-def page(series: Series, title: str = "grpo-identity diagnose") -> str:
-    """The HTML page: one figure per entry of :data:`FIGURES` that has data."""
-    e = html.escape
-    body = []
+def figures(series: Series) -> dict[str, dict[str, Any]]:
+    """The figures :func:`page` draws, by id: title, y label, lines, y-limits, tolerance."""
+    out = {}
     for fid, (heading, ylabel, wanted) in FIGURES.items():
         lines = [(legend, series[k]) for k, legend in wanted if series.get(k)]
         if lines:
-            body.append(f'<figure id="{fid}"><figcaption>{e(heading)}</figcaption>{_svg(lines, ylabel)}</figure>')
+            tol = TOLERANCES.get(fid)
+            out[fid] = {
+                "title": heading,
+                "ylabel": ylabel,
+                "lines": lines,
+                "ylim": list(figure_limits(fid, lines)),
+                "tolerance": tol[1] if tol else None,
+            }
+    return out
+
+
+def _trl_section(c: trl_logs.Comparison) -> str:
+    e = html.escape
+    pct = lambda x: "—" if x is None else f"{100 * x:.1f} %"
+    rho = "not logged" if c.saturated_share is None else f"{100 * c.saturated_share:.0f} %"
+    rows = "".join(
+        f"<tr><td>{r.G}</td><td>{e(r.label)}</td><td>{pct(r.silent_bound)}</td><td>{pct(r.silent_model)}</td>"
+        f"<td>{r.wasted_rollouts:.2f}</td><td>{'—' if r.fidelity is None else f'{r.fidelity:.3f}'}</td></tr>"
+        for r in c.cost
+    )
+    notes = "".join(f"<li>{e(n)}</li>" for n in c.notes)
+    return (
+        f'<section id="trl"><h2>What the group size costs</h2><p>G = {c.group_size} ({e(c.group_size_source)}); '
+        f"mean reward over the run {c.mean_reward:.3f}; saturated share of prompts (always or never solved, "
+        f"fitted to TRL's frac_reward_zero_std) {rho}. The prediction assumes binary rewards drawn independently "
+        "within a group; each step's model value uses the share fitted on the steps before it.</p>"
+        "<table><tr><th>G</th><th></th><th>silent, all prompts at the mean</th><th>silent, with saturated "
+        "prompts</th><th>rollouts per prompt on silent groups</th><th>fidelity at the mean</th></tr>"
+        f"{rows}</table>" + (f"<ul>{notes}</ul>" if notes else "") + "</section>"
+    )
+
+
+def page(series: Series, title: str = "grpo-identity diagnose", run: Run | None = None) -> str:
+    """The HTML page: one figure per entry of :data:`FIGURES` that has data, the TRL cost table
+    and the files left out (``run``)."""
+    e = html.escape
+    body = []
+    for fid, f in figures(series).items():
+        svg = _svg(f["lines"], f["ylabel"], tuple(f["ylim"]), TOLERANCES.get(fid))
+        body.append(f'<figure id="{fid}"><figcaption>{e(f["title"])}</figcaption>{svg}</figure>')
+    if run is not None and run.trl is not None:
+        body.append(_trl_section(run.trl))
+    if run is not None and run.ignored:
+        body.append('<ul id="ignored">' + "".join(f"<li>{e(n)}</li>" for n in run.ignored) + "</ul>")
     steps = sorted({s for ps in series.values() for s, _ in ps})
     metrics = e(", ".join(sorted(series)))
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
         "<style>body{font-family:sans-serif;max-width:720px;margin:2em auto}"
-        "figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}</style>"
+        "figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.4em}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}</style>"
         f"</head><body><h1>{e(title)}</h1>"
         f'<p id="summary">{len(steps)} steps ({steps[0]:g} to {steps[-1]:g}); metrics: {metrics}</p>'
         + "".join(body)
@@ -229,7 +420,7 @@ def page(series: Series, title: str = "grpo-identity diagnose") -> str:
     )
 
 
-def write_page(series: Series, out: str | Path, title: str = "grpo-identity diagnose") -> Path:
+def write_page(series: Series, out: str | Path, title: str = "grpo-identity diagnose", run: Run | None = None) -> Path:
     """Write :func:`page` to ``out`` atomically (a temporary file renamed into place)."""
     target = Path(out)
     if target.is_dir():
@@ -237,6 +428,6 @@ def write_page(series: Series, out: str | Path, title: str = "grpo-identity diag
     if not target.parent.is_dir():
         raise UsageError(f"--out {out}: folder {target.parent} does not exist")
     tmp = target.with_name(f".{target.name}.partial")
-    tmp.write_text(page(series, title), encoding="utf-8")
+    tmp.write_text(page(series, title, run), encoding="utf-8")
     tmp.replace(target)
     return target

@@ -47,12 +47,15 @@ def test_citation_file_is_cff_1_2_with_the_paper_as_preferred_citation():
     assert (ROOT / "LICENSE").exists()
 
 
-def test_readme_cheat_sheet_names_every_registered_formula():
+def test_the_cheat_sheet_names_every_registered_formula():
+    from grpo_identity.app.docs import GENERATED, cheat_sheet
     from grpo_identity.registry import REGISTRY
 
-    readme = (ROOT / "README.md").read_text()
+    sheet = cheat_sheet()
     for f in REGISTRY:
-        assert f"`{f.name}`" in readme, f.name
+        assert f"| `{f.name}` |" in sheet, f.name
+    assert GENERATED["reference/cheat-sheet.md"] == "cheat_sheet"  # the site's page is this one
+    assert "`group_mean` · `closed_forms.group_mean`" not in (ROOT / "README.md").read_text()  # no hand-kept copy
 
 
 def test_readme_quick_start_is_the_two_make_commands_and_ci_calls_the_test_one():
@@ -119,9 +122,10 @@ def test_the_readme_framework_table_is_rendered_from_the_recorded_audit_output()
         if ln.strip()
     ]
     table = fa.render(rows)
-    assert (ROOT / "results" / "frameworks" / "table.md").read_text() == table
-    readme = (ROOT / "README.md").read_text()
-    assert f"{fa.BEGIN}\n{table}{fa.END}" in readme  # nobody edited the README's table by hand
+    assert (ROOT / "results" / "frameworks" / "table.md").read_text() == table  # nobody edited it by hand
+    # the one copy: the site includes table.md (pymdownx.snippets), the README does not copy it
+    assert '--8<-- "results/frameworks/table.md"' in fa.DOCS_PAGE.read_text().splitlines()
+    assert table.splitlines()[2] not in (ROOT / "README.md").read_text()
     recorded = {(r["target"], r["release"]) for r in rows}
     assert recorded == {(t, r) for t, releases in fa.CASES for r in releases}  # every case was run
 
@@ -188,3 +192,26 @@ def test_the_framework_table_shows_a_deviation_where_nothing_fails_and_the_off_p
     ]
     assert "| DEVIATION | gpg | no dial fits | 1/step_tokens |" in line
     assert "| sequence | groups_independent: by design of gpg: coupled |" in line
+
+
+def test_the_frameworks_extra_pins_the_tested_releases_and_is_the_one_list_make_installs():
+    import re
+
+    import tomllib
+
+    from grpo_identity.checks.adapters import TESTED_VERSIONS
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pins = dict(r.split("==") for r in extras["frameworks"] if "==" in r)
+    makefile = (ROOT / "Makefile").read_text()
+    transformers = re.search(r"^TRANSFORMERS_VERSION\s*:=\s*(\S+)", makefile, re.M).group(1)
+    torch = re.search(r"^torch==(\S+)", (ROOT / "constraints.txt").read_text(), re.M).group(1)
+    assert pins == {
+        "trl": TESTED_VERSIONS["trl"],
+        "verl": TESTED_VERSIONS["verl"],
+        "transformers": transformers,
+        "torch": torch,
+    }
+    assert not any("frameworks" in r for r in extras["all"])  # opt-in: not in `all`
+    recipe = makefile.split("$(FW):", 1)[1].split("\n\n", 1)[0]
+    assert "$(PIP) -e '.[frameworks]'" in recipe and "trl==" not in recipe  # one list, pyproject's

@@ -63,7 +63,7 @@ def run_conditional(
     ``out_dir``: config.json, summary.json, conditional.png and provenance.json (``command``,
     the versions, the commit) there.
     """
-    from grpo_identity.trainer.lm.conditional_summary import summarise
+    from grpo_identity.trainer.lm.conditional_summary import goal_errors, summarise
     from grpo_identity.trainer.lm.preregistered import evaluate
 
     t0 = time.perf_counter()
@@ -89,11 +89,11 @@ def run_conditional(
     cond["candidates"] = candidates
     cond["preregistered"] = evaluate(cond)
     pc = cond["projected_check"]
-    errs = [e for e in (pc["projected_max_rel_err"], pc["exact_max_rel_err"]) if e is not None]
+    errs = [e for e in goal_errors(pc).values() if e is not None]
     summary = {
         "experiment": "conditional",
         "conditional": cond,
-        # the identity checked on every group (projected) and on a few (exact): the largest of both errors
+        # the identity checked on every group (projected, normalised) and on a few (exact): the larger error
         "identity_max_rel_err": max(errs) if errs else None,
         "groups_checked": pc["groups_projected"],
         "device": str(env.device),

@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "read the identity metrics a run logged (or per-group rewards it dumped) and draw them into one HTML page"
+HELP = (
+    "read the identity metrics a run logged (or per-group rewards it dumped, or a plain TRL run's own metrics) "
+    "and draw them into one HTML page"
+)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "logdir",
         metavar="LOGDIR",
-        help="a run's folder (trainer_state.json, *.jsonl, searched recursively) or one such file",
+        help="a run's folder (trainer_state.json, *.jsonl, searched recursively), a checkpoint-N folder or one file",
+    )
+    p.add_argument(
+        "--G",
+        "--group-size",
+        dest="group_size",
+        type=int,
+        metavar="G",
+        help="the group size (TRL's num_generations) of a plain TRL run, which trainer_state.json does not record",
     )
     p.add_argument(
         "--out", metavar="FILE", help="the page to write (default: LOGDIR/diagnose.html, or beside a LOGDIR file)"
@@ -28,7 +39,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         type=float,
         default=0.1,
         metavar="EPS",
-        help="recommended G for fidelity >= 1 - EPS, per-group records only (default 0.1)",
+        help="recommended G for fidelity >= 1 - EPS (per-group records; the cost table of a TRL log) (default 0.1)",
     )
     p.add_argument("--json", action="store_true", help="print the series as JSON (the page is written too)")
 
@@ -38,8 +49,10 @@ def run(args: argparse.Namespace) -> int:
 
     from grpo_identity.dial import preset
     from grpo_identity.foundation import UsageError, emit_json, format_table
-    from grpo_identity.integrations.diagnose import read_series, write_page
+    from grpo_identity.integrations.diagnose import figures, read_run, write_page
 
+    if args.group_size is not None and args.group_size < 2:
+        raise UsageError(f"--G must be an integer >= 2, got {args.group_size}")
     if not 0 < args.eps < 1:
         raise UsageError(f"--eps must be in (0, 1), got {args.eps:g}")
     try:
@@ -57,12 +70,40 @@ def run(args: argparse.Namespace) -> int:
     from grpo_identity.app.report import check_out_dir
 
     check_out_dir(str(out.parent), flag="--out")  # before reading the logs: the page's folder must be writable
-    series = read_series(logdir, dial=dial, eps=args.eps)
-    write_page(series, out, title=f"grpo-identity diagnose {logdir.name}")
+    run_ = read_run(logdir, dial=dial, eps=args.eps, group_size=args.group_size)
+    series = run_.series
+    write_page(series, out, title=f"grpo-identity diagnose {logdir.name}", run=run_)
     if args.json:
-        emit_json({"page": str(out), "series": {k: [list(p) for p in v] for k, v in series.items()}})
+        emit_json(
+            {
+                "page": str(out),
+                "series": {k: [list(p) for p in v] for k, v in series.items()},
+                "figures": {k: {"ylim": f["ylim"], "tolerance": f["tolerance"]} for k, f in figures(series).items()},
+                "trl": run_.trl.as_dict() if run_.trl is not None else None,
+                "ignored": run_.ignored,
+            }
+        )
         return 0
     rows = [[k, len(v), v[-1][0], v[-1][1]] for k, v in sorted(series.items())]
     print(format_table(rows, ["metric", "steps", "last step", "last value"]))
+    if run_.trl is not None:
+        _print_cost(run_.trl)
+    for note in run_.ignored:
+        print(f"note: {note}")
     print(f"\npage: {out}")
     return 0
+
+
+def _print_cost(c: object) -> None:
+    """The group-size cost table of a TRL log."""
+    from grpo_identity.foundation import format_table
+    from grpo_identity.integrations.trl_logs import Comparison
+
+    assert isinstance(c, Comparison)
+    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"
+    rows = [[r.G, r.label, pct(r.silent_bound), pct(r.silent_model), f"{r.wasted_rollouts:.2f}"] for r in c.cost]
+    rho = "-" if c.saturated_share is None else f"{100 * c.saturated_share:.0f}%"
+    print(f"\nG = {c.group_size} ({c.group_size_source}); mean reward {c.mean_reward:.3f}; saturated prompts {rho}")
+    print(format_table(rows, ["G", "", "silent (bound)", "silent (model)", "rollouts/prompt silent"]))
+    for note in c.notes:
+        print(f"note: {note}")

@@ -18,32 +18,36 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+#: the progress bar names the theorem being proved and at most this many characters of its title
+TITLE_WIDTH = 40
+
+
 def run(args: argparse.Namespace) -> int:
     import time
 
     from tqdm import tqdm
 
+    from grpo_identity.app import progress
     from grpo_identity.app.report import emit_json, format_table
     from grpo_identity.foundation import UsageError
-    from grpo_identity.proofs import select
-    from grpo_identity.proofs.core import METHODS
 
-    theorems = select(args.select)
+    show = progress.wanted(args)
+    with progress.loading("prove: loading SymPy", show):  # seconds before the first theorem
+        from grpo_identity.proofs import select
+        from grpo_identity.proofs.core import METHODS
+
+        theorems = select(args.select)
     if not theorems:
         raise UsageError(f"no theorem matches -k {args.select!r}")
     t0 = time.perf_counter()
     results = []
-    bar = tqdm(
-        theorems,
-        desc="proving",
-        unit="theorem",
-        file=sys.stderr,
-        disable=args.json or not sys.stderr.isatty(),
-        leave=False,
-    )
-    for t in bar:
-        bar.set_postfix_str(t.name)
-        results.append(t.prove())
+    with tqdm(total=len(theorems), unit="theorem", file=sys.stderr, disable=not show, leave=False) as bar:
+        for t in theorems:
+            title = t.title if len(t.title) <= TITLE_WIDTH else t.title[: TITLE_WIDTH - 1] + "…"
+            bar.set_description_str(f"proving {t.name}", refresh=False)
+            bar.set_postfix_str(title)  # and draw: the theorem shows while it is proved
+            results.append(t.prove())
+            bar.update(1)
     seconds = time.perf_counter() - t0
     all_proved = all(r.status == "proved" for r in results)
     if args.json:

@@ -37,9 +37,9 @@ def memory_terms(M: int, G: int, max_draws: int, steps: int) -> list[tuple[str, 
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
     from pathlib import Path
 
+    from grpo_identity.app import progress
     from grpo_identity.app.options import build_config, option_names, refuse_over_budget
     from grpo_identity.app.report import check_out_dir, emit_json, format_table, write_outputs
     from grpo_identity.foundation import EXIT_FAIL, EXIT_OK, require
@@ -51,10 +51,12 @@ def run(args: argparse.Namespace) -> int:
     refuse_over_budget(memory_terms(config.num_prompts, config.group_size, config.max_draws, config.steps))
     if args.out:  # before the run, not after it
         check_out_dir(args.out)
-    require("torch", *(["matplotlib"] if args.out else []))
-    from grpo_identity.trainer.bernoulli import plot_bernoulli, run_bernoulli
+    show = progress.wanted(args)
+    with progress.loading("train bernoulli: loading torch", show):  # seconds before the bar
+        require("torch", *(["matplotlib"] if args.out else []))
+        from grpo_identity.trainer.bernoulli import plot_bernoulli, run_bernoulli
 
-    result = run_bernoulli(config, progress=not args.json and sys.stderr.isatty())
+    result = run_bernoulli(config, progress=show)
     if args.out:
         from grpo_identity import provenance
 

@@ -219,9 +219,10 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
     """``--experiment conditional``: run, print the ``conditional`` keys; exit 1 when a check misses the goal."""
     import sys
 
-    from grpo_identity.app.report import emit_json, format_table
+    from grpo_identity.app.report import emit_json
     from grpo_identity.provenance import command_line
     from grpo_identity.trainer.lm.conditional import run_conditional
+    from grpo_identity.trainer.lm.conditional_summary import goal_errors
     from grpo_identity.trainer.lm.identity import REL_TOL
 
     s = run_conditional(
@@ -229,11 +230,28 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
     )
     c = s["conditional"]
     pc = c["projected_check"]
-    ok = all(e is not None and e <= REL_TOL for e in (pc["projected_max_rel_err"], pc["exact_max_rel_err"]))
+    goal = goal_errors(pc)
+    ok = all(e is not None and e <= REL_TOL for e in goal.values())
     ok = ok and pc["silent_groups_with_nonzero_grad"] == 0  # a silent group must give exactly zero gradient
     if args.json:
         emit_json(s)
         return 0 if ok else 1
+    _print_conditional(s, goal, ok)
+    _print_preregistered(c["preregistered"])
+    if out is not None:
+        print(
+            f"wrote {out / 'summary.json'}, {out / 'config.json'}, {out / 'conditional.png'}, {out / 'provenance.json'}"
+        )
+    return 0 if ok else 1
+
+
+def _print_conditional(s: dict[str, typing.Any], goal: dict[str, typing.Any], ok: bool) -> None:
+    """The text report of a fixed-policy run: prompts, slopes, the ∇p comparison and the identity check."""
+    from grpo_identity.app.report import format_table
+    from grpo_identity.trainer.lm.identity import REL_TOL
+
+    c = s["conditional"]
+    pc = c["projected_check"]
     na = lambda v: "n/a" if v is None else v  # noqa: E731
     iv = lambda d: "n/a" if d.get("interval") is None else "[{:.3f}, {:.3f}]".format(*d["interval"])  # noqa: E731
     print(
@@ -284,17 +302,12 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
     )
     print(
         f"identity along {pc['directions']} random directions: "
-        f"largest relative error {na(pc['projected_max_rel_err'])} over {pc['groups_projected']} groups; "
+        f"largest relative error {na(goal['projected'])} (‖Ve‖/(√K‖g‖); ‖Ve‖/‖Vg‖ "
+        f"{na(pc['projected_max_rel_err'])}) over {pc['groups_projected']} groups; "
         f"exact per-sample check {na(pc['exact_max_rel_err'])} over {pc['groups_exact']} groups: "
         + ("holds" if ok else f"FAILS the {REL_TOL:g} goal")
         + f"  ({s['seconds']:.1f} s)"
     )
-    _print_preregistered(c["preregistered"])
-    if out is not None:
-        print(
-            f"wrote {out / 'summary.json'}, {out / 'config.json'}, {out / 'conditional.png'}, {out / 'provenance.json'}"
-        )
-    return 0 if ok else 1
 
 
 def _print_preregistered(p: dict[str, typing.Any]) -> None:

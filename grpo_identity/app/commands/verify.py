@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 HELP = (
@@ -34,6 +33,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from grpo_identity.app import progress
     from grpo_identity.app.report import emit_json
     from grpo_identity.app.verify import DEFAULT_DAPO_CURVE, format_summary, verify
     from grpo_identity.checks.options import AuditOptions, OptionError
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         frameworks=not args.no_frameworks,
         render=not args.no_render,
         max_examples=args.max_examples,
-        progress=not args.json and sys.stderr.isatty(),
+        progress=progress.wanted(args),
     )
     if args.json:
         emit_json(

@@ -1,0 +1,157 @@
+"""The documentation site (mkdocs.yml, docs/hooks.py): built strictly, then opened in headless Chromium."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# one worker builds the site once (the build lays the package out in build/docs-api, shared by all builds)
+pytestmark = pytest.mark.xdist_group("docs_site")
+_BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+#: the five purposes the navigation is split by, and one page of each
+SECTIONS = {
+    "Tutorial": "tutorial.html",
+    "How-to guides": "how-to/pytest-plugin.html",
+    "Reference": "reference/cli.html",
+    "Explanation": "explanation/identity.html",
+    "Findings": "findings/frameworks.html",
+}
+
+
+def _hooks():
+    pytest.importorskip("mkdocs")
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _browser() -> str:
+    exe = next((found for name in _BROWSERS if (found := shutil.which(name))), None)
+    if exe is None:
+        pytest.skip(f"no headless Chromium on PATH (looked for {', '.join(_BROWSERS)}): the site is not opened")
+    return exe
+
+
+def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        _browser(),
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+
+
+def _dom(site: Path, page: str, profile: Path) -> str:
+    res = _chromium(profile, "--virtual-time-budget=5000", "--dump-dom", (site / page).as_uri())
+    assert res.returncode == 0 and "<html" in res.stdout, res.stderr[-1000:]
+    return res.stdout
+
+
+def test_doctest_examples_in_docstrings_are_fenced_as_code_once():
+    hooks = _hooks()
+    text = "Intro.\n\n>>> x = [1]\n>>> x\n[1]\n\nAfter.\n\n    >>> y\n    2\n"
+    fenced = hooks.fence_doctests(text)
+    assert "```pycon\n>>> x = [1]\n>>> x\n[1]\n```\n\nAfter." in fenced
+    assert "    ```pycon\n    >>> y\n    2\n    ```" in fenced
+    assert hooks.fence_doctests(fenced) == fenced
+
+
+def test_sphinx_roles_in_docstrings_become_inline_code():
+    hooks = _hooks()
+    text = "A :class:`~grpo_identity.dial.Dial` and :func:`grpo_identity.dial.advantages`; :data:`X` stays code."
+    assert hooks.plain_roles(text) == "A `Dial` and `grpo_identity.dial.advantages`; `X` stays code."
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    pytest.importorskip("mkdocs")
+    out = tmp_path_factory.mktemp("docs") / "site"
+    res = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    if res.returncode != 0:
+        problems = [ln for ln in res.stderr.splitlines() if ln.startswith(("WARNING", "ERROR"))]
+        pytest.fail("mkdocs build --strict failed:\n" + "\n".join(problems or res.stderr.splitlines()[-30:]))
+    return out
+
+
+@pytest.mark.slow
+def test_the_strict_build_writes_every_page_the_search_index_and_mathjax_and_loads_nothing_online(site):
+    for page in ("index.html", *SECTIONS.values(), "reference/api.html", "reference/theorems.html"):
+        assert (site / page).is_file(), page
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    assert any(d["location"].startswith("reference/cli.html") for d in index["docs"])
+    assert (site / "mathjax" / "MathJax.js").is_file() and (site / "reference" / "report-schema.json").is_file()
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        assert not re.search(r'<(script|link)[^>]+(src|href)="(https?:)?//', text), page  # no CDN, no web fonts
+    # the framework table is included from results/frameworks/table.md, not copied
+    first_row = (ROOT / "results" / "frameworks" / "table.md").read_text().splitlines()[2]
+    target = first_row.split("`")[1]
+    assert f"<code>{target}</code>" in (site / "findings" / "frameworks.html").read_text()
+
+
+@pytest.mark.slow
+def test_in_the_browser_the_navigation_has_the_five_purposes_and_the_cli_page_names_audit(site, tmp_path):
+    dom = _dom(site, "index.html", tmp_path / "profile")
+    (tabs,) = re.findall(r'<nav class="md-tabs".*?</nav>', dom, re.S)  # the bar under the header
+    primary = dom[dom.index("md-nav--primary") :]  # the sidebar: every section with its pages
+    for label, page in SECTIONS.items():
+        assert re.search(rf'href="{re.escape(page)}"[^>]*>\s*{re.escape(label)}\s*</a>', tabs), label
+        assert re.search(rf">\s*{re.escape(label)}\s*<", primary) and f'href="{page}"' in primary, label
+    cli = _dom(site, "reference/cli.html", tmp_path / "profile")
+    assert 'id="grpo-identity-audit"' in cli and "usage: grpo-identity audit" in cli
+
+
+@pytest.mark.slow
+def test_in_the_browser_mathjax_typesets_every_theorem_without_an_error(site, tmp_path):
+    from grpo_identity.proofs import THEOREMS
+
+    dom = _dom(site, "reference/theorems.html", tmp_path / "profile")
+    # MathJax 2.7 (the copy the project ships with its notebooks) writes MathJax_Display / MathJax spans
+    assert len(re.findall(r'class="MathJax_Display"', dom)) == len(THEOREMS)
+    assert len(re.findall(r'class="MathJax"', dom)) >= len(THEOREMS)
+    assert not re.search(r'class="(merror|MathJax_Error)"', dom)
+
+
+@pytest.mark.slow
+def test_a_screenshot_of_the_home_page_is_not_blank(site, tmp_path):
+    image = pytest.importorskip("matplotlib.image")
+    import numpy as np
+
+    shot = tmp_path / "index.png"
+    res = _chromium(
+        tmp_path / "profile",
+        "--hide-scrollbars",
+        "--virtual-time-budget=5000",
+        "--window-size=1280,900",
+        f"--screenshot={shot}",
+        (site / "index.html").as_uri(),
+    )
+    assert res.returncode == 0 and shot.is_file(), res.stderr[-1000:]
+    pixels = image.imread(shot)
+    assert pixels.shape[:2] == (900, 1280)
+    colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
+    assert len(colours) > 50  # text, the header bar, the navigation: far from one flat colour
+    header = pixels[:40, :, :3].mean(axis=(0, 1))
+    assert header[2] > header[0] + 0.1  # the header bar is the theme's indigo, so the stylesheet loaded
