@@ -91,7 +91,7 @@ def find_notebooks(notebooks_dir: Path | None = None) -> list[Path]:
 def mathjax_source() -> Path:
     """Folder of the local MathJax 2.7 of ``jupyter-server-mathjax`` (``MathJax.js``, the
     configuration :data:`MATHJAX_CONFIG`, the STIX web fonts)."""
-    missing = "offline math needs a local MathJax 2.7: pip install jupyter-server-mathjax (in the 'notebooks' extra)"
+    missing = "offline math needs a local MathJax 2.7: pip install 'grpo-identity[notebooks]' (jupyter-server-mathjax)"
     try:
         import jupyter_server_mathjax
     except ImportError:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from grpo_identity.app import progress
 from grpo_identity.foundation import EXIT_CODES_HELP
 
 HELP = "audit an advantage function (or group filter) against the identity and the dial's presets"
@@ -159,7 +160,6 @@ def _releases_of(args: argparse.Namespace) -> list[str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
 
     from grpo_identity.checks import TargetImportError
     from grpo_identity.checks.options import CALL_TIMEOUT, AuditOptions, OptionError
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             max_examples=args.max_examples,
             timeout=CALL_TIMEOUT if args.timeout is None else args.timeout,
             load_timeout=args.timeout,
-            progress=not args.json and sys.stderr.isatty(),
+            progress=progress.wanted(args),
         )
         specs = [
             resolve(

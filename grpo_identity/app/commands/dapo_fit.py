@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from grpo_identity.app import progress
 from grpo_identity.app.options import integer
 
 HELP = "fit DAPO's Fig. 3b all-correct fraction with E_p[p^32] (one timescale) and a two-parameter saturating curve"
@@ -40,7 +41,6 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
 
     from grpo_identity import data
     from grpo_identity.analysis.dapo_fit import fit, plot_dapo_fit
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         args.solve_rates,
         n_bootstrap=args.bootstrap,
         seed=args.seed,
-        progress=not args.json and sys.stderr.isatty(),
+        progress=progress.wanted(args),
     )
     if args.out:
         from grpo_identity import provenance

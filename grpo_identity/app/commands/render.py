@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from grpo_identity.app import progress
+
 HELP = "execute the notebooks and render them to HTML that works offline (MathJax bundled), with an index.html"
 
 
@@ -23,7 +25,6 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
     from pathlib import Path
 
     from grpo_identity.app.report import check_out_dir, emit_json, format_table
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         Path(args.out),
         execute=not args.no_execute,
         pdf=args.pdf,
-        progress=not args.json and sys.stderr.isatty(),
+        progress=progress.wanted(args),
         notebooks_dir=Path(args.notebooks) if args.notebooks else None,
     )
     if args.json:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import typing
 
+from grpo_identity.app import progress
 from grpo_identity.app.options import budget_help
 
 HELP = (
@@ -102,7 +103,6 @@ def _conditional_terms(cfg: typing.Any, n: float) -> list[tuple[str, float, list
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
-    import sys
 
     from grpo_identity.app.options import build_config, option_names, refuse_over_budget
     from grpo_identity.app.report import check_out_dir, emit_json
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from grpo_identity.provenance import command_line
     from grpo_identity.trainer.lm.train import run_lm
 
-    s = run_lm(config, progress=not args.json and sys.stderr.isatty(), out_dir=out, command=command_line(args._argv))
+    s = run_lm(config, progress=progress.wanted(args), out_dir=out, command=command_line(args._argv))
     err = s["identity_max_rel_err"]
     holds = err is not None and err <= REL_TOL  # no checked group: nothing shown to hold
     if args.json:
@@ -217,7 +217,6 @@ def _print_summary(s: dict[str, typing.Any]) -> None:
 
 def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.Any) -> int:
     """``--experiment conditional``: run, print the ``conditional`` keys; exit 1 when a check misses the goal."""
-    import sys
 
     from grpo_identity.app.report import emit_json
     from grpo_identity.provenance import command_line
@@ -225,9 +224,7 @@ def _run_conditional(config: typing.Any, args: argparse.Namespace, out: typing.A
     from grpo_identity.trainer.lm.conditional_summary import goal_errors
     from grpo_identity.trainer.lm.identity import REL_TOL
 
-    s = run_conditional(
-        config, progress=not args.json and sys.stderr.isatty(), out_dir=out, command=command_line(args._argv)
-    )
+    s = run_conditional(config, progress=progress.wanted(args), out_dir=out, command=command_line(args._argv))
     c = s["conditional"]
     pc = c["projected_check"]
     goal = goal_errors(pc)
