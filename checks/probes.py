@@ -133,6 +133,8 @@ def filter_singletons(target: Callable[..., Any], keep: str | None) -> Any:
 
 #: the edge probes, in report order
 PROBES = (remainder, tiny_spread, singletons)
+#: the finding each probe reports, also when it could not run
+PROBE_FINDINGS = {remainder: "probe_remainder", tiny_spread: "probe_tiny_spread", singletons: "probe_singleton"}
 
 
 def run_probes(target: Callable[..., Any]) -> list[Any]:
@@ -142,7 +144,5 @@ def run_probes(target: Callable[..., Any]) -> list[Any]:
         try:
             out.append(probe(target))
         except Exception as exc:  # a timeout or crash in the child: say so, do not stop the audit
-            out.append(
-                _finding(f"probe_{probe.__name__}", f"the probe could not run: {str(exc).splitlines()[0][:160]}")
-            )
+            out.append(_finding(PROBE_FINDINGS[probe], f"the probe could not run: {str(exc).splitlines()[0][:160]}"))
     return out

@@ -512,11 +512,16 @@ def _conditional_items(name: str, c: dict[str, Any], note: str) -> Iterator[Item
         sec,
         f"{name}: identity along {pc['directions']} random directions and exact",
         f"beyond the paper (≤ {REL_TOL:.0e})",
-        f"projected {goal['projected']:.1e} ({pc['groups_projected']} groups), "
-        f"exact {goal['exact']:.1e} ({pc['groups_exact']})",
+        f"projected {_sci(goal['projected'])} ({pc['groups_projected']} groups), "
+        f"exact {_sci(goal['exact'])} ({pc['groups_exact']})",
         all(x is not None and x <= REL_TOL for x in goal.values()) and pc["silent_groups_with_nonzero_grad"] == 0,
         note + "; projected: ‖Ve‖/(√K‖g‖), largest over the groups",
     )
+
+
+def _sci(x: float | None) -> str:
+    """``x`` as 1.2e-05, or n/a when nothing was measured."""
+    return "n/a" if x is None else f"{x:.1e}"
 
 
 #: a pre-registered criterion's verdict -> the item's status ("not testable" counts as neither)

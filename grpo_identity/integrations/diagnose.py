@@ -114,6 +114,8 @@ class Run:
     series: Series
     trl: trl_logs.Comparison | None = None
     ignored: list[str] = field(default_factory=list)
+    #: what the page could not show and the option that would show it (a TRL log without --G)
+    notes: list[str] = field(default_factory=list)
 
 
 def _files(path: Path) -> tuple[list[Path], list[Path]]:
@@ -125,7 +127,11 @@ def _files(path: Path) -> tuple[list[Path], list[Path]]:
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 rec = json.loads(line)
@@ -216,13 +222,20 @@ def _jsonl(path: Path) -> tuple[dict[float, dict[str, Any]], dict[float, list[tu
     return metrics, groups
 
 
-def _group_size(by_step: dict[float, dict[str, Any]], group_size: int | None, state: Path) -> tuple[int, str]:
+#: the note of a TRL log whose group size nobody gave: its series are drawn, the prediction is not
+NO_GROUP_SIZE = (
+    "{state}: the group size is not recorded in trainer_state.json; pass --G (TRL's num_generations) for the "
+    "identity's prediction of the silent fraction and the group-size cost"
+)
+
+
+def _group_size(by_step: dict[float, dict[str, Any]], group_size: int | None) -> tuple[int | None, str]:
     if group_size is not None:
         return int(group_size), "--G"
     logged = [m[PREFIX + "group_size"] for _, m in sorted(by_step.items()) if PREFIX + "group_size" in m]
     if logged and isinstance(logged[-1], (int, float)) and logged[-1] >= 2:
         return int(logged[-1]), "identity/group_size logged by the callback"
-    raise UsageError(f"{state}: the group size is not recorded in trainer_state.json; pass --G (TRL's num_generations)")
+    return None, ""
 
 
 def read_run(
@@ -264,10 +277,16 @@ def read_run(
         for k, v in by_step[step].items():
             if isinstance(v, (int, float)) and np.isfinite(v):
                 series[k[len(PREFIX) :]].append((float(step), float(v)))
-    comparison = None
+    comparison, notes = None, []
     if state is not None and trl_logs.logged_steps(history):
-        G, source = _group_size(by_step, group_size, state)
-        comparison = trl_logs.compare(history, G, source=source, eps=eps)
+        G, source = _group_size(by_step, group_size)
+        if G is None:
+            notes.append(NO_GROUP_SIZE.format(state=state.name))
+            for logged in trl_logs.logged_steps(history):
+                _add(series, "reward", logged.step, logged.reward)
+                _add(series, "frac_reward_zero_std", logged.step, logged.frac_zero_std)
+        else:
+            comparison = trl_logs.compare(history, G, source=source, eps=eps)
     if comparison is not None:
         for i, s in enumerate(comparison.steps):
             _add(series, "reward", s.step, s.reward)
@@ -276,7 +295,7 @@ def read_run(
             _add(series, "silent_frac_model", s.step, comparison.model[i])
     if not series:
         raise UsageError(f"no identity/ metrics, no per-group rewards and no TRL reward metrics under {path}")
-    return Run(dict(series), comparison, ignored)
+    return Run(dict(series), comparison, ignored, notes)
 
 
 def _add(series: Series, name: str, step: float, value: float | None) -> None:
@@ -383,14 +402,20 @@ def _trl_section(c: trl_logs.Comparison) -> str:
         for r in c.cost
     )
     notes = "".join(f"<li>{e(n)}</li>" for n in c.notes)
+    table = (
+        "<table><tr><th>G</th><th></th><th>silent, all prompts at the mean</th><th>silent, with saturated "
+        f"prompts</th><th>rollouts per prompt on silent groups</th><th>fidelity at the mean</th></tr>{rows}</table>"
+        if rows
+        else ""  # a mean reward outside [0, 1]: no prediction, a note says why
+    )
     return (
         f'<section id="trl"><h2>What the group size costs</h2><p>G = {c.group_size} ({e(c.group_size_source)}); '
         f"mean reward over the run {c.mean_reward:.3f}; saturated share of prompts (always or never solved, "
         f"fitted to TRL's frac_reward_zero_std) {rho}. The prediction assumes binary rewards drawn independently "
         "within a group; each step's model value uses the share fitted on the steps before it.</p>"
-        "<table><tr><th>G</th><th></th><th>silent, all prompts at the mean</th><th>silent, with saturated "
-        "prompts</th><th>rollouts per prompt on silent groups</th><th>fidelity at the mean</th></tr>"
-        f"{rows}</table>" + (f"<ul>{notes}</ul>" if notes else "") + "</section>"
+        + table
+        + (f"<ul>{notes}</ul>" if notes else "")
+        + "</section>"
     )
 
 
@@ -404,6 +429,8 @@ def page(series: Series, title: str = "grpo-identity diagnose", run: Run | None 
         body.append(f'<figure id="{fid}"><figcaption>{e(f["title"])}</figcaption>{svg}</figure>')
     if run is not None and run.trl is not None:
         body.append(_trl_section(run.trl))
+    if run is not None and run.notes:
+        body.append('<ul id="notes">' + "".join(f"<li>{e(n)}</li>" for n in run.notes) + "</ul>")
     if run is not None and run.ignored:
         body.append('<ul id="ignored">' + "".join(f"<li>{e(n)}</li>" for n in run.ignored) + "</ul>")
     steps = sorted({s for ps in series.values() for s, _ in ps})

@@ -177,8 +177,12 @@ def cost_table(G: int, mean_reward: float, rho: float | None, eps: float) -> lis
     sizes.update({G: "G (this run)", 2 * G: "2G", 4 * G: "4G"})
     live = 0.0 < mean_reward < 1.0
     if live:
-        g_eps = group_size_exact(eps, mean_reward)
-        sizes[g_eps] = f"fidelity {1 - eps:g} at r̄" + (" (= " + sizes[g_eps] + ")" if g_eps in sizes else "")
+        try:
+            g_eps: int | None = group_size_exact(eps, mean_reward)
+        except ValueError:  # no G within the search's bound reaches 1 − ε at so rare a success
+            g_eps = None
+        if g_eps is not None:
+            sizes[g_eps] = f"fidelity {1 - eps:g} at r̄" + (" (= " + sizes[g_eps] + ")" if g_eps in sizes else "")
     rows = []
     for g in sorted(sizes):
         bound = float(silent_rate(g, mean_reward))
@@ -223,7 +227,12 @@ def compare(
     logged = [(s.frac_zero_std, b) for s, b in zip(steps, bound) if s.frac_zero_std is not None]
     rho_all = saturated_share([F for F, _ in logged], [b for _, b in logged]) if logged else None
     if not logged:
-        notes.append(f"TRL did not log {ZERO_STD} (added in TRL 0.18): only the predictions are drawn")
+        present = any(ZERO_STD in e for e in history)  # logged, but never a finite number (NaN, null)
+        notes.append(
+            f"every logged {ZERO_STD} is NaN or not a number: only the predictions are drawn"
+            if present
+            else f"TRL did not log {ZERO_STD} (added in TRL 0.18): only the predictions are drawn"
+        )
     elif all(F in (0.0, 1.0) for F, _ in logged) and len(logged) > 1:
         notes.append(
             f"every logged {ZERO_STD} is 0 or 1: with scale_rewards='batch' (or TRL 0.22.0-0.22.1's default) "

@@ -89,12 +89,8 @@ def test_the_table_names_every_metric_with_its_last_value(tmp_path, capsys):
     [
         (lambda d: None, ["{d}/missing"], "LOGDIR {d}/missing does not exist"),
         (lambda d: None, [], "no identity/ metrics, no per-group rewards and no TRL reward metrics under {d}"),
-        (
-            lambda d: plain_trl_run(d),
-            [],
-            "the group size is not recorded in trainer_state.json; pass --G (TRL's num_generations)",
-        ),
-        (lambda d: plain_trl_run(d), ["--G", "1"], "--G must be an integer >= 2, got 1"),
+        (lambda d: plain_trl_run(d), ["--G", "1"], "--G must be an integer from 2 to 1,000,000, got 1"),
+        (lambda d: plain_trl_run(d), ["--G", "1000001"], "--G must be an integer from 2 to 1,000,000, got 1000001"),
         (lambda d: (d / "a.jsonl").write_text('{"step": 1, "rewards": [1, 0]}\n{oops\n'), [], "a.jsonl:2: not JSON"),
         (
             lambda d: (d / "a.jsonl").write_text('{"rewards": [1, 0]}\n'),
@@ -230,3 +226,34 @@ def test_the_deviation_figure_draws_its_tolerance_and_float_noise_stays_far_unde
     assert f'class="tolerance" data-value="{tol:g}"' in svg
     ys = [float(p.split(",")[1]) for p in re.search(r'points="([^"]+)"', svg).group(1).split()]
     assert max(ys) - min(ys) < 0.5  # the noise is flat on the page (in pixels), not spikes
+
+
+def test_a_plain_trl_run_without_the_group_size_draws_its_logged_series_and_says_which_option_adds_the_prediction(
+    tmp_path, capsys
+):
+    plain_trl_run(tmp_path)
+    code, out, _ = run(capsys, tmp_path, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["trl"] is None and set(report["series"]) == {"reward", "frac_reward_zero_std"}
+    assert report["notes"] == [
+        "trainer_state.json: the group size is not recorded in trainer_state.json; pass --G (TRL's num_generations) "
+        "for the identity's prediction of the silent fraction and the group-size cost"
+    ]
+    assert "pass --G" in (tmp_path / "diagnose.html").read_text()
+
+
+def test_a_mean_reward_too_rare_for_any_group_size_to_reach_the_fidelity_still_gives_the_page(tmp_path, capsys):
+    log = [{"step": s, "reward": 1e-9, "frac_reward_zero_std": 1.0} for s in (1, 2, 3)]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 3, "log_history": log}))
+    code, out, _ = run(capsys, tmp_path, "--G", "8", "--json")
+    labels = [row["label"] for row in json.loads(out)["trl"]["cost"]]
+    assert code == 0 and labels == ["G/2", "G (this run)", "2G", "4G"]  # no G within 10⁷ reaches fidelity 0.9
+
+
+def test_a_jsonl_that_is_not_utf8_beside_a_trl_log_is_ignored_with_a_note_naming_it(tmp_path, capsys):
+    plain_trl_run(tmp_path)
+    (tmp_path / "dump.jsonl").write_bytes(b"\xff\xfe{}\n")
+    code, out, _ = run(capsys, tmp_path, "--G", "4", "--json")
+    assert code == 0 and json.loads(out)["ignored"] == [
+        "ignored dump.jsonl: not written by grpo-identity's callback (dump.jsonl: not UTF-8 text (byte 0))"
+    ]

@@ -60,3 +60,22 @@ def test_a_filter_at_g_1_is_probed_too_and_keeping_a_lone_answer_is_a_note():
     kept = filter_singletons(keeps_everything, "nonzero_std")
     assert kept.severity == "note" and "drops every one" in kept.message
     assert filter_singletons(keeps_everything, "all") is None
+
+
+def test_a_probe_that_cannot_run_reports_under_the_name_it_reports_when_it_runs(monkeypatch):
+    from grpo_identity import dial as D
+    from grpo_identity.checks import probes
+
+    def grpo(rewards, G):
+        return D.advantages(rewards, G, D.GRPO)
+
+    ran = [f.property for f in probes.run_probes(grpo)]
+    assert ran == [probes.PROBE_FINDINGS[p] for p in probes.PROBES]
+
+    def crash(target):  # a probe whose child timed out
+        raise TimeoutError("no answer in 30 s")
+
+    monkeypatch.setattr(probes, "PROBES", (crash,))
+    monkeypatch.setitem(probes.PROBE_FINDINGS, crash, "probe_singleton")
+    (finding,) = probes.run_probes(grpo)
+    assert finding.property == "probe_singleton" and "could not run" in finding.message

@@ -65,3 +65,13 @@ def test_a_mean_reward_outside_0_1_gives_no_prediction_and_says_why():
 def test_a_logged_fraction_under_the_bound_is_flagged():
     c = T.compare([{"step": s, "reward": 0.5, "frac_reward_zero_std": 0.0} for s in (1, 2)], 4)
     assert any("under the lower bound" in n for n in c.notes)
+
+
+def test_a_zero_std_fraction_logged_only_as_nan_is_said_to_be_nan_not_missing():
+    from grpo_identity.integrations.trl_logs import compare
+
+    history = [{"step": s, "reward": 0.5, "frac_reward_zero_std": float("nan")} for s in (1, 2)]
+    (note,) = [n for n in compare(history, 4).notes if "frac_reward_zero_std" in n]
+    assert note.startswith("every logged frac_reward_zero_std is NaN")
+    (note,) = [n for n in compare([{"step": 1, "reward": 0.5}], 4).notes if "frac_reward_zero_std" in n]
+    assert "added in TRL 0.18" in note

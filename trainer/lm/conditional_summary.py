@@ -64,7 +64,8 @@ def goal_errors(projected_check: dict[str, Any]) -> dict[str, float | None]:
     {'projected': 2e-05, 'exact': 1e-06}
     """
     pc = projected_check
-    projected = pc.get("projected_max_rel_err_normalised", pc.get("projected_max_rel_err"))
+    normalised = pc.get("projected_max_rel_err_normalised")
+    projected = normalised if normalised is not None else pc.get("projected_max_rel_err")
     return {"projected": projected, "exact": pc.get("exact_max_rel_err")}
 
 

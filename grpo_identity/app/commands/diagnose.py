@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from grpo_identity.app.commands.closed_forms import MAX_G
+
 HELP = (
     "read the identity metrics a run logged (or per-group rewards it dumped, or a plain TRL run's own metrics) "
     "and draw them into one HTML page"
@@ -51,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     from grpo_identity.foundation import UsageError, emit_json, format_table
     from grpo_identity.integrations.diagnose import figures, read_run, write_page
 
-    if args.group_size is not None and args.group_size < 2:
-        raise UsageError(f"--G must be an integer >= 2, got {args.group_size}")
+    if args.group_size is not None and not 2 <= args.group_size <= MAX_G:
+        raise UsageError(f"--G must be an integer from 2 to {MAX_G:,}, got {args.group_size}")
     if not 0 < args.eps < 1:
         raise UsageError(f"--eps must be in (0, 1), got {args.eps:g}")
     try:
@@ -81,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
                 "figures": {k: {"ylim": f["ylim"], "tolerance": f["tolerance"]} for k, f in figures(series).items()},
                 "trl": run_.trl.as_dict() if run_.trl is not None else None,
                 "ignored": run_.ignored,
+                "notes": run_.notes,
             }
         )
         return 0
@@ -88,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(rows, ["metric", "steps", "last step", "last value"]))
     if run_.trl is not None:
         _print_cost(run_.trl)
-    for note in run_.ignored:
+    for note in [*run_.notes, *run_.ignored]:
         print(f"note: {note}")
     print(f"\npage: {out}")
     return 0
@@ -104,6 +107,7 @@ def _print_cost(c: object) -> None:
     rows = [[r.G, r.label, pct(r.silent_bound), pct(r.silent_model), f"{r.wasted_rollouts:.2f}"] for r in c.cost]
     rho = "-" if c.saturated_share is None else f"{100 * c.saturated_share:.0f}%"
     print(f"\nG = {c.group_size} ({c.group_size_source}); mean reward {c.mean_reward:.3f}; saturated prompts {rho}")
-    print(format_table(rows, ["G", "", "silent (bound)", "silent (model)", "rollouts/prompt silent"]))
+    if rows:  # none when the mean reward lies outside [0, 1] (a note says so)
+        print(format_table(rows, ["G", "", "silent (bound)", "silent (model)", "rollouts/prompt silent"]))
     for note in c.notes:
         print(f"note: {note}")

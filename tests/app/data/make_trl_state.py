@@ -7,8 +7,8 @@ A one-layer Llama built from a config (no download), 8 steps on the CPU, ``loggi
 four prompts of different difficulty per step and a binary reward; the run saves a checkpoint
 and its ``trainer_state.json`` (what TRL writes, unchanged) is copied to OUT.json. The fixtures
 ``trl-<release>.trainer_state.json`` beside this file were written by it under each release's
-interpreter (same seed: the same rewards, each release's own keys). Heavy imports stay inside
-``main`` so that collecting this folder imports nothing heavy.
+interpreter (same seed, each release's own keys; 0.22.2 and 1.16.0 give the same rewards, 0.16.0 other
+ones after step 1). Heavy imports stay inside ``main`` so that collecting this folder imports nothing heavy.
 """
 
 from __future__ import annotations
