@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import shlex
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from _reproduce import RESULTS, numbers_differ, rerun_recorded  # noqa: E402
 
 from grpo_identity.analysis.stats import r_squared  # noqa: E402
 from grpo_identity.foundation import dumps  # noqa: E402
@@ -205,20 +205,11 @@ def test_mass_draws_below_one_are_rejected():
 #: float64 throughout and seeded: a rerun on the recorded versions matches to rounding
 REPRO_RTOL, REPRO_ATOL = 1e-9, 1e-12
 #: the stored run this test regenerates (about 10 s)
-STORED = Path(__file__).resolve().parents[2] / "results" / "bernoulli"
+STORED = RESULTS / "bernoulli"
 
 
-def _numbers_differ(stored, fresh, where="", skip=("seconds",)) -> list[str]:
-    """Where two JSON values differ beyond REPRO_RTOL / REPRO_ATOL (keys in ``skip`` ignored)."""
-    if isinstance(stored, dict) and isinstance(fresh, dict):
-        keys = (set(stored) | set(fresh)) - set(skip)
-        return [d for k in sorted(keys) for d in _numbers_differ(stored.get(k), fresh.get(k), f"{where}.{k}", skip)]
-    if isinstance(stored, list) and isinstance(fresh, list) and len(stored) == len(fresh):
-        return [d for i, (a, b) in enumerate(zip(stored, fresh)) for d in _numbers_differ(a, b, f"{where}[{i}]", skip)]
-    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (stored, fresh))
-    if numbers and math.isclose(stored, fresh, rel_tol=REPRO_RTOL, abs_tol=REPRO_ATOL):
-        return []
-    return [] if stored == fresh else [f"{where}: stored {stored!r}, now {fresh!r}"]
+def _numbers_differ(stored, fresh) -> list[str]:
+    return numbers_differ(stored, fresh, rtol=REPRO_RTOL, atol=REPRO_ATOL)
 
 
 def test_the_comparison_finds_a_change_beyond_the_tolerance_and_ignores_timings():
@@ -232,13 +223,9 @@ def test_the_comparison_finds_a_change_beyond_the_tolerance_and_ignores_timings(
 
 def test_the_stored_run_reproduces_from_its_recorded_command(tmp_path, capsys):
     from grpo_identity import provenance
-    from grpo_identity.app.cli import main
 
-    recorded = json.loads((STORED / "provenance.json").read_text())
-    argv = shlex.split(recorded["command"])
-    assert argv[0] == "grpo-identity" and "--out" in argv
-    argv[argv.index("--out") + 1] = str(tmp_path)  # the same command, written elsewhere
-    assert main(argv[1:]) == 0
+    code, recorded = rerun_recorded(STORED, tmp_path)
+    assert code == 0
     capsys.readouterr()
     env = provenance.differences(recorded) or ["none"]
     for name in ("result.json", "config.json"):

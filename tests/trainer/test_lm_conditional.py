@@ -94,6 +94,8 @@ def test_split_half_rel_err_is_small_when_the_means_agree_and_finds_a_planted_of
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from _reproduce import RESULTS, numbers_differ, rerun_recorded  # noqa: E402
+
 from grpo_identity.app.cli import main  # noqa: E402
 from grpo_identity.dial import DR_GRPO, GRPO, advantages  # noqa: E402
 from grpo_identity.trainer.lm.config import named_config  # noqa: E402
@@ -450,3 +452,18 @@ def test_cli_conditional_table_names_the_slopes_and_the_checks(capsys):
     out = capsys.readouterr().out
     assert "slope |E[g|k]| vs sigma" in out and "dr_grpo" in out and "holds" in out
     assert "pre-registered analysis" in out and "noise_ratio    not testable" in out
+
+
+@pytest.mark.slow
+def test_the_stored_fixed_policy_run_reproduces_from_its_recorded_command(tmp_path, capsys):
+    """results/lm-conditional-cpu rerun (about 45 s): torch on one CPU thread, seeded, gives the same numbers."""
+    from grpo_identity import provenance
+
+    stored = RESULTS / "lm-conditional-cpu"
+    code, recorded = rerun_recorded(stored, tmp_path)
+    assert code == 0
+    capsys.readouterr()
+    env = provenance.differences(recorded) or ["none"]
+    old, new = (json.loads((d / "summary.json").read_text()) for d in (stored, tmp_path))
+    diffs = numbers_differ(old, new, rtol=1e-6, atol=1e-9, skip=("seconds", "analysis"))
+    assert not diffs, f"{len(diffs)} values differ (environment changes: {env}): " + "; ".join(diffs[:5])
