@@ -27,8 +27,6 @@ from mkdocs.structure.files import File, Files
 ROOT = Path(__file__).resolve().parents[1]
 #: the installed layout griffe reads (the ``paths`` of the python handler in mkdocs.yml)
 API_TREE = ROOT / "build" / "docs-api"
-#: pyproject's package-dir: subpackage → its folder in the checkout
-MAPPED = {"proofs": "proofs", "checks": "checks", "trainer": "trainer"}
 
 
 #: a doctest: its ``>>>`` line, then its continuation and output lines up to a blank line
@@ -60,15 +58,14 @@ class FencedDoctests(griffe.Extension):
 
 
 def on_config(config: Any) -> Any:
-    package = API_TREE / "grpo_identity"
-    if package.exists():
-        shutil.rmtree(API_TREE)
-    package.mkdir(parents=True)
-    for entry in (ROOT / "grpo_identity").iterdir():
-        if entry.name != "__pycache__":
-            (package / entry.name).symlink_to(entry)
-    for name, folder in MAPPED.items():
-        (package / name).symlink_to(ROOT / folder)
+    """Lay out the package as it installs (one tree of links, made as for the type check)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("typecheck", ROOT / "scripts" / "typecheck.py")
+    assert spec is not None and spec.loader is not None
+    typecheck = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(typecheck)
+    typecheck.link_tree(API_TREE)
     return config
 
 

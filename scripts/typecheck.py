@@ -18,7 +18,7 @@ MAPPED = {"proofs": "proofs", "checks": "checks", "trainer": "trainer"}
 
 
 def link_tree(dest: Path) -> Path:
-    """build/typecheck/grpo_identity: links to grpo_identity/'s entries and to the mapped folders."""
+    """DEST/grpo_identity: links to grpo_identity/'s entries and to the mapped folders (the type check, the docs)."""
     pkg = dest / "grpo_identity"
     if dest.exists():
         shutil.rmtree(dest)

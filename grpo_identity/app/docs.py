@@ -20,7 +20,6 @@ import dataclasses
 import inspect
 import json
 import re
-import textwrap
 import types
 import typing
 from pathlib import Path
@@ -413,19 +412,9 @@ def theorems() -> str:
 # --- the report's JSON schema -------------------------------------------------------------------
 def _attribute_docs(cls: type) -> dict[str, str]:
     """The docstrings written under a dataclass's fields (``x: int`` then ``\"\"\"…\"\"\"``), by field."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs = {}
-    for node, after in zip(body, body[1:]):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(inspect.cleandoc(after.value.value).split())
-    return docs
+    from grpo_identity.trainer.config import field_docs  # the one reader of field docstrings (the CLI's --help too)
+
+    return field_docs(cls)
 
 
 def _json_type(tp: Any, refs: dict[type, str]) -> dict[str, Any]:
