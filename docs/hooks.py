@@ -1,6 +1,6 @@
 """mkdocs hooks of the documentation site (``mkdocs.yml``: ``hooks``), run by ``make docs``.
 
-- ``on_config``: lays the package out as it is installed (``checks/``, ``proofs/`` and ``trainer/``
+- ``on_startup``: lays the package out as it is installed (``checks/``, ``proofs/`` and ``trainer/``
   under ``grpo_identity/``, as pyproject's ``package-dir`` maps them) in ``build/docs-api`` as
   symbolic links, so that mkdocstrings (griffe) reads the docstrings statically from the sources;
 - ``on_files``: adds the generated reference pages (:mod:`grpo_identity.app.docs`), never committed;
@@ -57,8 +57,12 @@ class FencedDoctests(griffe.Extension):
             obj.docstring.value = plain_roles(fence_doctests(obj.docstring.value))
 
 
-def on_config(config: Any) -> Any:
-    """Lay out the package as it installs (one tree of links, made as for the type check)."""
+def on_startup(command: str, dirty: bool) -> None:
+    """Lay out the package as it installs (one tree of links, made as for the type check).
+
+    At startup, not in ``on_config``: mkdocstrings' handler reads its ``paths`` in its own ``on_config``, which runs
+    before a hook's, and a tree missing then (a fresh clone's first build) makes it fall back to the checkout, where
+    ``grpo_identity.checks`` does not exist."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("typecheck", ROOT / "scripts" / "typecheck.py")
@@ -66,7 +70,6 @@ def on_config(config: Any) -> Any:
     typecheck = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(typecheck)
     typecheck.link_tree(API_TREE)
-    return config
 
 
 def on_files(files: Files, config: Any) -> Files:

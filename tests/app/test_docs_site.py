@@ -81,6 +81,7 @@ def test_sphinx_roles_in_docstrings_become_inline_code():
 def site(tmp_path_factory):
     pytest.importorskip("mkdocs")
     out = tmp_path_factory.mktemp("docs") / "site"
+    shutil.rmtree(ROOT / "build" / "docs-api", ignore_errors=True)  # as in a fresh clone: the first build lays it out
     res = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "--site-dir", str(out)],
         cwd=ROOT,
