@@ -1,8 +1,9 @@
 """mkdocs hooks of the documentation site (``mkdocs.yml``: ``hooks``), run by ``make docs``.
 
-- ``on_startup``: lays the package out as it is installed (``checks/``, ``proofs/`` and ``trainer/``
-  under ``grpo_identity/``, as pyproject's ``package-dir`` maps them) in ``build/docs-api`` as
-  symbolic links, so that mkdocstrings (griffe) reads the docstrings statically from the sources;
+- at import (mkdocs loads this module with its configuration), :func:`ensure_api_tree` lays the package
+  out as it is installed (``checks/``, ``proofs/`` and ``trainer/`` under ``grpo_identity/``, as
+  pyproject's ``package-dir`` maps them) in ``build/docs-api`` as symbolic links, so that mkdocstrings
+  (griffe) reads the docstrings statically from the sources;
 - ``on_files``: adds the generated reference pages (:mod:`grpo_identity.app.docs`), never committed;
 - ``on_post_build``: copies the MathJax 2.7 the project already depends on
   (``jupyter-server-mathjax``, :func:`grpo_identity.app.render.mathjax_source`) into the site, so
@@ -57,19 +58,34 @@ class FencedDoctests(griffe.Extension):
             obj.docstring.value = plain_roles(fence_doctests(obj.docstring.value))
 
 
-def on_startup(command: str, dirty: bool) -> None:
-    """Lay out the package as it installs (one tree of links, made as for the type check).
-
-    At startup, not in ``on_config``: mkdocstrings' handler reads its ``paths`` in its own ``on_config``, which runs
-    before a hook's, and a tree missing then (a fresh clone's first build) makes it fall back to the checkout, where
-    ``grpo_identity.checks`` does not exist."""
+def _typecheck() -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("typecheck", ROOT / "scripts" / "typecheck.py")
     assert spec is not None and spec.loader is not None
-    typecheck = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(typecheck)
-    typecheck.link_tree(API_TREE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ensure_api_tree() -> None:
+    """Lay out the package as it installs (one tree of links, made as for the type check), unless it is already.
+
+    Made when mkdocs loads this module, before any plugin reads its configuration: mkdocstrings' handler takes its
+    ``paths`` before a hook's ``on_config`` runs, and a tree missing then (a fresh clone's first build) made it fall
+    back to the checkout, where ``grpo_identity.checks`` does not exist.  A tree that is already right is left
+    alone, never removed and remade while something may be reading it."""
+    typecheck = _typecheck()
+    source = ROOT / "grpo_identity"
+    want = {e.name: e.resolve() for e in source.iterdir() if e.name != "__pycache__"}
+    want.update({name: (ROOT / folder).resolve() for name, folder in typecheck.MAPPED.items()})
+    package = API_TREE / "grpo_identity"
+    have = {e.name: e.resolve() for e in package.iterdir()} if package.is_dir() else {}
+    if have != want:
+        typecheck.link_tree(API_TREE)
+
+
+ensure_api_tree()
 
 
 def on_files(files: Files, config: Any) -> Files:

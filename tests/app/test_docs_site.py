@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,19 @@ def test_sphinx_roles_in_docstrings_become_inline_code():
     assert hooks.plain_roles(text) == "A `Dial` and `grpo_identity.dial.advantages`; `X` stays code."
 
 
+def test_the_api_tree_is_laid_out_when_missing_and_left_alone_when_right():
+    hooks = _hooks()  # loading the hooks lays it out, as mkdocs loading its configuration does
+    package = ROOT / "build" / "docs-api" / "grpo_identity"
+    assert (package / "checks").resolve() == (ROOT / "checks").resolve()
+    assert (package / "dial.py").resolve() == (ROOT / "grpo_identity" / "dial.py").resolve()
+    made = package.stat().st_ino
+    hooks.ensure_api_tree()
+    assert package.stat().st_ino == made  # right already: not removed and remade under a reader
+    (package / "checks").unlink()
+    hooks.ensure_api_tree()
+    assert (package / "checks").resolve() == (ROOT / "checks").resolve()
+
+
 def _build(out: Path) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "--site-dir", str(out)]
     env = {**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"}
@@ -98,6 +112,7 @@ def site(tmp_path_factory):
         # Seen only inside the whole parallel suite on a fresh clone, never alone (a fresh clone's `make docs`,
         # this file alone, this file beside the wheel build): mkdocstrings once missed the package tree. One
         # retry, and a failure shows both attempts, so a real break (a bad link, a missing module) still fails.
+        time.sleep(10)
         first, res = res, _build(out)
         if res.returncode != 0:
             pytest.fail(f"mkdocs build --strict failed twice:\n{_problems(first)}\n--- again:\n{_problems(res)}")
