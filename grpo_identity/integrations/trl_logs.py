@@ -63,6 +63,7 @@ __all__ = [
     "logged_steps",
     "silent_lower_bound",
     "saturated_share",
+    "prior_shares",
     "model_silent",
     "cost_table",
     "compare",
@@ -160,6 +161,22 @@ def saturated_share(logged: Sequence[float], bound: Sequence[float]) -> float | 
     return float(np.clip((F - f).sum() / room, 0.0, 1.0))
 
 
+def prior_shares(logged: Sequence[float | None], bound: Sequence[float]) -> list[float | None]:
+    """For each step, :func:`saturated_share` of the steps before it that logged a fraction (None: not logged),
+    by running sums, so a run of n logged steps costs O(n).
+
+    >>> [None if r is None else round(r, 6) for r in prior_shares([0.5, None, 0.5], [0.125, 0.125, 0.125])]
+    [None, 0.428571, 0.428571]
+    """
+    out: list[float | None] = []
+    excess = room = 0.0
+    for F, f in zip(logged, bound):
+        out.append(float(np.clip(excess / room, 0.0, 1.0)) if room > 0 else None)
+        if F is not None:
+            excess, room = excess + F - f, room + 1.0 - f
+    return out
+
+
 def model_silent(G: int, reward_mean: float, rho: float) -> float:
     """The saturation model's silent fraction ρ + (1 − ρ)·f(r̄).
 
@@ -218,12 +235,11 @@ def compare(
                 "(the prediction needs binary rewards)"
             ],
         )
-    bound = [float(silent_lower_bound(G, s.reward)) for s in steps]
-    model: list[float | None] = []
-    for i, s in enumerate(steps):  # ρ from the steps before this one only
-        seen = [(p.frac_zero_std, b) for p, b in zip(steps[:i], bound[:i]) if p.frac_zero_std is not None]
-        rho = saturated_share([F for F, _ in seen], [b for _, b in seen]) if seen else None
-        model.append(model_silent(G, s.reward, rho) if rho is not None else None)
+    bound = silent_lower_bound(G, [s.reward for s in steps]).tolist()
+    model = [
+        model_silent(G, s.reward, rho) if rho is not None else None
+        for s, rho in zip(steps, prior_shares([s.frac_zero_std for s in steps], bound))
+    ]
     logged = [(s.frac_zero_std, b) for s, b in zip(steps, bound) if s.frac_zero_std is not None]
     rho_all = saturated_share([F for F, _ in logged], [b for _, b in logged]) if logged else None
     if not logged:

@@ -456,7 +456,8 @@ def test_cli_conditional_table_names_the_slopes_and_the_checks(capsys):
 
 @pytest.mark.slow
 def test_the_stored_fixed_policy_run_reproduces_from_its_recorded_command(tmp_path, capsys):
-    """results/lm-conditional-cpu rerun (about 45 s): torch on one CPU thread, seeded, gives the same numbers."""
+    """results/lm-conditional-cpu rerun (72 s on an idle 2-core machine): torch on one CPU thread, seeded,
+    gives the same numbers."""
     from grpo_identity import provenance
 
     stored = RESULTS / "lm-conditional-cpu"

@@ -362,8 +362,9 @@ CONFIGS: Mapping[str, LMConfig] = {
     # the fixed-policy experiment where G8's noise term Σ₊/k is exercised: split has s + 1 correct
     # answers per prompt, so Σ₊ ≠ 0.  1–2 digit sums, warmed up to greedy accuracy 0.8, leave the
     # sampled solve rates of most two-digit sums in 0.25–0.7.  5.5 minutes on one CPU thread (the
-    # Gram matrices grow as groups²); 8 directions, because ‖Vg‖/‖g‖ of 2 or 4 has a tail that
-    # some of ~23,000 checked groups reach (the error ‖Ve‖/‖Vg‖ then passes 1e-4)
+    # Gram matrices grow as groups²); 8 directions, chosen when the goal still read ‖Ve‖/‖Vg‖, whose
+    # tail some of ~23,000 checked groups reach with 2 or 4 (the goal now reads ‖Ve‖/(√K‖g‖),
+    # conditional_summary.goal_errors); kept, so that the stored seeds rerun from their commands
     "cpu-conditional": LMConfig(
         experiment="conditional",
         task="split",
