@@ -4,14 +4,13 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-PIP    := $(BIN)/python -m pip install -q -c constraints.txt
+# the one locked environment: every extra resolved together (scripts/lock.py; `make lock` remakes it)
+LOCK   := requirements.lock
+LOCKPY := scripts/lock.py
 STAMP  := $(VENV)/.installed
-FW     := $(VENV)/.frameworks
-# real frameworks the checks audit in CI (tests marked `frameworks`): pyproject's `frameworks` extra
-# (pip install 'grpo-identity[frameworks]') pins these releases with their declared requirements so
-# that `pip check` passes: verl 0.9.1 wants transformers < 5.11 (TRL 1.16.0 takes >= 4.56.2), and its
-# trainer module imports cachetools, uvicorn, fastapi and pillow beyond them; a test checks that the
-# extra pins the versions below. Other releases: `grpo-identity audit trl --release 0.22.0` (own environment).
+# the real frameworks the checks audit in CI (tests marked `frameworks`) are in the lock, from pyproject's
+# `frameworks` extra (pip install 'grpo-identity[frameworks]'), at the releases a test checks these agree with.
+# Other releases: `grpo-identity audit trl --release 0.22.0` (an environment of its own, checks/releases.py).
 TRL_VERSION  := 1.16.0
 VERL_VERSION := 0.9.1
 # AReaL is audited in its release environment only (grpo-identity audit areal --release 1.0.4), never in .venv
@@ -22,23 +21,44 @@ OPENRLHF_VERSION := 0.11.2
 TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out
 
-.PHONY: setup frameworks verify test test-fast lint docs bench mutate clean
+.PHONY: setup frameworks verify test test-fast lint docs docs-serve bench mutate lock lock-check fresh-check clean
 
-$(STAMP): pyproject.toml constraints.txt Makefile
+# Set-up installs only from the lock: the lock is checked first (a dependency changed in pyproject.toml
+# without `make lock` stops here, in one line); uv comes at the lock's version from the index; torch is
+# the CPU build, fetched by this machine's pip (uv reads no pip configuration) and checked against the
+# lock's hash; `uv pip sync` makes .venv exactly the lock; then the project itself, without dependencies.
+# pip check cannot see a package that breaks another's import (issue 27: kernels under transformers
+# 5.10.4), so every extra is imported too.
+$(STAMP): $(LOCK) pyproject.toml constraints.txt Makefile
+	@$(PYTHON) $(LOCKPY) check
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(PIP) torch==2.13.0
-	$(PIP) -e '.[all]'
+	$(BIN)/python -m pip install -q --no-deps "$$($(PYTHON) $(LOCKPY) pin uv)"
+	$(BIN)/python $(LOCKPY) torch $(VENV)/wheels
+	$(BIN)/uv pip sync -q --python $(BIN)/python --require-hashes --find-links $(VENV)/wheels $(LOCK)
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check
+	$(BIN)/python $(LOCKPY) imports
 	touch $(STAMP)
 
-$(FW): $(STAMP) constraints.txt pyproject.toml
-	$(PIP) -e '.[frameworks]'
-	$(BIN)/python -m pip check
-	touch $(FW)
+setup: $(STAMP)
 
-frameworks: $(FW)
+# kept for muscle memory: the frameworks are part of the one lock
+frameworks: setup
 
-setup: $(STAMP) $(FW)
+# re-resolve every extra against today's index (on purpose: after changing pyproject.toml or constraints.txt,
+# or to take newer releases); commit requirements.lock with the change that needed it
+lock:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --no-deps "$$($(PYTHON) $(LOCKPY) pin uv)"
+	$(BIN)/python $(LOCKPY) lock
+
+lock-check:
+	@$(PYTHON) $(LOCKPY) check
+
+# not in CI: resolve the extras against today's index in throwaway venvs (and pip's one-step installs of
+# the frameworks and trainer extras), import everything, run the fast tests there: the next break, before it bites
+fresh-check: setup
+	$(BIN)/python $(LOCKPY) fresh --folder build/fresh
 
 verify: setup
 	$(BIN)/grpo-identity verify --out $(OUT)/verify
@@ -57,15 +77,20 @@ test-fast: setup
 # the documentation site, built offline and strictly (a broken link or reference fails it): mkdocs.yml, docs/
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(OUT)/site
-	@echo "the site: $(OUT)/site/index.html"
+	@echo "the site: $(OUT)/site/index.html (search works when served: make docs-serve)"
+
+# the built site over http on 127.0.0.1 (the search box needs a server; everything else reads from disk)
+DOCS_PORT ?= 8000
+docs-serve: docs
+	@echo "serving $(OUT)/site on http://127.0.0.1:$(DOCS_PORT)/ (Ctrl-C ends it)"
+	$(BIN)/python -m http.server $(DOCS_PORT) --bind 127.0.0.1 --directory $(OUT)/site
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
-# mutation testing of dial.py, closed_forms.py and checks/{infer,properties}.py (long; not in CI):
+# mutation testing (mutmut is in the lock, the `mutate` extra) of dial.py, closed_forms.py and checks/{infer,properties}.py (long; not in CI):
 # kill rate per module and overall, and every surviving mutant; see scripts/mutate.py
 mutate: setup
-	$(PIP) -e '.[mutate]'
 	mkdir -p $(OUT)
 	$(BIN)/python scripts/mutate.py --json $(OUT)/mutate.json
 

@@ -157,8 +157,9 @@ def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    from grpo_identity.foundation import error_text
+
+    return error_text(exc)
 
 
 def _preset(name: str, kind: str) -> Callable[..., Any]:

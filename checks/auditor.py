@@ -140,7 +140,8 @@ def run(spec: Spec, options: AuditOptions) -> Report:
         )
     calling = spec.calling if isinstance(spec, FunctionSpec) else None
     dtype = calling.reward_dtype if calling is not None else "float64"
-    with _open(spec, options, _release_python(spec, options)) as opened:
+    release = _release_env(spec, options)
+    with _open(spec, options, release.python if release is not None else options.python) as opened:
         tgt = opened if dtype == "float64" else RoundedRewards(opened, dtype)
         if spec.level == "gradient":
             report = _gradient(tgt, name, options)
@@ -149,6 +150,8 @@ def run(spec: Spec, options: AuditOptions) -> Report:
         else:
             report = _advantages(tgt, name, options)
         report.target_info = dict(getattr(opened, "info", {}) or {})
+    if release is not None:  # where the release ran: resolved how, as of when, every version
+        report.target_info["environment"] = release.summary()
     if isinstance(spec, FrameworkSpec):
         report.findings += _settings_notes(spec.framework, report, options.expected)
     if options.declared is not None:  # the gradient level's own record names no preset
@@ -183,10 +186,10 @@ def _settings_notes(framework: str, report: Report, expected: D.Dial | None) -> 
 
 
 # --- the target ----------------------------------------------------------------------------------
-def _release_python(spec: Spec, options: AuditOptions) -> str | None:
-    """The interpreter of the release a framework spec names (its environment built on first use)."""
+def _release_env(spec: Spec, options: AuditOptions) -> Any:
+    """The environment of the release a framework spec names (built on first use), or None."""
     if options.python is not None or not isinstance(spec, FrameworkSpec) or spec.release is None:
-        return options.python
+        return None
     from grpo_identity.checks.releases import ensure
 
     if spec.release_auto:
@@ -196,7 +199,7 @@ def _release_python(spec: Spec, options: AuditOptions) -> str | None:
             file=sys.stderr,
         )
     try:
-        return ensure(spec.framework, spec.release).python
+        return ensure(spec.framework, spec.release)
     except AdapterError as exc:
         if spec.release_auto:
             where = f"{spec.framework} {spec.release} (its tested release; it is not installed here)"

@@ -1,17 +1,28 @@
 """Cached environments for auditing any release of a framework without touching the user's own.
 
 ``ensure("trl", "0.22.0")`` creates (once) a virtual environment under :func:`env_root`
-(``$GRPO_IDENTITY_ENVS``, else ``~/.cache/grpo-identity/envs``), installs that release there with
-pip under the project's torch pin (``torch==2.13.0`` on the same command line, and constraints that
-refuse ``vllm`` and ``flash-attn`` outright, so no CUDA stack can be pulled), plus the pins the
-release needs (:data:`RELEASE_PINS`: e.g. TRL before 1.0 imports vLLM under transformers 5), and
-returns its interpreter.  The environment is layered over the project's own: its site-packages
-come first, and what it does not install itself (torch, numpy, this project) is found in the
-project's environment, which pip never writes to from there.  Which project environment is not
-baked into the release's: its ``.pth`` line reads :data:`BASE_SITE_VAR`, which
-:func:`child_environ` sets to the running interpreter's site-packages, so one cached release
-serves every clone and virtual environment that uses it (and a deleted one leaves nothing stale).
-The audit's child process then runs under that interpreter with that environment.
+(``$GRPO_IDENTITY_ENVS``, else ``~/.cache/grpo-identity/envs``) and returns its interpreter.  The environment
+is **complete on its own**: the release, its dependencies, the pins it needs (:data:`RELEASE_PINS`), this
+project's own requirements (numpy, sympy, hypothesis …) and torch, all installed there.  Nothing of the venv
+that asked for it is read, so one environment serves every install of this project (a clone, a second venv,
+a wheel), and a package that happens to be installed in the caller's venv cannot break the release's imports.
+This project's code itself is linked in at run time: :func:`child_environ` names the folders of the running
+``grpo_identity`` package in :data:`PACKAGE_VAR`, and a ``.pth`` line in the environment imports exactly
+those (:data:`LINK_MODULE`), never the caller's other packages.
+
+**Resolved as of the release** (:func:`resolution_plans`): uv installs with ``--exclude-newer`` set to the
+end of the day the release was uploaded (read from the index's JSON API, PEP 691/700), so an old release
+runs beside the libraries of its day, not today's.  When that cannot be resolved, the packages that
+:data:`RELEASE_PINS` names are exempted from the date (their pins say which versions on purpose); when
+that fails too, or the date cannot be read, today's index is used and the environment says so.  torch is
+always this machine's CPU build (:data:`TORCH_PIN`, fetched by pip from where this machine keeps it); no
+CUDA stack can be pulled (:data:`NEVER`).  Without uv (``pip install 'grpo-identity[releases]'``) pip
+installs from today's index, again with a note.
+
+The folder's name carries a digest of the recipe and the resolution date (:func:`env_key`), so a change
+in either builds a new environment instead of reusing one that no longer matches; each records how it
+was made in ``environment.json`` (date, method, resolved versions), which the audit's report carries
+(``target_info["environment"]``).  ``grpo-identity envs list|prune`` shows and removes them.
 
 >>> release_pins("trl", "0.22.0")
 ['transformers>=4.56.1,<4.57']
@@ -20,38 +31,54 @@ The audit's child process then runs under that interpreter with that environment
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-import sysconfig
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 __all__ = [
-    "BASE_SITE_VAR",
     "NO_DEPS",
+    "PACKAGE_VAR",
     "RELEASE_PINS",
     "TORCH_PIN",
-    "child_environ",
-    "env_root",
-    "env_dir",
-    "install_commands",
-    "no_deps",
-    "release_pins",
-    "ensure",
+    "Plan",
     "ReleaseEnv",
+    "child_environ",
+    "ensure",
+    "env_dir",
+    "env_key",
+    "env_root",
+    "install_commands",
+    "list_envs",
+    "no_deps",
+    "package_map",
+    "prune",
+    "release_pins",
+    "resolution_plans",
 ]
 
-#: the project's torch (this machine's CPU wheel); named on every pip command line
+#: the project's torch (this machine's CPU wheel, ``+cpu``); never PyPI's CUDA build
 TORCH_PIN = "torch==2.13.0"
 #: packages that must never be installed (a CUDA stack): a constraint no release satisfies
-NEVER = ("vllm===never-install", "flash-attn===never-install", "flash_attn===never-install")
-#: the variable through which a release's environment finds the project's site-packages
-BASE_SITE_VAR = "GRPO_IDENTITY_BASE_SITE"
-#: the release environment's ``.pth`` line: add the site-packages the variable names, if any
-_BASE_PTH = f"import os, site; _b = os.environ.get({BASE_SITE_VAR!r}); _b and site.addsitedir(_b)\n"
+NEVER = ("vllm<0", "flash-attn<0")
+#: the variable through which a release's environment finds the running project's package folders
+PACKAGE_VAR = "GRPO_IDENTITY_PACKAGE"
+#: pyproject's package-dir: the subpackages that live in folders of their own (a test checks they agree)
+MAPPED_SUBPACKAGES = ("proofs", "checks", "trainer")
+#: what the recipe of an environment means; raise it when the way environments are built changes
+RECIPE_VERSION = 2
+#: the index whose JSON API tells a release's upload time (PEP 691/700)
+SIMPLE_INDEX = "https://pypi.org/simple"
+#: no date: the exemption of a package from ``--exclude-newer``
+FAR_FUTURE = "2999-01-01T00:00:00Z"
 #: (framework, first release, first release no longer needing them) -> extra requirements
 RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     # TRL 0.x imports trl/extras/vllm_client.py, which wants vllm under transformers 5; releases before 0.17
@@ -66,8 +93,19 @@ RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     # the trainer module (ray_trainer) imports these beyond verl's declared requirements
     ("verl", "0.0", "99"): ("cachetools", "uvicorn", "fastapi", "pillow", "torchdata"),
     # what ``import areal.trainer.ppo.actor`` / ``areal.api.cli_args`` needs (areal/__init__ imports
-    # its whole infra: loggers, stats backends, the launcher), at AReaL's own pins where it has them
+    # its whole infra: loggers, stats backends, the launcher), at AReaL's own pins where it has them; the
+    # first ten are AReaL 1.0.4's declared requirements (its ranges), the rest what its modules import
     ("areal", "0.0", "99"): (
+        "transformers>=5.0.0,<=5.3.0",
+        "datasets>=3.0.0",
+        "peft<=0.18.1",
+        "huggingface-hub",
+        "torchdata",
+        "pandas",
+        "lark",
+        "aiohttp>=3.13.3,<4",
+        "ray",
+        "wandb",
         "omegaconf==2.4.0.dev2",
         "hydra-core==1.4.0.dev1",
         "colorlog",
@@ -86,7 +124,7 @@ RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     ),
     # OpenRLHF goes in with --no-deps (it requires flash-attn); what its experience maker and its
     # train_ppo_ray module import, at the versions 0.11.2 declares (ray without [default]: no dashboard)
-    ("openrlhf", "0.0", "99"): ("ray", "deepspeed", "transformers", "peft", "pylatexenc", "aiohttp"),
+    ("openrlhf", "0.0", "99"): ("ray", "deepspeed", "transformers", "peft", "pylatexenc", "aiohttp", "pillow"),
     ("openrlhf", "0.10", "0.11"): ("ray==2.48.0", "deepspeed==0.18.9", "transformers==5.5.4"),
     ("openrlhf", "0.11", "0.12"): ("ray==2.55.0", "deepspeed==0.19.6", "transformers==5.15.0"),
 }
@@ -104,7 +142,37 @@ NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("openrlhf", "0.0", "99"): ("torchdata",),
 }
 
+#: the module a release environment imports at start-up (its ``.pth`` line): it puts the folders that
+#: :data:`PACKAGE_VAR` names (``{"grpo_identity": folder, "grpo_identity.checks": folder, …}``) in front of
+#: the import system for those names only
+LINK_MODULE = '''"""Written by grpo-identity (checks/releases.py): the running project's package, linked in by name."""
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
 
+
+class _ProjectFolders(importlib.abc.MetaPathFinder):
+    def __init__(self, folders):
+        self.folders = folders
+
+    def find_spec(self, name, path=None, target=None):
+        folder = self.folders.get(name)
+        if folder is None:
+            return None
+        init = os.path.join(folder, "__init__.py")
+        return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[folder])
+
+
+_raw = os.environ.get("GRPO_IDENTITY_PACKAGE")
+if _raw:
+    sys.meta_path.insert(0, _ProjectFolders(json.loads(_raw)))
+'''
+_PTH = "import _grpo_identity_link\n"
+
+
+# --- what goes in ---------------------------------------------------------------------------------
 def _key(v: str) -> tuple[int, ...]:
     out = []
     for part in v.split("."):
@@ -130,16 +198,120 @@ def no_deps(framework: str, release: str) -> list[str] | None:
     return None if not rows else [p for pins in rows for p in pins]
 
 
-def install_commands(framework: str, release: str, python: str, constraints: str) -> list[list[str]]:
-    """The pip command lines that install ``framework==release`` into a release environment."""
-    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", constraints]
+def project_requirements() -> list[str]:
+    """This project's own runtime requirements (its metadata's, without the extras'): the environment
+    runs this project's code, so it holds them itself."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        reqs = requires("grpo-identity") or []
+    except PackageNotFoundError:
+        from grpo_identity.checks.frameworks import AdapterError
+
+        raise AdapterError("grpo-identity is not installed (pip install .): its requirements are unknown") from None
+    return sorted(r.split(";")[0].strip() for r in reqs if "extra ==" not in r and "extra==" not in r)
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].strip().lower().replace("_", "-")
+
+
+def install_commands(framework: str, release: str, installer: list[str], constraints: str) -> list[list[str]]:
+    """The install command lines (``installer`` is ``[uv, pip, install, --python, PY, …]`` or pip's) that
+    put ``framework==release`` into an environment: the release with its declared requirements, or (a
+    :data:`NO_DEPS` framework) the release without them, then what it needs."""
+    cmd = [*installer, "-c", constraints]
     requirement, extra = f"{framework}=={release}", release_pins(framework, release)
+    ours = project_requirements()
     bare = no_deps(framework, release)
     if bare is None:
-        return [[*pip, TORCH_PIN, requirement, *extra]]
-    return [[*pip, "--no-deps", requirement, *bare], [*pip, TORCH_PIN, *extra]]
+        return [[*cmd, TORCH_PIN, requirement, *extra, *ours]]
+    return [[*cmd, "--no-deps", requirement, *bare], [*cmd, TORCH_PIN, *extra, *ours]]
 
 
+# --- how it is resolved ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    """One way of resolving an environment: uv as of a date (some packages exempt), or today's index."""
+
+    method: str
+    """'as of the release' | 'as of the release, pins exempt' | "today's index" | "today's index (pip)"."""
+    as_of: str | None = None
+    exempt: tuple[str, ...] = ()
+    note: str | None = None
+
+    def options(self) -> list[str]:
+        if self.as_of is None:
+            return []
+        return ["--exclude-newer", self.as_of] + [a for p in self.exempt for a in ("--exclude-newer-package", p)]
+
+
+def _exclude_newer(uploaded: str) -> str:
+    """The end of the (UTC) day a release was uploaded: what the release's own day could install."""
+    day = dt.datetime.fromisoformat(uploaded.replace("Z", "+00:00")).astimezone(dt.timezone.utc).date()
+    return (day + dt.timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z")
+
+
+def resolution_plans(framework: str, release: str, uploaded: str | None, uv: bool) -> list[Plan]:
+    """The ways to resolve, in the order they are tried (the first that installs is kept)."""
+    if not uv:
+        why = "uv is not installed (pip install 'grpo-identity[releases]'): resolved against today's index"
+        return [Plan("today's index (pip)", note=why)]
+    if uploaded is None:
+        why = f"the upload date of {framework} {release} could not be read: resolved against today's index"
+        return [Plan("today's index", note=why)]
+    as_of = _exclude_newer(uploaded)
+    pinned = sorted({_name(p) for p in release_pins(framework, release)} | {"torch"})
+    exempt = tuple(f"{p}={FAR_FUTURE}" for p in pinned)
+    return [
+        Plan("as of the release", as_of, ("torch=" + FAR_FUTURE,)),
+        Plan(
+            "as of the release, pins exempt",
+            as_of,
+            exempt,
+            f"resolved as of {as_of[:10]} except {', '.join(pinned)} (pinned on purpose, newer than the release)",
+        ),
+        Plan(
+            "today's index",
+            note=f"could not be resolved as of {as_of[:10]} (the release's day): resolved against today's index",
+        ),
+    ]
+
+
+def upload_time(framework: str, release: str, *, timeout: float = 15.0) -> str | None:
+    """When ``framework==release`` was uploaded (its first file; ISO 8601), from the index's JSON API,
+    cached in the environments' folder (an upload time never changes); None when it cannot be read."""
+    cache = env_root() / "upload-times.json"
+    try:
+        known = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    key = f"{framework}=={release}"
+    if key in known:
+        return known[key]
+    found = _fetch_upload_time(framework, release, timeout)
+    if found is not None:
+        known[key] = found
+        _write_atomic(cache, json.dumps(known, indent=1, sort_keys=True))
+    return found
+
+
+def _fetch_upload_time(framework: str, release: str, timeout: float) -> str | None:
+    import urllib.request
+
+    url = f"{os.environ.get('GRPO_IDENTITY_SIMPLE_INDEX', SIMPLE_INDEX).rstrip('/')}/{framework}/"
+    request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            files = json.load(response).get("files", [])
+    except Exception:  # offline, no such project, an index without the JSON API
+        return None
+    pattern = re.compile(rf"^{re.escape(framework)}-{re.escape(release)}(\.tar\.gz|\.zip|-.+\.whl)$", re.I)
+    times = sorted(f["upload-time"] for f in files if pattern.match(f.get("filename", "")) and f.get("upload-time"))
+    return times[0] if times else None
+
+
+# --- where it lives -------------------------------------------------------------------------------
 def env_root() -> Path:
     """Where release environments live: ``$GRPO_IDENTITY_ENVS``, else the project's cache folder
     (``~/.cache/grpo-identity/envs``)."""
@@ -148,44 +320,94 @@ def env_root() -> Path:
     return Path(os.environ.get("GRPO_IDENTITY_ENVS") or cache_dir("envs"))
 
 
-def env_dir(framework: str, release: str) -> Path:
-    """The environment of one release (``trl-0.22.0``)."""
-    return env_root() / f"{framework}-{release}"
+def _recipe(framework: str, release: str) -> dict[str, Any]:
+    """What decides an environment's contents, besides the date it is resolved as of."""
+    return {
+        "recipe": RECIPE_VERSION,
+        "framework": framework,
+        "release": release,
+        "pins": release_pins(framework, release),
+        "no_deps": no_deps(framework, release),
+        "torch": TORCH_PIN,
+        "never": list(NEVER),
+        "requirements": project_requirements(),
+        "python": f"{sys.implementation.name}{sys.version_info[0]}.{sys.version_info[1]}",
+    }
+
+
+def env_key(framework: str, release: str, uploaded: str | None) -> str:
+    """The digest in an environment's folder name: the recipe and the resolution's date (none: today)."""
+    what = {**_recipe(framework, release), "uploaded": uploaded}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def env_dir(framework: str, release: str, uploaded: str | None = None) -> Path:
+    """The environment of one release and resolution (``trl-0.22.0-3f2a…``)."""
+    return env_root() / f"{framework}-{release}-{env_key(framework, release, uploaded)}"
 
 
 @dataclass(frozen=True)
 class ReleaseEnv:
-    """A ready environment: the framework, the release, its interpreter."""
+    """A ready environment: the framework, the release, its interpreter, how it was resolved."""
 
     framework: str
     release: str
     python: str
+    record: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def summary(self) -> dict[str, Any]:
+        """What a report carries of it: where, resolved how and as of when, and the versions."""
+        keys = ("path", "method", "as_of", "uploaded", "note", "made", "versions")
+        return {k: self.record.get(k) for k in keys if self.record.get(k) not in (None, "", [])}
+
+
+def package_map() -> dict[str, str]:
+    """The folders of the running ``grpo_identity`` package and of its mapped subpackages, by name."""
+    import importlib.util
+
+    names = ["grpo_identity", *(f"grpo_identity.{s}" for s in MAPPED_SUBPACKAGES)]
+    found = {}
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            found[name] = list(spec.submodule_search_locations)[0]
+    return found
 
 
 def child_environ() -> dict[str, str]:
-    """The environment for a child under a release's interpreter: this one's, plus where the
-    project's site-packages are (the ones this interpreter runs from)."""
-    return {**os.environ, BASE_SITE_VAR: sysconfig.get_paths()["purelib"]}
+    """The environment for a child under a release's interpreter: this one's, plus where the running
+    project's package folders are; never ``PYTHONPATH`` (the caller's folders are not the release's)."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    environ[PACKAGE_VAR] = json.dumps(package_map())
+    return environ
 
 
-def _link_base(python: Path) -> None:
-    """(Re)write the release environment's ``.pth`` line (cheap; also updates environments made
-    by earlier versions, which named one project environment's path); atomically, so a child
-    starting meanwhile reads the old line or the new one."""
+# --- building -------------------------------------------------------------------------------------
+def _python_of(env: Path) -> Path:
+    return env / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _link(python: Path) -> None:
+    """(Re)write the environment's link module and ``.pth`` line (cheap; atomically, so a child starting
+    meanwhile reads the old files or the new ones)."""
     from grpo_identity.checks.frameworks import AdapterError
 
     proc = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
     )
     if proc.returncode != 0:
-        raise AdapterError(
-            f"the release environment's interpreter {python} does not run (remove {python.parent.parent} to rebuild it)"
-        )
-    pth = Path(proc.stdout.strip()) / "_grpo_identity_base.pth"
-    if not pth.is_file() or pth.read_text() != _BASE_PTH:
-        tmp = pth.with_name(f".{pth.name}.{os.getpid()}")
-        tmp.write_text(_BASE_PTH)
-        os.replace(tmp, pth)
+        raise AdapterError(f"the release environment's interpreter {python} does not run (grpo-identity envs prune)")
+    site = Path(proc.stdout.strip())
+    for name, text in (("_grpo_identity_link.py", LINK_MODULE), ("_grpo_identity_link.pth", _PTH)):
+        if not (site / name).is_file() or (site / name).read_text() != text:
+            _write_atomic(site / name, text)
 
 
 @contextlib.contextmanager
@@ -217,65 +439,165 @@ def _locked(env: Path) -> Iterator[None]:
         fh.close()
 
 
-def _recipe(framework: str, release: str) -> str:
-    """What the stamp records: the pip commands that build the environment (a change in the pins
-    rebuilds it instead of reusing one that no longer matches)."""
-    return (
-        "\n".join(" ".join(cmd[1:]) for cmd in install_commands(framework, release, "python", "constraints.txt")) + "\n"
-    )
+def _uv() -> str | None:
+    """uv, from this interpreter's environment or the PATH; None when it is not installed."""
+    here = Path(sys.executable).parent / ("uv.exe" if os.name == "nt" else "uv")
+    if here.is_file():
+        return str(here)
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except Exception:
+        return shutil.which("uv")
 
 
-def _python_of(env: Path) -> Path:
-    return env / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+def _torch_wheels() -> Path:
+    """A folder holding the CPU torch wheel, fetched once by this interpreter's pip from wherever this
+    machine keeps it (uv reads no pip configuration; it gets the folder as ``--find-links``)."""
+    from grpo_identity.checks.frameworks import AdapterError
+
+    folder = env_root() / ".wheels"
+    version = TORCH_PIN.split("==")[1]
+    if any(folder.glob(f"torch-{version}+cpu-*.whl")):
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(folder), f"{TORCH_PIN}+cpu"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AdapterError(
+            f"pip finds no {TORCH_PIN}+cpu (the CPU build) here; set "
+            "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu"
+        )
+    return folder
 
 
 def ensure(framework: str, release: str, *, log: Any = None) -> ReleaseEnv:
     """The cached environment of ``framework==release``, created on first use.
 
-    Raises :class:`~grpo_identity.checks.frameworks.AdapterError` (a usage error) when pip cannot
-    install the release here (no such version, a requirement no offline index holds, a CUDA stack).
+    Raises :class:`~grpo_identity.checks.frameworks.AdapterError` (a usage error) when the release cannot
+    be installed here (no such version, a requirement no index holds, a CUDA stack).
     """
     from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError
 
     if framework not in FRAMEWORKS:
         raise AdapterError(f"--release applies to {', '.join(FRAMEWORKS)}, not {framework!r}")
-    if not release or not all(ch.isalnum() or ch in ".+-" for ch in release):
+    if not release or not all(ch.isalnum() or ch in ".+-" for ch in release) or not release[0].isalnum():
         raise AdapterError(f"--release: {release!r} is no version number")
-    env = env_dir(framework, release)
+    uv = _uv()
+    uploaded = upload_time(framework, release)  # also without uv: an environment made with it is reused
+    env = env_dir(framework, release, uploaded)
     python = _python_of(env)
-    stamp = env / ".grpo-identity-ready"
     with _locked(env):
-        if stamp.is_file() and python.is_file() and stamp.read_text() == _recipe(framework, release):
-            _link_base(python)
-            return ReleaseEnv(framework, release, str(python))
-        out = log if log is not None else sys.stderr
-        print(f"creating the environment of {framework} {release} in {env} (once; pip, a few minutes)", file=out)
+        record = _ready(env)
+        if record is None:
+            out = log if log is not None else sys.stderr
+            print(f"creating the environment of {framework} {release} in {env} (once; a minute or two)", file=out)
+            try:
+                record = _build(env, framework, release, uploaded, uv)
+            except BaseException:  # a failed or interrupted build leaves nothing half-made behind
+                shutil.rmtree(env, ignore_errors=True)
+                raise
+        _link(python)
+        (env / ".last-used").touch()
+    return ReleaseEnv(framework, release, str(python), {**record, "path": str(env)})
+
+
+def _ready(env: Path) -> dict[str, Any] | None:
+    """The record of a built environment, or None (never built, half-made, or its interpreter gone)."""
+    try:
+        record = json.loads((env / "environment.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if _python_of(env).is_file() else None
+
+
+def _build(env: Path, framework: str, release: str, uploaded: str | None, uv: str | None) -> dict[str, Any]:
+    from grpo_identity.checks.frameworks import AdapterError
+
+    failures = []
+    for plan in resolution_plans(framework, release, uploaded, uv is not None):
         try:
-            _build(env, framework, release)
-        except BaseException:  # a failed or interrupted build leaves nothing half-made behind
-            shutil.rmtree(env, ignore_errors=True)
-            raise
-        stamp.write_text(_recipe(framework, release))
-    return ReleaseEnv(framework, release, str(python))
+            commands = _install(env, framework, release, plan, uv)
+        except _Unresolved as exc:  # the next plan may resolve; an import that fails is final
+            failures.append(f"{plan.method}: {exc}")
+            continue
+        _import_check(env, framework, release)
+        record = _record(env, framework, release, uploaded, plan, commands, uv)
+        _write_atomic(env / "environment.json", json.dumps(record, indent=1, sort_keys=True))
+        return record
+    raise AdapterError(f"{framework}=={release} cannot be installed here: " + " | ".join(failures[-2:]))
 
 
-def _build(env: Path, framework: str, release: str) -> None:
+class _Unresolved(Exception):
+    """An install command failed (no resolution under this plan)."""
+
+
+def _install(env: Path, framework: str, release: str, plan: Plan, uv: str | None) -> list[str]:
+    """A fresh environment installed by one plan; the commands it ran (paths as names)."""
+    from grpo_identity.checks.frameworks import AdapterError
+
     python = _python_of(env)
-    _run(
-        [sys.executable, "-m", "venv", "--clear", str(env)], f"creating a virtual environment for {framework} {release}"
-    )
-    _link_base(python)  # the project's environment, below the release's own packages
-    constraints = env / "constraints.txt"
-    constraints.write_text("\n".join([TORCH_PIN, *NEVER]) + "\n")
-    requirement = f"{framework}=={release}"
-    for cmd in install_commands(framework, release, str(python), str(constraints)):
-        _run(cmd, f"pip could not install {requirement} here")
+    constraints = env.parent / f".{env.name}.constraints.txt"
+    try:
+        if uv is not None:
+            _run([uv, "venv", "-q", "--clear", "--python", sys.executable, str(env)], "uv could not make a venv")
+            constraints.write_text("\n".join([f"{TORCH_PIN}+cpu", *NEVER]) + "\n")
+            installer = [uv, "pip", "install", "-q", "--python", str(python), "--find-links", str(_torch_wheels())]
+            installer += plan.options()
+        else:
+            _run([sys.executable, "-m", "venv", "--clear", str(env)], "could not make a venv")
+            constraints.write_text("\n".join([TORCH_PIN, *NEVER]) + "\n")
+            installer = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        commands = install_commands(framework, release, installer, str(constraints))
+        for cmd in commands:
+            try:
+                _run(cmd, f"{framework}=={release} could not be installed")
+            except AdapterError as exc:
+                raise _Unresolved(str(exc)) from None
+    finally:
+        constraints.unlink(missing_ok=True)
+    names = {str(python): "PYTHON", str(constraints): "CONSTRAINTS", uv or "uv": "uv"}
+    if uv is not None:
+        names[str(_torch_wheels())] = "TORCH_WHEELS"
+    return [" ".join(names.get(a, a) for a in cmd) for cmd in commands]
+
+
+def _import_check(env: Path, framework: str, release: str) -> None:
+    """The driver imports what it needs under the environment's interpreter (the smoke test)."""
+    python = _python_of(env)
+    _link(python)
     driver = f"grpo_identity.checks.frameworks.{framework}"
     check = f"import warnings; warnings.filterwarnings('ignore'); import {driver} as d; d.import_check()"
-    _run([str(python), "-c", check], f"{requirement} installed but does not import here")
+    _run([str(python), "-c", check], f"{framework}=={release} installed but does not import here")
 
 
-def _run(cmd: list[str], what: str) -> None:
+def _record(
+    env: Path, framework: str, release: str, uploaded: str | None, plan: Plan, commands: list[str], uv: str | None
+) -> dict[str, Any]:
+    """What environment.json says: the release, how it was resolved and as of when, every version."""
+    python = str(_python_of(env))
+    freeze = [uv, "pip", "freeze", "--python", python] if uv else [python, "-m", "pip", "freeze"]
+    lines = _run(freeze, "listing the installed versions").stdout.splitlines()
+    versions = dict(ln.split("==", 1) for ln in lines if "==" in ln and not ln.startswith("#"))
+    tool = _run([uv, "--version"], "uv --version").stdout.strip() if uv else "pip"
+    return {
+        "framework": framework,
+        "release": release,
+        "method": plan.method,
+        "as_of": plan.as_of,
+        "uploaded": uploaded,
+        "exempt": [e.split("=")[0] for e in plan.exempt],
+        "note": plan.note,
+        "made": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "made_with": tool,
+        "commands": commands,
+        "recipe": _recipe(framework, release),
+        "versions": versions,
+    }
+
+
+def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
     from grpo_identity.checks.frameworks import AdapterError
 
     proc = subprocess.run(cmd, capture_output=True, text=True, env=child_environ())
@@ -285,4 +607,68 @@ def _run(cmd: list[str], what: str) -> None:
             for ln in (proc.stderr + proc.stdout).splitlines()
             if ln.strip() and not ln.startswith("WARNING: Location")
         ]
-        raise AdapterError(f"{what}: {lines[-1].strip() if lines else f'exit code {proc.returncode}'}")
+        raise AdapterError(f"{what}: {' '.join(ln.strip() for ln in lines[-3:]) if lines else proc.returncode}")
+    return proc
+
+
+# --- the cache, seen and pruned -------------------------------------------------------------------
+def _size(folder: Path) -> int:
+    """Bytes of the files under ``folder``, each file counted once (uv hard-links from its cache)."""
+    seen, total = set(), 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def list_envs() -> list[dict[str, Any]]:
+    """Every folder under :func:`env_root`: its release, resolution, size, last use, and whether the
+    current recipe would still use it (``current``), or it is stale or half-made."""
+    root = env_root()
+    rows = []
+    for env in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []:
+        record = _ready(env)
+        row: dict[str, Any] = {"name": env.name, "path": str(env), "bytes": _size(env)}
+        if record is None:
+            rows.append({**row, "state": "half-made"})
+            continue
+        last = env / ".last-used"
+        row["last_used"] = time.strftime("%Y-%m-%d", time.gmtime(last.stat().st_mtime)) if last.exists() else None
+        fw, rel = record["framework"], record["release"]
+        row.update({k: record.get(k) for k in ("framework", "release", "method", "as_of", "note")})
+        row["state"] = "current" if env.name == f"{fw}-{rel}-{_current_key(fw, rel)}" else "stale"
+        rows.append(row)
+    return rows
+
+
+def _current_key(framework: str, release: str) -> str | None:
+    """The key the current recipe gives this release, with the upload time already cached (offline)."""
+    try:
+        known = json.loads((env_root() / "upload-times.json").read_text())
+    except (OSError, ValueError):
+        known = {}
+    try:
+        return env_key(framework, release, known.get(f"{framework}=={release}"))
+    except Exception:  # the project's metadata is unreadable: nothing counts as current
+        return None
+
+
+def prune(everything: bool = False, dry_run: bool = False) -> list[dict[str, Any]]:
+    """Remove the stale and half-made environments (``everything``: all of them, and the torch wheel);
+    the rows removed (or, ``dry_run``, that would be)."""
+    gone = [row for row in list_envs() if everything or row["state"] != "current"]
+    if dry_run:
+        return gone
+    for row in gone:
+        env = Path(row["path"])
+        with _locked(env):
+            shutil.rmtree(env, ignore_errors=True)
+    if everything:
+        shutil.rmtree(env_root() / ".wheels", ignore_errors=True)
+    return gone

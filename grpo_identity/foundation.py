@@ -31,6 +31,7 @@ __all__ = [
     "UsageError",
     "EXTRAS",
     "missing_extra",
+    "error_text",
     "require",
     "dumps",
     "finite",
@@ -83,6 +84,41 @@ def missing_extra(exc: ImportError) -> str | None:
     if top not in EXTRAS:
         return None
     return f"this needs {top}: pip install 'grpo-identity[{EXTRAS[top]}]'"
+
+
+#: words a library puts in an error that point at a traceback a report does not show
+_TRACEBACK_POINTERS = (" (look up to see its traceback)",)
+
+
+def error_text(exc: BaseException, limit: int = 600) -> str:
+    """The whole error on one line: its type, every line of its message, and the error that caused it
+    when the message does not already say it (a lazy import's "Failed to import X" hides the reason in
+    its cause); at most ``limit`` characters.
+
+    >>> try:
+    ...     try:
+    ...         raise ValueError("Either a revision or a version is needed.")
+    ...     except ValueError as inner:
+    ...         raise RuntimeError("Failed to import trl.x because of the following error "
+    ...                            "(look up to see its traceback):\\n" + str(inner)) from inner
+    ... except RuntimeError as exc:
+    ...     print(error_text(exc))
+    RuntimeError: Failed to import trl.x because of the following error: Either a revision or a version is needed.
+    """
+
+    def words(e: BaseException) -> str:
+        text = " ".join(ln.strip() for ln in str(e).splitlines() if ln.strip())
+        for pointer in _TRACEBACK_POINTERS:
+            text = text.replace(pointer, "")
+        return text
+
+    text = f"{type(exc).__name__}: {words(exc)}" if words(exc) else type(exc).__name__
+    cause, seen = exc.__cause__ or exc.__context__, 0
+    while cause is not None and seen < 5:
+        if words(cause) and words(cause) not in text:
+            text += f" (from {type(cause).__name__}: {words(cause)})"
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def require(*modules: str) -> None:

@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "verify": "verify",
     "render": "render",
     "diagnose": "diagnose",
+    "envs": "envs",
 }
 
 __all__ = ["COMMANDS", "build_parser", "main"]

@@ -34,6 +34,7 @@ __all__ = [
     "theorems",
     "report_json_schema",
     "report_schema",
+    "locked_environment",
     "generated_pages",
 ]
 
@@ -44,6 +45,7 @@ GENERATED: dict[str, str] = {
     "reference/properties.md": "properties_and_findings",
     "reference/theorems.md": "theorems",
     "reference/report-schema.md": "report_schema",
+    "reference/environment.md": "locked_environment",
 }
 #: the JSON schema itself, served beside its page
 SCHEMA_FILE = "reference/report-schema.json"
@@ -526,6 +528,49 @@ def report_schema() -> str:
         + "\n## The schema\n\n```json\n"
         + json.dumps(schema, indent=2, ensure_ascii=False)
         + "\n```\n"
+    )
+
+
+#: the lock `make setup` installs (scripts/lock.py), beside the package in a checkout
+LOCK_FILE = Path(__file__).resolve().parents[2] / "requirements.lock"
+#: the packages whose locked versions the environment page names first
+_KEY_PACKAGES = (
+    "torch",
+    "transformers",
+    "trl",
+    "verl",
+    "numpy",
+    "sympy",
+    "mpmath",
+    "hypothesis",
+    "pytest",
+    "mkdocs",
+    "uv",
+)
+
+
+def locked_environment(lock: Path = LOCK_FILE) -> str:
+    """The page of the tested environment: what requirements.lock holds (its date, target, the key
+    versions first, then every package)."""
+    head = _NOTICE.format(name="locked_environment") + "# The tested environment\n\n"
+    if not lock.is_file():
+        return head + "No `requirements.lock` beside the package: this site was built outside a checkout.\n"
+    text = lock.read_text()
+    meta = dict(re.findall(r"^# (resolved|for): (.+)$", text, re.M))
+    versions = dict(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", text, re.M))
+    key = [[_code(n), _code(versions[n])] for n in _KEY_PACKAGES if n in versions]
+    rest = [[_code(n), _code(v)] for n, v in sorted(versions.items(), key=lambda kv: kv[0].lower())]
+    return (
+        head
+        + "`make setup` installs exactly `requirements.lock` (every extra resolved together, with hashes); the test "
+        "suite and `make verify` pass on it in CI. pip users (`pip install 'grpo-identity[…]'`) resolve the extras "
+        "themselves; these are the versions known to work.\n\n"
+        + f"- resolved: {_text(meta.get('resolved', 'unknown'))}\n- for: {_text(meta.get('for', 'unknown'))}\n"
+        + f"- packages: {len(versions)}\n\n"
+        + _table(["package", "locked version"], key)
+        + "\n<details><summary>Every locked package</summary>\n\n"
+        + _table(["package", "locked version"], rest)
+        + "\n</details>\n"
     )
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from grpo_identity import data, paper
-from grpo_identity.foundation import EXTRAS, missing_extra
+from grpo_identity.foundation import EXTRAS, error_text, missing_extra
 
 __all__ = [
     "Item",
@@ -196,7 +196,11 @@ def _audits(frameworks: bool, max_examples: int) -> Iterator[Item]:
             yield _skip("audits", name, _FRAMEWORK_PAPER, why)
             continue
         _running(f"audit {target}")
-        rep = audit(target, kind="advantage", expect=expect, max_examples=max_examples)
+        try:
+            rep = audit(target, kind="advantage", expect=expect, max_examples=max_examples)
+        except Exception as exc:  # this framework's audit broke: say all of why, and audit the others
+            yield _item("audits", name, _FRAMEWORK_PAPER, error_text(exc), False, f"{package} {_version(package)}")
+            continue
         inf = rep.inferred.to_dict() if hasattr(rep.inferred, "to_dict") else dict(rep.inferred)
         project = (
             f"{rep.verdict}: centre {inf.get('centre')}, {inf.get('scale')}, ddof {inf.get('ddof')}, "
@@ -742,16 +746,12 @@ def _run_stage(stage: Stage, tick: Callable[[Item], None]) -> list[Item]:
     except ImportError as exc:
         hint = missing_extra(exc)
         if hint is None:
-            items.append(
-                Item(stage.name, f"{stage.name} stage ran", "—", f"{type(exc).__name__}: {exc}".splitlines()[0], "fail")
-            )
+            items.append(Item(stage.name, f"{stage.name} stage ran", "—", error_text(exc), "fail"))
         else:
             items.append(Item(stage.name, f"{stage.name} stage", "—", None, "skipped", hint))
         tick(items[-1])
     except Exception as exc:  # a broken stage is a failed item, never a lost report
-        items.append(
-            Item(stage.name, f"{stage.name} stage ran", "—", f"{type(exc).__name__}: {exc}".splitlines()[0], "fail")
-        )
+        items.append(Item(stage.name, f"{stage.name} stage ran", "—", error_text(exc), "fail"))
         tick(items[-1])
     return items
 
@@ -992,21 +992,21 @@ def format_summary(result: dict[str, Any], width: int = TABLE_WIDTH) -> str:
             section = item["section"]
             out.append(section)
         out.append(line)
+    failed = [(i["name"], _cell(i["project"])) for i in items if i["status"] == "fail"]
+    if failed:  # a cut cell hides why: each failure in full
+        out.append("failed, in full:")
+        out += [_wrapped(f"{name}: {project}", width) for name, project in failed]
     reasons = list(dict.fromkeys((i["section"], i["note"]) for i in items if i["status"] == "skipped"))
     if reasons:  # the table has no room for them: each distinct reason once, by section
         out.append("skipped, and why:")
-        for section, note in reasons:
-            out.append(
-                textwrap.fill(
-                    f"{section}: {note or 'no reason given'}",
-                    width,
-                    initial_indent="  ",
-                    subsequent_indent="    ",
-                    break_long_words=False,
-                    break_on_hyphens=False,
-                )
-            )
+        out += [_wrapped(f"{section}: {note or 'no reason given'}", width) for section, note in reasons]
     return "\n".join(out) + "\n" + counts_line(result)
+
+
+def _wrapped(text: str, width: int) -> str:
+    return textwrap.fill(
+        text, width, initial_indent="  ", subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
+    )
 
 
 def counts_line(result: dict[str, Any]) -> str:

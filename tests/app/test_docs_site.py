@@ -182,3 +182,73 @@ def test_a_screenshot_of_the_home_page_is_not_blank(site, tmp_path):
     assert len(colours) > 50  # text, the header bar, the navigation: far from one flat colour
     header = pixels[:40, :, :3].mean(axis=(0, 1))
     assert header[2] > header[0] + 0.1  # the header bar is the theme's indigo, so the stylesheet loaded
+
+
+#: measures the page after load and writes them into <body data-measured="…"> for --dump-dom to carry out
+_MEASURE = """<script>window.addEventListener("load", () => setTimeout(() => {
+  const table = document.querySelector(".framework-table table");
+  const nav = document.querySelector(".md-sidebar--primary");
+  const codes = [...document.querySelectorAll("pre > code")];
+  document.body.setAttribute("data-measured", JSON.stringify({
+    view: document.documentElement.clientWidth,
+    table_right: table ? table.getBoundingClientRect().right : null,
+    table_overflow: table ? table.parentElement.scrollWidth - table.parentElement.clientWidth : null,
+    nav_width: nav ? nav.getBoundingClientRect().width : 0,
+    codes: codes.length,
+    codes_scrolling: codes.filter(c => c.scrollWidth > c.clientWidth + 1).length,
+  }));
+}, 500));</script>"""
+
+
+def _measured(site: Path, page: str, tmp_path: Path) -> dict:
+    """The page as a 1280-px-wide window lays it out (a copy of it, with :data:`_MEASURE` added)."""
+    copy = site / (page.replace(".html", "") + ".measured.html")
+    copy.write_text((site / page).read_text().replace("</body>", _MEASURE + "</body>"))
+    res = _chromium(tmp_path / "profile", "--window-size=1280,900", "--virtual-time-budget=8000", "--dump-dom",
+                    copy.as_uri())  # fmt: skip
+    found = re.search(r'data-measured="([^"]+)"', res.stdout)
+    assert found, res.stderr[-1000:]
+    return json.loads(found.group(1).replace("&quot;", '"'))
+
+
+@pytest.mark.slow
+def test_at_1280_px_the_framework_table_shows_every_column_beside_the_navigation(site, tmp_path):
+    m = _measured(site, "findings/frameworks.html", tmp_path)
+    assert m["nav_width"] > 100  # the navigation is there
+    assert m["table_overflow"] <= 1 and m["table_right"] <= m["view"]  # no column behind a sideways scroll
+
+
+@pytest.mark.slow
+def test_code_blocks_wrap_instead_of_hiding_their_comments_behind_a_scroll(site, tmp_path):
+    m = _measured(site, "tutorial.html", tmp_path)
+    assert m["codes"] > 5 and m["codes_scrolling"] == 0
+
+
+@pytest.mark.slow
+def test_served_over_http_no_page_asks_for_a_file_the_site_lacks(site, tmp_path):
+    import http.server
+    import threading
+
+    missing: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(site), **kw)
+
+        def send_error(self, code, *a, **kw):
+            missing.append(f"{code} {self.path}")
+            super().send_error(code, *a, **kw)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for page in ("index.html", "explanation/identity.html", "reference/theorems.html", "tutorial.html"):
+            url = f"http://127.0.0.1:{server.server_address[1]}/{page}"
+            res = _chromium(tmp_path / "profile", "--virtual-time-budget=8000", "--dump-dom", url)
+            assert res.returncode == 0 and "MathJax" in res.stdout, page
+    finally:
+        server.shutdown()
+    assert missing == []  # e.g. MathJax's TeX fonts (MathJax_AMS-Regular.otf), which this copy does not ship

@@ -47,8 +47,45 @@ def test_a_stage_that_raises_becomes_a_failed_item_not_a_lost_report(tmp_path, m
     _no_stored_runs(monkeypatch)
     result = V.verify(tmp_path, dapo_curve=None, render=False)
     (item,) = [i for i in result["items"] if i["status"] == "fail"]
-    assert item["project"] == "RuntimeError: stage exploded"
+    assert item["project"] == "RuntimeError: stage exploded second line"  # the whole error, on one line
     assert (tmp_path / "report.html").exists()
+
+
+def test_a_framework_audit_that_breaks_is_failed_in_full_and_the_other_frameworks_still_run(monkeypatch):
+    import importlib.util
+
+    from grpo_identity import checks
+
+    real_find, real_audit, asked = importlib.util.find_spec, checks.audit, []
+
+    def audit(target, **kw):
+        asked.append(target)
+        if target == "trl":
+            try:
+                raise ValueError("Either a revision or a version must be specified.")
+            except ValueError as inner:
+                raise RuntimeError(
+                    "Failed to import trl.trainer.grpo_config because of the following error (look up to see its "
+                    "traceback):\nEither a revision or a version must be specified."
+                ) from inner
+        return real_audit("grpo", kind="advantage", expect="grpo", max_examples=5)
+
+    monkeypatch.setattr(checks, "audit", audit)
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name in ("trl", "verl") else real_find(name, *a)
+    )
+    monkeypatch.setattr(V, "_PRESET_AUDITS", ())
+    items = list(V._audits(True, 5))
+    assert asked == ["trl", "verl:grpo", "verl:grpo_vectorized"]  # the break stopped nothing
+    trl = items[0]
+    assert trl.status == "fail" and trl.project == (
+        "RuntimeError: Failed to import trl.trainer.grpo_config because of the following error: "
+        "Either a revision or a version must be specified."
+    )
+    summary = V.format_summary(
+        {"items": [i.to_dict() for i in items], "counts": {"pass": 2, "fail": 1, "skipped": 0}, "seconds": 1.0}
+    )
+    assert "failed, in full:" in summary and "Either a revision or a version must be specified." in summary
 
 
 def test_closed_form_items_reproduce_every_paper_number():
