@@ -351,6 +351,7 @@ def _split_step(target: Callable[..., Any], ev: _Evidence) -> dict[str, Any]:
         "settings": result.settings,
         "ranks": result.ranks,
         "pieces": result.pieces,
+        "objective": result.objective,
     }
 
 

@@ -273,7 +273,19 @@ def _head(r: Report) -> list[str]:
     call = r.target_info.get("call")
     if call:
         lines.append(f"called as: {call.get('call')}, rewards as {call.get('input')} {call.get('reward_dtype')}")
+    env = r.target_info.get("environment")
+    if env:
+        lines.append(_environment_line(env))
     return lines
+
+
+def _environment_line(env: dict[str, Any]) -> str:
+    """Where a release ran: ``environment: resolved as of 2025-08-30 (uv), torch 2.13.0+cpu, … (PATH)``."""
+    versions = env.get("versions") or {}
+    shown = ", ".join(f"{k} {versions[k]}" for k in ("transformers", "torch", "numpy") if k in versions)
+    when = f" {env['as_of'][:10]}" if env.get("as_of") else ""
+    line = f"environment: {env.get('method', '?')}{when}" + (f"; {shown}" if shown else "") + f" ({env.get('path')})"
+    return line + (f"\n  note: {env['note']}" if env.get("note") else "")
 
 
 def _gradient_section(inf: Inferred, table: list[dict[str, Any]]) -> list[str]:
@@ -310,6 +322,12 @@ def _step_section(step: dict[str, Any]) -> list[str]:
         f"weight {step.get('weight')}; unsplit ({layouts.get('unsplit', '-')}): weight {step.get('weight_unsplit')}",
         f"split-invariant: {yes[step.get('invariant')]}",
     ]
+    objective = step.get("objective") or {}
+    if objective:
+        lines.append(
+            f"against its objective {objective.get('name')} (wᵢ = {objective.get('formula')}; "
+            f"{objective.get('setting')}): each optimizer step {_factors_text(objective.get('factors') or [])} of it"
+        )
     pieces = step.get("pieces") or []
     if pieces:
         keys = ("step", "rank", "micro_batch", "rows", "tokens")
@@ -317,6 +335,14 @@ def _step_section(step: dict[str, Any]) -> list[str]:
         headers = ["step", "rank", "micro-batch", "answers", "tokens", "weight / unsplit"]
         lines += [format_table(rows, headers)]
     return lines
+
+
+def _factors_text(factors: list[float]) -> str:
+    """``1×`` (every step the same) or ``0.87× … 1.13×``."""
+    if not factors:
+        return "not measured"
+    lo, hi = min(factors), max(factors)
+    return f"{lo:.4g}×" if hi - lo <= 1e-9 else f"{lo:.4g}× … {hi:.4g}×"
 
 
 def _off_policy_section(off: dict[str, Any]) -> list[str]:

@@ -19,7 +19,10 @@ A step target is a gradient target (:mod:`grpo_identity.checks.gradient`) whose 
      "holes": bool,              # it can mask tokens inside an answer (tool or multi-turn masks)
      "truncation": bool,         # it can take answers cut at the length budget (no EOS)
      "ragged": bool,             # its rollout can deliver groups of fewer than G answers
-     "settings": {...}}          # the split settings in force (the user's, or the driver's default)
+     "settings": {...},          # the split settings in force (the user's, or the driver's default)
+     "objective": {"name": …,    # the loss type's objective (grpo_identity.objectives.OBJECTIVES), or None
+                   "budget": L, "setting": "loss_type=dapo", "documented": "…",
+                   "alternative": None | name, "alternative_source": "…"}}   # LossSetting.for_step()
 
 ``fn(rewards, G, lengths, request)`` with ``request = {"layout": "split" | "unsplit", "sizes":
 [group sizes in row order], "holes": [masked tokens inside each answer], "truncated": [bool per
@@ -55,7 +58,10 @@ What is measured
 - ``masked_normaliser``: the law only fits when its token counts include tokens masked out of the
   loss (inside answers, or whole truncated answers);
 - ``group_slicing`` (drivers whose rollout delivers short groups): one group short of G changes
-  the advantages of the other groups (fixed-size blocks sliced over ragged groups).
+  the advantages of the other groups (fixed-size blocks sliced over ragged groups);
+- ``step_scale`` and ``step_weights`` (targets that name their objective): the split layout against the update
+  its loss type's objective defines, absolutely (:mod:`grpo_identity.checks.oracle`): what no comparison of the
+  framework with itself can see.
 
 >>> def fake(r, G, L, request=None):  # every token weighs 1/(tokens of its micro-batch): 2 per step
 ...     return micro_batch_mean(r, G, L, request, micro_batches=2)
@@ -122,9 +128,11 @@ def geometry(
     truncation: bool = False,
     ragged: bool = False,
     settings: dict[str, Any] | None = None,
+    objective: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A step target's ``info["step"]`` (see the module docstring)."""
     return {
+        "objective": dict(objective) if objective else None,
         "group_size": int(group_size),
         "step_rows": int(step_rows),
         "generation_rows": int(generation_rows),
@@ -152,6 +160,12 @@ def check_geometry(geo: Any) -> str | None:
         value = geo.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             return f"info['step'][{key!r}] must be a whole number ≥ 1, got {value!r}"
+    objective = geo.get("objective")
+    if objective:
+        from grpo_identity.objectives import OBJECTIVES
+
+        if not isinstance(objective, dict) or objective.get("name") not in OBJECTIVES:
+            return f"info['step']['objective'] must name one of {', '.join(OBJECTIVES)}, got {objective!r}"
     if geo["step_rows"] % geo["group_size"] and geo["generation_rows"] % geo["group_size"]:
         return "info['step']: neither step_rows nor generation_rows holds whole groups of group_size answers"
     if probe_rows(geo) > MAX_PROBE_ROWS:
@@ -240,6 +254,8 @@ class StepRun:
     """A key per row for each scope: step, generation, rank, micro_batch (-1: never trained on)."""
     trained: np.ndarray
     """Rows the update contains (a step ≥ 0 and a nonzero coefficient)."""
+    width: int = 0
+    """The response width of the coefficients (tokens per row, padding included)."""
 
     def scope_sum(self, scope: str, values: np.ndarray) -> np.ndarray:
         """Per row, the sum of ``values`` over the rows in the same ``scope``."""
@@ -268,7 +284,7 @@ def run_layout(target: Callable[..., Any], d: StepDesign, layout: str) -> StepRu
     trained = ~never & (np.abs(a) > 1e-12 * scale)
     live = (A != 0) & (n_tok > 0) & trained
     masked = np.where(d.truncated & (n_tok == 0), d.lengths, d.holes)  # a truncated answer masked whole, else holes
-    return StepRun(layout, A, a, n_tok, n_tok + masked, live, where, trained)
+    return StepRun(layout, A, a, n_tok, n_tok + masked, live, where, trained, int(C.shape[1]) if C.ndim == 2 else 0)
 
 
 @dataclass(frozen=True)
@@ -323,6 +339,9 @@ class StepResult:
     layouts: dict[str, str] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     ranks: str = "one"
+    objective: dict[str, Any] = field(default_factory=dict)
+    """The split layout against its loss type's objective (:mod:`grpo_identity.checks.oracle`); empty where the
+    target names none."""
 
 
 def _pieces(split: StepRun, rho: np.ndarray) -> list[dict[str, Any]]:
@@ -485,6 +504,11 @@ def audit_step(target: Callable[..., Any], geo: dict[str, Any], T: int | None = 
     result.law_split, result.law_unsplit = law_split.name, law_unsplit.name
     result.invariant, findings, result.pieces = _invariance(split, unsplit, law_unsplit, TOL)
     result.findings += findings
+    if geo.get("objective"):  # the absolute oracle: a factor both layouts share shows here
+        from grpo_identity.checks import oracle
+
+        judged, result.objective = oracle.judge(split, geo["objective"], unsplit)
+        result.findings += judged
     counting = [law for law in (law_split, law_unsplit) if law.counts_masked and law.name != "constant"]
     if counting:
         masked = int((split.all_tokens - split.loss_tokens).sum())

@@ -33,7 +33,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     "formulas": ("grpo_identity.formulas", "grpo_identity.registry"),
     "closed_forms": ("grpo_identity.closed_forms", "grpo_identity.allocation"),
-    "dial": ("grpo_identity.dial", "grpo_identity.variants"),
+    "dial": ("grpo_identity.dial", "grpo_identity.variants", "grpo_identity.objectives"),
     "proofs": ("grpo_identity.proofs",),
     "checks": ("grpo_identity.checks",),
     "analysis": ("grpo_identity.analysis",),

@@ -433,7 +433,17 @@ class _Plan:
             holes=True,
             ragged=True,
             settings=self.settings(),
+            objective=objective(),
         )
+
+
+def objective() -> dict[str, Any] | None:
+    """AReaL has no aggregation setting: every PPO-family config is its engine API's global token mean
+    (:data:`grpo_identity.objectives.LOSS_SETTINGS`, which names the GRPO docs' other reading)."""
+    from grpo_identity.objectives import objective_of
+
+    found = objective_of("areal", "actor", "ppo")
+    return None if found is None else found.for_step()
 
 
 def _user_keys(spec: FrameworkSpec) -> set[str]:

@@ -787,7 +787,23 @@ def step_geometry(configs: _Configs) -> dict[str, Any]:
         truncation=True,
         ragged=False,
         settings=settings,
+        objective=objective(args),
     )
+
+
+def objective(args: Any) -> dict[str, Any] | None:
+    """The documented objective of the configured aggregation (``actor.loss_agg_mode``, from 0.11; GSPO runs in
+    sequence mode); None for releases that document none (0.10 aggregates per micro-batch, undocumented)."""
+    from grpo_identity.objectives import objective_of
+
+    if str(getattr(args.actor, "policy_loss_type", "ppo")) == "gspo":
+        setting, value = "actor.policy_loss_type", "gspo"
+    elif getattr(args.actor, "loss_agg_mode", None) is not None:
+        setting, value = "actor.loss_agg_mode", str(args.actor.loss_agg_mode)
+    else:
+        return None
+    found = objective_of("openrlhf", setting, value)
+    return None if found is None else found.for_step()
 
 
 class _Ledger:

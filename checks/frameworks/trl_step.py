@@ -238,7 +238,20 @@ def step_geometry(spec: FrameworkSpec) -> dict[str, Any]:
         ranks=ranks,
         truncation=True,
         settings=split.settings,
+        objective=objective(_parse(bare, split.sets, processes)),
     )
+
+
+def objective(args: Any) -> dict[str, Any] | None:
+    """The documented objective of the configured ``loss_type`` (:data:`grpo_identity.objectives.LOSS_SETTINGS`;
+    releases before ``loss_type`` existed aggregate as 'grpo'), with the length budget it may divide by."""
+    from grpo_identity.objectives import objective_of
+
+    loss_type = str(getattr(args, "loss_type", None) or "grpo")
+    found = objective_of("trl", "loss_type", loss_type)
+    if found is None:
+        return None
+    return found.for_step(int(getattr(args, "max_completion_length", None) or RESPONSE_LENGTH))
 
 
 def run_layout(

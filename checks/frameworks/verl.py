@@ -443,7 +443,21 @@ class StepSplit:
             holes=True,
             ragged=False,
             settings=settings,
+            objective=objective(cfg.actor_rollout_ref.actor),
         )
+
+
+def objective(actor: Any) -> dict[str, Any] | None:
+    """The documented objective of ``actor.loss_agg_mode`` (:data:`grpo_identity.objectives.LOSS_SETTINGS`), its
+    constant the documented one: ``loss_scale_factor`` where set, else the batch's response length (the probe's
+    responses are padded to :data:`~grpo_identity.checks.frameworks.RESPONSE_LENGTH`)."""
+    from grpo_identity.objectives import objective_of
+
+    found = objective_of("verl", "actor.loss_agg_mode", str(actor.loss_agg_mode))
+    if found is None:
+        return None
+    factor = actor.get("loss_scale_factor", None) if hasattr(actor, "get") else None
+    return found.for_step(float(factor) if factor not in (None, "null") else RESPONSE_LENGTH)
 
 
 _LEGACY_WORKER = (

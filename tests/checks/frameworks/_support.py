@@ -1,6 +1,6 @@
 """What the framework driver tests share: :func:`env_or_skip`, the cached environment of a
-release, built once per test session; a release that cannot be built here (offline) skips every
-test that needs it after one attempt."""
+release, built once per test session; a release that cannot be built skips every test that needs
+it when the package index does not answer (offline), and fails them when it does."""
 
 from __future__ import annotations
 
@@ -21,9 +21,15 @@ def env_or_skip(framework: str, release: str) -> Any:
         try:
             _ENVS[key] = R.ensure(framework, release)
         except AdapterError as exc:
-            _ENVS[key] = f"the environment of {framework} {release} cannot be built here (offline?): {exc}"
-    if isinstance(_ENVS[key], str):
-        pytest.skip(_ENVS[key])
+            # offline (the index does not answer): a skip; online, a release that does not build is a failure
+            # (a missing requirement once turned every AReaL and OpenRLHF test into a silent skip)
+            offline = R.upload_time(framework, release) is None
+            _ENVS[key] = (offline, f"the environment of {framework} {release} cannot be built here: {exc}")
+    if isinstance(_ENVS[key], tuple):
+        offline, why = _ENVS[key]
+        if offline:
+            pytest.skip(f"{why} (the package index does not answer: offline?)")
+        pytest.fail(why)
     return _ENVS[key]
 
 
@@ -34,3 +40,36 @@ def without_seconds(d: Any) -> Any:
     if isinstance(d, list):
         return [without_seconds(v) for v in d]
     return d
+
+
+def planted(fn: Any, plant: str) -> Any:
+    """The step target ``fn`` with a factor planted in its output in every layout alike, as a bug the split and
+    unsplit layouts share would put it: 'ga_twice' divides each step's coefficients by its micro-batches per rank
+    (the split layout's count, in both layouts), 'generation' divides each token by its generation batch's loss
+    tokens instead of its optimizer step's.  The oracle must see it; split invariance cannot."""
+    import numpy as np
+
+    counts: dict[str, float] = {}
+
+    def step(rewards: Any, G: int, lengths: Any = None, request: Any = None) -> Any:
+        out = fn(rewards, G, lengths, request) if request is not None else fn(rewards, G, lengths)
+        if request is None:
+            return out
+        out = dict(out)
+        steps, mask = np.asarray(out["step"]), np.asarray(out["mask"], dtype=float)
+        if plant == "ga_twice":
+            if request["layout"] == "split":
+                micro = np.asarray(out["micro_batch"]) + 1000 * np.asarray(out["rank"])
+                counts["ga"] = len(np.unique(micro[steps == steps.max()])) / len(np.unique(out["rank"]))
+            factor = np.full(steps.shape, 1.0 / counts.get("ga", 2.0))
+        else:
+            gen = np.asarray(out.get("generation", steps))
+            tokens = mask.sum(1)
+            step_tokens = np.array([tokens[steps == s].sum() for s in steps])
+            gen_tokens = np.array([tokens[gen == g].sum() for g in gen])
+            factor = step_tokens / np.maximum(gen_tokens, 1)
+        out["coefficients"] = np.asarray(out["coefficients"]) * factor[:, None]
+        return out
+
+    step.info = getattr(fn, "info", None)
+    return step

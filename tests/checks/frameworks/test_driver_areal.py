@@ -30,7 +30,7 @@ import json
 
 import numpy as np
 import pytest
-from _support import env_or_skip
+from _support import env_or_skip, planted
 
 from grpo_identity.app.cli import main
 from grpo_identity.checks.child import ChildTarget
@@ -441,3 +441,25 @@ def test_a_short_group_is_cut_in_fixed_blocks_of_g_rows_after_the_dispatch_sorts
     assert S[5] == pytest.approx(1e5, rel=1e-3) and S[4] == 0.0  # its own block is partial: reward / eps
     A, S = whole_h["advantages"][keep], short_h["advantages"]
     assert not np.allclose(A[0:4], S[0:4], atol=1e-3)  # group 0 now straddles two blocks
+
+
+@pytest.mark.slow
+def test_a_normaliser_over_the_generation_batch_planted_in_both_layouts_fails_the_objective_only():
+    """AReaL's steps are its global token mean exactly; the same steps with every token divided by its generation
+    batch's tokens (in both layouts) keep split invariance and fail step_scale, the cause named."""
+    from grpo_identity.checks.steps import audit_step
+
+    env = env_or_skip("areal", RELEASE)
+    spec = FrameworkSpec("areal", sets=(("actor.ppo_n_minibatches", "2"),))
+    with ChildTarget(spec, kind="gradient", python=env.python, warm=True, timeout=300, load_timeout=600) as fn:
+        geo = fn.info["step"]
+        clean, bad = audit_step(fn, geo), audit_step(planted(fn, "generation"), geo)
+    assert geo["objective"]["name"] == "token_mean" and geo["objective"]["alternative"] == "seq_mean_token_sum"
+    assert not [f for f in clean.findings if f.property in ("step_scale", "step_weights")]
+    assert all(x == pytest.approx(1.0, rel=1e-4) for x in clean.objective["factors"])
+    assert bad.invariant == clean.invariant and not [f for f in bad.findings if f.property == "split_invariance"]
+    (found,) = [f for f in bad.findings if f.property == "step_scale"]
+    assert found.severity == "fail" and 0.3 < found.counterexample["factor"] < 0.7
+    assert found.counterexample["causes"] == [
+        "a normaliser over the whole generation batch (generation_tokens), not the optimizer step's"
+    ]

@@ -35,7 +35,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from _support import env_or_skip
+from _support import env_or_skip, planted
 
 from grpo_identity.app.cli import main
 from grpo_identity.checks.child import ChildTarget
@@ -477,7 +477,11 @@ def test_0_11_normalises_the_policy_loss_over_the_step_on_every_rank(release_env
     assert settings["split"].startswith("the driver's default") and settings["gradient_accumulation_steps"] == 2
     assert (result.law_split, result.law_unsplit, result.invariant) == ("1/step_tokens", "1/step_tokens", True)
     ratios = [p["weight_ratio"] for p in result.pieces if p["weight_ratio"] is not None]
-    assert len(result.pieces) == 16 and np.allclose(ratios, 1.0, rtol=1e-5) and not result.findings
+    assert (
+        len(result.pieces) == 16
+        and np.allclose(ratios, 1.0, rtol=1e-5)
+        and not [f for f in result.findings if f.severity != "note"]
+    )
     np.testing.assert_allclose(plain["coefficients"][0, :2], (2 / 3 / np.sqrt(1 / 3)) / 9, rtol=1e-5)
 
 
@@ -569,3 +573,22 @@ def test_splits_openrlhf_cannot_run_fail_at_load_and_ring_attention_leaves_the_s
         load(ranks, ("rollout.batch_size", "3"), ("rollout.micro_batch_size", "4"), ("train.batch_size", "4"))
     info = load(ranks, ("ds.ring_attn_size", "2"), ("vllm.num_engines", "1"), ("train.batch_size", "8"))
     assert "step" not in info and "ring attention" in info["step_unavailable"]
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize("plant, cause", [("ga_twice", "1/gradient_accumulation_steps applied twice (1/2 once more)")])
+def test_a_factor_planted_in_both_layouts_fails_the_objective_while_split_invariance_stays_silent(
+    release_env, plant, cause
+):
+    spec = FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "group_norm"),), level="gradient")
+    with ChildTarget(spec, kind="gradient", python=release_env.python, warm=True, timeout=300, load_timeout=600) as fn:
+        geo = fn.info["step"]
+        clean, bad = audit_step(fn, geo), audit_step(planted(fn, plant), geo)
+    assert geo["objective"]["name"] == "token_mean" and clean.objective["factors"] == [1.0] * len(
+        clean.objective["factors"]
+    )
+    assert bad.invariant is True and not [f for f in bad.findings if f.property == "split_invariance"]
+    (found,) = [f for f in bad.findings if f.property == "step_scale"]
+    assert found.severity == "fail" and found.counterexample["factor"] == pytest.approx(0.5, rel=1e-4)
+    assert cause in found.message

@@ -73,6 +73,9 @@ def test_trl_compute_loss_names_the_per_sample_weight_of_each_loss_type(loss_typ
     step = out["inferred"]["step"]
     assert step["weight"] == split_weight and step["weight_unsplit"] == weight
     assert step["invariant"] is (split_weight == weight)
+    # and absolutely: each optimizer step is exactly its loss type's documented objective (bnpo's: the local batch)
+    assert step["objective"]["setting"] == f"loss_type={loss_type}" and step["objective"]["factors"] == [1.0, 1.0]
+    assert not [f for f in out["findings"] if f["property"] in ("step_scale", "step_weights")]
     assert "default split" in step["layouts"]["split"] and step["settings"]["gradient_accumulation_steps"] == 2
     notes = [f["message"] for f in out["findings"] if f["property"] == "setting"]
     assert any("does not depend on the split: loss_type=dapo" in m for m in notes) is (split_weight != weight)
@@ -324,6 +327,32 @@ def test_trl_0_22_2s_dapo_normaliser_counts_the_truncated_answers_it_masks_and_1
     # 0.22.2: num_items_in_batch is the completion lengths' sum, taken before truncated answers are masked
     assert found["0.22.2"] and found["0.22.2"][0]["counterexample"]["masked_tokens"] == 12
     assert not found[None]
+
+
+@pytest.mark.slow
+def test_trl_0_22_2s_dapo_normaliser_over_the_generation_batch_fails_the_oracle_not_split_invariance(capsys):
+    """Several optimizer steps per generation batch (steps_per_generation 2, no accumulation): 0.22.2 divides each
+    step by the whole generation batch's tokens in both layouts, which only the objective can see; 1.16.0 divides by
+    the batch's mean step, exact over the batch and a deviation per step."""
+    _need_trl()
+    env_or_skip("trl", "0.22.2")
+    sets = ["--set", "loss_type=dapo", "--set", "num_generations=4", "--set", "per_device_train_batch_size=4"]
+    sets += ["--set", "gradient_accumulation_steps=1", "--set", "steps_per_generation=2", "--max-examples", "20"]
+    found = {}
+    for release in ("0.22.2", None):
+        main(["audit", "trl", *(["--release", release] if release else []), *sets, "--json"])
+        out = _json(capsys)
+        assert out["inferred"]["step"]["invariant"] is True  # the split cannot show it
+        (found[release],) = [f for f in out["findings"] if f["property"] == "step_scale"]
+        assert out["inferred"]["step"]["objective"]["name"] == "token_mean"
+    bug, fixed = found["0.22.2"], found[None]
+    assert bug["severity"] == "fail" and 0.4 < bug["counterexample"]["factor"] < 0.6  # ≈ 1/steps_per_generation
+    assert bug["counterexample"]["causes"] == [
+        "a normaliser over the whole generation batch (generation_tokens), not the optimizer step's"
+    ]
+    assert fixed["severity"] == "deviation" and "the generation batch's mean step" in fixed["message"]
+    lo, hi = fixed["counterexample"]["range"]
+    assert 0.8 < lo < 1 < hi < 1.2
 
 
 # --- off-policy: importance weights, clip and KL after the policy has moved (checks.offpolicy) -----------

@@ -178,6 +178,9 @@ def test_verl_agg_loss_names_the_per_sample_weight_of_each_loss_agg_mode(mode, w
     assert report.inferred.per_sample_weight == weight, report.format()
     assert report.inferred.silent_groups_zero_gradient
     assert max(r["G1_residual"] for r in report.coefficient_table) < 1e-3
+    # and absolutely: each optimizer step is exactly its mode's documented objective (0.9.1)
+    assert report.inferred.step["objective"]["factors"] == [1.0] * 4
+    assert not [f for f in report.findings if f.property in ("step_scale", "step_weights")]
 
 
 # --- older releases, each in its own environment -------------------------------------------------
@@ -382,7 +385,7 @@ def test_verl_0_9_steps_weigh_every_token_by_the_tokens_of_its_optimizer_step(ve
     assert ratio == pytest.approx(np.ones(live.sum()), rel=1e-5)
     result = audit_step(fn, geo)
     assert (result.law_split, result.law_unsplit, result.invariant) == ("1/step_tokens", "1/step_tokens", True)
-    assert not result.findings
+    assert not [f for f in result.findings if f.severity != "note"]  # the objective note names DAPO's reading
 
 
 @pytest.mark.slow
@@ -534,3 +537,42 @@ def test_verls_variant_estimators_are_reported_by_name_with_what_they_give_up(es
     named = next(f for f in report.findings if f.property == "variant")
     assert departs in named.counterexample["departs"] and "arXiv" in named.message
     assert not any(f.property == "dial" for f in report.findings)
+
+
+# --- the absolute oracle: each optimizer step against its loss_agg_mode's documented objective ------------------
+def _oracle_audit(capsys, release, *sets):
+    args = ["audit", "verl", "--set", "algorithm.adv_estimator=grpo", "--max-examples", "10", "--json"]
+    args += [a for s in sets for a in ("--set", s)] + (["--release", release] if release else [])
+    main(args)
+    out = json.loads(capsys.readouterr().out)
+    return out, [f for f in out["findings"] if f["property"] in ("step_scale", "step_weights")]
+
+
+NORM = "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm"
+
+
+@pytest.mark.slow
+def test_verl_0_7_1s_default_worker_ignores_loss_scale_factor_which_only_the_objective_sees(capsys):
+    """seq-mean-token-sum-norm with loss_scale_factor=12: the legacy worker (0.7.1's default) divides by the batch's
+    response width (6) in both layouts, so the split agrees with itself; 0.9.1 divides by the documented 12."""
+    env_or_skip("verl", "0.7.1")
+    out, (found,) = _oracle_audit(capsys, "0.7.1", NORM, "actor_rollout_ref.actor.loss_scale_factor=12")
+    assert out["inferred"]["step"]["invariant"] is True
+    assert found["property"] == "step_scale" and found["severity"] == "fail"
+    assert found["counterexample"]["factor"] == pytest.approx(2.0, rel=1e-4)
+    assert found["counterexample"]["causes"] == [
+        "the length constant taken as the batch's response width 6, not the configured 12"
+    ]
+    _need("verl.trainer.ppo.core_algos")
+    out, found = _oracle_audit(capsys, None, NORM, "actor_rollout_ref.actor.loss_scale_factor=12")
+    assert found == [] and out["inferred"]["step"]["objective"]["factors"] == [1.0] * 4
+
+
+@pytest.mark.slow
+def test_verl_0_6_0s_norm_mode_leaves_the_micro_batchs_answer_count_in_and_the_oracle_names_it(capsys):
+    env_or_skip("verl", "0.6.0")
+    out, (found,) = _oracle_audit(capsys, "0.6.0", NORM)
+    assert found["property"] == "step_scale" and found["severity"] == "fail"
+    micro = out["inferred"]["step"]["settings"]["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
+    assert found["counterexample"]["factor"] == pytest.approx(micro, rel=1e-4)
+    assert f"a micro-batch's sum over its answers not divided by their number (×{micro})" in found["message"]
