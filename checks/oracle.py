@@ -71,7 +71,9 @@ def judge(run: Any, objective: dict[str, Any], unsplit: Any = None) -> tuple[lis
     findings = [_objective_note(objective)]
     uneven = [(s, lo, hi) for s, (lo, hi) in zip(steps_, spreads) if hi - lo > TOL * max(abs(hi), abs(lo), 1e-30)]
     even = [(s, x) for s, x in zip(steps_, factors) if s not in {u[0] for u in uneven}]  # a step's scale: if even
-    findings.append(_scale(run, even, objective, unsplit))
+    scale = _scale(run, even, objective, unsplit)
+    if scale is not None and not (uneven and scale.severity == "fail" and not scale.counterexample.get("causes")):
+        findings.append(scale)  # (beside uneven steps, a scale no cause explains is the same departure: not said twice)
     if uneven:
         s, lo, hi = uneven[0]
         mid = float(np.median(f[live & (run.where["step"] == s)]))

@@ -92,6 +92,9 @@ RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("verl", "0.0", "0.8"): ("transformers<5", "pyarrow<21", "datasets<4"),
     # the trainer module (ray_trainer) imports these beyond verl's declared requirements
     ("verl", "0.0", "99"): ("cachetools", "uvicorn", "fastapi", "pillow", "torchdata"),
+    # verl declares datasets unbounded: as of 0.9.1's day uv's resolver backtracked to datasets 1.1.1 (2020), whose
+    # features module needs pyarrow.PyExtensionType, gone from the pyarrow >= 19 verl requires
+    ("verl", "0.8", "99"): ("datasets>=3",),
     # what ``import areal.trainer.ppo.actor`` / ``areal.api.cli_args`` needs (areal/__init__ imports
     # its whole infra: loggers, stats backends, the launcher), at AReaL's own pins where it has them; the
     # first ten are AReaL 1.0.4's declared requirements (its ranges), the rest what its modules import
