@@ -149,7 +149,7 @@ def run(spec: Spec, options: AuditOptions) -> Report:
             report = _keep_rule(P.WholeGroups(tgt) if spec.kind == "row-filter" else tgt, name, options, spec.kind)
         else:
             report = _advantages(tgt, name, options)
-        report.target_info = dict(getattr(opened, "info", {}) or {})
+        report.target_info = _redact(dict(getattr(opened, "info", {}) or {}))
     if release is not None:  # where the release ran: resolved how, as of when, every version
         report.target_info["environment"] = release.summary()
     if isinstance(spec, FrameworkSpec):
@@ -158,6 +158,19 @@ def run(spec: Spec, options: AuditOptions) -> Report:
         report.expected = options.declared.name
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _redact(info: Any) -> Any:
+    """``info`` with every secret's value (a key naming a token, a key, a password) as ``***``, however deep."""
+    from grpo_identity.checks.frameworks import redacted
+
+    if isinstance(info, dict):
+        return {
+            k: redacted(str(k), _redact(v)) if not isinstance(v, (dict, list)) else _redact(v) for k, v in info.items()
+        }
+    if isinstance(info, list):
+        return [_redact(v) for v in info]
+    return info
 
 
 def _settings_notes(framework: str, report: Report, expected: D.Dial | None) -> list[Finding]:
@@ -252,14 +265,21 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
     t0 = time.perf_counter()
     expected = options.expected
     guarded = FiniteGuard(tgt)
+    first: list[Finding] = []
     try:
         inf = infer_dial(guarded)
     except (P.PropertyViolation, TargetError) as exc:
         why = [_probe_failure(exc)]
-        return _failed(name, "advantage", "advantage", options.expected_name, Inferred(why="not probed"), why)
+        if not (isinstance(exc, P.PropertyViolation) and exc.property == "well_formed"):
+            return _failed(name, "advantage", "advantage", options.expected_name, Inferred(why="not probed"), why)
+        # a NaN or an inf on the designed batches: a finding, and the properties still run on the batches where the
+        # target gives numbers (they tell a wrong axis from a wrong formula); no dial is inferred from it
+        first, inf = why, Inferred(why="no dial inferred: the target returned a non-finite advantage on the designed "
+                                       "batches")  # fmt: skip
     ctx = _context(tgt, inf)
     props = P.ADVANTAGE_PROPERTIES + (P.LAYOUT_PROPERTIES if ctx.reference_ids is not None else ())
-    findings, examples, ran = _search(guarded, props, ctx, options, name)
+    findings, examples, ran = _search(FiniteGuard(tgt, skip=True) if first else guarded, props, ctx, options, name)
+    findings = first + findings
     if getattr(tgt, "dead", None) is None:
         from grpo_identity.checks.probes import run_probes
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -66,6 +67,19 @@ GROUP_SIZE_NAMES = (
     "n_samples_per_prompt",
     "samples_per_prompt",
     "rollout_n",
+    "samples_per_problem",
+    "num_samples_per_prompt_rollout",
+    "num_samples_per_prompt",
+    "rollouts_per_example",
+    "rollouts_per_prompt",
+    "num_rollouts",
+    "n_rollouts",
+)
+#: the shapes of the names frameworks give the group size beyond :data:`GROUP_SIZE_NAMES` (answers per prompt,
+#: problem, example or question; a count of samples, rollouts, generations, completions or responses)
+_GROUP_SIZE_PATTERN = re.compile(
+    r"^(n|num|number_of)_?(samples|rollouts|generations|completions|responses)(_per_\w+)?$"
+    r"|^(samples|rollouts|generations|completions|responses)_per_(prompt|problem|example|question|group|query)\w*$"
 )
 #: names a required second positional parameter may have to be read as the group size
 _POSITIONAL_SIZE_NAMES = (*GROUP_SIZE_NAMES, "k", "size", "gs", "n_per_group")
@@ -202,7 +216,7 @@ def _form_of(fn: Callable[..., Any], name: str, options: CallOptions) -> CallPla
         return CallPlan(form="verl", rewards_arg="token_level_rewards", ids_arg="index", **verl)
     rewards = _find(params, REWARD_NAMES) or params[0]
     rest = [p for p in params if p is not rewards]
-    ids, size = _find(rest, IDS_NAMES), _find(rest, GROUP_SIZE_NAMES)
+    ids, size = _find(rest, IDS_NAMES), _group_size_param(rest)
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     rewards_arg = None if rewards.kind in positional and rewards is params[0] else rewards.name
     if ids is not None:
@@ -215,6 +229,17 @@ def _form_of(fn: Callable[..., Any], name: str, options: CallOptions) -> CallPla
             return CallPlan(form="flat", rewards_arg=rewards_arg, **base)  # a parameter it cannot fill
         return CallPlan(form="grid", rewards_arg=rewards_arg, **base)
     return CallPlan(form="flat", rewards_arg=rewards_arg, group_size_arg=_size_arg(size), **base)
+
+
+def _group_size_param(params: list[inspect.Parameter]) -> inspect.Parameter | None:
+    """The parameter that takes the group size: a name frameworks use (:data:`GROUP_SIZE_NAMES`, or one of the shape
+    :data:`_GROUP_SIZE_PATTERN`: ``samples_per_problem``, ``num_samples_per_prompt_rollout`` …), else the one required
+    parameter annotated ``int`` (a function of rewards and one count)."""
+    named = _find(params, GROUP_SIZE_NAMES) or next((p for p in params if _GROUP_SIZE_PATTERN.match(p.name)), None)
+    if named is not None:
+        return named
+    ints = [p for p in params if _needs(p) and p.annotation in (int, "int")]
+    return ints[0] if len(ints) == 1 else None
 
 
 def _size_arg(p: inspect.Parameter | None) -> str | None:

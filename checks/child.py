@@ -24,9 +24,11 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -70,6 +72,22 @@ WARM_IN_ALL = 6
 _PARENT_POLL = 0.5
 #: one thread for torch, OpenMP and BLAS in the child (two stall on a 2-core machine)
 _ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+#: what an audited framework may not reach or leave behind: the Hub, experiment trackers, telemetry (a config
+#: with push_to_hub and a token must not create a repository; a logger must not phone home or write a run folder)
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "WANDB_MODE": "disabled",
+    "WANDB_DISABLED": "true",
+    "SWANLAB_MODE": "disabled",
+    "DISABLE_MLFLOW_INTEGRATION": "TRUE",
+    "COMET_MODE": "disabled",
+    "DO_NOT_TRACK": "1",
+}
+#: the variables that point a child's temporary files (and torch's compile caches) into its own folder
+_TEMP_VARS = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "WANDB_DIR")
 
 
 # --- the child's side ----------------------------------------------------------------------------
@@ -84,11 +102,14 @@ class _Channel:
     def __init__(self, inbox: Connection, outbox: Connection) -> None:
         self.inbox, self.outbox = inbox, outbox
         self.base_path = list(sys.path)
+        self.temp = {k: os.environ[k] for k in _TEMP_VARS if k in os.environ}  # kept through every Load
+        tempfile.tempdir = self.temp.get("TMPDIR")
         self.fn: Callable[..., Any] | None = None
         self.kind = "advantage"
         self.watch = _OutputWatch()
 
     def serve(self) -> None:
+        _become_subreaper()
         _watch_parent(os.getppid())
         self.outbox.send(M.Started())
         while True:
@@ -122,7 +143,7 @@ class _Channel:
         sys.path[:] = list(dict.fromkeys([*msg.path, *self.base_path]))
         if msg.environ is not None:
             os.environ.clear()
-            os.environ.update(msg.environ)
+            os.environ.update({**msg.environ, **self.temp})
         if msg.cwd is not None and os.path.isdir(msg.cwd):
             os.chdir(msg.cwd)
         _seed(msg.seed)
@@ -136,6 +157,8 @@ class _Channel:
             return M.LoadFailed(str(exc))
         except SystemExit as exc:
             return M.LoadFailed(f"loading the target called sys.exit({exc.code!r})")
+        except KeyboardInterrupt:
+            return M.LoadFailed("loading the target raised KeyboardInterrupt")
         except Exception as exc:
             return M.LoadFailed(_last_line(exc))
         if not had_torch and "torch" in sys.modules:  # the calls start from one state, warm or cold
@@ -162,6 +185,8 @@ class _Channel:
             return M.Rejected(str(exc))
         except SystemExit as exc:
             return M.Raised(f"called sys.exit({exc.code!r})")
+        except KeyboardInterrupt:  # the target's own (Ctrl-C reaches the audit, not this child: its own session)
+            return M.Raised("raised KeyboardInterrupt")
         except Exception as exc:
             return M.Raised(_last_line(exc))
 
@@ -178,12 +203,65 @@ def _seed(seed: int) -> None:
 
 
 def _end_own_group() -> None:
-    """End this process and everything in its process group (what the target started)."""
+    """End this process and everything it started: its process group, and every descendant that left it (a
+    ``setsid``, a ``start_new_session``, a daemon that double-forked: they are reparented to this process, the
+    subreaper, and found by :func:`descendants`)."""
     sys.stdout.flush()
     try:
+        kill_tree(os.getpid())
         os.killpg(os.getpgid(0), signal.SIGKILL)
     finally:
         os._exit(0)
+
+
+def _become_subreaper() -> None:
+    """Linux: orphaned descendants of this process are reparented to it, not to init, so that none escapes
+    :func:`kill_tree` by detaching (elsewhere: nothing; the process group is still ended)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def descendants(pid: int) -> list[int]:
+    """Every living descendant of ``pid`` (read from /proc; [] where there is none), deepest last."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name may hold spaces and parentheses
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL every descendant of ``pid`` (stopped first, so that none forks meanwhile), not ``pid`` itself."""
+    for _ in range(3):  # a process may have forked between the reading of /proc and the kill
+        found = descendants(pid)
+        if not found:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for p in found:
+                try:
+                    os.kill(p, sig)
+                except OSError:
+                    pass
 
 
 def _watch_parent(parent: int) -> None:
@@ -194,6 +272,7 @@ def _watch_parent(parent: int) -> None:
             time.sleep(_PARENT_POLL)
             if os.getppid() != parent:
                 try:
+                    kill_tree(os.getpid())
                     os.killpg(os.getpgid(0), signal.SIGKILL)
                 finally:
                     os._exit(1)
@@ -259,7 +338,15 @@ def child_environ_for(python: str | None) -> dict[str, str]:
     environ = child_environ() if python else dict(os.environ)
     environ.pop("PYTEST_CURRENT_TEST", None)
     environ.update(_ONE_THREAD)
+    environ.update(OFFLINE)
     return environ
+
+
+def _own_path() -> tuple[str, ...]:
+    """This interpreter's import path for a child under the same interpreter, without the current folder (a
+    ``python -m`` or a test runner puts it there): only the target's own folder may be the caller's."""
+    here = os.path.abspath(os.getcwd())
+    return tuple(p for p in sys.path if p and os.path.abspath(p) != here)
 
 
 class ChildProcess:
@@ -271,8 +358,14 @@ class ChildProcess:
         self.owner = os.getpid()  # a process forked from this one must not end this child
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        code = f"from grpo_identity.checks.child import _child_main; _child_main({to_child_r}, {from_child_w})"
-        environ = child_environ_for(python)
+        # `python -c` puts the caller's folder first on sys.path: a numpy.py or grpo_identity/ there would be
+        # imported instead of the real one; the target's own folder is added back by the Load message
+        code = (
+            "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+            f"from grpo_identity.checks.child import _child_main; _child_main({to_child_r}, {from_child_w})"
+        )
+        self.temp = tempfile.mkdtemp(prefix="grpo-identity-child-")  # its temporary files, removed when it ends
+        environ = {**child_environ_for(python), **dict.fromkeys(_TEMP_VARS, self.temp)}
         self._proc = subprocess.Popen(
             [python or sys.executable, "-c", code],
             pass_fds=(to_child_r, from_child_w),
@@ -336,11 +429,13 @@ class ChildProcess:
                 self._proc.wait(0.5)
             except Exception:  # a broken pipe, a child too slow to exit: it is killed below
                 pass
+        kill_tree(self._proc.pid)  # what it started, also outside its group (a subreaper: orphans stay below it)
         try:
-            os.killpg(self._proc.pid, signal.SIGKILL)  # what it forked or started, too
+            os.killpg(self._proc.pid, signal.SIGKILL)  # what it forked, too
         except (ProcessLookupError, PermissionError, OSError):
             pass
         self._proc.wait()
+        shutil.rmtree(self.temp, ignore_errors=True)
         for c in (self._out, self._in):
             c.close()
         self.output.join(1.0)
@@ -445,7 +540,7 @@ class ChildTarget:
         self._warm, self._closed = warm, False
         payload = reference(spec) if callable(spec) else spec
         folder = target_folder(spec)
-        path = ((folder,) if folder else ()) + (() if python else tuple(p for p in sys.path if p))
+        path = ((folder,) if folder else ()) + (() if python else _own_path())
         self._proc = _take(python) if warm else ChildProcess(python)
         load = M.Load(payload, kind, path, seed, cwd=os.getcwd(), environ=child_environ_for(python), calling=calling)
         try:

@@ -78,6 +78,10 @@ class PropertyViolation(AssertionError):
 
 #: relative tolerance by the precision the target computes in (fp32 sums over G ≤ 256 rows)
 _RTOL = {"float64": 1e-9, "float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
+#: the resolution of each float type (its machine epsilon): what "exactly zero" can mean for a computed value
+_EPS = {"float64": 2.220446049250313e-16, "float32": 1.1920929e-07, "float16": 9.765625e-04, "bfloat16": 7.8125e-03}
+#: rounding steps a residue may take (a mean, a difference, a division) before it stops being rounding
+_ROUNDING_STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,16 @@ class Tolerance:
     def close(self, a: np.ndarray, b: np.ndarray, scale: float) -> bool:
         """|a − b| ≤ rtol·scale elementwise (scale: the magnitude of the group's advantages)."""
         return bool(np.all(np.abs(np.asarray(a) - np.asarray(b)) <= self.rtol * max(scale, 1e-300)))
+
+    def zero_floor(self, scale: float, rows: int = 1) -> float:
+        """What counts as zero for a value computed in this precision beside values of magnitude ``scale``: the
+        type's resolution × the rounding steps × ``rows`` summed into it (a mean or a whitening over the batch
+        couples that many).  A real push is O(scale); rounding is ~1e-17·scale in float64.
+
+        >>> Tolerance.for_precision("float64").zero_floor(1.0, rows=64) < 1e-12
+        True
+        """
+        return _EPS[self.precision] * _ROUNDING_STEPS * max(int(rows), 1) * max(float(scale), 0.0)
 
 
 def precision_of(out: np.ndarray) -> str:
@@ -233,13 +247,22 @@ def silent_groups_exactly_zero(target: Target, batch: Any, ctx: Context, rng: np
     r, G = batch.contiguous(), batch.group_size
     A = _call(target, r, G, "silent_groups_exactly_zero").reshape(-1, G)
     R = r.reshape(-1, G)
+    floor = _zero_floor(A, r, G, ctx)
     for g in np.flatnonzero(_silent(R)):
-        if _exact_silent_value(float(R[g, 0])) and not np.all(A[g] == 0):
+        if _exact_silent_value(float(R[g, 0])) and not np.all(np.abs(A[g]) <= floor):
             raise PropertyViolation(
                 "silent_groups_exactly_zero",
                 f"silent group {g} (G={G}, every reward {R[g, 0]:g}) has advantages {_fmt(A[g])} instead of exactly 0",
                 _example(r, G, A.reshape(-1), int(g)),
             )
+
+
+def _zero_floor(A: np.ndarray, r: np.ndarray, G: int, ctx: Context) -> float:
+    """Zero for this output (:meth:`Tolerance.zero_floor`): its precision's resolution at the batch's largest
+    |Â|, over the rows a value is computed from (the whole batch where the target scales by a batch statistic)."""
+    finite = np.abs(A[np.isfinite(A)])
+    scale = float(finite.max()) if finite.size else 0.0
+    return ctx.tol.zero_floor(scale, rows=r.size if ctx.batch_scale else G)
 
 
 def _two_valued_groups(R: np.ndarray) -> list[tuple[int, float, float]]:
@@ -294,7 +317,8 @@ def zero_sum_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.
         if silent[g] and not _exact_silent_value(float(R[g, 0])):
             continue  # rounding residue of a silent 0.1-group: the audit's silent probe reports it
         s, scale = float(A[g].sum()), float(np.abs(A[g]).sum())
-        if abs(s) > ctx.tol.rtol * max(scale, 1e-300) * max(1.0, np.sqrt(G) / 4) * _cancellation(R[g]):
+        bound = ctx.tol.rtol * max(scale, 1e-300) * max(1.0, np.sqrt(G) / 4) * _cancellation(R[g])
+        if abs(s) > max(bound, G * _zero_floor(A, r, G, ctx)):
             raise PropertyViolation(
                 "zero_sum_per_group",
                 f"group {g} (G={G}) sums to {s:.6g} instead of 0: rewards {_list(R[g], 16)}, advantages "

@@ -438,6 +438,8 @@ def _dial_line(r: Report) -> str:
         parts += [f"ddof {inf.ddof}", f"eps {inf.eps:.3g}{where} (resolution {inf.eps_resolution:.1g})"]
     if inf.alpha not in (None, 1.0):
         parts.append(f"constant factor {inf.alpha:.6g}")
+    if any(f.property == "matches_dial" and f.severity == "fail" for f in r.findings):  # shown only where it fits
+        return f"inferred dial: none fits (the nearest, {', '.join(parts)}, departs: finding matches_dial)"
     return "inferred dial: " + ", ".join(parts) + f"; computes in {inf.precision}"
 
 

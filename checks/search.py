@@ -103,8 +103,10 @@ class FiniteGuard:
     at once: every later comparison (NaN ≠ NaN) would otherwise report false findings
     ("stateless", "permutation") and an infinite silent-group residue."""
 
-    def __init__(self, target: Any) -> None:
+    def __init__(self, target: Any, skip: bool = False) -> None:
         self._target = target
+        self._skip = skip
+        """Once a non-finite output is a finding: skip such a batch (the property judges the batches with numbers)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
@@ -114,6 +116,10 @@ class FiniteGuard:
         A = np.asarray(out)
         if not extra and A.shape == rewards.shape and np.issubdtype(A.dtype, np.floating):
             bad = ~np.isfinite(A)
+            if bad.any() and self._skip:
+                from hypothesis import reject
+
+                reject()
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 g, G = i // group_size, int(group_size)

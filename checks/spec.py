@@ -165,6 +165,7 @@ def _framework(
     if config and not os.path.isfile(config):
         raise OptionError("config", f"names no file: {config}")
     if config:  # the framework reads it in the audit's child, whose working directory may differ
+        check_config(config)
         config = os.path.abspath(config)
     if kind != "advantage":
         message = f"filter: {name!r} computes advantages; only presets and functions can be audited as filters"
@@ -207,3 +208,54 @@ def _release(framework: str, release: str | None) -> dict[str, Any]:
 
     tested = TESTED_VERSIONS.get(framework)
     return {"release": tested, "release_auto": tested is not None}
+
+
+#: the largest config file read, and the most YAML nodes it may expand to (aliases counted where they point)
+CONFIG_BYTES = 1 << 20
+CONFIG_NODES = 100_000
+
+
+def check_config(path: str) -> None:
+    """Refuse a config file the frameworks' parsers would choke on before any of them reads it: over
+    :data:`CONFIG_BYTES`, not YAML, or expanding past :data:`CONFIG_NODES` nodes through its aliases (a
+    "billion laughs" file is a few hundred bytes that OmegaConf or a dict copy expands to gigabytes)."""
+    size = os.path.getsize(path)
+    if size > CONFIG_BYTES:
+        raise OptionError("config", f"{path} is {size} bytes; a config file is at most {CONFIG_BYTES} bytes")
+    try:
+        import yaml
+    except ImportError:  # no framework here reads YAML either: the audit's own error says what to install
+        return
+    try:
+        with open(path, encoding="utf-8") as fh:
+            root = yaml.compose(fh, Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise OptionError("config", f"{path} is not YAML: {str(exc).splitlines()[0]}") from None
+    if _expanded_nodes(root, CONFIG_NODES) > CONFIG_NODES:
+        raise OptionError(
+            "config", f"{path} expands to more than {CONFIG_NODES} YAML nodes through its aliases: not a config file"
+        )
+
+
+def _expanded_nodes(node: Any, limit: int) -> int:
+    """Nodes of the YAML tree with every alias expanded, counted until ``limit`` is passed (memoised per node: a
+    shared anchor costs its size at every use without being walked again)."""
+    sizes: dict[int, int] = {}
+
+    def size(n: Any) -> int:
+        if n is None:
+            return 0
+        if id(n) in sizes:
+            return sizes[id(n)]
+        sizes[id(n)] = limit + 1  # a node that contains itself expands without end
+        value = n.value if isinstance(n.value, list) else []
+        parts = [p for item in value for p in (item if isinstance(item, tuple) else (item,))]
+        total = 1
+        for part in parts:
+            total += size(part)
+            if total > limit:
+                break
+        sizes[id(n)] = total
+        return total
+
+    return size(node)

@@ -140,12 +140,19 @@ def check_spec(spec: str) -> None:
 
 
 def target_folder(spec: Any) -> str | None:
-    """The folder of a ``FILE.py:FUNCTION`` spec (first on the child's ``sys.path``, as
-    ``python FILE.py`` would put it), else ``None``."""
+    """The folder the target lives in, first on the child's ``sys.path``: a ``FILE.py:FUNCTION`` spec's folder (as
+    ``python FILE.py`` would put it), or the current folder for a ``MODULE:FUNCTION`` whose top-level module is a file
+    or package there; else ``None`` (the caller's folder is then not on the child's path at all)."""
     if not isinstance(spec, str):
         return None
     where, colon, _ = spec.rpartition(":")
-    return os.path.dirname(os.path.abspath(where)) if colon and where and _is_path(where) else None
+    if not colon or not where:
+        return None
+    if _is_path(where):
+        return os.path.dirname(os.path.abspath(where))
+    top = where.split(".")[0]
+    here = os.path.isfile(f"{top}.py") or os.path.isfile(os.path.join(top, "__init__.py"))
+    return os.getcwd() if here else None
 
 
 def to_numpy(out: Any) -> np.ndarray:

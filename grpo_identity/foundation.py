@@ -36,6 +36,9 @@ __all__ = [
     "dumps",
     "finite",
     "cache_dir",
+    "atomic_path",
+    "write_text_atomic",
+    "check_writable",
     "emit_json",
     "format_table",
 ]
@@ -211,3 +214,56 @@ def format_table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
     rule = "  ".join("-" * w for w in widths)
     out = [line, rule] + ["  ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(r, widths)) for r in body]
     return "\n".join(s.rstrip() for s in out)
+
+
+def check_writable(path: Any, flag: str = "--out") -> None:
+    """``path`` is a new path or a regular file (never a link, a folder, a device or a FIFO, which a rename would
+    replace or a write would follow): a :class:`UsageError` naming ``flag`` otherwise.
+
+    >>> check_writable("/dev/null")
+    Traceback (most recent call last):
+    ...
+    grpo_identity.foundation.UsageError: --out /dev/null is not a regular file (a link, folder, device or FIFO): ...
+    """
+    import os
+
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
+        raise UsageError(
+            f"{flag} {path} is not a regular file (a link, folder, device or FIFO): name a new file or a regular one"
+        )
+
+
+def atomic_path(path: Any, flag: str = "--out") -> Any:
+    """A context manager for writing ``path`` atomically: it yields the name of a new temporary file beside it,
+    created exclusively under an unpredictable name (a link planted at a guessable name cannot redirect the write),
+    with ``path``'s suffix (a figure writer reads the format from it), and renames it over ``path`` when the block
+    ends; on an error the temporary file is removed and ``path`` left as it was.  ``path`` must be a new path or a
+    regular file (:func:`check_writable`)."""
+    import contextlib
+    import os
+    import tempfile
+
+    @contextlib.contextmanager
+    def writing() -> Any:
+        check_writable(path, flag)
+        folder, name = os.path.split(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=f".partial{os.path.splitext(name)[1]}", dir=folder)
+        os.close(fd)
+        try:
+            yield tmp
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make a report only its writer can read
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    return writing()
+
+
+def write_text_atomic(path: Any, text: str, flag: str = "--out") -> None:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_path`."""
+    with atomic_path(path, flag) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)

@@ -159,8 +159,10 @@ def record(command: str | None) -> dict[str, Any]:
 
 def write(folder: str | Path, command: str | None) -> Path:
     """Write :func:`record` as ``FOLDER/provenance.json``; return its path."""
+    from grpo_identity.foundation import write_text_atomic
+
     path = Path(folder) / FILE
-    path.write_text(json.dumps(record(command), indent=2) + "\n")
+    write_text_atomic(path, json.dumps(record(command), indent=2) + "\n")
     return path
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from grpo_identity.foundation import write_text_atomic
 from grpo_identity.trainer.bernoulli import HARD_QUANTILE, initial_solve_rates
 from grpo_identity.trainer.config import BernoulliConfig
 
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     r = run_allocation(config, args.eps)
     if args.out:  # one file per run: its provenance (command, versions, commit) goes inside it
         command = provenance.command_line(["-m", "grpo_identity.trainer.allocation", *raw], prog="python")
-        Path(args.out).write_text(dumps(r | {"provenance": provenance.record(command)}) + "\n")
+        write_text_atomic(args.out, dumps(r | {"provenance": provenance.record(command)}) + "\n")
     if args.json:
         emit_json({k: v for k, v in r.items() if k != "curves"})
         return 0

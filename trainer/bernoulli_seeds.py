@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from grpo_identity import provenance
+from grpo_identity.foundation import write_text_atomic
 from grpo_identity.trainer.config import BernoulliConfig
 
 __all__ = ["Z", "QUANTITIES", "quantities", "tolerance", "seed_spread", "main"]
@@ -117,11 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--out {out} exists and is not a folder")
     spread = seed_spread(BernoulliConfig(), list(range(args.seeds)), progress=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "spread.json").write_text(json.dumps(spread, indent=2) + "\n")
+    write_text_atomic(out / "spread.json", json.dumps(spread, indent=2) + "\n")
     command = provenance.command_line(
         ["-m", "grpo_identity.trainer.bernoulli_seeds", "--seeds", str(args.seeds), "--out", args.out], prog="python"
     )
-    (out / "command.txt").write_text(command + "\n")
+    write_text_atomic(out / "command.txt", command + "\n")
     provenance.write(out, command)
     print(f"wrote {out / 'spread.json'}")
     return 0

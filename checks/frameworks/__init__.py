@@ -31,6 +31,7 @@ __all__ = [
     "length_layouts",
     "FrameworkSpec",
     "AdapterError",
+    "redacted",
     "parse_spec",
     "parse_set",
     "setting_for",
@@ -68,6 +69,20 @@ def length_layouts(n: int) -> dict[str, Any]:
     return {"the driver's": lengths_for(n), "the estimator's": np.full(n, ESTIMATOR_RESPONSE_LENGTH)}
 
 
+#: words in a setting's name that make its value a secret, never shown in a report
+SECRET_WORDS = ("token", "secret", "password", "api_key", "apikey")
+
+
+def redacted(key: str, value: Any) -> Any:
+    """A secret's value (a hub token, an API key) as ``***``; any other value as it is.
+
+    >>> redacted("hub_token", "hf_abc"), redacted("loss_type", "dapo")
+    ('***', 'dapo')
+    """
+    secret = any(word in key.lower() for word in SECRET_WORDS)
+    return "***" if secret and value not in (None, "") else value
+
+
 class AdapterError(ValueError):
     """The driver cannot run this framework or release (an API it does not know, a config the
     framework rejects): a usage error of the audit (exit 2), never a finding about the target."""
@@ -103,7 +118,7 @@ class FrameworkSpec:
         if self.estimator is not None:
             opts = "".join(f",{k}={v}" for k, v in self.options)
             return f"{self.framework}:estimator={self.estimator}{opts}"
-        parts = [self.framework] + [f"--set {k}={v}" for k, v in self.sets]
+        parts = [self.framework] + [f"--set {k}={redacted(k, v)}" for k, v in self.sets]
         if self.config:
             parts.append(f"--config {self.config}")
         return " ".join(parts)

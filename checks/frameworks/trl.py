@@ -31,19 +31,23 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec, redacted
 
 __all__ = ["import_check", "grpo_config", "advantage_target", "gradient_target", "COMPLETION_LENGTH"]
 
 #: completion length budget (tokens) of the gradient probes
 COMPLETION_LENGTH = RESPONSE_LENGTH
-#: what the probes need whatever the user set: the CPU, completions of 1–6 tokens, nothing logged or
-#: saved (the report lists each, with the user's value where it differed)
+#: what the probes need whatever the user set: the CPU, completions of 1–6 tokens, nothing logged, saved or pushed
+#: to the Hub, no folder of the user's written (the report lists each, with the user's value where it differed)
 DRIVER_FORCED: dict[str, Any] = {
     "use_cpu": True,
     "max_completion_length": COMPLETION_LENGTH,
     "report_to": "none",
     "save_strategy": "no",
+    "push_to_hub": False,
+    "hub_token": None,
+    "hub_model_id": None,
+    "output_dir": "UNUSED_OUTPUT_DIR",
 }
 #: GRPOConfig's required ``output_dir``: one folder for every run, left empty (nothing is saved or logged there,
 #: :data:`DRIVER_FORCED`)
@@ -110,11 +114,15 @@ def grpo_config(spec: FrameworkSpec) -> Any:
     for key, value in spec.sets:
         argv += [f"--{key}", *_values(parser, key, value)]
     forced = {k: v for k, v in DRIVER_FORCED.items() if any(a.dest == k for a in parser._actions)}
+    forced = {k: UNUSED_OUTPUT_DIR if v == "UNUSED_OUTPUT_DIR" else v for k, v in forced.items()}
     for key, value in forced.items():
-        argv += [f"--{key}", str(value)]
+        argv += [f"--{key}", str(value)] if value is not None else []
     args, ignored = _parse(parser, argv, spec)
+    for key, value in forced.items():
+        if value is None:  # no argv form: a None the parser would read as the string "None"
+            setattr(args, key, None)
     args.grpo_identity_settings = {
-        "forced": {k: {"driver": v, "yours": user.get(k)} for k, v in forced.items()},
+        "forced": {k: {"driver": v, "yours": redacted(k, user.get(k))} for k, v in forced.items()},
         "defaults": defaults,
         "ignored": ignored,
         "num_generations": "num_generations set by each probe (2, 3, 4, 8 …); yours: "

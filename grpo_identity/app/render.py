@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from grpo_identity.app.report import output_folder  # the one check of an output folder
-from grpo_identity.foundation import require
+from grpo_identity.foundation import require, write_text_atomic
 
 __all__ = [
     "NOTEBOOKS_DIR",
@@ -345,7 +345,7 @@ def _render_one(
     seconds = time.perf_counter() - t0
     page = _to_html(nb, mathjax_url)
     html_name, ipynb_name = f"{src.stem}.html", f"{src.stem}.ipynb"
-    (out / html_name).write_text(page, encoding="utf-8")
+    write_text_atomic(out / html_name, page)
     nbformat.write(nb, out / ipynb_name)
     row: dict[str, Any] = {
         "name": src.stem,
@@ -402,7 +402,7 @@ def render(
             )
             bar.update(1)
     index = out / "index.html"
-    index.write_text(_index(rows, execute), encoding="utf-8")
+    write_text_atomic(index, _index(rows, execute))
     return {
         "out": str(out),
         "index": str(index),

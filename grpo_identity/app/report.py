@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from grpo_identity.foundation import dumps, emit_json, format_table
+from grpo_identity.foundation import atomic_path, dumps, emit_json, format_table, write_text_atomic
 
 __all__ = ["dumps", "emit_json", "format_table", "check_out_dir", "output_folder", "write_outputs"]
 
@@ -64,8 +64,9 @@ def write_outputs(
     what ``draw`` needs) before the work; this only reports what fails after."""
     folder = output_folder(out)
     for name, obj in json_files.items():
-        (folder / name).write_text(dumps(obj) + "\n")
+        write_text_atomic(folder / name, dumps(obj) + "\n")
     if figure is not None:
         name, draw = figure
-        draw(str(folder / name))
+        with atomic_path(folder / name) as tmp:
+            draw(tmp)
     return folder

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from grpo_identity import data, paper
-from grpo_identity.foundation import EXTRAS, error_text, missing_extra
+from grpo_identity.foundation import EXTRAS, error_text, missing_extra, write_text_atomic
 
 __all__ = [
     "Item",
@@ -906,8 +906,8 @@ def write_report(result: dict[str, Any], out: Path, notebooks_index: Path | None
     out = Path(out)
     paths = {"json": str(out / "report.json"), "html": str(out / "report.html")}
     body = {k: v for k, v in result.items() if k != "report"} | {"report": paths}
-    (out / "report.json").write_text(dumps(body) + "\n")
-    (out / "report.html").write_text(_html(result, notebooks_index, out))
+    write_text_atomic(out / "report.json", dumps(body) + "\n")
+    write_text_atomic(out / "report.html", _html(result, notebooks_index, out))
     return paths
 
 

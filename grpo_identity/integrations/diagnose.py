@@ -40,7 +40,7 @@ import numpy as np
 
 from grpo_identity import dial as D
 from grpo_identity.checks.properties import Tolerance
-from grpo_identity.foundation import UsageError
+from grpo_identity.foundation import UsageError, write_text_atomic
 from grpo_identity.integrations import trl_logs
 from grpo_identity.integrations.metrics import BANDS, DEFAULT_EPS, PREFIX, SolveRateTracker, step_metrics
 
@@ -126,12 +126,30 @@ def _files(path: Path) -> tuple[list[Path], list[Path]]:
     return sorted(path.rglob("trainer_state.json")), sorted(path.rglob("*.jsonl"))
 
 
+#: the longest line of a jsonl log that is read (a record of one step's groups is far below it)
+MAX_LINE_BYTES = 16 << 20
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The file's lines, read one at a time (a log of gigabytes is never held whole; a line past
+    :data:`MAX_LINE_BYTES` or bytes that are not UTF-8 stop the reading at once, with the line's number)."""
+    with open(path, "rb") as fh:
+        n = 0
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            n += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise UsageError(f"{path}:{n}: a line longer than {MAX_LINE_BYTES} bytes: not a log of records")
+            try:
+                yield n, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"{path}:{n}: not UTF-8 text (byte {exc.start})") from None
+
+
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in _lines(path):
         if line.strip():
             try:
                 rec = json.loads(line)
@@ -454,7 +472,5 @@ def write_page(series: Series, out: str | Path, title: str = "grpo-identity diag
         raise UsageError(f"--out {out} is a directory")
     if not target.parent.is_dir():
         raise UsageError(f"--out {out}: folder {target.parent} does not exist")
-    tmp = target.with_name(f".{target.name}.partial")
-    tmp.write_text(page(series, title, run), encoding="utf-8")
-    tmp.replace(target)
+    write_text_atomic(target, page(series, title, run))  # never a device, FIFO or link; no guessable partial name
     return target

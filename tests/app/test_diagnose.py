@@ -255,5 +255,5 @@ def test_a_jsonl_that_is_not_utf8_beside_a_trl_log_is_ignored_with_a_note_naming
     (tmp_path / "dump.jsonl").write_bytes(b"\xff\xfe{}\n")
     code, out, _ = run(capsys, tmp_path, "--G", "4", "--json")
     assert code == 0 and json.loads(out)["ignored"] == [
-        "ignored dump.jsonl: not written by grpo-identity's callback (dump.jsonl: not UTF-8 text (byte 0))"
+        "ignored dump.jsonl: not written by grpo-identity's callback (dump.jsonl:1: not UTF-8 text (byte 0))"
     ]

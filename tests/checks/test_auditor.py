@@ -257,3 +257,35 @@ def test_a_target_that_scores_reward_components_gets_its_aggregation_rule_record
     assert [f.property for f in findings] == ["reward_aggregation"] and findings[0].severity == "note"
     plain = Inferred()
     assert _aggregation(lambda r, G: r, plain) == [] and plain.aggregation == {}
+
+
+def _std_over_the_wrong_axis(rewards, G):
+    r = np.asarray(rewards, dtype=float).reshape(-1, G)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return ((r - r.mean(axis=1, keepdims=True)) / r.std(axis=0, keepdims=True)).reshape(-1)
+
+
+def test_a_non_finite_output_is_one_finding_and_the_properties_still_run_on_the_batches_with_numbers():
+    from grpo_identity.checks import audit
+
+    report = audit(_std_over_the_wrong_axis, isolate=False, max_examples=60)
+    props = [f.property for f in report.findings if f.severity == "fail"]
+    assert report.verdict == "fail" and props[0] == "well_formed" and props.count("well_formed") == 1
+    assert len(report.properties_run) >= 5 and report.examples > 0  # not "0 run on 0 examples"
+    assert {"zero_sum_per_group", "permutation_equivariant"} & set(props)  # the wrong axis shows as what it breaks
+    assert "no dial inferred: the target returned a non-finite advantage" in report.inferred.why
+
+
+def _never_centred(rewards, G):
+    r = np.asarray(rewards, dtype=float).reshape(-1, G)
+    sd = r.std(axis=1, keepdims=True)
+    return np.where(sd > 0, r / np.where(sd > 0, sd, 1), 0).reshape(-1)  # divides by σ, never subtracts the mean
+
+
+def test_the_inferred_dial_is_shown_as_fitting_only_where_it_fits():
+    from grpo_identity.checks import audit
+
+    text = audit(_never_centred, isolate=False, max_examples=30).format()
+    assert "inferred dial: none fits (the nearest, centre mean" in text and "finding matches_dial" in text
+    assert "inferred dial: centre mean" not in text
+    assert "inferred dial: centre mean" in audit("preset:grpo", isolate=False, max_examples=10).format()

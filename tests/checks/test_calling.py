@@ -188,3 +188,36 @@ def test_a_row_filter_that_returns_kept_row_indices_is_read_as_flags_even_for_on
     caller = Caller.for_function(kept_row_indices)
     assert caller(np.array([1.0, 0.0]), 2).tolist() == [True, True]  # [0, 1]: indices, not a mask
     assert caller(np.array([1.0, 1.0]), 2).tolist() == [False, False]
+
+
+def prime_rl_style(rewards, samples_per_problem):
+    """prime-rl's form: rewards and the answers per problem, by position."""
+    r = torch.as_tensor(rewards, dtype=torch.float32).view(-1, samples_per_problem)
+    return (r - r.mean(dim=1, keepdim=True)).flatten()
+
+
+def open_instruct_style(scores, num_samples_per_prompt_rollout):
+    """open-instruct's form: numpy scores and the samples per prompt."""
+    s = np.asarray(scores).reshape(-1, num_samples_per_prompt_rollout)
+    return (s - s.mean(axis=1, keepdims=True)).reshape(-1)
+
+
+def one_count(rewards, per_prompt: int):
+    r = np.asarray(rewards).reshape(-1, per_prompt)
+    return (r - r.mean(axis=1, keepdims=True)).reshape(-1)
+
+
+@pytest.mark.parametrize(
+    "fn, call",
+    [
+        (prime_rl_style, "prime_rl_style(R, samples_per_problem=G)"),
+        (open_instruct_style, "open_instruct_style(R, num_samples_per_prompt_rollout=G)"),
+        (one_count, "one_count(R, per_prompt=G)"),  # the one required int
+    ],
+)
+def test_the_group_size_parameters_real_frameworks_name_are_recognised_and_the_audit_runs(fn, call):
+    from grpo_identity.checks import audit
+
+    assert Caller.for_function(fn, CallOptions()).plan.describe() == call
+    report = audit(fn, expect="dr_grpo", isolate=False, max_examples=20)
+    assert report.verdict == "pass" and report.matches == "dr_grpo", report.format()

@@ -289,3 +289,28 @@ def test_ragged_groups_leave_a_silent_subset_of_inexact_values_to_the_silent_pro
     batch = RewardBatch(np.array([0.1, 0.1, 0.1, 0.7]), 4, "continuous")
     ctx = P.Context(P.Tolerance.for_precision("float64"), reference_ids=lambda r, ids: np.zeros_like(r), ragged=True)
     P.ragged_groups(eps_grpo, batch, ctx, KeepThree())  # no finding: the residue is the silent probe's
+
+
+def _whitened_over_the_batch(r, G):
+    """REINFORCE++-baseline: the group mean removed, then the whole batch whitened (its mean is not exact: silent
+    groups keep a rounding residue of ~1e-17)."""
+    A = (r.reshape(-1, G) - r.reshape(-1, G).mean(1, keepdims=True)).reshape(-1)
+    return (A - A.mean()) / (A.std() + 1e-8)
+
+
+def test_a_rounding_residue_on_silent_groups_is_zero_and_a_real_push_is_not():
+    r = np.array([1.0, 0.0, 0.0, 0.7, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.3])
+    b, G = batch(r, 4), 4
+    residue = _whitened_over_the_batch(b.contiguous(), G)
+    assert 0 < np.abs(residue[4:12]).max() < 1e-15  # the silent groups are not exactly 0
+    ctx = P.Context(P.Tolerance.for_precision("float64"))
+    for prop in (P.silent_groups_exactly_zero, P.zero_sum_per_group):
+        prop(_whitened_over_the_batch, b, ctx, np.random.default_rng(0))  # passes: resolution × scale
+
+    def pushes(r, G):
+        out = _whitened_over_the_batch(r, G)
+        out[4:8] += np.array([0.3, -0.1, -0.1, -0.1])  # a real push on a silent group, summing to 0
+        return out
+
+    with pytest.raises(P.PropertyViolation, match="silent_groups_exactly_zero"):
+        P.silent_groups_exactly_zero(pushes, b, ctx, np.random.default_rng(0))

@@ -29,6 +29,7 @@ def test_release_environments_live_where_the_variable_says_under_a_name_with_the
     assert env.parent == tmp_path and env.name == f"trl-0.22.0-{R.env_key('trl', '0.22.0', '2025-08-29T20:20:02Z')}"
     assert R.env_dir("trl", "0.22.0", None) != env  # today's index is another resolution: another folder
     monkeypatch.delenv("GRPO_IDENTITY_ENVS")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     assert R.env_root().parts[-3:] == (".cache", "grpo-identity", "envs")
 
 

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from grpo_identity.dial import advantages
-from grpo_identity.foundation import dumps
+from grpo_identity.foundation import dumps, write_text_atomic
 from grpo_identity.trainer.lm.config import LMConfig, aggregation_of, conditional_modes, dial_of
 from grpo_identity.trainer.lm.identity import check_identity, flatten, group_gradient, per_sample_scores, trainable
 from grpo_identity.trainer.lm.loss import sample_weights
@@ -125,8 +125,8 @@ def _write_outputs(out: Path, config: LMConfig, summary: dict[str, Any], command
 
     out.mkdir(parents=True, exist_ok=True)
     provenance.write(out, command)
-    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
-    (out / "summary.json").write_text(dumps(summary) + "\n")
+    write_text_atomic(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
+    write_text_atomic(out / "summary.json", dumps(summary) + "\n")
     plot_conditional(summary, out / "conditional.png")
 
 

@@ -40,7 +40,7 @@ from torch import nn
 from grpo_identity import closed_forms
 from grpo_identity.analysis.realdata import is_extreme, is_medium
 from grpo_identity.dial import advantages
-from grpo_identity.foundation import dumps
+from grpo_identity.foundation import check_writable, dumps, write_text_atomic
 from grpo_identity.trainer.lm.config import LMConfig, aggregation_of, dial_of, modes_of
 from grpo_identity.trainer.lm.identity import (
     check_identity,
@@ -616,7 +616,7 @@ def run_lm(
             sink.close()
     summary = _run_summary({m: _mode_summary(m, r, config) for m, r in results.items()}, env, config, wu, t0)
     if out is not None:
-        (out / "summary.json").write_text(dumps(summary) + "\n")
+        write_text_atomic(out / "summary.json", dumps(summary) + "\n")
         from grpo_identity.trainer.lm.plots import plot_run
 
         plot_run(results, summary, out / "lm_identity.png")
@@ -670,7 +670,8 @@ def _open_outputs(out: Path | None, config: LMConfig, command: str | None) -> Te
 
     out.mkdir(parents=True, exist_ok=True)
     provenance.write(out, command)
-    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+    write_text_atomic(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
+    check_writable(out / "metrics.jsonl")  # streamed as the run goes: never through a link planted there
     return open(out / "metrics.jsonl", "w")
 
 

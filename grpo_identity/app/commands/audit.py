@@ -149,8 +149,12 @@ def _releases_of(args: argparse.Namespace) -> list[str | None]:
     """[--release] or the --releases list (one audit each)."""
     from grpo_identity.foundation import UsageError
 
-    if args.release and args.releases:
+    if args.release is not None and args.releases is not None:
         raise UsageError("give --release VERSION or --releases A,B,C, not both")
+    if args.release is not None and not args.release.strip():
+        raise UsageError(
+            "--release is empty: give a version (e.g. --release 1.16.0), or leave it out for the installed one"
+        )
     if args.releases is None:
         return [args.release]
     releases = [v.strip() for v in args.releases.split(",") if v.strip()]
