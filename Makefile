@@ -88,8 +88,9 @@ docs-serve: docs
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
-# mutation testing (mutmut is in the lock, the `mutate` extra) of dial.py, closed_forms.py and checks/{infer,properties}.py (long; not in CI):
-# kill rate per module and overall, and every surviving mutant; see scripts/mutate.py
+# mutation testing (mutmut is in the lock: the `mutate` extra) of dial.py, closed_forms.py and
+# checks/{infer,properties}.py (long; not in CI): kill rate per module and overall, and every surviving
+# mutant; see scripts/mutate.py
 mutate: setup
 	mkdir -p $(OUT)
 	$(BIN)/python scripts/mutate.py --json $(OUT)/mutate.json

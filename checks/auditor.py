@@ -161,16 +161,26 @@ def run(spec: Spec, options: AuditOptions) -> Report:
 
 
 def _redact(info: Any) -> Any:
-    """``info`` with every secret's value (a key naming a token, a key, a password) as ``***``, however deep."""
-    from grpo_identity.checks.frameworks import redacted
+    """``info`` with every secret's value as ``***``, however deep: under a secret's key (a token, an API key), and
+    the second item of a (key, value) pair whose key is a secret's."""
+    from grpo_identity.checks.frameworks import is_secret, redacted
 
     if isinstance(info, dict):
-        return {
-            k: redacted(str(k), _redact(v)) if not isinstance(v, (dict, list)) else _redact(v) for k, v in info.items()
-        }
-    if isinstance(info, list):
+        return {k: _secret(str(k), v) if is_secret(str(k)) else _redact(v) for k, v in info.items()}
+    if isinstance(info, (list, tuple)):
+        if len(info) == 2 and isinstance(info[0], str) and is_secret(info[0]):
+            return [info[0], redacted(info[0], info[1])]
         return [_redact(v) for v in info]
     return info
+
+
+def _secret(key: str, value: Any) -> Any:
+    """A secret's value as ``***``; a record of it (``{"driver": None, "yours": …}``) with each value so."""
+    from grpo_identity.checks.frameworks import redacted
+
+    if isinstance(value, dict):
+        return {k: redacted(key, v) for k, v in value.items()}
+    return redacted(key, value)
 
 
 def _settings_notes(framework: str, report: Report, expected: D.Dial | None) -> list[Finding]:
@@ -280,7 +290,7 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
     props = P.ADVANTAGE_PROPERTIES + (P.LAYOUT_PROPERTIES if ctx.reference_ids is not None else ())
     findings, examples, ran = _search(FiniteGuard(tgt, skip=True) if first else guarded, props, ctx, options, name)
     findings = first + findings
-    if getattr(tgt, "dead", None) is None:
+    if getattr(tgt, "dead", None) is None and not first:  # (the edge probes of a target that gives NaN say NaN)
         from grpo_identity.checks.probes import run_probes
 
         findings.extend(f for f in run_probes(tgt) if f is not None)

@@ -231,6 +231,14 @@ def _form_of(fn: Callable[..., Any], name: str, options: CallOptions) -> CallPla
     return CallPlan(form="flat", rewards_arg=rewards_arg, group_size_arg=_size_arg(size), **base)
 
 
+#: int parameters that are never the group size (a seed, a count of groups or prompts, a length, a rank …)
+_NOT_A_SIZE = re.compile(
+    r"seed|^(n|num|number_of)_?(groups?|prompts?|problems?|questions?|batch(es)?)$|batch_size|step|epoch|rank|world"
+    r"|dim|len|^max_|^min_|idx|index|_id$|group_count|^groups$",
+    re.I,
+)
+
+
 def _group_size_param(params: list[inspect.Parameter]) -> inspect.Parameter | None:
     """The parameter that takes the group size: a name frameworks use (:data:`GROUP_SIZE_NAMES`, or one of the shape
     :data:`_GROUP_SIZE_PATTERN`: ``samples_per_problem``, ``num_samples_per_prompt_rollout`` …), else the one required
@@ -238,7 +246,7 @@ def _group_size_param(params: list[inspect.Parameter]) -> inspect.Parameter | No
     named = _find(params, GROUP_SIZE_NAMES) or next((p for p in params if _GROUP_SIZE_PATTERN.match(p.name)), None)
     if named is not None:
         return named
-    ints = [p for p in params if _needs(p) and p.annotation in (int, "int")]
+    ints = [p for p in params if _needs(p) and p.annotation in (int, "int") and not _NOT_A_SIZE.search(p.name)]
     return ints[0] if len(ints) == 1 else None
 
 

@@ -240,8 +240,10 @@ def descendants(pid: int) -> list[int]:
                 stat = fh.read().decode(errors="replace")
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name may hold spaces and parentheses
-        parents.setdefault(ppid, []).append(int(entry))
+        fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces and parentheses
+        if fields[0] in ("Z", "X"):  # dead already, waiting to be reaped: nothing to end
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry))
     found, todo = [], [pid]
     while todo:
         for child in parents.get(todo.pop(), []):
@@ -250,9 +252,12 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL every descendant of ``pid`` (stopped first, so that none forks meanwhile), not ``pid`` itself."""
-    for _ in range(3):  # a process may have forked between the reading of /proc and the kill
+def kill_tree(pid: int, deadline: float = 5.0) -> None:
+    """SIGKILL every living descendant of ``pid`` (each stopped first, so that none forks meanwhile), not ``pid``
+    itself; again until none is left (one may fork between the reading of /proc and the kill), for at most
+    ``deadline`` seconds."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
         found = descendants(pid)
         if not found:
             return
@@ -262,6 +267,7 @@ def kill_tree(pid: int) -> None:
                     os.kill(p, sig)
                 except OSError:
                     pass
+        time.sleep(0.01)
 
 
 def _watch_parent(parent: int) -> None:
@@ -366,15 +372,11 @@ class ChildProcess:
         )
         self.temp = tempfile.mkdtemp(prefix="grpo-identity-child-")  # its temporary files, removed when it ends
         environ = {**child_environ_for(python), **dict.fromkeys(_TEMP_VARS, self.temp)}
-        self._proc = subprocess.Popen(
-            [python or sys.executable, "-c", code],
-            pass_fds=(to_child_r, from_child_w),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=environ,
-            start_new_session=True,  # its own process group: ended as a whole
-        )
+        try:
+            self._proc = self._start(python, code, environ, (to_child_r, from_child_w))
+        except BaseException:
+            shutil.rmtree(self.temp, ignore_errors=True)
+            raise
         os.close(to_child_r)
         os.close(from_child_w)
         self._out = Connection(to_child_w, readable=False)
@@ -385,6 +387,18 @@ class ChildProcess:
         except BaseException:  # a timeout, or Ctrl-C while it starts: nothing is left running
             self.end()
             raise
+
+    @staticmethod
+    def _start(python: str | None, code: str, environ: dict[str, str], fds: tuple[int, int]) -> Any:
+        return subprocess.Popen(
+            [python or sys.executable, "-c", code],
+            pass_fds=fds,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=environ,
+            start_new_session=True,  # its own process group: ended as a whole
+        )
 
     @property
     def alive(self) -> bool:
@@ -429,11 +443,16 @@ class ChildProcess:
                 self._proc.wait(0.5)
             except Exception:  # a broken pipe, a child too slow to exit: it is killed below
                 pass
-        kill_tree(self._proc.pid)  # what it started, also outside its group (a subreaper: orphans stay below it)
-        try:
-            os.killpg(self._proc.pid, signal.SIGKILL)  # what it forked, too
-        except (ProcessLookupError, PermissionError, OSError):
-            pass
+        if self._proc.poll() is None:  # still running (never a pid the system may have reused)
+            try:
+                os.kill(self._proc.pid, signal.SIGSTOP)  # it starts nothing more while its descendants are ended
+            except OSError:
+                pass
+            kill_tree(self._proc.pid)  # what it started, also outside its group (a subreaper: orphans stay below it)
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)  # what it forked, and itself
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
         self._proc.wait()
         shutil.rmtree(self.temp, ignore_errors=True)
         for c in (self._out, self._in):

@@ -53,8 +53,11 @@ def judge(run: Any, objective: dict[str, Any], unsplit: Any = None) -> tuple[lis
     """The findings of one step run (:class:`grpo_identity.checks.steps.StepRun`, the split layout) against
     ``objective`` (``info["step"]["objective"]``), and what was measured: per step its factor, and the range of fᵢ.
     ``unsplit``: the same steps unsplit, whose factors tell the causes that act in both layouts from the others."""
+    import time
+
     from grpo_identity.objectives import OBJECTIVES
 
+    t0 = time.perf_counter()
     name = objective["name"]
     f, live = _ratios(run, objective)
     steps_ = [int(s) for s in np.unique(run.where["step"][live])]
@@ -83,6 +86,7 @@ def judge(run: Any, objective: dict[str, Any], unsplit: Any = None) -> tuple[lis
             "the objective's"
         )
         findings.append(Finding("step_weights", message, {"step": s, "range": [lo, hi]}))
+    summary["seconds"] = round(time.perf_counter() - t0, 4)  # the oracle's own cost (benchmarks/bench_step.py)
     return [x for x in findings if x is not None], summary
 
 
@@ -150,16 +154,27 @@ def _scale(run: Any, even: list[tuple[int, float]], objective: dict[str, Any], u
     return Finding("step_scale", message, {"step": s, "factor": x, "causes": named})
 
 
+#: causes whose mechanism exists only where the split layout has it (accumulation, ranks, micro-batches)
+_SPLIT_ONLY = ("ga_twice", "ga_missing", "ranks_twice", "ranks_summed", "micro_rows")
+
+
 def _likely(run: Any, s: int, x: float, objective: dict[str, Any], unsplit: Any) -> tuple[list[str], str]:
-    """The causes that give factor ``x`` in step ``s``: those that also give the unsplit layout's factor for the same
-    step (a cause acts in every layout where its mechanism is), else those that give the split's alone."""
+    """The causes that give factor ``x`` in step ``s``, judged on both layouts: a cause is named where it also gives
+    the unsplit run's factor for the same step (its mechanism acts in every layout where it exists).  A factor both
+    layouts share is named by the causes that act in both, and by the split's own settings read as constants (the
+    configured gradient_accumulation_steps divided out once more in both runs); one the unsplit run does not share,
+    by the split's causes alone."""
     near = lambda a, b: abs(a / b - 1.0) <= CAUSE_TOL  # noqa: E731
     split = [(key, words) for key, words, value in causes(run, s, objective) if near(x, value)]
     x_unsplit = _step_factor(unsplit, objective, s) if unsplit is not None else None
     if x_unsplit is None:
         return [w for _, w in split], ""
     there = {key: value for key, _, value in causes(unsplit, s, objective)}
-    both = [words for key, words in split if near(x_unsplit, there.get(key, 1.0))]
+    if near(x_unsplit, x):  # shared by both layouts
+        both = [w for key, w in split if key not in _SPLIT_ONLY and near(x_unsplit, there.get(key, 1.0))]
+        constant = [f"{w}: the configured value, divided in both runs" for key, w in split if key in _SPLIT_ONLY]
+        return both + constant, " (both layouts alike)"
+    both = [w for key, w in split if near(x_unsplit, there.get(key, 1.0))]
     return (both, "") if both else ([w for _, w in split], " (in the split layout alone)")
 
 

@@ -23,6 +23,7 @@ grpo_identity.checks.properties.PropertyViolation: zero_sum_per_group: group 0 (
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -103,13 +104,15 @@ class Tolerance:
 
     def zero_floor(self, scale: float, rows: int = 1) -> float:
         """What counts as zero for a value computed in this precision beside values of magnitude ``scale``: the
-        type's resolution × the rounding steps × ``rows`` summed into it (a mean or a whitening over the batch
-        couples that many).  A real push is O(scale); rounding is ~1e-17·scale in float64.
+        type's resolution × the rounding steps × √``rows`` (the random walk of the roundings of a mean or a
+        whitening over that many values), at most a tenth of the comparisons' rtol.  A real push is O(scale);
+        rounding is ~1e-17·scale in float64.
 
         >>> Tolerance.for_precision("float64").zero_floor(1.0, rows=64) < 1e-12
         True
         """
-        return _EPS[self.precision] * _ROUNDING_STEPS * max(int(rows), 1) * max(float(scale), 0.0)
+        rounding = _EPS[self.precision] * _ROUNDING_STEPS * math.sqrt(max(int(rows), 1))
+        return min(rounding, 0.1 * self.rtol) * max(float(scale), 0.0)  # never as loose as the comparisons' rtol
 
 
 def precision_of(out: np.ndarray) -> str:
@@ -318,7 +321,7 @@ def zero_sum_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.
             continue  # rounding residue of a silent 0.1-group: the audit's silent probe reports it
         s, scale = float(A[g].sum()), float(np.abs(A[g]).sum())
         bound = ctx.tol.rtol * max(scale, 1e-300) * max(1.0, np.sqrt(G) / 4) * _cancellation(R[g])
-        if abs(s) > max(bound, G * _zero_floor(A, r, G, ctx)):
+        if abs(s) > max(bound, _zero_floor(A, r, G, ctx)):
             raise PropertyViolation(
                 "zero_sum_per_group",
                 f"group {g} (G={G}) sums to {s:.6g} instead of 0: rewards {_list(R[g], 16)}, advantages "

@@ -391,10 +391,10 @@ def _python_of(env: Path) -> Path:
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    from grpo_identity.foundation import write_text_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, text, flag="the environments' folder:")
 
 
 def _link(python: Path) -> None:
@@ -467,6 +467,10 @@ def _torch_wheels() -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(folder), f"{TORCH_PIN}+cpu"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 and "No module named pip" in proc.stderr:
+        raise AdapterError(
+            f"the CPU build of torch is fetched with pip, and {sys.executable} has none: python -m ensurepip"
+        )
     if proc.returncode != 0:
         raise AdapterError(
             f"pip finds no {TORCH_PIN}+cpu (the CPU build) here; set "
@@ -643,9 +647,9 @@ def list_envs() -> list[dict[str, Any]]:
             continue
         last = env / ".last-used"
         row["last_used"] = time.strftime("%Y-%m-%d", time.gmtime(last.stat().st_mtime)) if last.exists() else None
-        fw, rel = record["framework"], record["release"]
+        fw, rel = record.get("framework"), record.get("release")
         row.update({k: record.get(k) for k in ("framework", "release", "method", "as_of", "note")})
-        row["state"] = "current" if env.name == f"{fw}-{rel}-{_current_key(fw, rel)}" else "stale"
+        row["state"] = "current" if env.name == f"{fw}-{rel}-{_current_key(str(fw), str(rel))}" else "stale"
         rows.append(row)
     return rows
 
@@ -668,10 +672,16 @@ def prune(everything: bool = False, dry_run: bool = False) -> list[dict[str, Any
     gone = [row for row in list_envs() if everything or row["state"] != "current"]
     if dry_run:
         return gone
+    removed = []
     for row in gone:
         env = Path(row["path"])
-        with _locked(env):
+        with _locked(env):  # a build that was under way when the list was read has finished now: look again
+            record = _ready(env)
+            fw, rel = (record or {}).get("framework"), (record or {}).get("release")
+            if not everything and record is not None and env.name == f"{fw}-{rel}-{_current_key(str(fw), str(rel))}":
+                continue
             shutil.rmtree(env, ignore_errors=True)
+        removed.append(row)
     if everything:
         shutil.rmtree(env_root() / ".wheels", ignore_errors=True)
-    return gone
+    return removed

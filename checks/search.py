@@ -160,11 +160,15 @@ def run_property(
         except TargetError as exc:
             raise P.PropertyViolation(name, failure(exc), P._example(batch.contiguous(), batch.group_size)) from None
 
+    from hypothesis.errors import Unsatisfiable
+
     try:
         with quiet_hypothesis():
             run()
     except P.PropertyViolation as v:
         return v, count[0]
+    except Unsatisfiable:  # every batch was skipped (a target non-finite everywhere): nothing judged, nothing found
+        return None, 0
     except BaseExceptionGroup as group:  # hypothesis's Flaky: the same input failed only sometimes
         first = _first_violation(group)
         if first is None:

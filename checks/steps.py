@@ -164,8 +164,11 @@ def check_geometry(geo: Any) -> str | None:
     if objective:
         from grpo_identity.objectives import OBJECTIVES
 
-        if not isinstance(objective, dict) or objective.get("name") not in OBJECTIVES:
-            return f"info['step']['objective'] must name one of {', '.join(OBJECTIVES)}, got {objective!r}"
+        stepwise = [name for name, o in OBJECTIVES.items() if o.scope != "group"]  # a step run has no group keys
+        if not isinstance(objective, dict) or objective.get("name") not in stepwise:
+            return f"info['step']['objective'] must name one of {', '.join(stepwise)}, got {objective!r}"
+        if OBJECTIVES[objective["name"]].budget and not objective.get("budget"):
+            return f"info['step']['objective']: {objective['name']} divides by a length budget: give its 'budget'"
     if geo["step_rows"] % geo["group_size"] and geo["generation_rows"] % geo["group_size"]:
         return "info['step']: neither step_rows nor generation_rows holds whole groups of group_size answers"
     if probe_rows(geo) > MAX_PROBE_ROWS:

@@ -278,7 +278,8 @@ def _advantage(inf: Inferred, findings: list[Finding], expect: D.Dial | None, de
         findings.append(residue)
     by_g = None if inf.centre is not None or declared is not None else _group_size_preset(inf)
     comparable = _measured(inf) and not inf.coupled and (declared is not None or by_g is not None)
-    if inf.centre is None and not comparable:
+    skipped = any(f.property == "well_formed" for f in findings)  # no dial was inferred: the NaN says why
+    if inf.centre is None and not comparable and not skipped:
         findings.append(Finding("dial", f"no point of the dial fits: {inf.why}"))
     elif inf.coupled and inf.scale != "batch_std" and not any(f.property == "groups_independent" for f in findings):
         findings.append(Finding("groups_independent", inf.why))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from typing import Any, Iterable, Sequence, TextIO
 
@@ -116,11 +117,15 @@ def error_text(exc: BaseException, limit: int = 600) -> str:
         return text
 
     text = f"{type(exc).__name__}: {words(exc)}" if words(exc) else type(exc).__name__
-    cause, seen = exc.__cause__ or exc.__context__, 0
+
+    def below(e: BaseException) -> BaseException | None:  # a context raised `from None` was hidden on purpose
+        return e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+
+    cause, seen = below(exc), 0
     while cause is not None and seen < 5:
         if words(cause) and words(cause) not in text:
             text += f" (from {type(cause).__name__}: {words(cause)})"
-        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+        cause, seen = below(cause), seen + 1
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -225,8 +230,6 @@ def check_writable(path: Any, flag: str = "--out") -> None:
     ...
     grpo_identity.foundation.UsageError: --out /dev/null is not a regular file (a link, folder, device or FIFO): ...
     """
-    import os
-
     if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
         raise UsageError(
             f"{flag} {path} is not a regular file (a link, folder, device or FIFO): name a new file or a regular one"
@@ -237,33 +240,63 @@ def atomic_path(path: Any, flag: str = "--out") -> Any:
     """A context manager for writing ``path`` atomically: it yields the name of a new temporary file beside it,
     created exclusively under an unpredictable name (a link planted at a guessable name cannot redirect the write),
     with ``path``'s suffix (a figure writer reads the format from it), and renames it over ``path`` when the block
-    ends; on an error the temporary file is removed and ``path`` left as it was.  ``path`` must be a new path or a
-    regular file (:func:`check_writable`)."""
+    ends, with the mode ``path`` had (else the umask's); on an error the temporary file is removed and ``path``
+    left as it was.  ``path`` must be a new path or a regular file (:func:`check_writable`)."""
     import contextlib
-    import os
-    import tempfile
 
     @contextlib.contextmanager
     def writing() -> Any:
-        check_writable(path, flag)
-        folder, name = os.path.split(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=f".partial{os.path.splitext(name)[1]}", dir=folder)
+        fd, tmp = _temporary_beside(path, flag)
         os.close(fd)
-        try:
+        with _renamed_over(tmp, path):
             yield tmp
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make a report only its writer can read
+
+    return writing()
+
+
+def write_text_atomic(path: Any, text: str, flag: str = "--out") -> None:
+    """Write ``text`` (UTF-8) to ``path`` as :func:`atomic_path` does, through the descriptor the temporary file was
+    created with (never reopened by its name)."""
+    fd, tmp = _temporary_beside(path, flag)
+    with _renamed_over(tmp, path), os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def _temporary_beside(path: Any, flag: str) -> tuple[int, str]:
+    import tempfile
+
+    check_writable(path, flag)
+    folder, name = os.path.split(os.path.abspath(path))
+    return tempfile.mkstemp(prefix=f".{name}.", suffix=f".partial{os.path.splitext(name)[1]}", dir=folder)
+
+
+def _renamed_over(tmp: str, path: Any) -> Any:
+    import contextlib
+
+    @contextlib.contextmanager
+    def renaming() -> Any:
+        try:
+            yield
+            try:
+                mode = os.stat(path).st_mode & 0o777  # a file kept private stays so
+            except FileNotFoundError:
+                mode = 0o666 & ~_UMASK  # mkstemp's 0600 would make a report only its writer can read
+            os.chmod(tmp, mode)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
 
-    return writing()
+    return renaming()
 
 
-def write_text_atomic(path: Any, text: str, flag: str = "--out") -> None:
-    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_path`."""
-    with atomic_path(path, flag) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+def _umask() -> int:
+    """The process's umask, read once at import (setting it is the only way to read it: never done again later,
+    when another thread may be creating files)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()

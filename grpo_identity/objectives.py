@@ -243,8 +243,8 @@ def step_weights(
     if o.scope == "group" and group is None:
         raise ValueError(f"the objective {objective} needs each row's group")
     count = tokens if o.counts == "tokens" else np.ones(tokens.shape)
-    if o.scope == "group":
-        scope = step * 1_000_003 + np.asarray(group)
+    if o.scope == "group":  # (step, group) pairs, each its own key
+        scope = np.unique(np.c_[step, np.asarray(group)], axis=0, return_inverse=True)[1].reshape(-1)
     else:
         scope = step if o.scope == "step" else micro
     _, inverse = np.unique(scope, return_inverse=True)

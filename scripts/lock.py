@@ -109,22 +109,27 @@ def stale_inputs(root: Path = ROOT) -> list[str]:
     return sorted(k for k in set(now) | set(then) if now.get(k) != then.get(k))
 
 
-def check(root: Path = ROOT, python: tuple[int, ...] | None = None, machine: str | None = None) -> str:
-    """One line saying the lock is current and fits this interpreter; :class:`LockError` otherwise."""
+def check(
+    root: Path = ROOT, python: tuple[int, ...] | None = None, machine: str | None = None, system: str | None = None
+) -> str:
+    """One line saying the lock is current and fits this interpreter; :class:`LockError` otherwise (the interpreter
+    first: Python 3.10 has no tomllib to read pyproject.toml with)."""
+    python = python or sys.version_info[:3]
+    machine, system = machine or platform.machine(), system or platform.system()
+    lowest = tuple(int(x) for x in PYTHON.split("."))
+    fits = tuple(python[:2]) == PYTHON_MINOR and tuple(python[:3]) >= lowest
+    if not fits or system != "Linux" or machine not in ("x86_64", "AMD64"):
+        this = f"Python {'.'.join(map(str, python))} on {system} {machine}"
+        raise LockError(
+            f"{LOCK.name} is for CPython >= {PYTHON} ({PYTHON_MINOR[0]}.{PYTHON_MINOR[1]}) on Linux x86_64, this is "
+            f"{this}: run make with PYTHON=python{PYTHON_MINOR[0]}.{PYTHON_MINOR[1]}, or install unlocked with "
+            "pip install -e '.[all,frameworks]'"
+        )
     changed = stale_inputs(root)
     if changed:
         where = ", ".join(_where(k) for k in changed[:3]) + (" …" if len(changed) > 3 else "")
         raise LockError(
             f"{LOCK.name} is stale: {where} changed since it was made; run `make lock` and commit {LOCK.name}"
-        )
-    python = python or sys.version_info[:3]
-    machine = machine or platform.machine()
-    if tuple(python[:2]) != PYTHON_MINOR or (platform.system() != "Linux" or machine not in ("x86_64", "AMD64")):
-        this = f"Python {'.'.join(map(str, python))} on {platform.system()} {machine}"
-        raise LockError(
-            f"{LOCK.name} is for CPython {PYTHON_MINOR[0]}.{PYTHON_MINOR[1]} on Linux x86_64, this is {this}: "
-            f"run make with PYTHON=python{PYTHON_MINOR[0]}.{PYTHON_MINOR[1]}, or install unlocked with "
-            "pip install -e '.[all,frameworks]'"
         )
     return f"{LOCK.name} is current ({len(pins(root))} packages)"
 

@@ -32,6 +32,7 @@ __all__ = [
     "FrameworkSpec",
     "AdapterError",
     "redacted",
+    "is_secret",
     "parse_spec",
     "parse_set",
     "setting_for",
@@ -69,18 +70,35 @@ def length_layouts(n: int) -> dict[str, Any]:
     return {"the driver's": lengths_for(n), "the estimator's": np.full(n, ESTIMATOR_RESPONSE_LENGTH)}
 
 
-#: words in a setting's name that make its value a secret, never shown in a report
-SECRET_WORDS = ("token", "secret", "password", "api_key", "apikey")
+#: the last word of a setting's name that makes its value a secret (``hub_token``, ``wandb_api_key``), never shown
+SECRET_WORDS = ("token", "secret", "password", "passwd", "credentials", "auth", "apikey")
+
+
+def is_secret(key: str) -> bool:
+    """Whether a setting named ``key`` holds a secret: its last word is one of :data:`SECRET_WORDS`, or it ends in
+    ``api_key``, ``private_key``, ``secret_key`` or ``access_key`` (not ``max_tokens``, ``pad_token_id``,
+    ``ppo_max_token_len_per_gpu``: a count or an id is no secret).
+
+    >>> [is_secret(k) for k in ("hub_token", "HF_TOKEN", "openai_api_key", "pad_token_id", "max_token_len_per_gpu")]
+    [True, True, True, False, False]
+    """
+    import re
+
+    parts = [p for p in re.split(r"[^a-z0-9]+", str(key).lower()) if p]
+    if not parts:
+        return False
+    return parts[-1] in SECRET_WORDS or (
+        parts[-1] == "key" and len(parts) > 1 and parts[-2] in ("api", "private", "secret", "access")
+    )
 
 
 def redacted(key: str, value: Any) -> Any:
-    """A secret's value (a hub token, an API key) as ``***``; any other value as it is.
+    """A secret's value, of any type, as ``***`` (:func:`is_secret`); any other value as it is.
 
-    >>> redacted("hub_token", "hf_abc"), redacted("loss_type", "dapo")
-    ('***', 'dapo')
+    >>> redacted("hub_token", "hf_abc"), redacted("hub_token", ["hf_abc"]), redacted("loss_type", "dapo")
+    ('***', '***', 'dapo')
     """
-    secret = any(word in key.lower() for word in SECRET_WORDS)
-    return "***" if secret and value not in (None, "") else value
+    return "***" if is_secret(key) and value not in (None, "") else value
 
 
 class AdapterError(ValueError):

@@ -122,13 +122,18 @@ def grpo_config(spec: FrameworkSpec) -> Any:
         if value is None:  # no argv form: a None the parser would read as the string "None"
             setattr(args, key, None)
     args.grpo_identity_settings = {
-        "forced": {k: {"driver": v, "yours": redacted(k, user.get(k))} for k, v in forced.items()},
+        "forced": {k: {"driver": _shown(k, v), "yours": redacted(k, user.get(k))} for k, v in forced.items()},
         "defaults": defaults,
         "ignored": ignored,
         "num_generations": "num_generations set by each probe (2, 3, 4, 8 …); yours: "
         f"{user.get('num_generations', 'not set')}",
     }
     return args
+
+
+def _shown(key: str, value: Any) -> Any:
+    """A forced value as the report says it (the output folder is the child's own, a different path each time)."""
+    return "a temporary folder of the audit's, removed after it" if key == "output_dir" else value
 
 
 def _values(parser: Any, key: str, value: str) -> list[str]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from grpo_identity.app.report import output_folder  # the one check of an output folder
-from grpo_identity.foundation import require, write_text_atomic
+from grpo_identity.foundation import atomic_path, require, write_text_atomic
 
 __all__ = [
     "NOTEBOOKS_DIR",
@@ -346,7 +346,8 @@ def _render_one(
     page = _to_html(nb, mathjax_url)
     html_name, ipynb_name = f"{src.stem}.html", f"{src.stem}.ipynb"
     write_text_atomic(out / html_name, page)
-    nbformat.write(nb, out / ipynb_name)
+    with atomic_path(out / ipynb_name) as tmp:
+        nbformat.write(nb, tmp)
     row: dict[str, Any] = {
         "name": src.stem,
         "title": _title(nb, src.stem),

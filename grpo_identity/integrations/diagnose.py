@@ -136,11 +136,11 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
     with open(path, "rb") as fh:
         n = 0
         while True:
-            raw = fh.readline(MAX_LINE_BYTES + 1)
+            raw = fh.readline(MAX_LINE_BYTES + 3)  # room for the line's end, "\r\n"
             if not raw:
                 return
             n += 1
-            if len(raw) > MAX_LINE_BYTES:
+            if len(raw.rstrip(b"\r\n")) > MAX_LINE_BYTES:
                 raise UsageError(f"{path}:{n}: a line longer than {MAX_LINE_BYTES} bytes: not a log of records")
             try:
                 yield n, raw.decode("utf-8")

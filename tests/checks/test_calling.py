@@ -221,3 +221,17 @@ def test_the_group_size_parameters_real_frameworks_name_are_recognised_and_the_a
     assert Caller.for_function(fn, CallOptions()).plan.describe() == call
     report = audit(fn, expect="dr_grpo", isolate=False, max_examples=20)
     assert report.verdict == "pass" and report.matches == "dr_grpo", report.format()
+
+
+def count_of_groups(rewards, num_groups: int):
+    return np.asarray(rewards) * 0
+
+
+def seeded(rewards, seed: int):
+    return np.asarray(rewards) * 0
+
+
+@pytest.mark.parametrize("fn", [count_of_groups, seeded])
+def test_an_int_that_names_something_else_is_not_taken_for_the_group_size(fn):
+    with pytest.raises(CallError, match="which the audit cannot pass"):
+        Caller.for_function(fn, CallOptions())(R, 4)

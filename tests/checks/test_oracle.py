@@ -101,7 +101,9 @@ def test_a_shared_factor_fails_step_scale_with_its_cause_while_split_invariance_
     assert out.invariant  # the split-vs-unsplit comparison cannot see it: both layouts share it
     (finding,) = [f for f in out.findings if f.property == "step_scale"]
     assert finding.severity == "fail" and finding.counterexample["factor"] == pytest.approx(factor, rel=1e-6)
-    assert cause in finding.counterexample["causes"] and cause in finding.message
+    # both runs are off by it, so the split's accumulation or ranks are named as constants, and the layouts said
+    assert f"{cause}: the configured value, divided in both runs" in finding.counterexample["causes"]
+    assert "likely (both layouts alike)" in finding.message
 
 
 def test_a_normaliser_over_the_whole_generation_batch_fails_and_is_named():
@@ -176,3 +178,24 @@ def test_the_causes_are_read_from_the_runs_layout():
     named = {words: value for _, words, value in O.causes(run, 0)}
     assert named["1/gradient_accumulation_steps applied twice (1/2 once more)"] == 0.5
     assert named["ranks summed, not averaged (×2)"] == 2.0
+
+
+def test_a_factor_only_the_split_has_is_named_by_the_split_s_own_mechanism():
+    """1/GA applied twice for real: the split run (two accumulated micro-batches) is halved, the unsplit one (no
+    accumulation) is not, so split invariance sees a rescaled step and the oracle names the accumulation."""
+
+    def twice(r, G, L, request=None):
+        out = numpy_step()(r, G, L, request)
+        if (request or {}).get("layout") == "split":
+            out = {**out, "coefficients": out["coefficients"] / 2}
+        return out
+
+    out = _audit(twice, _geo())
+    (finding,) = [f for f in out.findings if f.property == "step_scale"]
+    assert finding.counterexample["causes"] == ["1/gradient_accumulation_steps applied twice (1/2 once more)"]
+    assert [f.severity for f in out.findings if f.property == "split_invariance"] == ["deviation"]
+
+
+def test_a_geometry_without_the_budget_its_objective_divides_by_is_refused():
+    assert "give its 'budget'" in S.check_geometry(_geo("seq_mean_token_sum_norm"))
+    assert "must name one of" in S.check_geometry(_geo("group_token_mean"))  # needs group keys a step run lacks

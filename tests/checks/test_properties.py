@@ -314,3 +314,19 @@ def test_a_rounding_residue_on_silent_groups_is_zero_and_a_real_push_is_not():
 
     with pytest.raises(P.PropertyViolation, match="silent_groups_exactly_zero"):
         P.silent_groups_exactly_zero(pushes, b, ctx, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32", "float16", "bfloat16"])
+def test_at_every_precision_a_real_push_on_a_silent_group_still_fails(precision):
+    G = 16
+    r = np.concatenate([np.ones(G), np.r_[np.ones(8), np.zeros(8)]])  # a silent group, then a live one
+
+    def pushes(r, G):
+        out = D.advantages(r, G, D.GRPO)
+        out[:G] = 0.05 * np.r_[1.0, -np.ones(G - 1) / (G - 1)]  # a push of 5 % of the live group's |Â|, summing to 0
+        return out
+
+    ctx = P.Context(P.Tolerance.for_precision(precision), batch_scale=True)
+    assert ctx.tol.zero_floor(1.0, rows=r.size) < 0.01
+    with pytest.raises(P.PropertyViolation, match="silent_groups_exactly_zero"):
+        P.silent_groups_exactly_zero(pushes, batch(r, G), ctx, np.random.default_rng(0))

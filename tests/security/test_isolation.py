@@ -36,7 +36,7 @@ def _planted(folder: Path) -> Path:
     return marker
 
 
-@pytest.mark.parametrize("where", ["elsewhere", "module"])
+@pytest.mark.parametrize("where", ["file", "module", "preset"])
 def test_modules_planted_in_the_callers_folder_are_never_imported_by_the_audit(tmp_path, where):
     caller = tmp_path / "caller"
     caller.mkdir()
@@ -44,8 +44,11 @@ def test_modules_planted_in_the_callers_folder_are_never_imported_by_the_audit(t
     other = tmp_path / "code"
     other.mkdir()
     (other / "my_adv.py").write_text(ADV)
-    target = f"{other / 'my_adv.py'}:grpo" if where == "elsewhere" else "preset:grpo"
+    # a file elsewhere, a module found through PYTHONPATH (the user's own setting, kept), a built-in preset
+    target = {"file": f"{other / 'my_adv.py'}:grpo", "module": "my_adv:grpo", "preset": "preset:grpo"}[where]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if where == "module":
+        env["PYTHONPATH"] = str(other)
     res = subprocess.run(
         [*CLI, "audit", target, "--max-examples", "5"], cwd=caller, capture_output=True, text=True, timeout=300, env=env
     )
@@ -98,7 +101,7 @@ def test_a_link_planted_at_the_old_guessable_partial_name_is_never_written_throu
     assert sorted(p.name for p in tmp_path.iterdir()) == [".page.html.partial", "page.html", "run", "victim.txt"]
 
 
-def test_a_link_planted_inside_an_output_folder_is_replaced_not_followed(tmp_path):
+def test_a_link_planted_inside_an_output_folder_is_refused_never_followed(tmp_path):
     from grpo_identity.app.report import write_outputs
 
     victim = tmp_path / "victim.txt"
@@ -242,3 +245,19 @@ def test_a_target_that_raises_keyboardinterrupt_is_a_finding_not_a_traceback(tmp
                          text=True, timeout=120)  # fmt: skip
     assert res.returncode == 1 and "Traceback" not in res.stdout + res.stderr
     assert "raised KeyboardInterrupt" in res.stdout
+
+
+def test_secrets_are_redacted_however_they_are_held_and_counts_named_like_tokens_are_not():
+    from grpo_identity.checks.auditor import _redact
+
+    info = {
+        "options": {"hub_token": "hf_a", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 16, "pad_token_id": 0},
+        "pairs": [["wandb_api_key", "k_b"], ["loss_type", "dapo"]],
+        "forced": {"hub_token": {"driver": None, "yours": "hf_c"}, "push_to_hub": {"driver": False, "yours": True}},
+        "listed": {"HF_TOKEN": ["hf_d"]},
+    }
+    out = _redact(info)
+    assert not any(s in repr(out) for s in ("hf_a", "k_b", "hf_c", "hf_d"))
+    assert out["options"]["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == 16
+    assert out["options"]["pad_token_id"] == 0 and out["pairs"][1] == ["loss_type", "dapo"]
+    assert out["forced"]["hub_token"] == {"driver": None, "yours": "***"}
