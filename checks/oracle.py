@@ -162,8 +162,8 @@ def _likely(run: Any, s: int, x: float, objective: dict[str, Any], unsplit: Any)
     """The causes that give factor ``x`` in step ``s``, judged on both layouts: a cause is named where it also gives
     the unsplit run's factor for the same step (its mechanism acts in every layout where it exists).  A factor both
     layouts share is named by the causes that act in both, and by the split's own settings read as constants (the
-    configured gradient_accumulation_steps divided out once more in both runs); one the unsplit run does not share,
-    by the split's causes alone."""
+    configured gradient_accumulation_steps divided out once more in both runs) only where no cause acting in both
+    gives it; one the unsplit run does not share, by the split's causes alone."""
     near = lambda a, b: abs(a / b - 1.0) <= CAUSE_TOL  # noqa: E731
     split = [(key, words) for key, words, value in causes(run, s, objective) if near(x, value)]
     x_unsplit = _step_factor(unsplit, objective, s) if unsplit is not None else None
@@ -173,7 +173,7 @@ def _likely(run: Any, s: int, x: float, objective: dict[str, Any], unsplit: Any)
     if near(x_unsplit, x):  # shared by both layouts
         both = [w for key, w in split if key not in _SPLIT_ONLY and near(x_unsplit, there.get(key, 1.0))]
         constant = [f"{w}: the configured value, divided in both runs" for key, w in split if key in _SPLIT_ONLY]
-        return both + constant, " (both layouts alike)"
+        return both or constant, " (both layouts alike)"  # a cause acting in both explains it better than a constant
     both = [w for key, w in split if near(x_unsplit, there.get(key, 1.0))]
     return (both, "") if both else ([w for _, w in split], " (in the split layout alone)")
 
