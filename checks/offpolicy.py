@@ -242,6 +242,8 @@ def _silent(batches: list[_Batch], fit: dict[str, Any]) -> dict[str, Any]:
         for kl in KL_LAWS:
             f = _kl_push(kl, law, b.moved["log_ratio_old"], b.moved["log_ratio_ref"], M)
             fits[kl] = max(fits.get(kl, 0.0), _proportional(C, f, rows))
+    # zero at the coefficients' resolution (float32 rounding of a batch-wide whitening leaves ~1e-9 of the live size)
+    silent_max = 0.0 if silent_max <= float(np.finfo(np.float32).eps) * non_max else silent_max
     out: dict[str, Any] = {"silent_groups_zero_gradient": silent_max == 0.0}
     if silent_max:
         nearest = min(fits, key=fits.__getitem__)

@@ -225,3 +225,13 @@ def test_a_gradient_target_is_built_from_an_advantage_function_and_a_loss_in_a_f
     assert audit_gradient(gradient_target(adv, token_mean_over_the_batch)).inferred.per_sample_weight == "1/step_tokens"
     report = audit_gradient(gradient_target(adv, token_sum))
     assert report.inferred.per_sample_weight == "constant" and report.verdict == "pass"
+
+
+def test_a_silent_groups_gradient_at_float32_resolution_is_zero_and_a_push_is_not():
+    from grpo_identity.checks.gradient import _silent_gradient
+
+    r = np.array([0.0, 0.0, 1.0, 0.0])  # a silent group, then a live one
+    C = np.array([[3e-9, 3e-9], [3e-9, 3e-9], [0.7, 0.7], [-0.7, -0.7]])  # a batch-whitening residue on the silent
+    assert _silent_gradient(2, r, C) is None
+    C[0] = [0.05, 0.05]  # a push of 7 % of the live answers'
+    assert _silent_gradient(2, r, C).property == "silent_groups_zero_gradient"
