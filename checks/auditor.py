@@ -24,9 +24,11 @@ one :class:`~grpo_identity.checks.report.Report`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, Callable, Iterable
 
 from grpo_identity import dial as D
@@ -140,8 +142,7 @@ def run(spec: Spec, options: AuditOptions) -> Report:
         )
     calling = spec.calling if isinstance(spec, FunctionSpec) else None
     dtype = calling.reward_dtype if calling is not None else "float64"
-    release = _release_env(spec, options)
-    with _open(spec, options, release.python if release is not None else options.python) as opened:
+    with open_target(spec, options) as (opened, release):
         tgt = opened if dtype == "float64" else RoundedRewards(opened, dtype)
         if spec.level == "gradient":
             report = _gradient(tgt, name, options)
@@ -209,6 +210,15 @@ def _settings_notes(framework: str, report: Report, expected: D.Dial | None) -> 
 
 
 # --- the target ----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def open_target(spec: Spec, options: AuditOptions) -> Iterator[tuple[Any, Any]]:
+    """The target of ``spec`` opened as the audit opens it (in its release's environment where it names one), and
+    that environment (None: this interpreter or ``options.python``)."""
+    release = _release_env(spec, options)
+    with _open(spec, options, release.python if release is not None else options.python) as opened:
+        yield opened, release
+
+
 def _release_env(spec: Spec, options: AuditOptions) -> Any:
     """The environment of the release a framework spec names (built on first use), or None."""
     if options.python is not None or not isinstance(spec, FrameworkSpec) or spec.release is None:

@@ -75,6 +75,8 @@ PACKAGE_VAR = "GRPO_IDENTITY_PACKAGE"
 MAPPED_SUBPACKAGES = ("proofs", "checks", "trainer")
 #: what the recipe of an environment means; raise it when the way environments are built changes
 RECIPE_VERSION = 2
+#: what runs an exported test pack (grpo-identity export-tests) in the environment: pytest, as of the release
+TEST_RUNNER = ("pytest>=8",)
 #: the index whose JSON API tells a release's upload time (PEP 691/700)
 SIMPLE_INDEX = "https://pypi.org/simple"
 #: no date: the exemption of a package from ``--exclude-newer``
@@ -225,7 +227,7 @@ def install_commands(framework: str, release: str, installer: list[str], constra
     :data:`NO_DEPS` framework) the release without them, then what it needs."""
     cmd = [*installer, "-c", constraints]
     requirement, extra = f"{framework}=={release}", release_pins(framework, release)
-    ours = project_requirements()
+    ours = [*project_requirements(), *TEST_RUNNER]
     bare = no_deps(framework, release)
     if bare is None:
         return [[*cmd, TORCH_PIN, requirement, *extra, *ours]]
@@ -334,6 +336,7 @@ def _recipe(framework: str, release: str) -> dict[str, Any]:
         "torch": TORCH_PIN,
         "never": list(NEVER),
         "requirements": project_requirements(),
+        "test_runner": list(TEST_RUNNER),
         "python": f"{sys.implementation.name}{sys.version_info[0]}.{sys.version_info[1]}",
     }
 

@@ -102,21 +102,9 @@ def grpo_config(spec: FrameworkSpec) -> Any:
         from trl import GRPOConfig, TrlParser
     except ImportError as exc:
         raise AdapterError(f"TRL {version('trl')} has no GRPOConfig / TrlParser: {exc}") from None
-    user = _user_keys(spec)
     parser = TrlParser((GRPOConfig,))
-    defaults = {k: v for k, v in DRIVER_DEFAULTS.items() if k not in user}
-    if "num_generations" in user and "per_device_train_batch_size" not in user:
-        defaults["per_device_train_batch_size"] = _int_or(user["num_generations"], 2)
-    parser.set_defaults(**{k: v for k, v in defaults.items() if any(a.dest == k for a in parser._actions)})
-    argv = ["--output_dir", UNUSED_OUTPUT_DIR]
-    if spec.config:
-        argv += ["--config", spec.config]
-    for key, value in spec.sets:
-        argv += [f"--{key}", *_values(parser, key, value)]
-    forced = {k: v for k, v in DRIVER_FORCED.items() if any(a.dest == k for a in parser._actions)}
-    forced = {k: UNUSED_OUTPUT_DIR if v == "UNUSED_OUTPUT_DIR" else v for k, v in forced.items()}
-    for key, value in forced.items():
-        argv += [f"--{key}", str(value)] if value is not None else []
+    argv, user, defaults, forced = config_argv(parser, spec)
+    parser.set_defaults(**defaults)
     args, ignored = _parse(parser, argv, spec)
     for key, value in forced.items():
         if value is None:  # no argv form: a None the parser would read as the string "None"
@@ -129,6 +117,27 @@ def grpo_config(spec: FrameworkSpec) -> Any:
         f"{user.get('num_generations', 'not set')}",
     }
     return args
+
+
+def config_argv(parser: Any, spec: FrameworkSpec) -> tuple[list[str], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """What :func:`grpo_config` hands TRL's parser: the argv (the YAML file, each ``--set``, then
+    :data:`DRIVER_FORCED` with a value), the user's keys, the driver's defaults (the parser's, where the user set
+    none) and the forced settings of this release's GRPOConfig."""
+    user = _user_keys(spec)
+    fields = {a.dest for a in parser._actions}
+    defaults = {k: v for k, v in DRIVER_DEFAULTS.items() if k not in user}
+    if "num_generations" in user and "per_device_train_batch_size" not in user:
+        defaults["per_device_train_batch_size"] = _int_or(user["num_generations"], 2)
+    defaults = {k: v for k, v in defaults.items() if k in fields}
+    argv = ["--output_dir", UNUSED_OUTPUT_DIR]
+    if spec.config:
+        argv += ["--config", spec.config]
+    for key, value in spec.sets:
+        argv += [f"--{key}", *_values(parser, key, value)]
+    forced = {k: UNUSED_OUTPUT_DIR if v == "UNUSED_OUTPUT_DIR" else v for k, v in DRIVER_FORCED.items() if k in fields}
+    for key, value in forced.items():
+        argv += [f"--{key}", str(value)] if value is not None else []
+    return argv, user, defaults, forced
 
 
 def _shown(key: str, value: Any) -> Any:
@@ -496,6 +505,7 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
     whole = spec
     spec = trl_step.one_process(spec)
     step = trl_step.step_geometry(whole)  # before the trainer: a GRPOConfig resets accelerate's shared state
+    step["export"] = trl_step.export_recipe(whole)
     args = grpo_config(spec)
     state: dict[str, Any] = {"rewards": None}
     components = reward_components(spec, args)

@@ -36,7 +36,7 @@ import numpy as np
 
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec
 
-__all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_geometry", "run_layout", "main"]
+__all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_geometry", "export_recipe", "run_layout", "main"]
 
 #: the GRPOConfig settings that decide how an optimizer step is split
 SPLIT_KEYS = (
@@ -252,6 +252,38 @@ def objective(args: Any) -> dict[str, Any] | None:
     if found is None:
         return None
     return found.for_step(int(getattr(args, "max_completion_length", None) or RESPONSE_LENGTH))
+
+
+def export_recipe(spec: FrameworkSpec) -> dict[str, Any]:
+    """What an exported test (:mod:`grpo_identity.checks.export`) needs to run the split layout's steps itself:
+    the argv TRL's parser reads (the driver's defaults spelled out, ``<output_dir>`` and ``<config>`` for the
+    test's own paths, no secret), the config file's text (secrets left out), the number of processes, the release."""
+    from trl import GRPOConfig, TrlParser
+
+    from grpo_identity.checks.frameworks import is_secret
+    from grpo_identity.checks.frameworks.trl import UNUSED_OUTPUT_DIR, config_argv
+
+    bare, processes = launch_settings(spec)
+    chosen = _layout(bare, processes, "split")
+    sets = tuple((k, v) for k, v in (*bare.sets, *chosen.sets, *STEP_FORCED.items()) if not is_secret(k))
+    argv, _, defaults, _ = config_argv(TrlParser((GRPOConfig,)), FrameworkSpec("trl", sets, bare.config))
+    shown = {UNUSED_OUTPUT_DIR: "<output_dir>", bare.config: "<config>"}
+    argv = [a for k, v in defaults.items() for a in (f"--{k}", str(v))] + [shown.get(a, a) for a in argv]
+    return {"argv": argv, "config_text": _config_text(bare.config), "processes": processes, "release": version("trl")}
+
+
+def _config_text(path: str | None) -> str | None:
+    """A YAML config's settings as text, without its secrets (None without a file)."""
+    if not path:
+        return None
+    import yaml
+
+    from grpo_identity.checks.frameworks import is_secret
+
+    with open(path) as fh:
+        loaded = yaml.safe_load(fh) or {}
+    kept = {k: v for k, v in loaded.items() if not is_secret(str(k))} if isinstance(loaded, dict) else loaded
+    return yaml.safe_dump(kept, sort_keys=False)
 
 
 def run_layout(

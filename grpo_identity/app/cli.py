@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "render": "render",
     "diagnose": "diagnose",
     "envs": "envs",
+    "export-tests": "export_tests",
 }
 
 __all__ = ["COMMANDS", "build_parser", "main"]

@@ -68,17 +68,17 @@ def test_a_bad_release_request_is_refused_before_anything_is_installed(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_install_commands_carry_the_release_its_pins_torch_and_the_projects_own_requirements(monkeypatch):
+def test_the_install_commands_carry_the_release_its_pins_torch_the_projects_own_requirements_and_pytest(monkeypatch):
     monkeypatch.setitem(R.NO_DEPS, ("demo", "0.0", "2.0"), ("torchdata",))
     monkeypatch.setitem(R.RELEASE_PINS, ("demo", "0.0", "99"), ("ray",))
     ours = R.project_requirements()
     assert any(r.startswith("numpy") for r in ours) and not any("pytest" in r for r in ours)  # no extra's
     first, second = R.install_commands("demo", "1.0", ["inst"], "c.txt")
     assert first == ["inst", "-c", "c.txt", "--no-deps", "demo==1.0", "torchdata"]
-    assert second == ["inst", "-c", "c.txt", R.TORCH_PIN, "ray", *ours]
+    assert second == ["inst", "-c", "c.txt", R.TORCH_PIN, "ray", *ours, "pytest>=8"]  # pytest: exported tests
     # past the range: one command, with dependencies
     (one,) = R.install_commands("demo", "2.0", ["inst"], "c.txt")
-    assert one == ["inst", "-c", "c.txt", R.TORCH_PIN, "demo==2.0", "ray", *ours]
+    assert one == ["inst", "-c", "c.txt", R.TORCH_PIN, "demo==2.0", "ray", *ours, "pytest>=8"]
 
 
 def test_areal_goes_in_without_its_declared_requirements_then_what_its_actor_imports():

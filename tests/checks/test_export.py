@@ -1,0 +1,167 @@
+"""grpo_identity.checks.export and ``grpo-identity export-tests``: the reference is the dial's advantages times the
+objective's weights, the file needs nothing of this project, and an exported TRL test passes on a correct release,
+fails on a planted factor and on a release whose step departs from its objective."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grpo_identity import dial as D
+from grpo_identity.app.cli import main
+from grpo_identity.checks import export, steps
+
+HARNESS_DIR = Path(export.__file__).parent / "frameworks" / "exported"
+#: what an exported test may import besides the standard library
+ALLOWED = {"pytest", "torch", "trl", "transformers", "datasets", "tokenizers"}
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add(str(node.module).split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(export.HARNESSES.values()))
+def test_a_harness_imports_only_pytest_torch_and_the_framework(name):
+    extra = _imports(HARNESS_DIR / name) - ALLOWED - set(sys.stdlib_module_names)
+    assert not extra, f"{name} imports {sorted(extra)}"
+    assert (HARNESS_DIR / name).read_text().count(export.CASE_LINE) == 1
+
+
+def test_fit_dial_names_the_point_that_reproduces_the_advantages():
+    rewards = np.array([1.0, 0, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0])
+    batches = np.repeat([0, 1], 6)
+    for point in (D.TRL, D.DR_GRPO):
+        A = export.dial_advantages(point, rewards, 4, batches).astype(np.float32).astype(float)
+        assert export.fit_dial(rewards, A, 4, batches).same_point(point)
+    whitened = (rewards - rewards.mean()) / (rewards.std() + 1e-4)  # a batch-wide whitening: no point of the dial
+    assert export.fit_dial(rewards, whitened, 4, batches) is None
+
+
+def _case(scale: float = 1.0):
+    def target(r, G, L, request=None):  # DAPO's token mean over each optimizer step (two per call)
+        return steps.micro_batch_mean(r, G, L, request, micro_batches=2, scope="step", scale=scale)
+
+    geo = steps.geometry(4, 16, 16, objective={"name": "token_mean", "setting": "loss=dapo", "budget": 6})
+    geo["export"] = {"argv": ["--loss_type", "dapo"], "processes": 1, "release": "0"}
+    design = steps.design(geo, 6)
+    return export.build_case(steps.run_layout(target, design, "split"), design, geo, 6), design
+
+
+def test_the_reference_is_the_dials_advantages_over_the_steps_tokens():
+    (case, factor), design = _case()
+    rows = sorted(case["expected"])
+    assert rows == list(range(16)) and factor == pytest.approx(1.0)
+    R = design.rewards[:16].reshape(-1, 4)
+    A = (R - R.mean(1, keepdims=True)).reshape(-1)  # GRPO's centring (micro_batch_mean does not scale)
+    tokens = np.where(design.truncated[:16], 0, design.lengths[:16])
+    for i in rows:
+        e = case["expected"][i]
+        assert e["tokens"] == tokens[i]
+        assert e["coefficient"] == pytest.approx(A[i] / tokens.sum(), abs=1e-12)
+
+
+def test_a_shared_factor_is_measured_while_the_reference_stays_the_objectives():
+    (case, factor), _ = _case(scale=0.5)
+    (right, _), _ = _case()
+    assert factor == pytest.approx(0.5)
+    assert case["expected"] == right["expected"]  # the reference never comes from the framework's update
+
+
+def test_render_writes_the_case_into_the_harness():
+    (case, _), _ = _case()
+    text = export.render("trl", case, "grpo-identity export-tests trl --out test_x.py", "1.0")
+    tree = ast.parse(text)
+    assigned = [n for n in tree.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CASE"]
+    assert ast.literal_eval(assigned[0].value) == case
+    assert text.startswith("# Exported by grpo-identity")
+    assert "import grpo_identity" not in text and "from grpo_identity" not in text
+    assert max(len(line) for line in text.splitlines() if not line.startswith("#")) <= 120
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["export-tests", "trl", "--out", "x.txt"], "--out x.txt: a test file ends in .py"),
+        (["export-tests", "verl2", "--out", "x.py"], "invalid choice"),
+        (["export-tests", "trl", "--release", " ", "--out", "x.py"], "--release is empty"),
+        (["export-tests", "trl", "--out", "fifo.py"], "--out fifo.py is not a regular file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "fifo.py")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err
+    assert os.listdir(tmp_path) == ["fifo.py"]  # nothing written
+
+
+def _pytest(python: str, folder: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_IDENTITY", "PYTEST"))}
+    return subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "."],
+        cwd=folder,
+        env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+#: a shared factor planted in TRL's loss: 1/gradient_accumulation_steps applied once more
+PLANTED = """import trl
+
+_loss = trl.GRPOTrainer.compute_loss
+
+
+def compute_loss(self, *a, **k):
+    return _loss(self, *a, **k) / self.args.gradient_accumulation_steps
+
+
+trl.GRPOTrainer.compute_loss = compute_loss
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_an_exported_trl_test_passes_on_its_release_and_fails_on_a_planted_factor(tmp_path, capsys):
+    from frameworks._support import env_or_skip  # tests/checks/frameworks (this folder is on the path)
+
+    env = env_or_skip("trl", "1.16.0")
+    out = tmp_path / "test_trl_dapo.py"
+    code = main(["export-tests", "trl", "--release", "1.16.0", "--set", "loss_type=dapo", "--out", str(out)])
+    said = capsys.readouterr().out
+    assert code == 0 and "the test passes on this release" in said, said
+    done = _pytest(env.python, tmp_path)
+    assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-2000:]
+    probe = subprocess.run([env.python, "-c", "import grpo_identity"], capture_output=True, cwd=tmp_path)
+    assert probe.returncode != 0  # the file ran where this project cannot be imported
+    (tmp_path / "conftest.py").write_text(PLANTED)
+    done = _pytest(env.python, tmp_path)
+    assert done.returncode == 1 and "optimizer step 0 is 0.5× its objective token_mean" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_an_exported_test_fails_on_trl_0_22_2s_generation_batch_normaliser(tmp_path, capsys):
+    from frameworks._support import env_or_skip  # tests/checks/frameworks (this folder is on the path)
+
+    env = env_or_skip("trl", "0.22.2")
+    sets = ["loss_type=dapo", "steps_per_generation=2", "gradient_accumulation_steps=1", "num_generations=4"]
+    argv = ["export-tests", "trl", "--release", "0.22.2", "--out", str(tmp_path / "test_dapo.py"), "--json"]
+    assert main([*argv, *[a for s in sets for a in ("--set", s)]]) == 0
+    assert '"factor": 0.47' in capsys.readouterr().out
+    done = _pytest(env.python, tmp_path)
+    assert done.returncode == 1 and "optimizer step 0 is 0.4722× its objective token_mean" in done.stdout
