@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import importlib.resources
 import pprint
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +28,21 @@ from grpo_identity.foundation import UsageError
 
 __all__ = ["HARNESSES", "CASE_LINE", "Exported", "export_tests", "build_case", "fit_dial", "render"]
 
-#: frameworks with an exported test, and their harness module under checks/frameworks/exported
-HARNESSES = {"trl": "trl.py"}
-#: the harness's line the case is written into
+#: frameworks with an exported test: their runner under checks/frameworks/exported, and the modules it needs
+HARNESSES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "trl": ("trl.py", ("torch", "trl")),
+    "verl": ("verl.py", ("torch", "verl")),
+}
+#: the settings that make a framework's step one process (an exported test runs one); the driver's default where
+#: the user set none of them
+ONE_PROCESS: dict[str, tuple[tuple[str, str], ...]] = {
+    "trl": (("num_processes", "1"),),
+    "verl": (("trainer.n_gpus_per_node", "1"), ("trainer.nnodes", "1")),
+}
+#: the runner's line the case is written into
 CASE_LINE = "CASE: dict[str, Any] = {}  # the exporter writes the case here"
+#: the checks every test pack runs (checks/frameworks/exported/_check.py), from the line after this one
+CHECKS_MARKER = "# --- exported: the checks ---"
 #: how close the dial's advantages must come to the release's on the probe (float32 advantages)
 ADVANTAGE_TOL = 1e-5
 
@@ -81,13 +93,14 @@ def export_tests(spec: Any, options: Any, out: str, command: str) -> Exported:
             f"(grpo-identity audit {spec.framework} runs the same checks here)"
         )
     check_writable(out)
+    spec = one_process(spec)
     with open_target(spec, options) as (target, _release):
         info = dict(getattr(target, "info", {}) or {})
         geo = info.get("step") or {}
         _check_exportable(spec, geo)
         design = steps.design(geo, RESPONSE_LENGTH)
         run = steps.run_layout(target, design, "split")
-    case, factor = build_case(run, design, geo, RESPONSE_LENGTH)
+    case, factor = build_case(run, design, geo, RESPONSE_LENGTH, HARNESSES[spec.framework][1])
     release = str(geo["export"].get("release") or info.get("version") or "?")
     text = render(spec.framework, case, command, release)
     write_text_atomic(out, text)
@@ -102,7 +115,37 @@ def _check_exportable(spec: Any, geo: dict[str, Any]) -> None:
     if not geo.get("objective"):
         raise UsageError(f"{spec.describe()}: no documented objective is written down for this loss setting")
     if int(recipe.get("processes", 1)) != 1:
-        raise UsageError("export-tests writes a one-process test: leave num_processes out (or set it to 1)")
+        keys = " and ".join(f"{k}=1" for k, _ in ONE_PROCESS[spec.framework])
+        raise UsageError(f"export-tests writes a one-process test of the step: set {keys}")
+
+
+def one_process(spec: Any) -> Any:
+    """``spec`` with :data:`ONE_PROCESS`'s settings where the user set none of them (by ``--set`` or in the
+    config file): before the user's, so that a user's own setting still wins, and is refused if it is not 1."""
+    import dataclasses
+
+    keys = [k for k, _ in ONE_PROCESS.get(spec.framework, ())]
+    mine = {k for k, _ in spec.sets} | _file_keys(spec.config)
+    if any(k in mine for k in keys):
+        return spec
+    return dataclasses.replace(spec, sets=(*ONE_PROCESS[spec.framework], *spec.sets))
+
+
+def _file_keys(path: str | None) -> set[str]:
+    """The dotted keys of a YAML config file's settings (none without a file)."""
+    if not path:
+        return set()
+    import yaml
+
+    with open(path) as fh:
+        loaded = yaml.safe_load(fh)
+
+    def leaves(node: Any, prefix: str = "") -> set[str]:
+        if not isinstance(node, dict):
+            return {prefix[:-1]} if prefix else set()
+        return {k for key, value in node.items() for k in leaves(value, f"{prefix}{key}.")}
+
+    return leaves(loaded)
 
 
 def fit_dial(rewards: np.ndarray, advantages: np.ndarray, G: int, batches: np.ndarray) -> Any:
@@ -135,9 +178,11 @@ def dial_advantages(point: Any, rewards: np.ndarray, G: int, batches: np.ndarray
     return out
 
 
-def build_case(run: Any, design: Any, geo: dict[str, Any], width: int) -> tuple[dict[str, Any], float]:
-    """The case of an exported test (what its ``CASE`` holds), and optimizer step 0's factor as measured in
-    ``run`` (the median of the measured coefficient over the reference one)."""
+def build_case(
+    run: Any, design: Any, geo: dict[str, Any], width: int, requires: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], float]:
+    """The case of an exported test (what its ``CASE`` holds; ``requires``: the modules it needs), and optimizer
+    step 0's factor as measured in ``run`` (the median of the measured coefficient over the reference one)."""
     from grpo_identity.objectives import OBJECTIVES, step_weights
 
     G, objective = int(design.group_size), dict(geo["objective"])
@@ -167,15 +212,16 @@ def build_case(run: Any, design: Any, geo: dict[str, Any], width: int) -> tuple[
     live = [i for i in first if A[i] * w[i] != 0 and run.loss_tokens[i] > 0]
     factor = float(np.median([run.a[i] / (A[i] * w[i]) for i in live])) if live else float("nan")
     o = OBJECTIVES[objective["name"]]
-    recipe = geo["export"]
+    recipe = {k: v for k, v in geo["export"].items() if k not in ("processes", "release")}
     case = {
-        "argv": list(recipe["argv"]),
-        "config_text": recipe.get("config_text"),
+        "requires": list(requires),
+        **recipe,
         "group_size": G,
         "width": int(width),
         "rewards": [float(r) for r in design.rewards],
         "lengths": [int(n) for n in design.lengths],
         "truncated": [bool(t) for t in design.truncated],
+        "holes": [int(h) for h in design.holes],
         "objective": {
             "name": o.name,
             "formula": o.formula,
@@ -205,23 +251,33 @@ def render(framework: str, case: dict[str, Any], command: str, release: str) -> 
     with ``case`` written into its ``CASE`` line."""
     from grpo_identity import __version__
 
-    source = importlib.resources.files("grpo_identity.checks.frameworks.exported").joinpath(HARNESSES[framework])
-    harness = source.read_text(encoding="utf-8")
-    if harness.count(CASE_LINE) != 1:
-        raise RuntimeError(f"the {framework} harness has no single case line")
+    folder = importlib.resources.files("grpo_identity.checks.frameworks.exported")
+    runner = folder.joinpath(HARNESSES[framework][0]).read_text(encoding="utf-8")
+    checks = folder.joinpath("_check.py").read_text(encoding="utf-8")
+    if runner.count(CASE_LINE) != 1 or checks.count(CHECKS_MARKER) != 1:
+        raise RuntimeError(f"the {framework} runner has no single case line, or the checks no marker")
     literal = pprint.pformat(case, width=112, sort_dicts=False)
     o = case["objective"]
     step = list(case["expected"].values())
-    header = [
-        f"# Exported by grpo-identity {__version__} on {datetime.date.today().isoformat()} for {framework} {release}:",
-        f"#   {command}",
-        "# One optimizer step of this configuration against the update its loss type's objective defines.",
-        "# How the reference coefficients in CASE were derived (by grpo-identity, not read from the framework):",
-        f"#   the objective: {o['name']}, wᵢ = {o['formula']} ({o['setting']}; {o['source']})",
-        f"#   the advantages: Âᵢ = {case['dial']} (this release's advantages on the probe, to {ADVANTAGE_TOL:g})",
-        f"#   the step: {len(step)} answers, {sum(e['tokens'] for e in step)} loss tokens; every loss token of",
-        "#   answer i has the coefficient -∂loss/∂log π = Âᵢ·wᵢ (on-policy, no KL term at the reference policy)",
-        "# Run: pytest THIS_FILE (needs pytest, torch and the framework; nothing of grpo-identity).",
-        "",
+    said = [
+        f"Exported by grpo-identity {__version__} on {datetime.date.today().isoformat()} for {framework} {release}:",
+        f"  {command}",
+        "One optimizer step of this configuration against the update its loss type's objective defines. How the "
+        "reference coefficients in CASE were derived (by grpo-identity, not read from the framework):",
+        f"  the objective: {o['name']}, wᵢ = {o['formula']} ({o['setting']}; {o['source']})",
+        f"  the advantages: Âᵢ = {case['dial']} (it reproduces this release's advantages on the probe to "
+        f"{ADVANTAGE_TOL:g})",
+        f"  the step checked: optimizer step 0, {len(step)} answers (N_S), {sum(e['tokens'] for e in step)} loss "
+        f"tokens (T_S); L = {o['budget']:g}",
+        "  every loss token of answer i has the coefficient −∂loss/∂log π = Âᵢ·wᵢ (on-policy: the ratio is 1, and "
+        "a KL term is 0 at the reference policy)",
+        "Run: pytest THIS_FILE (it needs pytest, torch and the framework; nothing of grpo-identity).",
     ]
-    return "\n".join(header) + harness.replace(CASE_LINE, f"CASE: dict[str, Any] = {literal}", 1)
+    header = [
+        wrapped
+        for line in said
+        for wrapped in textwrap.wrap(line, 116, subsequent_indent="    " if line.startswith("  ") else "")
+    ]
+    header = [f"# {line}" for line in header] + [""]
+    body = runner.replace(CASE_LINE, f"CASE: dict[str, Any] = {literal}", 1).rstrip()
+    return "\n".join(header) + body + "\n\n\n" + checks.split(CHECKS_MARKER, 1)[1].lstrip()

@@ -33,6 +33,8 @@ __all__ = [
     "AdapterError",
     "redacted",
     "is_secret",
+    "without_secrets",
+    "config_text",
     "parse_spec",
     "parse_set",
     "setting_for",
@@ -99,6 +101,27 @@ def redacted(key: str, value: Any) -> Any:
     ('***', '***', 'dapo')
     """
     return "***" if is_secret(key) and value not in (None, "") else value
+
+
+def without_secrets(node: Any) -> Any:
+    """A config's nested dicts and lists without any setting named as a secret (:func:`is_secret`)."""
+    if isinstance(node, dict):
+        return {k: without_secrets(v) for k, v in node.items() if not is_secret(str(k))}
+    if isinstance(node, list):
+        return [without_secrets(v) for v in node]
+    return node
+
+
+def config_text(path: str | None) -> str | None:
+    """A YAML config file's settings as YAML text without its secrets (None without a file): what an exported
+    test pack carries of the user's file."""
+    if not path:
+        return None
+    import yaml
+
+    with open(path) as fh:
+        loaded = yaml.safe_load(fh)
+    return yaml.safe_dump(without_secrets(loaded), sort_keys=False)
 
 
 class AdapterError(ValueError):

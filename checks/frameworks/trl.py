@@ -32,6 +32,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec, redacted
+from grpo_identity.checks.frameworks.exported.trl import retain_logps as kept_logps
+from grpo_identity.checks.frameworks.exported.trl import tiny_policy
 
 __all__ = ["import_check", "grpo_config", "advantage_target", "gradient_target", "COMPLETION_LENGTH"]
 
@@ -220,42 +222,6 @@ def _parse(parser: Any, argv: list[str], spec: FrameworkSpec) -> tuple[Any, list
     return args, unknown
 
 
-def tiny_policy(words: list[str] | tuple[str, ...] = ()) -> tuple[Any, Any]:
-    """A word-level tokenizer over seven words (and ``words``) and a one-layer Llama built from a config
-    (no weights downloaded), seeded: the policy of every TRL run this project makes."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocab = {w: i for i, w in enumerate(["<pad>", "<eos>", "<unk>", "a", "b", "c", "d", *words])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="<eos>",
-        unk_token="<unk>",
-        model_input_names=["input_ids", "attention_mask"],
-    )
-    tokenizer.padding_side = "left"
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(vocab),
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=32,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=1,
-        )
-    )
-    return tokenizer, model
-
-
 @contextlib.contextmanager
 def policy_for(args: Any, words: list[str] | tuple[str, ...] = ()) -> Iterator[tuple[Any, Any]]:
     """The tokenizer and the ``model`` argument of ``GRPOTrainer`` for ``args``: the tiny policy itself where
@@ -312,24 +278,6 @@ def _reward_funcs(args: Any, state: dict[str, Any], components: int) -> list[Cal
     return [make(j) for j in range(components)]
 
 
-def carried(args: Any, reward: Callable[..., list[float]]) -> Any:
-    """``reward_funcs`` for a trainer whose rewards come from one function (the split step's): that function,
-    or, where your ``reward_weights`` name K > 1 functions, it divided by the first weight and K − 1 functions
-    of 0 (the weighted sum is its rewards)."""
-    weights = list(getattr(args, "reward_weights", None) or [])
-    if len(weights) <= 1:
-        return reward
-    pivot, weight = _pivot(args)
-
-    def carrier(*a: Any, **k: Any) -> list[float]:
-        return [v / weight for v in reward(*a, **k)]
-
-    def zero(completions: list[Any], **k: Any) -> list[float]:
-        return [0.0] * len(completions)
-
-    return [carrier if j == pivot else zero for j in range(len(weights))]
-
-
 def _pivot(args: Any) -> tuple[int, float]:
     """The first reward function of nonzero weight, and its weight (0 and 1 without weights)."""
     weights = [float(w) for w in (getattr(args, "reward_weights", None) or [1.0])]
@@ -361,28 +309,13 @@ def _trainer(args: Any, state: dict[str, Any], components: int = 1) -> Any:
 
 
 def retain_logps(trainer: Any, kept: dict[str, Any]) -> None:
-    """Wrap the method ``compute_loss`` gets its log-probabilities from (before 0.20: logps alone) so that
-    the tensor keeps its gradient, as ``kept["logps"]`` (the old policy's, computed without gradient, are
-    left alone)."""
-    hook = next(
-        (n for n in ("_get_per_token_logps_and_entropies", "_get_per_token_logps") if hasattr(trainer, n)), None
-    )
-    if hook is None:
-        raise AdapterError(
-            f"TRL {version('trl')}: GRPOTrainer has neither _get_per_token_logps_and_entropies nor "
-            "_get_per_token_logps (the driver needs one)"
-        )
-    original = getattr(trainer, hook)
-
-    def keep_logps(*a: Any, **k: Any) -> Any:
-        out = original(*a, **k)
-        logps = out[0] if isinstance(out, tuple) else out
-        if logps.requires_grad:
-            logps.retain_grad()
-            kept["logps"] = logps
-        return out
-
-    setattr(trainer, hook, keep_logps)
+    """The log-probabilities ``compute_loss`` differentiates kept with their gradient, as ``kept["logps"]``
+    (:func:`~grpo_identity.checks.frameworks.exported.trl.retain_logps`); a release with no method to wrap is an
+    AdapterError."""
+    try:
+        kept_logps(trainer, kept)
+    except RuntimeError as exc:
+        raise AdapterError(f"TRL {version('trl')}: {exc} (the driver needs one)") from None
 
 
 def _sample_once_per_shape(trainer: Any) -> None:

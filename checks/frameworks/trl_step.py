@@ -20,8 +20,6 @@ under the user's ``GRPOConfig``: TRL's sampler, its ``_prepare_inputs`` (generat
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import socket
@@ -260,7 +258,7 @@ def export_recipe(spec: FrameworkSpec) -> dict[str, Any]:
     test's own paths, no secret), the config file's text (secrets left out), the number of processes, the release."""
     from trl import GRPOConfig, TrlParser
 
-    from grpo_identity.checks.frameworks import is_secret
+    from grpo_identity.checks.frameworks import config_text, is_secret
     from grpo_identity.checks.frameworks.trl import UNUSED_OUTPUT_DIR, config_argv
 
     bare, processes = launch_settings(spec)
@@ -269,21 +267,7 @@ def export_recipe(spec: FrameworkSpec) -> dict[str, Any]:
     argv, _, defaults, _ = config_argv(TrlParser((GRPOConfig,)), FrameworkSpec("trl", sets, bare.config))
     shown = {UNUSED_OUTPUT_DIR: "<output_dir>", bare.config: "<config>"}
     argv = [a for k, v in defaults.items() for a in (f"--{k}", str(v))] + [shown.get(a, a) for a in argv]
-    return {"argv": argv, "config_text": _config_text(bare.config), "processes": processes, "release": version("trl")}
-
-
-def _config_text(path: str | None) -> str | None:
-    """A YAML config's settings as text, without its secrets (None without a file)."""
-    if not path:
-        return None
-    import yaml
-
-    from grpo_identity.checks.frameworks import is_secret
-
-    with open(path) as fh:
-        loaded = yaml.safe_load(fh) or {}
-    kept = {k: v for k, v in loaded.items() if not is_secret(str(k))} if isinstance(loaded, dict) else loaded
-    return yaml.safe_dump(kept, sort_keys=False)
+    return {"argv": argv, "config_text": config_text(bare.config), "processes": processes, "release": version("trl")}
 
 
 def run_layout(
@@ -405,154 +389,33 @@ def _rows(records: list[dict[str, Any]], n: int, ranks: int) -> dict[str, Any]:
 
 
 def _run_here(job: dict[str, Any], rank: int = 0) -> list[dict[str, Any]]:
-    """One process's share of the run: ``GRPOTrainer.train()`` for the job's optimizer steps."""
+    """One process's share of the run: ``GRPOTrainer.train()`` for the job's optimizer steps
+    (:class:`~grpo_identity.checks.frameworks.exported.trl.StepRunner`), each micro-batch's record with its rank
+    and generation batch."""
     import warnings
 
     warnings.filterwarnings("ignore")
-    from transformers.utils import logging as hf_logging
-
+    from grpo_identity.checks.frameworks.exported.trl import StepRunner
     from grpo_identity.checks.frameworks.trl import grpo_config
-
-    hf_logging.set_verbosity_error()  # the trainer's notes on the tiny policy's tokenizer are not the user's
 
     spec = FrameworkSpec("trl", tuple((str(k), str(v)) for k, v in job["sets"]), job["config"])
     args = grpo_config(spec)
-    rewards, lengths, G = np.asarray(job["rewards"]), np.asarray(job["lengths"], dtype=int), int(job["group_size"])
-    runner = _Runner(args, rewards, lengths, G, np.asarray(job.get("truncated") or [False] * len(rewards)))
-    return runner.train(rank, bool(job.get("param_grads")))
-
-
-class _Runner:
-    """A trainer whose generation, rewards and log-probabilities the audit controls (module docstring)."""
-
-    def __init__(self, args: Any, rewards: np.ndarray, lengths: np.ndarray, G: int, truncated: np.ndarray) -> None:
-        self.rewards, self.lengths, self.G, self.truncated = rewards, lengths, G, truncated
-        self.n_groups = len(rewards) // G
-        step_rows = int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
-        args.max_steps = max(1, len(rewards) // max(1, step_rows * _world()))
-        self.args = args
-        self.records: list[dict[str, Any]] = []
-        self.members: dict[int, int] = {}
-        self.kept: list[Any] = []
-
-    def train(self, rank: int, param_grads: bool = False) -> list[dict[str, Any]]:
-        from datasets import Dataset
-        from trl import GRPOTrainer
-
-        from grpo_identity.checks.frameworks.trl import carried, policy_for
-
-        words = [f"g{g}" for g in range(self.n_groups)] + [f"m{j}" for j in range(self.G)]
-        prompts = Dataset.from_dict({"prompt": [f"g{g}" for g in range(self.n_groups)]})
-        with policy_for(self.args, words) as (tokenizer, model):  # a path where beta ≠ 0: TRL loads the reference
-            self.tokenizer = tokenizer
-            trainer = GRPOTrainer(
-                model=model,
-                reward_funcs=carried(self.args, self._reward),
-                args=self.args,
-                processing_class=tokenizer,
-                train_dataset=prompts,
-            )
-        trainer.model.generate = self._generate
-        self.trainer = trainer
-        self._keep_logps(trainer)
-        grads: list[dict[str, Any]] = []
-        if param_grads:
-            trainer.add_callback(_ParamGrads(grads, rank))
-        with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints its final metrics
-            trainer.train()
-        return self._read(rank) + grads
-
-    # --- what the trainer calls ------------------------------------------------------------------
-    def _generate(self, *args: Any, **kwargs: Any) -> Any:
-        """The audit's answers for the prompts of this call: member indices in the order TRL gathers rows."""
-        import torch
-
-        ids: Any = kwargs.get("input_ids", args[0] if args else None)
-        groups = [self._group_of(row) for row in ids]
-        everyone = _gather_objects(groups)
-        rank = _rank()
-        before = sum(len(x) for x in everyone[:rank])
-        counts = dict(self.members)
-        for g in [g for part in everyone for g in part][:before]:
-            counts[g] = counts.get(g, 0) + 1
-        completions = []
-        for g in groups:
-            j = counts.get(g, 0)
-            counts[g] = j + 1
-            completions.append(self._answer(g, j))
-        for g in [g for part in everyone for g in part]:
-            self.members[g] = self.members.get(g, 0) + 1
-        tail = torch.tensor(completions, dtype=ids.dtype, device=ids.device)
-        return torch.cat([ids, tail], dim=1)
-
-    def _group_of(self, prompt_ids: Any) -> int:
-        words = self.tokenizer.convert_ids_to_tokens([int(t) for t in prompt_ids])
-        return int(next(w for w in reversed(words) if w.startswith("g"))[1:])
-
-    def _answer(self, g: int, j: int) -> list[int]:
-        tok = self.tokenizer
-        row = g * self.G + min(j, self.G - 1)
-        L = int(self.lengths[row])
-        body = [tok.convert_tokens_to_ids(f"m{min(j, self.G - 1)}")] + [tok.convert_tokens_to_ids("a")] * (L - 2)
-        if self.truncated[row]:  # cut at the length budget: no EOS
-            return (body + [tok.convert_tokens_to_ids("a")] * RESPONSE_LENGTH)[:RESPONSE_LENGTH]
-        return (body + [tok.eos_token_id] + [tok.pad_token_id] * RESPONSE_LENGTH)[:RESPONSE_LENGTH]
-
-    def _reward(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
-        out = []
-        for p, c in zip(prompts, completions):
-            g = int(str(p).split()[-1][1:])
-            j = int(str(c).split()[0][1:])
-            out.append(float(self.rewards[g * self.G + j]))
-        return out
-
-    def _keep_logps(self, trainer: Any) -> None:
-        """The log-probabilities compute_loss differentiates, kept with their inputs for their gradient."""
-        from grpo_identity.checks.frameworks.trl import retain_logps
-
-        original_loss = trainer.compute_loss
-        pending: dict[str, Any] = {}
-        retain_logps(trainer, pending)
-
-        def compute_loss(model: Any, inputs: Any, *a: Any, **k: Any) -> Any:
-            pending.clear()
-            loss = original_loss(model, inputs, *a, **k)
-            if "logps" in pending:
-                self.kept.append((trainer.state.global_step, pending["logps"], inputs))
-            return loss
-
-        trainer.compute_loss = compute_loss
-
-    def _read(self, rank: int) -> list[dict[str, Any]]:
-        records, micro, last_step = [], 0, None
-        accumulation = int(self.args.gradient_accumulation_steps)
-        per_generation = int(getattr(self.args, "steps_per_generation", None) or 1)  # micro-batches per generation
-        for step, logps, inputs in self.kept:
-            micro = micro + 1 if step == last_step else 0
-            last_step = step
-            grad = logps.grad
-            if grad is None:
-                raise AdapterError(f"TRL {version('trl')}: compute_loss's log-probabilities got no gradient")
-            completion = inputs["completion_ids"]
-            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
-            rows = []
-            for prompt, answer in zip(inputs["prompt_ids"], completion):
-                g = self._group_of(prompt)
-                j = int(self.tokenizer.convert_ids_to_tokens(int(answer[0]))[1:])
-                rows.append(g * self.G + j)
-            records.append(
-                {
-                    "rows": rows,
-                    "step": int(step),
-                    "rank": rank,
-                    "micro": micro,
-                    "generation": (int(step) * accumulation + micro) // per_generation,
-                    "advantages": inputs["advantages"].detach().double().reshape(len(rows), -1)[:, 0].tolist(),
-                    "coefficients": (-grad).detach().double().tolist(),
-                    "mask": mask.detach().double().tolist(),
-                }
-            )
-        return records
+    rewards, G = job["rewards"], int(job["group_size"])
+    step_rows = int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
+    args.max_steps = max(1, len(rewards) // max(1, step_rows * _world()))
+    truncated = job.get("truncated") or [False] * len(rewards)
+    runner = StepRunner(args, rewards, job["lengths"], G, truncated, RESPONSE_LENGTH, _gather_objects, _rank)
+    grads: list[dict[str, Any]] = []
+    try:
+        records = runner.train((_ParamGrads(grads, rank),) if job.get("param_grads") else ())
+    except RuntimeError as exc:
+        raise AdapterError(f"TRL {version('trl')}: {exc}") from None
+    accumulation = int(args.gradient_accumulation_steps)
+    per_generation = int(getattr(args, "steps_per_generation", None) or 1)  # micro-batches per generation
+    for record in records:
+        record["rank"] = rank
+        record["generation"] = (record["step"] * accumulation + record["micro"]) // per_generation
+    return records + grads
 
 
 class _ParamGrads:

@@ -5,6 +5,7 @@ fails on a planted factor and on a release whose step departs from its objective
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from grpo_identity.checks import export, steps
 
 HARNESS_DIR = Path(export.__file__).parent / "frameworks" / "exported"
 #: what an exported test may import besides the standard library
-ALLOWED = {"pytest", "torch", "trl", "transformers", "datasets", "tokenizers"}
+ALLOWED = {"pytest", "torch", "numpy", "trl", "transformers", "datasets", "tokenizers", "verl", "omegaconf", "hydra"}
+ALLOWED |= {"tensordict", "einops"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -32,11 +34,11 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("name", sorted(export.HARNESSES.values()))
-def test_a_harness_imports_only_pytest_torch_and_the_framework(name):
+@pytest.mark.parametrize("name", ["_check.py", *sorted(file for file, _ in export.HARNESSES.values())])
+def test_a_runner_and_the_checks_import_only_pytest_torch_and_the_framework(name):
     extra = _imports(HARNESS_DIR / name) - ALLOWED - set(sys.stdlib_module_names)
     assert not extra, f"{name} imports {sorted(extra)}"
-    assert (HARNESS_DIR / name).read_text().count(export.CASE_LINE) == 1
+    assert (HARNESS_DIR / name).read_text().count(export.CASE_LINE) == (name != "_check.py")
 
 
 def test_fit_dial_names_the_point_that_reproduces_the_advantages():
@@ -87,7 +89,7 @@ def test_render_writes_the_case_into_the_harness():
     assert ast.literal_eval(assigned[0].value) == case
     assert text.startswith("# Exported by grpo-identity")
     assert "import grpo_identity" not in text and "from grpo_identity" not in text
-    assert max(len(line) for line in text.splitlines() if not line.startswith("#")) <= 120
+    assert max(len(line) for line in text.splitlines()) <= 120
 
 
 @pytest.mark.parametrize(
@@ -120,48 +122,66 @@ def _pytest(python: str, folder: Path) -> subprocess.CompletedProcess:
     )
 
 
-#: a shared factor planted in TRL's loss: 1/gradient_accumulation_steps applied once more
-PLANTED = """import trl
+#: a shared factor planted in any framework: every loss halved before its backward (as 1/GA applied twice with GA 2)
+PLANTED = """import torch
 
-_loss = trl.GRPOTrainer.compute_loss
-
-
-def compute_loss(self, *a, **k):
-    return _loss(self, *a, **k) / self.args.gradient_accumulation_steps
+_backward = torch.Tensor.backward
 
 
-trl.GRPOTrainer.compute_loss = compute_loss
+def backward(self, *a, **k):
+    return _backward(self * 0.5, *a, **k)
+
+
+torch.Tensor.backward = backward
 """
+_A = "actor_rollout_ref.actor."
+#: (framework, release, its --set): a configuration whose first step meets its objective on that release
+PASSING = [
+    ("trl", "1.16.0", ["loss_type=dapo"]),
+    ("verl", "0.9.1", ["algorithm.adv_estimator=grpo"]),
+]
+#: (framework, release, its --set, the factor): released departures from the objective the exported test finds
+FAILING = [
+    ("trl", "0.22.2", ["loss_type=dapo", "steps_per_generation=2", "gradient_accumulation_steps=1"], "0.4722"),
+    ("verl", "0.7.1", ["algorithm.adv_estimator=grpo", _A + "loss_agg_mode=seq-mean-token-sum-norm",
+                       _A + "loss_scale_factor=12"], "2"),
+]  # fmt: skip
+
+
+def _export(framework, release, sets, out):
+    argv = ["export-tests", framework, "--release", release, "--out", str(out), "--json"]
+    return main([*argv, *[a for s in sets for a in ("--set", s)]])
 
 
 @pytest.mark.slow
 @pytest.mark.frameworks
-def test_an_exported_trl_test_passes_on_its_release_and_fails_on_a_planted_factor(tmp_path, capsys):
+@pytest.mark.parametrize("framework, release, sets", PASSING)
+def test_an_exported_test_passes_on_its_release_and_fails_on_a_planted_factor(framework, release, sets, tmp_path,
+                                                                                capsys):  # fmt: skip
     from frameworks._support import env_or_skip  # tests/checks/frameworks (this folder is on the path)
 
-    env = env_or_skip("trl", "1.16.0")
-    out = tmp_path / "test_trl_dapo.py"
-    code = main(["export-tests", "trl", "--release", "1.16.0", "--set", "loss_type=dapo", "--out", str(out)])
-    said = capsys.readouterr().out
-    assert code == 0 and "the test passes on this release" in said, said
+    env = env_or_skip(framework, release)
+    assert _export(framework, release, sets, tmp_path / f"test_{framework}.py") == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["factor"] == pytest.approx(1.0, abs=1e-3) and said["release"] == release
     done = _pytest(env.python, tmp_path)
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-2000:]
     probe = subprocess.run([env.python, "-c", "import grpo_identity"], capture_output=True, cwd=tmp_path)
     assert probe.returncode != 0  # the file ran where this project cannot be imported
     (tmp_path / "conftest.py").write_text(PLANTED)
     done = _pytest(env.python, tmp_path)
-    assert done.returncode == 1 and "optimizer step 0 is 0.5× its objective token_mean" in done.stdout
+    assert done.returncode == 1 and "optimizer step 0 is 0.5× its objective" in done.stdout, done.stdout[-2000:]
 
 
 @pytest.mark.slow
 @pytest.mark.frameworks
-def test_an_exported_test_fails_on_trl_0_22_2s_generation_batch_normaliser(tmp_path, capsys):
-    from frameworks._support import env_or_skip  # tests/checks/frameworks (this folder is on the path)
+@pytest.mark.parametrize("framework, release, sets, factor", FAILING)
+def test_an_exported_test_fails_on_a_release_that_departs_from_its_objective(framework, release, sets, factor,
+                                                                               tmp_path, capsys):  # fmt: skip
+    from frameworks._support import env_or_skip
 
-    env = env_or_skip("trl", "0.22.2")
-    sets = ["loss_type=dapo", "steps_per_generation=2", "gradient_accumulation_steps=1", "num_generations=4"]
-    argv = ["export-tests", "trl", "--release", "0.22.2", "--out", str(tmp_path / "test_dapo.py"), "--json"]
-    assert main([*argv, *[a for s in sets for a in ("--set", s)]]) == 0
-    assert '"factor": 0.47' in capsys.readouterr().out
+    env = env_or_skip(framework, release)
+    assert _export(framework, release, sets, tmp_path / f"test_{framework}.py") == 0
+    assert f"{json.loads(capsys.readouterr().out)['factor']:.4g}" == factor
     done = _pytest(env.python, tmp_path)
-    assert done.returncode == 1 and "optimizer step 0 is 0.4722× its objective token_mean" in done.stdout
+    assert done.returncode == 1 and f"optimizer step 0 is {factor}× its objective" in done.stdout
