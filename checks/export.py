@@ -32,17 +32,28 @@ __all__ = ["HARNESSES", "CASE_LINE", "Exported", "export_tests", "build_case", "
 HARNESSES: dict[str, tuple[str, tuple[str, ...]]] = {
     "trl": ("trl.py", ("torch", "trl")),
     "verl": ("verl.py", ("torch", "verl")),
+    "openrlhf": ("openrlhf.py", ("torch", "openrlhf")),
 }
-#: the settings that make a framework's step one process (an exported test runs one); the driver's default where
-#: the user set none of them
+#: the settings that make a framework's step one process (an exported test runs one), each set where the user set
+#: it not (OpenRLHF: the driver's default split on one rank, whose batch sizes the user's may replace)
 ONE_PROCESS: dict[str, tuple[tuple[str, str], ...]] = {
     "trl": (("num_processes", "1"),),
     "verl": (("trainer.n_gpus_per_node", "1"), ("trainer.nnodes", "1")),
+    "openrlhf": (
+        ("rollout.batch_size", "4"),
+        ("rollout.micro_batch_size", "2"),
+        ("train.batch_size", "8"),
+        ("train.micro_batch_size", "2"),
+        ("actor.num_nodes", "1"),
+        ("actor.num_gpus_per_node", "1"),
+    ),
 }
 #: the runner's line the case is written into
 CASE_LINE = "CASE: dict[str, Any] = {}  # the exporter writes the case here"
 #: the checks every test pack runs (checks/frameworks/exported/_check.py), from the line after this one
 CHECKS_MARKER = "# --- exported: the checks ---"
+#: the last words of the settings that count processes (what a refusal asks to set to 1)
+_PROCESS_WORDS = ("num_processes", "n_gpus_per_node", "nnodes", "num_nodes", "num_gpus_per_node")
 #: how close the dial's advantages must come to the release's on the probe (float32 advantages)
 ADVANTAGE_TOL = 1e-5
 
@@ -93,11 +104,10 @@ def export_tests(spec: Any, options: Any, out: str, command: str) -> Exported:
             f"(grpo-identity audit {spec.framework} runs the same checks here)"
         )
     check_writable(out)
-    spec = one_process(spec)
-    with open_target(spec, options) as (target, _release):
+    with open_target(one_process(spec), options) as (target, _release):
         info = dict(getattr(target, "info", {}) or {})
         geo = info.get("step") or {}
-        _check_exportable(spec, geo)
+        _check_exportable(spec, geo, info)
         design = steps.design(geo, RESPONSE_LENGTH)
         run = steps.run_layout(target, design, "split")
     case, factor = build_case(run, design, geo, RESPONSE_LENGTH, HARNESSES[spec.framework][1])
@@ -108,27 +118,31 @@ def export_tests(spec: Any, options: Any, out: str, command: str) -> Exported:
                     factor, command)  # fmt: skip
 
 
-def _check_exportable(spec: Any, geo: dict[str, Any]) -> None:
+def _check_exportable(spec: Any, geo: dict[str, Any], info: dict[str, Any]) -> None:
+    """The step can be exported: the driver runs it, its loss setting has a documented objective, one process."""
     recipe = geo.get("export")
+    where = f"{spec.framework} {info.get('version', '')}".strip()
     if not geo or recipe is None:
-        raise UsageError(f"{spec.describe()}: this release's driver runs no optimizer step to export")
+        why = info.get("step_unavailable") or "this release's driver runs no optimizer step to export"
+        raise UsageError(f"{where}: {why}")
     if not geo.get("objective"):
-        raise UsageError(f"{spec.describe()}: no documented objective is written down for this loss setting")
+        raise UsageError(
+            f"{where}: no documented objective is written down for this loss setting ({spec.describe()}), so there "
+            "is no reference to export; grpo-identity audit runs the split-step checks"
+        )
     if int(recipe.get("processes", 1)) != 1:
-        keys = " and ".join(f"{k}=1" for k, _ in ONE_PROCESS[spec.framework])
+        keys = " and ".join(f"{k}=1" for k, v in ONE_PROCESS[spec.framework] if k.endswith(_PROCESS_WORDS) and v == "1")
         raise UsageError(f"export-tests writes a one-process test of the step: set {keys}")
 
 
 def one_process(spec: Any) -> Any:
-    """``spec`` with :data:`ONE_PROCESS`'s settings where the user set none of them (by ``--set`` or in the
-    config file): before the user's, so that a user's own setting still wins, and is refused if it is not 1."""
+    """``spec`` with each of :data:`ONE_PROCESS`'s settings the user did not set (by ``--set`` or in the config
+    file), before the user's (a user's own setting wins, and a number of processes other than 1 is refused)."""
     import dataclasses
 
-    keys = [k for k, _ in ONE_PROCESS.get(spec.framework, ())]
-    mine = {k for k, _ in spec.sets} | _file_keys(spec.config)
-    if any(k in mine for k in keys):
-        return spec
-    return dataclasses.replace(spec, sets=(*ONE_PROCESS[spec.framework], *spec.sets))
+    mine = {k.lstrip("-") for k, _ in spec.sets} | _file_keys(spec.config)
+    added = tuple((k, v) for k, v in ONE_PROCESS.get(spec.framework, ()) if k not in mine)
+    return dataclasses.replace(spec, sets=(*added, *spec.sets)) if added else spec
 
 
 def _file_keys(path: str | None) -> set[str]:
@@ -150,20 +164,22 @@ def _file_keys(path: str | None) -> set[str]:
 
 def fit_dial(rewards: np.ndarray, advantages: np.ndarray, G: int, batches: np.ndarray) -> Any:
     """The dial point whose advantages, computed batch by batch (``batches``: each row's generation batch, the
-    batch a batch-wide std is taken over), reproduce ``advantages`` to :data:`ADVANTAGE_TOL`: a preset first, then
-    a preset with the batch's std or none; None where none does."""
+    batch a batch-wide std is taken over), come closest to ``advantages``, among the presets and each preset with
+    the batch's std or none, if within :data:`ADVANTAGE_TOL` (presets that reproduce them equally well: the
+    first); None where none does."""
     from grpo_identity import dial as D
 
     scale = max(1.0, float(np.abs(advantages).max()))
+    best, best_error = None, ADVANTAGE_TOL * scale
     for base in D.PRESETS.values():
         for changed in ({}, {"scale": "batch_std"}, {"scale": "none"}):
             point = base.replace(**changed) if changed else base
             if changed and point.same_point(base):
                 continue
-            got = dial_advantages(point, rewards, G, batches)
-            if float(np.abs(got - advantages).max()) <= ADVANTAGE_TOL * scale:
-                return point
-    return None
+            error = float(np.abs(dial_advantages(point, rewards, G, batches) - advantages).max())
+            if error <= best_error and (best is None or error < best_error):
+                best, best_error = point, error
+    return best
 
 
 def dial_advantages(point: Any, rewards: np.ndarray, G: int, batches: np.ndarray) -> np.ndarray:

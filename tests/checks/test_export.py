@@ -21,7 +21,7 @@ from grpo_identity.checks import export, steps
 HARNESS_DIR = Path(export.__file__).parent / "frameworks" / "exported"
 #: what an exported test may import besides the standard library
 ALLOWED = {"pytest", "torch", "numpy", "trl", "transformers", "datasets", "tokenizers", "verl", "omegaconf", "hydra"}
-ALLOWED |= {"tensordict", "einops"}
+ALLOWED |= {"tensordict", "einops", "openrlhf", "ray"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -139,12 +139,15 @@ _A = "actor_rollout_ref.actor."
 PASSING = [
     ("trl", "1.16.0", ["loss_type=dapo"]),
     ("verl", "0.9.1", ["algorithm.adv_estimator=grpo"]),
+    ("openrlhf", "0.11.2", ["algo.advantage.estimator=group_norm"]),
 ]
 #: (framework, release, its --set, the factor): released departures from the objective the exported test finds
 FAILING = [
     ("trl", "0.22.2", ["loss_type=dapo", "steps_per_generation=2", "gradient_accumulation_steps=1"], "0.4722"),
     ("verl", "0.7.1", ["algorithm.adv_estimator=grpo", _A + "loss_agg_mode=seq-mean-token-sum-norm",
                        _A + "loss_scale_factor=12"], "2"),
+    ("openrlhf", "0.11.2", ["algo.advantage.estimator=group_norm", "rollout.batch_size=2", "rollout.micro_batch_size=2",
+                            "train.batch_size=16", "train.micro_batch_size=2"], "2.7"),  # a step, 2 generation batches
 ]  # fmt: skip
 
 
@@ -185,3 +188,32 @@ def test_an_exported_test_fails_on_a_release_that_departs_from_its_objective(fra
     assert f"{json.loads(capsys.readouterr().out)['factor']:.4g}" == factor
     done = _pytest(env.python, tmp_path)
     assert done.returncode == 1 and f"optimizer step 0 is {factor}× its objective" in done.stdout
+
+
+def test_the_runners_probe_sizes_are_the_drivers():
+    from grpo_identity.checks.frameworks import PROMPT_LENGTH, RESPONSE_LENGTH
+    from grpo_identity.checks.frameworks.exported import openrlhf, verl
+
+    for runner in (openrlhf, verl):
+        assert (runner.WIDTH, runner.PROMPT) == (RESPONSE_LENGTH, PROMPT_LENGTH)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize(
+    "framework, release, sets, words",
+    [
+        ("trl", "1.16.0", ["num_processes=2"], "writes a one-process test of the step: set num_processes=1"),
+        ("openrlhf", "0.10.2", ["algo.advantage.estimator=group_norm"], "openrlhf 0.10.2: no documented objective"),
+    ],
+)
+def test_a_step_that_cannot_be_exported_is_one_line_exit_2_and_nothing_written(
+    framework, release, sets, words, tmp_path, capsys
+):
+    from frameworks._support import env_or_skip
+
+    env_or_skip(framework, release)
+    assert _export(framework, release, sets, tmp_path / "test_x.py") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert words in err[-1] and "Traceback" not in "\n".join(err)
+    assert list(tmp_path.iterdir()) == []

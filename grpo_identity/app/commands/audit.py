@@ -76,16 +76,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
 
     p.add_argument("target", metavar="TARGET", help=_TARGET_HELP)
-    p.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a framework config key as the framework names it (TRL GRPOConfig: loss_type=dr_grpo; verl: "
-        "algorithm.adv_estimator=grpo); repeatable, later ones win",
-    )
-    p.add_argument("--config", metavar="FILE", help="a framework config file (YAML); --set overrides it")
+    add_config_options(p)
     p.add_argument("--level", choices=list(LEVELS), help=_LEVEL_HELP)
     p.add_argument("--release", metavar="VERSION", help=_RELEASE_HELP)
     p.add_argument("--releases", metavar="A,B,C", help="audit several releases: one line per release")
@@ -143,6 +134,21 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="exit 1 on a deviation from --expect too (as the pytest plugin fails it), not only on a fail",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_config_options(p: argparse.ArgumentParser) -> None:
+    """``--set KEY=VALUE`` (repeatable) and ``--config FILE``: a framework's configuration as its users write it
+    (this command's and ``export-tests``')."""
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a framework config key as the framework names it (TRL GRPOConfig: loss_type=dr_grpo; verl: "
+        "algorithm.adv_estimator=grpo); repeatable, later ones win",
+    )
+    p.add_argument("--config", metavar="FILE", help="a framework config file (YAML); --set overrides it")
 
 
 def _releases_of(args: argparse.Namespace) -> list[str | None]:

@@ -21,19 +21,12 @@ EPILOG = (
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    from grpo_identity.app.commands.audit import add_config_options
     from grpo_identity.checks.export import HARNESSES
     from grpo_identity.checks.options import MAX_TIMEOUT
 
     p.add_argument("framework", metavar="FRAMEWORK", choices=list(HARNESSES), help=", ".join(HARNESSES))
-    p.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a config key as the framework names it (TRL GRPOConfig: loss_type=dapo); repeatable, later ones win",
-    )
-    p.add_argument("--config", metavar="FILE", help="a framework config file (YAML); --set overrides it")
+    add_config_options(p)
     p.add_argument("--release", metavar="VERSION", help="the release to run (an environment of its own, as audit)")
     p.add_argument("--out", required=True, metavar="FILE.py", help="the test file to write (pytest collects test_*.py)")
     p.add_argument(

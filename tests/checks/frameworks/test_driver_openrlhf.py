@@ -41,6 +41,7 @@ from grpo_identity.app.cli import main
 from grpo_identity.checks.child import ChildTarget
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks import openrlhf as drv
+from grpo_identity.checks.frameworks.exported import openrlhf as runner
 from grpo_identity.checks.steps import audit_step, design
 from grpo_identity.checks.target import TargetImportError
 
@@ -123,15 +124,15 @@ def test_configs_the_driver_cannot_run_are_adapter_errors_before_openrlhf_is_imp
 
 def test_an_api_the_driver_does_not_know_is_an_adapter_error_naming_the_release_and_the_attribute(monkeypatch):
     fake_em = SimpleNamespace(__name__="openrlhf.trainer.ppo_utils.experience_maker")  # no RemoteExperienceMaker
-    monkeypatch.setitem(drv._LOADED, "ray", SimpleNamespace())
-    monkeypatch.setitem(drv._LOADED, "openrlhf.trainer.ppo_utils.experience_maker", fake_em)
-    monkeypatch.setitem(drv._LOADED, "openrlhf.trainer.ppo_utils.kl_controller", SimpleNamespace(__name__="kl"))
-    monkeypatch.setattr(drv, "_release", lambda: "9.9")
+    monkeypatch.setitem(runner.LOADED, "ray", SimpleNamespace())
+    monkeypatch.setitem(runner.LOADED, "openrlhf.trainer.ppo_utils.experience_maker", fake_em)
+    monkeypatch.setitem(runner.LOADED, "openrlhf.trainer.ppo_utils.kl_controller", SimpleNamespace(__name__="kl"))
+    monkeypatch.setattr(runner, "release", lambda: "9.9")
     with pytest.raises(
         AdapterError,
         match=r"OpenRLHF 9\.9 has no openrlhf\.trainer\.ppo_utils\.experience_maker\.RemoteExperienceMaker",
     ):
-        drv._maker(SimpleNamespace())
+        runner.experience_maker(SimpleNamespace())
 
 
 @pytest.mark.skipif(
@@ -180,7 +181,7 @@ def test_the_default_split_accumulates_on_two_ranks_and_is_a_split_openrlhf_runs
     monkeypatch.setattr(drv, "_shares", _even_shares)
     assert drv.STEP_GROUP_SIZE == SPLIT["rollout.n_samples_per_prompt"] == 4
     args = _args([(k, v) for k, v in SPLIT.items() if v is not None])
-    assert drv._ranks(args) == (2, 2)  # 8 answers a step = 2 ranks × 2 micro-batches × 2 answers
+    assert runner.rank_counts(args) == (2, 2)  # 8 answers a step = 2 ranks × 2 micro-batches × 2 answers
     assert drv.split_problem(SPLIT, dynamic=False) is None and drv.split_problem(SPLIT, dynamic=True) is None
     ring = _args([(k, v) for k, v in {**SPLIT, "ds.ring_attn_size": 2}.items() if v is not None])
     assert "data-parallel ranks only" in drv._unreproducible(ring) and drv._unreproducible(args) is None
@@ -216,7 +217,7 @@ def test_split_settings_openrlhf_cannot_run_name_the_setting_and_a_value_that_ru
     monkeypatch, change, dynamic, key, why, fix
 ):
     monkeypatch.setattr(drv, "_shares", _even_shares)
-    monkeypatch.setattr(drv, "_release", lambda: "9.9")
+    monkeypatch.setattr(drv, "release", lambda: "9.9")
     values = {**SPLIT, **change}
     found = drv.split_problem(values, dynamic)
     assert found is not None and found[0] == key and why in found[1]
@@ -231,7 +232,7 @@ def test_the_emulated_collectives_refuse_a_reduction_they_do_not_know_naming_it(
     import torch
     import torch.distributed as dist
 
-    c = drv._Collectives(2)
+    c = runner.Collectives(2)
     for op in ("product", dist.ReduceOp.PRODUCT, dist.ReduceOp.BAND):
         with pytest.raises(AdapterError, match=rf"an all-reduce with op .*{str(op).rpartition('.')[2]}"):
             c.all_reduce(torch.tensor(2.0), op=op)
@@ -243,7 +244,7 @@ def test_the_emulated_collectives_refuse_a_reduction_they_do_not_know_naming_it(
 def test_the_emulated_collectives_give_each_call_the_reduction_over_the_ranks_of_the_previous_pass():
     import torch
 
-    c = drv._Collectives(2)
+    c = runner.Collectives(2)
     values = {0: [3.0, 1.0], 1: [5.0, 4.0]}  # rank → what it reduces in its two calls
 
     def run():
@@ -270,10 +271,10 @@ def test_the_emulated_engine_divides_by_the_accumulation_steps_and_steps_at_the_
     import torch
 
     args = _args([("train.batch_size", 8), ("train.micro_batch_size", 2), ("train.dynamic_batch_enable", 0)])
-    ledger, policy = drv._Ledger(4), drv._Policy(4)
-    engine = drv._Engine(args, rank=1, dp=2, ledger=ledger)
+    ledger, policy = runner.Ledger(4), runner.Policy(4)
+    engine = runner.Engine(args, rank=1, dp=2, ledger=ledger)
     for rows in ([0, 1], [2, 3]):  # two micro-batches: one accumulation window (8 / (2 × 2))
-        seq = torch.tensor([[drv.ID_BASE + r, 3, 4] for r in rows])
+        seq = torch.tensor([[runner.ID_BASE + r, 3, 4] for r in rows])
         log_probs = policy(seq, torch.ones(2, 2, dtype=torch.bool))
         engine.backward(log_probs.sum(), policy, None)
         engine.optimizer_step(None, policy, None)
@@ -282,7 +283,7 @@ def test_the_emulated_engine_divides_by_the_accumulation_steps_and_steps_at_the_
     assert ledger.rank.tolist() == [1] * 4
     np.testing.assert_allclose(policy.gradient()[:, :2], 0.5)  # ∂(loss / 2)
     args.train.dynamic_batch_enable = 1  # DeepSpeed's gradient_accumulation_steps is 1 under dynamic batching
-    dynamic = drv._Engine(args, rank=0, dp=2, ledger=ledger)
+    dynamic = runner.Engine(args, rank=0, dp=2, ledger=ledger)
     dynamic.micro_steps = 1
     dynamic.optimizer_step(None, policy, None)  # OpenRLHF calls it at a dynamic step's last micro-batch only
     assert dynamic.gas == 1 and dynamic.steps == 1
@@ -292,8 +293,8 @@ def test_ranks_with_different_numbers_of_micro_batches_are_an_adapter_error():
     args = _args([("train.micro_batch_size", 2), ("train.dynamic_batch_enable", 0)])
     trainers = [SimpleNamespace(replay_buffer=[0] * k) for k in (9, 7)]
     with pytest.raises(AdapterError, match=r"the ranks get \[4, 3\] micro-batches"):
-        drv._same_micro_batches(trainers, args)
-    drv._same_micro_batches([SimpleNamespace(replay_buffer=[0] * 8)] * 2, args)
+        runner.same_micro_batches(trainers, args)
+    runner.same_micro_batches([SimpleNamespace(replay_buffer=[0] * 8)] * 2, args)
 
 
 # --- OpenRLHF 0.11.2 itself, from its release environment ----------------------------------------
