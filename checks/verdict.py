@@ -463,7 +463,7 @@ def named_variant(
     v = found.variant
     expected = want is not None
     findings = [_by_design(f, v, found.form, expected) for f in decision.findings if f.property not in _DIAL_ONLY]
-    off = found.factor != 1.0 or (bool(v.departures(found.form)) and not expected)
+    off = found.factor != 1.0 or (bool(v.departures(found.form)) and not expected) or found.form in v.readings
     findings.append(_variant_note(found, "deviation" if off else "note"))
     verdict = "pass"
     if any(f.severity == "fail" for f in findings):
@@ -503,6 +503,8 @@ def _variant_note(found: Recognition, severity: str) -> Finding:
     """What the target computes and where that stands relative to the identity."""
     v = found.variant
     message = f"computes {_variant_text(found)}: {v.stands}"
+    if found.form in v.readings:
+        message += f"; another documented reading of {v.name}: {v.readings[found.form]}"
     if v.departures(found.form):
         message += f"; by design: {', '.join(d.replace('_', ' ') for d in v.departures(found.form))}"
     return Finding("variant", message, found.to_dict(), severity)

@@ -83,6 +83,9 @@ class Variant:
     """Whether response lengths enter the advantages."""
     binary_only: bool = False
     """Defined for binary (pass/fail) rewards only: what it does with others is outside its definition."""
+    readings: Mapping[str, str] = field(default_factory=dict)
+    """Forms that are another documented reading of the variant (form → where it is documented and how it
+    differs from the first form): recognised as the variant, and said as a deviation that names the reading."""
 
     def advantages(self, R: np.ndarray, L: np.ndarray | None = None, form: str | None = None) -> np.ndarray:
         """The variant's advantages of (n_groups, G) rewards ``R`` with response lengths ``L``
@@ -161,6 +164,11 @@ def _pkpo(K: int) -> Reference:
 def _trl_normalize_then_sum(R: np.ndarray, L: np.ndarray) -> np.ndarray:
     grpo = np.asarray(D.advantages(R, dial=D.TRL))
     return (grpo - grpo.mean()) / (grpo.std(ddof=1) + D.TRL.eps)
+
+
+def _lite_ppo_raw(R: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """TRL's ``scale_rewards="batch"``: the group mean, over the std (ddof 1) of the batch's raw rewards + 1e-4."""
+    return np.asarray(D.advantages(R, dial=D.TRL.replace(scale="batch_std")))
 
 
 def _lite_ppo_centred(R: np.ndarray, L: np.ndarray) -> np.ndarray:
@@ -276,10 +284,15 @@ LITE_PPO = Variant(
     "lite_ppo",
     "LitePPO, Liu et al. 2025 (arXiv 2508.08221): group mean, batch std; AReaL reward_norm group/batch reads "
     "the batch std as the pooled std of the group-centred rewards (TRL scale_rewards=batch, ROLL: of the raw "
-    "rewards, a point of the dial)",
+    "rewards, another reading)",
     "Dr. GRPO divided by one batch-wide std: c = σ²/s_batch in every group",
-    {"AReaL": _lite_ppo_centred},
+    {"AReaL": _lite_ppo_centred, "TRL scale_rewards=batch": _lite_ppo_raw},
     departs=("groups_coupled",),
+    readings={
+        "TRL scale_rewards=batch": "TRL's GRPOConfig.scale_rewards='batch' (its docs cite LitePPO) takes the std of "
+        "the batch's raw rewards, not the pooled std of the group-centred rewards (AReaL's reward_norm, the paper's "
+        "'batch-level std' of the group-normalised rewards): the two differ whenever group means differ",
+    },
 )
 TOKEN_GRPO = Variant(
     "token_grpo",

@@ -289,3 +289,22 @@ def test_the_inferred_dial_is_shown_as_fitting_only_where_it_fits():
     assert "inferred dial: none fits (the nearest, centre mean" in text and "finding matches_dial" in text
     assert "inferred dial: centre mean" not in text
     assert "inferred dial: centre mean" in audit("preset:grpo", isolate=False, max_examples=10).format()
+
+
+def _trl_batch_reading(rewards, group_size):  # TRL scale_rewards="batch": the std of the batch's raw rewards
+    r = np.asarray(rewards, dtype=float).reshape(-1, group_size)
+    return ((r - r.mean(axis=1, keepdims=True)) / (r.std(ddof=1) + 1e-4)).reshape(-1)
+
+
+def _lite_ppo_pooled(rewards, group_size):  # LitePPO as AReaL reads it: the pooled std of the centred rewards
+    r = np.asarray(rewards, dtype=float).reshape(-1, group_size)
+    c = r - r.mean(axis=1, keepdims=True)
+    return (c / (np.sqrt((c**2).sum() / (c.size - 1)) + 1e-5)).reshape(-1)
+
+
+def test_a_documented_other_reading_of_the_expected_variant_is_a_deviation_that_names_it():
+    report = audit(_trl_batch_reading, expect="lite_ppo", max_examples=30, isolate=False)
+    variant = next(f for f in report.findings if f.property == "variant")
+    assert (report.verdict, report.matches, variant.severity) == ("deviation", "lite_ppo", "deviation")
+    assert "another documented reading of lite_ppo: TRL's GRPOConfig.scale_rewards='batch'" in variant.message
+    assert audit(_lite_ppo_pooled, expect="lite_ppo", max_examples=30, isolate=False).verdict == "pass"
