@@ -92,8 +92,8 @@ TEMPLATE_NAMES = {
     "R": "the rewards, 1-D (n·G,)",
     "R2": "the rewards as a grid (n, G)",
     "RC": "the rewards as a column (n·G, 1): one reward function",
-    "TR": "token-level rewards (n·G, T), the reward on each answer's last token",
-    "MASK": "the response mask (n·G, T), all ones",
+    "TR": "token-level rewards (n·G, T): unequal lengths, the reward on each answer's last token",
+    "MASK": "the response mask (n·G, T): ones on each answer's tokens, a masked hole in some",
     "ONES": "a weight of 1 for the one reward function, shape (1,)",
     "G": "the group size",
     "N": "the number of groups",
@@ -101,8 +101,6 @@ TEMPLATE_NAMES = {
     "UIDS": "string group ids, one per reward (verl's uid)",
     "ROWS": "a distinct id per reward (request ids), as a list",
 }
-#: verl's token length of the probe answers (the reward sits on the last response token)
-VERL_LENGTH = 4
 
 
 class CallError(ValueError):
@@ -431,26 +429,35 @@ class Caller:
         return args, kwargs
 
     def _verl(self, rewards: np.ndarray, ids: Any) -> Any:
-        """verl's estimator: the reward on the last of :data:`VERL_LENGTH` response tokens; the
-        advantage of an answer is the one on its tokens (they must agree: a finding if not)."""
+        """verl's estimator on the token view of a rollout (:func:`~grpo_identity.checks.frameworks.token_view`:
+        unequal lengths, masked holes, the reward on each answer's last token); the advantage of an answer is
+        the one on its tokens (they must agree: a finding if not)."""
         import torch
 
-        n = rewards.size
-        token = np.zeros((n, VERL_LENGTH))
-        token[:, -1] = rewards
-        x = _convert(token, "torch", self.plan.reward_dtype)
-        mask = torch.ones((n, VERL_LENGTH), dtype=torch.float32)
+        from grpo_identity.checks.frameworks import token_view
+
+        scores, mask = token_view(rewards, ids)
+        x = _convert(scores, "torch", self.plan.reward_dtype)
         index = np.array([f"uid-{i}" for i in np.asarray(ids).reshape(-1)], dtype=object)
-        out = self.fn(token_level_rewards=x, response_mask=mask, index=index)
-        self.passed = _back(x)[:, -1]
+        out = self.fn(token_level_rewards=x, response_mask=torch.as_tensor(mask, dtype=torch.float32), index=index)
+        self.passed = _back(x).sum(axis=1)
         adv, _ = _advantages_of(out)
-        A = _back(adv) if not isinstance(adv, np.ndarray) else adv.astype(np.float64)
-        if A.ndim == 2:
-            spread = np.abs(A - A[:, :1]).max()
-            if spread > 1e-6 * max(float(np.abs(A).max()), 1e-30):
-                raise ValueError(f"the advantages vary over an answer's tokens (by up to {spread:.3g})")
-            return adv[:, 0] if hasattr(adv, "__getitem__") else A[:, 0]
+        return _per_answer(adv, mask)
+
+
+def _per_answer(adv: Any, mask: np.ndarray) -> Any:
+    """One advantage per answer from token advantages (n, T): the one on its first token, where every token
+    of the answer carries the same (a ValueError naming the spread if not); 1-D advantages as they are."""
+    A = _back(adv) if not isinstance(adv, np.ndarray) else adv.astype(np.float64)
+    if getattr(A, "ndim", 1) != 2:
         return adv
+    if A.shape != mask.shape:
+        raise ValueError(f"the advantages have shape {A.shape}, the token rewards {mask.shape}")
+    live = mask > 0
+    spread = float(np.abs(np.where(live, A - A[:, :1], 0.0)).max(initial=0.0))
+    if spread > 1e-6 * max(float(np.abs(A[live]).max(initial=0.0)), 1e-30):
+        raise ValueError(f"the advantages vary over an answer's tokens (by up to {spread:.3g})")
+    return adv[:, 0] if hasattr(adv, "__getitem__") else A[:, 0]
 
 
 def _input_order(fn: Callable[..., Any]) -> tuple[str, ...]:
@@ -554,14 +561,15 @@ def _run_template(
     call = tree.value if isinstance(tree, ast.Subscript) else tree
     assert isinstance(call, ast.Call)
     ids = np.asarray(ids).reshape(-1)
-    token = np.zeros((rewards.size, VERL_LENGTH))
-    token[:, -1] = rewards
+    from grpo_identity.checks.frameworks import token_view
+
+    token, mask = token_view(rewards, ids)
     names: dict[str, Callable[[], Any]] = {  # built only when the template uses them
         "R": lambda: x,
         "R2": lambda: _convert(rewards.reshape(-1, G), plan.input, plan.reward_dtype),
         "RC": lambda: _convert(rewards.reshape(-1, 1), plan.input, plan.reward_dtype),
         "TR": lambda: _convert(token, plan.input, plan.reward_dtype),
-        "MASK": lambda: _convert(np.ones_like(token), plan.input, "float32"),
+        "MASK": lambda: _convert(mask, plan.input, "float32"),
         "ONES": lambda: _convert(np.ones(1), plan.input, plan.reward_dtype),
         "G": lambda: G,
         "N": lambda: int(np.unique(ids).size),
@@ -578,7 +586,7 @@ def _run_template(
         out = out[ast.literal_eval(tree.slice)]
     if _uses(text, "TR"):  # advantages per token: the one on an answer's tokens
         A, _ = _advantages_of(out)
-        return A[:, 0] if getattr(A, "ndim", 1) == 2 else A
+        return _per_answer(A, mask)
     return out
 
 

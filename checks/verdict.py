@@ -493,9 +493,13 @@ def _with(decision: Decision, verdict: str, matches: str | None, findings: list[
     return Decision(verdict, matches, findings, decision.factors, decision.coefficient_table)
 
 
+#: the unequal response lengths a variant was recognised under (checks.frameworks.length_layouts), in words
+_LENGTHS = {"by row": "by row (the drivers' layout)", "by answer": "by answer (a rollout's token layout)"}
+
+
 def _variant_text(found: Recognition) -> str:
     times = f" times {found.factor:.6g}" if found.factor != 1.0 else ""
-    lengths = ", with the response lengths the driver lays out" if found.lengths != "equal" else ""
+    lengths = f", with response lengths that differ {_LENGTHS[found.lengths]}" if found.lengths in _LENGTHS else ""
     return f"{found.variant.name}{times} ({found.variant.citation}; form: {found.form}{lengths})"
 
 

@@ -147,7 +147,31 @@ def environment() -> dict[str, Any]:
         "dirty": modified() if commit and not note else None,
         "commit_note": note,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "cpu": cpu(),
     }
+
+
+def cpu() -> str:
+    """The processor's model and the widest vector instructions it has (``AMD EPYC, AVX2``): torch picks its CPU
+    kernels by them, so a seeded run that samples gives the same numbers only on the same kind of CPU.
+
+    >>> isinstance(cpu(), str)
+    True
+    """
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    isa = next((name for flag, name in (("avx512f", "AVX512"), ("avx2", "AVX2"), ("avx", "AVX")) if flag in flags), "")
+    return f"{model}, {isa}" if isa else model
 
 
 def record(command: str | None) -> dict[str, Any]:
@@ -191,9 +215,12 @@ def recorded(folder: str | Path) -> list[dict[str, Any]]:
 
 def differences(stored: dict[str, Any], current: dict[str, Any] | None = None) -> list[str]:
     """What differs between a stored record and ``current`` (default: the running environment):
-    python and every package of :data:`PACKAGES` the record names, as ``'torch: A recorded, B here'``."""
+    python, the CPU where the record names one, and every package of :data:`PACKAGES` the record names, as
+    ``'torch: A recorded, B here'``."""
     current = environment() if current is None else current
     pairs = [("python", stored.get("python"), current.get("python"))]
+    if "cpu" in stored:  # recorded since runs that sample were seen to differ from one kind of CPU to another
+        pairs.append(("cpu", stored["cpu"], current.get("cpu")))
     have, now = stored.get("versions") or {}, current.get("versions") or {}
     pairs += [(name, have[name], now.get(name)) for name in PACKAGES if name in have]
     return [f"{name}: {old} recorded, {new} here" for name, old, new in pairs if old != new]

@@ -26,9 +26,10 @@ __all__ = [
     "RESPONSE_LENGTH",
     "PROMPT_LENGTH",
     "STEP_GROUP_SIZE",
-    "ESTIMATOR_RESPONSE_LENGTH",
     "lengths_for",
     "length_layouts",
+    "token_view",
+    "answer_lengths",
     "FrameworkSpec",
     "AdapterError",
     "redacted",
@@ -52,10 +53,6 @@ PROMPT_LENGTH = 2
 STEP_GROUP_SIZE = 4
 
 
-#: the response length (tokens, every row alike) of an estimator function called alone (``verl:estimator=…``)
-ESTIMATOR_RESPONSE_LENGTH = 3
-
-
 def lengths_for(n: int, seed: int = 0) -> Any:
     """Response lengths 1…RESPONSE_LENGTH, different from row to row (a fixed pattern per n)."""
     import numpy as np
@@ -63,13 +60,63 @@ def lengths_for(n: int, seed: int = 0) -> Any:
     return 1 + (np.arange(n) * 5 + 3 * seed + n) % RESPONSE_LENGTH
 
 
-def length_layouts(n: int) -> dict[str, Any]:
-    """The response lengths a driver's advantage probe of ``n`` rows may carry, by name: different
-    per row (:func:`lengths_for`), or :data:`ESTIMATOR_RESPONSE_LENGTH` for every row (an estimator
-    called alone: a token-weighted statistic with Bessel's correction still sees the token count)."""
+def length_layouts(n: int, G: int) -> dict[str, Any]:
+    """The unequal response lengths an advantage probe of ``n`` rows in groups of ``G`` may carry, by name: by
+    row position (:func:`lengths_for`, what the drivers lay out) or by answer within its group
+    (:func:`answer_lengths`, what :func:`token_view` gives a token-level estimator)."""
     import numpy as np
 
-    return {"the driver's": lengths_for(n), "the estimator's": np.full(n, ESTIMATOR_RESPONSE_LENGTH)}
+    return {"by row": lengths_for(n), "by answer": answer_lengths(np.arange(n) // max(G, 1))}
+
+
+def answer_lengths(ids: Any) -> Any:
+    """Response lengths 1…RESPONSE_LENGTH that belong to the answer, not to the row: the j-th answer of a group
+    (in the order the rows come) has the same length wherever its group sits and whatever else is in the batch,
+    so a variant that weighs by tokens keeps its groups independent on these lengths.
+
+    >>> answer_lengths(["a", "a", "b", "a", "b"]).tolist()
+    [3, 2, 3, 1, 2]
+    """
+    return 1 + (5 * _place_in_group(ids) + 2) % RESPONSE_LENGTH
+
+
+def _place_in_group(ids: Any) -> Any:
+    """j for the j-th row (from 0) with its id."""
+    import numpy as np
+
+    seen: dict[Any, int] = {}
+    j = np.empty(len(ids), dtype=int)
+    for i, u in enumerate(np.asarray(ids, dtype=object).reshape(-1).tolist()):
+        j[i] = seen.get(u, 0)
+        seen[u] = j[i] + 1
+    return j
+
+
+def token_view(rewards: Any, ids: Any) -> tuple[Any, Any]:
+    """Rewards as a token-level estimator (verl's ``token_level_rewards, response_mask``) sees them from a
+    rollout: (scores, mask), numpy (n, RESPONSE_LENGTH + 1).  Each answer holds :func:`answer_lengths` tokens
+    (the mask's row sum; ``ids``: the group of each row); the second answer of every three in a group, where it
+    has two tokens or more, has a masked hole at position 1 (tool output in a multi-turn rollout), so its last
+    token sits one further on; the reward is on the last token (the EOS), the rest right padding.  A function
+    that reads the last column, or counts the span, reads wrong rewards or lengths here.
+
+    >>> scores, mask = token_view([1.0, 2.0, 3.0], [0, 0, 0])
+    >>> mask.astype(int).tolist()
+    [[1, 1, 1, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0]]
+    >>> scores[1].tolist()
+    [0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    """
+    import numpy as np
+
+    r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    L, j = answer_lengths(ids), _place_in_group(ids)
+    hole = (j % 3 == 1) & (L >= 2)
+    span = L + hole
+    mask = (np.arange(RESPONSE_LENGTH + 1)[None, :] < span[:, None]).astype(np.float64)
+    mask[hole, 1] = 0.0
+    scores = np.zeros_like(mask)
+    scores[np.arange(r.size), span - 1] = r
+    return scores, mask
 
 
 #: the last word of a setting's name that makes its value a secret (``hub_token``, ``wandb_api_key``), never shown

@@ -42,13 +42,13 @@ import numpy as np
 
 from grpo_identity.checks import steps
 from grpo_identity.checks.frameworks import (
-    ESTIMATOR_RESPONSE_LENGTH,
     PROMPT_LENGTH,
     RESPONSE_LENGTH,
     STEP_GROUP_SIZE,
     AdapterError,
     FrameworkSpec,
     lengths_for,
+    token_view,
 )
 from grpo_identity.checks.frameworks._ranks import ThreadRanks
 from grpo_identity.checks.frameworks.exported.verl import (
@@ -301,12 +301,13 @@ def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
     options = dict(spec.options)
 
     def verl_estimator_function(rewards: np.ndarray, group_size: int) -> np.ndarray:
-        n, T = len(rewards), ESTIMATOR_RESPONSE_LENGTH
+        n = len(rewards)
         order = np.random.default_rng(n).permutation(n)  # verl groups by uid, not by position
-        token_rewards = torch.zeros(n, T, dtype=torch.float32)  # (bs, T)
-        token_rewards[:, -1] = torch.as_tensor(np.asarray(rewards)[order], dtype=torch.float32)
+        scores, mask = token_view(rewards, np.arange(n) // group_size)  # unequal lengths, holes, reward at EOS
+        token_rewards = torch.as_tensor(scores[order], dtype=torch.float32)  # (bs, T)
         index = np.array([f"uid-{i // group_size:05d}" for i in order], dtype=object)
-        adv, _ = est(token_level_rewards=token_rewards, response_mask=torch.ones(n, T), index=index, **options)
+        response_mask = torch.as_tensor(mask[order], dtype=torch.float32)
+        adv, _ = est(token_level_rewards=token_rewards, response_mask=response_mask, index=index, **options)
         out = np.empty(n, dtype=np.float64)
         out[order] = adv[:, 0].numpy()  # (bs,): broadcast over the tokens
         return out

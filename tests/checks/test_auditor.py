@@ -308,3 +308,69 @@ def test_a_documented_other_reading_of_the_expected_variant_is_a_deviation_that_
     assert (report.verdict, report.matches, variant.severity) == ("deviation", "lite_ppo", "deviation")
     assert "another documented reading of lite_ppo: TRL's GRPOConfig.scale_rewards='batch'" in variant.message
     assert audit(_lite_ppo_pooled, expect="lite_ppo", max_examples=30, isolate=False).verdict == "pass"
+
+
+# --- verl's estimator form on a rollout's token layout: unequal lengths, masked holes, the reward at the EOS --------
+def _by_uid(index):
+    groups: dict = {}
+    for i, u in enumerate(index):
+        groups.setdefault(u, []).append(i)
+    return list(groups.values())
+
+
+def _verl_opo(token_level_rewards, response_mask, index):  # OPO: baseline Σ Lᵢ Rᵢ / Σ Lᵢ, Lᵢ the answer's tokens
+    import torch
+
+    r, L = token_level_rewards.sum(-1), response_mask.sum(-1)
+    out = torch.zeros_like(r)
+    for rows in _by_uid(index):
+        out[rows] = r[rows] - (L[rows] * r[rows]).sum() / L[rows].sum() if len(rows) > 1 else 0.0
+    return out[:, None] * response_mask, out[:, None] * response_mask
+
+
+def _verl_token_grpo(token_level_rewards, response_mask, index):  # GRPO over tokens: Bessel over the token count
+    import torch
+
+    r, L = token_level_rewards.sum(-1), response_mask.sum(-1)
+    out = torch.zeros_like(r)
+    for rows in _by_uid(index):
+        g, w = r[rows], L[rows]
+        mean = (w * g).sum() / w.sum()
+        std = ((w * (g - mean) ** 2).sum() / (w.sum() - 1)).sqrt()
+        out[rows] = 0.0 if bool(g.max() == g.min()) else (g - mean) / (std + 1e-5)
+    return out[:, None] * response_mask, out[:, None] * response_mask
+
+
+def _verl_opo_counting_the_span(token_level_rewards, response_mask, index):  # counts the hole as a token
+    import torch
+
+    L = torch.stack([m.nonzero().max() + 1 for m in response_mask]).float()
+    return _verl_opo(token_level_rewards, L[:, None] >= torch.arange(1, response_mask.shape[1] + 1), index)
+
+
+def _verl_grpo_reading_the_last_column(token_level_rewards, response_mask, index):
+    import torch
+
+    r = token_level_rewards[:, -1]  # the reward sits on each answer's last valid token, not in the last column
+    out = torch.zeros_like(r)
+    for rows in _by_uid(index):
+        g = r[rows]
+        out[rows] = 0.0 if len(rows) < 2 or bool(g.max() == g.min()) else (g - g.mean()) / (g.std() + 1e-6)
+    return out[:, None] * response_mask, out[:, None] * response_mask
+
+
+@pytest.mark.parametrize("fn, name", [(_verl_opo, "opo"), (_verl_token_grpo, "token_grpo")])
+def test_a_length_weighted_variant_in_verls_form_is_recognised_on_the_rollouts_token_layout(fn, name):
+    pytest.importorskip("torch")
+    report = audit(fn, expect=name, max_examples=30, isolate=False)
+    variant = next(f for f in report.findings if f.property == "variant")
+    assert (report.matches, variant.severity) == (name, "note"), report.format()
+    assert "with response lengths that differ by answer (a rollout's token layout)" in variant.message
+    assert report.verdict != "fail", report.format()
+
+
+@pytest.mark.parametrize("fn", [_verl_opo_counting_the_span, _verl_grpo_reading_the_last_column])
+def test_a_verl_form_function_that_misreads_the_token_layout_fails(fn):
+    pytest.importorskip("torch")
+    report = audit(fn, max_examples=30, isolate=False)
+    assert report.verdict == "fail" and report.matches is None, report.format()

@@ -31,7 +31,7 @@ def test_each_variant_is_recognised_as_itself_in_float32(name):
         assert found.factor == 1.0 and found.residual < 1e-5 and found.form == form
         R, n = recognition_batch(4).reshape(-1, 4), 28
         by_length = not np.allclose(v.advantages(R, None, form), v.advantages(R, lengths_for(n), form), equal_nan=True)
-        assert found.lengths == ("the driver's" if by_length else "equal")
+        assert found.lengths == ("by row" if by_length else "equal")
 
 
 def test_the_form_is_told_apart_where_the_implementations_differ():

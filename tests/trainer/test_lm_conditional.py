@@ -456,8 +456,10 @@ def test_cli_conditional_table_names_the_slopes_and_the_checks(capsys):
 
 @pytest.mark.slow
 def test_the_stored_fixed_policy_run_reproduces_from_its_recorded_command(tmp_path, capsys):
-    """results/lm-conditional-cpu rerun (72 s on an idle 2-core machine): torch on one CPU thread, seeded,
-    gives the same numbers."""
+    """results/lm-conditional-cpu rerun (72 s on an idle 2-core machine): torch on one CPU thread, seeded, gives
+    the same numbers on the same kind of CPU.  Its answers are sampled, and torch's kernels differ by the CPU's
+    vector instructions, so on another CPU (or one the record does not name) the samples differ: there the run
+    must still complete on the same design, with the exact identity checks holding."""
     from grpo_identity import provenance
 
     stored = RESULTS / "lm-conditional-cpu"
@@ -466,5 +468,11 @@ def test_the_stored_fixed_policy_run_reproduces_from_its_recorded_command(tmp_pa
     capsys.readouterr()
     env = provenance.differences(recorded) or ["none"]
     old, new = (json.loads((d / "summary.json").read_text()) for d in (stored, tmp_path))
-    diffs = numbers_differ(old, new, rtol=1e-6, atol=1e-9, skip=("seconds", "analysis"))
-    assert not diffs, f"{len(diffs)} values differ (environment changes: {env}): " + "; ".join(diffs[:5])
+    if recorded.get("cpu") == provenance.cpu():
+        diffs = numbers_differ(old, new, rtol=1e-6, atol=1e-9, skip=("seconds", "analysis"))
+        assert not diffs, f"{len(diffs)} values differ (environment changes: {env}): " + "; ".join(diffs[:5])
+    design = ("groups", "group_size", "task")
+    assert [new["conditional"][k] for k in design] == [old["conditional"][k] for k in design]
+    assert len(new["conditional"]["candidates"]) == len(old["conditional"]["candidates"])
+    assert new["identity_max_rel_err"] < 1e-4 and new["conditional"]["projected_check"]["exact_max_rel_err"] < 1e-5
+    assert set(new["conditional"]["preregistered"]["criteria"]) == set(old["conditional"]["preregistered"]["criteria"])

@@ -233,6 +233,24 @@ def test_verls_estimator_function_is_audited_as_written_with_its_uid_grouping(ca
     assert out["verdict"] == "deviation" and lone and "a lone answer" in lone[0]["message"]  # mean 0, std 1 there
 
 
+_ESTIMATORS = ("grpo", "opo", "rloo", "reinforce_plus_plus_baseline", "gdpo", "gpg")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _ESTIMATORS)
+def test_a_verl_estimator_gets_one_verdict_as_a_file_and_through_the_driver(name):
+    """The same code, audited as ``core_algos:fn`` (the function form's token layout) and as ``verl:estimator=``
+    (the driver's): one verdict, one variant, whatever residue or length weighting the estimator has."""
+    _need("verl.trainer.ppo.core_algos")
+    from verl.trainer.ppo import core_algos
+
+    fn = core_algos.get_adv_estimator_fn(name).__name__
+    as_file = audit(f"verl.trainer.ppo.core_algos:{fn}", max_examples=30)
+    as_driven = audit(f"verl:estimator={name}", max_examples=30)
+    assert (as_file.verdict, as_file.matches) == (as_driven.verdict, as_driven.matches), (as_file.format(), name)
+    assert as_file.verdict != "fail", as_file.format()
+
+
 # --- the optimizer step as the trainer splits it (checks.steps) ----------------------------------
 _GRPO = (("algorithm.adv_estimator", "grpo"),)
 _ACTOR = "actor_rollout_ref.actor."
