@@ -36,6 +36,7 @@ from grpo_identity.checks import properties as P
 from grpo_identity.checks import verdict as V
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES, infer_dial, infer_filter, tolerance_rule
+from grpo_identity.checks.merging import merged_groups
 from grpo_identity.checks.options import CALL_TIMEOUT, DEFAULT_MAX_EXAMPLES, AuditOptions, OptionError
 from grpo_identity.checks.report import VERDICTS, AuditReport, Finding, Inferred, Report
 from grpo_identity.checks.search import FiniteGuard, failure, run_property
@@ -310,6 +311,8 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
     if want is not None or decision.verdict == "fail":
         named = expected is not None or options.declared is not None
         decision = V.named_variant(decision, inf, _recognised(guarded, tgt, inf, want), want, named)
+    if decision.verdict == "fail" and decision.matches is None and getattr(tgt, "dead", None) is None:
+        decision = V.with_merged_groups(decision, merged_groups(guarded, inf.precision))
     return _report(name, "advantage", inf, decision, options.expected_name, examples, ran, time.perf_counter() - t0)
 
 
