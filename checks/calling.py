@@ -436,16 +436,16 @@ class Caller:
 
         from grpo_identity.checks.frameworks import token_view
 
-        scores, mask = token_view(rewards, ids)
+        scores, mask = token_view(rewards)
         x = _convert(scores, "torch", self.plan.reward_dtype)
         index = np.array([f"uid-{i}" for i in np.asarray(ids).reshape(-1)], dtype=object)
         out = self.fn(token_level_rewards=x, response_mask=torch.as_tensor(mask, dtype=torch.float32), index=index)
         self.passed = _back(x).sum(axis=1)
         adv, _ = _advantages_of(out)
-        return _per_answer(adv, mask)
+        return advantage_per_answer(adv, mask)
 
 
-def _per_answer(adv: Any, mask: np.ndarray) -> Any:
+def advantage_per_answer(adv: Any, mask: Any) -> Any:
     """One advantage per answer from token advantages (n, T): the one on its first token, where every token
     of the answer carries the same (a ValueError naming the spread if not); 1-D advantages as they are."""
     A = _back(adv) if not isinstance(adv, np.ndarray) else adv.astype(np.float64)
@@ -563,7 +563,7 @@ def _run_template(
     ids = np.asarray(ids).reshape(-1)
     from grpo_identity.checks.frameworks import token_view
 
-    token, mask = token_view(rewards, ids)
+    token, mask = token_view(rewards)
     names: dict[str, Callable[[], Any]] = {  # built only when the template uses them
         "R": lambda: x,
         "R2": lambda: _convert(rewards.reshape(-1, G), plan.input, plan.reward_dtype),
@@ -586,7 +586,7 @@ def _run_template(
         out = out[ast.literal_eval(tree.slice)]
     if _uses(text, "TR"):  # advantages per token: the one on an answer's tokens
         A, _ = _advantages_of(out)
-        return _per_answer(A, mask)
+        return advantage_per_answer(A, mask)
     return out
 
 

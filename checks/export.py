@@ -226,7 +226,12 @@ def build_case(
         for i in first
     }
     live = [i for i in first if A[i] * w[i] != 0 and run.loss_tokens[i] > 0]
-    factor = float(np.median([run.a[i] / (A[i] * w[i]) for i in live])) if live else float("nan")
+    if not live:
+        raise UsageError(
+            f"no answer of the first optimizer step carries a nonzero coefficient (rewards "
+            f"{[float(design.rewards[i]) for i in first]}): nothing to check; give the step more answers per group"
+        )
+    factor = float(np.median([run.a[i] / (A[i] * w[i]) for i in live]))
     o = OBJECTIVES[objective["name"]]
     recipe = {k: v for k, v in geo["export"].items() if k not in ("processes", "release")}
     case = {

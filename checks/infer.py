@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import closed_forms
-from grpo_identity.checks.properties import Tolerance, _call, _call_filter, kept_by_definition, precision_of
+from grpo_identity.checks.properties import Tolerance, _call_filter, call_target, kept_by_definition, precision_of
 from grpo_identity.checks.report import Inferred
 
 __all__ = [
@@ -84,7 +84,7 @@ def infer_dial(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int
     Raises :class:`PropertyViolation` when the output is malformed (shape, dtype); returns an
     :class:`Inferred` with ``centre = None`` and ``why`` when no point of the dial fits.
     """
-    outs = {G: _call(target, probe_batch(G), G, "well_formed") for G in sizes}
+    outs = {G: call_target(target, probe_batch(G), G, "well_formed") for G in sizes}
     inf = Inferred(precision=precision_of(np.concatenate(list(outs.values()))))
     for G, A in outs.items():
         M = A.reshape(-1, G)  # (G+3, G): one group per k, then the all-wrong groups
@@ -120,7 +120,7 @@ def _silent_residue(
     worst, where = 0.0, None
     for G in sizes:
         r = np.repeat(np.array(SILENT_PROBE_VALUES), G)
-        S = np.abs(_call(target, r, G, "well_formed"))
+        S = np.abs(call_target(target, r, G, "well_formed"))
         S = np.where(np.isfinite(S), S, np.inf)
         i = int(np.argmax(S))
         if S[i] > worst:
@@ -131,7 +131,7 @@ def _silent_residue(
 def _coupled(target: Callable[[np.ndarray, int], np.ndarray], outs: dict[int, np.ndarray], tol: Tolerance) -> bool:
     """Whether the k = 1 group gets other advantages alone than inside its probe batch."""
     for G, A in outs.items():
-        alone = _call(target, probe_batch(G)[G : 2 * G], G, "groups_independent")
+        alone = call_target(target, probe_batch(G)[G : 2 * G], G, "groups_independent")
         if not tol.close(alone, A[G : 2 * G], float(np.abs(A[G : 2 * G]).max())):
             return True
     return False

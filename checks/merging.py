@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity.checks.infer import fit_tolerance
-from grpo_identity.checks.properties import PropertyViolation, _call
+from grpo_identity.checks.properties import PropertyViolation, call_target
 from grpo_identity.checks.report import Finding
 from grpo_identity.checks.target import TargetError
 
@@ -46,9 +46,11 @@ def merged_groups(target: Callable[..., Any], precision: str) -> Finding | None:
     """A ``merged_groups`` finding where the target's advantages put several groups of the diagnosis batch on one
     affine map of their rewards, else None (also where a group's advantages are no affine map of its rewards, or
     the target fails on the batch)."""
+    if fit_tolerance(precision) > 1e-3:  # 16-bit advantages: their rounding is of the size of the lines' gaps
+        return None
     R = merging_batch()
     try:
-        A = _call(target, R, G, "merged_groups")
+        A = call_target(target, R, G, "merged_groups")
     except (PropertyViolation, TargetError, ValueError, TypeError):
         return None
     if not np.all(np.isfinite(A)):
@@ -62,7 +64,9 @@ def merged_groups(target: Callable[..., Any], precision: str) -> Finding | None:
         return None  # advantages that do not follow the rewards: no grouping to speak of
     classes = _classes([[np.abs(np.polyval(lines[g], Rg[h]) - Ag[h]).max() <= tol for h in range(GROUPS)]
                         for g in range(GROUPS)])  # fmt: skip
-    merged = [c for c in classes if len(c) > 1]
+    # a class that is one group's normalisation is centred: its advantages sum to 0 (a shared map that is not,
+    # raw or shifted rewards, is no grouping at all: the other findings say so)
+    merged = [c for c in classes if len(c) > 1 and abs(float(Ag[list(c)].sum())) <= tol * G * len(c)]
     if not merged:
         return None
     said = "; ".join("{" + ", ".join(str(g) for g in c) + "}" for c in merged)

@@ -31,10 +31,11 @@ import numpy as np
 
 from grpo_identity import closed_forms as C
 from grpo_identity import dial as D
-from grpo_identity.checks.target import output_issue, round_rewards
+from grpo_identity.checks.target import TargetError, output_issue, round_rewards
 
 __all__ = [
     "PropertyViolation",
+    "call_target",
     "Tolerance",
     "Context",
     "well_formed",
@@ -156,7 +157,9 @@ class Context:
 
 
 # --- helpers -------------------------------------------------------------------------------------
-def _call(target: Target, rewards: np.ndarray, G: int, prop: str, ids: Any = None) -> np.ndarray:
+def call_target(target: Target, rewards: np.ndarray, G: int, prop: str, ids: Any = None) -> np.ndarray:
+    """The target's advantages of ``rewards`` (groups of G, or by ``ids``) as float64, or a ``prop`` violation where
+    their shape or dtype is not an advantage vector's."""
     out = np.asarray(target(rewards, G) if ids is None else target(rewards, G, ids))
     if out.shape != rewards.shape:
         raise PropertyViolation(
@@ -217,14 +220,14 @@ def well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.Generat
     r, G = batch.contiguous(), batch.group_size
     other = r + 1.0  # a second call, to see whether it overwrites the first call's output
     if hasattr(target, "last_issue"):  # a LocalTarget / ChildTarget checks the raw output itself
-        A = _call(target, r, G, "well_formed")
+        A = call_target(target, r, G, "well_formed")
         issue = target.last_issue
-        _call(target, other, G, "well_formed")
+        call_target(target, other, G, "well_formed")
         issue = issue or target.last_issue or getattr(target, "last_overwrite", None)
     else:
         passed = r.copy()
         raw = target(passed, G)
-        A = _call(lambda *_: raw, r, G, "well_formed").copy()
+        A = call_target(lambda *_: raw, r, G, "well_formed").copy()
         issue = output_issue(r, passed, raw)
         target(other, G)
         if not issue and not np.array_equal(np.asarray(raw, dtype=np.float64), A, equal_nan=True):
@@ -248,7 +251,7 @@ def silent_groups_exactly_zero(target: Target, batch: Any, ctx: Context, rng: np
     probed by the audit and reported as a note when float rounding leaves a residue.
     """
     r, G = batch.contiguous(), batch.group_size
-    A = _call(target, r, G, "silent_groups_exactly_zero").reshape(-1, G)
+    A = call_target(target, r, G, "silent_groups_exactly_zero").reshape(-1, G)
     R = r.reshape(-1, G)
     floor = _zero_floor(A, r, G, ctx)
     for g in np.flatnonzero(_silent(R)):
@@ -281,7 +284,7 @@ def two_valued_per_group(target: Target, batch: Any, ctx: Context, rng: np.rando
     """Two-valued rewards give two advantages per group: equal rewards, equal advantages; the higher
     reward the higher advantage (a sign flip fails here)."""
     r, G = batch.contiguous(), batch.group_size
-    A = _call(target, r, G, "two_valued_per_group").reshape(-1, G)
+    A = call_target(target, r, G, "two_valued_per_group").reshape(-1, G)
     R = r.reshape(-1, G)
     for g, lo, hi in _two_valued_groups(R):
         scale = float(np.abs(A[g]).max())
@@ -313,7 +316,7 @@ def _cancellation(row: np.ndarray) -> float:
 def zero_sum_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """Σᵢ Âᵢ = 0 in every group (the baseline removes the group's mean; RLOO's too, Prop. 1)."""
     r, G = batch.contiguous(), batch.group_size
-    A = _call(target, r, G, "zero_sum_per_group").reshape(-1, G)
+    A = call_target(target, r, G, "zero_sum_per_group").reshape(-1, G)
     R = r.reshape(-1, G)
     silent = _silent(R)
     for g in range(A.shape[0]):
@@ -346,7 +349,7 @@ def _random_scores(n_rows: int, rng: np.random.Generator) -> np.ndarray:
 
 def _identity_two_valued(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     r, G = batch.contiguous(), batch.group_size
-    A = _call(target, r, G, "identity_in_vector_form")
+    A = call_target(target, r, G, "identity_in_vector_form")
     R = r.reshape(-1, G)
     two = _two_valued_groups(R)
     if not two:
@@ -414,7 +417,7 @@ def _identity_any_rewards(target: Target, batch: Any, ctx: Context, rng: np.rand
     dtype = getattr(target, "dtype", None)
     r = round_rewards(r, dtype) if dtype else r  # the rewards exactly as the target sees them
     R = r.reshape(-1, G)
-    A = _call(target, r, G, "identity_in_vector_form")
+    A = call_target(target, r, G, "identity_in_vector_form")
     S = _random_scores(r.size, rng)
     g_all = D.group_updates(A, S, G)  # (n, D)
     slope = np.asarray(C.score_slope(R, S.reshape(R.shape[0], G, -1)))  # (n, D): β̂ per group, score component
@@ -467,11 +470,11 @@ def groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.
     """A group's advantages do not depend on the other groups of the batch nor on their order
     (a batch std may scale them all by one number: then up to that factor)."""
     r, G = batch.contiguous(), batch.group_size
-    A = _call(target, r, G, "groups_independent").reshape(-1, G)
+    A = call_target(target, r, G, "groups_independent").reshape(-1, G)
     n = A.shape[0]
     R = r.reshape(-1, G)
     order = rng.permutation(n) if n > 1 else np.arange(n)
-    B = _call(target, R[order].reshape(-1), G, "groups_independent").reshape(-1, G)
+    B = call_target(target, R[order].reshape(-1), G, "groups_independent").reshape(-1, G)
     for pos, g in enumerate(order):
         scale = float(np.abs(A[g]).max())
         if not _residue_group(R, g) and not ctx.tol.close(B[pos], A[g], scale):
@@ -486,7 +489,7 @@ def groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.
         return
     other = np.where(rng.random(G * 3) < 0.5, 0.0, 1.0)
     for neighbours in (np.empty(0), other):
-        C = _call(target, np.concatenate([R[g], neighbours]), G, "groups_independent")[:G]
+        C = call_target(target, np.concatenate([R[g], neighbours]), G, "groups_independent")[:G]
         scale = float(np.abs(A[g]).max())
         if ctx.batch_scale:
             lam = float(np.dot(C, A[g]) / max(np.dot(A[g], A[g]), 1e-300))
@@ -506,10 +509,10 @@ def groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.
 def permutation_equivariant(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """Permuting the answers within a group permutes their advantages the same way."""
     r, G = batch.contiguous(), batch.group_size
-    A = _call(target, r, G, "permutation_equivariant").reshape(-1, G)
+    A = call_target(target, r, G, "permutation_equivariant").reshape(-1, G)
     R = r.reshape(-1, G)
     perm = np.stack([rng.permutation(G) for _ in range(R.shape[0])])  # (n, G)
-    P = _call(target, np.take_along_axis(R, perm, 1).reshape(-1), G, "permutation_equivariant").reshape(-1, G)
+    P = call_target(target, np.take_along_axis(R, perm, 1).reshape(-1), G, "permutation_equivariant").reshape(-1, G)
     expect = np.take_along_axis(A, perm, 1)
     floor = _zero_floor(A, r, G, ctx)  # a silent group's rounding residue, moved by the permutation, is no change
     for g in range(R.shape[0]):
@@ -526,9 +529,9 @@ def permutation_equivariant(target: Target, batch: Any, ctx: Context, rng: np.ra
 def stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """The same input gives the same output, whatever was computed in between (no running stats)."""
     r, G = batch.contiguous(), batch.group_size
-    A1 = _call(target, r, G, "stateless")
-    _call(target, np.where(rng.random(r.size) < 0.5, 0.0, 1.0) * 3.0 - 1.0, G, "stateless")
-    A2 = _call(target, r, G, "stateless")
+    A1 = call_target(target, r, G, "stateless")
+    call_target(target, np.where(rng.random(r.size) < 0.5, 0.0, 1.0) * 3.0 - 1.0, G, "stateless")
+    A2 = call_target(target, r, G, "stateless")
     if not ctx.tol.close(A1, A2, float(np.abs(A1).max())):
         i = int(np.argmax(np.abs(A1 - A2)))
         raise PropertyViolation(
@@ -545,7 +548,7 @@ def matches_dial(target: Target, batch: Any, ctx: Context, rng: np.random.Genera
     if ctx.reference is None:
         return
     r, G = batch.contiguous(), batch.group_size
-    A = _call(target, r, G, "matches_dial").reshape(-1, G)
+    A = call_target(target, r, G, "matches_dial").reshape(-1, G)
     E = np.asarray(ctx.reference(r, G), dtype=np.float64).reshape(-1, G)
     R = r.reshape(-1, G)
     silent = _silent(R)
@@ -567,12 +570,12 @@ def layout_independent(target: Target, batch: Any, ctx: Context, rng: np.random.
     if ctx.reference_ids is None:
         return
     r, G = batch.contiguous(), batch.group_size
-    A = _call(target, r, G, "layout_independent")
+    A = call_target(target, r, G, "layout_independent")
     n = r.size // G
     labels = rng.choice(10**9, size=n, replace=False)
     order = rng.permutation(r.size)
     ids = np.repeat(labels, G)[order]
-    B = _call(target, r[order], G, "layout_independent", ids)
+    B = call_target(target, r[order], G, "layout_independent", ids)
     expect = A[order]
     for row in range(r.size):
         g = order[row] // G
@@ -601,11 +604,21 @@ def ragged_groups(target: Target, batch: Any, ctx: Context, rng: np.random.Gener
     ids = np.repeat(np.arange(R.shape[0]), sizes)
     order = rng.permutation(rows.size)
     rows, ids = rows[order], ids[order]
-    A = _call(target, rows, G, "ragged_groups", ids)
+    A = call_target(target, rows, G, "ragged_groups", ids)
     E = np.asarray(ctx.reference_ids(rows, ids), dtype=np.float64)
     for g in np.unique(ids):
         at = np.flatnonzero(ids == g)
         got, want = A[at], E[at]
+        padded = _padded_to(ctx, rows[at], got, {G, int(sizes.max())})
+        if padded:
+            raise PropertyViolation(
+                "ragged_groups",
+                f"a group of {at.size} (rewards {_fmt(rows[at])}, among groups of sizes {sorted(set(sizes.tolist()))}) "
+                f"gets {_fmt(got)}: its advantages as if padded with {padded - at.size} zero reward(s) to {padded} "
+                "answers (the zeros count in its mean and std), where its own answers give "
+                f"{_fmt(want)}: take each group's statistics over its own answers (mask the padding)",
+                {"group_size": G, "rewards": _list(rows), "group_ids": _list(ids), "group": int(g)},
+            )
         if at.size == 1 and got[0] != 0:
             severity = "fail" if not np.isfinite(got[0]) else "deviation"
             raise PropertyViolation(
@@ -632,12 +645,30 @@ def ragged_groups(target: Target, batch: Any, ctx: Context, rng: np.random.Gener
             )
 
 
+def _padded_to(ctx: Context, kept: np.ndarray, got: np.ndarray, sizes: set[int]) -> int:
+    """The size a group of fewer answers was padded to with zero rewards, where the reference on the padded group
+    gives what the target gave (and its own answers do not); 0 where no padding explains it."""
+    if ctx.reference is None or not np.all(np.isfinite(got)) or not np.any(kept):
+        return 0
+    own = np.zeros(1) if kept.size == 1 else np.asarray(ctx.reference(kept, kept.size), dtype=np.float64)
+    for size in sorted(s for s in sizes if s > kept.size):
+        try:
+            padded = np.r_[kept, np.zeros(size - kept.size)]
+            want = np.asarray(ctx.reference(padded, size), dtype=np.float64)[: kept.size]
+        except ValueError:  # a reference that takes no such group
+            return 0
+        scale = float(max(np.abs(want).max(), np.abs(got).max(), 1e-30)) * 4
+        if ctx.tol.close(got, want, scale) and not ctx.tol.close(got, own, scale):
+            return size
+    return 0
+
+
 def _alone_gives(target: Target, rows: np.ndarray, G: int, got: np.ndarray, tol: Tolerance, scale: float) -> bool:
     """Whether the target gives a group's rows, called on them alone under one id, what it gave them in a ragged
     batch: then it takes the groups as the ids give them, whatever it computes in each."""
     try:
-        alone = _call(target, rows, G, "ragged_groups", np.zeros(rows.size, dtype=int))
-    except PropertyViolation:
+        alone = call_target(target, rows, G, "ragged_groups", np.zeros(rows.size, dtype=int))
+    except (PropertyViolation, TargetError):
         return False
     return bool(tol.close(alone, got, scale))
 

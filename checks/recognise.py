@@ -29,7 +29,7 @@ import numpy as np
 
 from grpo_identity import dial as D
 from grpo_identity.checks.infer import fit_tolerance
-from grpo_identity.checks.properties import PropertyViolation, _call
+from grpo_identity.checks.properties import PropertyViolation, call_target
 from grpo_identity.checks.target import TargetError, TargetMalformed
 from grpo_identity.variants import VARIANTS, Variant
 
@@ -78,15 +78,15 @@ def recognition_batch(G: int) -> np.ndarray:
     return np.concatenate([*binary, continuous, levels])
 
 
-def _lengths_choices(variant: Variant) -> list[tuple[str, Callable[[int, int], np.ndarray] | None]]:
+def _lengths_choices(variant: Variant) -> list[tuple[str, Callable[[np.ndarray], np.ndarray] | None]]:
     """The response lengths a variant's reference is tried under: equal (None) and, for a variant that weighs
     by tokens, the probes' unequal lengths (:func:`~grpo_identity.checks.frameworks.length_layouts`)."""
     from grpo_identity.checks.frameworks import length_layouts  # light: numpy at call time only
 
-    equal: list[tuple[str, Callable[[int, int], np.ndarray] | None]] = [("equal", None)]
+    equal: list[tuple[str, Callable[[np.ndarray], np.ndarray] | None]] = [("equal", None)]
     if not variant.uses_lengths:
         return equal
-    return [*equal, *((name, lambda n, G, name=name: length_layouts(n, G)[name]) for name in length_layouts(2, 2))]
+    return [*equal, *((name, lambda r, name=name: length_layouts(r)[name]) for name in length_layouts(np.zeros(2)))]
 
 
 def _fit(outs: list[np.ndarray], refs: list[np.ndarray], unit: float) -> tuple[float, float]:
@@ -112,7 +112,7 @@ def _outputs(target: Callable[..., Any]) -> dict[int, np.ndarray]:
     outs = {}
     for G in RECOGNITION_GROUP_SIZES:
         try:
-            outs[G] = _call(target, recognition_batch(G), G, "recognition")
+            outs[G] = call_target(target, recognition_batch(G), G, "recognition")
         except (PropertyViolation, TargetMalformed):
             outs[G] = np.full(G * (G + 3), np.nan)
         except TargetError as exc:
@@ -150,7 +150,7 @@ def _fits(outs: list[np.ndarray], refs: list[np.ndarray], tol: float, factor_fre
 def _candidate(
     v: Variant,
     form: str,
-    lengths_of: Callable[[int, int], np.ndarray] | None,
+    lengths_of: Callable[[np.ndarray], np.ndarray] | None,
     outs: dict[int, np.ndarray],
     rewards: dict[int, np.ndarray],
     tol: float,
@@ -159,7 +159,7 @@ def _candidate(
     target on two group sizes at least, else None."""
     refs = {}
     for G, R in rewards.items():
-        L = None if lengths_of is None else np.asarray(lengths_of(R.size, G), dtype=np.float64)
+        L = None if lengths_of is None else np.asarray(lengths_of(R), dtype=np.float64).reshape(R.shape)
         refs[G] = v.advantages(R, L, form).reshape(-1)
     defined = [  # the batches where the form and the target are defined
         G for G, f in refs.items() if np.isfinite(f).any() and np.all(np.isfinite(outs[G][np.isfinite(f)]))

@@ -74,7 +74,7 @@ PACKAGE_VAR = "GRPO_IDENTITY_PACKAGE"
 #: pyproject's package-dir: the subpackages that live in folders of their own (a test checks they agree)
 MAPPED_SUBPACKAGES = ("proofs", "checks", "trainer")
 #: what the recipe of an environment means; raise it when the way environments are built changes
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 #: what runs an exported test pack (grpo-identity export-tests) in the environment: pytest, as of the release
 TEST_RUNNER = ("pytest>=8",)
 #: the index whose JSON API tells a release's upload time (PEP 691/700)

@@ -502,7 +502,10 @@ def _with(decision: Decision, verdict: str, matches: str | None, findings: list[
 
 
 #: the unequal response lengths a variant was recognised under (checks.frameworks.length_layouts), in words
-_LENGTHS = {"by row": "by row (the drivers' layout)", "by answer": "by answer (a rollout's token layout)"}
+_LENGTHS = {
+    "by row": "by row (the drivers' layout)",
+    "by answer": "by answer (a rollout's token layout, set by each reward)",
+}
 
 
 def _variant_text(found: Recognition) -> str:

@@ -29,7 +29,7 @@ __all__ = [
     "lengths_for",
     "length_layouts",
     "token_view",
-    "answer_lengths",
+    "lengths_by_reward",
     "FrameworkSpec",
     "AdapterError",
     "redacted",
@@ -60,57 +60,55 @@ def lengths_for(n: int, seed: int = 0) -> Any:
     return 1 + (np.arange(n) * 5 + 3 * seed + n) % RESPONSE_LENGTH
 
 
-def length_layouts(n: int, G: int) -> dict[str, Any]:
-    """The unequal response lengths an advantage probe of ``n`` rows in groups of ``G`` may carry, by name: by
-    row position (:func:`lengths_for`, what the drivers lay out) or by answer within its group
-    (:func:`answer_lengths`, what :func:`token_view` gives a token-level estimator)."""
+def length_layouts(rewards: Any) -> dict[str, Any]:
+    """The unequal response lengths an advantage probe of these rewards may carry, by name: by row position
+    (:func:`lengths_for`, what the drivers lay out) or by answer (:func:`lengths_by_reward`, what
+    :func:`token_view` gives a token-level estimator)."""
     import numpy as np
 
-    return {"by row": lengths_for(n), "by answer": answer_lengths(np.arange(n) // max(G, 1))}
+    r = np.asarray(rewards).reshape(-1)
+    return {"by row": lengths_for(r.size), "by answer": lengths_by_reward(r)}
 
 
-def answer_lengths(ids: Any) -> Any:
-    """Response lengths 1…RESPONSE_LENGTH that belong to the answer, not to the row: the j-th answer of a group
-    (in the order the rows come) has the same length wherever its group sits and whatever else is in the batch,
-    so a variant that weighs by tokens keeps its groups independent on these lengths.
+def _answer_keys(rewards: Any) -> Any:
+    """An integer per answer, set by its reward alone (so it travels with the answer wherever the row goes)."""
+    import numpy as np
 
-    >>> answer_lengths(["a", "a", "b", "a", "b"]).tolist()
-    [3, 2, 3, 1, 2]
+    r = np.nan_to_num(np.asarray(rewards, dtype=np.float64).reshape(-1), posinf=0.0, neginf=0.0)
+    return np.mod(np.round(np.clip(r, -1e9, 1e9) * 1000).astype(np.int64) * 7919 + 3, 2**31)
+
+
+def lengths_by_reward(rewards: Any) -> Any:
+    """Response lengths 1…RESPONSE_LENGTH that belong to the answer, not to the row: set by the answer's reward, so
+    an answer keeps its length wherever its row is moved, its group placed or its group cut, and a variant that
+    weighs by tokens keeps its groups independent and its answers exchangeable on these lengths.  A right and a
+    wrong answer differ in length (1 → 6 tokens, 0 → 4).
+
+    >>> lengths_by_reward([1.0, 0.0, 0.5, 1.0]).tolist()
+    [6, 4, 2, 6]
     """
-    return 1 + (5 * _place_in_group(ids) + 2) % RESPONSE_LENGTH
+    return 1 + _answer_keys(rewards) % RESPONSE_LENGTH
 
 
-def _place_in_group(ids: Any) -> Any:
-    """j for the j-th row (from 0) with its id."""
-    import numpy as np
-
-    seen: dict[Any, int] = {}
-    j = np.empty(len(ids), dtype=int)
-    for i, u in enumerate(np.asarray(ids, dtype=object).reshape(-1).tolist()):
-        j[i] = seen.get(u, 0)
-        seen[u] = j[i] + 1
-    return j
-
-
-def token_view(rewards: Any, ids: Any) -> tuple[Any, Any]:
+def token_view(rewards: Any) -> tuple[Any, Any]:
     """Rewards as a token-level estimator (verl's ``token_level_rewards, response_mask``) sees them from a
-    rollout: (scores, mask), numpy (n, RESPONSE_LENGTH + 1).  Each answer holds :func:`answer_lengths` tokens
-    (the mask's row sum; ``ids``: the group of each row); the second answer of every three in a group, where it
-    has two tokens or more, has a masked hole at position 1 (tool output in a multi-turn rollout), so its last
-    token sits one further on; the reward is on the last token (the EOS), the rest right padding.  A function
-    that reads the last column, or counts the span, reads wrong rewards or lengths here.
+    rollout: (scores, mask), numpy (n, RESPONSE_LENGTH + 1).  Each answer holds :func:`lengths_by_reward` tokens
+    (the mask's row sum); about half the answers of two tokens or more (by their rewards too) has a masked hole at
+    position 1 (tool output in a multi-turn rollout), so its last token sits one further on; the reward is on
+    the last token (the EOS), the rest right padding.  A function that reads the last column, or counts the span,
+    reads wrong rewards or lengths here.
 
-    >>> scores, mask = token_view([1.0, 2.0, 3.0], [0, 0, 0])
+    >>> scores, mask = token_view([1.0, 0.0, 0.5])
     >>> mask.astype(int).tolist()
-    [[1, 1, 1, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0]]
-    >>> scores[1].tolist()
-    [0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    [[1, 1, 1, 1, 1, 1, 0], [1, 0, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0, 0]]
+    >>> scores[2].tolist()
+    [0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0]
     """
     import numpy as np
 
     r = np.asarray(rewards, dtype=np.float64).reshape(-1)
-    L, j = answer_lengths(ids), _place_in_group(ids)
-    hole = (j % 3 == 1) & (L >= 2)
+    L = lengths_by_reward(r)
+    hole = (_answer_keys(r) // RESPONSE_LENGTH % 2 == 0) & (L >= 2)
     span = L + hole
     mask = (np.arange(RESPONSE_LENGTH + 1)[None, :] < span[:, None]).astype(np.float64)
     mask[hole, 1] = 0.0

@@ -41,6 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity.checks import steps
+from grpo_identity.checks.calling import advantage_per_answer
 from grpo_identity.checks.frameworks import (
     PROMPT_LENGTH,
     RESPONSE_LENGTH,
@@ -303,13 +304,13 @@ def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
     def verl_estimator_function(rewards: np.ndarray, group_size: int) -> np.ndarray:
         n = len(rewards)
         order = np.random.default_rng(n).permutation(n)  # verl groups by uid, not by position
-        scores, mask = token_view(rewards, np.arange(n) // group_size)  # unequal lengths, holes, reward at EOS
+        scores, mask = token_view(rewards)  # unequal lengths, holes, the reward on each answer's last token
         token_rewards = torch.as_tensor(scores[order], dtype=torch.float32)  # (bs, T)
         index = np.array([f"uid-{i // group_size:05d}" for i in order], dtype=object)
         response_mask = torch.as_tensor(mask[order], dtype=torch.float32)
         adv, _ = est(token_level_rewards=token_rewards, response_mask=response_mask, index=index, **options)
         out = np.empty(n, dtype=np.float64)
-        out[order] = adv[:, 0].numpy()  # (bs,): broadcast over the tokens
+        out[order] = advantage_per_answer(adv.numpy(), mask[order])  # (bs,): one per answer, its tokens agreeing
         return out
 
     verl_estimator_function.grpo_identity_info = {  # type: ignore[attr-defined]

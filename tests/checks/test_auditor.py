@@ -365,7 +365,7 @@ def test_a_length_weighted_variant_in_verls_form_is_recognised_on_the_rollouts_t
     report = audit(fn, expect=name, max_examples=30, isolate=False)
     variant = next(f for f in report.findings if f.property == "variant")
     assert (report.matches, variant.severity) == (name, "note"), report.format()
-    assert "with response lengths that differ by answer (a rollout's token layout)" in variant.message
+    assert "with response lengths that differ by answer (a rollout's token layout" in variant.message
     assert report.verdict != "fail", report.format()
 
 
@@ -374,3 +374,20 @@ def test_a_verl_form_function_that_misreads_the_token_layout_fails(fn):
     pytest.importorskip("torch")
     report = audit(fn, max_examples=30, isolate=False)
     assert report.verdict == "fail" and report.matches is None, report.format()
+
+
+def _zero_padded_grid(rewards, group_ids):
+    """Groups gathered into a dense (n_groups, largest group) grid padded with zeros, normalised row by row."""
+    labels, inverse = np.unique(np.asarray(group_ids), return_inverse=True)
+    place = np.array([np.sum(inverse[:i] == g) for i, g in enumerate(inverse)], dtype=int)
+    grid = np.zeros((labels.size, int(np.bincount(inverse).max())))
+    grid[inverse, place] = rewards
+    sd = grid.std(1, keepdims=True)
+    return np.where(sd > 1e-12, (grid - grid.mean(1, keepdims=True)) / np.where(sd > 1e-12, sd, 1), 0.0)[inverse, place]
+
+
+def test_a_ragged_group_padded_with_zero_rewards_is_named_as_padded():
+    report = audit(_zero_padded_grid, max_examples=40, isolate=False)
+    ragged = [f for f in report.findings if f.property == "ragged_groups"]
+    assert report.verdict == "fail" and ragged, report.format()
+    assert "as if padded with" in ragged[0].message and "mask the padding" in ragged[0].message

@@ -67,6 +67,15 @@ def test_no_named_variant_is_taken_for_a_merge(name):
         assert found is None or v.departs_from("groups_independent", form), (name, form, found)
 
 
-def test_advantages_that_do_not_follow_the_rewards_are_no_merge():
+def test_advantages_that_are_no_groups_normalisation_are_no_merge():
     assert merged_groups(lambda r, G: np.zeros_like(r), "float64") is None
     assert merged_groups(lambda r, G: np.sign(r - 1.0), "float64") is None  # no affine map per group
+    assert merged_groups(lambda r, G: r.astype(float), "float64") is None  # raw rewards: one map, not centred
+    assert merged_groups(lambda r, G: r - 0.5, "float64") is None
+    assert merged_groups(lambda r, G: r / r.std(), "float64") is None
+
+
+@pytest.mark.parametrize("name", list(D.PRESETS))
+def test_no_point_of_the_dial_in_16_bit_is_taken_for_a_merge(name):
+    d = D.PRESETS[name]
+    assert merged_groups(lambda r, G: D.advantages(r, G, d).astype(np.float16), "float16") is None

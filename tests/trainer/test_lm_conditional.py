@@ -468,11 +468,15 @@ def test_the_stored_fixed_policy_run_reproduces_from_its_recorded_command(tmp_pa
     capsys.readouterr()
     env = provenance.differences(recorded) or ["none"]
     old, new = (json.loads((d / "summary.json").read_text()) for d in (stored, tmp_path))
-    if recorded.get("cpu") == provenance.cpu():
-        diffs = numbers_differ(old, new, rtol=1e-6, atol=1e-9, skip=("seconds", "analysis"))
-        assert not diffs, f"{len(diffs)} values differ (environment changes: {env}): " + "; ".join(diffs[:5])
     design = ("groups", "group_size", "task")
     assert [new["conditional"][k] for k in design] == [old["conditional"][k] for k in design]
     assert len(new["conditional"]["candidates"]) == len(old["conditional"]["candidates"])
     assert new["identity_max_rel_err"] < 1e-4 and new["conditional"]["projected_check"]["exact_max_rel_err"] < 1e-5
     assert set(new["conditional"]["preregistered"]["criteria"]) == set(old["conditional"]["preregistered"]["criteria"])
+    if recorded.get("cpu") != provenance.cpu():
+        pytest.skip(
+            f"the run's numbers are compared only on the kind of CPU it recorded ({recorded.get('cpu') or 'none'}; "
+            f"here {provenance.cpu()}): its design and exact identity checks held"
+        )
+    diffs = numbers_differ(old, new, rtol=1e-6, atol=1e-9, skip=("seconds", "analysis"))
+    assert not diffs, f"{len(diffs)} values differ (environment changes: {env}): " + "; ".join(diffs[:5])

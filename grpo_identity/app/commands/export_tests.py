@@ -1,5 +1,5 @@
 """``grpo-identity export-tests FRAMEWORK --set … --out test_x.py``: one optimizer step of a configuration against
-its loss type's objective, as a pytest file that needs only pytest, torch and the framework
+its loss type's objective, as a pytest file that needs only pytest and the framework's own environment
 (:mod:`grpo_identity.checks.export`)."""
 
 from __future__ import annotations
