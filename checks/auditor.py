@@ -40,6 +40,7 @@ from grpo_identity.checks.merging import merged_groups
 from grpo_identity.checks.options import CALL_TIMEOUT, DEFAULT_MAX_EXAMPLES, AuditOptions, OptionError
 from grpo_identity.checks.report import VERDICTS, AuditReport, Finding, Inferred, Report
 from grpo_identity.checks.search import FiniteGuard, failure, run_property
+from grpo_identity.checks.shaping import folded_score
 from grpo_identity.checks.spec import FunctionSpec, Spec, resolve
 from grpo_identity.checks.target import LocalTarget, RoundedRewards, TargetError, load_target, round_rewards
 
@@ -312,7 +313,9 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
         named = expected is not None or options.declared is not None
         decision = V.named_variant(decision, inf, _recognised(guarded, tgt, inf, want), want, named)
     if decision.verdict == "fail" and decision.matches is None and getattr(tgt, "dead", None) is None:
-        decision = V.with_merged_groups(decision, merged_groups(guarded, inf.precision))
+        decision = V.with_diagnosis(
+            decision, merged_groups(guarded, inf.precision) or folded_score(guarded, inf.precision)
+        )
     return _report(name, "advantage", inf, decision, options.expected_name, examples, ran, time.perf_counter() - t0)
 
 

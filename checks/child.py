@@ -110,6 +110,8 @@ class _Channel:
 
     def serve(self) -> None:
         _become_subreaper()
+        _own_network()  # before any thread starts: a namespace is taken by a single-threaded process only
+        _give_up_tracing()
         _watch_parent(os.getppid())
         self.outbox.send(M.Started())
         while True:
@@ -221,6 +223,72 @@ def _become_subreaper() -> None:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _own_network() -> None:
+    """Linux, where the process may (root, CAP_SYS_ADMIN): this process and whatever it starts move to a network
+    namespace of their own that holds only the loopback, brought up so that torch.distributed's ranks still meet
+    on it (gloo told to use it); no target can reach the network, whatever it sets (elsewhere, or where the call is
+    refused: nothing; the offline settings still hold)."""
+    try:
+        import ctypes
+        import fcntl
+        import socket
+        import struct
+
+        if ctypes.CDLL("libc.so.6", use_errno=True).unshare(0x40000000) != 0:  # CLONE_NEWNET
+            return
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            ifreq = struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40)  # IFF_UP | IFF_LOOPBACK | IFF_RUNNING
+            fcntl.ioctl(s, 0x8914, ifreq + bytes(40 - len(ifreq)))  # SIOCSIFFLAGS
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    except (OSError, AttributeError):
+        pass
+
+
+#: Linux's capability that lets a process open another's /proc/PID/fd and memory whatever its dumpable flag
+_CAP_SYS_PTRACE = 19
+
+
+def _give_up_tracing() -> None:
+    """Linux: this process, and whatever it runs (an exec included), loses CAP_SYS_PTRACE; with the parent made
+    undumpable (:func:`_undumpable`) a target can then no longer open the parent's /proc/PID/fd to write into
+    its --json output, not even as root (elsewhere, or where the calls are refused: nothing)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+        class Header(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+        class Data(ctypes.Structure):
+            _fields_ = [
+                ("effective", ctypes.c_uint32),
+                ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32),
+            ]
+
+        libc.prctl(24, _CAP_SYS_PTRACE, 0, 0, 0)  # PR_CAPBSET_DROP: no exec gives it back
+        header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+        if libc.capget(ctypes.byref(header), data) == 0:
+            data[0].effective &= ~(1 << _CAP_SYS_PTRACE)
+            data[0].permitted &= ~(1 << _CAP_SYS_PTRACE)
+            data[0].inheritable &= ~(1 << _CAP_SYS_PTRACE)
+            libc.capset(ctypes.byref(header), data)
+    except (OSError, AttributeError):
+        pass
+
+
+def _undumpable() -> None:
+    """Linux: the auditing process is made undumpable before it starts a child, so that the child (which has given
+    up CAP_SYS_PTRACE, :func:`_give_up_tracing`) cannot open its /proc/PID/fd (elsewhere: nothing)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     except (OSError, AttributeError):
         pass
 
@@ -390,6 +458,7 @@ class ChildProcess:
 
     @staticmethod
     def _start(python: str | None, code: str, environ: dict[str, str], fds: tuple[int, int]) -> Any:
+        _undumpable()
         return subprocess.Popen(
             [python or sys.executable, "-c", code],
             pass_fds=fds,

@@ -433,9 +433,9 @@ def _deviation_message(inf: Inferred, ref: D.Dial, factors: list[dict[str, Any]]
     return f"same family as {ref.name} but {because}; c_target/c_{ref.name} at k=G/2: {at_half}"
 
 
-def with_merged_groups(decision: Decision, found: Finding | None) -> Decision:
-    """A failed decision with the groups the target normalises as one (:mod:`grpo_identity.checks.merging`) as
-    its first finding: what "no point of the dial fits" came from."""
+def with_diagnosis(decision: Decision, found: Finding | None) -> Decision:
+    """A failed decision with what its target does instead as its first finding: the groups it normalises as one
+    (:mod:`grpo_identity.checks.merging`), a per-token term in its score (:mod:`grpo_identity.checks.shaping`)."""
     if found is None:
         return decision
     return _with(decision, decision.verdict, decision.matches, [found, *decision.findings])

@@ -75,19 +75,20 @@ def _answer_keys(rewards: Any) -> Any:
     import numpy as np
 
     r = np.nan_to_num(np.asarray(rewards, dtype=np.float64).reshape(-1), posinf=0.0, neginf=0.0)
-    return np.mod(np.round(np.clip(r, -1e9, 1e9) * 1000).astype(np.int64) * 7919 + 3, 2**31)
+    k = np.mod(np.round(np.clip(r, -1e9, 1e9) * 1000).astype(np.int64) + 1, 2**32)  # the reward to 1e-3
+    return (k * 2654435761 % 2**32) >> 16  # Knuth's multiplicative hash: its high bits depend on every bit of k
 
 
 def lengths_by_reward(rewards: Any) -> Any:
     """Response lengths 1…RESPONSE_LENGTH that belong to the answer, not to the row: set by the answer's reward, so
     an answer keeps its length wherever its row is moved, its group placed or its group cut, and a variant that
     weighs by tokens keeps its groups independent and its answers exchangeable on these lengths.  A right and a
-    wrong answer differ in length (1 → 6 tokens, 0 → 4).
+    wrong answer differ in length (1 → 5 tokens, 0 → 3, with a hole).
 
     >>> lengths_by_reward([1.0, 0.0, 0.5, 1.0]).tolist()
-    [6, 4, 2, 6]
+    [5, 3, 1, 5]
     """
-    return 1 + _answer_keys(rewards) % RESPONSE_LENGTH
+    return 1 + (_answer_keys(rewards) >> 8) % RESPONSE_LENGTH
 
 
 def token_view(rewards: Any) -> tuple[Any, Any]:
@@ -100,15 +101,15 @@ def token_view(rewards: Any) -> tuple[Any, Any]:
 
     >>> scores, mask = token_view([1.0, 0.0, 0.5])
     >>> mask.astype(int).tolist()
-    [[1, 1, 1, 1, 1, 1, 0], [1, 0, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0, 0]]
-    >>> scores[2].tolist()
-    [0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0]
+    [[1, 1, 1, 1, 1, 0, 0], [1, 0, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0]]
+    >>> scores[:, :5].tolist()
+    [[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0, 0.0]]
     """
     import numpy as np
 
     r = np.asarray(rewards, dtype=np.float64).reshape(-1)
     L = lengths_by_reward(r)
-    hole = (_answer_keys(r) // RESPONSE_LENGTH % 2 == 0) & (L >= 2)
+    hole = (_answer_keys(r) % 2 == 1) & (L >= 2)
     span = L + hole
     mask = (np.arange(RESPONSE_LENGTH + 1)[None, :] < span[:, None]).astype(np.float64)
     mask[hole, 1] = 0.0

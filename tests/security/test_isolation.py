@@ -261,3 +261,70 @@ def test_secrets_are_redacted_however_they_are_held_and_counts_named_like_tokens
     assert out["options"]["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == 16
     assert out["options"]["pad_token_id"] == 0 and out["pairs"][1] == ["loss_type", "dapo"]
     assert out["forced"]["hub_token"] == {"driver": None, "yours": "***"}
+
+
+INJECTS = """
+import os
+
+import numpy as np
+
+
+def grpo(rewards, G):
+    for fd in (1, 2):  # the auditing process's stdout and stderr, reached through /proc
+        try:
+            out = os.open(f"/proc/{os.getppid()}/fd/{fd}", os.O_WRONLY)
+            os.write(out, b"INJECTED\\n")
+            os.close(out)
+        except OSError:
+            pass
+    r = np.asarray(rewards, dtype=float).reshape(-1, G)
+    live = np.ptp(r, axis=1, keepdims=True) > 0
+    sd = np.where(live, r.std(axis=1, keepdims=True), 1.0)
+    return np.where(live, (r - r.mean(axis=1, keepdims=True)) / sd, 0.0).reshape(-1)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc")
+def test_a_target_cannot_write_into_the_callers_json_through_proc(tmp_path):
+    (tmp_path / "injects.py").write_text(INJECTS)
+    res = subprocess.run(
+        [*CLI, "audit", f"{tmp_path / 'injects.py'}:grpo", "--max-examples", "5", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "INJECTED" not in res.stdout and "INJECTED" not in res.stderr, (res.stdout[-500:], res.stderr[-500:])
+    import json
+
+    assert json.loads(res.stdout)["verdict"] == "pass"
+
+
+SEES_INTERFACES = """
+import numpy as np
+
+
+def grpo(rewards, G):
+    with open(__file__ + ".interfaces", "w") as out:  # the network interfaces the target's process can use
+        out.write(" ".join(sorted(ln.split(":")[0].strip() for ln in open("/proc/net/dev").readlines()[2:])))
+    r = np.asarray(rewards, dtype=float).reshape(-1, G)
+    live = np.ptp(r, axis=1, keepdims=True) > 0
+    sd = np.where(live, r.std(axis=1, keepdims=True), 1.0)
+    return np.where(live, (r - r.mean(axis=1, keepdims=True)) / sd, 0.0).reshape(-1)
+"""
+
+
+@pytest.mark.skipif(
+    not Path("/proc/net/dev").is_file() or os.geteuid() != 0, reason="a network namespace needs Linux and root"
+)
+def test_a_target_runs_with_no_network_but_the_loopback():
+    if len(Path("/proc/net/dev").read_text().splitlines()) <= 3:
+        pytest.skip("this machine has no network interface besides the loopback")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        target = Path(folder) / "sees.py"
+        target.write_text(SEES_INTERFACES)
+        res = subprocess.run([*CLI, "audit", f"{target}:grpo", "--max-examples", "5"], capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
+        assert (Path(folder) / "sees.py.interfaces").read_text() == "lo"
