@@ -190,8 +190,8 @@ def _pair(item: str | tuple[str, str]) -> tuple[str, str]:
         return str(item[0]), str(item[1])
     try:
         key, value = parse_set(str(item))
-    except AdapterError:
-        raise OptionError("sets", f"takes KEY=VALUE, got {item!r}") from None
+    except AdapterError as exc:  # its words, without the option's name (OptionError names the option typed)
+        raise OptionError("sets", str(exc).removeprefix("--set ")) from None
     return key, value
 
 

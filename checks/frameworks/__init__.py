@@ -227,6 +227,11 @@ def parse_set(text: str, option: str = "--set") -> tuple[str, str]:
     key, eq, value = text.partition("=")
     if not eq or not key.strip():
         raise AdapterError(f"{option} takes KEY=VALUE, got {text!r}")
+    if not value.strip():  # `--set loss_type=`: a value lost to the shell, never the framework's default
+        raise AdapterError(
+            f"{option} {key.strip()}= has no value: give one (null for none), or leave {key.strip()} out for the "
+            "framework's default"
+        )
     return key.strip(), value.strip()
 
 

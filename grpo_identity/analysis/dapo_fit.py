@@ -69,6 +69,10 @@ FloatArray = npt.NDArray[np.float64]
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
+#: the largest curve file read (a digitised figure is a few kB)
+MAX_CURVE_BYTES = 4 * 2**20
+
+
 def read_curve(path: str | Path) -> tuple[FloatArray, FloatArray]:
     """(steps, values) from a two-column CSV; ``#`` lines (quoted or not) are comments.
 
@@ -80,6 +84,8 @@ def read_curve(path: str | Path) -> tuple[FloatArray, FloatArray]:
         raise FileNotFoundError(f"no such file: {path}")
     if not p.is_file():
         raise ValueError(f"{path} is not a file")
+    if p.stat().st_size > MAX_CURVE_BYTES:
+        raise ValueError(f"{p.name} is {p.stat().st_size:,} bytes; a digitised curve is at most {MAX_CURVE_BYTES:,}")
     try:
         text = p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -404,6 +404,7 @@ def test_every_stored_lm_run_is_an_item_and_a_large_error_fails(tmp_path):
         (["--out", "{file}"], "is a file, not a folder"),
         (["--out", "{file}/sub"], "cannot create the folder"),
         (["--dapo-curve", "{tmp}/missing.csv"], "--dapo-curve: no such file"),
+        (["--dapo-curve", "{file}"], "--dapo-curve: afile has no data rows"),  # malformed: refused before any work
         (["--solve-rates", "{tmp}/missing.csv"], "--solve-rates: no such file"),
     ],
 )
@@ -418,6 +419,7 @@ def test_verify_bad_paths_are_one_line_exit_2_before_any_work(tmp_path, capsys, 
     code = main(["verify", "--no-render", "--no-frameworks", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()  # nothing written
 
 
 def test_notebooks_without_their_extra_are_skipped_naming_it(tmp_path, monkeypatch):

@@ -44,6 +44,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(exc.worded({"max_examples": "--max-examples"})) from None
     if args.dapo_curve is not None and not Path(args.dapo_curve).is_file():
         raise ValueError(f"--dapo-curve: no such file: {args.dapo_curve}")  # only the default may be missing (skipped)
+    if args.dapo_curve is not None:  # read before any work: a malformed curve is a usage error, not a late failure
+        from grpo_identity.analysis.dapo_fit import read_curve
+
+        try:
+            read_curve(args.dapo_curve)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--dapo-curve: {exc}") from None
     result = verify(
         args.out,
         solve_rates=args.solve_rates,
