@@ -25,7 +25,7 @@ from grpo_identity.checks.properties import PropertyViolation, call_target
 from grpo_identity.checks.report import Finding
 from grpo_identity.checks.target import TargetError
 
-__all__ = ["merging_batch", "merged_groups"]
+__all__ = ["merging_batch", "merged_groups", "diagnosis_outputs"]
 
 #: the diagnosis batch: groups of G answers
 GROUPS, G = 6, 4
@@ -42,20 +42,30 @@ def merging_batch() -> np.ndarray:
     return np.round(np.concatenate(rows), 3)
 
 
-def merged_groups(target: Callable[..., Any], precision: str) -> Finding | None:
-    """A ``merged_groups`` finding where the target's advantages put several groups of the diagnosis batch on one
-    affine map of their rewards, else None (also where a group's advantages are no affine map of its rewards, or
-    the target fails on the batch)."""
-    if fit_tolerance(precision) > 1e-3:  # 16-bit advantages: their rounding is of the size of the lines' gaps
+def diagnosis_outputs(target: Callable[..., Any], precision: str, prop: str) -> tuple[Any, Any, float] | None:
+    """(rewards, advantages, tolerance) of the target on :func:`merging_batch`, the tolerance 10× the precision's
+    fit tolerance of its largest |Â|; None where it fails there, gives a non-finite value, or computes in 16 bits
+    (whose rounding is the size of the gaps a diagnosis looks for)."""
+    if fit_tolerance(precision) > 1e-3:
         return None
     R = merging_batch()
     try:
-        A = call_target(target, R, G, "merged_groups")
+        A = call_target(target, R, G, prop)
     except (PropertyViolation, TargetError, ValueError, TypeError):
         return None
     if not np.all(np.isfinite(A)):
         return None
-    tol = 10 * fit_tolerance(precision) * max(float(np.abs(A).max()), 1e-30)
+    return R, A, 10 * fit_tolerance(precision) * max(float(np.abs(A).max()), 1e-30)
+
+
+def merged_groups(target: Callable[..., Any], precision: str) -> Finding | None:
+    """A ``merged_groups`` finding where the target's advantages put several groups of the diagnosis batch on one
+    affine map of their rewards, else None (also where a group's advantages are no affine map of its rewards, or
+    the target fails on the batch)."""
+    got = diagnosis_outputs(target, precision, "merged_groups")
+    if got is None:
+        return None
+    R, A, tol = got
     Rg, Ag = R.reshape(-1, G), A.reshape(-1, G)
     lines = [np.polyfit(r, a, 1) for r, a in zip(Rg, Ag)]
     if any(np.abs(np.polyval(line, r) - a).max() > tol for line, r, a in zip(lines, Rg, Ag)):

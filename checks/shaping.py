@@ -23,11 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks.infer import fit_tolerance
-from grpo_identity.checks.merging import G, merging_batch
-from grpo_identity.checks.properties import PropertyViolation, call_target
+from grpo_identity.checks.merging import G, diagnosis_outputs
 from grpo_identity.checks.report import Finding
-from grpo_identity.checks.target import TargetError
 
 __all__ = ["folded_score"]
 
@@ -37,17 +34,11 @@ def folded_score(target: Callable[..., Any], precision: str) -> Finding | None:
     of Rᵢ + c·Lᵢ (one c ≠ 0 for all groups, Lᵢ the token counts the target was given), else None."""
     from grpo_identity.checks.frameworks import lengths_by_reward
 
-    if fit_tolerance(precision) > 1e-3:  # 16-bit: too coarse to tell a per-token term
+    got = diagnosis_outputs(target, precision, "reward_folded")
+    if got is None:
         return None
-    R = merging_batch()
-    try:
-        A = call_target(target, R, G, "reward_folded")
-    except (PropertyViolation, TargetError, ValueError, TypeError):
-        return None
-    if not np.all(np.isfinite(A)):
-        return None
+    R, A, tol = got
     L = lengths_by_reward(R).astype(np.float64)
-    tol = 10 * fit_tolerance(precision) * max(float(np.abs(A).max()), 1e-30)
     ratios = []
     for r, ell, a in zip(R.reshape(-1, G), L.reshape(-1, G), A.reshape(-1, G)):
         X = np.column_stack([r, ell, np.ones(G)])
