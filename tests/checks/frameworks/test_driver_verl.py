@@ -233,7 +233,7 @@ def test_verls_estimator_function_is_audited_as_written_with_its_uid_grouping(ca
     assert out["verdict"] == "deviation" and lone and "a lone answer" in lone[0]["message"]  # mean 0, std 1 there
 
 
-_ESTIMATORS = ("grpo", "opo", "rloo", "reinforce_plus_plus_baseline", "gdpo", "gpg")
+_ESTIMATORS = ("grpo", "opo", "reinforce_plus_plus_baseline", "gdpo", "gpg")
 
 
 @pytest.mark.slow
