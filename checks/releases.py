@@ -364,7 +364,11 @@ class ReleaseEnv:
     def summary(self) -> dict[str, Any]:
         """What a report carries of it: where, resolved how and as of when, and the versions."""
         keys = ("path", "method", "as_of", "uploaded", "note", "made", "versions")
-        return {k: self.record.get(k) for k in keys if self.record.get(k) not in (None, "", [])}
+        out = {k: self.record.get(k) for k in keys if self.record.get(k) not in (None, "", [])}
+        if "path" in out:  # a report may be stored or shared: the home folder is written as ~
+            home = str(Path.home())
+            out["path"] = "~" + out["path"][len(home) :] if out["path"].startswith(home + "/") else out["path"]
+        return out
 
 
 def package_map() -> dict[str, str]:

@@ -8,6 +8,8 @@ imported), so a lazy ``import`` inside a function counts like one at the top.
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,34 @@ def test_no_function_is_longer_than_eighty_lines():
 
 def test_the_length_check_finds_a_long_function():
     assert long_functions(limit=20), "some function of the package is longer than 20 lines"
+
+
+#: an absolute path into a user's home or this machine's scratch folders
+MACHINE_PATH = re.compile(r"(?<![\w.~])/(?:root|home/[\w.-]+|Users/[\w.-]+|tmp/pytest-of-[\w.-]+)/")
+
+
+def machine_paths(root: Path = ROOT) -> list[str]:
+    """Committed text files that hold an absolute path of the machine that wrote them."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    found = []
+    for name in filter(None, listed.stdout.split("\0")):
+        path = root / name
+        if path.suffix in {".png", ".pdf", ".gz", ".zip"} or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found += [f"{name}: {m.group(0)}" for m in MACHINE_PATH.finditer(text)][:1]
+    return found
+
+
+def test_no_committed_file_holds_a_path_of_the_machine_that_wrote_it():
+    assert machine_paths() == []
+
+
+def test_the_path_check_finds_a_home_folder(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    home = "/" + "root"  # spelled in two parts, so that this file does not hold what it looks for
+    (tmp_path / "r.jsonl").write_text('{"path": "%s/.cache/x", "ok": "~/.cache/y"}\n' % home)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "r.jsonl"], check=True)
+    assert machine_paths(tmp_path) == [f"r.jsonl: {home}/"]

@@ -279,5 +279,11 @@ def test_an_audit_from_a_second_venv_finds_the_same_release_environment_and_runs
     run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert run.returncode in (0, 1), run.stderr[-2000:]
     env = json.loads(run.stdout)["target_info"]["environment"]
-    assert env["path"] == mine.record["path"]  # the same environment, not one of its own
+    assert env["path"] == mine.summary()["path"]  # the same environment, not one of its own
     assert env["versions"]["trl"] == "1.16.0" and env["as_of"] and env["method"].startswith("as of the release")
+
+
+def test_a_reports_environment_path_writes_the_home_folder_as_a_tilde():
+    inside = R.ReleaseEnv("trl", "1.0", "py", {"path": str(Path.home() / ".cache" / "e")})
+    outside = R.ReleaseEnv("trl", "1.0", "py", {"path": "/opt/e"})
+    assert inside.summary()["path"] == "~/.cache/e" and outside.summary()["path"] == "/opt/e"
