@@ -228,18 +228,25 @@ def _become_subreaper() -> None:
 
 
 def _own_network() -> None:
-    """Linux, where the process may (root, CAP_SYS_ADMIN): this process and whatever it starts move to a network
-    namespace of their own that holds only the loopback, brought up so that torch.distributed's ranks still meet
-    on it (gloo told to use it); no target can reach the network, whatever it sets (elsewhere, or where the call is
-    refused: nothing; the offline settings still hold)."""
+    """Linux: this process and whatever it starts move to a network namespace of their own that holds only the
+    loopback, brought up so that torch.distributed's ranks still meet on it (gloo told to use it); no target can
+    reach the network, whatever it sets.  As root the namespace is taken directly; any other user takes it
+    inside a user namespace of its own, its user and group mapped to themselves (files read and written as
+    before).  Elsewhere, or where the kernel refuses both: nothing; the offline settings still hold."""
     try:
         import ctypes
         import fcntl
         import socket
         import struct
 
-        if ctypes.CDLL("libc.so.6", use_errno=True).unshare(0x40000000) != 0:  # CLONE_NEWNET
+        uid, gid = os.geteuid(), os.getegid()
+        flags = 0x40000000 | (0x10000000 if uid != 0 else 0)  # CLONE_NEWNET, and CLONE_NEWUSER when not root
+        if ctypes.CDLL("libc.so.6", use_errno=True).unshare(flags) != 0:
             return
+        if uid != 0:
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             ifreq = struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40)  # IFF_UP | IFF_LOOPBACK | IFF_RUNNING
             fcntl.ioctl(s, 0x8914, ifreq + bytes(40 - len(ifreq)))  # SIOCSIFFLAGS

@@ -600,6 +600,7 @@ def ragged_groups(target: Target, batch: Any, ctx: Context, rng: np.random.Gener
     r, G = batch.contiguous(), batch.group_size
     R = r.reshape(-1, G)
     sizes = rng.integers(1, G + 1, size=R.shape[0])
+    sizes[rng.integers(R.shape[0])] = 1  # a lone answer in every example (the case that shows a missing baseline)
     rows = np.concatenate([R[g, rng.permutation(G)[: sizes[g]]] for g in range(R.shape[0])])
     ids = np.repeat(np.arange(R.shape[0]), sizes)
     order = rng.permutation(rows.size)
@@ -683,15 +684,21 @@ def _call_filter(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.n
             f"returned shape {out.shape} for {n} groups (G={G}); a filter returns one bool per group",
             _example(rewards, G, out),
         )
-    if out.dtype != np.bool_:
-        if np.issubdtype(out.dtype, np.number) and np.all((out == 0) | (out == 1)):
-            return out.astype(bool)
-        raise PropertyViolation(
-            prop,
-            f"returned dtype {out.dtype} with values {_fmt(out)}; a filter returns bools",
-            _example(rewards, G, out),
-        )
-    return out
+    return _as_flags(out, rewards, G, prop, "a filter returns one bool per group")
+
+
+def _as_flags(out: np.ndarray, rewards: np.ndarray, G: int, prop: str, rule: str) -> np.ndarray:
+    """Flags as bools: bools as they are, numbers that are all 0 or 1 read as flags; anything else (a
+    σ, a probability, a score returned where the keep flag was meant) is a ``prop`` violation."""
+    if out.dtype == np.bool_:
+        return out
+    if np.issubdtype(out.dtype, np.number) and np.all((out == 0) | (out == 1)):
+        return out.astype(bool)
+    raise PropertyViolation(
+        prop,
+        f"returned dtype {out.dtype} with values {_fmt(out)}, not flags; {rule} (True = keep)",
+        _example(rewards, G, out),
+    )
 
 
 def _as_row_mask(out: np.ndarray, n: int) -> np.ndarray:
@@ -731,7 +738,8 @@ class WholeGroups:
                 "per answer",
                 _example(rewards, G, rows),
             )
-        flags = rows.astype(bool).reshape(-1, G)
+        rule = "a row filter returns one bool per answer, or the indices of the kept answers"
+        flags = _as_flags(rows, rewards, G, "filter_well_formed", rule).reshape(-1, G)
         split = np.flatnonzero(flags.any(1) & ~flags.all(1))
         if split.size:
             g = int(split[0])

@@ -80,7 +80,10 @@ def ensure_api_tree() -> None:
     want = {e.name: e.resolve() for e in source.iterdir() if e.name != "__pycache__"}
     want.update({name: (ROOT / folder).resolve() for name, folder in typecheck.MAPPED.items()})
     package = API_TREE / "grpo_identity"
-    have = {e.name: e.resolve() for e in package.iterdir()} if package.is_dir() else {}
+    try:
+        have = {e.name: e.resolve() for e in package.iterdir()} if package.is_dir() else {}
+    except OSError:  # a link removed while it was read (another build laying the tree out): lay it out again
+        have = {}
     if have != want:
         typecheck.link_tree(API_TREE)
 

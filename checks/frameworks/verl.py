@@ -301,12 +301,13 @@ def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
         raise AdapterError(f"verl {version('verl')} has no advantage estimator {spec.estimator!r}: {exc}") from None
     options = dict(spec.options)
 
-    def verl_estimator_function(rewards: np.ndarray, group_size: int) -> np.ndarray:
+    def verl_estimator_function(rewards: np.ndarray, group_size: int, ids: Any = None) -> np.ndarray:
         n = len(rewards)
         order = np.random.default_rng(n).permutation(n)  # verl groups by uid, not by position
         scores, mask = token_view(rewards)  # unequal lengths, holes, the reward on each answer's last token
         token_rewards = torch.as_tensor(scores[order], dtype=torch.float32)  # (bs, T)
-        index = np.array([f"uid-{i // group_size:05d}" for i in order], dtype=object)
+        groups = np.arange(n) // group_size if ids is None else np.asarray(ids)  # ragged groups come with ids
+        index = np.array([f"uid-{groups[i]}" for i in order], dtype=object)
         response_mask = torch.as_tensor(mask[order], dtype=torch.float32)
         adv, _ = est(token_level_rewards=token_rewards, response_mask=response_mask, index=index, **options)
         out = np.empty(n, dtype=np.float64)
@@ -317,6 +318,8 @@ def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
         "framework": "verl",
         "version": version("verl"),
         "entry": f"core_algos estimator {spec.estimator!r} called directly: bypasses the trainer",
+        "call": {"call": f"{spec.estimator}(token_level_rewards=TR, response_mask=MASK, index=UIDS)",
+                 "takes_ids": True, "takes_group_size": False},  # fmt: skip
         "estimator": spec.estimator,
         "options": options,
         "dtype": "float32",

@@ -168,6 +168,18 @@ def torch_by_group_ids(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.
     return out
 
 
+def keep_rows_as_float_mask(rewards, G):
+    """A row filter returning a float 0/1 mask, as ``(std > 0).float()`` does in torch: flags all the same."""
+    R = np.asarray(rewards).reshape(-1, G)
+    return np.repeat(np.ptp(R, 1) > 0, G).astype(np.float32)
+
+
+def keep_rows_returning_the_std(rewards, G):
+    """A row filter that returns each group's σ where the flag σ > 0 was meant."""
+    R = np.asarray(rewards).reshape(-1, G)
+    return np.repeat(R.std(1), G)
+
+
 def kept_row_indices(rewards, G):
     """A row filter returning the kept rows' indices (as SkyRL's zero_variance_filter does)."""
     R = np.asarray(rewards).reshape(-1, G)

@@ -227,6 +227,13 @@ def test_a_real_bug_in_user_code_is_a_fail_not_a_usage_error():
     assert report.verdict == "fail" and "cannot be interpreted as an integer" in report.findings[0].message
 
 
+def test_a_row_filter_returning_floats_is_read_as_flags_only_when_they_are_zero_or_one():
+    assert audit(f"{USER_CODE}:keep_rows_as_float_mask", kind="row-filter", expect="dapo").verdict == "pass"
+    report = audit(f"{USER_CODE}:keep_rows_returning_the_std", kind="row-filter", expect="dapo", max_examples=20)
+    assert report.verdict == "fail" and report.findings[0].property == "filter_well_formed", report.format()
+    assert "not flags" in report.findings[0].message and "one bool per answer" in report.findings[0].message
+
+
 def test_an_index_returning_row_filter_and_a_relative_tolerance_are_read_right():
     assert audit(f"{USER_CODE}:kept_row_indices", kind="row-filter", expect="dapo").verdict == "pass"
     report = audit(f"{USER_CODE}:keep_with_a_relative_tolerance", kind="filter", expect="dapo")

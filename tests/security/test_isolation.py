@@ -328,3 +328,44 @@ def test_a_target_runs_with_no_network_but_the_loopback():
         res = subprocess.run([*CLI, "audit", f"{target}:grpo", "--max-examples", "5"], capture_output=True, text=True)
         assert res.returncode == 0, res.stdout[-1000:] + res.stderr[-1000:]
         assert (Path(folder) / "sees.py.interfaces").read_text() == "lo"
+
+
+NETWORK_AFTER = """
+import os, socket
+_own_network()
+names = sorted(ln.split(":")[0].strip() for ln in open("/proc/net/dev").readlines()[2:])
+try:
+    socket.create_connection(("192.0.2.1", 9), timeout=2)
+    out = "reached"
+except OSError as exc:
+    out = type(exc).__name__
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+print(" ".join(names), out, os.geteuid())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/net/dev").is_file(), reason="a network namespace needs Linux")
+def test_a_user_without_root_also_gets_the_loopback_alone():
+    """The child's own function, run as a user that is not root (nobody, where this test runs as root)."""
+    import inspect
+    import shutil
+
+    from grpo_identity.checks import child
+
+    if len(Path("/proc/net/dev").read_text().splitlines()) <= 3:
+        pytest.skip("this machine has no network interface besides the loopback")
+    code = inspect.getsource(child._own_network) + NETWORK_AFTER
+    cmd = [sys.executable, "-c", code]
+    if os.geteuid() == 0:
+        system_python = shutil.which("python3", path="/usr/bin:/bin")
+        if shutil.which("setpriv") is None or system_python is None:
+            pytest.skip("running as root with no setpriv or system python to become another user")
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", system_python, "-c", code]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/")
+    assert res.returncode == 0, res.stderr[-1000:]
+    names, reached, uid = res.stdout.split()
+    if names != "lo" and Path("/proc/sys/user/max_user_namespaces").read_text().strip() == "0":
+        pytest.skip("this kernel allows no user namespace")
+    assert (names, reached) == ("lo", "OSError") and int(uid) != 0, res.stdout
