@@ -600,7 +600,8 @@ def ragged_groups(target: Target, batch: Any, ctx: Context, rng: np.random.Gener
     r, G = batch.contiguous(), batch.group_size
     R = r.reshape(-1, G)
     sizes = rng.integers(1, G + 1, size=R.shape[0])
-    sizes[rng.integers(R.shape[0])] = 1  # a lone answer in every example (the case that shows a missing baseline)
+    if R.shape[0] > 1:  # a lone answer beside other groups in every example (it shows a missing baseline)
+        sizes[rng.integers(0, R.shape[0], size=1)] = 1
     rows = np.concatenate([R[g, rng.permutation(G)[: sizes[g]]] for g in range(R.shape[0])])
     ids = np.repeat(np.arange(R.shape[0]), sizes)
     order = rng.permutation(rows.size)

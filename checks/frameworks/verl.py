@@ -318,8 +318,11 @@ def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
         "framework": "verl",
         "version": version("verl"),
         "entry": f"core_algos estimator {spec.estimator!r} called directly: bypasses the trainer",
-        "call": {"call": f"{spec.estimator}(token_level_rewards=TR, response_mask=MASK, index=UIDS)",
-                 "takes_ids": True, "takes_group_size": False},  # fmt: skip
+        "call": {
+            "call": f"{spec.estimator}(token_level_rewards=TR, response_mask=MASK, index=UIDS)",
+            "takes_ids": True,
+            "takes_group_size": False,
+        },  # fmt: skip
         "estimator": spec.estimator,
         "options": options,
         "dtype": "float32",

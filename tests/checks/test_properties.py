@@ -243,7 +243,8 @@ def test_kept_by_definition_keeps_exactly_the_groups_with_two_distinct_rewards()
 def test_a_filter_may_return_zeros_and_ones_but_not_other_numbers():
     P.filter_well_formed(lambda r, G: np.array([0, 1]), two_valued([1.0, 1.0, 0.0, 1.0], 2), CTX64, RNG)
     with pytest.raises(
-        P.PropertyViolation, match="returned dtype int64 with values \\[0, 2\\]; a filter returns bools"
+        P.PropertyViolation,
+        match="returned dtype int64 with values \\[0, 2\\], not flags; a filter returns one bool per group",
     ):
         P.filter_well_formed(lambda r, G: np.array([0, 2]), two_valued([1.0, 1.0, 0.0, 1.0], 2), CTX64, RNG)
 
@@ -330,3 +331,24 @@ def test_at_every_precision_a_real_push_on_a_silent_group_still_fails(precision)
     assert ctx.tol.zero_floor(1.0, rows=r.size) < 0.01
     with pytest.raises(P.PropertyViolation, match="silent_groups_exactly_zero"):
         P.silent_groups_exactly_zero(pushes, batch(r, G), ctx, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_ragged_example_holds_a_lone_answer_so_a_missing_baseline_shows_at_once(seed):
+    from grpo_identity.checks.strategies import RewardBatch
+
+    def no_baseline_when_alone(r, G, ids):  # OPO-style: a group of one keeps its raw reward
+        out = np.zeros_like(r)
+        for u in np.unique(ids):
+            at = ids == u
+            out[at] = r[at] if at.sum() == 1 else r[at] - r[at].mean()
+        return out
+
+    batch = RewardBatch(np.array([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0]), 4, "binary")
+
+    def centred(r, ids):  # the reference: each group centred on its own mean, a lone answer 0
+        return np.array([r[i] - r[ids == ids[i]].mean() for i in range(r.size)])
+
+    ctx = P.Context(P.Tolerance.for_precision("float64"), reference_ids=centred, ragged=True)
+    with pytest.raises(P.PropertyViolation, match="a lone answer"):
+        P.ragged_groups(no_baseline_when_alone, batch, ctx, np.random.default_rng(seed))
