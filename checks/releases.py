@@ -365,9 +365,9 @@ class ReleaseEnv:
         """What a report carries of it: where, resolved how and as of when, and the versions."""
         keys = ("path", "method", "as_of", "uploaded", "note", "made", "versions")
         out = {k: self.record.get(k) for k in keys if self.record.get(k) not in (None, "", [])}
-        if "path" in out:  # a report may be stored or shared: the home folder is written as ~
-            home = str(Path.home())
-            out["path"] = "~" + out["path"][len(home) :] if out["path"].startswith(home + "/") else out["path"]
+        path, home = str(out.get("path", "")), str(Path.home())
+        if path.startswith(home + "/"):  # a report may be stored or shared: the home folder is written as ~
+            out["path"] = "~" + path[len(home) :]
         return out
 
 

@@ -206,6 +206,6 @@ def test_no_committed_file_holds_a_path_of_the_machine_that_wrote_it():
 def test_the_path_check_finds_a_home_folder(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     home = "/" + "root"  # spelled in two parts, so that this file does not hold what it looks for
-    (tmp_path / "r.jsonl").write_text('{"path": "%s/.cache/x", "ok": "~/.cache/y"}\n' % home)
+    (tmp_path / "r.jsonl").write_text(f'{{"path": "{home}/.cache/x", "ok": "~/.cache/y"}}\n')
     subprocess.run(["git", "-C", str(tmp_path), "add", "r.jsonl"], check=True)
     assert machine_paths(tmp_path) == [f"r.jsonl: {home}/"]
