@@ -15,7 +15,6 @@ True
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import inspect
 import json
@@ -30,7 +29,6 @@ __all__ = [
     "cli_reference",
     "cheat_sheet",
     "properties_and_findings",
-    "finding_names",
     "theorems",
     "report_json_schema",
     "report_schema",
@@ -221,91 +219,6 @@ def cheat_sheet() -> str:
 
 
 # --- properties and findings --------------------------------------------------------------------
-#: the calls that name a finding, and the position of their severity argument (and its default)
-_FINDING_CALLS = {"Finding": (3, "fail"), "PropertyViolation": (3, "fail"), "_finding": (2, "note")}
-
-
-def _checks_modules() -> list[tuple[str, Path]]:
-    import grpo_identity.checks as checks
-
-    root = Path(checks.__file__).resolve().parent
-    named = (
-        (".".join(("grpo_identity.checks", *p.relative_to(root).with_suffix("").parts)), p) for p in root.rglob("*.py")
-    )
-    return sorted((name.removesuffix(".__init__"), p) for name, p in named)
-
-
-def _enclosing_functions(tree: ast.AST) -> dict[int, ast.FunctionDef | ast.AsyncFunctionDef]:
-    """id of every call node → the innermost function that holds it."""
-    owner: dict[int, ast.FunctionDef | ast.AsyncFunctionDef] = {}
-
-    def visit(node: ast.AST, fn: ast.FunctionDef | ast.AsyncFunctionDef | None) -> None:
-        for child in ast.iter_child_nodes(node):
-            inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else fn
-            if isinstance(child, ast.Call) and inner is not None:
-                owner[id(child)] = inner
-            visit(child, inner)
-
-    visit(tree, None)
-    return owner
-
-
-def _literal_name(node: ast.expr, fn: ast.AST | None) -> str | None:
-    """A finding's name when it is a string literal, or a local variable assigned one literal."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.Name) and fn is not None:
-        values = {
-            a.value.value
-            for a in ast.walk(fn)
-            if isinstance(a, ast.Assign)
-            and isinstance(a.value, ast.Constant)
-            and isinstance(a.value.value, str)
-            and any(isinstance(t, ast.Name) and t.id == node.id for t in a.targets)
-        }
-        if len(values) == 1:
-            return values.pop()
-    return None
-
-
-def finding_names() -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Every finding name the audit's modules raise, read from their source: the name's severities,
-    modules and the docstrings of the functions that raise it; and the calls whose name is computed
-    at run time (``module:line``), which no page can list."""
-    found: dict[str, dict[str, Any]] = {}
-    computed: list[str] = []
-    for module, path in _checks_modules():
-        tree = ast.parse(path.read_text(), filename=str(path))
-        owner = _enclosing_functions(tree)
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call) or not node.args:
-                continue
-            callee = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
-            if callee not in _FINDING_CALLS:
-                continue
-            fn = owner.get(id(node))
-            name = _literal_name(node.args[0], fn)
-            if name is None:
-                if isinstance(node.args[0], ast.JoinedStr):  # attribute pass-throughs are not new names
-                    computed.append(f"{module}:{node.lineno}")
-                continue
-            at, default = _FINDING_CALLS[callee]
-            severity_node = node.args[at] if len(node.args) > at else None
-            for kw in node.keywords:
-                if kw.arg == "severity":
-                    severity_node = kw.value
-            if severity_node is None:
-                severity = default
-            elif isinstance(severity_node, ast.Constant) and isinstance(severity_node.value, str):
-                severity = severity_node.value
-            else:
-                severity = "fail, deviation or note"
-            entry = found.setdefault(name, {"severities": set(), "modules": set(), "raised_in": {}})
-            entry["severities"].add(severity)
-            entry["modules"].add(module)
-            if fn is not None:
-                entry["raised_in"][f"{module}.{fn.name}"] = _first_paragraph(ast.get_docstring(fn))
-    return found, computed
 
 
 def _property_rows(props: tuple[Callable[..., Any], ...]) -> list[list[str]]:
@@ -317,14 +230,13 @@ def _law_rows(laws: dict[str, str]) -> list[list[str]]:
 
 
 def properties_and_findings() -> str:
-    """Every property the audit tests, its edge probes, every finding name it can report (read
-    from the modules that raise them) and the laws its measurements are named by."""
+    """Every property the audit tests, its edge probes, every finding name it can report
+    (:data:`~grpo_identity.checks.findings.FINDINGS`) and the laws its measurements are named by."""
     from grpo_identity.checks import offpolicy, probes
     from grpo_identity.checks import properties as P
+    from grpo_identity.checks.findings import FINDINGS
     from grpo_identity.checks.report import SEVERITIES, VERDICTS, WEIGHTS, Finding
 
-    props = {p.__name__: p for p in (*P.ADVANTAGE_PROPERTIES, *P.LAYOUT_PROPERTIES, *P.FILTER_PROPERTIES)}
-    found, computed = finding_names()
     severity_doc = _attribute_docs(Finding).get("severity", "")
     out = [
         _NOTICE.format(name="properties_and_findings"),
@@ -342,26 +254,12 @@ def properties_and_findings() -> str:
         "\n## Edge probes\n\nBatches real trainers meet that the property search does not draw; each is "
         "called once and reports a finding named `probe_…`.\n\n",
         _table(["probe", "what it sends"], _property_rows((*probes.PROBES, probes.filter_singletons))),
-        "\n## Findings\n\nEvery finding name the audit's modules raise, with the severities it is raised "
-        "with and where; the meaning is the property's, else the first paragraph of the function that "
-        "raises it.\n\n",
+        "\n## Findings\n\nEvery finding name a report can carry, by the stage of the audit that raises it, "
+        "with the severities it is raised with "
+        "([`FINDINGS`][grpo_identity.checks.findings.FINDINGS], the one list the modules raise from).\n\n",
     ]
-    rows = []
-    for name in sorted(found):
-        entry = found[name]
-        if name in props:
-            meaning = _first_paragraph(props[name].__doc__)
-        else:
-            meaning = " / ".join(dict.fromkeys(d for d in entry["raised_in"].values() if d)) or "-"
-        where = ", ".join(f"`{m.removeprefix('grpo_identity.checks.')}`" for m in sorted(entry["modules"]))
-        severities = ", ".join(sorted(entry["severities"], key=lambda s: (s not in SEVERITIES, s)))
-        rows.append([f"`{name}`", _text(severities), where, _doc(meaning)])
-    out.append(_table(["finding", "severity", "raised in", "meaning"], rows))
-    if computed:
-        out.append(
-            "\nSome names are computed when the finding is raised and cannot be listed here; they are "
-            "raised at " + ", ".join(f"`{c}`" for c in computed) + ".\n"
-        )
+    rows = [[f"`{k.name}`", k.stage, ", ".join(k.severities), _doc(k.meaning)] for k in FINDINGS.values()]
+    out.append(_table(["finding", "stage", "severity", "meaning"], rows))
     out += [
         "\n## Per-sample weight laws\n\nThe gradient level names how an answer's score is weighted "
         "(`inferred.per_sample_weight`, and the optimizer step's `inferred.step.weight`); `other` when no law "
@@ -469,17 +367,18 @@ def report_json_schema() -> dict[str, Any]:
     :class:`~grpo_identity.checks.report.Finding` and :class:`~grpo_identity.checks.report.Inferred`;
     the keys every report has are those ``to_dict`` writes for an empty report."""
     from grpo_identity.checks import KINDS, LEVELS
+    from grpo_identity.checks.findings import FINDINGS
     from grpo_identity.checks.report import SEVERITIES, VERDICTS, Finding, Inferred, Report
 
     refs = {Report: "#", Finding: "#/$defs/Finding", Inferred: "#/$defs/Inferred"}
     empty = Report("t", LEVELS[0], KINDS[0], VERDICTS[0], None, None, Inferred(), [])
-    enums = {"level": LEVELS, "kind": KINDS, "verdict": VERDICTS, "severity": SEVERITIES}
+    enums = {"level": LEVELS, "kind": KINDS, "verdict": VERDICTS, "severity": SEVERITIES, "property": tuple(FINDINGS)}
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "grpo-identity audit report",
         **_object_schema(Report, refs, list(empty.to_dict()), enums),
         "$defs": {
-            "Finding": _object_schema(Finding, refs, list(Finding("p", "m").to_dict()), enums),
+            "Finding": _object_schema(Finding, refs, list(Finding("probe", "m").to_dict()), enums),
             "Inferred": _object_schema(Inferred, refs, list(Inferred().to_dict()), enums),
         },
     }

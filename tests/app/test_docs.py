@@ -127,20 +127,10 @@ def test_the_properties_page_lists_every_property_probe_and_law():
         assert f"| `{law}` |" in page, law
 
 
-def test_finding_names_are_read_from_the_source_literals_and_local_names_included():
-    found, computed = docs.finding_names()
-    assert {"split_invariance", "probe_singleton", "matches_preset", "identity_G1", "isolate"} <= set(found)
-    # verdict.py raises it through a local variable (`wrong = "keeps_groups_with_nonzero_std"`)
-    assert "grpo_identity.checks.verdict" in found["keeps_groups_with_nonzero_std"]["modules"]
-    assert found["matches_preset"]["severities"] >= {"fail", "deviation", "note"}
-    assert found["probe_singleton"]["modules"] == {"grpo_identity.checks.probes"}
-    assert computed == []  # every finding name is a literal (the probes' names are PROBE_FINDINGS)
-    assert {"probe_remainder", "probe_tiny_spread", "probe_filter_singleton"} <= set(found)
-
-
 def test_every_finding_a_real_audit_reported_is_on_the_properties_page():
     from grpo_identity import dial as D
     from grpo_identity.checks import audit
+    from grpo_identity.checks.findings import FINDINGS
 
     reports = [*_reports(), audit(lambda r, G: D.advantages(r, G, D.GRPO), max_examples=10).to_dict()]
     reported = set()
@@ -148,10 +138,9 @@ def test_every_finding_a_real_audit_reported_is_on_the_properties_page():
         for level in (r, r.get("advantage") or {}):
             reported |= {f["property"] for f in level.get("findings", [])}
     page = docs.properties_and_findings()
-    found, _ = docs.finding_names()
     assert len(reported) >= 5
     for name in reported:
-        assert name in found and f"| `{name}` |" in page, name
+        assert name in FINDINGS and f"| `{name}` |" in page, name
 
 
 # --- the report's schema ------------------------------------------------------------------------

@@ -28,6 +28,10 @@ _STATEMENT = re.compile(r'^statement\("(\w+)"\)$')
 _PROVE = re.compile(r'^prove\("(\w+)"\)')
 
 
+#: the tests that read the executed notebooks run in one worker, so that they are executed once
+RENDERED = pytest.mark.xdist_group("rendered_notebooks")
+
+
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     """All five notebooks executed and rendered once for the slow tests of this module."""
@@ -114,6 +118,7 @@ def test_the_default_notebooks_folder_is_the_checkouts():
 
 # --- slow: execute everything --------------------------------------------------------------
 @pytest.mark.slow
+@RENDERED
 def test_every_notebook_executes_without_an_error_cell(executed):
     assert executed["ok"] is True
     assert [nb["name"] for nb in executed["notebooks"]] == NAMES
@@ -127,6 +132,7 @@ def test_every_notebook_executes_without_an_error_cell(executed):
 
 
 @pytest.mark.slow
+@RENDERED
 def test_rendered_pages_hold_the_latex_of_every_theorem(executed):
     pages = "".join(_page(executed, name) for name in NAMES)
     for t in THEOREMS:
@@ -134,6 +140,7 @@ def test_rendered_pages_hold_the_latex_of_every_theorem(executed):
 
 
 @pytest.mark.slow
+@RENDERED
 def test_every_notebook_page_embeds_at_least_one_figure(executed):
     for nb in executed["notebooks"]:
         page = _page(executed, nb["name"])
@@ -157,6 +164,7 @@ def test_a_failing_cell_is_reported_and_the_render_is_not_ok(tmp_path):
 @pytest.mark.skipif(
     browser_executable() is None, reason="no headless Chromium on PATH (Debian: apt-get install chromium)"
 )
+@RENDERED
 def test_headless_chromium_typesets_the_math_and_shows_the_figures(executed):
     dom = browser_dom(Path(executed["out"]) / "01_identity.html")
     displays = len(re.findall(r'class="MathJax_Display"', dom))

@@ -172,7 +172,7 @@ def test_two_trl_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
     pytest.importorskip("trl")
     from grpo_identity.checks.child import close_warm_children, warm_children
 
-    configs = [["loss_type=grpo"], ["loss_type=dr_grpo", "scale_rewards=none"], ["bf16=true"]]
+    configs = [["loss_type=grpo"], ["loss_type=dr_grpo", "scale_rewards=none", "bf16=true"]]
     close_warm_children()
     warm = [without_seconds(audit("trl", sets=c, max_examples=30).to_dict()) for c in configs]
     assert sum(warm_children().values()) == 1  # the later audits reused the first one's child
