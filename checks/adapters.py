@@ -40,28 +40,20 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, parse_spec
+from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
 from grpo_identity.checks.spec import is_framework
 
 __all__ = ["ADAPTERS", "names", "is_adapter", "build", "describe"]
 
-#: adapter family -> one-line description (for ``--help`` and reports)
+#: adapter family -> one-line description (for ``--help`` and reports): the presets, then each framework's forms
 ADAPTERS: dict[str, str] = {
     "<preset>": "a preset of the dial (grpo, dr_grpo, dapo, rloo; preset:NAME for any, e.g. preset:openrlhf): the "
     "reference itself",
-    "trl": "TRL's GRPOTrainer from a GRPOConfig (--set scale_rewards=none, --set loss_type=dr_grpo …; short form "
-    "trl:scale_rewards=none)",
-    "verl": "verl's trainer dispatch from its config (--set algorithm.adv_estimator=grpo …; short form "
-    "verl:grpo:norm_adv_by_std_in_grpo=false)",
-    "areal": "AReaL's PPO actor (compute_advantages) from its config (--set actor.reward_norm.mean_level=group --set "
-    "actor.adv_norm=null …)",
-    "verl:estimator=NAME": "verl's core_algos estimator function alone, e.g. verl:estimator=grpo_vectorized "
-    "(bypasses the trainer)",
-    "openrlhf": "OpenRLHF's experience maker from its train_ppo_ray options (--set "
-    "algo.advantage.estimator=group_norm …; short form openrlhf:group_norm; --release 0.11.2)",
+    **{form: line for e in FRAMEWORK_TABLE.values() for form, line in ((e.name, e.summary), *e.forms)},
 }
 
 #: versions the CI tests pin (``make setup`` installs exactly these)
-TESTED_VERSIONS = {"trl": "1.16.0", "verl": "0.9.1", "areal": "1.0.4", "openrlhf": "0.11.2"}
+TESTED_VERSIONS = {e.name: e.tested for e in FRAMEWORK_TABLE.values()}
 
 
 def names() -> list[str]:
@@ -121,9 +113,7 @@ def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
         raise AdapterError(f"{fs.describe()} computes advantages; only presets can be audited as filters")
     import importlib
 
-    drv: Any = importlib.import_module(
-        f"grpo_identity.checks.frameworks.{fs.framework}"
-    )  # the driver: .trl, .verl or .openrlhf
+    drv: Any = importlib.import_module(FRAMEWORK_TABLE[fs.framework].driver)
     from importlib.metadata import version
 
     release = f"{fs.framework} {version(fs.framework)}"

@@ -231,8 +231,23 @@ def _own_network() -> None:
     """Linux: this process and whatever it starts move to a network namespace of their own that holds only the
     loopback, brought up so that torch.distributed's ranks still meet on it (gloo told to use it); no target can
     reach the network, whatever it sets.  As root the namespace is taken directly; any other user takes it
-    inside a user namespace of its own, its user and group mapped to themselves (files read and written as
-    before).  Elsewhere, or where the kernel refuses both: nothing; the offline settings still hold."""
+    inside a user namespace of its own, its effective user and group mapped to themselves (files read and
+    written as before; a real uid other than the effective one shows as the overflow uid there, as the kernel
+    maps one id only).  A forked copy tries the whole sequence first: where the kernel refuses any step (no
+    user namespaces, a seccomp or AppArmor rule), this process is left on the network it had, never in a
+    namespace whose loopback is down; elsewhere nothing changes either, and the offline settings still hold."""
+    if not hasattr(os, "fork") or not os.path.exists("/proc/self/ns/net"):
+        return
+    pid = os.fork()
+    if pid == 0:  # the trial: exit 0 only where every step went through
+        os._exit(0 if _enter_own_network() else 1)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == 0:
+        _enter_own_network()
+
+
+def _enter_own_network() -> bool:
+    """The steps of :func:`_own_network` in this process; whether they all went through."""
     try:
         import ctypes
         import fcntl
@@ -242,7 +257,7 @@ def _own_network() -> None:
         uid, gid = os.geteuid(), os.getegid()
         flags = 0x40000000 | (0x10000000 if uid != 0 else 0)  # CLONE_NEWNET, and CLONE_NEWUSER when not root
         if ctypes.CDLL("libc.so.6", use_errno=True).unshare(flags) != 0:
-            return
+            return False
         if uid != 0:
             for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
                 with open(f"/proc/self/{name}", "w") as f:
@@ -251,8 +266,9 @@ def _own_network() -> None:
             ifreq = struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40)  # IFF_UP | IFF_LOOPBACK | IFF_RUNNING
             fcntl.ioctl(s, 0x8914, ifreq + bytes(40 - len(ifreq)))  # SIOCSIFFLAGS
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        return True
     except (OSError, AttributeError):
-        pass
+        return False
 
 
 #: Linux's capability that lets a process open another's /proc/PID/fd and memory whatever its dumpable flag

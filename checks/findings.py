@@ -4,19 +4,28 @@ enumerates them, and the docs' findings table is this list.  ``tests/checks/test
 modules' source and checks that every name raised is here, at a severity written here, and that every name
 here is raised somewhere.
 
-Standard library only.
+A finding's severity is the one its module raises it with, except where the verdict excuses it: a fail or a
+deviation about a property that a recognised variant gives up by design (:data:`grpo_identity.variants.DEPARTURES`)
+becomes a deviation (a note where that variant was expected), and one on rewards outside a binary-only variant's
+definition a note.  :func:`may_report` says which severities a report can therefore carry.
+
+Standard library at import (the variants' departures are read when asked).
 
 >>> FINDINGS["zero_sum_per_group"].severities
 ('fail',)
 >>> meaning("no_such_finding")
 ''
+>>> may_report("zero_sum_per_group", "deviation")  # RLOO-like variants give it up by design
+True
+>>> may_report("keeps_whole_groups", "deviation")
+False
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FindingKind", "FINDINGS", "STAGES", "meaning"]
+__all__ = ["FindingKind", "FINDINGS", "STAGES", "meaning", "by_design", "may_report"]
 
 #: where in the audit a finding comes from, in the order the audit runs
 STAGES = ("probe", "advantage", "layout", "filter", "verdict", "diagnosis", "gradient", "step", "off-policy", "tool")
@@ -52,8 +61,8 @@ _KINDS = (
         "probe_remainder",
         "probe",
         _FN,
-        "n·G + G//2 rewards: a partial last group is refused (a note) or "
-        "changes the advantages of the whole groups before it (a fail).",
+        "n·G + G//2 rewards: a partial last group refused, or accepted with the whole groups unchanged (notes); "
+        "a wrong shape, NaN or inf, or whole groups changed by it (fails).",
     ),
     FindingKind(
         "probe_tiny_spread",
@@ -210,7 +219,8 @@ _KINDS = (
         "silent_nonbinary_groups_zero",
         "verdict",
         _FDN,
-        "Groups of equal non-binary rewards (0.7s) get a nonzero push, larger than the output's rounding can explain.",
+        "Groups of equal non-binary rewards (every reward 0.1, 0.3, 1/3 …) get |Â| > 0: a note where it is the "
+        "float rounding of the group mean, a fail where it is non-finite or beyond rounding.",
     ),
     FindingKind(
         "reward_aggregation",
@@ -237,9 +247,8 @@ _KINDS = (
         "per_sample_weight",
         "gradient",
         _DF,
-        "How an answer's score is weighted in the update (a constant, "
-        "1/|oᵢ|, 1/tokens of the step, …): no known law is a fail; a law other than the expected one a "
-        "deviation.",
+        "How an answer's score is weighted in the update: any law but a constant (1/|oᵢ|, 1/tokens of the step, "
+        "…) is a deviation (G1 holds with weighted means, the direction changes); no known law is a fail.",
     ),
     FindingKind(
         "uniform_within_answer",
@@ -261,7 +270,7 @@ _KINDS = (
         "masked_tokens",
         "gradient",
         _F,
-        "Masked (padding) tokens get a coefficient, or the law changes with the token totals in a way no law explains.",
+        "Tokens past the end of an answer (masked padding) get a nonzero gradient.",
     ),
     FindingKind(
         "split_step",
@@ -288,8 +297,8 @@ _KINDS = (
         "split_invariance",
         "step",
         _FDN,
-        "The update changes with how the step is split into micro-batches, "
-        "accumulation and ranks (ρ ≠ 1), and the law that explains it.",
+        "The update changes with how the step is split into micro-batches, accumulation and ranks (ρ ≠ 1), and "
+        "the law that explains it; a note where there is no update to split (G = 1).",
     ),
     FindingKind(
         "masked_normaliser",
@@ -370,3 +379,24 @@ def meaning(name: str) -> str:
     """What a finding named ``name`` means ('' for a name that is not one)."""
     kind = FINDINGS.get(name)
     return kind.meaning if kind is not None else ""
+
+
+def by_design(name: str) -> bool:
+    """Whether some variant gives up the property ``name`` by design (its finding is then excused)."""
+    from grpo_identity.variants import DEPARTURES
+
+    return any(name in props for props in DEPARTURES.values())
+
+
+def may_report(name: str, severity: str) -> bool:
+    """Whether a report can carry the finding ``name`` at ``severity``: raised so, or excused by the verdict
+    (by design: a deviation or a note; outside a binary-only variant's definition: a note)."""
+    kind = FINDINGS.get(name)
+    if kind is None:
+        return False
+    raised = set(kind.severities)
+    if raised & {"fail", "deviation"}:
+        raised.add("note")
+        if by_design(name):
+            raised.add("deviation")
+    return severity in raised

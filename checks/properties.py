@@ -608,6 +608,7 @@ def ragged_groups(target: Target, batch: Any, ctx: Context, rng: np.random.Gener
     rows, ids = rows[order], ids[order]
     A = call_target(target, rows, G, "ragged_groups", ids)
     E = np.asarray(ctx.reference_ids(rows, ids), dtype=np.float64)
+    pushed: PropertyViolation | None = None
     for g in np.unique(ids):
         at = np.flatnonzero(ids == g)
         got, want = A[at], E[at]
@@ -622,15 +623,17 @@ def ragged_groups(target: Target, batch: Any, ctx: Context, rng: np.random.Gener
                 {"group_size": G, "rewards": _list(rows), "group_ids": _list(ids), "group": int(g)},
             )
         if at.size == 1 and got[0] != 0:
-            severity = "fail" if not np.isfinite(got[0]) else "deviation"
-            raise PropertyViolation(
+            lone = PropertyViolation(
                 "ragged_groups",
                 f"a lone answer (a group of 1, reward {rows[at][0]:.6g}) gets {got[0]:.6g}: σ = 0 there, so the "
                 "identity gives it no push (NaN poisons the step; a nonzero value pushes by the raw reward, with "
                 "no baseline)",
                 {"group_size": 1, "rewards": _list(rows), "group_ids": _list(ids)},
-                severity,
+                "fail" if not np.isfinite(got[0]) else "deviation",
             )
+            if lone.severity == "fail":
+                raise lone
+            pushed = pushed or lone  # raised once every other group is checked: a fail there comes first
         scale = float(max(np.abs(want).max(), np.abs(got).max())) * 4
         if at.size > 1 and not ctx.tol.close(got, want, scale):
             kept = rows[at]
@@ -645,6 +648,8 @@ def ragged_groups(target: Target, batch: Any, ctx: Context, rng: np.random.Gener
                 f"{_fmt(want)}: the groups are not taken as the ids give them (fixed blocks of G?)",
                 {"group_size": G, "rewards": _list(rows), "group_ids": _list(ids), "group": int(g)},
             )
+    if pushed is not None:
+        raise pushed
 
 
 def _padded_to(ctx: Context, kept: np.ndarray, got: np.ndarray, sizes: set[int]) -> int:

@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE, no_deps, release_pins
+
 __all__ = [
     "NO_DEPS",
     "PACKAGE_VAR",
@@ -81,71 +83,13 @@ TEST_RUNNER = ("pytest>=8",)
 SIMPLE_INDEX = "https://pypi.org/simple"
 #: no date: the exemption of a package from ``--exclude-newer``
 FAR_FUTURE = "2999-01-01T00:00:00Z"
-#: (framework, first release, first release no longer needing them) -> extra requirements
-RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = {
-    # TRL 0.x imports trl/extras/vllm_client.py, which wants vllm under transformers 5; releases before 0.17
-    # run under the transformers of their time (4.56's Trainer calls _get_train_sampler(dataset), which
-    # 0.16's override does not take)
-    ("trl", "0.0", "0.17"): ("transformers>=4.50,<4.52",),
-    ("trl", "0.17", "0.23"): ("transformers>=4.56.1,<4.57",),
-    ("trl", "0.23", "1.0"): ("transformers<5",),
-    # verl before 0.8 imports transformers names that 5.x removed (AutoModelForVision2Seq), and
-    # pins numpy < 2, which the newest pyarrow (and the datasets built on it) no longer import with
-    ("verl", "0.0", "0.8"): ("transformers<5", "pyarrow<21", "datasets<4"),
-    # the trainer module (ray_trainer) imports these beyond verl's declared requirements
-    ("verl", "0.0", "99"): ("cachetools", "uvicorn", "fastapi", "pillow", "torchdata"),
-    # verl declares datasets unbounded: as of 0.9.1's day uv's resolver backtracked to datasets 1.1.1 (2020), whose
-    # features module needs pyarrow.PyExtensionType, gone from the pyarrow >= 19 verl requires
-    ("verl", "0.8", "99"): ("datasets>=3",),
-    # what ``import areal.trainer.ppo.actor`` / ``areal.api.cli_args`` needs (areal/__init__ imports
-    # its whole infra: loggers, stats backends, the launcher), at AReaL's own pins where it has them; the
-    # first ten are AReaL 1.0.4's declared requirements (its ranges), the rest what its modules import
-    ("areal", "0.0", "99"): (
-        "transformers>=5.0.0,<=5.3.0",
-        "datasets>=3.0.0",
-        "peft<=0.18.1",
-        "huggingface-hub",
-        "torchdata",
-        "pandas",
-        "lark",
-        "aiohttp>=3.13.3,<4",
-        "ray",
-        "wandb",
-        "omegaconf==2.4.0.dev2",
-        "hydra-core==1.4.0.dev1",
-        "colorlog",
-        "tenacity",
-        "flask",
-        "uvloop>=0.21.0",
-        "numba",
-        "einops",
-        "aiofiles",
-        "openai",
-        "swanlab==0.6.12",
-        "trackio",
-        "tensorboardX",
-        "tabulate",
-        "pybase64",
-    ),
-    # OpenRLHF goes in with --no-deps (it requires flash-attn); what its experience maker and its
-    # train_ppo_ray module import, at the versions 0.11.2 declares (ray without [default]: no dashboard)
-    ("openrlhf", "0.0", "99"): ("ray", "deepspeed", "transformers", "peft", "pylatexenc", "aiohttp", "pillow"),
-    ("openrlhf", "0.10", "0.11"): ("ray==2.48.0", "deepspeed==0.18.9", "transformers==5.5.4"),
-    ("openrlhf", "0.11", "0.12"): ("ray==2.55.0", "deepspeed==0.19.6", "transformers==5.15.0"),
-}
-#: (framework, first release, first release no longer needing it) -> packages installed with
-#: ``--no-deps`` beside the release, which itself then goes in with ``--no-deps`` too: for
-#: frameworks whose declared requirements cannot install here (a CUDA stack, another torch).
-#: What they do need is then listed in :data:`RELEASE_PINS` (installed with their dependencies,
-#: under the same constraints).
-NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = {
-    # AReaL declares torch<2.11 and ~80 requirements (agent SDKs, litellm, openhands, sglang's
-    # stack); its advantage path needs only what RELEASE_PINS lists
-    ("areal", "0.0", "99"): (),
-    # OpenRLHF declares flash-attn==2.8.3 (CUDA only) and vllm in extras; torchdata's own
-    # requirements would resolve torch again
-    ("openrlhf", "0.0", "99"): ("torchdata",),
-}
+#: (framework, first release, first release no longer needing them) -> extra requirements (each framework's
+#: :attr:`~grpo_identity.checks.frameworks.registry.FrameworkEntry.pins`, where they are written and explained)
+RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = release_pins()
+#: (framework, first release, first release no longer needing it) -> packages installed with ``--no-deps`` beside
+#: the release, which itself then goes in with ``--no-deps`` too (each framework's ``no_deps``); what they do need
+#: is then listed in :data:`RELEASE_PINS` (installed with their dependencies, under the same constraints).
+NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = no_deps()
 
 #: the module a release environment imports at start-up (its ``.pth`` line): it puts the folders that
 #: :data:`PACKAGE_VAR` names (``{"grpo_identity": folder, "grpo_identity.checks": folder, …}``) in front of
@@ -365,8 +309,8 @@ class ReleaseEnv:
         """What a report carries of it: where, resolved how and as of when, and the versions."""
         keys = ("path", "method", "as_of", "uploaded", "note", "made", "versions")
         out = {k: self.record.get(k) for k in keys if self.record.get(k) not in (None, "", [])}
-        path, home = str(out.get("path", "")), str(Path.home())
-        if path.startswith(home + "/"):  # a report may be stored or shared: the home folder is written as ~
+        path, home = str(out.get("path", "")), os.path.expanduser("~").rstrip("/")
+        if home not in ("", "~") and path.startswith(home + "/"):  # a report may be stored or shared: home is ~
             out["path"] = "~" + path[len(home) :]
         return out
 
@@ -581,7 +525,7 @@ def _import_check(env: Path, framework: str, release: str) -> None:
     """The driver imports what it needs under the environment's interpreter (the smoke test)."""
     python = _python_of(env)
     _link(python)
-    driver = f"grpo_identity.checks.frameworks.{framework}"
+    driver = FRAMEWORK_TABLE[framework].driver
     check = f"import warnings; warnings.filterwarnings('ignore'); import {driver} as d; d.import_check()"
     _run([str(python), "-c", check], f"{framework}=={release} installed but does not import here")
 

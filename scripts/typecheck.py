@@ -7,7 +7,6 @@ installs as.  Run from the repository root: ``python scripts/typecheck.py`` (``m
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -20,9 +19,13 @@ MAPPED = {"proofs": "proofs", "checks": "checks", "trainer": "trainer"}
 
 
 def link_tree(dest: Path) -> Path:
-    """DEST/grpo_identity: links to grpo_identity/'s entries and to the mapped folders (the type check, the docs)."""
+    """DEST/grpo_identity: links to grpo_identity/'s entries and to the mapped folders (the type check, the docs).
+
+    DEST itself is a link to a folder made whole beside it, and is swapped in at once (``os.replace`` of a link):
+    a reader sees the old tree or the new one, never none or half of one."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fresh = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))  # made whole, then swapped in
+    fresh = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    fresh.chmod(0o755)
     pkg = fresh / "grpo_identity"
     pkg.mkdir()
     for entry in (ROOT / "grpo_identity").iterdir():
@@ -30,14 +33,14 @@ def link_tree(dest: Path) -> Path:
             os.symlink(entry, pkg / entry.name)
     for name, folder in MAPPED.items():
         os.symlink(ROOT / folder, pkg / name)
-    old = dest.with_name(f"{fresh.name}-old")
-    with contextlib.suppress(FileNotFoundError):
-        os.rename(dest, old)  # a reader sees the old tree or the new one, never one half removed
-    try:
-        os.rename(fresh, dest)
-    except OSError:  # another process swapped its own tree in first: that one stands
-        shutil.rmtree(fresh, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
+    old = Path(os.path.realpath(dest)) if dest.is_symlink() else None
+    if dest.is_dir() and not dest.is_symlink():  # a tree of the earlier layout: a folder in its place
+        shutil.rmtree(dest)
+    link = fresh.with_name(fresh.name + ".link")
+    os.symlink(fresh.name, link)
+    os.replace(link, dest)
+    if old is not None and old != fresh and old.parent == dest.parent:
+        shutil.rmtree(old, ignore_errors=True)
     return dest
 
 

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
+
 __all__ = [
     "FRAMEWORKS",
     "ESTIMATOR_KEY",
@@ -42,10 +44,10 @@ __all__ = [
     "patched_attributes",
 ]
 
-#: frameworks with a config-driven driver
-FRAMEWORKS = ("trl", "verl", "areal", "openrlhf")
+#: frameworks with a config-driven driver (the rows of :data:`.registry.FRAMEWORK_TABLE`)
+FRAMEWORKS = tuple(FRAMEWORK_TABLE)
 #: the config key a bare word of the short form sets (``verl:rloo``, ``openrlhf:group_norm``)
-ESTIMATOR_KEY = {"verl": "algorithm.adv_estimator", "openrlhf": "algo.advantage.estimator"}
+ESTIMATOR_KEY = {e.name: e.estimator_key for e in FRAMEWORK_TABLE.values() if e.estimator_key is not None}
 #: response length budget of every driver's probe batches (tokens), and their prompts' length
 RESPONSE_LENGTH = 6
 PROMPT_LENGTH = 2
@@ -283,8 +285,8 @@ def setting_for(framework: str, what: str, value: str) -> str | None:
     import importlib
 
     try:
-        settings = importlib.import_module(f"grpo_identity.checks.frameworks.{framework}").SETTINGS
-    except (ImportError, AttributeError):
+        settings = importlib.import_module(FRAMEWORK_TABLE[framework].driver).SETTINGS
+    except (ImportError, AttributeError, KeyError):
         return None
     return settings.get(what, {}).get(value)
 

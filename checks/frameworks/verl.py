@@ -320,6 +320,8 @@ def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
         "entry": f"core_algos estimator {spec.estimator!r} called directly: bypasses the trainer",
         "call": {
             "call": f"{spec.estimator}(token_level_rewards=TR, response_mask=MASK, index=UIDS)",
+            "input": "torch",
+            "reward_dtype": "float32",
             "takes_ids": True,
             "takes_group_size": False,
         },  # fmt: skip

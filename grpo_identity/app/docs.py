@@ -234,7 +234,7 @@ def properties_and_findings() -> str:
     (:data:`~grpo_identity.checks.findings.FINDINGS`) and the laws its measurements are named by."""
     from grpo_identity.checks import offpolicy, probes
     from grpo_identity.checks import properties as P
-    from grpo_identity.checks.findings import FINDINGS
+    from grpo_identity.checks.findings import FINDINGS, FindingKind, by_design
     from grpo_identity.checks.report import SEVERITIES, VERDICTS, WEIGHTS, Finding
 
     severity_doc = _attribute_docs(Finding).get("severity", "")
@@ -255,10 +255,16 @@ def properties_and_findings() -> str:
         "called once and reports a finding named `probe_…`.\n\n",
         _table(["probe", "what it sends"], _property_rows((*probes.PROBES, probes.filter_singletons))),
         "\n## Findings\n\nEvery finding name a report can carry, by the stage of the audit that raises it, "
-        "with the severities it is raised with "
-        "([`FINDINGS`][grpo_identity.checks.findings.FINDINGS], the one list the modules raise from).\n\n",
+        "with the severities it is raised with ([`FINDINGS`][grpo_identity.checks.findings.FINDINGS], the one "
+        "list the modules raise from). The verdict excuses a fail or deviation about a property that a recognised "
+        "variant gives up by design (a deviation, a note where that variant was expected), and one on rewards "
+        "outside a binary-only variant's definition (a note).\n\n",
     ]
-    rows = [[f"`{k.name}`", k.stage, ", ".join(k.severities), _doc(k.meaning)] for k in FINDINGS.values()]
+    def severities(k: FindingKind) -> str:
+        excused = " (a deviation or note when by design)" if by_design(k.name) else ""
+        return ", ".join(k.severities) + excused
+
+    rows = [[f"`{k.name}`", k.stage, severities(k), _doc(k.meaning)] for k in FINDINGS.values()]
     out.append(_table(["finding", "stage", "severity", "meaning"], rows))
     out += [
         "\n## Per-sample weight laws\n\nThe gradient level names how an answer's score is weighted "

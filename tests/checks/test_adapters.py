@@ -59,3 +59,17 @@ def test_a_driver_that_meets_an_unknown_api_is_an_adapter_error_naming_the_relea
         match=rf"trl {version('trl')}: the driver does not know this release's API .*_generate_and_score_completions",
     ):
         adapters.build(FrameworkSpec("trl"))
+
+
+def test_one_registry_row_names_a_framework_everywhere():
+    from grpo_identity.checks import releases
+    from grpo_identity.checks.frameworks import ESTIMATOR_KEY
+    from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
+
+    assert FRAMEWORKS == tuple(FRAMEWORK_TABLE) and set(adapters.TESTED_VERSIONS) == set(FRAMEWORK_TABLE)
+    assert ESTIMATOR_KEY == {"verl": "algorithm.adv_estimator", "openrlhf": "algo.advantage.estimator"}
+    assert set(FRAMEWORK_TABLE) <= set(adapters.ADAPTERS) and "verl:estimator=NAME" in adapters.ADAPTERS
+    assert {fw for fw, _, _ in releases.RELEASE_PINS} == set(FRAMEWORK_TABLE)  # every framework pins something
+    assert releases.NO_DEPS[("openrlhf", "0.0", "99")] == ("torchdata",)
+    for entry in FRAMEWORK_TABLE.values():
+        assert importlib.util.find_spec(entry.driver) is not None, entry.driver

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from grpo_identity.checks.findings import FINDINGS, STAGES, meaning
+from grpo_identity.checks.findings import FINDINGS, STAGES, may_report, meaning
 from grpo_identity.checks.report import SEVERITIES
 
 #: the calls that name a finding, and the position of their severity argument (and its default)
@@ -137,3 +137,28 @@ def test_the_reader_finds_names_given_through_a_local_variable_and_flags_compute
 
 def test_a_name_that_is_none_has_no_meaning():
     assert meaning("zero_sum_per_group").startswith("A group's advantages") and meaning("zero_sum") == ""
+
+
+def _stored_findings() -> set[tuple[str, str]]:
+    """(name, severity) of every finding in the stored framework table, at both levels."""
+    import json
+
+    path = Path(__file__).resolve().parents[2] / "results" / "frameworks" / "audits.jsonl"
+    pairs = set()
+    for line in path.read_text().splitlines():
+        report = json.loads(line).get("report") or {}
+        for level in (report, report.get("advantage") or {}):
+            pairs |= {(f["property"], f["severity"]) for f in level.get("findings", [])}
+    return pairs
+
+
+def test_every_finding_the_stored_framework_audits_carry_is_one_a_report_may_carry():
+    pairs = _stored_findings()
+    assert len(pairs) >= 20 and ("zero_sum_per_group", "deviation") in pairs  # excused by design there
+    assert sorted(p for p in pairs if not may_report(*p)) == []
+
+
+def test_a_finding_is_excused_by_design_only_where_a_variant_gives_its_property_up():
+    assert may_report("identity_G1", "deviation") and may_report("identity_G1", "note")
+    assert not may_report("masked_tokens", "deviation") and may_report("masked_tokens", "note")
+    assert not may_report("objective", "fail") and not may_report("no_such_finding", "note")

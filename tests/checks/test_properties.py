@@ -352,3 +352,21 @@ def test_every_ragged_example_holds_a_lone_answer_so_a_missing_baseline_shows_at
     ctx = P.Context(P.Tolerance.for_precision("float64"), reference_ids=centred, ragged=True)
     with pytest.raises(P.PropertyViolation, match="a lone answer"):
         P.ragged_groups(no_baseline_when_alone, batch, ctx, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_pushed_lone_answer_does_not_hide_a_wrong_baseline_in_the_other_groups(seed):
+    from grpo_identity.checks.strategies import RewardBatch
+
+    def batch_baseline(r, G, ids):  # a lone answer keeps its raw reward; the others are centred on the batch
+        sizes = np.array([np.sum(ids == u) for u in ids])
+        return np.where(sizes == 1, r, r - r.mean())
+
+    def centred(r, ids):
+        return np.array([r[i] - r[ids == ids[i]].mean() for i in range(r.size)])
+
+    batch = RewardBatch(np.array([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]), 4, "binary")
+    ctx = P.Context(P.Tolerance.for_precision("float64"), reference_ids=centred, ragged=True)
+    with pytest.raises(P.PropertyViolation, match="not taken as the ids give them") as err:
+        P.ragged_groups(batch_baseline, batch, ctx, np.random.default_rng(seed))
+    assert err.value.severity == "fail"

@@ -283,7 +283,10 @@ def test_an_audit_from_a_second_venv_finds_the_same_release_environment_and_runs
     assert env["versions"]["trl"] == "1.16.0" and env["as_of"] and env["method"].startswith("as of the release")
 
 
-def test_a_reports_environment_path_writes_the_home_folder_as_a_tilde():
-    inside = R.ReleaseEnv("trl", "1.0", "py", {"path": str(Path.home() / ".cache" / "e")})
-    outside = R.ReleaseEnv("trl", "1.0", "py", {"path": "/opt/e"})
-    assert inside.summary()["path"] == "~/.cache/e" and outside.summary()["path"] == "/opt/e"
+def test_a_reports_environment_path_writes_the_home_folder_as_a_tilde(monkeypatch):
+    monkeypatch.setenv("HOME", "/srv/someone/")
+    inside = R.ReleaseEnv("trl", "1.0", "py", {"path": "/srv/someone/.cache/e"})
+    beside = R.ReleaseEnv("trl", "1.0", "py", {"path": "/srv/someone-else/e"})
+    assert inside.summary()["path"] == "~/.cache/e" and beside.summary()["path"] == "/srv/someone-else/e"
+    monkeypatch.setenv("HOME", "/")  # a home of / rewrites nothing
+    assert R.ReleaseEnv("trl", "1.0", "py", {"path": "/opt/e"}).summary()["path"] == "/opt/e"
