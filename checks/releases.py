@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE, no_deps, release_pins
+from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE, no_deps_table, pins_table
 
 __all__ = [
     "NO_DEPS",
@@ -85,11 +85,11 @@ SIMPLE_INDEX = "https://pypi.org/simple"
 FAR_FUTURE = "2999-01-01T00:00:00Z"
 #: (framework, first release, first release no longer needing them) -> extra requirements (each framework's
 #: :attr:`~grpo_identity.checks.frameworks.registry.FrameworkEntry.pins`, where they are written and explained)
-RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = release_pins()
+RELEASE_PINS: dict[tuple[str, str, str], tuple[str, ...]] = pins_table()
 #: (framework, first release, first release no longer needing it) -> packages installed with ``--no-deps`` beside
 #: the release, which itself then goes in with ``--no-deps`` too (each framework's ``no_deps``); what they do need
 #: is then listed in :data:`RELEASE_PINS` (installed with their dependencies, under the same constraints).
-NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = no_deps()
+NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = no_deps_table()
 
 #: the module a release environment imports at start-up (its ``.pth`` line): it puts the folders that
 #: :data:`PACKAGE_VAR` names (``{"grpo_identity": folder, "grpo_identity.checks": folder, …}``) in front of

@@ -3,7 +3,7 @@
 A row names the framework (and so its driver module, ``grpo_identity.checks.frameworks.NAME``), the release CI
 installs and a bare audit falls back to, the adapter line of ``--help``, the config key a short form's bare word
 sets, and what a release environment needs beyond the release's own requirements (:mod:`..releases` reads
-:func:`release_pins` and :func:`no_deps`).  Standard library only.
+:func:`pins_table` and :func:`no_deps_table`).  Standard library only.
 
 >>> FRAMEWORK_TABLE["verl"].estimator_key
 'algorithm.adv_estimator'
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FrameworkEntry", "FRAMEWORK_TABLE", "release_pins", "no_deps"]
+__all__ = ["FrameworkEntry", "FRAMEWORK_TABLE", "pins_table", "no_deps_table"]
 
 #: (first release, first release no longer needing them, requirements)
 Pins = tuple[tuple[str, str, tuple[str, ...]], ...]
@@ -151,12 +151,12 @@ _OPENRLHF = FrameworkEntry(
 FRAMEWORK_TABLE: dict[str, FrameworkEntry] = {e.name: e for e in (_TRL, _VERL, _AREAL, _OPENRLHF)}
 
 
-def release_pins() -> dict[tuple[str, str, str], tuple[str, ...]]:
+def pins_table() -> dict[tuple[str, str, str], tuple[str, ...]]:
     """(framework, first release, first release no longer needing them) -> extra requirements, of every entry."""
     return {(e.name, lo, hi): reqs for e in FRAMEWORK_TABLE.values() for lo, hi, reqs in e.pins}
 
 
-def no_deps() -> dict[tuple[str, str, str], tuple[str, ...]]:
+def no_deps_table() -> dict[tuple[str, str, str], tuple[str, ...]]:
     """(framework, first release, first release no longer needing them) -> the packages installed with
     ``--no-deps`` beside the release, of every entry."""
     return {(e.name, lo, hi): pkgs for e in FRAMEWORK_TABLE.values() for lo, hi, pkgs in e.no_deps}

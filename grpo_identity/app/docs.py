@@ -260,6 +260,7 @@ def properties_and_findings() -> str:
         "variant gives up by design (a deviation, a note where that variant was expected), and one on rewards "
         "outside a binary-only variant's definition (a note).\n\n",
     ]
+
     def severities(k: FindingKind) -> str:
         excused = " (a deviation or note when by design)" if by_design(k.name) else ""
         return ", ".join(k.severities) + excused
