@@ -303,9 +303,9 @@ def _convert(x: np.ndarray, input: str, dtype: str) -> Any:
 
 def _back(x: Any) -> np.ndarray:
     """An input the function got, as float64 numpy (to see whether it changed it in place)."""
-    if type(x).__module__.split(".")[0] == "torch":
-        return x.detach().double().cpu().numpy()
-    return np.asarray(x, dtype=np.float64)
+    from grpo_identity.checks.target import to_numpy
+
+    return np.asarray(to_numpy(x), dtype=np.float64)
 
 
 # --- the outputs ------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES
+from grpo_identity.checks.target import to_numpy
 
 __all__ = ["RewardBatch", "group_sizes", "reward_batches", "score_matrices", "KINDS", "DTYPES", "LAYOUTS"]
 
@@ -57,18 +58,12 @@ class RewardBatch:
 
     def contiguous(self) -> np.ndarray:
         """The rewards as float64 numpy, laid out group by group."""
-        r = _to_numpy(self.rewards).astype(np.float64)
+        r = to_numpy(self.rewards).astype(np.float64)
         if self.order is None:
             return r
         out = np.empty_like(r)
         out[self.order] = r
         return out
-
-
-def _to_numpy(x: Any) -> np.ndarray:
-    if type(x).__module__.split(".")[0] == "torch":
-        return x.detach().float().cpu().numpy()
-    return np.asarray(x)
 
 
 def _check_choice(name: str, values: Sequence[str], allowed: Sequence[str]) -> tuple[str, ...]:

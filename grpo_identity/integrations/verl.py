@@ -33,6 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import dial as D
+from grpo_identity.checks.target import to_numpy
 from grpo_identity.integrations.metrics import (
     DEFAULT_EPS,
     DEFAULT_PRIOR_ROLLOUTS,
@@ -47,7 +48,7 @@ logger = logging.getLogger("grpo_identity")
 
 
 def _numpy(x: Any) -> np.ndarray:
-    return np.asarray(x.detach().to("cpu").double().numpy() if hasattr(x, "detach") else x, dtype=np.float64)
+    return np.asarray(to_numpy(x), dtype=np.float64)
 
 
 def read_dataproto(batch: Any) -> tuple[np.ndarray, np.ndarray, int, list[Any]]:
