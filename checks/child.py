@@ -39,19 +39,19 @@ import numpy as np
 from grpo_identity.checks import protocol as M
 from grpo_identity.checks.calling import CallError
 from grpo_identity.checks.target import (
+    OutputWatch,
     TargetCrashed,
     TargetError,
     TargetImportError,
     TargetMalformed,
     TargetTimeout,
-    _last_line,
-    _OutputWatch,
-    _resolve,
     called_as_written,
+    last_line,
     load_target,
     malformed,
     output_issue,
     reference,
+    resolve_reference,
     seen_input,
     target_folder,
     to_numpy,
@@ -106,7 +106,7 @@ class _Channel:
         tempfile.tempdir = self.temp.get("TMPDIR")
         self.fn: Callable[..., Any] | None = None
         self.kind = "advantage"
-        self.watch = _OutputWatch()
+        self.watch = OutputWatch()
 
     def serve(self) -> None:
         _become_subreaper()
@@ -138,10 +138,10 @@ class _Channel:
         try:
             self.outbox.send(reply)
         except Exception as exc:  # an output that cannot be pickled
-            self.outbox.send(M.Malformed(f"returned something that cannot be sent back: {_last_line(exc)}"))
+            self.outbox.send(M.Malformed(f"returned something that cannot be sent back: {last_line(exc)}"))
 
     def _load(self, msg: M.Load) -> Any:
-        self.fn, self.kind, self.watch = None, msg.kind, _OutputWatch()
+        self.fn, self.kind, self.watch = None, msg.kind, OutputWatch()
         sys.path[:] = list(dict.fromkeys([*msg.path, *self.base_path]))
         if msg.environ is not None:
             os.environ.clear()
@@ -152,7 +152,9 @@ class _Channel:
         had_torch = "torch" in sys.modules
         info: dict[str, Any] = {}
         try:
-            fn = _resolve(msg.payload) if isinstance(msg.payload, tuple) else load_target(msg.payload, msg.kind)
+            fn = (
+                resolve_reference(msg.payload) if isinstance(msg.payload, tuple) else load_target(msg.payload, msg.kind)
+            )
             info = dict(getattr(fn, "grpo_identity_info", {}) or {})
             self.fn = called_as_written(fn, msg.calling, info)
         except (TargetImportError, ValueError) as exc:
@@ -162,7 +164,7 @@ class _Channel:
         except KeyboardInterrupt:
             return M.LoadFailed("loading the target raised KeyboardInterrupt")
         except Exception as exc:
-            return M.LoadFailed(_last_line(exc))
+            return M.LoadFailed(last_line(exc))
         if not had_torch and "torch" in sys.modules:  # the calls start from one state, warm or cold
             sys.modules["torch"].manual_seed(msg.seed)
         return M.Loaded(info)
@@ -190,7 +192,7 @@ class _Channel:
         except KeyboardInterrupt:  # the target's own (Ctrl-C reaches the audit, not this child: its own session)
             return M.Raised("raised KeyboardInterrupt")
         except Exception as exc:
-            return M.Raised(_last_line(exc))
+            return M.Raised(last_line(exc))
 
 
 def _seed(seed: int) -> None:
@@ -671,7 +673,7 @@ class ChildTarget:
             raise TargetImportError(str(exc)) from None
         except Exception as exc:  # a callable that cannot be pickled
             self._end()
-            raise TargetImportError(f"cannot send the target to a child process: {_last_line(exc)}") from None
+            raise TargetImportError(f"cannot send the target to a child process: {last_line(exc)}") from None
         try:
             reply = self._proc.receive(self.timeout if load_timeout is None else float(load_timeout), what)
         except TargetError as exc:

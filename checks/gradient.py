@@ -37,7 +37,7 @@ from grpo_identity import dial as D
 from grpo_identity.checks import verdict as V
 from grpo_identity.checks.infer import probe_batch
 from grpo_identity.checks.report import WEIGHTS, Finding, Inferred, Report
-from grpo_identity.checks.target import TargetMalformed, _OutputWatch, malformed, output_issue, to_numpy
+from grpo_identity.checks.target import OutputWatch, TargetMalformed, malformed, output_issue, to_numpy
 
 __all__ = [
     "audit_gradient",
@@ -395,7 +395,7 @@ class AdvantageView:
     def __init__(self, target: Any) -> None:
         self._target = target
         self._skip_loss = bool((getattr(target, "info", None) or {}).get("lengths_optional"))
-        self._watch = _OutputWatch()
+        self._watch = OutputWatch()
         self.last_issue: str | None = None
         self.last_overwrite: str | None = None
 

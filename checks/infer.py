@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import closed_forms
-from grpo_identity.checks.properties import Tolerance, _call_filter, call_target, kept_by_definition, precision_of
+from grpo_identity.checks.properties import Tolerance, call_filter, call_target, kept_by_definition, precision_of
 from grpo_identity.checks.report import Inferred
 
 __all__ = [
@@ -279,7 +279,7 @@ def infer_filter(
         silent = np.repeat(np.array(SILENT_PROBE_VALUES), G)
         near = [np.r_[np.full(G - 1, 0.1), 0.1 + d] for d in NEAR_SILENT_OFFSETS]  # σ > 0, tiny
         r = np.concatenate([probe_batch(G), silent, *near])
-        keep = _call_filter(target, r, G, "filter_well_formed")
+        keep = call_filter(target, r, G, "filter_well_formed")
         want = kept_by_definition(seen(r), G, "nonzero_std")
         agree_all &= bool(keep.all())
         wrong = np.flatnonzero(keep != want)
@@ -322,7 +322,7 @@ def _largest_dropped(
     """The largest spread s of the ladder whose group [base, …, base, base + s] the filter drops
     (0 when it drops none): one call with every rung."""
     r = np.concatenate([np.r_[np.full(G - 1, base), base + s] for s in TOLERANCE_LADDER])
-    keep = _call_filter(target, r, G, "filter_well_formed")
+    keep = call_filter(target, r, G, "filter_well_formed")
     live = kept_by_definition(seen(r), G, "nonzero_std")  # rungs still two values as the filter sees them
     dropped = TOLERANCE_LADDER[~keep & live]
     return float(dropped.max()) if dropped.size else 0.0

@@ -681,7 +681,7 @@ def _alone_gives(target: Target, rows: np.ndarray, G: int, got: np.ndarray, tol:
 
 
 # --- filter properties ---------------------------------------------------------------------------
-def _call_filter(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.ndarray:
+def call_filter(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.ndarray:
     out = np.asarray(target(rewards, G))
     n = rewards.size // G
     if out.shape != (n,):
@@ -763,7 +763,7 @@ def filter_well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.
     """One bool per group (True = keep), and the rewards left untouched."""
     r, G = batch.contiguous(), batch.group_size
     passed = r.copy()
-    keep = _call_filter(target, passed, G, "filter_well_formed")
+    keep = call_filter(target, passed, G, "filter_well_formed")
     issue = getattr(target, "last_issue", None) or output_issue(r, passed, keep, "filter")
     if issue:
         raise PropertyViolation(
@@ -794,7 +794,7 @@ def keeps_groups_with_nonzero_std(target: Target, batch: Any, ctx: Context, rng:
     """The filter keeps exactly the groups the expected keep rule keeps (DAPO's: σ > 0), by the
     rule's definition (:func:`kept_by_definition`)."""
     r, G = batch.contiguous(), batch.group_size
-    keep = _call_filter(target, r, G, "keeps_groups_with_nonzero_std")
+    keep = call_filter(target, r, G, "keeps_groups_with_nonzero_std")
     rule = (ctx.keep_reference or D.DAPO).keep
     want = kept_by_definition(r, G, rule)
     if ctx.keep_rule is not None and rule == "nonzero_std":  # the tolerance the inference found
@@ -814,10 +814,10 @@ def keeps_groups_with_nonzero_std(target: Target, batch: Any, ctx: Context, rng:
 def filter_groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """A group's keep decision depends on that group only (not its neighbours, not their order)."""
     r, G = batch.contiguous(), batch.group_size
-    keep = _call_filter(target, r, G, "filter_groups_independent")
+    keep = call_filter(target, r, G, "filter_groups_independent")
     R = r.reshape(-1, G)
     order = rng.permutation(R.shape[0])
-    k2 = _call_filter(target, R[order].reshape(-1), G, "filter_groups_independent")
+    k2 = call_filter(target, R[order].reshape(-1), G, "filter_groups_independent")
     for pos, g in enumerate(order):
         if k2[pos] != keep[g]:
             raise PropertyViolation(
@@ -826,7 +826,7 @@ def filter_groups_independent(target: Target, batch: Any, ctx: Context, rng: np.
                 _example(r, G, keep, int(g)),
             )
     for g in range(R.shape[0]):
-        alone = _call_filter(target, R[g], G, "filter_groups_independent")[0]
+        alone = call_filter(target, R[g], G, "filter_groups_independent")[0]
         if alone != keep[g]:
             raise PropertyViolation(
                 "filter_groups_independent",
@@ -839,11 +839,11 @@ def filter_groups_independent(target: Target, batch: Any, ctx: Context, rng: np.
 def filter_stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """The same rewards get the same decisions, and permuting within a group changes nothing."""
     r, G = batch.contiguous(), batch.group_size
-    k1 = _call_filter(target, r, G, "filter_stateless")
+    k1 = call_filter(target, r, G, "filter_stateless")
     R = r.reshape(-1, G)
     shuffled = np.stack([row[rng.permutation(G)] for row in R]).reshape(-1)
-    k2 = _call_filter(target, shuffled, G, "filter_stateless")
-    k3 = _call_filter(target, r, G, "filter_stateless")
+    k2 = call_filter(target, shuffled, G, "filter_stateless")
+    k3 = call_filter(target, r, G, "filter_stateless")
     if not (np.array_equal(k1, k3) and np.array_equal(k1, k2)):
         g = int(np.flatnonzero((k1 != k3) | (k1 != k2))[0])
         raise PropertyViolation(

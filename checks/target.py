@@ -40,6 +40,9 @@ __all__ = [
     "target_folder",
     "LocalTarget",
     "to_numpy",
+    "OutputWatch",
+    "last_line",
+    "resolve_reference",
     "output_issue",
     "malformed",
     "reference",
@@ -177,7 +180,7 @@ def malformed(out: Any, kind: str = "advantage") -> str | None:
     try:
         arr = to_numpy(out)
     except Exception as exc:
-        return f"returned a {type(out).__name__} that cannot be read as an array of {what}: {_last_line(exc)}"
+        return f"returned a {type(out).__name__} that cannot be read as an array of {what}: {last_line(exc)}"
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
         first = next(iter(arr.reshape(-1)), None) if arr.size else None
         inner = f" (elements of type {type(first).__name__})" if first is not None else ""
@@ -209,7 +212,7 @@ def output_issue(rewards: np.ndarray, passed: np.ndarray, out: Any, kind: str = 
     return None
 
 
-class _OutputWatch:
+class OutputWatch:
     """Remembers the previous output and its values: a target that returns one shared buffer
     overwrites what it returned before (the caller's advantages change under it)."""
 
@@ -246,7 +249,7 @@ class LocalTarget:
         """:func:`output_issue` of the latest call."""
         self.last_overwrite: str | None = None
         """Set when the latest call overwrote the previous call's output (a shared buffer)."""
-        self._watch = _OutputWatch()
+        self._watch = OutputWatch()
 
     def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
         self.calls += 1
@@ -264,7 +267,7 @@ class LocalTarget:
         except SystemExit as exc:  # sys.exit() in the target: a finding, not the end of the audit
             raise TargetError(f"called sys.exit({exc.code!r})") from None
         except Exception as exc:  # the target's own bug: a finding, not an audit crash
-            raise TargetError(_last_line(exc)) from None
+            raise TargetError(last_line(exc)) from None
         if self.kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
             return out
         bad = malformed(out, self.kind)
@@ -332,7 +335,7 @@ class RoundedRewards:
         return self._target(round_rewards(rewards, self.dtype), group_size, *extra)
 
 
-def _last_line(exc: BaseException) -> str:
+def last_line(exc: BaseException) -> str:
     lines = traceback.format_exception_only(type(exc), exc)
     return (lines[-1] if lines else type(exc).__name__).strip()
 
@@ -355,10 +358,10 @@ def reference(fn: Callable[..., Any]) -> tuple[Any, ...]:
     try:
         return ("pickle", pickle.dumps(fn))
     except Exception as exc:
-        raise TargetImportError(f"cannot send the target to a child process: {_last_line(exc)}") from None
+        raise TargetImportError(f"cannot send the target to a child process: {last_line(exc)}") from None
 
 
-def _resolve(ref: tuple[Any, ...]) -> Callable[..., Any]:
+def resolve_reference(ref: tuple[Any, ...]) -> Callable[..., Any]:
     """The callable that :func:`reference` describes (in the child process)."""
     import pickle
 

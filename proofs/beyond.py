@@ -19,7 +19,7 @@ import sympy as sp
 from grpo_identity import dial as D
 from grpo_identity import formulas as F
 from grpo_identity.proofs.core import Claim, Formulas, G_interior, Theorem, d, k, m, sbar_minus, sbar_plus
-from grpo_identity.proofs.identity import _group_variance, group_update
+from grpo_identity.proofs.identity import group_update, group_variance
 
 __all__ = ["G1", "G2", "G3", "G4", "G5", "G6", "answer_objective", "kl_k3", "gradient_at_ratio"]
 
@@ -74,7 +74,7 @@ _k0 = sp.Symbol("k_0", nonnegative=True, integer=True)
 def _g2(f: Formulas) -> list[Claim]:
     kk = _k0 + 1  # k = k0 + 1 >= 1, so that G - 1 = k0 + m is a visibly positive sum
     GG = kk + m
-    _, var = _group_variance(kk, m)
+    _, var = group_variance(kk, m)
     std1 = sp.sqrt(sp.factor(var * GG / (GG - 1)))  # sqrt(sum (R - mu)^2 / (G - 1))
     c1 = f.update_coefficient(ddof=1, k=kk, G=GG)
     mu = f.group_mean(kk, GG)
@@ -145,7 +145,7 @@ G3 = Theorem(
 # --- G4 ---------------------------------------------------------------------------------------
 def _g4(f: Formulas) -> list[Claim]:
     sb = F.batch_std
-    mean, _ = _group_variance(k, m)
+    mean, _ = group_variance(k, m)
     a_plus, a_minus = (1 - mean) / sb, (0 - mean) / sb  # (R - group mean)/batch std, from the group's rewards
     out = [
         Claim(
@@ -224,7 +224,7 @@ _delta = sp.Symbol("delta", positive=True)  # b - a > 0: b is the reward of a co
 
 def _g5(f: Formulas) -> list[Claim]:
     b = _a + _delta
-    mean, var = _group_variance(k, m, hi=b, lo=_a)
+    mean, var = group_variance(k, m, hi=b, lo=_a)
     sd = sp.sqrt(sp.factor(var))
     mu = f.group_mean(k, GI)
     a_plus, a_minus = (b - mean) / sd, (_a - mean) / sd

@@ -25,7 +25,7 @@ from grpo_identity.proofs.core import (
     expectation_of_polynomial,
     raw_moments,
 )
-from grpo_identity.proofs.identity import _group_variance
+from grpo_identity.proofs.identity import group_variance
 
 __all__ = ["T8", "T9", "T10", "T12", "T13", "explicit_expected_update", "G_VALUES_EXACT"]
 
@@ -171,7 +171,7 @@ def _t10(f: Formulas) -> list[Claim]:
     s_incorrect = sp.simplify(sp.diff(sp.log(1 - sig), _theta).subs(at_p))
     grad = sp.simplify(sp.diff(sig, _theta).subs(at_p))  # dp/dtheta
     # E[g | k] = c(k, G)·E[s̄₊ − s̄₋ | k] (G7) with c = (k/G)·Â₊, Â₊ from the group's rewards (T1–T3)
-    mean, var = _group_variance(k, G - k)
+    mean, var = group_variance(k, G - k)
     c = (k / G) * (1 - mean) / sp.sqrt(sp.factor(var))
     gap_in_p = f.expected_score_gap(p, p * (1 - p))  # G7's gap at this policy, dp/dtheta = p(1-p)
     derived = sp.Sum(binomial_pmf(k, G) * c * gap_in_p, (k, 1, G - 1))  # silent groups (k = 0, G) add 0 (T3)

@@ -46,7 +46,7 @@ def group_update(
     return (a_plus * kk * s_plus + a_minus * mm * s_minus) / (kk + mm)
 
 
-def _group_variance(kk: Any, mm: Any, hi: Any = 1, lo: Any = 0) -> tuple[sp.Expr, sp.Expr]:
+def group_variance(kk: Any, mm: Any, hi: Any = 1, lo: Any = 0) -> tuple[sp.Expr, sp.Expr]:
     """Mean and population variance of kk rewards equal to ``hi`` and mm equal to ``lo``,
     from the sums over the two index sets (the definitions of mean and variance)."""
     GG = kk + mm
@@ -57,7 +57,7 @@ def _group_variance(kk: Any, mm: Any, hi: Any = 1, lo: Any = 0) -> tuple[sp.Expr
 
 # --- T1 ---------------------------------------------------------------------------------------
 def _t1(f: Formulas) -> list[Claim]:
-    mean, var = _group_variance(k, m)
+    mean, var = group_variance(k, m)
     mu = f.group_mean(k, GI)
     out = [
         Claim("group mean of the rewards equals mu = k/G", mean, mu),
@@ -65,7 +65,7 @@ def _t1(f: Formulas) -> list[Claim]:
         Claim("sigma = sqrt(mu(1 - mu))", f.sigma(k, GI), sp.sqrt(mu * (1 - mu))),
     ]
     for label, kk in (("k = 0", 0), ("k = G", F.G)):  # silent groups: variance and sigma are 0
-        _, v = _group_variance(kk, F.G - kk)
+        _, v = group_variance(kk, F.G - kk)
         out.append(Claim(f"{label}: variance 0", sp.simplify(v), 0))
         out.append(Claim(f"{label}: sigma 0", f.sigma(kk, F.G), 0))
     return out
@@ -177,7 +177,7 @@ _b = sp.Symbol("b", real=True)
 
 
 def _t4(f: Formulas) -> list[Claim]:
-    mean_b, var_b = _group_variance(k, m, hi=1 + _b, lo=_b)
+    mean_b, var_b = group_variance(k, m, hi=1 + _b, lo=_b)
     sd_b = sp.sqrt(sp.factor(var_b))
     a_plus_b, a_minus_b = (1 + _b - mean_b) / sd_b, (_b - mean_b) / sd_b
     return [

@@ -212,3 +212,18 @@ def test_the_path_check_finds_a_home_folder(tmp_path):
     (tmp_path / "r.jsonl").write_text(f'{{"path": "{home}/.cache/x", "ok": "~/.cache/y"}}\n')
     subprocess.run(["git", "-C", str(tmp_path), "add", "r.jsonl"], check=True)
     assert machine_paths(tmp_path) == [f"r.jsonl: {home}/"]
+
+
+def private_imports() -> list[str]:
+    """``from grpo_identity.X import _name`` across modules: a module's private names are its own."""
+    found = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("grpo_identity"):
+                if node.module != name.removesuffix(".__init__"):
+                    found += [f"{name} imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    return [f for f in found if not f.endswith((".__version__", ".__all__"))]
+
+
+def test_no_module_imports_another_modules_private_names():
+    assert private_imports() == []

@@ -125,11 +125,11 @@ def config_argv(parser: Any, spec: FrameworkSpec) -> tuple[list[str], dict[str, 
     """What :func:`grpo_config` hands TRL's parser: the argv (the YAML file, each ``--set``, then
     :data:`DRIVER_FORCED` with a value), the user's keys, the driver's defaults (the parser's, where the user set
     none) and the forced settings of this release's GRPOConfig."""
-    user = _user_keys(spec)
+    user = user_keys(spec)
     fields = {a.dest for a in parser._actions}
     defaults = {k: v for k, v in DRIVER_DEFAULTS.items() if k not in user}
     if "num_generations" in user and "per_device_train_batch_size" not in user:
-        defaults["per_device_train_batch_size"] = _int_or(user["num_generations"], 2)
+        defaults["per_device_train_batch_size"] = int_or(user["num_generations"], 2)
     defaults = {k: v for k, v in defaults.items() if k in fields}
     argv = ["--output_dir", UNUSED_OUTPUT_DIR]
     if spec.config:
@@ -155,7 +155,7 @@ def _values(parser: Any, key: str, value: str) -> list[str]:
     return [value]
 
 
-def _user_keys(spec: FrameworkSpec) -> dict[str, Any]:
+def user_keys(spec: FrameworkSpec) -> dict[str, Any]:
     """The keys the user set, in the YAML file and with --set (their raw values)."""
     keys: dict[str, Any] = {}
     if spec.config:
@@ -173,7 +173,7 @@ def _user_keys(spec: FrameworkSpec) -> dict[str, Any]:
     return keys
 
 
-def _int_or(value: Any, default: int) -> int:
+def int_or(value: Any, default: int) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -254,7 +254,7 @@ def reward_components(spec: FrameworkSpec, args: Any) -> int:
     weights = getattr(args, "reward_weights", None)
     if weights:
         return len(weights)
-    return 2 if "multi_objective_aggregation" in _user_keys(spec) else 1
+    return 2 if "multi_objective_aggregation" in user_keys(spec) else 1
 
 
 def _reward_funcs(args: Any, state: dict[str, Any], components: int) -> list[Callable[..., list[float]]]:

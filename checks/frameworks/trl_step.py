@@ -90,9 +90,9 @@ def one_process(spec: FrameworkSpec) -> FrameworkSpec:
 
 
 def _user_keys_of(spec: FrameworkSpec) -> dict[str, Any]:
-    from grpo_identity.checks.frameworks.trl import _user_keys
+    from grpo_identity.checks.frameworks.trl import user_keys
 
-    return _user_keys(spec)
+    return user_keys(spec)
 
 
 def _user_split(spec: FrameworkSpec) -> dict[str, Any]:
@@ -128,10 +128,10 @@ def _parse(spec: FrameworkSpec, sets: tuple[tuple[str, str], ...], processes: in
 
 
 def _int_setting(spec: FrameworkSpec, merged: dict[str, Any], key: str) -> int:
-    from grpo_identity.checks.frameworks.trl import DRIVER_DEFAULTS, _int_or, _user_keys
+    from grpo_identity.checks.frameworks.trl import DRIVER_DEFAULTS, int_or, user_keys
 
-    value = merged.get(key, _user_keys(spec).get(key, DRIVER_DEFAULTS.get(key)))
-    return _int_or(value, 1)
+    value = merged.get(key, user_keys(spec).get(key, DRIVER_DEFAULTS.get(key)))
+    return int_or(value, 1)
 
 
 def _layout(spec: FrameworkSpec, processes: int, name: str) -> Layout:
