@@ -600,9 +600,11 @@ def ragged_groups(target: Target, batch: Any, ctx: Context, rng: np.random.Gener
     r, G = batch.contiguous(), batch.group_size
     R = r.reshape(-1, G)
     sizes = rng.integers(1, G + 1, size=R.shape[0])
-    if R.shape[0] > 1:  # a lone answer beside other groups in every example (it shows a missing baseline)
-        sizes[rng.integers(0, R.shape[0], size=1)] = 1
-    rows = np.concatenate([R[g, rng.permutation(G)[: sizes[g]]] for g in range(R.shape[0])])
+    picks = [rng.permutation(G)[: sizes[g]] for g in range(R.shape[0])]
+    if R.shape[0] > 1:  # a lone answer beside other groups in every example: the one of its group's rewards
+        g1 = int(rng.integers(0, R.shape[0], size=1)[0])  # farthest from 0, which a missing baseline pushes most
+        sizes[g1], picks[g1] = 1, np.array([np.argmax(np.abs(R[g1]))])
+    rows = np.concatenate([R[g, picks[g]] for g in range(R.shape[0])])
     ids = np.repeat(np.arange(R.shape[0]), sizes)
     order = rng.permutation(rows.size)
     rows, ids = rows[order], ids[order]

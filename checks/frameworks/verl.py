@@ -324,7 +324,7 @@ def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
             "reward_dtype": "float32",
             "takes_ids": True,
             "takes_group_size": False,
-        },  # fmt: skip
+        },
         "estimator": spec.estimator,
         "options": options,
         "dtype": "float32",
