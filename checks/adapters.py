@@ -23,8 +23,10 @@ group → one advantage per reward; for a filter, one bool per group) built from
   requires flash-attn, so it is audited from its release environment: ``--release 0.11.2``).
 
 With ``kind='gradient'`` a framework adapter returns ``fn(rewards, G, lengths)`` for
-:mod:`~grpo_identity.checks.gradient`.  The frameworks are imported only inside the builders.
-Each built function carries ``grpo_identity_info`` (framework, version, options) for the report.
+:mod:`~grpo_identity.checks.gradient`: a driver's :class:`~grpo_identity.checks.frameworks.contract.Built`
+target (the driver contract, :mod:`~grpo_identity.checks.frameworks.contract`).  The frameworks are imported only
+inside the builders.  Each built function carries ``grpo_identity_info`` (framework, version, options) for the
+report.
 A configuration the framework rejects (an unknown key, a bad value, an estimator it does not
 know) is an :class:`~grpo_identity.checks.frameworks.AdapterError`: a usage error, not a FAIL.
 
@@ -39,9 +41,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, parse_spec
+from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, is_framework, parse_spec
+from grpo_identity.checks.frameworks.contract import Driver
 from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
-from grpo_identity.checks.spec import is_framework
 
 __all__ = ["ADAPTERS", "names", "is_adapter", "build", "describe"]
 
@@ -113,7 +115,7 @@ def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
         raise AdapterError(f"{fs.describe()} computes advantages; only presets can be audited as filters")
     import importlib
 
-    drv: Any = importlib.import_module(FRAMEWORK_TABLE[fs.framework].driver)
+    drv: Driver = importlib.import_module(FRAMEWORK_TABLE[fs.framework].driver)
     from importlib.metadata import version
 
     release = f"{fs.framework} {version(fs.framework)}"
@@ -123,10 +125,7 @@ def _framework(fs: FrameworkSpec, kind: str) -> Callable[..., Any]:
             "path (verl --set algorithm.adv_estimator=…)"
         )
     try:
-        if fs.estimator is not None:
-            fn = drv.estimator_target(fs)
-        else:
-            fn = drv.gradient_target(fs) if kind == "gradient" else drv.advantage_target(fs)
+        fn = drv.build(fs, "gradient" if kind == "gradient" else "advantage")
     except (AdapterError, ImportError):
         raise
     except Exception as exc:  # an API this driver does not know in this release

@@ -47,6 +47,7 @@ __all__ = [
     "CallOptions",
     "Caller",
     "CallError",
+    "to_numpy",
 ]
 
 #: what the rewards are handed over as
@@ -119,7 +120,7 @@ class CallOptions:
     """A template such as ``fn(rewards=R, num_generations=G)`` (names: :data:`TEMPLATE_NAMES`)."""
 
     def __post_init__(self) -> None:
-        from grpo_identity.checks.options import OptionError
+        from grpo_identity.foundation import OptionError
 
         if self.input is not None and self.input not in INPUTS:
             raise OptionError("input", f"must be one of {', '.join(INPUTS)}, got {self.input!r}")
@@ -303,12 +304,20 @@ def _convert(x: np.ndarray, input: str, dtype: str) -> Any:
 
 def _back(x: Any) -> np.ndarray:
     """An input the function got, as float64 numpy (to see whether it changed it in place)."""
-    from grpo_identity.checks.target import to_numpy
-
     return np.asarray(to_numpy(x), dtype=np.float64)
 
 
 # --- the outputs ------------------------------------------------------------------------------------
+def to_numpy(out: Any) -> np.ndarray:
+    """The target's output as a numpy array (torch tensors detached, bf16/fp16 widened to fp32)."""
+    if type(out).__module__.split(".")[0] == "torch":
+        t = out.detach().cpu()
+        if t.dtype.is_floating_point and t.dtype.itemsize < 4:
+            t = t.float()
+        return t.numpy()
+    return np.asarray(out)
+
+
 def _advantages_of(out: Any) -> tuple[Any, str]:
     """The advantages in what the function returned, and where they were."""
     if isinstance(out, dict):
@@ -519,7 +528,7 @@ def _ids_as(ids: Any, input: str) -> Any:
 def _parse_template(text: str) -> ast.Call:
     """A template's call expression (``fn(rewards=R, num_generations=G)``, optionally ``[0]`` or
     ``["advantages"]`` after it); :class:`~grpo_identity.checks.options.OptionError` otherwise."""
-    from grpo_identity.checks.options import OptionError
+    from grpo_identity.foundation import OptionError
 
     try:
         tree = ast.parse(text.strip(), mode="eval").body

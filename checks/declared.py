@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from grpo_identity.checks.options import OptionError
+from grpo_identity.foundation import OptionError
 
 __all__ = ["SYMBOLS", "FUNCTIONS", "MAX_FORMULA_LENGTH", "Declared", "declare", "is_declared"]
 

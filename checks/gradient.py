@@ -35,13 +35,14 @@ import numpy as np
 
 from grpo_identity import dial as D
 from grpo_identity.checks import verdict as V
+from grpo_identity.checks.calling import to_numpy
+from grpo_identity.checks.frameworks import answer_lengths
 from grpo_identity.checks.infer import probe_batch
 from grpo_identity.checks.report import WEIGHTS, Finding, Inferred, Report
-from grpo_identity.checks.target import OutputWatch, TargetMalformed, malformed, output_issue, to_numpy
+from grpo_identity.checks.target import OutputWatch, TargetMalformed, malformed, output_issue
 
 __all__ = [
     "audit_gradient",
-    "answer_lengths",
     "coefficient_precision",
     "AdvantageView",
     "WEIGHTS",
@@ -70,15 +71,6 @@ def coefficient_precision(C: np.ndarray) -> str:
     from grpo_identity.checks.properties import precision_of
 
     return "bfloat16" if precision_of(np.asarray(C, dtype=np.float64)) in ("bfloat16", "float16") else "float32"
-
-
-def answer_lengths(n: int, longer: int = 0) -> np.ndarray:
-    """Answer lengths 1…6 (the drivers' :func:`~grpo_identity.checks.frameworks.lengths_for`),
-    ``longer`` tokens more (at most 6) for the second batch, so that the two batches hold
-    different token totals."""
-    from grpo_identity.checks.frameworks import RESPONSE_LENGTH, lengths_for
-
-    return np.minimum(lengths_for(n) + longer, RESPONSE_LENGTH)
 
 
 def _call(

@@ -329,7 +329,7 @@ def audit_off_policy(
     ``info["off_policy"]``, shown in the report; ``weight``: the per-sample weight law the gradient level
     named (:data:`~grpo_identity.checks.report.WEIGHTS`; 'constant', '1/length' or '1/step_tokens', constant
     within a batch), with which the identity is checked (another law: the identity is not checked)."""
-    from grpo_identity.checks.gradient import answer_lengths
+    from grpo_identity.checks.frameworks import answer_lengths
     from grpo_identity.checks.infer import probe_batch
 
     t0 = time.perf_counter()

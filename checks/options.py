@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable
+
+from grpo_identity.foundation import OptionError
 
 if TYPE_CHECKING:  # the dial (numpy) loads when an expected preset is read, not with this module
     from grpo_identity import dial as D
@@ -48,18 +50,6 @@ CALL_TIMEOUT = 60.0
 #: seconds for loading a framework target unless told (its import and trainer build take minutes
 #: on a busy machine)
 FRAMEWORK_LOAD_TIMEOUT = 600.0
-
-
-class OptionError(ValueError):
-    """A bad option: ``field`` (its name in Python) and ``problem`` ("must be …, got …")."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field} {problem}")
-        self.field, self.problem = field, problem
-
-    def worded(self, names: Mapping[str, str]) -> str:
-        """The message with the option as the user wrote it (``names``: field → option)."""
-        return f"{names.get(self.field, self.field)} {self.problem}"
 
 
 def _seconds(field: str, value: Any) -> float:

@@ -26,7 +26,7 @@ __all__ = ["run_probes", "PROBES", "filter_singletons"]
 
 
 def _finding(name: str, message: str, severity: str = "note", example: dict[str, Any] | None = None) -> Any:
-    from grpo_identity.checks.auditor import Finding
+    from grpo_identity.checks.report import Finding
 
     return Finding(name, message, example or {}, severity)
 

@@ -261,21 +261,30 @@ def _head(r: Report) -> list[str]:
     head = f"audit of {r.target}" + (f" ({info})" if info else "") + f", level {r.level}, kind {r.kind}"
     expected = r.expected or "any preset"
     lines = [head, f"verdict: {r.verdict.upper()}   matches: {r.matches or '-'}   expected: {expected}"]
-    settings = r.target_info.get("driver_settings") or {}
-    forced = [
-        f"{k} {v['driver']}" + (f" (yours {v['yours']})" if v.get("yours") not in (None, v["driver"]) else "")
-        for k, v in (settings.get("forced") or {}).items()
-    ]
-    if forced:
-        lines.append("driver settings: " + ", ".join(forced) + "; " + str(settings.get("num_generations", "")))
-    if settings.get("ignored"):
-        lines.append("ignored (keys of the framework's script, not of its trainer): " + ", ".join(settings["ignored"]))
+    lines += _driver_lines(r.target_info.get("driver_settings") or {})
     call = r.target_info.get("call")
     if call:
         lines.append(f"called as: {call.get('call')}, rewards as {call.get('input')} {call.get('reward_dtype')}")
     env = r.target_info.get("environment")
     if env:
         lines.append(_environment_line(env))
+    return lines
+
+
+def _driver_lines(settings: dict[str, Any]) -> list[str]:
+    """What the driver set (:class:`~grpo_identity.checks.frameworks.contract.DriverSettings`), a line each."""
+    forced = [
+        f"{k} {v['driver']}" + (f" (yours {v['yours']})" if v.get("yours") not in (None, v["driver"]) else "")
+        for k, v in (settings.get("forced") or {}).items()
+    ]
+    lines = []
+    if forced or settings.get("note"):
+        lines.append("driver settings: " + "; ".join(x for x in (", ".join(forced), settings.get("note")) if x))
+    if settings.get("defaults"):
+        chosen = ", ".join(f"{k}={v}" for k, v in settings["defaults"].items())
+        lines.append(f"driver defaults (you set none of these): {chosen}")
+    if settings.get("ignored"):
+        lines.append("ignored (keys of the framework's script, not of its trainer): " + ", ".join(settings["ignored"]))
     return lines
 
 

@@ -29,10 +29,10 @@ from typing import Any, Callable, Iterable
 
 from grpo_identity.checks import KINDS, LEVELS
 from grpo_identity.checks.calling import CallOptions
-from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, parse_set, parse_spec
-from grpo_identity.checks.options import OptionError
+from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, is_framework, parse_set, parse_spec
+from grpo_identity.foundation import OptionError
 
-__all__ = ["FunctionSpec", "Spec", "resolve", "is_framework", "check_kind_level"]
+__all__ = ["FunctionSpec", "Spec", "resolve", "check_kind_level"]
 
 
 @dataclass(frozen=True)
@@ -74,13 +74,6 @@ def check_kind_level(kind: Any, level: Any) -> None:
         raise OptionError("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
     if level is not None and level not in LEVELS:
         raise OptionError("level", f"must be one of {', '.join(LEVELS)}, got {level!r}")
-
-
-def is_framework(target: Any) -> bool:
-    """Whether ``target`` names a framework (a spec, or a string whose head is one)."""
-    if isinstance(target, FrameworkSpec):
-        return True
-    return isinstance(target, str) and target.split(":")[0].strip().lower() in FRAMEWORKS
 
 
 def resolve(

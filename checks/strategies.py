@@ -21,8 +21,8 @@ from typing import Any, Sequence
 import numpy as np
 from hypothesis import strategies as st
 
+from grpo_identity.checks.calling import to_numpy
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES
-from grpo_identity.checks.target import to_numpy
 
 __all__ = ["RewardBatch", "group_sizes", "reward_batches", "score_matrices", "KINDS", "DTYPES", "LAYOUTS"]
 

@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from grpo_identity.checks.calling import to_numpy
+
 __all__ = [
     "TargetError",
     "TargetCrashed",
@@ -39,7 +41,6 @@ __all__ = [
     "check_spec",
     "target_folder",
     "LocalTarget",
-    "to_numpy",
     "OutputWatch",
     "last_line",
     "resolve_reference",
@@ -156,16 +157,6 @@ def target_folder(spec: Any) -> str | None:
     top = where.split(".")[0]
     here = os.path.isfile(f"{top}.py") or os.path.isfile(os.path.join(top, "__init__.py"))
     return os.getcwd() if here else None
-
-
-def to_numpy(out: Any) -> np.ndarray:
-    """The target's output as a numpy array (torch tensors detached, bf16/fp16 widened to fp32)."""
-    if type(out).__module__.split(".")[0] == "torch":
-        t = out.detach().cpu()
-        if t.dtype.is_floating_point and t.dtype.itemsize < 4:
-            t = t.float()
-        return t.numpy()
-    return np.asarray(out)
 
 
 def malformed(out: Any, kind: str = "advantage") -> str | None:

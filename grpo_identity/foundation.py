@@ -22,7 +22,7 @@ import json
 import math
 import os
 import sys
-from typing import Any, Iterable, Sequence, TextIO
+from typing import Any, Iterable, Mapping, Sequence, TextIO
 
 __all__ = [
     "EXIT_OK",
@@ -30,6 +30,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_CODES_HELP",
     "UsageError",
+    "OptionError",
     "EXTRAS",
     "missing_extra",
     "error_text",
@@ -51,6 +52,18 @@ EXIT_CODES_HELP = (
     f"exit codes: {EXIT_OK} success; {EXIT_FAIL} a check failed (a proof, an audit, the identity or a "
     f"reproduced number did not hold); {EXIT_USAGE} bad input or a missing optional package (one line on stderr)"
 )
+
+
+class OptionError(ValueError):
+    """A bad option: ``field`` (its name in Python) and ``problem`` ("must be …, got …")."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field, self.problem = field, problem
+
+    def worded(self, names: Mapping[str, str]) -> str:
+        """The message with the option as the user wrote it (``names``: field → option)."""
+        return f"{names.get(self.field, self.field)} {self.problem}"
 
 
 class UsageError(Exception):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,41 @@ def private_imports() -> list[str]:
 
 def test_no_module_imports_another_modules_private_names():
     assert private_imports() == []
+
+
+def import_cycles(prefix: str = "grpo_identity.checks") -> list[list[str]]:
+    """The import cycles among the modules under ``prefix`` (imports inside functions count): each a loop of
+    module names, the first one repeated at its end; none means the modules can be read bottom up."""
+    mods = {n: p for n, p in modules().items() if n == prefix or n.startswith(prefix + ".")}
+    graph = {n: sorted(imports_of(n, p, set(mods)) & set(mods) - {n}) for n, p in mods.items()}
+    cycles, done = [], set()
+    for start in graph:
+        path, stack = [start], [iter(graph[start])]
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                done.add(path.pop())
+                stack.pop()
+            elif nxt in path:
+                cycles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in done:
+                path.append(nxt)
+                stack.append(iter(graph[nxt]))
+        done.add(start)
+    return cycles
+
+
+def test_no_import_cycle_in_checks():
+    assert import_cycles() == []
+
+
+def test_the_cycle_check_finds_a_loop_through_a_function_level_import(tmp_path, monkeypatch):
+    pkg = tmp_path / "checks"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from grpo_identity.checks.b import y\nx = 1\n")
+    (pkg / "b.py").write_text("def y():\n    from grpo_identity.checks import a\n    return a.x\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "SOURCES", {"checks": "grpo_identity.checks"})
+    found = import_cycles()
+    assert found and {"grpo_identity.checks.a", "grpo_identity.checks.b"} <= set(found[0])

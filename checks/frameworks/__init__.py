@@ -29,6 +29,7 @@ __all__ = [
     "PROMPT_LENGTH",
     "STEP_GROUP_SIZE",
     "lengths_for",
+    "answer_lengths",
     "length_layouts",
     "token_view",
     "lengths_by_reward",
@@ -39,6 +40,7 @@ __all__ = [
     "without_secrets",
     "config_text",
     "parse_spec",
+    "is_framework",
     "parse_set",
     "setting_for",
     "patched_attributes",
@@ -79,6 +81,14 @@ def _answer_keys(rewards: Any) -> Any:
     r = np.nan_to_num(np.asarray(rewards, dtype=np.float64).reshape(-1), posinf=0.0, neginf=0.0)
     k = np.mod(np.round(np.clip(r, -1e9, 1e9) * 1000).astype(np.int64) + 1, 2**32)  # the reward to 1e-3
     return (k * 2654435761 % 2**32) >> 16  # Knuth's multiplicative hash: its high bits depend on every bit of k
+
+
+def answer_lengths(n: int, longer: int = 0) -> Any:
+    """Answer lengths 1…RESPONSE_LENGTH (:func:`lengths_for`), ``longer`` tokens more (at most RESPONSE_LENGTH) for
+    the gradient audit's second batch, so that the two batches hold different token totals."""
+    import numpy as np
+
+    return np.minimum(lengths_for(n) + longer, RESPONSE_LENGTH)
 
 
 def lengths_by_reward(rewards: Any) -> Any:
@@ -222,6 +232,13 @@ class FrameworkSpec:
     ) -> FrameworkSpec:
         """This spec with more ``--set`` pairs (later ones win), a config file and a level."""
         return replace(self, sets=(*self.sets, *sets), config=config or self.config, level=level or self.level)
+
+
+def is_framework(target: Any) -> bool:
+    """Whether ``target`` names a framework (a spec, or a string whose head is one)."""
+    if isinstance(target, FrameworkSpec):
+        return True
+    return isinstance(target, str) and target.split(":")[0].strip().lower() in FRAMEWORKS
 
 
 def parse_set(text: str, option: str = "--set") -> tuple[str, str]:

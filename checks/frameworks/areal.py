@@ -79,10 +79,13 @@ from grpo_identity.checks.frameworks import (
     patched_attributes,
 )
 from grpo_identity.checks.frameworks._ranks import ThreadRanks
+from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
 
 __all__ = [
     "import_check",
     "load_config",
+    "build",
+    "ArealTarget",
     "advantage_target",
     "gradient_target",
     "lengths_for",
@@ -281,21 +284,6 @@ def _advantages(
     return np.asarray(values, dtype=np.float64), out
 
 
-def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
-    """fn(rewards, G): the advantages AReaL's PPO actor computes under ``spec``'s config."""
-    cfg = load_config(spec)
-    actors = _Actors(cfg)
-
-    def areal_actor_advantage(rewards: np.ndarray, group_size: int) -> np.ndarray:
-        G = int(group_size)
-        return _advantages(actors(G), rewards, G, lengths_for(len(rewards)))[0]
-
-    areal_actor_advantage.grpo_identity_info = _info(  # type: ignore[attr-defined]
-        spec, cfg, "PPOActor.compute_advantages (engine unused; KL reward 0)"
-    )
-    return areal_actor_advantage
-
-
 def _loss_fn(module: Any, a: Any) -> Callable[..., Any]:
     """``grpo_loss_fn`` with the keyword options ``PPOActor._ppo_update`` gives it from the config."""
     import functools
@@ -318,52 +306,74 @@ def _loss_fn(module: Any, a: Any) -> Callable[..., Any]:
     return functools.partial(module.grpo_loss_fn, current_version=0, **{k: getattr(a, k) for k in opts})
 
 
-def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
-    """fn(rewards, G, lengths, request=None) → {advantages, coefficients, mask}: −∂loss/∂log π per
-    response token.  Without a request: autograd through the actor's ``grpo_loss_fn`` on the whole
-    batch as one minibatch and one micro-batch (the engine then scales the loss by
-    loss_mask.count_nonzero() over the total: 1).  With a step request: the trainer's step path
-    (:func:`_run_step`), with ``step``, ``rank`` and ``micro_batch`` per row."""
-    import torch
-    from areal.utils.data import concat_padded_tensors
+def build(spec: FrameworkSpec, level: str) -> ArealTarget:
+    """The target of ``spec`` at ``level`` (:mod:`.contract`)."""
+    return ArealTarget(spec, level)
 
-    cfg = load_config(spec)
-    actors = _Actors(cfg)
-    loss_fn = _loss_fn(actors.module, cfg.actor)
-    plan = _plan(spec, cfg)
-    engine = _engine_class()
 
-    def areal_grpo_loss_gradient(
-        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None, request: dict[str, Any] | None = None
-    ) -> dict[str, np.ndarray]:
-        G = int(group_size)
-        if request is not None:
-            if lengths is None:
-                raise ValueError("a step request needs the answers' lengths")
-            return _run_step(cfg, plan, engine, np.asarray(rewards, dtype=np.float64), G, np.asarray(lengths), request)
-        adv, out = _advantages(
-            actors(G), rewards, G, lengths_for(len(rewards)) if lengths is None else np.asarray(lengths)
-        )
-        if lengths is None:  # the advantages alone (the advantage audit of the same run)
-            return {"advantages": adv}
+def advantage_target(spec: FrameworkSpec) -> ArealTarget:
+    """fn(rewards, G): the advantages AReaL's PPO actor computes under ``spec``'s config."""
+    return ArealTarget(spec, "advantage")
+
+
+def gradient_target(spec: FrameworkSpec) -> ArealTarget:
+    """fn(rewards, G, lengths) → {advantages, coefficients, mask} (:class:`ArealTarget`)."""
+    return ArealTarget(spec, "gradient")
+
+
+class ArealTarget(Built):
+    """AReaL's PPO actor from ``spec``'s config.  Advantages: ``PPOActor.compute_advantages`` (engine unused, KL
+    reward 0).  Gradient: −∂loss/∂log π per response token, autograd through the actor's ``grpo_loss_fn`` on the
+    whole batch as one minibatch and one micro-batch (the engine then scales the loss by
+    loss_mask.count_nonzero() over the total: 1).  A step request: the trainer's step path (:func:`_run_step`),
+    with ``step``, ``rank`` and ``micro_batch`` per row."""
+
+    def __init__(self, spec: FrameworkSpec, level: str) -> None:
+        self.cfg = load_config(spec)
+        self.actors = _Actors(self.cfg)
+        info = _info(spec, self.cfg, "PPOActor.compute_advantages (engine unused; KL reward 0)")
+        if level == "gradient":
+            self.loss_fn = _loss_fn(self.actors.module, self.cfg.actor)
+            self.plan = _plan(spec, self.cfg)
+            self.engine = _engine_class()
+            details = {
+                **info.details,
+                "ppo_n_minibatches": "1 (the audit's batch is one update); the step request splits as configured",
+            }
+            settings = DriverSettings(defaults=dict(self.plan.chosen))
+            info = replace(
+                info,
+                entry=_GRADIENT_ENTRY,
+                details=details,
+                settings=settings,
+                lengths_optional=True,
+                step=self.plan.geometry(),
+            )
+        super().__init__(info, level)
+
+    def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
+        return _advantages(self.actors(G), rewards, G, lengths_for(len(rewards)))[0]
+
+    def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
+        return _run_step(self.cfg, self.plan, self.engine, np.asarray(rewards, dtype=np.float64), G, lengths, request)
+
+    def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
+        import torch
+        from areal.utils.data import concat_padded_tensors
+
+        adv, out = _advantages(self.actors(G), rewards, G, np.asarray(lengths))
         data = concat_padded_tensors(out)  # the batch _ppo_update receives, rows in the caller's order
         logp = data["logprobs"].detach().clone().requires_grad_(True)  # (B, T); on-policy: current = old
-        loss = loss_fn(logp, torch.zeros_like(logp), data)
+        loss = self.loss_fn(logp, torch.zeros_like(logp), data)
         (grad,) = torch.autograd.grad(loss, logp)
         return {"advantages": adv, "coefficients": -grad.double().numpy(), "mask": data["loss_mask"].double().numpy()}
 
-    entry = (
-        "PPOActor.compute_advantages, then grpo_loss_fn as _ppo_update binds it (one minibatch, one micro-batch; "
-        "the engine's forward bypassed: log-probs given); with a step request PPOActor.ppo_update on "
-        "FSDPEngine.train_batch (the model and the optimizer step stubbed)"
-    )
-    areal_grpo_loss_gradient.grpo_identity_info = {  # type: ignore[attr-defined]
-        **_info(spec, cfg, entry),
-        "ppo_n_minibatches": "1 (the audit's batch is one update); the step request splits as configured",
-        "lengths_optional": True,
-        "step": plan.geometry(),
-    }
-    return areal_grpo_loss_gradient
+
+_GRADIENT_ENTRY = (
+    "PPOActor.compute_advantages, then grpo_loss_fn as _ppo_update binds it (one minibatch, one micro-batch; "
+    "the engine's forward bypassed: log-probs given); with a step request PPOActor.ppo_update on "
+    "FSDPEngine.train_batch (the model and the optimizer step stubbed)"
+)
 
 
 # --- the optimizer step ---------------------------------------------------------------------------
@@ -380,7 +390,7 @@ class _Plan:
     mb_spec: Any
     backend: str
     dp: int
-    chosen: tuple[str, ...] = ()
+    chosen: tuple[tuple[str, Any], ...] = ()
 
     @property
     def generation_rows(self) -> int:
@@ -406,7 +416,6 @@ class _Plan:
             "actor.mb_spec.packing_algorithm": m.packing_algorithm,
             "actor.backend": self.backend,
             "data_parallel_ranks": self.dp,
-            "driver_chose": list(self.chosen),
         }
 
     def geometry(self) -> dict[str, Any]:
@@ -471,16 +480,16 @@ def _plan(spec: FrameworkSpec, cfg: Any) -> _Plan:
     from areal.api.cli_args import MicroBatchSpec
 
     keys = _user_keys(spec)
-    chosen = []
+    chosen: list[tuple[str, Any]] = []
     G = int(cfg.gconfig.n_samples)
     if "gconfig.n_samples" not in keys:
         G = STEP_GROUP_SIZE
-        chosen.append(f"gconfig.n_samples={G}")
+        chosen.append(("gconfig.n_samples", G))
     a = cfg.actor
     mb_spec, backend = a.mb_spec, a.backend
     if not any(k == s or k.startswith(s + ".") for k in keys for s in SPLIT_KEYS):
         mb_spec, backend = MicroBatchSpec.new(a.mb_spec, n_mbs=DEFAULT_N_MBS), DEFAULT_BACKEND
-        chosen += [f"actor.mb_spec.n_mbs={DEFAULT_N_MBS}", f"actor.backend={DEFAULT_BACKEND}"]
+        chosen += [("actor.mb_spec.n_mbs", DEFAULT_N_MBS), ("actor.backend", DEFAULT_BACKEND)]
     try:
         dp = int(ModelAllocation.from_str(backend, name="actor").parallel.dp_size)
     except Exception as exc:  # AReaL's allocation grammar
@@ -491,7 +500,7 @@ def _plan(spec: FrameworkSpec, cfg: Any) -> _Plan:
         fits = (b for b in range(DEFAULT_BATCH_SIZE, 10**5) if _splits(replace(plan, batch_size=b), short=1) is None)
         B = next(fits, 0)
         plan = replace(plan, batch_size=B or DEFAULT_BATCH_SIZE)
-        chosen.append(f"train_dataset.batch_size={plan.batch_size}")
+        chosen.append(("train_dataset.batch_size", plan.batch_size))
     refused = refused or _splits(plan)
     if refused is not None:
         raise AdapterError(f"{_release()}: {refused}")
@@ -841,19 +850,14 @@ def _norm(norm: Any) -> dict[str, Any] | None:
     return {k: getattr(norm, k, None) for k in keys}
 
 
-def _info(spec: FrameworkSpec, cfg: Any, entry: str) -> dict[str, Any]:
+def _info(spec: FrameworkSpec, cfg: Any, entry: str) -> DriverInfo:
     a = cfg.actor
-    return {
-        "framework": "areal",
-        "version": version("areal"),
-        "entry": entry,
-        "options": dict(spec.sets),
+    details = {
         "reward_norm": _norm(a.reward_norm),
         "adv_norm": _norm(a.adv_norm),
         "reward_scaling": a.reward_scaling,
         "reward_bias": a.reward_bias,
         "reward_clip": a.reward_clip,
         "group_size": "each probe batch's G (NormConfig.group_size)",
-        "stand_ins": [],
-        "dtype": "float32",
     }
+    return DriverInfo("areal", version("areal"), entry, dict(spec.sets), details=details)

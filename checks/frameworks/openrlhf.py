@@ -70,6 +70,7 @@ from grpo_identity.checks.frameworks import (
     lengths_for,
     patched_attributes,
 )
+from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
 from grpo_identity.checks.frameworks.exported import openrlhf as runner
 from grpo_identity.checks.frameworks.exported.openrlhf import (
     GPU_ONLY,
@@ -107,6 +108,8 @@ __all__ = [
     "stand_ins",
     "cli_args",
     "argv_of",
+    "build",
+    "OpenRLHFTarget",
     "advantage_target",
     "gradient_target",
     "lengths_for",
@@ -244,60 +247,91 @@ class _Configs:
         return self.by_g[key]
 
 
-def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
-    """fn(rewards, G): the advantages OpenRLHF's experience maker computes from ``spec``'s options."""
-    configs = _Configs(spec)
+def build(spec: FrameworkSpec, level: str) -> OpenRLHFTarget:
+    """The target of ``spec`` at ``level`` (:mod:`.contract`)."""
+    return OpenRLHFTarget(spec, level)
 
-    def openrlhf_advantage(rewards: np.ndarray, group_size: int) -> np.ndarray:
-        args = configs.get(int(group_size))
+
+def advantage_target(spec: FrameworkSpec) -> OpenRLHFTarget:
+    """fn(rewards, G): the advantages OpenRLHF's experience maker computes from ``spec``'s options."""
+    return OpenRLHFTarget(spec, "advantage")
+
+
+def gradient_target(spec: FrameworkSpec) -> OpenRLHFTarget:
+    """fn(rewards, G, lengths) → {advantages, coefficients, mask} (:class:`OpenRLHFTarget`)."""
+    return OpenRLHFTarget(spec, "gradient")
+
+
+class OpenRLHFTarget(Built):
+    """OpenRLHF's experience maker from ``spec``'s options.  Advantages: ``RemoteExperienceMaker
+    .compute_advantages_and_returns``.  Gradient: −∂loss/∂log π per response token (autograd through the actor's
+    ``PolicyLoss`` as ``ActorPPOTrainer`` builds it), rows in the caller's order.  A step request
+    (:mod:`grpo_identity.checks.steps`): the optimizer steps ``ActorPPOTrainer.ppo_train`` makes of the rows
+    (:func:`_run_step`), with ``step``, ``rank`` and ``micro_batch`` per row."""
+
+    def __init__(self, spec: FrameworkSpec, level: str) -> None:
+        self.configs = configs = _Configs(spec)
+        args = configs.get(2)
+        info = _info(spec, args, "RemoteExperienceMaker.compute_advantages_and_returns")
+        if level == "gradient":
+            info = self._loss(info, args)
+        super().__init__(info, level)
+
+    def _loss(self, info: DriverInfo, args: Any) -> DriverInfo:
+        configs = self.configs
+        self.mods = openrlhf_modules()
+        if not hasattr(self.mods["openrlhf.models.loss"], "PolicyLoss"):
+            raise AdapterError(
+                f"OpenRLHF {release()} has no openrlhf.models.loss.PolicyLoss (the driver knows 0.10–0.11)"
+            )
+        self.loss_utils = module_named("openrlhf.utils.loss_utils", optional=True)  # 0.10.3 on: global normalisers
+        self.loss_fns: dict[int, Any] = {}
+        # the split first: settings OpenRLHF cannot run are an AdapterError naming a value that runs (check_split)
+        unavailable = _unreproducible(configs.step(configs.group_size, "split"))
+        details = {
+            **info.details,
+            "loss_agg_mode": str(getattr(args.actor, "loss_agg_mode", "token-mean (no actor.loss_agg_mode here)")),
+            "policy_loss_type": str(args.actor.policy_loss_type),
+        }
+        chose = {**info.settings.defaults, **({} if configs.user_split else dict(DEFAULT_SPLIT))}
+        if not any(k.lstrip("-") == "rollout.n_samples_per_prompt" for k, _ in configs.spec.sets):
+            chose["rollout.n_samples_per_prompt"] = configs.group_size
+        step = None if unavailable else {**step_geometry(configs), "export": export_recipe(configs)}
+        return replace(
+            info,
+            entry="compute_advantages_and_returns + ActorPPOTrainer.actor_loss_fn (models.loss.PolicyLoss)",
+            details=details,
+            settings=replace(info.settings, defaults=chose),
+            lengths_optional=True,
+            step=step,
+            step_unavailable=unavailable or None,  # a split the driver cannot reproduce: the per-G probes still run
+        )
+
+    def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
+        args = self.configs.get(G)
         rewards = np.asarray(rewards, dtype=np.float64)
         exps = experiences_of(experience_maker(args), rewards, lengths_for(len(rewards)))
         return per_response(exps, len(rewards), args.algo.advantage.estimator)
 
-    openrlhf_advantage.grpo_identity_info = _info(  # type: ignore[attr-defined]
-        spec, configs.get(2), "RemoteExperienceMaker.compute_advantages_and_returns"
-    )
-    return openrlhf_advantage
+    def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
+        return _run_step(self.configs, rewards, G, np.asarray(lengths, dtype=int), request)
 
+    def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
+        import torch
 
-def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
-    """fn(rewards, G, lengths, request=None) → {advantages, coefficients, mask}: −∂loss/∂log π per
-    response token (autograd through the actor's ``PolicyLoss`` as ``ActorPPOTrainer`` builds it),
-    rows in the caller's order.  With a step request (:mod:`grpo_identity.checks.steps`), the
-    optimizer steps ``ActorPPOTrainer.ppo_train`` makes of the rows (:func:`_run_step`), with
-    ``step``, ``rank`` and ``micro_batch`` per row."""
-    import torch
-
-    configs = _Configs(spec)
-    mods = openrlhf_modules()
-    if not hasattr(mods["openrlhf.models.loss"], "PolicyLoss"):
-        raise AdapterError(f"OpenRLHF {release()} has no openrlhf.models.loss.PolicyLoss (the driver knows 0.10–0.11)")
-    loss_utils = module_named("openrlhf.utils.loss_utils", optional=True)  # 0.10.3 on: the loss's global normalisers
-    loss_fns: dict[int, Any] = {}
-
-    def openrlhf_policy_loss_gradient(
-        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None, request: dict[str, Any] | None = None
-    ) -> dict[str, np.ndarray]:
-        if request is not None:
-            return _run_step(configs, rewards, int(group_size), np.asarray(lengths, dtype=int), request)
-        args = configs.get(int(group_size))
+        args = self.configs.get(G)
         rewards = np.asarray(rewards, dtype=np.float64)
-        exps = experiences_of(
-            experience_maker(args),
-            rewards,
-            lengths_for(len(rewards)) if lengths is None else np.asarray(lengths, dtype=int),
-        )
+        exps = experiences_of(experience_maker(args), rewards, np.asarray(lengths, dtype=int))
         adv = per_response(exps, len(rewards), args.algo.advantage.estimator)
-        if lengths is None:  # the advantages alone (the advantage audit of the same run)
-            return {"advantages": adv}
-        Experience = mods["openrlhf.trainer.ppo_utils.experience"].Experience
+        Experience = self.mods["openrlhf.trainer.ppo_utils.experience"].Experience
         batch = Experience.concat_experiences(exps, 0)  # the whole batch as one training micro-batch (one step)
         mask = batch.action_mask
         log_prob = torch.full(mask.shape, -1.0, requires_grad=True)  # (B, A); on-policy: old = current
-        info = loss_utils.get_loss_batch_info(SimpleNamespace(), mask) if loss_utils is not None else {}
-        if int(group_size) not in loss_fns:
-            loss_fns[int(group_size)] = actor_trainer(args, Engine(args, 0, 1, Ledger(0)), Policy(0)).actor_loss_fn
-        loss, *_ = loss_fns[int(group_size)](
+        utils = self.loss_utils
+        info = utils.get_loss_batch_info(SimpleNamespace(), mask) if utils is not None else {}
+        if G not in self.loss_fns:
+            self.loss_fns[G] = actor_trainer(args, Engine(args, 0, 1, Ledger(0)), Policy(0)).actor_loss_fn
+        loss, *_ = self.loss_fns[G](
             log_prob, log_prob.detach(), batch.advantages, action_mask=mask, rollout_log_probs=None, **info
         )
         (grad,) = torch.autograd.grad(loss, log_prob)
@@ -305,39 +339,31 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         coeff[batch.index], m[batch.index] = -grad.double().numpy(), mask.double().numpy()
         return {"advantages": adv, "coefficients": coeff, "mask": m}
 
-    # the split first: settings OpenRLHF cannot run are an AdapterError naming a value that runs (check_split)
-    unavailable = _unreproducible(configs.step(configs.group_size, "split"))
-    args = configs.get(2)
-    info = {
-        **_info(spec, args, "compute_advantages_and_returns + ActorPPOTrainer.actor_loss_fn (models.loss.PolicyLoss)"),
-        "loss_agg_mode": str(getattr(args.actor, "loss_agg_mode", "token-mean (no actor.loss_agg_mode here)")),
-        "policy_loss_type": str(args.actor.policy_loss_type),
-        "lengths_optional": True,
-    }
-    if unavailable:  # a split the driver cannot reproduce: the per-G gradient probes still run
-        info["step_unavailable"] = unavailable
-    else:
-        info["step"] = {**step_geometry(configs), "export": export_recipe(configs)}
-    openrlhf_policy_loss_gradient.grpo_identity_info = info  # type: ignore[attr-defined]
-    return openrlhf_policy_loss_gradient
 
-
-def _info(spec: FrameworkSpec, args: Any, entry: str) -> dict[str, Any]:
+def _info(spec: FrameworkSpec, args: Any, entry: str) -> DriverInfo:
     adv = args.algo.advantage
-    return {
-        "framework": "openrlhf",
-        "version": release(),
-        "entry": entry,
-        "options": dict(spec.sets),
+    details = {
         "estimator": str(adv.estimator),
         "no_std_norm": bool(adv.no_std_norm),
         "gamma": float(adv.gamma),
         "kl_init_coef": float(args.algo.kl.init_coef),
         "reward_clip_range": list(args.reward.clip_range),
         "micro_batch_size": int(args.rollout.micro_batch_size),
-        "stand_ins": sorted(LOADED["stand_ins"]),
-        "dtype": "float32",
     }
+    user = {k.lstrip("-") for k, _ in spec.sets}
+    settings = DriverSettings(
+        defaults={k: v for k, v in DRIVER_SETS if k not in user},
+        note="rollout.n_samples_per_prompt set by each probe (2, 3, 4, 8 …), last",
+    )
+    return DriverInfo(
+        "openrlhf",
+        release(),
+        entry,
+        dict(spec.sets),
+        settings,
+        stand_ins=tuple(sorted(LOADED["stand_ins"])),
+        details=details,
+    )
 
 
 # --- the optimizer step: ActorPPOTrainer.ppo_train on emulated DeepSpeed ranks ----------------------

@@ -22,50 +22,26 @@
 from __future__ import annotations
 
 import contextlib
-import io
-import os
 import tempfile
-import warnings
+from dataclasses import replace
 from importlib.metadata import version
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec, redacted
+from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
 from grpo_identity.checks.frameworks.exported.trl import retain_logps as kept_logps
 from grpo_identity.checks.frameworks.exported.trl import tiny_policy
+from grpo_identity.checks.frameworks.trl_config import grpo_config, user_keys
 
-__all__ = ["import_check", "grpo_config", "advantage_target", "gradient_target", "COMPLETION_LENGTH"]
-
-#: completion length budget (tokens) of the gradient probes
-COMPLETION_LENGTH = RESPONSE_LENGTH
-#: what the probes need whatever the user set: the CPU, completions of 1–6 tokens, nothing logged, saved or pushed
-#: to the Hub, no folder of the user's written (the report lists each, with the user's value where it differed)
-DRIVER_FORCED: dict[str, Any] = {
-    "use_cpu": True,
-    "max_completion_length": COMPLETION_LENGTH,
-    "report_to": "none",
-    "save_strategy": "no",
-    "push_to_hub": False,
-    "hub_token": None,
-    "hub_model_id": None,
-    "output_dir": "UNUSED_OUTPUT_DIR",
-}
-#: GRPOConfig's required ``output_dir``: one folder for every run, left empty (nothing is saved or logged there,
-#: :data:`DRIVER_FORCED`)
-UNUSED_OUTPUT_DIR = os.path.join(tempfile.gettempdir(), "grpo-identity-trl-unused")
-#: what the driver sets where the user set nothing (the batch size follows the user's num_generations)
-DRIVER_DEFAULTS: dict[str, Any] = {
-    "bf16": False,
-    "beta": 0.0,
-    "logging_steps": 1,
-    "num_generations": 2,
-    "per_device_train_batch_size": 2,
-}
-#: the dataclasses of TRL's ``trl grpo`` script besides GRPOConfig: their keys are the script's, not
-#: the trainer's, and a config written for ``trl grpo --config`` holds them
-_SCRIPT_CLASSES = ("ScriptArguments", "ModelConfig", "DatasetMixtureConfig", "GRPOScriptArguments")
-
+__all__ = [
+    "import_check",
+    "build",
+    "TrlTarget",
+    "advantage_target",
+    "gradient_target",
+]
 
 #: the settings that give each per-sample weight and each preset (what a report suggests)
 SETTINGS: dict[str, dict[str, str]] = {
@@ -91,135 +67,6 @@ def import_check() -> None:
 
     importlib.import_module("trl")
     importlib.import_module("grpo_identity.checks.target")
-
-
-def grpo_config(spec: FrameworkSpec) -> Any:
-    """The ``GRPOConfig`` TRL's parser builds from ``spec``, as ``trl grpo --config`` builds it: the
-    driver's defaults where the user set nothing, the YAML file, each ``--set`` (later ones win), then
-    what the probes need (:data:`DRIVER_FORCED`).  Keys of the ``trl grpo`` script that are no
-    ``GRPOConfig`` field (``model_name_or_path``, ``dataset_name`` …) are ignored with a note; any
-    other unknown key is TRL's error.  ``args.grpo_identity_settings`` says what the driver chose."""
-    warnings.filterwarnings("ignore")
-    try:
-        from trl import GRPOConfig, TrlParser
-    except ImportError as exc:
-        raise AdapterError(f"TRL {version('trl')} has no GRPOConfig / TrlParser: {exc}") from None
-    parser = TrlParser((GRPOConfig,))
-    argv, user, defaults, forced = config_argv(parser, spec)
-    parser.set_defaults(**defaults)
-    args, ignored = _parse(parser, argv, spec)
-    for key, value in forced.items():
-        if value is None:  # no argv form: a None the parser would read as the string "None"
-            setattr(args, key, None)
-    args.grpo_identity_settings = {
-        "forced": {k: {"driver": _shown(k, v), "yours": redacted(k, user.get(k))} for k, v in forced.items()},
-        "defaults": defaults,
-        "ignored": ignored,
-        "num_generations": "num_generations set by each probe (2, 3, 4, 8 …); yours: "
-        f"{user.get('num_generations', 'not set')}",
-    }
-    return args
-
-
-def config_argv(parser: Any, spec: FrameworkSpec) -> tuple[list[str], dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """What :func:`grpo_config` hands TRL's parser: the argv (the YAML file, each ``--set``, then
-    :data:`DRIVER_FORCED` with a value), the user's keys, the driver's defaults (the parser's, where the user set
-    none) and the forced settings of this release's GRPOConfig."""
-    user = user_keys(spec)
-    fields = {a.dest for a in parser._actions}
-    defaults = {k: v for k, v in DRIVER_DEFAULTS.items() if k not in user}
-    if "num_generations" in user and "per_device_train_batch_size" not in user:
-        defaults["per_device_train_batch_size"] = int_or(user["num_generations"], 2)
-    defaults = {k: v for k, v in defaults.items() if k in fields}
-    argv = ["--output_dir", UNUSED_OUTPUT_DIR]
-    if spec.config:
-        argv += ["--config", spec.config]
-    for key, value in spec.sets:
-        argv += [f"--{key}", *_values(parser, key, value)]
-    forced = {k: UNUSED_OUTPUT_DIR if v == "UNUSED_OUTPUT_DIR" else v for k, v in DRIVER_FORCED.items() if k in fields}
-    for key, value in forced.items():
-        argv += [f"--{key}", str(value)] if value is not None else []
-    return argv, user, defaults, forced
-
-
-def _shown(key: str, value: Any) -> Any:
-    """A forced value as the report says it (the output folder is the child's own, a different path each time)."""
-    return "a temporary folder of the audit's, removed after it" if key == "output_dir" else value
-
-
-def _values(parser: Any, key: str, value: str) -> list[str]:
-    """A ``--set`` value as the parser's argv: a list field's (``reward_weights=1,0.5``) split at commas."""
-    action = next((a for a in parser._actions if a.dest == key), None)
-    if action is not None and action.nargs in ("+", "*"):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [value]
-
-
-def user_keys(spec: FrameworkSpec) -> dict[str, Any]:
-    """The keys the user set, in the YAML file and with --set (their raw values)."""
-    keys: dict[str, Any] = {}
-    if spec.config:
-        import yaml
-
-        try:
-            with open(spec.config) as fh:
-                loaded = yaml.safe_load(fh)
-        except Exception as exc:  # an unreadable file: TRL's parser says it again, in its words
-            loaded = None
-            del exc
-        if isinstance(loaded, dict):
-            keys.update(loaded)
-    keys.update(dict(spec.sets))
-    return keys
-
-
-def int_or(value: Any, default: int) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _script_keys() -> set[str]:
-    """The keys of the ``trl grpo`` script's other dataclasses, in this release."""
-    import dataclasses
-    import importlib
-
-    found: set[str] = set()
-    for module in ("trl", "trl.scripts.utils", "trl.scripts.grpo"):
-        try:
-            mod = importlib.import_module(module)
-        except Exception:  # a release without the module (or one that needs a GPU stack to import)
-            continue
-        for name in _SCRIPT_CLASSES:
-            cls = getattr(mod, name, None)
-            if cls is not None and dataclasses.is_dataclass(cls):
-                found |= {f.name for f in dataclasses.fields(cls)}
-    return found
-
-
-def _parse(parser: Any, argv: list[str], spec: FrameworkSpec) -> tuple[Any, list[str]]:
-    """The GRPOConfig, and the script's keys that were ignored; TRL's own error otherwise."""
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            args, remaining = parser.parse_args_and_config(args=argv, return_remaining_strings=True)
-    except SystemExit:  # argparse: a value of the wrong type
-        last = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        why = last[-1].split("error: ")[-1] if last else "bad arguments"
-        raise AdapterError(f"TRL {version('trl')} rejects the config ({spec.describe()}): {why}") from None
-    except Exception as exc:  # GRPOConfig.__post_init__'s checks, an unreadable YAML file
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise AdapterError(f"TRL {version('trl')} rejects the config ({spec.describe()}): {why}") from None
-    unknown = [a[2:].split("=")[0] for a in remaining if a.startswith("--")]
-    script = _script_keys()
-    wrong = [k for k in unknown if k not in script]
-    if wrong:
-        raise AdapterError(
-            f"TRL {version('trl')} rejects the config ({spec.describe()}): {', '.join(wrong)} "
-            "is no GRPOConfig field nor a key of the trl grpo script"
-        )
-    return args, unknown
 
 
 @contextlib.contextmanager
@@ -395,106 +242,103 @@ def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> 
         return trainer._generate_and_score_completions(inputs)
 
 
-def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
+def build(spec: FrameworkSpec, level: str) -> TrlTarget:
+    """The target of ``spec`` at ``level`` (:mod:`.contract`)."""
+    return TrlTarget(spec, level)
+
+
+def advantage_target(spec: FrameworkSpec) -> TrlTarget:
     """fn(rewards, G): the advantages ``GRPOTrainer`` computes under ``spec``'s config."""
-    from grpo_identity.checks.frameworks.trl_step import one_process
+    return TrlTarget(spec, "advantage")
 
-    spec = one_process(spec)
-    args = grpo_config(spec)
-    state: dict[str, Any] = {"rewards": None}
-    components = reward_components(spec, args)
-    trainer = _trainer(args, state, components)
 
-    def trl_advantage(rewards: np.ndarray, group_size: int, scores: np.ndarray | None = None) -> np.ndarray:
+def gradient_target(spec: FrameworkSpec) -> TrlTarget:
+    """fn(rewards, G, lengths) → {advantages, coefficients, mask} (:class:`TrlTarget`)."""
+    return TrlTarget(spec, "gradient")
+
+
+class TrlTarget(Built):
+    """``GRPOTrainer`` built from ``spec``'s config.  Advantages: the trainer's ``_generate_and_score_completions``.
+    Gradient: −∂loss/∂log π per completion token, autograd through ``GRPOTrainer.compute_loss``; a step request
+    (:mod:`grpo_identity.checks.steps`) runs the optimizer step of ``GRPOTrainer.train()`` as configured or unsplit
+    (:mod:`.trl_step`); an off-policy request (:mod:`grpo_identity.checks.offpolicy`) one step at weights moved
+    after the batch was scored (:func:`_off_policy_step`).  Where ``beta`` ≠ 0 the reference model's
+    log-probabilities are those of TRL's own reference model on the probe's completions."""
+
+    def __init__(self, spec: FrameworkSpec, level: str) -> None:
+        from grpo_identity.checks.frameworks import trl_step
+
+        self.whole = spec
+        step = None
+        if level == "gradient":
+            step = trl_step.step_geometry(spec)  # before the trainer: a GRPOConfig resets accelerate's shared state
+            step["export"] = trl_step.export_recipe(spec)
+        spec = trl_step.one_process(spec)
+        args = grpo_config(spec)
+        self.state: dict[str, Any] = {"rewards": None}
+        components = reward_components(spec, args)
+        self.trainer = trainer = _trainer(args, self.state, components)
+        if level == "advantage":
+            super().__init__(_info(spec, args, "GRPOTrainer._generate_and_score_completions", components), level)
+            return
+        if not hasattr(trainer, "current_gradient_accumulation_steps"):
+            trainer.current_gradient_accumulation_steps = 1  # set by the training loop before each step
+        self.kept: dict[str, Any] = {}
+        retain_logps(trainer, self.kept)
+        self.eos = trainer.processing_class.eos_token_id
+        self.pad = trainer.processing_class.pad_token_id
+        self.off_policy_info = off_policy_settings(trainer, args)
+        self.words = [int(i) for i in trainer.processing_class.convert_tokens_to_ids(["a", "b", "c", "d"])]
+        info = _info(spec, args, "GRPOTrainer.compute_loss (autograd)", components)
+        details = {**info.details, "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no"))}
+        info = replace(info, details=details, lengths_optional=True, step=step, off_policy=self.off_policy_info)
+        super().__init__(info, level)
+
+    def advantages(self, rewards: np.ndarray, G: int, scores: np.ndarray | None = None) -> np.ndarray:
         """``scores``: one column per reward function, (n, K), in place of ``rewards``."""
-        with _advantages_only(trainer):
-            out = _score(trainer, state, rewards if scores is None else np.asarray(scores), group_size)
+        with _advantages_only(self.trainer):
+            out = _score(self.trainer, self.state, rewards if scores is None else np.asarray(scores), G)
         return out["advantages"].detach().cpu().numpy().astype(np.float64)  # TRL's fp32 values, in the caller's dtype
 
-    info = {**_info(spec, args, "GRPOTrainer._generate_and_score_completions"), **_components_info(args, components)}
-    trl_advantage.grpo_identity_info = info  # type: ignore[attr-defined]
-    return trl_advantage
+    def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
+        from grpo_identity.checks.frameworks import trl_step
 
+        return trl_step.run_layout(
+            self.whole, request["layout"], rewards, lengths, G, truncated=request.get("truncated")
+        )
 
-def _components_info(args: Any, components: int) -> dict[str, Any]:
-    """``{"components": {weights, multi_objective_aggregation}}`` where the trainer has several reward
-    functions (the audit then probes how it combines them), else nothing."""
-    if components <= 1:
-        return {}
-    weights = [float(w) for w in (getattr(args, "reward_weights", None) or [1.0] * components)]
-    setting = str(getattr(args, "multi_objective_aggregation", "none (the release sums, then normalises)"))
-    return {"components": {"weights": weights, "multi_objective_aggregation": setting}}
+    def off_policy(self, rewards: np.ndarray, G: int, lengths: np.ndarray, settings: dict[str, Any]) -> dict[str, Any]:
+        inputs = _score(self.trainer, self.state, rewards, G)
+        words = (
+            self.words,
+            int(settings.get("seed", 0)),
+        )  # the answers' words from the seed: the sample's do not matter
+        inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, words=words)
+        return _off_policy_step(self.trainer, self.kept, inputs, settings, self.off_policy_info)
 
-
-def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
-    """fn(rewards, G, lengths) → {advantages, coefficients, mask}: −∂loss/∂log π per completion
-    token, autograd through ``GRPOTrainer.compute_loss``; with a step request (:mod:`grpo_identity.checks.steps`),
-    the optimizer step of ``GRPOTrainer.train()`` as configured or unsplit (:mod:`.trl_step`); with an off-policy
-    request (``{"off_policy": {"seed", "scale"}}``, :mod:`grpo_identity.checks.offpolicy`), one step at weights
-    moved after the batch was scored (:func:`_off_policy_step`).  Where ``beta`` ≠ 0 the reference model's
-    log-probabilities are those of TRL's own reference model on the probe's completions."""
-    from grpo_identity.checks.frameworks import trl_step
-
-    whole = spec
-    spec = trl_step.one_process(spec)
-    step = trl_step.step_geometry(whole)  # before the trainer: a GRPOConfig resets accelerate's shared state
-    step["export"] = trl_step.export_recipe(whole)
-    args = grpo_config(spec)
-    state: dict[str, Any] = {"rewards": None}
-    components = reward_components(spec, args)
-    trainer = _trainer(args, state, components)
-    if not hasattr(trainer, "current_gradient_accumulation_steps"):
-        trainer.current_gradient_accumulation_steps = 1  # set by the training loop before each step
-    kept: dict[str, Any] = {}
-    retain_logps(trainer, kept)
-    eos = trainer.processing_class.eos_token_id
-    pad = trainer.processing_class.pad_token_id
-    off_policy = off_policy_settings(trainer, args)
-    words = [int(i) for i in trainer.processing_class.convert_tokens_to_ids(["a", "b", "c", "d"])]
-
-    def trl_loss_gradient(
-        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None, request: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        if request is not None and "scores" in request:  # one column per reward function (the advantages alone)
-            with _advantages_only(trainer):
-                inputs = _score(trainer, state, np.asarray(request["scores"]), group_size)
-            return {"advantages": inputs["advantages"].detach().double().numpy()}
-        if request is not None and "off_policy" not in request:
-            layout, truncated = request["layout"], request.get("truncated")
-            return trl_step.run_layout(
-                whole, layout, rewards, np.asarray(lengths), int(group_size), truncated=truncated
-            )
-        if lengths is None:  # the advantages alone (the advantage audit of the same run)
-            with _advantages_only(trainer):
-                inputs = _score(trainer, state, rewards, group_size)
-            return {"advantages": inputs["advantages"].detach().double().numpy()}
-        inputs = _score(trainer, state, rewards, group_size)
-        if request is not None:  # the answers' words drawn from the request's seed: the sample's do not matter
-            seed = int(request["off_policy"].get("seed", 0))
-            inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), eos, pad, words=(words, seed))
-            return _off_policy_step(trainer, kept, inputs, request["off_policy"], off_policy)
-        inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), eos, pad)
+    def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
+        trainer = self.trainer
+        inputs = _lay_out(_score(trainer, self.state, rewards, G), np.asarray(lengths, dtype=int), self.eos, self.pad)
         for key in ("old_per_token_logps", "importance_sampling_ratio", "sampling_per_token_logps"):
             inputs.pop(key, None)  # on-policy first step: old = current
         if inputs.get("ref_per_token_logps") is not None:  # scored on the sampled completions: again on the probe's
             inputs["ref_per_token_logps"] = _reference_logps(trainer, inputs)
-        coefficients = _loss_gradient(trainer, kept, inputs)
+        coefficients = _loss_gradient(trainer, self.kept, inputs)
         return {
             "advantages": inputs["advantages"].detach().double().numpy(),
             "coefficients": coefficients,
             "mask": inputs["completion_mask"].double().numpy(),
         }
 
-    trl_loss_gradient.grpo_identity_info = {  # type: ignore[attr-defined]
-        **_info(spec, args, "GRPOTrainer.compute_loss (autograd)"),
-        "loss_type": str(getattr(args, "loss_type", "none (the release has one loss)")),
-        "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no")),
-        "lengths_optional": True,
-        "step": step,
-        "off_policy": off_policy,
-        **_components_info(args, components),
-    }
-    return trl_loss_gradient
+
+def _components(args: Any, components: int) -> dict[str, Any] | None:
+    """``{weights, multi_objective_aggregation}`` where the trainer has several reward functions (the audit then
+    probes how it combines them), else None."""
+    if components <= 1:
+        return None
+    weights = [float(w) for w in (getattr(args, "reward_weights", None) or [1.0] * components)]
+    setting = str(getattr(args, "multi_objective_aggregation", "none (the release sums, then normalises)"))
+    return {"weights": weights, "multi_objective_aggregation": setting}
 
 
 def _lay_out(
@@ -651,14 +495,14 @@ def _off_policy_step(
     }
 
 
-def _info(spec: FrameworkSpec, args: Any, entry: str) -> dict[str, Any]:
-    return {
-        "framework": "trl",
-        "version": version("trl"),
-        "entry": entry,
-        "options": dict(spec.sets),
+def _info(spec: FrameworkSpec, args: Any, entry: str, components: int) -> DriverInfo:
+    chose = getattr(args, "grpo_identity_settings", None) or DriverSettings()
+    details = {
         "scale_rewards": str(getattr(args, "scale_rewards", "")),
         "loss_type": str(getattr(args, "loss_type", "")),
-        "dtype": "float32",
-        "driver_settings": getattr(args, "grpo_identity_settings", {}),
     }
+    if not hasattr(args, "loss_type"):
+        details["loss_type"] = "none (the release has one loss)"
+    return DriverInfo(
+        "trl", version("trl"), entry, dict(spec.sets), chose, details=details, components=_components(args, components)
+    )

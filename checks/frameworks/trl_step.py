@@ -90,7 +90,7 @@ def one_process(spec: FrameworkSpec) -> FrameworkSpec:
 
 
 def _user_keys_of(spec: FrameworkSpec) -> dict[str, Any]:
-    from grpo_identity.checks.frameworks.trl import user_keys
+    from grpo_identity.checks.frameworks.trl_config import user_keys
 
     return user_keys(spec)
 
@@ -116,7 +116,7 @@ class Layout:
 def _parse(spec: FrameworkSpec, sets: tuple[tuple[str, str], ...], processes: int) -> Any:
     """The GRPOConfig of one rank, parsed here as one process: TRL checks its batch sizes against the world
     size it sees, so the per-device batch is parsed as the whole world's (then divided back)."""
-    from grpo_identity.checks.frameworks.trl import grpo_config
+    from grpo_identity.checks.frameworks.trl_config import grpo_config
 
     merged = dict((*spec.sets, *sets))
     if processes > 1:
@@ -128,7 +128,7 @@ def _parse(spec: FrameworkSpec, sets: tuple[tuple[str, str], ...], processes: in
 
 
 def _int_setting(spec: FrameworkSpec, merged: dict[str, Any], key: str) -> int:
-    from grpo_identity.checks.frameworks.trl import DRIVER_DEFAULTS, int_or, user_keys
+    from grpo_identity.checks.frameworks.trl_config import DRIVER_DEFAULTS, int_or, user_keys
 
     value = merged.get(key, user_keys(spec).get(key, DRIVER_DEFAULTS.get(key)))
     return int_or(value, 1)
@@ -259,7 +259,7 @@ def export_recipe(spec: FrameworkSpec) -> dict[str, Any]:
     from trl import GRPOConfig, TrlParser
 
     from grpo_identity.checks.frameworks import config_text, is_secret
-    from grpo_identity.checks.frameworks.trl import UNUSED_OUTPUT_DIR, config_argv
+    from grpo_identity.checks.frameworks.trl_config import UNUSED_OUTPUT_DIR, config_argv
 
     bare, processes = launch_settings(spec)
     chosen = _layout(bare, processes, "split")
@@ -396,7 +396,7 @@ def _run_here(job: dict[str, Any], rank: int = 0) -> list[dict[str, Any]]:
 
     warnings.filterwarnings("ignore")
     from grpo_identity.checks.frameworks.exported.trl import StepRunner
-    from grpo_identity.checks.frameworks.trl import grpo_config
+    from grpo_identity.checks.frameworks.trl_config import grpo_config
 
     spec = FrameworkSpec("trl", tuple((str(k), str(v)) for k, v in job["sets"]), job["config"])
     args = grpo_config(spec)

@@ -52,6 +52,7 @@ from grpo_identity.checks.frameworks import (
     token_view,
 )
 from grpo_identity.checks.frameworks._ranks import ThreadRanks
+from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
 from grpo_identity.checks.frameworks.exported.verl import (
     MARK,
     Recorder,
@@ -72,6 +73,9 @@ from grpo_identity.checks.frameworks.exported.verl import (
 __all__ = [
     "import_check",
     "compose",
+    "build",
+    "VerlTarget",
+    "VerlEstimator",
     "advantage_target",
     "estimator_target",
     "gradient_target",
@@ -179,51 +183,73 @@ def _advantages(
     return out, data, order
 
 
-def advantage_target(spec: FrameworkSpec) -> Callable[..., Any]:
+def build(spec: FrameworkSpec, level: str) -> Built:
+    """The target of ``spec`` at ``level`` (:mod:`.contract`): the estimator function alone where the spec names
+    one, else the trainer's dispatch (and, at the gradient level, the actor's loss and step)."""
+    return VerlEstimator(spec) if spec.estimator is not None else VerlTarget(spec, level)
+
+
+def advantage_target(spec: FrameworkSpec) -> VerlTarget:
     """fn(rewards, G): the advantages verl's trainer computes from ``spec``'s config."""
-    cfg = compose(spec)
-    ray_trainer = _trainer_module()
-
-    def verl_trainer_advantage(rewards: np.ndarray, group_size: int) -> np.ndarray:
-        return _advantages(ray_trainer, cfg, rewards, int(group_size), lengths_for(len(rewards)))[0]
-
-    verl_trainer_advantage.grpo_identity_info = _info(  # type: ignore[attr-defined]
-        spec, cfg, "ray_trainer.compute_advantage (the trainer's dispatch)"
-    )
-    return verl_trainer_advantage
+    return VerlTarget(spec, "advantage")
 
 
-def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
-    """fn(rewards, G, lengths) → {advantages, coefficients, mask}: −∂loss/∂log π per response token
-    (autograd through the actor's policy loss and ``agg_loss``), rows in the caller's order; with a
-    step request (:mod:`grpo_identity.checks.steps`), the optimizer steps of the actor worker as
-    configured or unsplit (:func:`step_run`)."""
-    import torch
+def gradient_target(spec: FrameworkSpec) -> VerlTarget:
+    """fn(rewards, G, lengths) → {advantages, coefficients, mask} (:class:`VerlTarget`)."""
+    return VerlTarget(spec, "gradient")
 
-    cfg = compose(spec)
-    ray_trainer = _trainer_module()
-    split = step_split(spec, cfg)
-    from verl.trainer.ppo.core_algos import get_policy_loss_fn
-    from verl.utils.config import omega_conf_to_dataclass
 
-    try:
-        actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
-    except Exception as exc:
-        raise AdapterError(
-            f"verl {version('verl')} rejects the actor config ({spec.describe()}): {str(exc).splitlines()[-1]}"
-        ) from None
-    loss_fn = get_policy_loss_fn(actor.policy_loss.get("loss_mode", "vanilla"))
+class VerlTarget(Built):
+    """verl's trainer from ``spec``'s config.  Advantages: ``ray_trainer.compute_advantage`` (the trainer's
+    dispatch).  Gradient: −∂loss/∂log π per response token (autograd through the actor's policy loss and
+    ``agg_loss``), rows in the caller's order; a step request (:mod:`grpo_identity.checks.steps`) runs the
+    optimizer steps of the actor worker as configured or unsplit (:func:`step_run`)."""
 
-    def verl_policy_loss_gradient(
-        rewards: np.ndarray, group_size: int, lengths: np.ndarray | None, request: dict[str, Any] | None = None
-    ) -> dict[str, np.ndarray]:
-        if request is not None:
-            return step_run(cfg, split, rewards, int(group_size), np.asarray(lengths), request)
-        adv, data, order = _advantages(
-            ray_trainer, cfg, rewards, int(group_size), lengths_for(len(rewards)) if lengths is None else lengths
+    def __init__(self, spec: FrameworkSpec, level: str) -> None:
+        self.cfg = compose(spec)
+        self.ray_trainer = _trainer_module()
+        info = _info(spec, self.cfg, "ray_trainer.compute_advantage (the trainer's dispatch)")
+        if level == "gradient":
+            info = self._loss(spec, info)
+        super().__init__(info, level)
+
+    def _loss(self, spec: FrameworkSpec, info: DriverInfo) -> DriverInfo:
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+        from verl.utils.config import omega_conf_to_dataclass
+
+        self.split = split = step_split(spec, self.cfg)
+        try:
+            self.actor = actor = omega_conf_to_dataclass(self.cfg.actor_rollout_ref.actor)
+        except Exception as exc:
+            raise AdapterError(
+                f"verl {version('verl')} rejects the actor config ({spec.describe()}): {str(exc).splitlines()[-1]}"
+            ) from None
+        self.loss_fn = get_policy_loss_fn(actor.policy_loss.get("loss_mode", "vanilla"))
+        details = {
+            **info.details,
+            "loss_agg_mode": str(actor.loss_agg_mode),
+            "loss_mode": str(actor.policy_loss.get("loss_mode", "vanilla")),
+        }
+        return replace(
+            info,
+            entry="ray_trainer.compute_advantage + core_algos policy loss (agg_loss)",
+            details=details,
+            settings=DriverSettings(defaults=split.chosen()),
+            lengths_optional=True,
+            step={**split.geometry(self.cfg), "export": export_recipe(spec, split)},
         )
-        if lengths is None:  # the advantages alone (the advantage audit of the same run)
-            return {"advantages": adv}
+
+    def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
+        return _advantages(self.ray_trainer, self.cfg, rewards, G, lengths_for(len(rewards)))[0]
+
+    def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
+        return step_run(self.cfg, self.split, rewards, G, lengths, request)
+
+    def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
+        import torch
+
+        actor = self.actor
+        adv, data, order = _advantages(self.ray_trainer, self.cfg, rewards, G, lengths)
         mask = data.batch["response_mask"]
         log_prob = torch.full(mask.shape, -1.0, requires_grad=True)  # (bs, T); on-policy: old = current
         if hasattr(actor, "global_batch_info"):  # from 0.8 on: agg_loss over the global batch (one rank here)
@@ -235,7 +261,7 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
                     "loss_scale_factor": actor.loss_scale_factor,
                 }
             )
-        loss, *_ = loss_fn(
+        loss, *_ = self.loss_fn(
             old_log_prob=log_prob.detach(),
             log_prob=log_prob,
             advantages=data.batch["advantages"],
@@ -248,15 +274,6 @@ def gradient_target(spec: FrameworkSpec) -> Callable[..., Any]:
         coeff, m = np.empty(mask.shape), np.empty(mask.shape)
         coeff[order], m[order] = -grad.double().numpy(), mask.double().numpy()
         return {"advantages": adv, "coefficients": coeff, "mask": m}
-
-    verl_policy_loss_gradient.grpo_identity_info = {  # type: ignore[attr-defined]
-        **_info(spec, cfg, "ray_trainer.compute_advantage + core_algos policy loss (agg_loss)"),
-        "loss_agg_mode": str(actor.loss_agg_mode),
-        "loss_mode": str(actor.policy_loss.get("loss_mode", "vanilla")),
-        "lengths_optional": True,
-        "step": {**split.geometry(cfg), "export": export_recipe(spec, split)},
-    }
-    return verl_policy_loss_gradient
 
 
 def export_recipe(spec: FrameworkSpec, split: StepSplit) -> dict[str, Any]:
@@ -276,60 +293,56 @@ def export_recipe(spec: FrameworkSpec, split: StepSplit) -> dict[str, Any]:
     }
 
 
-def _info(spec: FrameworkSpec, cfg: Any, entry: str) -> dict[str, Any]:
+def _info(spec: FrameworkSpec, cfg: Any, entry: str) -> DriverInfo:
     alg = cfg.algorithm
-    return {
-        "framework": "verl",
-        "version": version("verl"),
-        "entry": entry,
-        "options": dict(spec.sets),
+    details = {
         "estimator": str(alg.adv_estimator),
         "norm_adv_by_std_in_grpo": bool(alg.get("norm_adv_by_std_in_grpo", True)),
-        "dtype": "float32",
     }
+    return DriverInfo("verl", version("verl"), entry, dict(spec.sets), details=details)
 
 
-def estimator_target(spec: FrameworkSpec) -> Callable[..., Any]:
-    """fn(rewards, G): ``core_algos``'s estimator function alone, called with keyword options
-    (bypasses the trainer: its dispatch, its config object and its batch layout are not used)."""
-    import torch
-    from verl.trainer.ppo import core_algos
+def estimator_target(spec: FrameworkSpec) -> VerlEstimator:
+    """fn(rewards, G[, ids]): ``core_algos``'s estimator function alone (:class:`VerlEstimator`)."""
+    return VerlEstimator(spec)
 
-    try:
-        est = core_algos.get_adv_estimator_fn(spec.estimator)
-    except (ValueError, KeyError) as exc:
-        raise AdapterError(f"verl {version('verl')} has no advantage estimator {spec.estimator!r}: {exc}") from None
-    options = dict(spec.options)
 
-    def verl_estimator_function(rewards: np.ndarray, group_size: int, ids: Any = None) -> np.ndarray:
+class VerlEstimator(Built):
+    """``core_algos``'s estimator function alone, called with keyword options (bypasses the trainer: its dispatch,
+    its config object and its batch layout are not used).  It is called as a user's function is, with the group
+    ids as its third argument (its info's ``call`` says so), not a reward-column matrix."""
+
+    def __init__(self, spec: FrameworkSpec) -> None:
+        from verl.trainer.ppo import core_algos
+
+        try:
+            self.est = core_algos.get_adv_estimator_fn(spec.estimator)
+        except (ValueError, KeyError) as exc:
+            raise AdapterError(f"verl {version('verl')} has no advantage estimator {spec.estimator!r}: {exc}") from None
+        self.options = dict(spec.options)
+        entry = f"core_algos estimator {spec.estimator!r} called directly: bypasses the trainer"
+        details = {"estimator": spec.estimator, "call": _ESTIMATOR_CALL | {"call": f"{spec.estimator}{_CALLED}"}}
+        super().__init__(DriverInfo("verl", version("verl"), entry, self.options, details=details), "advantage")
+
+    def advantages(self, rewards: np.ndarray, G: int, ids: Any = None) -> np.ndarray:
+        import torch
+
         n = len(rewards)
         order = np.random.default_rng(n).permutation(n)  # verl groups by uid, not by position
         scores, mask = token_view(rewards)  # unequal lengths, holes, the reward on each answer's last token
         token_rewards = torch.as_tensor(scores[order], dtype=torch.float32)  # (bs, T)
-        groups = np.arange(n) // group_size if ids is None else np.asarray(ids)  # ragged groups come with ids
+        groups = np.arange(n) // G if ids is None else np.asarray(ids)  # ragged groups come with ids
         index = np.array([f"uid-{groups[i]}" for i in order], dtype=object)
         response_mask = torch.as_tensor(mask[order], dtype=torch.float32)
-        adv, _ = est(token_level_rewards=token_rewards, response_mask=response_mask, index=index, **options)
+        adv, _ = self.est(token_level_rewards=token_rewards, response_mask=response_mask, index=index, **self.options)
         out = np.empty(n, dtype=np.float64)
         out[order] = advantage_per_answer(adv.numpy(), mask[order])  # (bs,): one per answer, its tokens agreeing
         return out
 
-    verl_estimator_function.grpo_identity_info = {  # type: ignore[attr-defined]
-        "framework": "verl",
-        "version": version("verl"),
-        "entry": f"core_algos estimator {spec.estimator!r} called directly: bypasses the trainer",
-        "call": {
-            "call": f"{spec.estimator}(token_level_rewards=TR, response_mask=MASK, index=UIDS)",
-            "input": "torch",
-            "reward_dtype": "float32",
-            "takes_ids": True,
-            "takes_group_size": False,
-        },
-        "estimator": spec.estimator,
-        "options": options,
-        "dtype": "float32",
-    }
-    return verl_estimator_function
+
+#: how the audit calls the estimator function (``target_info["call"]``)
+_CALLED = "(token_level_rewards=TR, response_mask=MASK, index=UIDS)"
+_ESTIMATOR_CALL = {"input": "torch", "reward_dtype": "float32", "takes_ids": True, "takes_group_size": False}
 
 
 # --- the optimizer step as the trainer splits it (grpo_identity.checks.steps) --------------------
@@ -388,6 +401,18 @@ class StepSplit:
         step of this split (``ppo_micro_batch_size_per_gpu`` = the step's answers, no dynamic batches)."""
         return replace(self, micro=self.mini * self.group_size, dynamic=False, ranks=1)
 
+    def chosen(self) -> dict[str, Any]:
+        """The split keys the user did not set, with the values the driver took for them."""
+        values = {
+            _PROMPTS: self.prompts,
+            _N: self.group_size,
+            _MINI: self.mini,
+            _MICRO: self.micro,
+            _ACTOR + "use_dynamic_bsz": self.dynamic,
+            _TOKENS: self.max_tokens,
+        }
+        return {k: values.get(k, DEFAULT_SPLIT.get(k)) for k in self.defaults}
+
     def describe(self) -> str:
         G = self.group_size
         micro = (
@@ -416,7 +441,6 @@ class StepSplit:
             "actor_rollout_ref.actor.loss_agg_mode": str(cfg.actor_rollout_ref.actor.loss_agg_mode),
             "actor_rollout_ref.actor.ppo_epochs": "1 (the probe runs the first epoch)",
             "trainer.balance_batch": bool(cfg.trainer.balance_batch),
-            "driver defaults (keys the user did not set)": list(self.defaults),
             "worker": _ENGINE_WORKER if engine else _LEGACY_WORKER,
             "trainer": _TRAINER_PATH + (_V1_NOTE if "use_v1" in cfg.trainer and cfg.trainer.use_v1 else ""),
             "stand-ins": _ENGINE_STAND_INS if engine else _LEGACY_STAND_INS,

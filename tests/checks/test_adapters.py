@@ -46,14 +46,14 @@ def test_a_driver_that_meets_an_unknown_api_is_an_adapter_error_naming_the_relea
 
     from grpo_identity.checks.frameworks import trl as drv
 
-    def no_such_api(spec):
+    def no_such_api(spec, level):
         def fn(rewards, G):
             raise AttributeError("'GRPOTrainer' object has no attribute '_generate_and_score_completions'")
 
         fn.grpo_identity_info = {"framework": "trl", "version": version("trl")}
         return fn
 
-    monkeypatch.setattr(drv, "advantage_target", no_such_api)
+    monkeypatch.setattr(drv, "build", no_such_api)
     with pytest.raises(
         AdapterError,
         match=rf"trl {version('trl')}: the driver does not know this release's API .*_generate_and_score_completions",

@@ -11,9 +11,9 @@ from grpo_identity.app.cli import main
 from grpo_identity.checks import releases as R
 from grpo_identity.checks.adapters import TESTED_VERSIONS
 from grpo_identity.checks.calling import CallOptions
-from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec, is_framework
 from grpo_identity.checks.options import OptionError
-from grpo_identity.checks.spec import FunctionSpec, is_framework, resolve
+from grpo_identity.checks.spec import FunctionSpec, resolve
 from grpo_identity.checks.target import TargetImportError
 
 

@@ -308,7 +308,8 @@ def _step(sets, requests=lambda geo: ()):
     spec = FrameworkSpec("areal", sets=tuple(s.split("=", 1) for s in sets))
     with ChildTarget(spec, kind="gradient", python=env.python, warm=True, timeout=300, load_timeout=600) as fn:
         geo = fn.info["step"]
-        return geo, audit_step(fn, geo), [fn(*request) for request in requests(geo)]
+        result, answers = audit_step(fn, geo), [fn(*request) for request in requests(geo)]
+        return {**geo, "chosen": fn.info["driver_settings"]["defaults"]}, result, answers
 
 
 def _designed(*layouts):
@@ -339,7 +340,7 @@ def test_the_default_split_accumulates_micro_batches_on_two_ranks_and_keeps_one_
 
     geo, result, (out,) = _step(GRPO, _designed("split"))
     assert geo["ranks"] == "emulated" and geo["holes"] and geo["ragged"]
-    assert {"actor.mb_spec.n_mbs=2", "actor.backend=fsdp:d2"} <= set(geo["settings"]["driver_chose"])
+    assert {("actor.mb_spec.n_mbs", 2), ("actor.backend", "fsdp:d2")} <= set(geo["chosen"].items())
     assert (result.law_split, result.law_unsplit, result.invariant) == ("1/step_tokens", "1/step_tokens", True)
     assert not {f.property for f in result.findings} & {"split_invariance", "masked_normaliser"}  # holes not counted
     per_step = _pieces_per_step(result)
@@ -379,7 +380,7 @@ def test_the_users_split_by_token_budget_on_four_ranks_keeps_one_over_the_steps_
     geo, result, _ = _step(sets)
     s = geo["settings"]
     assert (geo["group_size"], geo["generation_rows"], geo["step_rows"], geo["ranks"]) == (3, 24, 12, "emulated")
-    assert (s["actor.mb_spec.max_tokens_per_mb"], s["data_parallel_ranks"], s["driver_chose"]) == (16, 4, [])
+    assert (s["actor.mb_spec.max_tokens_per_mb"], s["data_parallel_ranks"], geo["chosen"]) == (16, 4, {})
     assert (result.law_split, result.law_unsplit, result.invariant) == ("1/step_tokens", "1/step_tokens", True)
     assert all(len(ps) >= 4 for ps in _pieces_per_step(result).values())  # 4 ranks, budget-cut micro-batches
 

@@ -210,7 +210,7 @@ def test_a_config_written_for_trl_grpo_audits_unchanged_and_the_report_lists_wha
     settings = out["target_info"]["driver_settings"]
     assert settings["ignored"] == ["model_name_or_path", "dataset_name"]
     assert settings["forced"]["max_completion_length"] == {"driver": 6, "yours": 1024}
-    assert "yours: 8" in settings["num_generations"] and "per_device_train_batch_size" in settings["defaults"]
+    assert "yours: 8" in settings["note"] and "per_device_train_batch_size" in settings["defaults"]
     cfg.write_text(TRL_GRPO_YAML + "lerning_rate: 1.0e-6\n")  # a typo is TRL's error, not ignored
     assert main(["audit", "trl", "--config", str(cfg), "--max-examples", "5"]) == 2
     assert "lerning_rate is no GRPOConfig field nor a key of the trl grpo script" in capsys.readouterr().err
@@ -383,7 +383,7 @@ def test_trl_with_beta_builds_its_reference_from_a_local_folder_and_its_kl_moves
     import socket
     import tempfile
 
-    from grpo_identity.checks.gradient import answer_lengths
+    from grpo_identity.checks.frameworks import answer_lengths
     from grpo_identity.checks.infer import probe_batch
 
     touched: list[object] = []

@@ -282,12 +282,13 @@ def test_verl_step_geometry_is_the_default_split_where_the_user_set_none(verl_st
     from grpo_identity.checks.frameworks import STEP_GROUP_SIZE
     from grpo_identity.checks.frameworks.verl import DEFAULT_SPLIT
 
-    _, geo = verl_step
+    fn, geo = verl_step
     # 4 prompts × G=4 per generation batch, optimizer steps of 2 prompts over 2 emulated ranks
     assert (geo["group_size"], geo["step_rows"], geo["generation_rows"]) == (STEP_GROUP_SIZE, 8, 16)
     assert (geo["ranks"], geo["holes"], geo["ragged"]) == ("emulated", True, False)
-    defaults = geo["settings"]["driver defaults (keys the user did not set)"]
-    assert defaults == [*DEFAULT_SPLIT, "actor_rollout_ref.rollout.n"]
+    defaults = fn.grpo_identity_info["driver_settings"]["defaults"]
+    assert list(defaults) == [*DEFAULT_SPLIT, "actor_rollout_ref.rollout.n"]
+    assert (defaults["data.train_batch_size"], defaults["actor_rollout_ref.actor.ppo_mini_batch_size"]) == (4, 2)
     assert geo["layouts"]["unsplit"].startswith("the same optimizer steps")
     assert geo["settings"]["actor_rollout_ref.actor.loss_agg_mode"] == "token-mean"
     assert "engine worker" in geo["settings"]["worker"]  # 0.9 has no legacy actor

@@ -1,0 +1,186 @@
+"""The driver contract: what a framework driver provides, what it builds, and what it says about what it built.
+
+A **driver** is the module ``grpo_identity.checks.frameworks.NAME`` of a :data:`.registry.FRAMEWORK_TABLE` row
+(:class:`Driver`).  It provides ``SETTINGS`` (the framework's setting for a per-sample weight law, a preset or a
+split invariant, which messages name), ``import_check()`` (a release environment's smoke test) and
+``build(spec, level)``, which builds the framework's own trainer objects from the user's configuration and
+returns a :class:`Built` target.
+
+A **built target** answers the audit's questions with typed methods, one per question:
+
+- ``advantages(rewards, G, scores=None)``: the trainer's advantages (``scores``: one column per reward function);
+- ``gradient(rewards, G, lengths)``: the advantages, −∂loss/∂log π per token and the mask (level gradient);
+- ``step(rewards, G, lengths, request)``: the optimizer step split or unsplit (:mod:`grpo_identity.checks.steps`),
+  where the info gives the step's geometry;
+- ``off_policy(rewards, G, lengths, settings)``: one step at moved weights (:mod:`grpo_identity.checks.offpolicy`),
+  where the info announces it;
+
+and carries a :class:`DriverInfo`.  The rest of the audit calls targets as ``fn(rewards, G[, lengths[,
+request]])`` (the form a user's own gradient or step function has); :meth:`Built.__call__` is the one place such a
+call is told apart into those methods, so a driver never reads ``lengths is None`` or a request's keys.
+
+>>> class Echo(Built):
+...     def advantages(self, rewards, G, scores=None):
+...         return rewards - rewards.mean()
+>>> echo = Echo(DriverInfo("demo", "0.1", "its own advantages"), "advantage")
+>>> echo(__import__("numpy").array([1.0, 0.0]), 2).tolist()
+[0.5, -0.5]
+>>> echo.grpo_identity_info["version"], echo.grpo_identity_info["ranks"]
+('0.1', 'one')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["LEVELS", "DriverSettings", "DriverInfo", "Built", "Driver", "RANKS"]
+
+#: the levels a driver builds a target for
+LEVELS = ("advantage", "gradient")
+#: how a step's data-parallel ranks ran: one rank, emulated (threads or replayed collectives), real processes
+RANKS = ("one", "emulated", "processes")
+
+
+@dataclass(frozen=True)
+class DriverSettings:
+    """What the driver set in the framework's config, beside what the user set (the report lists it)."""
+
+    forced: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """key -> {"driver": its value, "yours": the user's value or None}: set whatever the user set (the CPU, short
+    completions, no logging or checkpoints)."""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """key -> value the driver chose where the user set none (a step's split, a group size)."""
+    ignored: tuple[str, ...] = ()
+    """The user's keys the framework's trainer does not read (keys of its launch script), ignored with a note."""
+    note: str = ""
+    """What else the driver chose, in words (the group size each probe sets)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"forced": self.forced, "defaults": self.defaults, "ignored": list(self.ignored), "note": self.note}
+
+
+@dataclass(frozen=True)
+class DriverInfo:
+    """What a built target is and how it was built: the report's head, the step and off-policy audits' input."""
+
+    framework: str
+    release: str
+    """The framework's version, as installed where the target runs."""
+    entry: str
+    """The framework's code the target runs, in words (its functions and what stands in for what)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The user's ``--set`` keys and raw values (an estimator function's keyword options)."""
+    settings: DriverSettings = field(default_factory=DriverSettings)
+    stand_ins: tuple[str, ...] = ()
+    """Modules or objects the driver put in place of the framework's own (an empty ``flash_attn``, a stub engine)."""
+    dtype: str = "float32"
+    """The dtype the framework computes advantages in."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """The framework's own settings that decide the advantages and the loss (estimator, normalisation, loss type)."""
+    lengths_optional: bool = False
+    """The gradient target answers ``lengths=None`` with the advantages alone."""
+    step: dict[str, Any] | None = None
+    """The optimizer step's geometry (:func:`grpo_identity.checks.steps.geometry`): the target answers step requests."""
+    step_unavailable: str | None = None
+    """Why the target runs no optimizer step (a release the driver cannot split), where it runs none."""
+    off_policy: dict[str, Any] | None = None
+    """What an off-policy step runs under: the target answers off-policy requests."""
+    components: dict[str, Any] | None = None
+    """Several reward functions (weights, aggregation): the target takes ``scores``."""
+
+    @property
+    def ranks(self) -> str:
+        """How the step's data-parallel ranks run (:data:`RANKS`): the step geometry's, else one."""
+        return str((self.step or {}).get("ranks") or "one")
+
+    @property
+    def objective(self) -> dict[str, Any] | None:
+        """The loss's objective as the step's geometry names it (None without a step)."""
+        return (self.step or {}).get("objective")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The info as the report and the audit's JSON carry it (``target_info``)."""
+        out: dict[str, Any] = {
+            "framework": self.framework,
+            "version": self.release,
+            "entry": self.entry,
+            "options": dict(self.options),
+            **self.details,
+            "dtype": self.dtype,
+            "driver_settings": self.settings.to_dict(),
+            "stand_ins": list(self.stand_ins),
+            "ranks": self.ranks,
+        }
+        optional = {
+            "lengths_optional": self.lengths_optional or None,
+            "step": self.step,
+            "step_unavailable": self.step_unavailable,
+            "off_policy": self.off_policy,
+            "components": self.components,
+        }
+        return {**out, **{k: v for k, v in optional.items() if v is not None}}
+
+
+class Built:
+    """A target a driver built: the typed methods of the module docstring, the one dispatch of the audit's calls.
+
+    A subclass sets :attr:`info` and overrides the methods its framework answers; the others refuse."""
+
+    def __init__(self, info: DriverInfo, level: str = "advantage") -> None:
+        self.driver_info = info
+        self.level = level
+
+    @property
+    def grpo_identity_info(self) -> dict[str, Any]:
+        """The target's info as every audit target carries it."""
+        return self.driver_info.to_dict()
+
+    def advantages(self, rewards: Any, G: int, scores: Any = None) -> Any:
+        raise NotImplementedError(f"{self.driver_info.framework}: this target computes no advantages")
+
+    def gradient(self, rewards: Any, G: int, lengths: Any) -> dict[str, Any]:
+        raise NotImplementedError(f"{self.driver_info.framework}: this target runs no loss (level advantage)")
+
+    def step(self, rewards: Any, G: int, lengths: Any, request: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError(f"{self.driver_info.framework}: this target runs no optimizer step")
+
+    def off_policy(self, rewards: Any, G: int, lengths: Any, settings: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError(f"{self.driver_info.framework}: this target runs no off-policy step")
+
+    def __call__(self, rewards: Any, group_size: int, *extra: Any) -> Any:
+        """Level advantage: ``fn(rewards, G[, scores])``, the advantages.  Level gradient: ``fn(rewards, G, lengths)``,
+        the gradient (``lengths`` None: the advantages, as a dict); ``fn(rewards, G, lengths, request)``: a step
+        (``layout``), an off-policy step (``off_policy``) or the advantages of several reward columns (``scores``)."""
+        G = int(group_size)
+        if self.level == "advantage" or not extra:
+            return self.advantages(rewards, G, *extra[:1])
+        lengths, request = extra[0], (extra[1] if len(extra) > 1 else None)
+        if request is not None and "scores" in request:
+            return {"advantages": self.advantages(rewards, G, scores=request["scores"])}
+        if request is not None and "off_policy" in request:
+            return self.off_policy(rewards, G, _need(lengths, "an off-policy request"), request["off_policy"])
+        if request is not None:
+            return self.step(rewards, G, _need(lengths, "a step request"), request)
+        if lengths is None:
+            return {"advantages": self.advantages(rewards, G)}
+        return self.gradient(rewards, G, lengths)
+
+
+def _need(lengths: Any, what: str) -> Any:
+    import numpy as np
+
+    if lengths is None:
+        raise ValueError(f"{what} needs the answers' lengths")
+    return np.asarray(lengths)
+
+
+@runtime_checkable
+class Driver(Protocol):
+    """A driver module (``checks/frameworks/NAME.py``), as :mod:`grpo_identity.checks.adapters` uses it."""
+
+    SETTINGS: dict[str, dict[str, str]]
+
+    def import_check(self) -> None: ...
+
+    def build(self, spec: Any, level: str) -> Built: ...

@@ -1,0 +1,149 @@
+"""The driver contract (grpo_identity.checks.frameworks.contract): every registered driver keeps it, and a built
+target's calls reach the method the call asks for."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grpo_identity.checks.frameworks import FrameworkSpec
+from grpo_identity.checks.frameworks.contract import LEVELS, RANKS, Built, Driver, DriverInfo, DriverSettings
+from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
+
+DRIVERS = Path(__file__).resolve().parents[3] / "checks" / "frameworks"
+
+
+@pytest.mark.parametrize("name", list(FRAMEWORK_TABLE))
+def test_every_registered_driver_module_keeps_the_contract(name):
+    module = importlib.import_module(FRAMEWORK_TABLE[name].driver)  # without its framework: imported only to build
+    assert isinstance(module, Driver)
+    assert list(inspect.signature(module.build).parameters) == ["spec", "level"]
+    assert set(module.SETTINGS) <= {"per_sample_weight", "preset", "split"}
+    assert not inspect.signature(module.import_check).parameters
+
+
+@pytest.mark.parametrize("name", list(FRAMEWORK_TABLE))
+def test_no_driver_hands_out_a_bare_function_with_its_info_pinned_on(name):
+    """A driver's targets are Built subclasses: no closure carries a hand-written ``grpo_identity_info`` dict, and
+    no driver tells calls apart by ``lengths is None`` (the contract's one dispatch does)."""
+    tree = ast.parse((DRIVERS / f"{name}.py").read_text())
+    pinned = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and t.attr == "grpo_identity_info" for t in n.targets)
+    ]
+    told_apart = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Compare)
+        and isinstance(n.left, ast.Name)
+        and n.left.id in ("lengths", "request")
+        and any(isinstance(c, ast.Constant) and c.value is None for c in n.comparators)
+    ]
+    assert (pinned, told_apart) == ([], [])
+
+
+class _Recorder(Built):
+    """Every method records what reached it."""
+
+    def __init__(self, level: str) -> None:
+        super().__init__(DriverInfo("demo", "1.0", "records", step={"ranks": "emulated"}), level)
+        self.seen: list[tuple] = []
+
+    def advantages(self, rewards, G, scores=None):
+        self.seen.append(("advantages", G, None if scores is None else np.asarray(scores).shape))
+        return np.zeros(len(rewards))
+
+    def gradient(self, rewards, G, lengths):
+        self.seen.append(("gradient", G, tuple(lengths)))
+        return {"advantages": np.zeros(len(rewards))}
+
+    def step(self, rewards, G, lengths, request):
+        self.seen.append(("step", G, request["layout"]))
+        return {}
+
+    def off_policy(self, rewards, G, lengths, settings):
+        self.seen.append(("off_policy", G, settings["seed"]))
+        return {}
+
+
+def test_each_call_form_reaches_its_method():
+    r, L = np.array([1.0, 0.0, 1.0, 1.0]), np.array([1, 2, 3, 4])
+    grad = _Recorder("gradient")
+    grad(r, 2)
+    grad(r, 2, None)
+    grad(r, 2, L)
+    grad(r, 2, L, {"layout": "split", "sizes": [2, 2]})
+    grad(r, 2, L, {"off_policy": {"seed": 7, "scale": 0.1}})
+    grad(r, 2, None, {"scores": np.ones((4, 3))})
+    assert grad.seen == [
+        ("advantages", 2, None),
+        ("advantages", 2, None),
+        ("gradient", 2, (1, 2, 3, 4)),
+        ("step", 2, "split"),
+        ("off_policy", 2, 7),
+        ("advantages", 2, (4, 3)),
+    ]
+    adv = _Recorder("advantage")
+    adv(r, 2, np.ones((4, 2)))  # the advantage level's third argument: one column per reward function
+    assert adv.seen == [("advantages", 2, (4, 2))]
+
+
+def test_a_step_request_without_lengths_and_a_question_the_target_does_not_answer_are_refused():
+    with pytest.raises(ValueError, match="a step request needs the answers' lengths"):
+        _Recorder("gradient")(np.ones(2), 2, None, {"layout": "split"})
+    plain = Built(DriverInfo("demo", "1.0", "nothing"), "advantage")
+    with pytest.raises(NotImplementedError, match="demo: this target runs no optimizer step"):
+        plain.step(np.ones(2), 2, np.ones(2), {"layout": "split"})
+
+
+def test_the_info_names_ranks_and_objective_from_the_step_and_drops_what_is_unset():
+    info = DriverInfo(
+        "demo",
+        "1.0",
+        "records",
+        {"loss_type": "dapo"},
+        DriverSettings(forced={"use_cpu": {"driver": True, "yours": None}}, defaults={"n": 4}, ignored=("x",)),
+        details={"estimator": "grpo"},
+        step={"ranks": "processes", "objective": {"name": "token-mean"}},
+    )
+    d = info.to_dict()
+    assert (d["version"], d["estimator"], d["ranks"], info.objective) == (
+        "1.0",
+        "grpo",
+        "processes",
+        {"name": "token-mean"},
+    )
+    assert d["driver_settings"] == {
+        "forced": {"use_cpu": {"driver": True, "yours": None}},
+        "defaults": {"n": 4},
+        "ignored": ["x"],
+        "note": "",
+    }
+    assert {"off_policy", "components", "step_unavailable", "lengths_optional"}.isdisjoint(d)
+    assert DriverInfo("demo", "1.0", "e").to_dict()["ranks"] == "one"
+
+
+@pytest.mark.frameworks
+@pytest.mark.slow
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_installed_drivers_build_targets_with_typed_info(level):
+    """TRL and verl are in the lock: each builds a Built target per level whose info is a DriverInfo."""
+    from grpo_identity.checks import adapters
+
+    specs = [FrameworkSpec("trl"), FrameworkSpec("verl", sets=(("algorithm.adv_estimator", "grpo"),))]
+    for spec in specs:
+        built = adapters.build(spec, level)
+        assert isinstance(built, Built) and isinstance(built.driver_info, DriverInfo)
+        d = built.grpo_identity_info
+        assert (d["framework"], d["ranks"] in RANKS) == (spec.framework, True)
+        assert isinstance(d["driver_settings"]["defaults"], dict)
+        assert ("step" in d) == (level == "gradient")
+        out = built(np.array([1.0, 0.0, 1.0, 1.0]), 2)  # GRPO: (r - mean) / std with Bessel's correction
+        assert np.allclose(out, [2**-0.5, -(2**-0.5), 0.0, 0.0], atol=1e-4)
