@@ -527,7 +527,7 @@ def _ids_as(ids: Any, input: str) -> Any:
 # --- templates --------------------------------------------------------------------------------------
 def _parse_template(text: str) -> ast.Call:
     """A template's call expression (``fn(rewards=R, num_generations=G)``, optionally ``[0]`` or
-    ``["advantages"]`` after it); :class:`~grpo_identity.checks.options.OptionError` otherwise."""
+    ``["advantages"]`` after it); :class:`~grpo_identity.foundation.OptionError` otherwise."""
     from grpo_identity.foundation import OptionError
 
     try:

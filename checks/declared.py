@@ -19,7 +19,7 @@ Standard library only at import (SymPy loads when a formula is read).
 >>> declare("c=__import__('os')")
 Traceback (most recent call last):
 ...
-grpo_identity.checks.options.OptionError: expect must be ...; __import__ is not an allowed function (got ...)
+grpo_identity.foundation.OptionError: expect must be ...; __import__ is not an allowed function (got ...)
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def is_declared(expect: Any) -> bool:
 def declare(expect: Any) -> Declared:
     """The :class:`Declared` of a ``c=FORMULA`` string or a callable c(k, G), evaluated at every
     probed G; a formula off the allow-list, or a value that is not finite and positive, raises
-    :class:`~grpo_identity.checks.options.OptionError` (field ``expect``)."""
+    :class:`~grpo_identity.foundation.OptionError` (field ``expect``)."""
     if isinstance(expect, Declared):
         return expect
     if isinstance(expect, str):

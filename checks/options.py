@@ -11,7 +11,7 @@ wrote it (``--max-examples`` on the command line, ``max_examples=`` in Python an
 >>> AuditOptions(timeout=float("inf"))
 Traceback (most recent call last):
 ...
-grpo_identity.checks.options.OptionError: timeout must be a finite number of seconds in (0, 3600], got inf
+grpo_identity.foundation.OptionError: timeout must be a finite number of seconds in (0, 3600], got inf
 >>> OptionError("timeout", "must be > 0").worded({"timeout": "--timeout"})
 '--timeout must be > 0'
 """

@@ -8,7 +8,7 @@ tells the two apart, that defaults the level (the gradient for a framework's tra
 advantages for anything else), that checks which options apply to which target, and that picks
 the release of a framework that is not installed here.  Everything later reads the spec.
 
-A bad combination raises :class:`~grpo_identity.checks.options.OptionError` naming the option;
+A bad combination raises :class:`~grpo_identity.foundation.OptionError` naming the option;
 a target string that cannot name a target raises
 :class:`~grpo_identity.checks.target.TargetImportError`.
 
@@ -17,7 +17,7 @@ a target string that cannot name a target raises
 >>> resolve("grpo", sets=["loss_type=grpo"])
 Traceback (most recent call last):
 ...
-grpo_identity.checks.options.OptionError: sets applies to the framework targets (trl, ...), not to 'grpo'
+grpo_identity.foundation.OptionError: sets applies to the framework targets (trl, ...), not to 'grpo'
 """
 
 from __future__ import annotations

@@ -29,135 +29,16 @@ import sys
 import time
 from pathlib import Path
 
+from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "frameworks"
 #: the page of the documentation site that includes table.md
 DOCS_PAGE = ROOT / "docs" / "findings" / "frameworks.md"
 
-TRL = ("0.22.0", "0.22.2", "1.16.0")
-VERL = ("0.6.0", "0.7.1", "0.9.1")
-AREAL = ("1.0.4",)
-OPENRLHF = ("0.11.2",)
-#: (target and options as typed after ``grpo-identity audit``, releases)
-CASES: list[tuple[str, tuple[str, ...]]] = [
-    # TRL 0.16 is the first release with scale_rewards (a bool until 0.21, a string from 0.22)
-    ("trl --set scale_rewards=true", ("0.16.0",)),
-    ("trl --set scale_rewards=false", ("0.16.0",)),
-    ("trl --set scale_rewards=group --set loss_type=grpo", TRL),
-    ("trl --set scale_rewards=none --set loss_type=dr_grpo", TRL),
-    ("trl --set scale_rewards=batch --set loss_type=grpo", TRL),
-    ("trl --set loss_type=bnpo", TRL),
-    ("trl --set loss_type=dapo", ("1.16.0",)),
-    # the optimizer step as TRL's trainer splits it: accumulation (the default split), two gloo processes,
-    # generation batches spanning two steps, truncated answers masked
-    (
-        "trl --set scale_rewards=false --set gradient_accumulation_steps=4 --set per_device_train_batch_size=2",
-        ("0.16.0",),
-    ),
-    ("trl --set loss_type=bnpo --set num_processes=2 --set per_device_train_batch_size=2", ("0.22.2", "1.16.0")),
-    ("trl --set loss_type=dapo --set num_processes=2 --set per_device_train_batch_size=2", ("0.22.2", "1.16.0")),
-    (
-        "trl --set loss_type=dapo --set gradient_accumulation_steps=2 --set steps_per_generation=4 --set "
-        "per_device_train_batch_size=4",
-        ("0.22.2", "1.16.0"),
-    ),
-    ("trl --set loss_type=dapo --set mask_truncated_completions=true", ("0.22.2", "1.16.0")),
-    # after the policy has moved: the KL term, GSPO's sequence ratio, several reward functions
-    ("trl --set beta=0.04", ("0.22.2", "1.16.0")),
-    ("trl --set importance_sampling_level=sequence", ("0.22.2", "1.16.0")),
-    ("trl --set multi_objective_aggregation=normalize_then_sum", ("1.16.0",)),
-    ("trl --set reward_weights=1,0.5", ("1.16.0",)),
-    ("verl --set algorithm.adv_estimator=grpo", VERL),
-    ("verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo", VERL),
-    (
-        "verl --set algorithm.adv_estimator=grpo_vectorized --set algorithm.norm_adv_by_std_in_grpo=false --expect "
-        "dr_grpo",
-        VERL,
-    ),
-    (
-        "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-        ("0.7.1", "0.9.1"),
-    ),
-    (
-        "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
-        ("0.9.1",),
-    ),
-    # the optimizer step as verl's actor splits it: the engine worker (opt-in on 0.7), micro-batches by a token
-    # budget, four ranks of one-answer micro-batches
-    ("verl --set algorithm.adv_estimator=grpo --set trainer.use_legacy_worker_impl=disable", ("0.7.1",)),
-    (
-        "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.use_dynamic_bsz=true --set "
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16",
-        ("0.6.0", "0.9.1"),
-    ),
-    (
-        "verl --set algorithm.adv_estimator=grpo --set trainer.n_gpus_per_node=4 --set "
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-        ("0.6.0", "0.9.1"),
-    ),
-    ("verl --set algorithm.adv_estimator=rloo", ("0.9.1",)),
-    ("verl --set algorithm.adv_estimator=opo", ("0.9.1",)),
-    ("verl --set algorithm.adv_estimator=gpg", ("0.9.1",)),
-    ("verl --set algorithm.adv_estimator=reinforce_plus_plus_baseline", ("0.9.1",)),
-    ("verl --set algorithm.adv_estimator=grpo_passk", ("0.9.1",)),
-    ("verl:estimator=gdpo", ("0.9.1",)),
-    ("openrlhf --set algo.advantage.estimator=group_norm", ("0.10.2", "0.11.2")),
-    ("openrlhf --set algo.advantage.estimator=group_norm --set reward.clip_range=-1000,1000", OPENRLHF),
-    ("openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.no_std_norm=true", OPENRLHF),
-    ("openrlhf --set algo.advantage.estimator=dr_grpo", OPENRLHF),
-    ("openrlhf --set algo.advantage.estimator=dr_grpo --set reward.clip_range=-1000,1000", OPENRLHF),
-    ("openrlhf --set algo.advantage.estimator=dr_grpo --set actor.loss_agg_mode=seq-mean-token-mean", OPENRLHF),
-    ("openrlhf --set algo.advantage.estimator=rloo", OPENRLHF),
-    ("openrlhf --set algo.advantage.estimator=rloo --set reward.clip_range=-1000,1000", OPENRLHF),
-    ("openrlhf --set algo.advantage.estimator=reinforce_baseline", OPENRLHF),
-    # the optimizer step as OpenRLHF's actor splits it: micro-batches by a token budget, a train batch larger
-    # than the rollout batch (DeepSpeed's accumulation window spans two ppo_train calls)
-    (
-        "openrlhf --set algo.advantage.estimator=group_norm --set rollout.batch_size=4 --set train.batch_size=8 --set "
-        "actor.num_gpus_per_node=2 --set vllm.num_engines=1 --set train.dynamic_batch_enable=true --set "
-        "train.max_tokens_per_gpu=12",
-        ("0.10.2", "0.11.2"),
-    ),
-    (
-        "openrlhf --set algo.advantage.estimator=group_norm --set rollout.batch_size=2 --set "
-        "rollout.micro_batch_size=2 --set train.batch_size=16 --set train.micro_batch_size=2 --set "
-        "actor.num_gpus_per_node=2",
-        ("0.10.2", "0.11.2"),
-    ),
-    ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group", AREAL),
-    # AReaL clips raw rewards at ±actor.reward_clip (20) before it normalises them: out of reach here
-    (
-        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
-        "actor.reward_clip=1000000",
-        AREAL,
-    ),
-    (
-        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
-        "actor.reward_norm.std_unbiased=false",
-        AREAL,
-    ),
-    ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=null", AREAL),
-    (
-        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.mean_leave1out=true --set "
-        "actor.reward_norm.std_level=null",
-        AREAL,
-    ),
-    ("areal --set actor.reward_norm.mean_level=group", AREAL),
-    ("areal --set actor.adv_norm.mean_level=group --set actor.adv_norm.std_level=group", AREAL),
-    # the optimizer step split over four ranks, two mini-batches and a token budget per micro-batch
-    (
-        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
-        "actor.reward_clip=1000000 --set actor.backend=fsdp:d4 --set actor.ppo_n_minibatches=2 --set "
-        "actor.mb_spec.max_tokens_per_mb=16",
-        AREAL,
-    ),
-    # the normalisation of AReaL's own GRPO example (examples/math/gsm8k_grpo.yaml)
-    (
-        "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
-        "actor.adv_norm.mean_level=batch --set actor.adv_norm.std_level=batch",
-        AREAL,
-    ),
-]
+#: (target and options as typed after ``grpo-identity audit``, releases): every framework's ``cases`` in its
+#: registry row (:data:`grpo_identity.checks.frameworks.registry.FRAMEWORK_TABLE`), framework by framework
+CASES: list[tuple[str, tuple[str, ...]]] = [case for entry in FRAMEWORK_TABLE.values() for case in entry.cases]
 
 
 def run_case(target: str, release: str) -> dict:

@@ -298,14 +298,9 @@ def _literal(raw: str) -> Any:
 
 def setting_for(framework: str, what: str, value: str) -> str | None:
     """The setting of ``framework`` that gives ``value`` of ``what`` ('per_sample_weight', 'preset', or
-    'split' with 'invariant'), from its driver's ``SETTINGS``; None when the driver knows none."""
-    import importlib
-
-    try:
-        settings = importlib.import_module(FRAMEWORK_TABLE[framework].driver).SETTINGS
-    except (ImportError, AttributeError, KeyError):
-        return None
-    return settings.get(what, {}).get(value)
+    'split' with 'invariant'), from its registry row's ``settings``; None when the row names none."""
+    entry = FRAMEWORK_TABLE.get(framework)
+    return None if entry is None else entry.settings.get(what, {}).get(value)
 
 
 @contextlib.contextmanager

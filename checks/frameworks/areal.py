@@ -124,15 +124,6 @@ UNSPLIT = (
     "(one train_batch of one micro-batch) on one rank; the advantages computed on one rank"
 )
 
-#: the settings that give each preset (what a report suggests)
-SETTINGS: dict[str, dict[str, str]] = {
-    "preset": {
-        "dr_grpo": "actor.reward_norm.mean_level=group with actor.reward_norm.std_level=null",
-        "rloo": "actor.reward_norm.mean_level=group, actor.reward_norm.mean_leave1out=true, "
-        "actor.reward_norm.std_level=null",
-    },
-}
-
 
 def import_check() -> None:
     """Import what the driver needs (a release environment's smoke test)."""

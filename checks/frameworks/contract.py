@@ -1,10 +1,10 @@
 """The driver contract: what a framework driver provides, what it builds, and what it says about what it built.
 
 A **driver** is the module ``grpo_identity.checks.frameworks.NAME`` of a :data:`.registry.FRAMEWORK_TABLE` row
-(:class:`Driver`).  It provides ``SETTINGS`` (the framework's setting for a per-sample weight law, a preset or a
-split invariant, which messages name), ``import_check()`` (a release environment's smoke test) and
-``build(spec, level)``, which builds the framework's own trainer objects from the user's configuration and
-returns a :class:`Built` target.
+(:class:`Driver`).  It provides ``import_check()`` (a release environment's smoke test) and ``build(spec,
+level)``, which builds the framework's own trainer objects from the user's configuration and returns a
+:class:`Built` target.  Everything else about the framework (its releases, pins, settings, the configurations the
+findings table audits) is its registry row's.
 
 A **built target** answers the audit's questions with typed methods, one per question:
 
@@ -178,8 +178,6 @@ def _need(lengths: Any, what: str) -> Any:
 @runtime_checkable
 class Driver(Protocol):
     """A driver module (``checks/frameworks/NAME.py``), as :mod:`grpo_identity.checks.adapters` uses it."""
-
-    SETTINGS: dict[str, dict[str, str]]
 
     def import_check(self) -> None: ...
 

@@ -160,17 +160,6 @@ UNSPLIT = (
 )
 #: how many values of a setting the search for one that fixes an impossible split tries (nearest first)
 FIX_SEARCH = 256
-#: the settings that give each per-sample weight and each preset (what a report suggests)
-SETTINGS: dict[str, dict[str, str]] = {
-    "per_sample_weight": {
-        "1/length": "actor.loss_agg_mode=seq-mean-token-mean",
-        "1/step_tokens": "actor.loss_agg_mode=token-mean",
-    },
-    "preset": {
-        "dr_grpo": "algo.advantage.estimator=dr_grpo (and a reward.clip_range beyond your rewards)",
-        "rloo": "algo.advantage.estimator=rloo (and a reward.clip_range beyond your rewards)",
-    },
-}
 
 
 def import_check() -> None:
@@ -271,13 +260,15 @@ class OpenRLHFTarget(Built):
 
     def __init__(self, spec: FrameworkSpec, level: str) -> None:
         self.configs = configs = _Configs(spec)
+        # the split first: settings OpenRLHF cannot run are an AdapterError naming a value that runs (check_split)
+        unavailable = _unreproducible(configs.step(configs.group_size, "split")) if level == "gradient" else None
         args = configs.get(2)
         info = _info(spec, args, "RemoteExperienceMaker.compute_advantages_and_returns")
         if level == "gradient":
-            info = self._loss(info, args)
+            info = self._loss(info, args, unavailable)
         super().__init__(info, level)
 
-    def _loss(self, info: DriverInfo, args: Any) -> DriverInfo:
+    def _loss(self, info: DriverInfo, args: Any, unavailable: str | None) -> DriverInfo:
         configs = self.configs
         self.mods = openrlhf_modules()
         if not hasattr(self.mods["openrlhf.models.loss"], "PolicyLoss"):
@@ -286,8 +277,6 @@ class OpenRLHFTarget(Built):
             )
         self.loss_utils = module_named("openrlhf.utils.loss_utils", optional=True)  # 0.10.3 on: global normalisers
         self.loss_fns: dict[int, Any] = {}
-        # the split first: settings OpenRLHF cannot run are an AdapterError naming a value that runs (check_split)
-        unavailable = _unreproducible(configs.step(configs.group_size, "split"))
         details = {
             **info.details,
             "loss_agg_mode": str(getattr(args.actor, "loss_agg_mode", "token-mean (no actor.loss_agg_mode here)")),

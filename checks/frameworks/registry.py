@@ -13,12 +13,15 @@ sets, and what a release environment needs beyond the release's own requirements
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 __all__ = ["FrameworkEntry", "FRAMEWORK_TABLE", "pins_table", "no_deps_table"]
 
 #: (first release, first release no longer needing them, requirements)
 Pins = tuple[tuple[str, str, tuple[str, ...]], ...]
+#: (target and options as typed after ``grpo-identity audit``, the releases it is audited at)
+Cases = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -40,12 +43,25 @@ class FrameworkEntry:
     """Packages installed with ``--no-deps`` beside the release, which then goes in with ``--no-deps`` too: for
     frameworks whose declared requirements cannot install here (a CUDA stack, another torch); what they do need
     is then in :attr:`pins`."""
+    settings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """The setting that gives each per-sample weight law (``per_sample_weight``), each preset (``preset``) and a
+    split-invariant step (``split``): what a report suggests (:func:`~grpo_identity.checks.frameworks.setting_for`)."""
+    verify: tuple[tuple[str, str], ...] = ()
+    """(target, expected preset) that ``grpo-identity verify`` audits where the framework is installed."""
+    cases: Cases = ()
+    """The configurations the findings table audits (``scripts/framework_audits.py``), with their releases."""
 
     @property
     def driver(self) -> str:
         """The driver's module."""
         return f"grpo_identity.checks.frameworks.{self.name}"
 
+
+#: the releases the findings table audits most configurations at
+_TRL_RELEASES = ("0.22.0", "0.22.2", "1.16.0")
+_VERL_RELEASES = ("0.6.0", "0.7.1", "0.9.1")
+_AREAL_RELEASES = ("1.0.4",)
+_OPENRLHF_RELEASES = ("0.11.2",)
 
 _TRL = FrameworkEntry(
     "trl",
@@ -59,6 +75,51 @@ _TRL = FrameworkEntry(
         ("0.0", "0.17", ("transformers>=4.50,<4.52",)),
         ("0.17", "0.23", ("transformers>=4.56.1,<4.57",)),
         ("0.23", "1.0", ("transformers<5",)),
+    ),
+    settings={
+        "per_sample_weight": {
+            "constant": "loss_type=dr_grpo",
+            "1/length": "loss_type=grpo",
+            "1/step_tokens": "loss_type=bnpo (or dapo)",
+        },
+        "preset": {"dr_grpo": "scale_rewards=none", "trl": "scale_rewards=group"},
+        "split": {
+            "1/micro_batch_tokens": "loss_type=dapo (normalised by the generation batch's gathered token count), "
+            "dr_grpo or grpo: bnpo and 0.16's single loss divide each micro-batch by its own tokens",
+            "1/rank_tokens": "loss_type=dapo (the token count gathered over the ranks), dr_grpo or grpo",
+            "1/generation_tokens": "steps_per_generation a multiple of gradient_accumulation_steps (no optimizer step "
+            "across two generation batches)",
+        },
+    },
+    verify=(("trl", "grpo"),),
+    cases=(
+        # _TRL_RELEASES 0.16 is the first release with scale_rewards (a bool until 0.21, a string from 0.22)
+        ("trl --set scale_rewards=true", ("0.16.0",)),
+        ("trl --set scale_rewards=false", ("0.16.0",)),
+        ("trl --set scale_rewards=group --set loss_type=grpo", _TRL_RELEASES),
+        ("trl --set scale_rewards=none --set loss_type=dr_grpo", _TRL_RELEASES),
+        ("trl --set scale_rewards=batch --set loss_type=grpo", _TRL_RELEASES),
+        ("trl --set loss_type=bnpo", _TRL_RELEASES),
+        ("trl --set loss_type=dapo", ("1.16.0",)),
+        # the optimizer step as _TRL_RELEASES's trainer splits it: accumulation (the default split), two gloo processes,
+        # generation batches spanning two steps, truncated answers masked
+        (
+            "trl --set scale_rewards=false --set gradient_accumulation_steps=4 --set per_device_train_batch_size=2",
+            ("0.16.0",),
+        ),
+        ("trl --set loss_type=bnpo --set num_processes=2 --set per_device_train_batch_size=2", ("0.22.2", "1.16.0")),
+        ("trl --set loss_type=dapo --set num_processes=2 --set per_device_train_batch_size=2", ("0.22.2", "1.16.0")),
+        (
+            "trl --set loss_type=dapo --set gradient_accumulation_steps=2 --set steps_per_generation=4 --set "
+            "per_device_train_batch_size=4",
+            ("0.22.2", "1.16.0"),
+        ),
+        ("trl --set loss_type=dapo --set mask_truncated_completions=true", ("0.22.2", "1.16.0")),
+        # after the policy has moved: the KL term, GSPO's sequence ratio, several reward functions
+        ("trl --set beta=0.04", ("0.22.2", "1.16.0")),
+        ("trl --set importance_sampling_level=sequence", ("0.22.2", "1.16.0")),
+        ("trl --set multi_objective_aggregation=normalize_then_sum", ("1.16.0",)),
+        ("trl --set reward_weights=1,0.5", ("1.16.0",)),
     ),
 )
 _VERL = FrameworkEntry(
@@ -82,6 +143,62 @@ _VERL = FrameworkEntry(
         # verl declares datasets unbounded: as of 0.9.1's day uv's resolver backtracked to datasets 1.1.1 (2020),
         # whose features module needs pyarrow.PyExtensionType, gone from the pyarrow >= 19 verl requires
         ("0.8", "99", ("datasets>=3",)),
+    ),
+    settings={
+        "per_sample_weight": {
+            "constant": "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
+            "1/length": "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+            "1/step_tokens": "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        },
+        "preset": {
+            "dr_grpo": "algorithm.adv_estimator=grpo with algorithm.norm_adv_by_std_in_grpo=false",
+            "verl": "algorithm.adv_estimator=grpo",
+            "rloo": "algorithm.adv_estimator=rloo",
+        },
+        "split": {
+            "invariant": "verl ≥ 0.8 (or trainer.use_legacy_worker_impl=disable on 0.7.x): the engine worker's "
+            "token-mean counts the whole step's tokens; or actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
+        },
+    },
+    verify=(("verl:grpo", "grpo"), ("verl:grpo_vectorized", "grpo")),
+    cases=(
+        ("verl --set algorithm.adv_estimator=grpo", _VERL_RELEASES),
+        (
+            "verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo",
+            _VERL_RELEASES,
+        ),
+        (
+            "verl --set algorithm.adv_estimator=grpo_vectorized --set algorithm.norm_adv_by_std_in_grpo=false --expect "
+            "dr_grpo",
+            _VERL_RELEASES,
+        ),
+        (
+            "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+            ("0.7.1", "0.9.1"),
+        ),
+        (
+            "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
+            ("0.9.1",),
+        ),
+        # the optimizer step as verl's actor splits it: the engine worker (opt-in on 0.7), micro-batches by a token
+        # budget, four ranks of one-answer micro-batches
+        ("verl --set algorithm.adv_estimator=grpo --set trainer.use_legacy_worker_impl=disable", ("0.7.1",)),
+        (
+            "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.use_dynamic_bsz=true --set "
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16",
+            ("0.6.0", "0.9.1"),
+        ),
+        (
+            "verl --set algorithm.adv_estimator=grpo --set trainer.n_gpus_per_node=4 --set "
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+            ("0.6.0", "0.9.1"),
+        ),
+        ("verl --set algorithm.adv_estimator=rloo", ("0.9.1",)),
+        ("verl --set algorithm.adv_estimator=opo", ("0.9.1",)),
+        ("verl --set algorithm.adv_estimator=gpg", ("0.9.1",)),
+        ("verl --set algorithm.adv_estimator=reinforce_plus_plus_baseline", ("0.9.1",)),
+        ("verl --set algorithm.adv_estimator=grpo_passk", ("0.9.1",)),
+        ("verl:estimator=gdpo", ("0.9.1",)),
     ),
 )
 _AREAL = FrameworkEntry(
@@ -128,6 +245,48 @@ _AREAL = FrameworkEntry(
     # AReaL declares torch<2.11 and ~80 requirements (agent SDKs, litellm, openhands, sglang's
     # stack); its advantage path needs only what its pins list
     no_deps=(("0.0", "99", ()),),
+    settings={
+        "preset": {
+            "dr_grpo": "actor.reward_norm.mean_level=group with actor.reward_norm.std_level=null",
+            "rloo": "actor.reward_norm.mean_level=group, actor.reward_norm.mean_leave1out=true, "
+            "actor.reward_norm.std_level=null",
+        },
+    },
+    cases=(
+        ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group", _AREAL_RELEASES),
+        # AReaL clips raw rewards at ±actor.reward_clip (20) before it normalises them: out of reach here
+        (
+            "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
+            "actor.reward_clip=1000000",
+            _AREAL_RELEASES,
+        ),
+        (
+            "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
+            "actor.reward_norm.std_unbiased=false",
+            _AREAL_RELEASES,
+        ),
+        ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=null", _AREAL_RELEASES),
+        (
+            "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.mean_leave1out=true --set "
+            "actor.reward_norm.std_level=null",
+            _AREAL_RELEASES,
+        ),
+        ("areal --set actor.reward_norm.mean_level=group", _AREAL_RELEASES),
+        ("areal --set actor.adv_norm.mean_level=group --set actor.adv_norm.std_level=group", _AREAL_RELEASES),
+        # the optimizer step split over four ranks, two mini-batches and a token budget per micro-batch
+        (
+            "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
+            "actor.reward_clip=1000000 --set actor.backend=fsdp:d4 --set actor.ppo_n_minibatches=2 --set "
+            "actor.mb_spec.max_tokens_per_mb=16",
+            _AREAL_RELEASES,
+        ),
+        # the normalisation of AReaL's own GRPO example (examples/math/gsm8k_grpo.yaml)
+        (
+            "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
+            "actor.adv_norm.mean_level=batch --set actor.adv_norm.std_level=batch",
+            _AREAL_RELEASES,
+        ),
+    ),
 )
 _OPENRLHF = FrameworkEntry(
     "openrlhf",
@@ -145,6 +304,47 @@ _OPENRLHF = FrameworkEntry(
     # OpenRLHF declares flash-attn==2.8.3 (CUDA only) and vllm in extras; torchdata's own
     # requirements would resolve torch again
     no_deps=(("0.0", "99", ("torchdata",)),),
+    settings={
+        "per_sample_weight": {
+            "1/length": "actor.loss_agg_mode=seq-mean-token-mean",
+            "1/step_tokens": "actor.loss_agg_mode=token-mean",
+        },
+        "preset": {
+            "dr_grpo": "algo.advantage.estimator=dr_grpo (and a reward.clip_range beyond your rewards)",
+            "rloo": "algo.advantage.estimator=rloo (and a reward.clip_range beyond your rewards)",
+        },
+    },
+    cases=(
+        ("openrlhf --set algo.advantage.estimator=group_norm", ("0.10.2", "0.11.2")),
+        ("openrlhf --set algo.advantage.estimator=group_norm --set reward.clip_range=-1000,1000", _OPENRLHF_RELEASES),
+        (
+            "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.no_std_norm=true",
+            _OPENRLHF_RELEASES,
+        ),
+        ("openrlhf --set algo.advantage.estimator=dr_grpo", _OPENRLHF_RELEASES),
+        ("openrlhf --set algo.advantage.estimator=dr_grpo --set reward.clip_range=-1000,1000", _OPENRLHF_RELEASES),
+        (
+            "openrlhf --set algo.advantage.estimator=dr_grpo --set actor.loss_agg_mode=seq-mean-token-mean",
+            _OPENRLHF_RELEASES,
+        ),
+        ("openrlhf --set algo.advantage.estimator=rloo", _OPENRLHF_RELEASES),
+        ("openrlhf --set algo.advantage.estimator=rloo --set reward.clip_range=-1000,1000", _OPENRLHF_RELEASES),
+        ("openrlhf --set algo.advantage.estimator=reinforce_baseline", _OPENRLHF_RELEASES),
+        # the optimizer step as OpenRLHF's actor splits it: micro-batches by a token budget, a train batch larger
+        # than the rollout batch (DeepSpeed's accumulation window spans two ppo_train calls)
+        (
+            "openrlhf --set algo.advantage.estimator=group_norm --set rollout.batch_size=4 --set train.batch_size=8 "
+            "--set actor.num_gpus_per_node=2 --set vllm.num_engines=1 --set train.dynamic_batch_enable=true --set "
+            "train.max_tokens_per_gpu=12",
+            ("0.10.2", "0.11.2"),
+        ),
+        (
+            "openrlhf --set algo.advantage.estimator=group_norm --set rollout.batch_size=2 --set "
+            "rollout.micro_batch_size=2 --set train.batch_size=16 --set train.micro_batch_size=2 --set "
+            "actor.num_gpus_per_node=2",
+            ("0.10.2", "0.11.2"),
+        ),
+    ),
 )
 
 #: name -> entry, in the order the docs and ``--help`` list them

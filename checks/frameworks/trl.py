@@ -43,23 +43,6 @@ __all__ = [
     "gradient_target",
 ]
 
-#: the settings that give each per-sample weight and each preset (what a report suggests)
-SETTINGS: dict[str, dict[str, str]] = {
-    "per_sample_weight": {
-        "constant": "loss_type=dr_grpo",
-        "1/length": "loss_type=grpo",
-        "1/step_tokens": "loss_type=bnpo (or dapo)",
-    },
-    "preset": {"dr_grpo": "scale_rewards=none", "trl": "scale_rewards=group"},
-    "split": {
-        "1/micro_batch_tokens": "loss_type=dapo (normalised by the generation batch's gathered token count), "
-        "dr_grpo or grpo: bnpo and 0.16's single loss divide each micro-batch by its own tokens",
-        "1/rank_tokens": "loss_type=dapo (the token count gathered over the ranks), dr_grpo or grpo",
-        "1/generation_tokens": "steps_per_generation a multiple of gradient_accumulation_steps (no optimizer step "
-        "across two generation batches)",
-    },
-}
-
 
 def import_check() -> None:
     """Import what the driver needs (a release environment's smoke test)."""

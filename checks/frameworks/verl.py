@@ -90,25 +90,6 @@ __all__ = [
 DRIVER_SETS = (("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "1"),)
 
 
-#: the settings that give each per-sample weight and each preset (what a report suggests)
-SETTINGS: dict[str, dict[str, str]] = {
-    "per_sample_weight": {
-        "constant": "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
-        "1/length": "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-        "1/step_tokens": "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-    },
-    "preset": {
-        "dr_grpo": "algorithm.adv_estimator=grpo with algorithm.norm_adv_by_std_in_grpo=false",
-        "verl": "algorithm.adv_estimator=grpo",
-        "rloo": "algorithm.adv_estimator=rloo",
-    },
-    "split": {
-        "invariant": "verl ≥ 0.8 (or trainer.use_legacy_worker_impl=disable on 0.7.x): the engine worker's token-mean "
-        "counts the whole step's tokens; or actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
-    },
-}
-
-
 def import_check() -> None:
     """Import what the driver needs (a release environment's smoke test)."""
     import importlib

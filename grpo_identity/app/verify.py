@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from grpo_identity import data, paper
+from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
 from grpo_identity.foundation import EXTRAS, error_text, missing_extra, write_text_atomic
 
 __all__ = [
@@ -170,7 +171,8 @@ _PRESET_AUDITS = (
 )
 #: the paper audits no framework: what the report's paper column says for TRL and verl
 _FRAMEWORK_PAPER = "beyond the paper"
-_FRAMEWORK_AUDITS = (("trl", "trl", "grpo"), ("verl", "verl:grpo", "grpo"), ("verl", "verl:grpo_vectorized", "grpo"))
+#: (package, target, expected preset): each registry row's ``verify`` audits
+_FRAMEWORK_AUDITS = tuple((e.name, t, x) for e in FRAMEWORK_TABLE.values() for t, x in e.verify)
 
 
 def _audits(frameworks: bool, max_examples: int) -> Iterator[Item]:
