@@ -37,24 +37,20 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity.checks import protocol as M
-from grpo_identity.checks.calling import CallError
 from grpo_identity.checks.target import (
     OutputWatch,
     TargetCrashed,
     TargetError,
     TargetImportError,
-    TargetMalformed,
     TargetTimeout,
+    call_once,
     called_as_written,
     last_line,
     load_target,
-    malformed,
-    output_issue,
     reference,
     resolve_reference,
-    seen_input,
+    settle,
     target_folder,
-    to_numpy,
 )
 
 __all__ = ["STARTUP_TIMEOUT", "OUTPUT_LIMIT", "ChildProcess", "ChildTarget", "warm_children", "close_warm_children"]
@@ -171,28 +167,9 @@ class _Channel:
 
     def _call(self, msg: M.Call) -> Any:
         assert self.fn is not None
-        passed = msg.rewards.copy()
-        plan_before = getattr(self.fn, "plan", None)
-        try:
-            out = self.fn(passed, msg.group_size, *msg.extra)
-            passed = seen_input(self.fn, passed)
-            if self.kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
-                return M.Returned(out)
-            bad = malformed(out, self.kind)
-            if bad is not None:
-                return M.Malformed(bad)
-            issue = output_issue(msg.rewards, passed, out, self.kind)
-            plan = getattr(self.fn, "plan", None)
-            call = plan.to_dict() if plan is not None and plan != plan_before else None
-            return M.Returned(to_numpy(out), issue, self.watch.check(out), call)
-        except CallError as exc:
-            return M.Rejected(str(exc))
-        except SystemExit as exc:
-            return M.Raised(f"called sys.exit({exc.code!r})")
-        except KeyboardInterrupt:  # the target's own (Ctrl-C reaches the audit, not this child: its own session)
-            return M.Raised("raised KeyboardInterrupt")
-        except Exception as exc:
-            return M.Raised(last_line(exc))
+        return call_once(
+            self.fn, msg.rewards, msg.group_size, msg.extra, self.kind, self.watch, interrupt_is_finding=True
+        )
 
 
 def _seed(seed: int) -> None:
@@ -694,16 +671,7 @@ class ChildTarget:
         except TargetError as exc:
             self.dead = exc
             raise
-        if isinstance(reply, M.Raised):
-            raise TargetError(reply.message)
-        if isinstance(reply, M.Malformed):
-            raise TargetMalformed(reply.message)
-        if isinstance(reply, M.Rejected):
-            raise TargetImportError(reply.message)
-        self.last_issue, self.last_overwrite = reply.issue, reply.overwrite
-        if reply.call is not None:
-            self.info["call"] = reply.call
-        return reply.out
+        return settle(self, reply)
 
     def close(self) -> None:
         """Drop the target: a warm child goes back for the next audit, any other child ends."""

@@ -36,6 +36,8 @@ __all__ = [
     "TargetImportError",
     "load_target",
     "called_as_written",
+    "call_once",
+    "settle",
     "round_rewards",
     "RoundedRewards",
     "check_spec",
@@ -244,29 +246,7 @@ class LocalTarget:
 
     def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
         self.calls += 1
-        passed = rewards.copy()
-        from grpo_identity.checks.calling import CallError
-
-        try:
-            out = self.fn(passed, int(group_size), *extra)
-            passed = seen_input(self.fn, passed)
-            plan = getattr(self.fn, "plan", None)
-            if plan is not None:
-                self.info["call"] = plan.to_dict()
-        except CallError as exc:  # it takes none of the inputs tried: a usage error
-            raise TargetImportError(str(exc)) from None
-        except SystemExit as exc:  # sys.exit() in the target: a finding, not the end of the audit
-            raise TargetError(f"called sys.exit({exc.code!r})") from None
-        except Exception as exc:  # the target's own bug: a finding, not an audit crash
-            raise TargetError(last_line(exc)) from None
-        if self.kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
-            return out
-        bad = malformed(out, self.kind)
-        if bad is not None:
-            raise TargetMalformed(bad)
-        self.last_overwrite = self._watch.check(out)
-        self.last_issue = output_issue(rewards, passed, out, self.kind)
-        return np.array(to_numpy(out), copy=True)
+        return settle(self, call_once(self.fn, rewards, group_size, extra, self.kind, self._watch))
 
     def close(self) -> None:
         pass
@@ -276,6 +256,67 @@ class LocalTarget:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def call_once(
+    fn: Callable[..., Any],
+    rewards: np.ndarray,
+    group_size: int,
+    extra: tuple[Any, ...],
+    kind: str,
+    watch: OutputWatch,
+    interrupt_is_finding: bool = False,
+) -> Any:
+    """One call of a loaded target and the checks every transport makes of it, as a
+    :mod:`~grpo_identity.checks.protocol` reply: ``Returned`` (the output as numpy, what was wrong with it
+    besides its values, whether it overwrote the previous output, the call plan when this call settled it),
+    ``Raised``, ``Rejected`` (it takes none of the inputs tried) or ``Malformed``.  In this process and in a
+    child alike (:class:`LocalTarget`, :class:`~grpo_identity.checks.child.ChildTarget`); only a child, in a session
+    of its own, reads a ``KeyboardInterrupt`` as the target's (``interrupt_is_finding``): here it is the user's."""
+    from grpo_identity.checks import protocol as M
+    from grpo_identity.checks.calling import CallError
+
+    passed = rewards.copy()
+    plan_before = getattr(fn, "plan", None)
+    try:
+        out = fn(passed, int(group_size), *extra)
+        passed = seen_input(fn, passed)
+    except CallError as exc:  # it takes none of the inputs tried: a usage error
+        return M.Rejected(str(exc))
+    except SystemExit as exc:  # sys.exit() in the target: a finding, not the end of the audit
+        return M.Raised(f"called sys.exit({exc.code!r})")
+    except KeyboardInterrupt:
+        if not interrupt_is_finding:
+            raise
+        return M.Raised("raised KeyboardInterrupt")
+    except Exception as exc:  # the target's own bug: a finding, not an audit crash
+        return M.Raised(last_line(exc))
+    plan = getattr(fn, "plan", None)
+    call = plan.to_dict() if plan is not None and plan != plan_before else None
+    if kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
+        return M.Returned(out, call=call)
+    bad = malformed(out, kind)
+    if bad is not None:
+        return M.Malformed(bad)
+    issue = output_issue(rewards, passed, out, kind)
+    return M.Returned(np.array(to_numpy(out), copy=True), issue, watch.check(out), call)
+
+
+def settle(target: Any, reply: Any) -> Any:
+    """A :func:`call_once` reply as the audit takes it: the output, with ``target``'s ``last_issue``,
+    ``last_overwrite`` and ``info["call"]`` set; or the error the reply stands for."""
+    from grpo_identity.checks import protocol as M
+
+    if isinstance(reply, M.Raised):
+        raise TargetError(reply.message)
+    if isinstance(reply, M.Malformed):
+        raise TargetMalformed(reply.message)
+    if isinstance(reply, M.Rejected):
+        raise TargetImportError(reply.message)
+    target.last_issue, target.last_overwrite = reply.issue, reply.overwrite
+    if reply.call is not None:
+        target.info["call"] = reply.call
+    return reply.out
 
 
 def seen_input(fn: Any, passed: np.ndarray) -> np.ndarray:

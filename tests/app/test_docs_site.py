@@ -103,7 +103,7 @@ def _problems(res: subprocess.CompletedProcess[str]) -> str:
     return "\n".join(lines or res.stderr.splitlines()[-30:])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory):
     pytest.importorskip("mkdocs")
     out = tmp_path_factory.mktemp("docs") / "site"

@@ -32,7 +32,7 @@ _PROVE = re.compile(r'^prove\("(\w+)"\)')
 RENDERED = pytest.mark.xdist_group("rendered_notebooks")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def executed(tmp_path_factory):
     """All five notebooks executed and rendered once for the slow tests of this module."""
     out = tmp_path_factory.mktemp("notebooks")
