@@ -277,10 +277,11 @@ def call_once(
     from grpo_identity.checks.calling import CallError
 
     passed = rewards.copy()
-    plan_before = getattr(fn, "plan", None)
+    plan_before = _plan(fn)
     try:
         out = fn(passed, int(group_size), *extra)
         passed = seen_input(fn, passed)
+        return _checked(out, rewards, passed, kind, watch, _plan(fn), plan_before)
     except CallError as exc:  # it takes none of the inputs tried: a usage error
         return M.Rejected(str(exc))
     except SystemExit as exc:  # sys.exit() in the target: a finding, not the end of the audit
@@ -289,10 +290,24 @@ def call_once(
         if not interrupt_is_finding:
             raise
         return M.Raised("raised KeyboardInterrupt")
-    except Exception as exc:  # the target's own bug: a finding, not an audit crash
+    except Exception as exc:  # the target's own bug, or an output no check can read: a finding, not an audit crash
         return M.Raised(last_line(exc))
+
+
+def _plan(fn: Any) -> Any:
+    """The call plan of a :class:`~grpo_identity.checks.calling.Caller` (how the rewards go in), else None."""
     plan = getattr(fn, "plan", None)
-    call = plan.to_dict() if plan is not None and plan != plan_before else None
+    return plan if callable(getattr(plan, "to_dict", None)) else None
+
+
+def _checked(
+    out: Any, rewards: np.ndarray, passed: np.ndarray, kind: str, watch: OutputWatch, plan: Any, before: Any
+) -> Any:
+    """:func:`call_once`'s reply to the output ``out`` of a call whose input was ``rewards`` (``passed``: as the
+    function holds it after the call)."""
+    from grpo_identity.checks import protocol as M
+
+    call = plan.to_dict() if plan is not None and plan != before else None
     if kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
         return M.Returned(out, call=call)
     bad = malformed(out, kind)

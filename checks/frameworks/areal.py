@@ -86,8 +86,6 @@ __all__ = [
     "load_config",
     "build",
     "ArealTarget",
-    "advantage_target",
-    "gradient_target",
     "lengths_for",
     "PROMPT_LENGTH",
     "RESPONSE_LENGTH",
@@ -302,16 +300,6 @@ def build(spec: FrameworkSpec, level: str) -> ArealTarget:
     return ArealTarget(spec, level)
 
 
-def advantage_target(spec: FrameworkSpec) -> ArealTarget:
-    """fn(rewards, G): the advantages AReaL's PPO actor computes under ``spec``'s config."""
-    return ArealTarget(spec, "advantage")
-
-
-def gradient_target(spec: FrameworkSpec) -> ArealTarget:
-    """fn(rewards, G, lengths) → {advantages, coefficients, mask} (:class:`ArealTarget`)."""
-    return ArealTarget(spec, "gradient")
-
-
 class ArealTarget(Built):
     """AReaL's PPO actor from ``spec``'s config.  Advantages: ``PPOActor.compute_advantages`` (engine unused, KL
     reward 0).  Gradient: −∂loss/∂log π per response token, autograd through the actor's ``grpo_loss_fn`` on the
@@ -325,20 +313,20 @@ class ArealTarget(Built):
         info = _info(spec, self.cfg, "PPOActor.compute_advantages (engine unused; KL reward 0)")
         if level == "gradient":
             self.loss_fn = _loss_fn(self.actors.module, self.cfg.actor)
-            self.plan = _plan(spec, self.cfg)
+            self.step_plan = _plan(spec, self.cfg)
             self.engine = _engine_class()
             details = {
                 **info.details,
                 "ppo_n_minibatches": "1 (the audit's batch is one update); the step request splits as configured",
             }
-            settings = DriverSettings(defaults=dict(self.plan.chosen))
+            settings = DriverSettings(defaults=dict(self.step_plan.chosen))
             info = replace(
                 info,
                 entry=_GRADIENT_ENTRY,
                 details=details,
                 settings=settings,
                 lengths_optional=True,
-                step=self.plan.geometry(),
+                step=self.step_plan.geometry(),
             )
         super().__init__(info, level)
 
@@ -346,7 +334,9 @@ class ArealTarget(Built):
         return _advantages(self.actors(G), rewards, G, lengths_for(len(rewards)))[0]
 
     def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
-        return _run_step(self.cfg, self.plan, self.engine, np.asarray(rewards, dtype=np.float64), G, lengths, request)
+        return _run_step(
+            self.cfg, self.step_plan, self.engine, np.asarray(rewards, dtype=np.float64), G, lengths, request
+        )
 
     def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
         import torch

@@ -34,10 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["LEVELS", "DriverSettings", "DriverInfo", "Built", "Driver", "RANKS"]
+from grpo_identity.checks import LEVELS
 
-#: the levels a driver builds a target for
-LEVELS = ("advantage", "gradient")
+__all__ = ["DriverSettings", "DriverInfo", "Built", "Driver", "RANKS"]
+
 #: how a step's data-parallel ranks ran: one rank, emulated (threads or replayed collectives), real processes
 RANKS = ("one", "emulated", "processes")
 
@@ -125,9 +125,17 @@ class DriverInfo:
 class Built:
     """A target a driver built: the typed methods of the module docstring, the one dispatch of the audit's calls.
 
-    A subclass sets :attr:`info` and overrides the methods its framework answers; the others refuse."""
+    A subclass hands its :class:`DriverInfo` and level to ``__init__`` (``driver_info``: ``info`` is the name the
+    audit's own targets give their info dict) and overrides the methods its framework answers; the others refuse.
+    :attr:`third` names what the advantage level's third positional argument is: reward columns (``scores``,
+    where the info names ``components``), or group ids for a function audited as its user calls it."""
+
+    #: what a third positional argument at the advantage level holds: 'scores' or 'ids'
+    third = "scores"
 
     def __init__(self, info: DriverInfo, level: str = "advantage") -> None:
+        if level not in LEVELS:
+            raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
         self.driver_info = info
         self.level = level
 
@@ -149,15 +157,22 @@ class Built:
         raise NotImplementedError(f"{self.driver_info.framework}: this target runs no off-policy step")
 
     def __call__(self, rewards: Any, group_size: int, *extra: Any) -> Any:
-        """Level advantage: ``fn(rewards, G[, scores])``, the advantages.  Level gradient: ``fn(rewards, G, lengths)``,
-        the gradient (``lengths`` None: the advantages, as a dict); ``fn(rewards, G, lengths, request)``: a step
-        (``layout``), an off-policy step (``off_policy``) or the advantages of several reward columns (``scores``)."""
+        """Level advantage: ``fn(rewards, G[, third])``, the advantages (``third``: see :attr:`third`).  Level
+        gradient: ``fn(rewards, G)``, the advantages as an array; ``fn(rewards, G, lengths)``, the gradient
+        (``lengths`` None: the advantages, as a dict); ``fn(rewards, G, lengths, request)``: a step (``layout``),
+        an off-policy step (``off_policy``) or the advantages of several reward columns (``scores``)."""
         G = int(group_size)
         if self.level == "advantage" or not extra:
-            return self.advantages(rewards, G, *extra[:1])
+            if len(extra) > 1:
+                raise TypeError(f"an advantage target takes rewards, G and at most {self.third}; got {2 + len(extra)}")
+            if extra and extra[0] is not None and self.third == "scores":
+                return self.advantages(rewards, G, self._scores(extra[0]))
+            return self.advantages(rewards, G, *extra)
+        if len(extra) > 2:
+            raise TypeError(f"a gradient target takes rewards, G, lengths and a request; got {2 + len(extra)}")
         lengths, request = extra[0], (extra[1] if len(extra) > 1 else None)
         if request is not None and "scores" in request:
-            return {"advantages": self.advantages(rewards, G, scores=request["scores"])}
+            return {"advantages": self.advantages(rewards, G, scores=self._scores(request["scores"]))}
         if request is not None and "off_policy" in request:
             return self.off_policy(rewards, G, _need(lengths, "an off-policy request"), request["off_policy"])
         if request is not None:
@@ -165,6 +180,12 @@ class Built:
         if lengths is None:
             return {"advantages": self.advantages(rewards, G)}
         return self.gradient(rewards, G, lengths)
+
+    def _scores(self, scores: Any) -> Any:
+        """Reward columns, for a target whose info names its reward ``components`` (else a TypeError)."""
+        if self.driver_info.components is None:
+            raise TypeError(f"{self.driver_info.framework}: this target scores one reward, not reward columns")
+        return scores
 
 
 def _need(lengths: Any, what: str) -> Any:

@@ -110,8 +110,6 @@ __all__ = [
     "argv_of",
     "build",
     "OpenRLHFTarget",
-    "advantage_target",
-    "gradient_target",
     "lengths_for",
     "GPU_ONLY",
 ]
@@ -164,7 +162,7 @@ FIX_SEARCH = 256
 
 def import_check() -> None:
     """Import what the driver needs and parse a default command line (a release environment's smoke test)."""
-    fn = advantage_target(FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "group_norm"),)))
+    fn = build(FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "group_norm"),)), "advantage")
     fn(np.array([1.0, 0.0]), 2)
     importlib.import_module("grpo_identity.checks.target")
 
@@ -241,16 +239,6 @@ def build(spec: FrameworkSpec, level: str) -> OpenRLHFTarget:
     return OpenRLHFTarget(spec, level)
 
 
-def advantage_target(spec: FrameworkSpec) -> OpenRLHFTarget:
-    """fn(rewards, G): the advantages OpenRLHF's experience maker computes from ``spec``'s options."""
-    return OpenRLHFTarget(spec, "advantage")
-
-
-def gradient_target(spec: FrameworkSpec) -> OpenRLHFTarget:
-    """fn(rewards, G, lengths) → {advantages, coefficients, mask} (:class:`OpenRLHFTarget`)."""
-    return OpenRLHFTarget(spec, "gradient")
-
-
 class OpenRLHFTarget(Built):
     """OpenRLHF's experience maker from ``spec``'s options.  Advantages: ``RemoteExperienceMaker
     .compute_advantages_and_returns``.  Gradient: −∂loss/∂log π per response token (autograd through the actor's
@@ -282,7 +270,9 @@ class OpenRLHFTarget(Built):
             "loss_agg_mode": str(getattr(args.actor, "loss_agg_mode", "token-mean (no actor.loss_agg_mode here)")),
             "policy_loss_type": str(args.actor.policy_loss_type),
         }
-        chose = {**info.settings.defaults, **({} if configs.user_split else dict(DEFAULT_SPLIT))}
+        chose = dict(info.settings.defaults)
+        for key, value in () if configs.user_split else DEFAULT_SPLIT:  # the step's split, where the user set none
+            chose[key] = f"{chose[key]} (the per-G probes), {value} (the step)" if key in chose else value
         if not any(k.lstrip("-") == "rollout.n_samples_per_prompt" for k, _ in configs.spec.sets):
             chose["rollout.n_samples_per_prompt"] = configs.group_size
         step = None if unavailable else {**step_geometry(configs), "export": export_recipe(configs)}
@@ -291,6 +281,7 @@ class OpenRLHFTarget(Built):
             entry="compute_advantages_and_returns + ActorPPOTrainer.actor_loss_fn (models.loss.PolicyLoss)",
             details=details,
             settings=replace(info.settings, defaults=chose),
+            stand_ins=tuple(sorted(LOADED["stand_ins"])),  # loss_utils' import may have added some
             lengths_optional=True,
             step=step,
             step_unavailable=unavailable or None,  # a split the driver cannot reproduce: the per-G probes still run

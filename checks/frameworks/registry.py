@@ -43,7 +43,7 @@ class FrameworkEntry:
     """Packages installed with ``--no-deps`` beside the release, which then goes in with ``--no-deps`` too: for
     frameworks whose declared requirements cannot install here (a CUDA stack, another torch); what they do need
     is then in :attr:`pins`."""
-    settings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    settings: Mapping[str, Mapping[str, str]] = field(default_factory=dict, hash=False, compare=False)
     """The setting that gives each per-sample weight law (``per_sample_weight``), each preset (``preset``) and a
     split-invariant step (``split``): what a report suggests (:func:`~grpo_identity.checks.frameworks.setting_for`)."""
     verify: tuple[tuple[str, str], ...] = ()
@@ -93,7 +93,7 @@ _TRL = FrameworkEntry(
     },
     verify=(("trl", "grpo"),),
     cases=(
-        # _TRL_RELEASES 0.16 is the first release with scale_rewards (a bool until 0.21, a string from 0.22)
+        # TRL 0.16 is the first release with scale_rewards (a bool until 0.21, a string from 0.22)
         ("trl --set scale_rewards=true", ("0.16.0",)),
         ("trl --set scale_rewards=false", ("0.16.0",)),
         ("trl --set scale_rewards=group --set loss_type=grpo", _TRL_RELEASES),
@@ -101,7 +101,7 @@ _TRL = FrameworkEntry(
         ("trl --set scale_rewards=batch --set loss_type=grpo", _TRL_RELEASES),
         ("trl --set loss_type=bnpo", _TRL_RELEASES),
         ("trl --set loss_type=dapo", ("1.16.0",)),
-        # the optimizer step as _TRL_RELEASES's trainer splits it: accumulation (the default split), two gloo processes,
+        # the optimizer step as TRL's trainer splits it: accumulation (the default split), two gloo processes,
         # generation batches spanning two steps, truncated answers masked
         (
             "trl --set scale_rewards=false --set gradient_accumulation_steps=4 --set per_device_train_batch_size=2",

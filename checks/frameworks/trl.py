@@ -39,8 +39,6 @@ __all__ = [
     "import_check",
     "build",
     "TrlTarget",
-    "advantage_target",
-    "gradient_target",
 ]
 
 
@@ -228,16 +226,6 @@ def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> 
 def build(spec: FrameworkSpec, level: str) -> TrlTarget:
     """The target of ``spec`` at ``level`` (:mod:`.contract`)."""
     return TrlTarget(spec, level)
-
-
-def advantage_target(spec: FrameworkSpec) -> TrlTarget:
-    """fn(rewards, G): the advantages ``GRPOTrainer`` computes under ``spec``'s config."""
-    return TrlTarget(spec, "advantage")
-
-
-def gradient_target(spec: FrameworkSpec) -> TrlTarget:
-    """fn(rewards, G, lengths) → {advantages, coefficients, mask} (:class:`TrlTarget`)."""
-    return TrlTarget(spec, "gradient")
 
 
 class TrlTarget(Built):

@@ -76,9 +76,6 @@ __all__ = [
     "build",
     "VerlTarget",
     "VerlEstimator",
-    "advantage_target",
-    "estimator_target",
-    "gradient_target",
     "lengths_for",
     "StepSplit",
     "step_split",
@@ -168,16 +165,6 @@ def build(spec: FrameworkSpec, level: str) -> Built:
     """The target of ``spec`` at ``level`` (:mod:`.contract`): the estimator function alone where the spec names
     one, else the trainer's dispatch (and, at the gradient level, the actor's loss and step)."""
     return VerlEstimator(spec) if spec.estimator is not None else VerlTarget(spec, level)
-
-
-def advantage_target(spec: FrameworkSpec) -> VerlTarget:
-    """fn(rewards, G): the advantages verl's trainer computes from ``spec``'s config."""
-    return VerlTarget(spec, "advantage")
-
-
-def gradient_target(spec: FrameworkSpec) -> VerlTarget:
-    """fn(rewards, G, lengths) → {advantages, coefficients, mask} (:class:`VerlTarget`)."""
-    return VerlTarget(spec, "gradient")
 
 
 class VerlTarget(Built):
@@ -283,15 +270,12 @@ def _info(spec: FrameworkSpec, cfg: Any, entry: str) -> DriverInfo:
     return DriverInfo("verl", version("verl"), entry, dict(spec.sets), details=details)
 
 
-def estimator_target(spec: FrameworkSpec) -> VerlEstimator:
-    """fn(rewards, G[, ids]): ``core_algos``'s estimator function alone (:class:`VerlEstimator`)."""
-    return VerlEstimator(spec)
-
-
 class VerlEstimator(Built):
     """``core_algos``'s estimator function alone, called with keyword options (bypasses the trainer: its dispatch,
     its config object and its batch layout are not used).  It is called as a user's function is, with the group
     ids as its third argument (its info's ``call`` says so), not a reward-column matrix."""
+
+    third = "ids"
 
     def __init__(self, spec: FrameworkSpec) -> None:
         from verl.trainer.ppo import core_algos

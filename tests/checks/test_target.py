@@ -104,3 +104,19 @@ def test_the_target_wrappers_see_dtype_lists_in_place_updates_and_shared_buffers
     assert t.last_overwrite is None  # same values: nothing seen overwritten
     t(np.array([0.0, 1.0]), 2)
     assert "shared buffer" in t.last_overwrite
+
+
+def test_a_check_of_the_output_that_raises_is_a_finding_not_a_crash_of_the_audit():
+    """The output checks run inside the call's guard: what raises there comes back as Raised, in this process and in
+    a child alike (a child whose check raised used to end, a crash instead of a finding)."""
+    import numpy as np
+
+    from grpo_identity.checks import protocol as M
+    from grpo_identity.checks.target import OutputWatch, call_once
+
+    class Broken(OutputWatch):
+        def check(self, out):
+            raise RuntimeError("the output cannot be compared")
+
+    reply = call_once(lambda rewards, G: np.zeros(len(rewards)), np.ones(4), 2, (), "advantage", Broken())
+    assert isinstance(reply, M.Raised) and "the output cannot be compared" in reply.message

@@ -53,8 +53,8 @@ def test_no_driver_hands_out_a_bare_function_with_its_info_pinned_on(name):
 class _Recorder(Built):
     """Every method records what reached it."""
 
-    def __init__(self, level: str) -> None:
-        super().__init__(DriverInfo("demo", "1.0", "records", step={"ranks": "emulated"}), level)
+    def __init__(self, level: str, components: dict | None = None) -> None:
+        super().__init__(DriverInfo("demo", "1.0", "records", step={"ranks": "emulated"}, components=components), level)
         self.seen: list[tuple] = []
 
     def advantages(self, rewards, G, scores=None):
@@ -76,7 +76,7 @@ class _Recorder(Built):
 
 def test_each_call_form_reaches_its_method():
     r, L = np.array([1.0, 0.0, 1.0, 1.0]), np.array([1, 2, 3, 4])
-    grad = _Recorder("gradient")
+    grad = _Recorder("gradient", components={"weights": [1.0, 1.0, 1.0]})
     grad(r, 2)
     grad(r, 2, None)
     grad(r, 2, L)
@@ -91,9 +91,21 @@ def test_each_call_form_reaches_its_method():
         ("off_policy", 2, 7),
         ("advantages", 2, (4, 3)),
     ]
-    adv = _Recorder("advantage")
+    adv = _Recorder("advantage", components={"weights": [1.0, 1.0]})
     adv(r, 2, np.ones((4, 2)))  # the advantage level's third argument: one column per reward function
     assert adv.seen == [("advantages", 2, (4, 2))]
+
+
+def test_arguments_a_target_cannot_take_are_refused_not_dropped():
+    r = np.ones(4)
+    with pytest.raises(TypeError, match="scores one reward, not reward columns"):
+        _Recorder("advantage")(r, 2, np.ones((4, 2)))  # its info names no reward components
+    with pytest.raises(TypeError, match="scores one reward, not reward columns"):
+        _Recorder("gradient")(r, 2, None, {"scores": np.ones((4, 2))})
+    with pytest.raises(TypeError, match="at most scores; got 4"):
+        _Recorder("advantage", components={"weights": [1.0]})(r, 2, np.ones((4, 1)), "more")
+    with pytest.raises(ValueError, match="level must be one of advantage, gradient, got 'step'"):
+        _Recorder("step")
 
 
 def test_a_step_request_without_lengths_and_a_question_the_target_does_not_answer_are_refused():

@@ -113,10 +113,11 @@ def test_sets_become_train_ppo_ray_arguments_flags_and_pairs():
 
 def test_configs_the_driver_cannot_run_are_adapter_errors_before_openrlhf_is_imported():
     with pytest.raises(AdapterError, match="its default, gae, needs a critic"):
-        drv.advantage_target(FrameworkSpec("openrlhf"))
+        drv.build(FrameworkSpec("openrlhf"), "advantage")
     with pytest.raises(AdapterError, match="gae needs a critic's values"):
-        drv.advantage_target(
-            FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "rloo"), ("algo.advantage.estimator", "gae")))
+        drv.build(
+            FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "rloo"), ("algo.advantage.estimator", "gae"))),
+            "advantage",
         )
     with pytest.raises(AdapterError, match="takes no config file"):
         drv.cli_args(FrameworkSpec("openrlhf", config="run.yaml"), 2)
@@ -140,7 +141,7 @@ def test_an_api_the_driver_does_not_know_is_an_adapter_error_naming_the_release_
 )
 def test_without_openrlhf_the_driver_says_so_as_an_adapter_error():
     with pytest.raises(AdapterError, match=r"OpenRLHF \(not installed\): its trainer modules do not import here"):
-        drv.advantage_target(FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "group_norm"),)))
+        drv.build(FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "group_norm"),)), "advantage")
     assert not [
         m
         for m in sys.modules

@@ -362,7 +362,7 @@ def _off_policy(sets: tuple[tuple[str, str], ...]) -> tuple[dict, list, object]:
     from grpo_identity.checks.frameworks import trl
     from grpo_identity.checks.offpolicy import audit_off_policy
 
-    fn = trl.gradient_target(FrameworkSpec("trl", sets))
+    fn = trl.build(FrameworkSpec("trl", sets), "gradient")
     out, findings = audit_off_policy(fn, fn.grpo_identity_info["off_policy"], weight="1/step_tokens")
     return out, findings, fn
 

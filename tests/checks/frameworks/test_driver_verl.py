@@ -265,7 +265,7 @@ def verl_step():
     _need("verl.trainer.ppo.ray_trainer")
     from grpo_identity.checks.frameworks import verl as driver
 
-    fn = driver.gradient_target(FrameworkSpec("verl", sets=_GRPO))
+    fn = driver.build(FrameworkSpec("verl", sets=_GRPO), "gradient")
     return fn, fn.grpo_identity_info["step"]
 
 
@@ -347,7 +347,7 @@ def test_a_split_verl_refuses_is_refused_when_the_target_is_built(sets, words):
     from grpo_identity.checks.frameworks import verl as driver
 
     with pytest.raises(AdapterError, match=words) as caught:
-        driver.gradient_target(FrameworkSpec("verl", sets=(*_GRPO, *sets)))
+        driver.build(FrameworkSpec("verl", sets=(*_GRPO, *sets)), "gradient")
     assert "\n" not in str(caught.value)
 
 
@@ -366,7 +366,7 @@ def test_verls_unsplit_layout_runs_the_split_layouts_optimizer_steps_each_in_one
     _need("verl.trainer.ppo.ray_trainer")
     from grpo_identity.checks.frameworks import verl as driver
 
-    fn = driver.gradient_target(FrameworkSpec("verl", sets=(*_GRPO, (_ACTOR + "shuffle", shuffle))))
+    fn = driver.build(FrameworkSpec("verl", sets=(*_GRPO, (_ACTOR + "shuffle", shuffle))), "gradient")
     geo = fn.grpo_identity_info["step"]
     _, split = _step_rows(fn, geo, "split")
     _, unsplit = _step_rows(fn, geo, "unsplit")
@@ -432,7 +432,7 @@ def test_verl_0_9_dynamic_batches_of_unequal_rows_keep_seq_mean_token_mean_invar
 
     sets = (*_GRPO, (_ACTOR + "use_dynamic_bsz", "true"), (_ACTOR + "loss_agg_mode", "seq-mean-token-mean"))
     sets += ((_ACTOR + "ppo_mini_batch_size", "4"), (_ACTOR + "ppo_max_token_len_per_gpu", "16"))
-    fn = driver.gradient_target(FrameworkSpec("verl", sets=sets))
+    fn = driver.build(FrameworkSpec("verl", sets=sets), "gradient")
     result = audit_step(fn, fn.grpo_identity_info["step"])
     assert len({p["rows"] for p in result.pieces}) > 1  # micro-batches of unequal answer counts
     assert (result.law_split, result.law_unsplit, result.invariant) == ("1/length", "1/length", True)
@@ -454,7 +454,7 @@ def left():  # what the step left behind in the process
 
 out = []
 for sets in json.loads(sys.argv[1]):
-    fn = verl.gradient_target(FrameworkSpec("verl", sets=tuple(map(tuple, sets))))
+    fn = verl.build(FrameworkSpec("verl", sets=tuple(map(tuple, sets))), "gradient")
     r = audit_step(fn, fn.grpo_identity_info["step"])
     worker = fn.grpo_identity_info["step"]["settings"]["worker"]
     findings = [(f.property, f.severity) for f in r.findings]
