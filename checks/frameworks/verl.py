@@ -19,8 +19,8 @@
   micro-batches, its loss scaling and accumulation: the legacy FSDP worker's
   ``DataParallelPPOActor.update_policy`` (0.6; 0.7's default) or the engine worker's
   ``TrainingWorker.train_mini_batch`` (0.7 with ``trainer.use_legacy_worker_impl=disable``; 0.9's
-  only one); the ranks are threads of this process whose collectives exchange the ranks' values, the
-  gradient averaged over them as FSDP averages it (:func:`step_run`).  The unsplit layout runs the
+  only one); each rank a process of its own in one gloo group (torch's own collectives), the gradient
+  averaged over them as FSDP averages it (:func:`step_run`).  The unsplit layout runs the
   same optimizer steps, each handed alone to one rank as one micro-batch.  Refused when the target is
   built: sequence parallelism, a split setting below 1, a split verl's own checks reject
   (:func:`step_split`);
@@ -51,7 +51,7 @@ from grpo_identity.checks.frameworks import (
     lengths_for,
     token_view,
 )
-from grpo_identity.checks.frameworks._ranks import ThreadRanks
+from grpo_identity.checks.frameworks._ranks import ProcessRanks
 from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
 from grpo_identity.checks.frameworks.exported.verl import (
     MARK,
@@ -313,7 +313,7 @@ _ESTIMATOR_CALL = {"input": "torch", "reward_dtype": "float32", "takes_ids": Tru
 # --- the optimizer step as the trainer splits it (grpo_identity.checks.steps) --------------------
 
 #: the step probe's split where the user set none of its keys (verl's own defaults, 1024 prompts on
-#: 8 GPUs, size a production run): 2 emulated ranks, micro-batches of 2 answers, the token budget
+#: 8 GPUs, size a production run): 2 ranks, micro-batches of 2 answers, the token budget
 #: of 2–5 probe sequences; an optimizer step of the fewest prompts that gives every rank 2
 #: micro-batches, and 2 optimizer steps per generation batch (G = 4: 4 prompts in 2 steps of 2)
 DEFAULT_SPLIT: dict[str, Any] = {
@@ -388,7 +388,7 @@ class StepSplit:
         return (
             f"{self.prompts} prompts × G={G} per generation batch (data.train_batch_size); optimizer steps of "
             f"{self.mini} prompts (ppo_mini_batch_size: {self.mini * G // self.ranks} answers per rank); {micro}; "
-            f"{self.ranks} data-parallel rank(s)" + (", emulated" if self.ranks > 1 else "")
+            f"{self.ranks} data-parallel rank(s)" + (", each a process" if self.ranks > 1 else "")
         )
 
     def geometry(self, cfg: Any) -> dict[str, Any]:
@@ -416,7 +416,7 @@ class StepSplit:
             "chunk per rank, each rank's mini-batch), each as one micro-batch holding all its answers on one GPU "
             "(ppo_micro_batch_size_per_gpu = the step's answers, use_dynamic_bsz off)",
         }
-        ranks = "emulated" if self.ranks > 1 else "one"
+        ranks = "processes" if self.ranks > 1 else "one"
         return steps.geometry(
             G,
             self.mini * G,
@@ -464,19 +464,21 @@ _V1_NOTE = (
     "here): its RayPPOTrainer path is run, which hands the same engine worker the same mini-batch settings (the "
     "V1 balance does not sort within a rank's partition)"
 )
+_RANKS = (
+    "ranks: one process per rank (forked from the audit's), one torch.distributed gloo group whose collectives "
+    "(verl's token counts and gathers) are torch's own; the FSDP model's gradient all-reduce is stood in: each "
+    "rank's gradient divided by the number of ranks, as FSDP averages it"
+)
 _LEGACY_STAND_INS = (
     "model and FSDP: a one-parameter module and SGD at lr 0 (_optimizer_step runs: clip_grad_norm_, step); "
-    "_forward_micro_batch: the probe's log-probabilities; torch.distributed: one thread per rank whose "
-    "collectives exchange the ranks' values; gradients averaged over ranks as FSDP averages them"
+    "_forward_micro_batch: the probe's log-probabilities; " + _RANKS
 )
 _ENGINE_STAND_INS = (
     "FSDPEngineWithLMHead: the model forward gives the probe's log-probabilities (then ppo_loss as forward_step "
-    "calls it), a one-parameter module and SGD at lr 0, train_mode without offload, an emulated data-parallel "
-    "group; TrainingWorker._postprocess_output (metrics: CUDA memory, MFU) returns none; verl 0.9's "
+    "calls it), a one-parameter module and SGD at lr 0, train_mode without offload; "
+    "TrainingWorker._postprocess_output (metrics: CUDA memory, MFU) returns none; verl 0.9's "
     "plugin.platform (no CPU platform) answers 'cpu' while the step runs; verl 0.7's utils.attention_utils "
-    "(flash_attn.bert_padding, not installed) answers with plain-torch unpadding while the step runs; "
-    "torch.distributed: one thread per rank whose collectives exchange the ranks' values; gradients averaged "
-    "over ranks as FSDP averages them"
+    "(flash_attn.bert_padding, not installed) answers with plain-torch unpadding while the step runs; " + _RANKS
 )
 
 
@@ -652,8 +654,8 @@ def step_run(
     cfg: Any, split: StepSplit, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]
 ) -> dict[str, np.ndarray]:
     """The rows as the trainer runs them, one generation batch (``split.prompts`` groups) after the
-    other: balanced over the split's ranks, advantages computed, then the actor updated: on the emulated
-    ranks as split (layout ``split``), or each optimizer step of that split (:func:`_step_positions`)
+    other: balanced over the split's ranks, advantages computed, then the actor updated: on the ranks (one
+    process each) as split (layout ``split``), or each optimizer step of that split (:func:`_step_positions`)
     handed alone to one rank whose one micro-batch holds it (layout ``unsplit``).  Per row, in the
     caller's order: its advantage, its token coefficients (−∂loss/∂log π summed over the micro-batches of
     its optimizer step and averaged over the ranks), its mask, step, rank and micro-batch (step -1: a row
@@ -738,17 +740,22 @@ def _engine_mini_batches(c: Any, chunk: np.ndarray, rows: int, rank: int) -> lis
 
 def _dispatcher(c: Any, split: StepSplit, recorder: Recorder) -> Callable[[Any], Any]:
     """``actor_rollout_wg.update_actor``: verl's dispatch cuts the batch into one contiguous chunk per
-    data-parallel rank, and each rank (a thread, :class:`~grpo_identity.checks.frameworks._ranks.ThreadRanks`,
-    answering ``torch.distributed`` while it runs) runs the actor worker's update on its chunk."""
-    import torch.distributed as dist
-
-    rank_update = engine_rank if engine_path(c) else legacy_rank
-    run = rank_update(c, split.ranks, recorder, "emulated data-parallel group")
+    data-parallel rank, and each rank (a process of its own in one gloo group,
+    :class:`~grpo_identity.checks.frameworks._ranks.ProcessRanks`, whose ``torch.distributed`` is torch's own)
+    runs the actor worker's update on its chunk; what each recorded comes back into ``recorder``.  Rank 0's
+    output is the update's (its metrics, as the trainer reads them)."""
+    run = (engine_rank if engine_path(c) else legacy_rank)(c, split.ranks, recorder)
 
     def dispatch(batch: Any) -> Any:
-        parts = chunks(batch, split.ranks)
-        ranks = ThreadRanks(split.ranks)
-        with ranks.patched(dist):
-            return ranks.run(lambda rank: run(rank, parts[rank]))[0]
+        parts, since = chunks(batch, split.ranks), len(recorder.pieces)
+
+        def rank_update(rank: int) -> tuple[Any, dict[str, Any]]:
+            out = run(rank, parts[rank])
+            return (out if rank == 0 else None), recorder.export(rank, since)
+
+        replies = ProcessRanks(split.ranks).run(rank_update)
+        for rank, (_, recorded) in enumerate(replies):
+            recorder.absorb(rank, recorded)
+        return replies[0][0]
 
     return dispatch

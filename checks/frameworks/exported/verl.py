@@ -4,10 +4,11 @@ micro-batches (the legacy ``DataParallelPPOActor.update_policy`` or the engine w
 ``TrainingWorker.train_mini_batch``), with the model replaced by the probe's log-probabilities (a leaf tensor
 per micro-batch, whose gradient is what the optimizer receives) and what needs a GPU stack stood in.
 
-The verl driver (``grpo_identity.checks.frameworks.verl``) runs its split steps with these functions, its ranks
-emulated; an exported test pack (``grpo-identity export-tests verl``) runs them itself on one rank, through a
-real one-process ``torch.distributed`` group, with ``CASE`` written in by the exporter.  Imports: the standard
-library and numpy here, verl and what verl installs (torch, omegaconf, hydra, tensordict) inside the functions.
+The verl driver (``grpo_identity.checks.frameworks.verl``) runs its split steps with these functions, each rank a
+process of its own in one gloo group; an exported test pack (``grpo-identity export-tests verl``) runs them
+itself on one rank, through a real one-process ``torch.distributed`` group, with ``CASE`` written in by the
+exporter.  Imports: the standard library and numpy here, verl and what verl installs (torch, omegaconf, hydra,
+tensordict) inside the functions.
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ def _release() -> tuple[int, ...]:
     return tuple(int(x) for x in version("verl").split(".")[:2] if x.isdigit())
 
 
-def legacy_rank(c: Any, ranks: int, recorder: Recorder, group: Any = None) -> Callable[[int, Any], Any]:
+def legacy_rank(c: Any, ranks: int, recorder: Recorder) -> Callable[[int, Any], Any]:
     """The legacy FSDP worker's actor on one rank: ``DataParallelPPOActor`` with the actor config as
     ``fsdp_workers.ActorRolloutRefWorker.__init__`` normalises it, a one-parameter module and SGD in
     place of the FSDP model, its ``_forward_micro_batch`` giving the probe's log-probabilities;
@@ -258,7 +259,7 @@ def _legacy_forward(recorder: Recorder, rank: int, as_dict: bool) -> Callable[..
     return forward
 
 
-def engine_rank(c: Any, ranks: int, recorder: Recorder, group: Any = None) -> Callable[[int, Any], Any]:
+def engine_rank(c: Any, ranks: int, recorder: Recorder) -> Callable[[int, Any], Any]:
     """The engine worker on one rank: ``TrainingWorker.train_mini_batch`` on a worker holding the
     probe engine (:func:`engine_probe_class`) and the loss ``ppo_loss`` with the actor config as
     ``engine_workers.ActorRolloutRefWorker.init_model`` builds it."""
@@ -269,7 +270,7 @@ def engine_rank(c: Any, ranks: int, recorder: Recorder, group: Any = None) -> Ca
     from verl.workers.engine_workers import TrainingWorker
     from verl.workers.utils.losses import ppo_loss
 
-    probe = engine_probe_class(group)
+    probe = engine_probe_class()
     configs = [_engine_actor_config(c) for _ in range(ranks)]  # built here, not in threads
     model_config = OmegaConf.create({"use_remove_padding": False})  # read as .get (0.9) or an attribute (0.7)
 
@@ -307,11 +308,11 @@ def _no_metrics(output: Any, **_: Any) -> Any:
     return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": {"mfu": 0.0}})
 
 
-def engine_probe_class(group: Any = None) -> Any:
+def engine_probe_class() -> Any:
     """``FSDPEngineWithLMHead`` with what needs a GPU stack replaced: the FSDP model by a
     one-parameter module and SGD at lr 0, its forward by the probe's log-probabilities (then the loss
-    as ``forward_step`` calls it), ``train_mode`` without offload, the data-parallel group by the
-    emulated one.  ``forward_backward_batch``, ``train_batch`` and ``optimizer_step`` are verl's."""
+    as ``forward_step`` calls it), ``train_mode`` without offload.  ``forward_backward_batch``,
+    ``train_batch``, ``optimizer_step`` and ``get_data_parallel_group`` are verl's."""
     import torch
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
     from verl.workers.utils.padding import no_padding_2_padding
@@ -333,7 +334,7 @@ def engine_probe_class(group: Any = None) -> Any:
         log_probs = torch.nested.nested_tensor_from_jagged(leaf, offsets=offsets)
         rows = micro_batch["responses"][:, 0] - MARK
         self.recorder.add(self.probe_rank, rows, leaf, lambda grad: no_padding_2_padding(grad, micro_batch))
-        group = self.get_data_parallel_group()
+        group = self.get_data_parallel_group()  # verl's own: the world's group, the ranks' processes
         loss, metrics = loss_function(model_output={"log_probs": log_probs}, data=micro_batch, dp_group=group)
         return loss, {"model_output": {}, "loss": loss.detach().item(), "metrics": metrics}
 
@@ -346,7 +347,6 @@ def engine_probe_class(group: Any = None) -> Any:
         "__init__": __init__,
         "forward_step": forward_step,
         "optimizer_step": optimizer_step,
-        "get_data_parallel_group": lambda self: group,
         "train_mode": lambda self, **_: contextlib.nullcontext(),
     }
     return type("VerlEngineProbe", (base,), methods)
@@ -451,15 +451,17 @@ class _Piece:
     rank: int
     step: int
     micro: int
-    rows: Any
-    leaf: Any
-    grid: Callable[[Any], Any]
-    """The leaf's gradient as (rows, width) response tokens."""
+    rows: np.ndarray
+    gradient: Callable[[], Any]
+    """The gradient of its log-probabilities as (rows, width) response tokens (float64), None where no
+    backward reached them."""
 
 
 class Recorder:
     """The micro-batches of a call: each one's rank, optimizer step (counted per rank by the
-    optimizer steps taken), index within (step, rank), rows and leaf log-probabilities."""
+    optimizer steps taken), index within (step, rank), rows and leaf log-probabilities.  A rank that
+    runs in a process of its own records into its copy of the recorder; :meth:`export` and
+    :meth:`absorb` carry what it recorded back."""
 
     def __init__(self, width: int) -> None:
         self.width = width
@@ -472,7 +474,11 @@ class Recorder:
         step = self.base + self.steps.get(rank, 0)
         micro = self.micro.get((rank, step), 0)
         self.micro[(rank, step)] = micro + 1
-        self.pieces.append(_Piece(rank, step, micro, rows.clone(), leaf, grid))
+
+        def gradient() -> Any:
+            return None if leaf.grad is None else grid(leaf.grad).detach().double().numpy()
+
+        self.pieces.append(_Piece(rank, step, micro, rows.numpy().copy(), gradient))
 
     def stepped(self, rank: int) -> None:
         self.steps[rank] = self.steps.get(rank, 0) + 1
@@ -489,17 +495,30 @@ class Recorder:
         self.base += max(self.steps.values(), default=0)
         self.steps = {}
 
+    def export(self, rank: int, since: int) -> dict[str, Any]:
+        """What ``rank`` recorded from piece ``since`` on (its gradients read now), and its steps taken."""
+        pieces = [(p.step, p.micro, p.rows, p.gradient()) for p in self.pieces[since:] if p.rank == rank]
+        return {"steps": self.steps.get(rank, 0), "pieces": pieces}
+
+    def absorb(self, rank: int, exported: dict[str, Any]) -> None:
+        """Take what ``rank`` recorded in a copy of this recorder (:meth:`export`)."""
+        for step, micro, rows, grad in exported["pieces"]:
+            self.pieces.append(_Piece(rank, step, micro, rows, lambda grad=grad: grad))
+            self.micro[(rank, step)] = micro + 1
+        if exported["steps"]:
+            self.steps[rank] = exported["steps"]
+
     def result(self, n: int, ranks: int) -> dict[str, np.ndarray]:
         """Per row: −gradient ÷ ranks (FSDP averages the ranks' gradients), step, rank, micro-batch (-1
         and no gradient for a row no micro-batch held)."""
         out: dict[str, np.ndarray] = {"coefficients": np.zeros((n, self.width))}
         out.update({key: np.full(n, -1, dtype=int) for key in ("step", "rank", "micro_batch")})
         for piece in self.pieces:
-            rows = piece.rows.numpy()
-            if piece.leaf.grad is not None:
-                grad = piece.grid(piece.leaf.grad).detach().double().numpy()[:, : self.width]
-                out["coefficients"][rows] = -grad / ranks
-            out["step"][rows], out["rank"][rows], out["micro_batch"][rows] = piece.step, piece.rank, piece.micro
+            grad = piece.gradient()
+            if grad is not None:
+                out["coefficients"][piece.rows] = -grad[:, : self.width] / ranks
+            out["step"][piece.rows], out["rank"][piece.rows] = piece.step, piece.rank
+            out["micro_batch"][piece.rows] = piece.micro
         return out
 
 
