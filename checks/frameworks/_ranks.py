@@ -4,17 +4,14 @@ A framework's loss reduces its token counts across ranks (``all_reduce``) and it
 objects (``all_gather_object``); that is what decides how a split step normalises, so those calls
 must meet real values from every rank.
 
-- :class:`ProcessRanks` runs ``fn(rank)`` in real processes, one per rank: each a fork of this one
-  (so it holds the framework already imported and the step's state as built), a member of one
-  ``torch.distributed`` gloo group on the loopback, whose collectives are torch's own.  ``fn``'s result
-  comes back pickled.  Used by the verl driver.
-- :class:`ThreadRanks` runs ``fn(rank)`` for every rank, each in its own thread, and its collectives meet
-  at a barrier and hand every rank the reduction of all ranks' values, in rank order, as the collective
-  would.  Any other ``torch.distributed`` call is refused by name rather than faked.  Used by the AReaL
-  driver (OpenRLHF's ranks run one after another, so its driver replays recorded reductions instead).
+:class:`ProcessRanks` runs ``fn(rank)`` in real processes, one per rank: each a fork of this one (so it
+holds the framework already imported and the step's state as built), a member of one
+``torch.distributed`` gloo group on the loopback, whose collectives are torch's own.  ``fn``'s result
+comes back pickled; a rank's error is raised in the caller, its type kept.  Used by the verl and AReaL
+drivers.  A fork costs milliseconds; what a rank imported the caller then imports too (the framework's
+lazy imports), so that the next fork starts warm.
 
->>> ranks = ThreadRanks(3)
->>> ranks.run(lambda rank: rank * 10)
+>>> ProcessRanks(3).run(lambda rank: rank * 10)
 [0, 10, 20]
 """
 
@@ -22,143 +19,24 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import importlib
 import os
 import pickle
 import select
 import signal
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+import traceback
+from collections.abc import Callable
 from typing import Any
 
-from grpo_identity.checks.frameworks import patched_attributes
-
-__all__ = ["ProcessRanks", "ThreadRanks", "die_with_parent"]
+__all__ = ["ProcessRanks", "die_with_parent"]
 
 #: seconds a rank waits at a collective for the others before the step is abandoned
 BARRIER_SECONDS = 120
 #: seconds the other rank processes get to answer once one has failed
 GRACE_SECONDS = 10
-
-
-class ThreadRanks:
-    """``torch.distributed`` for ``size`` ranks run as threads (see the module's docstring)."""
-
-    #: the names :meth:`patched` replaces on the ``torch.distributed`` module
-    NAMES = ("is_initialized", "get_rank", "get_world_size", "all_reduce", "all_gather_object")
-
-    def __init__(self, size: int) -> None:
-        if size < 1:
-            raise ValueError(f"ranks must be at least 1, got {size}")
-        self.size = size
-        self._slots: list[Any] = [None] * size
-        self._local = threading.local()
-        self._meeting = threading.Condition()
-        self._arrived = self._round = 0
-        self._stopped = False  # a rank returned or raised: no collective can complete any more
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise AttributeError(f"torch.distributed.{name} is not emulated by the driver's ranks")
-
-    @property
-    def ReduceOp(self) -> Any:  # noqa: N802 (the attribute's name in torch.distributed)
-        import torch.distributed as dist
-
-        return dist.ReduceOp
-
-    def is_initialized(self) -> bool:
-        return True
-
-    def get_rank(self, group: Any = None) -> int:
-        return int(getattr(self._local, "rank", 0))
-
-    def get_world_size(self, group: Any = None) -> int:
-        return self.size
-
-    def _meet(self) -> None:
-        """Wait until every rank has arrived here; raise if a rank stopped (it will never arrive)."""
-        with self._meeting:
-            if self._stopped:
-                raise RuntimeError("the ranks made different collective calls (a real run would hang)")
-            current = self._round
-            self._arrived += 1
-            if self._arrived == self.size:
-                self._arrived, self._round = 0, self._round + 1
-                self._meeting.notify_all()
-                return
-            while current == self._round:
-                if self._stopped:
-                    raise RuntimeError("the ranks made different collective calls (a real run would hang)")
-                if not self._meeting.wait(timeout=BARRIER_SECONDS):
-                    raise TimeoutError(f"a rank waited {BARRIER_SECONDS} s at a collective for the others")
-
-    def _stop(self) -> None:
-        with self._meeting:
-            self._stopped = True
-            self._meeting.notify_all()
-
-    def _exchange(self, value: Any) -> list[Any]:
-        self._slots[self.get_rank()] = value
-        self._meet()
-        parts = list(self._slots)
-        self._meet()
-        return parts
-
-    def all_reduce(self, tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> None:
-        """Every rank's ``tensor`` becomes the sum (or max, min, mean) over the ranks, in place."""
-        import torch
-
-        ops = self.ReduceOp
-        reduce = {
-            ops.SUM: lambda x: x.sum(0),
-            ops.MAX: lambda x: x.amax(0),
-            ops.MIN: lambda x: x.amin(0),
-            ops.AVG: lambda x: x.mean(0),
-        }
-        key = ops.SUM if op is None else op
-        if key not in reduce:
-            raise NotImplementedError(f"all_reduce with {op}: the driver's ranks sum, take maxima, minima or means")
-        stacked = torch.stack(self._exchange(tensor.detach().clone()))
-        tensor.copy_(reduce[key](stacked))
-
-    def all_gather_object(self, out: list[Any], obj: Any, group: Any = None) -> None:
-        out[:] = self._exchange(obj)
-
-    @contextlib.contextmanager
-    def patched(self, module: Any) -> Iterator[None]:
-        """``module`` (``torch.distributed`` itself, or a framework's module's ``dist``) answers with
-        these ranks' :data:`NAMES` while the block runs; restored after it."""
-        with patched_attributes([(module, name, getattr(self, name)) for name in self.NAMES]):
-            yield
-
-    def run(self, fn: Callable[[int], Any]) -> list[Any]:
-        """``fn(rank)`` on every rank at once (one thread each), results in rank order; the first
-        error of any rank is raised once every rank has stopped (a rank's error releases the others
-        from the barrier)."""
-        results: list[Any] = [None] * self.size
-        errors: list[BaseException] = []
-        self._arrived, self._stopped = 0, False
-
-        def body(rank: int) -> None:
-            self._local.rank = rank
-            try:
-                results[rank] = fn(rank)
-            except BaseException as exc:  # noqa: BLE001 (re-raised in the caller's thread)
-                errors.append(exc)
-            self._stop()
-
-        threads = [threading.Thread(target=body, args=(rank,), daemon=True) for rank in range(self.size)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
-        return results
 
 
 def die_with_parent() -> None:
@@ -230,11 +108,12 @@ class ProcessRanks:
                     data[fd] += chunk
                     continue
                 rank = rank_of[fd]
-                ok, value, stamp = _loaded(bytes(data.pop(fd)), rank)
-                if ok:
-                    results[rank] = value
+                reply = _loaded(bytes(data.pop(fd)), rank)
+                _preload(reply.get("modules", ()))
+                if reply["ok"]:
+                    results[rank] = reply["value"]
                     continue
-                errors.append((stamp, value))
+                errors.append((reply["stamp"], reply["value"]))
                 deadline = min(deadline, time.monotonic() + GRACE_SECONDS)
         if errors:
             raise min(errors, key=lambda e: e[0])[1]
@@ -244,7 +123,7 @@ class ProcessRanks:
 
 
 def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: int, seconds: float) -> None:
-    """One rank's process: join the group, run ``fn(rank)``, write ``(True, result)`` or ``(False, error)``."""
+    """One rank's process: join the group, run ``fn(rank)``, write its reply (:func:`_loaded`)."""
     import torch
     import torch.distributed as dist
 
@@ -253,36 +132,51 @@ def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: i
     if sys.platform.startswith("linux"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     timeout = datetime.timedelta(seconds=seconds)
-    reply: tuple[bool, Any, float]
+    before = set(sys.modules)
+    reply: dict[str, Any] = {"ok": False, "stamp": 0.0}
     try:
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=size, timeout=timeout)
     except BaseException as exc:  # noqa: BLE001 (handed to the caller's process, with when it happened)
-        reply = (False, exc, time.monotonic())
+        reply.update(value=exc, stamp=time.monotonic())
     else:
         try:
-            reply = (True, fn(rank), 0.0)
+            reply.update(ok=True, value=fn(rank))
         except BaseException as exc:  # noqa: BLE001 (as above; stamped before the group ends)
-            reply = (False, exc, time.monotonic())
+            reply.update(value=exc, stamp=time.monotonic())
+            with contextlib.suppress(Exception):  # where it was raised: a pickled error has no traceback
+                exc.rank_frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+    reply["modules"] = [name for name in sys.modules if name not in before]
     try:
         payload = pickle.dumps(reply)
     except Exception as exc:  # noqa: BLE001 (an unpicklable result or error: its text instead)
-        payload = pickle.dumps((False, RuntimeError(f"rank {rank}: {type(exc).__name__}: {exc}"), time.monotonic()))
+        error = RuntimeError(f"rank {rank}: {type(exc).__name__}: {exc}")
+        payload = pickle.dumps({"ok": False, "value": error, "stamp": time.monotonic()})
     with os.fdopen(fd, "wb") as out:
         out.write(payload)
 
 
-def _loaded(payload: bytes, rank: int) -> tuple[bool, Any, float]:
-    """A rank's reply: (ok, result or error, when the error happened); an empty reply (the process ended
-    first) and an error whose class does not unpickle (a required argument) as errors of their own."""
+def _preload(modules: Any) -> None:
+    """Import here what a rank's process imported (the framework's lazy imports, ``torch._dynamo`` …), so
+    that the next fork starts with them instead of importing them again; what fails to import is left."""
+    for name in modules:
+        if name not in sys.modules:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+
+
+def _loaded(payload: bytes, rank: int) -> dict[str, Any]:
+    """A rank's reply (ok, value: its result or error, stamp: when the error happened, modules: what it
+    imported); an empty reply (the process ended first) and an error whose class does not unpickle (a
+    required argument) as errors of their own."""
     if not payload:
-        return False, RuntimeError(f"rank {rank}'s process ended before it answered"), time.monotonic()
+        return {"ok": False, "value": RuntimeError(f"rank {rank}'s process ended before it answered"), "stamp": 0.0}
     try:
         return pickle.loads(payload)
     except Exception as exc:  # noqa: BLE001
         text = f"rank {rank} answered what does not unpickle here: {type(exc).__name__}: {exc}"
-        return False, RuntimeError(text), time.monotonic()
+        return {"ok": False, "value": RuntimeError(text), "stamp": time.monotonic()}
 
 
 def _end(pid: int) -> None:

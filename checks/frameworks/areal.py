@@ -42,29 +42,26 @@
   micro-batches by ``actor.mb_spec``, ``compute_total_loss_weight``'s all-reduced total,
   ``_compute_logprobs_and_loss``'s scale ``local_weight / total_loss_weight × dp_size``); only the
   model (a table of log-probabilities, one row per answer), the optimizer step (it records the
-  accumulated gradient) and FSDP's gradient average over the ranks (1/dp) are stand-ins.  The ranks
-  run as threads of this process with ``torch.distributed`` emulated in AReaL's modules
-  (:class:`~grpo_identity.checks.frameworks._ranks.ThreadRanks` as their ``dist``: ``all_reduce``
-  sums the ranks' tensors, ``all_gather_object`` gathers their objects), so every all-reduce AReaL
-  makes (the total loss weight, a batch-level ``Normalization``, the micro-batch count) gets the sums
-  of every rank.  The unsplit layout runs the same optimizer steps (the answers of each split step,
-  all ranks' k-th mini-batches) each as one ``ppo_update`` of one micro-batch on one rank.  Split
+  accumulated gradient) and FSDP's gradient average over the ranks (1/dp) are stand-ins.  Each rank
+  is a process of its own in one gloo group (:class:`~grpo_identity.checks.frameworks._ranks.ProcessRanks`),
+  forked once for the advantages and once for the update, so every all-reduce AReaL makes (the total
+  loss weight, a batch-level ``Normalization``, the micro-batch count) is torch's own over every rank.
+  The unsplit layout runs the same optimizer steps (the answers of each split step, all ranks' k-th
+  mini-batches) each as one ``ppo_update`` of one micro-batch on one rank.  Split
   settings AReaL would refuse on the audit's rows (a count below 1, a token budget below the longest
   sequence, a batch the ranks or micro-batches cannot divide) are refused when the target is built.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib
 import os
 import tempfile
-import threading
 import warnings
 from dataclasses import dataclass, replace
 from importlib.metadata import version
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -76,9 +73,8 @@ from grpo_identity.checks.frameworks import (
     AdapterError,
     FrameworkSpec,
     lengths_for,
-    patched_attributes,
 )
-from grpo_identity.checks.frameworks._ranks import ThreadRanks
+from grpo_identity.checks.frameworks._ranks import ProcessRanks
 from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
 
 __all__ = [
@@ -405,7 +401,7 @@ class _Plan:
         split = (
             f"{self.batch_size} prompts × G per generation batch over {self.dp} data-parallel rank(s) "
             "(TrainController._dispatch_tensors: whole groups, balanced by tokens"
-            f"{'; ranks emulated as threads' if self.dp > 1 else ''}); on each rank {self.minibatches} mini-batch(es), "
+            f"{'; each rank a process' if self.dp > 1 else ''}); on each rank {self.minibatches} mini-batch(es), "
             "one optimizer step each (PPOActor._ppo_update: split_padded_tensor_dict_into_mb_list, the answers dealt "
             "out longest first, so a group's answers spread over steps), each cut by FSDPEngine._prepare_mb_list into "
             "at least "
@@ -419,7 +415,7 @@ class _Plan:
             max(1, self.generation_rows // self.minibatches),
             self.generation_rows,
             layouts={"split": split, "unsplit": UNSPLIT},
-            ranks="emulated" if self.dp > 1 else "one",
+            ranks="processes" if self.dp > 1 else "one",
             holes=True,
             ragged=True,
             settings=self.settings(),
@@ -560,31 +556,6 @@ def _actor_config(actor: Any, plan: _Plan, G: int) -> Any:
     return a
 
 
-class _RankStats:
-    """``areal.utils.stats_tracker`` as each emulated rank sees it: a tracker of its own (AReaL's
-    global tracker keeps one scope stack, which concurrent ranks would interleave)."""
-
-    def __init__(self, module: Any) -> None:
-        self._module, self._local = module, threading.local()
-
-    def __getattr__(self, name: str) -> Any:
-        tracker = getattr(self._local, "tracker", None)
-        if tracker is None:
-            tracker = self._local.tracker = self._module.DistributedStatsTracker()
-        return getattr(tracker, name) if hasattr(tracker, name) else getattr(self._module, name)
-
-
-@contextlib.contextmanager
-def _emulated(ranks: ThreadRanks) -> Iterator[None]:
-    """AReaL's modules of the step path see ``ranks`` as ``torch.distributed`` and a tracker per rank."""
-    names = ("areal.utils.data", "areal.engine.core.train_engine", "areal.engine.fsdp_engine")
-    patches: list[tuple[Any, str, Any]] = [(importlib.import_module(m), "dist", ranks) for m in names]
-    stats = importlib.import_module("areal.utils.stats_tracker")
-    patches.append((importlib.import_module("areal.trainer.ppo.actor"), "stats_tracker", _RankStats(stats)))
-    with patched_attributes(patches):
-        yield
-
-
 def _engine_class() -> Any:
     """``FSDPEngine`` with its model and optimizer stubbed, everything ``train_batch`` does between them
     as AReaL wrote it."""
@@ -676,7 +647,7 @@ def _rank_actors(actor_cfg: Any, dp: int, engine: Any, n: int) -> list[Any]:
     ]
 
 
-def _advantages_on(ranks: ThreadRanks, actors: list[Any], items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _advantages_on(ranks: ProcessRanks, actors: list[Any], items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``PPOActorController.compute_advantages``: the groups dispatched over the ranks
     (``_dispatch_tensors``), ``compute_advantages`` on each rank, merged back (``_merge_tensors``)."""
     from areal.infra.controller.train_controller import _dispatch_tensors, _merge_tensors
@@ -691,12 +662,22 @@ def _run_generation(items: list[dict[str, Any]], actor_cfg: Any, dp: int, engine
     the advantages' items (in the rollout's order) and each rank's engine."""
     from areal.infra.controller.train_controller import _dispatch_tensors
 
-    ranks, actors = ThreadRanks(dp), _rank_actors(actor_cfg, dp, engine, n)
-    with _emulated(ranks):
-        adv = _advantages_on(ranks, actors, items)
-        shards, _ = _dispatch_tensors(adv, dp)
-        ranks.run(lambda r: actors[r].ppo_update(shards[r]))
+    ranks, actors = ProcessRanks(dp), _rank_actors(actor_cfg, dp, engine, n)
+    adv = _advantages_on(ranks, actors, items)
+    shards, _ = _dispatch_tensors(adv, dp)
+    _updated(ranks, actors, lambda r: actors[r].ppo_update(shards[r]))
     return adv, [a.engine for a in actors]
+
+
+def _updated(ranks: ProcessRanks, actors: list[Any], update: Callable[[int], Any]) -> None:
+    """``update(rank)`` in every rank's process; each engine's recorded optimizer steps brought back."""
+
+    def body(rank: int) -> list[tuple[Any, list[list[int]]]]:
+        update(rank)
+        return actors[rank].engine.steps
+
+    for actor, recorded in zip(actors, ranks.run(body)):
+        actor.engine.steps = recorded
 
 
 def _answers(items: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -716,12 +697,11 @@ def _run_unsplit(
     """One generation batch in the unsplit layout: the advantages on one rank, then each of ``steps``
     (the rows of one of the split layout's optimizer steps) one ``ppo_update`` of those answers on one
     rank (``actor_cfg``: one mini-batch of one micro-batch).  Returns the advantages' items and the engine."""
-    ranks, (actor,) = ThreadRanks(1), _rank_actors(actor_cfg, 1, engine, n)
-    with _emulated(ranks):
-        adv = _advantages_on(ranks, [actor], items)
-        answers = _answers(adv)
-        updates = [[answers[i] for i in rows] for rows in steps]
-        ranks.run(lambda r: [actor.ppo_update(update) for update in updates])
+    ranks, (actor,) = ProcessRanks(1), _rank_actors(actor_cfg, 1, engine, n)
+    adv = _advantages_on(ranks, [actor], items)
+    answers = _answers(adv)
+    updates = [[answers[i] for i in rows] for rows in steps]
+    _updated(ranks, [actor], lambda r: [actor.ppo_update(update) for update in updates])
     return adv, [actor.engine]
 
 
@@ -817,7 +797,10 @@ def _split_generation(
 
 
 def _origin(exc: BaseException) -> str:
-    """The file of the innermost frame that raised ``exc``."""
+    """The file of the innermost frame that raised ``exc`` (in a rank's process, or here)."""
+    frames = getattr(exc, "rank_frames", None)
+    if frames:
+        return str(frames[-1][0])
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next

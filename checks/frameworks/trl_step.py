@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks._ranks import die_with_parent
 
 __all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_geometry", "export_recipe", "run_layout", "main"]
 
@@ -330,9 +331,10 @@ def _run_ranks(job: dict[str, Any], ranks: int) -> list[dict[str, Any]]:
 
 def _launch(cmd: list[str], env: dict[str, str], ranks: int) -> str:
     """Run the launcher to its end and return its stderr.  It dies with this process (and its ranks with
-    it, :func:`_die_with_parent`); past :data:`RANKS_SECONDS` it is killed and the step reported as not run."""
+    it, :func:`~grpo_identity.checks.frameworks._ranks.die_with_parent`); past :data:`RANKS_SECONDS` it is
+    killed and the step reported as not run."""
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=die_with_parent
     )
     try:
         return proc.communicate(timeout=RANKS_SECONDS)[1] or ""
@@ -344,18 +346,6 @@ def _launch(cmd: list[str], env: dict[str, str], ranks: int) -> str:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-def _die_with_parent() -> None:
-    """Linux: this process gets SIGKILL when its parent exits, so no rank outlives an audit that was
-    stopped (elsewhere: nothing; the audit's process group is still ended as a whole)."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _rows(records: list[dict[str, Any]], n: int, ranks: int) -> dict[str, Any]:
@@ -466,7 +456,7 @@ def main(argv: list[str] | None = None) -> None:
         job = json.load(fh)
     from accelerate import PartialState
 
-    _die_with_parent()  # the launcher's end ends this rank
+    die_with_parent()  # the launcher's end ends this rank
     rank = PartialState(cpu=True).process_index
     records = _run_here(job, rank)
     with open(os.path.join(job["out"], f"rank-{rank}.json"), "w") as fh:

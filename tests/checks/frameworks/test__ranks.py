@@ -1,72 +1,95 @@
-"""The thread ranks that verl's and AReaL's split steps run on: collectives meet real values."""
+"""The rank processes that verl's and AReaL's split steps run on: real processes, torch's own collectives."""
 
 from __future__ import annotations
+
+import os
+import sys
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from grpo_identity.checks.frameworks._ranks import ThreadRanks  # noqa: E402
+from grpo_identity.checks.frameworks._ranks import ProcessRanks  # noqa: E402
 
 
-def test_all_reduce_gives_every_rank_the_reduction_over_all_ranks() -> None:
-    ranks = ThreadRanks(3)
-    ops = torch.distributed.ReduceOp
+def test_every_rank_is_a_process_of_its_own_in_one_group_whose_all_reduce_is_torchs() -> None:
+    import torch.distributed as dist
 
-    def step(rank: int) -> list[float]:
+    def step(rank: int) -> tuple[int, int, int, list[float]]:
         out = []
-        for op in (None, ops.SUM, ops.MAX, ops.MIN, ops.AVG):
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN):
             t = torch.tensor([float(rank + 1)])
-            ranks.all_reduce(t, op=op)
+            dist.all_reduce(t, op=op)
             out.append(float(t))
-        return out
+        return os.getpid(), dist.get_rank(), dist.get_world_size(), out
 
-    assert ranks.run(step) == [[6.0, 6.0, 3.0, 1.0, 2.0]] * 3
+    replies = ProcessRanks(3).run(step)
+    assert [r[1:] for r in replies] == [(rank, 3, [6.0, 3.0, 1.0]) for rank in range(3)]
+    pids = {r[0] for r in replies}
+    assert len(pids) == 3 and os.getpid() not in pids
+    assert not dist.is_initialized()  # the caller never joins the group
 
 
-def test_all_gather_object_returns_objects_in_rank_order_and_ranks_know_themselves() -> None:
-    ranks = ThreadRanks(4)
+def test_all_gather_object_returns_objects_in_rank_order() -> None:
+    import torch.distributed as dist
 
     def step(rank: int) -> list[object]:
-        out: list[object] = []
-        ranks.all_gather_object(out, (ranks.get_rank(), ranks.get_world_size()))
+        out: list[object] = [None] * dist.get_world_size()
+        dist.all_gather_object(out, ("rank", rank))
         return out
 
-    assert ranks.run(step) == [[(0, 4), (1, 4), (2, 4), (3, 4)]] * 4
+    assert ProcessRanks(2).run(step) == [[("rank", 0), ("rank", 1)]] * 2
 
 
-def test_a_rank_that_skips_a_collective_ends_the_step_with_an_error_not_a_hang() -> None:
-    ranks = ThreadRanks(2)
-
-    def step(rank: int) -> None:
-        if rank == 0:
-            ranks.all_reduce(torch.ones(1))
-
-    with pytest.raises(RuntimeError, match="different collective calls"):
-        ranks.run(step)
-
-
-def test_a_rank_error_is_raised_in_the_caller_and_other_calls_are_refused_by_name() -> None:
-    ranks = ThreadRanks(2)
+def test_the_rank_that_failed_first_is_the_error_raised_with_its_type_and_where_it_was_raised() -> None:
+    import torch.distributed as dist
 
     def step(rank: int) -> None:
         if rank == 1:
             raise ValueError("rank 1 broke")
-        ranks.all_reduce(torch.ones(1))
+        dist.all_reduce(torch.ones(1))  # rank 0 loses its peer here: its own error comes later
 
-    with pytest.raises(ValueError, match="rank 1 broke"):
-        ranks.run(step)
-    with pytest.raises(AttributeError, match="broadcast is not emulated"):
-        ranks.broadcast(torch.ones(1), 0)
-    with pytest.raises(NotImplementedError, match="PRODUCT"):
-        ThreadRanks(1).run(lambda r: ThreadRanks(1).all_reduce(torch.ones(1), op=torch.distributed.ReduceOp.PRODUCT))
+    with pytest.raises(ValueError, match="rank 1 broke") as caught:
+        ProcessRanks(2).run(step)
+    assert caught.value.rank_frames[-1][0] == __file__
 
 
-def test_patched_replaces_the_collectives_of_a_module_and_restores_them() -> None:
-    import torch.distributed as dist
+def test_a_rank_that_dies_or_hangs_is_an_error_and_no_rank_outlives_the_run() -> None:
+    def dies(rank: int) -> int:
+        if rank == 0:
+            os._exit(3)
+        return rank
 
-    before = dist.get_world_size
-    ranks = ThreadRanks(2)
-    with ranks.patched(dist):
-        assert ranks.run(lambda rank: (dist.get_rank(), dist.get_world_size())) == [(0, 2), (1, 2)]
-    assert dist.get_world_size is before
+    with pytest.raises(RuntimeError, match="rank 0's process ended before it answered"):
+        ProcessRanks(2).run(dies)
+
+    def hangs(rank: int) -> None:
+        import time
+
+        time.sleep(60)
+
+    with pytest.raises(TimeoutError, match="did not finish in 1 s"):
+        ProcessRanks(2, seconds=1).run(hangs)
+    children = f"/proc/{os.getpid()}/task/{os.getpid()}/children"
+    if os.path.exists(children):
+        with open(children) as fh:
+            assert fh.read().split() == []
+
+
+def test_what_a_rank_imported_the_caller_imports_so_the_next_fork_starts_with_it(tmp_path, monkeypatch) -> None:
+    (tmp_path / "grpo_identity_lazy_probe.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "grpo_identity_lazy_probe", raising=False)
+
+    def step(rank: int) -> int:
+        import grpo_identity_lazy_probe
+
+        return grpo_identity_lazy_probe.VALUE
+
+    assert ProcessRanks(1).run(step) == [7]
+    assert "grpo_identity_lazy_probe" in sys.modules
+
+
+def test_a_result_that_does_not_pickle_is_an_error_naming_the_rank() -> None:
+    with pytest.raises(RuntimeError, match="rank 0: "):
+        ProcessRanks(1).run(lambda rank: lambda: None)

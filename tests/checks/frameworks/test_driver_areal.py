@@ -17,7 +17,7 @@ on the rewards, ``reward_norm(reward_score)``, and on the token-level returns,
 - rows past the last whole group keep ``mean = zeros_like(x)`` and ``std = zeros_like(x)``.
 
 The optimizer step (``PPOActor._ppo_update`` on ``FSDPEngine.train_batch``, the model and the
-optimizer stubbed, data-parallel ranks emulated as threads): every token weighs 1/(tokens of its
+optimizer stubbed, data-parallel ranks as processes): every token weighs 1/(tokens of its
 optimizer step over all ranks), however the step is cut, so each micro-batch weighs 1× the same step
 run as one micro-batch on one rank; a group short of G (an answer that came back ``None`` in
 ``GroupedRolloutWorkflow``) is cut in fixed blocks of G rows.  Split settings AReaL would refuse on the
@@ -339,7 +339,7 @@ def test_the_default_split_accumulates_micro_batches_on_two_ranks_and_keeps_one_
     from grpo_identity.checks.steps import design
 
     geo, result, (out,) = _step(GRPO, _designed("split"))
-    assert geo["ranks"] == "emulated" and geo["holes"] and geo["ragged"]
+    assert geo["ranks"] == "processes" and geo["holes"] and geo["ragged"]
     assert {("actor.mb_spec.n_mbs", 2), ("actor.backend", "fsdp:d2")} <= set(geo["chosen"].items())
     assert (result.law_split, result.law_unsplit, result.invariant) == ("1/step_tokens", "1/step_tokens", True)
     assert not {f.property for f in result.findings} & {"split_invariance", "masked_normaliser"}  # holes not counted
@@ -379,7 +379,7 @@ def test_the_users_split_by_token_budget_on_four_ranks_keeps_one_over_the_steps_
     ]
     geo, result, _ = _step(sets)
     s = geo["settings"]
-    assert (geo["group_size"], geo["generation_rows"], geo["step_rows"], geo["ranks"]) == (3, 24, 12, "emulated")
+    assert (geo["group_size"], geo["generation_rows"], geo["step_rows"], geo["ranks"]) == (3, 24, 12, "processes")
     assert (s["actor.mb_spec.max_tokens_per_mb"], s["data_parallel_ranks"], geo["chosen"]) == (16, 4, {})
     assert (result.law_split, result.law_unsplit, result.invariant) == ("1/step_tokens", "1/step_tokens", True)
     assert all(len(ps) >= 4 for ps in _pieces_per_step(result).values())  # 4 ranks, budget-cut micro-batches
@@ -407,7 +407,7 @@ def test_a_split_areal_would_refuse_is_refused_when_the_target_is_built(setting,
 
 @pytest.mark.slow
 @pytest.mark.frameworks
-def test_a_batch_level_std_is_all_reduced_over_the_emulated_ranks():
+def test_a_batch_level_std_is_all_reduced_over_the_rank_processes():
     # Normalization._compute_std(all_reduce=True): the ranks' sums of squares and counts, summed
     sets = ["actor.reward_norm.mean_level=group", "actor.reward_norm.std_level=batch"]
     _, _, (split, unsplit) = _step(sets, _designed("split", "unsplit"))

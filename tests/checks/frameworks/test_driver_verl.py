@@ -283,9 +283,9 @@ def test_verl_step_geometry_is_the_default_split_where_the_user_set_none(verl_st
     from grpo_identity.checks.frameworks.verl import DEFAULT_SPLIT
 
     fn, geo = verl_step
-    # 4 prompts × G=4 per generation batch, optimizer steps of 2 prompts over 2 emulated ranks
+    # 4 prompts × G=4 per generation batch, optimizer steps of 2 prompts over 2 ranks, each a process
     assert (geo["group_size"], geo["step_rows"], geo["generation_rows"]) == (STEP_GROUP_SIZE, 8, 16)
-    assert (geo["ranks"], geo["holes"], geo["ragged"]) == ("emulated", True, False)
+    assert (geo["ranks"], geo["holes"], geo["ragged"]) == ("processes", True, False)
     defaults = fn.grpo_identity_info["driver_settings"]["defaults"]
     assert list(defaults) == [*DEFAULT_SPLIT, "actor_rollout_ref.rollout.n"]
     assert (defaults["data.train_batch_size"], defaults["actor_rollout_ref.actor.ppo_mini_batch_size"]) == (4, 2)
