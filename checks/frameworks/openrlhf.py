@@ -31,12 +31,13 @@
   row no micro-batch held (``drop_last``, or the rows ``setup_dynamic_batch``'s whole steps of
   ``train.batch_size`` leave over) comes back with step −1.  The unsplit layout runs the optimizer
   steps the split made, each as one micro-batch on one rank (the rows the split left out, a step
-  per generation batch).  What needs GPUs is emulated, and the target's info says so (``"ranks":
-  "emulated"``): DeepSpeed's engine is a stand-in (``backward`` divides the loss by
-  ``gradient_accumulation_steps``, ``step`` applies at the accumulation boundary: :class:`Engine`);
-  the data-parallel ranks run one after another, their gradients averaged, and each all-reduce of
-  OpenRLHF's own code is given the sum (min, max) of what every rank reduced there
-  (:class:`Collectives`); the policy is one leaf tensor of log-probabilities (:class:`Policy`).
+  per generation batch).  What needs GPUs is a stand-in, and the target's info says so: DeepSpeed's
+  engine (``backward`` divides the loss by ``gradient_accumulation_steps``, ``step`` applies at the
+  accumulation boundary: :class:`Engine`; its gradient average over the ranks is the driver's, each
+  rank's gradient divided by the ranks) and the policy, one leaf tensor of log-probabilities
+  (:class:`Policy`).  The data-parallel ranks are processes of one gloo group
+  (:class:`~grpo_identity.checks.frameworks._ranks.ProcessRanks`; ``"ranks": "processes"``), so each
+  all-reduce of OpenRLHF's own code is torch's own over the ranks.
   Where the user set no split option (:data:`SPLIT_KEYS`) the split is :data:`DEFAULT_SPLIT` (2
   ranks × 2 accumulated micro-batches a step) and G is ``STEP_GROUP_SIZE``.  Split settings
   OpenRLHF cannot run are an AdapterError when the target is built, naming a value that runs
@@ -70,13 +71,13 @@ from grpo_identity.checks.frameworks import (
     lengths_for,
     patched_attributes,
 )
+from grpo_identity.checks.frameworks._ranks import ProcessRanks
 from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
 from grpo_identity.checks.frameworks.exported import openrlhf as runner
 from grpo_identity.checks.frameworks.exported.openrlhf import (
     GPU_ONLY,
     LOADED,
     Batch,
-    Collectives,
     Engine,
     Ledger,
     Policy,
@@ -95,7 +96,7 @@ from grpo_identity.checks.frameworks.exported.openrlhf import (
     release,
     row_of,
     stand_ins,
-    train_passes,
+    train_rank,
     train_split,
 )
 
@@ -346,7 +347,7 @@ def _info(spec: FrameworkSpec, args: Any, entry: str) -> DriverInfo:
     )
 
 
-# --- the optimizer step: ActorPPOTrainer.ppo_train on emulated DeepSpeed ranks ----------------------
+# --- the optimizer step: ActorPPOTrainer.ppo_train on rank processes, DeepSpeed stood in -----------------
 def _unreproducible(args: Any) -> str | None:
     """Why the driver cannot run this (valid) split, or None."""
     ring, tp = int(args.ds.ring_attn_size), int(args.ds.tensor_parallel_size)
@@ -450,7 +451,7 @@ def step_geometry(configs: _Configs) -> dict[str, Any]:
     """The configured step (``info["step"]``): G (the user's ``rollout.n_samples_per_prompt``, else
     :data:`~grpo_identity.checks.frameworks.STEP_GROUP_SIZE`), ``train.batch_size`` answers per
     optimizer step, ``rollout.batch_size`` × G per generation batch; the split settings in force;
-    what of the split is emulated, said once in the split layout's words."""
+    what of the split is stood in, said once in the split layout's words."""
     from grpo_identity.checks.steps import geometry
 
     G = configs.group_size
@@ -475,8 +476,7 @@ def step_geometry(configs: _Configs) -> dict[str, Any]:
         f"{args.train.micro_batch_size} a step"
     )
     ranks = (
-        f"{dp} data-parallel ranks run one after another, each all-reduce given the sum (or min, max) of what every "
-        "rank reduced there"
+        f"{dp} data-parallel ranks, each a process of one gloo group (OpenRLHF's all-reduces are torch's own)"
         if dp > 1
         else "one rank"
     )
@@ -491,7 +491,7 @@ def step_geometry(configs: _Configs) -> dict[str, Any]:
         int(args.train.batch_size),
         int(args.rollout.batch_size) * G,
         layouts=layouts,
-        ranks="emulated" if dp > 1 else "one",
+        ranks="processes" if dp > 1 else "one",
         holes=True,
         truncation=True,
         ragged=False,
@@ -550,7 +550,7 @@ def _run_step(
     }
     args = configs.step(G, "split")
     batches = generation_batches(args, rewards, lengths, marks)
-    ledger, policy = train_split(args, batches, n)
+    ledger, policy = train_split(args, batches, n, _on_rank_processes)
     dp = rank_counts(args)[0]
     if request["layout"] == "unsplit":
         generation = np.arange(n) // (int(args.rollout.batch_size) * G)
@@ -588,8 +588,7 @@ def _train_unsplit(configs: _Configs, G: int, batches: list[Batch], steps: np.nd
     for s in np.unique(steps[steps >= 0]):
         rows = set(np.flatnonzero(steps == s).tolist())
         args = configs.step(G, "unsplit", len(rows))
-        collectives = Collectives(1)
-        engine = Engine(args, 0, 1, ledger, collectives)
+        engine = Engine(args, 0, 1, ledger)
         engine.steps = int(s)
         trainer = actor_trainer(args, engine, policy)
         buffer = trainer.replay_buffer
@@ -598,5 +597,32 @@ def _train_unsplit(configs: _Configs, G: int, batches: list[Batch], steps: np.nd
                 for exp in exps:
                     buffer.append(exp)
         buffer.items[:] = [item for item in buffer.items if row_of(item)[0] in rows]
-        train_passes([trainer], [engine], collectives, batches[0][3], int(s))
+        _on_rank_processes([trainer], [engine], batches[0][3], int(s))
     return ledger, policy
+
+
+def _on_rank_processes(trainers: list[Any], engines: list[Engine], kl_ctl: float, seed: int) -> None:
+    """Each rank's ``ppo_train`` (:func:`~grpo_identity.checks.frameworks.exported.openrlhf.train_rank`) in a
+    process of its own, all in one gloo group, so OpenRLHF's all-reduces (its loss normalisers', its replay
+    buffer's, its strategy's) are torch's own over the ranks; each rank's ledger rows, gradients and engine
+    counters are brought back."""
+    policy, ledger = trainers[0].actor, engines[0].ledger
+
+    def rank_pass(rank: int) -> dict[str, Any]:
+        rows = train_rank(trainers[rank], kl_ctl, seed, rank)
+        where = {key: getattr(ledger, key)[rows] for key in ("step", "rank", "micro")}
+        grads = [policy.leaves[r].grad for r in rows]
+        return {
+            "rows": rows,
+            "where": where,
+            "grads": grads,
+            "counters": (engines[rank].steps, engines[rank].micro_steps),
+        }
+
+    for engine, reply in zip(engines, ProcessRanks(len(engines)).run(rank_pass)):
+        rows = np.asarray(reply["rows"], dtype=np.int64)
+        for key, values in reply["where"].items():
+            getattr(ledger, key)[rows] = values
+        for row, grad in zip(reply["rows"], reply["grads"]):
+            policy.leaves[row].grad = grad
+        engine.steps, engine.micro_steps = reply["counters"]

@@ -2,13 +2,14 @@
 checks, the experience maker's ``compute_advantages_and_returns`` on the rollout's micro-batches, the replay
 buffers filled as ``PPOTrainer.train_step`` fills them, and each rank's real ``ActorPPOTrainer.ppo_train``, with
 what needs GPUs stood in: DeepSpeed's engine (:class:`Engine`: ``backward`` divides by the accumulation steps, a
-step at the boundary), the collectives of ranks run one after another (:class:`Collectives`), the policy (one
-leaf tensor of log-probabilities per row, :class:`Policy`) and the GPU-only packages ``flash_attn`` and ``vllm``
-(:class:`StandIns`, while OpenRLHF is imported).
+step at the boundary; its all-reduce, :class:`Reductions`, over the ranks' real ``torch.distributed`` group), the
+policy (one leaf tensor of log-probabilities per row, :class:`Policy`) and the GPU-only packages ``flash_attn``
+and ``vllm`` (:class:`StandIns`, while OpenRLHF is imported).
 
 The OpenRLHF driver (``grpo_identity.checks.frameworks.openrlhf``) runs its split steps with these, on the ranks
-the configuration names; an exported test pack (``grpo-identity export-tests openrlhf``) runs one rank itself,
-with ``CASE`` written in by the exporter.  Imports: the standard library and numpy here, OpenRLHF and what it
+the configuration names, each a process of one gloo group; an exported test pack (``grpo-identity export-tests
+openrlhf``) runs one rank itself, in a group of its own process (:func:`one_process`), with ``CASE`` written in
+by the exporter.  Imports: the standard library and numpy here, OpenRLHF and what it
 installs (torch, ray's module) inside the functions.
 """
 
@@ -61,14 +62,6 @@ BEFORE_STAND_INS = ("transformers.integrations.flash_attention",)
 
 #: a row's number in its prompt's first token: ID_BASE + row
 ID_BASE = 1000
-
-
-#: ``ppo_train`` passes at most, until the all-reduced counts settle
-MAX_PASSES = 4
-
-
-#: the replay buffer's module (its ``dist`` under dynamic batching)
-REPLAY = "openrlhf.trainer.ppo_utils.replay_buffer"
 
 
 #: the CLI module whose parser the driver runs
@@ -445,7 +438,7 @@ class Policy:
 
 
 class Engine:
-    """One data-parallel rank's ``DeepspeedStrategy`` and DeepSpeed engine, emulated: ``backward``
+    """One data-parallel rank's ``DeepspeedStrategy`` and DeepSpeed engine, stood in: ``backward``
     divides the loss by the engine's ``gradient_accumulation_steps`` (``DeepSpeedEngine.backward``:
     ``loss / gradient_accumulation_steps()``; ``get_ds_train_config`` sets it to 1 under
     ``train.dynamic_batch_enable``) and accumulates; ``optimizer_step`` is a step of the engine at
@@ -453,8 +446,8 @@ class Engine:
     step's last micro-batch).  The average over ranks of data parallelism is the caller's (the rows
     of the ranks are disjoint: each token's gradient is its rank's, divided by the ranks)."""
 
-    def __init__(self, args: Any, rank: int, dp: int, ledger: Ledger, collectives: Any = None) -> None:
-        self.args, self.rank, self.ledger, self.collectives = args, rank, ledger, collectives
+    def __init__(self, args: Any, rank: int, dp: int, ledger: Ledger) -> None:
+        self.args, self.rank, self.ledger, self.reductions = args, rank, ledger, Reductions(dp)
         dynamic = bool(args.train.dynamic_batch_enable)
         self.accumulated_gradient = int(args.train.batch_size) // int(args.train.micro_batch_size) // dp
         self.gas = 1 if dynamic else self.accumulated_gradient
@@ -476,11 +469,11 @@ class Engine:
             self.steps, self.micro_steps = self.steps + 1, 0
 
     def all_reduce(self, data: Any, op: str = "mean") -> Any:
-        """``DeepspeedStrategy.all_reduce`` of a tensor (a max or a sum over the ranks; the mean a sum
-        of the values over the ranks); the logged metrics (a dict) as they are."""
+        """``DeepspeedStrategy.all_reduce`` of a tensor (:class:`Reductions`); the logged metrics (a dict) as
+        they are."""
         if isinstance(data, dict):
             return data
-        self.collectives.all_reduce(data, op)
+        self.reductions.all_reduce(data, op)
         return data
 
     def get_grad_norm(self, model: Any) -> float:
@@ -493,25 +486,17 @@ class Engine:
         return None
 
 
-class Collectives:
-    """``torch.distributed`` as OpenRLHF's loss and replay-buffer code sees it on one of ``dp``
-    ranks (its modules' ``dist``): the ranks run one after another, so a pass records what each
-    rank reduces, and the next pass returns, at each call, the reduction (sum, min, max) over the
-    ranks of what the previous pass recorded there: the gathered counts, as the all-reduce gives
-    them.  Passes repeat until a pass records what the one before it did."""
-
-    ReduceOp = SimpleNamespace(SUM="sum", MIN="min", MAX="max", AVG="mean")
+class Reductions:
+    """``DeepspeedStrategy.all_reduce`` over the ranks' ``torch.distributed`` group, as OpenRLHF's strategy
+    reduces: a mean divides by the ranks, then sums; a sum, min or max is that reduction; any other op is
+    refused by name (never a sum in its place)."""
 
     def __init__(self, dp: int) -> None:
-        self.dp, self.rank = dp, 0
-        self.recorded: list[list[tuple[str, Any]]] = [[] for _ in range(dp)]
-        self.previous: list[list[tuple[str, Any]]] | None = None
+        self.dp = dp
 
     @staticmethod
     def reduction(op: Any) -> str:
-        """``op`` as one of sum, min, max, mean (``ReduceOp.AVG``; ``DeepspeedStrategy.all_reduce``'s
-        "mean"): this :data:`ReduceOp`'s values, or torch's ``ReduceOp`` of those names; any other is an
-        Refused naming it (never a sum in its place)."""
+        """``op`` (a name, or torch's ``ReduceOp``) as one of sum, min, max, mean."""
         name = str(op).lower().rpartition(".")[2]
         known = {"sum": "sum", "min": "min", "max": "max", "mean": "mean", "avg": "mean"}
         if name not in known:
@@ -521,54 +506,19 @@ class Collectives:
             )
         return known[name]
 
-    def next_pass(self) -> None:
-        self.previous, self.recorded = self.recorded, [[] for _ in range(self.dp)]
+    def all_reduce(self, tensor: Any, op: Any = "mean") -> None:
+        import torch.distributed as dist
 
-    def settled(self) -> bool:
-        """This pass reduced what the previous one did (and every rank made the same calls)."""
-        calls = {len(r) for r in self.recorded}
-        if len(calls) > 1:
-            raise Refused(
-                f"OpenRLHF {release()}: the ranks make different numbers of all-reduce calls {sorted(calls)} (a real "
-                "run would hang): give every rank the same number of micro-batches"
-            )
-        if self.previous is None:
-            return not any(self.recorded) or self.dp == 1
-        return all(
-            op == op0 and bool((t == t0).all())
-            for now, before in zip(self.recorded, self.previous)
-            for (op, t), (op0, t0) in zip(now, before)
-        )
-
-    def is_available(self) -> bool:
-        return True
-
-    def is_initialized(self) -> bool:
-        return True
-
-    def get_world_size(self, group: Any = None) -> int:
-        return self.dp
-
-    def get_rank(self, group: Any = None) -> int:
-        return self.rank
-
-    def all_reduce(self, tensor: Any, op: Any = "sum", group: Any = None, **kwargs: Any) -> None:
-        import torch
-
-        op = self.reduction(op)
-        calls = self.recorded[self.rank]
-        k = len(calls)
-        calls.append((op, tensor.detach().clone()))
-        if self.previous is None or not all(len(p) > k for p in self.previous):
-            return  # the first pass: this rank's own value
-        values = torch.stack([p[k][1] for p in self.previous])
-        reduced = values.amin(0) if op == "min" else values.amax(0) if op == "max" else values.sum(0)
-        tensor.copy_(reduced / self.dp if op == "mean" else reduced)
+        name = self.reduction(op)
+        if name == "mean":
+            tensor /= self.dp
+        ops = {"min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
+        dist.all_reduce(tensor, op=ops.get(name, dist.ReduceOp.SUM))
 
 
 def actor_trainer(args: Any, engine: Engine, policy: Policy) -> Any:
     """A real ``ActorPPOTrainer`` (its ``PolicyLoss`` from the config, its ``NaiveReplayBuffer``) on the
-    emulated engine and the driver's policy; no vLLM engines, no EMA."""
+    stood-in engine and the driver's policy; no vLLM engines, no EMA."""
     import torch
 
     pa = module_named("openrlhf.trainer.ray.ppo_actor")
@@ -609,38 +559,16 @@ def distribute(experiences: list[Any], trainers: list[Any]) -> None:
         actor_group([call(t) for t in trainers]).async_run_method_batch(method_name="append", experience=experiences)
 
 
-def train_passes(
-    trainers: list[Any], engines: list[Engine], collectives: Collectives, kl_ctl: float, seed: int
-) -> None:
-    """``ppo_train`` on every rank, in passes until the all-reduced counts settle (:class:`Collectives`);
-    each pass starts from the same engines' counters and the same shuffles."""
+def train_rank(trainer: Any, kl_ctl: float, seed: int, rank: int) -> list[int]:
+    """One rank's ``ActorPPOTrainer.ppo_train`` on its replay buffer, its ``DataLoader`` shuffled by the seed
+    ``seed`` × 1000 + ``rank``; the rows it held."""
     import torch
 
-    homes = [
-        m for m in (module_named("openrlhf.utils.loss_utils", optional=True), module_named(REPLAY)) if m is not None
-    ]
-    policy = trainers[0].actor
-    start = [(e.steps, e.micro_steps) for e in engines]
-    rows = sorted({int(r) for t in trainers for item in t.replay_buffer.items for r in row_of(item)})
-    patches = [(m, "dist", collectives) for m in homes if hasattr(m, "dist")]
-    with _patched([*patches, (torch.cuda, "current_device", lambda: "cpu")]):
-        for _ in range(MAX_PASSES):
-            for engine, (steps, micro) in zip(engines, start):
-                engine.steps, engine.micro_steps = steps, micro
-            policy.zero_grad(rows)
-            for rank, trainer in enumerate(trainers):
-                collectives.rank = rank
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(seed * 1000 + rank)  # the DataLoader's shuffle
-                    trainer.ppo_train(kl_ctl)
-            if collectives.settled():
-                break
-            collectives.next_pass()
-        else:
-            raise Refused(f"OpenRLHF {release()}: the all-reduced counts did not settle in {MAX_PASSES} passes")
-    collectives.recorded, collectives.previous = [[] for _ in range(collectives.dp)], None
-    for trainer in trainers:
-        trainer.replay_buffer.clear()
+    rows = sorted({int(r) for item in trainer.replay_buffer.items for r in row_of(item)})
+    with _patched([(torch.cuda, "current_device", lambda: "cpu")]), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed * 1000 + rank)  # the DataLoader's shuffle
+        trainer.ppo_train(kl_ctl)
+    return rows
 
 
 def same_micro_batches(trainers: list[Any], args: Any) -> None:
@@ -683,15 +611,18 @@ def generation_batches(
     return out
 
 
-def train_split(args: Any, batches: list[Batch], n: int) -> tuple[Ledger, Policy]:
+def train_split(
+    args: Any, batches: list[Batch], n: int, on_ranks: Callable[[list[Any], list[Engine], float, int], None]
+) -> tuple[Ledger, Policy]:
     """(ledger, policy) of the split layout: each generation batch into the ranks' replay buffers
     (``async_run_method_batch``; ``balance_experiences`` first under dynamic batching), then each
-    rank's ``ActorPPOTrainer.ppo_train``; the engines' counters run on from batch to batch, as
-    DeepSpeed's do (a window the last batch leaves open keeps its step: DeepSpeed applies it at the
-    next boundary)."""
+    rank's ``ActorPPOTrainer.ppo_train`` (:func:`train_rank`), run by ``on_ranks(trainers, engines, kl_ctl,
+    seed)``: the driver's rank processes, or :func:`one_process`.  The engines' counters run on from batch
+    to batch, as DeepSpeed's do (a window the last batch leaves open keeps its step: DeepSpeed applies it at
+    the next boundary)."""
     dp = rank_counts(args)[0]
-    ledger, policy, collectives = Ledger(n), Policy(n), Collectives(dp)
-    engines = [Engine(args, r, dp, ledger, collectives) for r in range(dp)]
+    ledger, policy = Ledger(n), Policy(n)
+    engines = [Engine(args, r, dp, ledger) for r in range(dp)]
     balance = openrlhf_modules()["openrlhf.trainer.ppo_utils.experience"].balance_experiences
     for b, (_, exps, _, kl) in enumerate(batches):
         if args.train.dynamic_batch_enable:
@@ -699,8 +630,25 @@ def train_split(args: Any, batches: list[Batch], n: int) -> tuple[Ledger, Policy
         trainers = [actor_trainer(args, e, policy) for e in engines]
         distribute(exps, trainers)
         same_micro_batches(trainers, args)
-        train_passes(trainers, engines, collectives, kl, b)
+        on_ranks(trainers, engines, kl, b)
     return ledger, policy
+
+
+def one_process(trainers: list[Any], engines: list[Engine], kl_ctl: float, seed: int) -> None:
+    """The one rank's :func:`train_rank` here, in a ``torch.distributed`` group of this one process (gloo)."""
+    import tempfile
+
+    import torch.distributed as dist
+
+    if len(trainers) != 1:
+        raise Refused(f"OpenRLHF {release()}: the exported step runs one rank, not {len(trainers)}")
+    with tempfile.TemporaryDirectory(prefix="exported-grpo-step-") as folder:
+        store = f"file://{folder}/group"
+        dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+        try:
+            train_rank(trainers[0], kl_ctl, seed, 0)
+        finally:
+            dist.destroy_process_group()
 
 
 def first_step_rows() -> dict[int, dict[str, Any]]:
@@ -711,7 +659,7 @@ def first_step_rows() -> dict[int, dict[str, Any]]:
     rewards, lengths = np.asarray(CASE["rewards"], dtype=float), np.asarray(CASE["lengths"], dtype=int)
     marks = {"holes": np.asarray(CASE["holes"], dtype=int), "truncated": np.asarray(CASE["truncated"], dtype=bool)}
     batches = generation_batches(args, rewards, lengths, marks)
-    ledger, policy = train_split(args, batches, len(rewards))
+    ledger, policy = train_split(args, batches, len(rewards), one_process)
     advantages = np.concatenate([adv for _, _, adv, _ in batches])
     mask = np.arange(WIDTH)[None, :] < lengths[:, None]
     for i, h in enumerate(marks["holes"]):

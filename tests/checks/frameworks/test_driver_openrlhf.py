@@ -229,43 +229,33 @@ def test_split_settings_openrlhf_cannot_run_name_the_setting_and_a_value_that_ru
         drv.check_split(args)
 
 
-def test_the_emulated_collectives_refuse_a_reduction_they_do_not_know_naming_it():
+def test_the_reductions_refuse_an_op_they_do_not_know_naming_it():
     import torch
     import torch.distributed as dist
 
-    c = runner.Collectives(2)
+    c = runner.Reductions(2)
     for op in ("product", dist.ReduceOp.PRODUCT, dist.ReduceOp.BAND):
         with pytest.raises(AdapterError, match=rf"an all-reduce with op .*{str(op).rpartition('.')[2]}"):
-            c.all_reduce(torch.tensor(2.0), op=op)
-    assert c.recorded == [[], []]  # nothing recorded, nothing summed in its place
-    names = [c.ReduceOp.SUM, dist.ReduceOp.SUM, c.ReduceOp.AVG, dist.ReduceOp.AVG, "max", dist.ReduceOp.MIN]
+            c.all_reduce(torch.tensor(2.0), op=op)  # refused before any collective is called
+    names = ["sum", dist.ReduceOp.SUM, "avg", dist.ReduceOp.AVG, "max", dist.ReduceOp.MIN]
     assert [c.reduction(op) for op in names] == ["sum", "sum", "mean", "mean", "max", "min"]
 
 
-def test_the_emulated_collectives_give_each_call_the_reduction_over_the_ranks_of_the_previous_pass():
+def test_the_reductions_are_the_strategys_all_reduce_over_the_rank_processes():
+    # DeepspeedStrategy.all_reduce: a mean divides each rank's value by the ranks, then sums
     import torch
 
-    c = runner.Collectives(2)
-    values = {0: [3.0, 1.0], 1: [5.0, 4.0]}  # rank → what it reduces in its two calls
+    from grpo_identity.checks.frameworks._ranks import ProcessRanks
 
-    def run():
-        out = {}
-        for rank in (0, 1):
-            c.rank = rank
-            a, b = torch.tensor(values[rank][0]), torch.tensor(values[rank][1])
-            c.all_reduce(a, op=c.ReduceOp.SUM)
-            c.all_reduce(b, op=c.ReduceOp.MIN)
-            out[rank] = (float(a), float(b))
+    def rank(r: int) -> list[float]:
+        out = []
+        for op in ("mean", "sum", "max", "min"):
+            t = torch.tensor([1.0 + 2 * r])  # 1 and 3
+            runner.Reductions(2).all_reduce(t, op)
+            out.append(float(t))
         return out
 
-    assert run() == {0: (3.0, 1.0), 1: (5.0, 4.0)} and not c.settled()  # the first pass: each rank's own
-    c.next_pass()
-    assert run() == {0: (8.0, 1.0), 1: (8.0, 1.0)} and c.settled()  # the gathered sum, the minimum
-    c.next_pass()
-    c.rank = 0
-    c.all_reduce(torch.tensor(1.0))
-    with pytest.raises(AdapterError, match=r"different numbers of all-reduce calls \[0, 1\]"):
-        c.settled()
+    assert ProcessRanks(2).run(rank) == [[2.0, 4.0, 3.0, 1.0]] * 2
 
 
 def test_the_emulated_engine_divides_by_the_accumulation_steps_and_steps_at_the_boundary():
@@ -468,10 +458,10 @@ def _predicted_micro_batch_ratios(result, ga, dp):
 def test_0_11_normalises_the_policy_loss_over_the_step_on_every_rank(release_env):
     geo, result, plain, out = _step(release_env.python, "algo.advantage.estimator=group_norm", layouts=True)
     _same_steps_unsplit(out)
-    assert "ranks run one after another" in geo["layouts"]["split"] and "emulated" not in geo["layouts"]["split"]
+    assert "each a process of one gloo group" in geo["layouts"]["split"] and "emulated" not in geo["layouts"]["split"]
     settings = geo["settings"]
     assert (
-        geo["ranks"] == "emulated"
+        geo["ranks"] == "processes"
         and geo["holes"]
         and not geo["ragged"]
         and (geo["step_rows"], geo["group_size"]) == (8, 4)
