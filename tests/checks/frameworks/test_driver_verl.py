@@ -411,6 +411,33 @@ def test_verl_0_9_steps_weigh_every_token_by_the_tokens_of_its_optimizer_step(ve
 
 
 @pytest.mark.slow
+def test_a_token_count_all_reduced_over_the_wrong_process_group_is_a_split_the_audit_fails(monkeypatch):
+    """What rank processes show that emulated ranks could not (their group argument was the driver's own): verl's
+    engine all-reduces the step's token count over ``get_data_parallel_group()``; planted here, each rank's own
+    group of one, every token weighs 1/(tokens on its rank) and the split changes the update."""
+    _need("verl.workers.engine.fsdp.transformer_impl")
+    import torch.distributed as dist
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+    from grpo_identity.checks.frameworks import verl as driver
+    from grpo_identity.checks.steps import audit_step
+
+    groups: dict[int, object] = {}  # each rank process fills its own copy
+
+    def own_group(self):
+        if not groups:  # every rank makes the same new_group calls in the same order, as torch requires
+            groups.update({r: dist.new_group([r]) for r in range(dist.get_world_size())})
+        return groups[dist.get_rank()]
+
+    monkeypatch.setattr(FSDPEngineWithLMHead, "get_data_parallel_group", own_group)
+    fn = driver.build(FrameworkSpec("verl", sets=_GRPO), "gradient")
+    result = audit_step(fn, fn.grpo_identity_info["step"])
+    assert (result.law_split, result.law_unsplit, result.invariant) == ("1/rank_tokens", "1/step_tokens", False)
+    assert {"split_invariance", "step_scale"} <= {f.property for f in result.findings if f.severity == "fail"}
+    assert not groups  # the groups were made in the rank processes, never in this one
+
+
+@pytest.mark.slow
 def test_verl_masks_tokens_inside_answers_out_of_the_loss_and_out_of_its_token_counts(verl_step):
     fn, geo = verl_step
     d, out = _step_rows(fn, geo)
