@@ -7,9 +7,10 @@ must meet real values from every rank.
 :class:`ProcessRanks` runs ``fn(rank)`` in real processes, one per rank: each a fork of this one (so it
 holds the framework already imported and the step's state as built), a member of one
 ``torch.distributed`` gloo group on the loopback, whose collectives are torch's own.  ``fn``'s result
-comes back pickled; a rank's error is raised in the caller, its type kept.  Used by the verl, AReaL and
-OpenRLHF drivers.  A fork costs milliseconds; what a rank imported the caller then imports too (the framework's
-lazy imports), so that the next fork starts warm.
+comes back pickled; a rank's error is raised in the caller, its type kept.  Used by all four drivers
+(TRL's ranks also get the environment ``accelerate launch`` gives a rank).  A fork costs milliseconds;
+what a rank imported the caller then imports too (the framework's lazy imports), so that the next fork
+starts warm.
 
 >>> ProcessRanks(3).run(lambda rank: rank * 10)
 [0, 10, 20]
@@ -144,7 +145,8 @@ def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: i
         except BaseException as exc:  # noqa: BLE001 (as above; stamped before the group ends)
             reply.update(value=exc, stamp=time.monotonic())
             with contextlib.suppress(Exception):  # where it was raised: a pickled error has no traceback
-                exc.rank_frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+                frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+                setattr(exc, "rank_frames", frames)  # noqa: B010 (an attribute no exception class declares)
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
     reply["modules"] = [name for name in sys.modules if name not in before]

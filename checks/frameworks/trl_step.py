@@ -4,8 +4,9 @@ audit (:mod:`grpo_identity.checks.steps`).
 Each layout is a real training run of the tiny policy (:func:`~grpo_identity.checks.frameworks.trl.tiny_policy`)
 under the user's ``GRPOConfig``: TRL's sampler, its ``_prepare_inputs`` (generation batches split into
 ``per_device_train_batch_size`` slices, ``steps_per_generation``), the ``Trainer``'s gradient accumulation, its
-``compute_loss`` and ``accelerate``'s data parallelism over ``num_processes`` CPU processes (gloo, started by
-``accelerate launch`` as users start them).  The driver changes three things, and says so:
+``compute_loss`` and ``accelerate``'s data parallelism over ``num_processes`` CPU processes (one gloo group,
+each rank forked from the audit's process with the environment and state ``accelerate launch`` gives a rank).
+The driver changes three things, and says so:
 
 - generation: the model's ``generate`` returns the audit's answers (a member marker, filler tokens, the EOS at
   the answer's length) for the prompts it is given; every rank gathers the prompts of the call so that each
@@ -20,12 +21,7 @@ under the user's ``GRPOConfig``: TRL's sampler, its ``_prepare_inputs`` (generat
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
@@ -33,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec
-from grpo_identity.checks.frameworks._ranks import die_with_parent
+from grpo_identity.checks.frameworks._ranks import ProcessRanks
 
-__all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_geometry", "export_recipe", "run_layout", "main"]
+__all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_geometry", "export_recipe", "run_layout"]
 
 #: the GRPOConfig settings that decide how an optimizer step is split
 SPLIT_KEYS = (
@@ -305,47 +301,39 @@ def run_layout(
 
 
 def _run_ranks(job: dict[str, Any], ranks: int) -> list[dict[str, Any]]:
-    """``accelerate launch`` of this module on ``ranks`` CPU processes (gloo); each writes its records."""
-    with tempfile.TemporaryDirectory(prefix="grpo-identity-trl-step-") as folder:
-        path = os.path.join(folder, "job.json")
-        with open(path, "w") as fh:
-            json.dump({**job, "out": folder}, fh)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = str(s.getsockname()[1])
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(ranks)]
-        cmd += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-        cmd += ["--main_process_port", port, "-m", "grpo_identity.checks.frameworks.trl_step", path]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-        stderr = _launch(cmd, env, ranks)
-        records = []
-        for rank in range(ranks):
-            out = os.path.join(folder, f"rank-{rank}.json")
-            if not os.path.exists(out):
-                last = [ln for ln in stderr.splitlines() if ln.strip()][-3:]
-                raise AdapterError(f"TRL {version('trl')} on {ranks} processes: rank {rank} wrote nothing: {last}")
-            with open(out) as fh:
-                records += json.load(fh)
-        return records
-
-
-def _launch(cmd: list[str], env: dict[str, str], ranks: int) -> str:
-    """Run the launcher to its end and return its stderr.  It dies with this process (and its ranks with
-    it, :func:`~grpo_identity.checks.frameworks._ranks.die_with_parent`); past :data:`RANKS_SECONDS` it is
-    killed and the step reported as not run."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=die_with_parent
-    )
+    """The run on ``ranks`` CPU processes in one gloo group (:class:`~grpo_identity.checks.frameworks._ranks.
+    ProcessRanks`), each a rank as ``accelerate launch --multi_gpu --num_processes`` starts one (:func:`_launched`);
+    their records."""
     try:
-        return proc.communicate(timeout=RANKS_SECONDS)[1] or ""
-    except subprocess.TimeoutExpired:
+        replies = ProcessRanks(ranks, RANKS_SECONDS).run(lambda rank: _run_here(job, _launched(rank, ranks)))
+    except TimeoutError:
         raise AdapterError(
             f"TRL {version('trl')} on {ranks} processes: the step did not finish in {RANKS_SECONDS} s"
         ) from None
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    return [record for records in replies for record in records]
+
+
+def _launched(rank: int, ranks: int) -> int:
+    """This rank process as ``accelerate launch --multi_gpu`` (torchrun) starts one on CPUs: its environment
+    (rank, world, no mixed precision, no dynamo, one thread), and accelerate's state that of a fresh process (the
+    fork copied the caller's); the group is the one the process is already in, which accelerate then uses."""
+    from accelerate.state import AcceleratorState
+
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(ranks),
+            "LOCAL_WORLD_SIZE": str(ranks),
+            "MASTER_ADDR": "127.0.0.1",
+            "ACCELERATE_MIXED_PRECISION": "no",
+            "ACCELERATE_DYNAMO_BACKEND": "NO",
+            "OMP_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
+    AcceleratorState._reset_state(reset_partial_state=True)
+    return rank
 
 
 def _rows(records: list[dict[str, Any]], n: int, ranks: int) -> dict[str, Any]:
@@ -447,21 +435,3 @@ def _gather_objects(obj: Any) -> list[Any]:
     out: list[Any] = [None] * _world()
     dist.all_gather_object(out, obj)
     return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    """One rank of ``accelerate launch -m grpo_identity.checks.frameworks.trl_step JOB.json``."""
-    path = (argv or sys.argv[1:])[0]
-    with open(path) as fh:
-        job = json.load(fh)
-    from accelerate import PartialState
-
-    die_with_parent()  # the launcher's end ends this rank
-    rank = PartialState(cpu=True).process_index
-    records = _run_here(job, rank)
-    with open(os.path.join(job["out"], f"rank-{rank}.json"), "w") as fh:
-        json.dump(records, fh)
-
-
-if __name__ == "__main__":
-    main()

@@ -503,7 +503,7 @@ class Recorder:
     def absorb(self, rank: int, exported: dict[str, Any]) -> None:
         """Take what ``rank`` recorded in a copy of this recorder (:meth:`export`)."""
         for step, micro, rows, grad in exported["pieces"]:
-            self.pieces.append(_Piece(rank, step, micro, rows, lambda grad=grad: grad))
+            self.pieces.append(_Piece(rank, step, micro, rows, _constant(grad)))
             self.micro[(rank, step)] = micro + 1
         if exported["steps"]:
             self.steps[rank] = exported["steps"]
@@ -520,6 +520,10 @@ class Recorder:
             out["step"][piece.rows], out["rank"][piece.rows] = piece.step, piece.rank
             out["micro_batch"][piece.rows] = piece.micro
         return out
+
+
+def _constant(value: Any) -> Callable[[], Any]:
+    return lambda: value
 
 
 @contextlib.contextmanager

@@ -288,8 +288,8 @@ def test_num_processes_is_bounded_and_named(value):
 
 @pytest.mark.slow
 def test_two_gloo_processes_gather_a_trl_step_whose_gradient_is_the_unsplit_steps_for_dapo_not_for_bnpo():
-    """Ranks are real processes (``accelerate launch``, gloo): the model's whole gradient as the optimizer
-    receives it after the all-reduce, against the same step on one process in one micro-batch."""
+    """Ranks are real processes (gloo, as ``accelerate launch`` starts them): the model's whole gradient as the
+    optimizer receives it after DDP's all-reduce, against the same step on one process in one micro-batch."""
     _need_trl()
     from grpo_identity.checks.frameworks import trl_step
 
