@@ -83,16 +83,26 @@ def _run_all(todo: list[tuple[str, str]], jobs: int) -> list[dict]:
         return [row for rows in pool.map(run_release, groups) for row in rows]
 
 
+#: the folders whose code makes the audits (a change elsewhere, results/ or docs/, leaves them as they were)
+CODE_FOLDERS = ("checks", "grpo_identity", "proofs", "trainer", "scripts")
+
+
 def provenance(argv: list[str]) -> dict:
     """The command and the versions that made the stored audits."""
     import platform
     from importlib.metadata import version
 
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "HEAD")
+    # the code that made the rows is the commit's only where nothing tracked under the code's folders differs
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_FOLDERS)
     packages = ("grpo-identity", "numpy", "torch", "hypothesis", "transformers")
     return {
         "command": " ".join(["python", "scripts/framework_audits.py", *argv]),
         "commit": commit or None,
+        "uncommitted_changes": bool(changed) if commit else None,
         "python": platform.python_version(),
         "versions": {name: version(name) for name in packages},
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",

@@ -130,6 +130,29 @@ def test_the_readme_framework_table_is_rendered_from_the_recorded_audit_output()
     assert recorded == {(t, r) for t, releases in fa.CASES for r in releases}  # every case was run
 
 
+@pytest.mark.parametrize(
+    "head, status, flag",
+    [("abc123", "", False), ("abc123", " M checks/frameworks/verl.py", True), ("", "", None)],
+)
+def test_the_tables_provenance_says_whether_the_code_that_made_it_differed_from_its_commit(
+    monkeypatch, head, status, flag
+):
+    from types import SimpleNamespace
+
+    fa = _framework_audits()
+    asked = []
+
+    def run(cmd, **kwargs):
+        asked.append(cmd)
+        return SimpleNamespace(stdout=head if "rev-parse" in cmd else status)
+
+    monkeypatch.setattr(fa.subprocess, "run", run)
+    prov = fa.provenance(["--only", "verl"])
+    assert (prov["commit"], prov["uncommitted_changes"]) == (head or None, flag)
+    assert prov["command"] == "python scripts/framework_audits.py --only verl"
+    assert any("checks" in cmd and "status" in cmd for cmd in asked)  # the code's folders, not results/
+
+
 def test_the_framework_table_shows_adapter_errors_and_the_first_failing_finding():
     fa = _framework_audits()
     report = {
