@@ -83,8 +83,17 @@ def _run_all(todo: list[tuple[str, str]], jobs: int) -> list[dict]:
         return [row for rows in pool.map(run_release, groups) for row in rows]
 
 
-#: the folders whose code makes the audits (a change elsewhere, results/ or docs/, leaves them as they were)
-CODE_FOLDERS = ("checks", "grpo_identity", "proofs", "trainer", "scripts")
+#: the paths whose code or pins make the audits (a change elsewhere, results/ or docs/, leaves them as they were)
+CODE_PATHS = (
+    "checks",
+    "grpo_identity",
+    "proofs",
+    "trainer",
+    "scripts",
+    "pyproject.toml",
+    "requirements.lock",
+    "constraints.txt",
+)
 
 
 def provenance(argv: list[str]) -> dict:
@@ -92,17 +101,18 @@ def provenance(argv: list[str]) -> dict:
     import platform
     from importlib.metadata import version
 
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    def git(*args: str) -> str | None:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
-    # the code that made the rows is the commit's only where nothing tracked under the code's folders differs
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_FOLDERS)
+    # the code that made the rows is the commit's only where nothing under the code's paths differs or is new
+    changed = git("status", "--porcelain", "--", *CODE_PATHS)
     packages = ("grpo-identity", "numpy", "torch", "hypothesis", "transformers")
     return {
         "command": " ".join(["python", "scripts/framework_audits.py", *argv]),
         "commit": commit or None,
-        "uncommitted_changes": bool(changed) if commit else None,
+        "uncommitted_changes": bool(changed) if commit and changed is not None else None,
         "python": platform.python_version(),
         "versions": {name: version(name) for name in packages},
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",

@@ -23,8 +23,9 @@ import datetime
 import importlib
 import os
 import pickle
-import select
+import selectors
 import signal
+import struct
 import sys
 import tempfile
 import time
@@ -32,158 +33,221 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ProcessRanks", "die_with_parent"]
+from grpo_identity.checks.frameworks import AdapterError
 
-#: seconds a rank waits at a collective for the others before the step is abandoned
-BARRIER_SECONDS = 120
+__all__ = ["ProcessRanks", "RankProcessError", "die_with_parent"]
+
+#: seconds a rank waits at one collective for the others (torch.distributed's timeout)
+COLLECTIVE_SECONDS = 120
+#: seconds a whole run of the ranks may take, each rank's work included
+RUN_SECONDS = 600
 #: seconds the other rank processes get to answer once one has failed
 GRACE_SECONDS = 10
+#: the loopback's name, which gloo is told to use: the ranks meet on it and nowhere else
+LOOPBACK = {"linux": "lo", "darwin": "lo0"}
 
 
-def die_with_parent() -> None:
-    """Linux: this process gets SIGKILL when its parent exits, so no rank outlives an audit that was
-    stopped (elsewhere: nothing; the audit's process group is still ended as a whole)."""
+class RankProcessError(AdapterError):
+    """The rank processes themselves failed (a rank died, hung past the run's deadline, or answered what does
+    not travel between processes): the driver's machinery, not the framework's answer."""
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Linux: this process gets SIGKILL when its parent exits, so no rank outlives an audit that was stopped;
+    where the parent (``parent``, its pid before the fork) is already gone, this process ends at once
+    (elsewhere: nothing; the audit's process group is still ended as a whole)."""
     import ctypes
 
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 class ProcessRanks:
-    """``size`` ranks as real processes in one gloo group (see the module's docstring)."""
+    """``size`` ranks as real processes in one gloo group (see the module's docstring).  ``seconds``: the
+    whole run's deadline; ``collective_seconds``: how long a rank waits at one collective."""
 
-    def __init__(self, size: int, seconds: float = BARRIER_SECONDS) -> None:
+    def __init__(self, size: int, seconds: float = RUN_SECONDS, collective_seconds: float = COLLECTIVE_SECONDS) -> None:
         if size < 1:
             raise ValueError(f"ranks must be at least 1, got {size}")
         if not hasattr(os, "fork"):
             raise RuntimeError("ranks as processes need os.fork (Linux or macOS)")
-        self.size, self.seconds = size, seconds
+        self.size, self.seconds, self.collective_seconds = size, seconds, collective_seconds
 
     def run(self, fn: Callable[[int], Any]) -> list[Any]:
         """``fn(rank)`` in every rank's process, results in rank order.  The first rank to fail fails the
-        run, its own exception raised here, and the other ranks (waiting at a collective it will never
-        reach) are ended; so is every rank past ``seconds``."""
+        run, its own exception raised here; the rank processes themselves failing (one died, or the run
+        passed ``seconds``) is a :class:`RankProcessError`.  Every rank, and whatever it started, is ended
+        on the way out."""
         with tempfile.TemporaryDirectory(prefix="grpo-identity-ranks-") as folder:
             store = os.path.join(folder, "group")
             started: dict[int, tuple[int, int]] = {}  # rank -> (pid, read end)
             try:
                 for rank in range(self.size):
-                    started[rank] = self._fork(fn, rank, store)
-                return self._collect(started)
+                    self._fork(fn, rank, store, started)
+                replies = self._collect(started)
             finally:
-                for pid, fd in started.values():
-                    _end(pid)
+                _end([pid for pid, _ in started.values()])
+                for _, fd in started.values():
                     os.close(fd)
+        _preload(replies)
+        return [reply["value"] for reply in replies]
 
-    def _fork(self, fn: Callable[[int], Any], rank: int, store: str) -> tuple[int, int]:
+    def _fork(self, fn: Callable[[int], Any], rank: int, store: str, started: dict[int, tuple[int, int]]) -> None:
+        """Fork rank ``rank``; its pid and the read end of its pipe go into ``started`` before anything else
+        can fail here."""
         read, write = os.pipe()
+        parent = os.getpid()
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(read)
+            os.close(write)
+            raise
         if pid == 0:  # the rank: never returns into the caller's code
             code = 1
             try:
                 os.close(read)
-                _rank_main(fn, rank, self.size, store, write, self.seconds)
+                os.setpgid(0, 0)  # a group of its own: what it starts is ended with it
+                die_with_parent(parent)
+                _rank_main(fn, rank, self.size, store, write, self.collective_seconds)
                 code = 0
             finally:
+                with contextlib.suppress(BaseException):
+                    sys.stdout.flush()
+                    sys.stderr.flush()
                 os._exit(code)
+        started[rank] = (pid, read)
         os.close(write)
-        return pid, read
+        with contextlib.suppress(OSError):  # as the rank does itself: whichever runs first
+            os.setpgid(pid, pid)
 
-    def _collect(self, started: dict[int, tuple[int, int]]) -> list[Any]:
-        """Every rank's reply; where ranks failed, the error of the one that failed first (the others' are
-        mostly their collectives losing it), after the others answered or :data:`GRACE_SECONDS` passed."""
-        results: list[Any] = [None] * self.size
+    def _collect(self, started: dict[int, tuple[int, int]]) -> list[dict[str, Any]]:
+        """Every rank's reply (a length, then the bytes: a rank is done when they have arrived, whatever it
+        left running).  Where ranks failed, the error of the one that failed first (the others' are mostly
+        their collectives losing it), after the others answered or :data:`GRACE_SECONDS` passed."""
+        replies: list[dict[str, Any]] = [{} for _ in range(self.size)]
         errors: list[tuple[float, BaseException]] = []
         data = {fd: bytearray() for _, fd in started.values()}
         rank_of = {fd: rank for rank, (_, fd) in started.items()}
         deadline = time.monotonic() + self.seconds
-        while data and time.monotonic() < deadline:
-            ready, _, _ = select.select(list(data), [], [], max(0.0, deadline - time.monotonic()))
-            for fd in ready:
-                chunk = os.read(fd, 1 << 20)
-                if chunk:
+        with selectors.DefaultSelector() as selector:
+            for fd in data:
+                selector.register(fd, selectors.EVENT_READ)
+            while data and time.monotonic() < deadline:
+                for key, _ in selector.select(max(0.0, deadline - time.monotonic())):
+                    fd = int(key.fd)
+                    chunk = os.read(fd, 1 << 20)
                     data[fd] += chunk
-                    continue
-                rank = rank_of[fd]
-                reply = _loaded(bytes(data.pop(fd)), rank)
-                _preload(reply.get("modules", ()))
-                if reply["ok"]:
-                    results[rank] = reply["value"]
-                    continue
-                errors.append((reply["stamp"], reply["value"]))
-                deadline = min(deadline, time.monotonic() + GRACE_SECONDS)
+                    if chunk and not _complete(data[fd]):
+                        continue
+                    selector.unregister(fd)
+                    rank = rank_of[fd]
+                    reply = replies[rank] = _loaded(bytes(data.pop(fd)), rank)
+                    if not reply["ok"]:
+                        errors.append((reply["stamp"], reply["value"]))
+                        deadline = min(deadline, time.monotonic() + GRACE_SECONDS)
         if errors:
             raise min(errors, key=lambda e: e[0])[1]
         if data:
-            raise TimeoutError(f"the {self.size} rank processes did not finish in {self.seconds:g} s")
-        return results
+            late = sorted(rank_of[fd] for fd in data)
+            raise RankProcessError(f"rank(s) {late} of {self.size} did not finish in {self.seconds:g} s")
+        return replies
 
 
 def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: int, seconds: float) -> None:
-    """One rank's process: join the group, run ``fn(rank)``, write its reply (:func:`_loaded`)."""
-    import torch
-    import torch.distributed as dist
-
-    die_with_parent()
-    torch.set_num_threads(1)
-    if sys.platform.startswith("linux"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    timeout = datetime.timedelta(seconds=seconds)
+    """One rank's process: join the group, run ``fn(rank)``, write its reply: the header (ok, when an error
+    happened, the modules it imported) and the value (its result or error), each pickled on its own, so that a
+    value that does not pickle still leaves its header."""
     before = set(sys.modules)
-    reply: dict[str, Any] = {"ok": False, "stamp": 0.0}
+    header: dict[str, Any] = {"ok": False, "stamp": 0.0}
+    value: Any = None
     try:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        if sys.platform in LOOPBACK:
+            os.environ["GLOO_SOCKET_IFNAME"] = LOOPBACK[sys.platform]  # the loopback, whatever the caller set
+        timeout = datetime.timedelta(seconds=seconds)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=size, timeout=timeout)
-    except BaseException as exc:  # noqa: BLE001 (handed to the caller's process, with when it happened)
-        reply.update(value=exc, stamp=time.monotonic())
-    else:
         try:
-            reply.update(ok=True, value=fn(rank))
-        except BaseException as exc:  # noqa: BLE001 (as above; stamped before the group ends)
-            reply.update(value=exc, stamp=time.monotonic())
-            with contextlib.suppress(Exception):  # where it was raised: a pickled error has no traceback
-                frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
-                setattr(exc, "rank_frames", frames)  # noqa: B010 (an attribute no exception class declares)
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-    reply["modules"] = [name for name in sys.modules if name not in before]
-    try:
-        payload = pickle.dumps(reply)
-    except Exception as exc:  # noqa: BLE001 (an unpicklable result or error: its text instead)
-        error = RuntimeError(f"rank {rank}: {type(exc).__name__}: {exc}")
-        payload = pickle.dumps({"ok": False, "value": error, "stamp": time.monotonic()})
-    with os.fdopen(fd, "wb") as out:
-        out.write(payload)
-
-
-def _preload(modules: Any) -> None:
-    """Import here what a rank's process imported (the framework's lazy imports, ``torch._dynamo`` …), so
-    that the next fork starts with them instead of importing them again; what fails to import is left."""
-    for name in modules:
-        if name not in sys.modules:
+            value = fn(rank)
+            header["ok"] = True
+        except BaseException:
+            header["stamp"] = time.monotonic()  # before the group ends: the others' errors come after it
+            raise
+        finally:
             with contextlib.suppress(Exception):
-                importlib.import_module(name)
+                dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001 (handed to the caller's process, with when it happened)
+        header["stamp"] = header["stamp"] or time.monotonic()
+        value = exc
+        with contextlib.suppress(Exception):  # where it was raised: a pickled error has no traceback
+            frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+            setattr(exc, "rank_frames", frames)  # noqa: B010 (an attribute no exception class declares)
+    header["modules"] = [name for name in sys.modules if name not in before]
+    try:
+        body = pickle.dumps(value)
+    except Exception as exc:  # noqa: BLE001 (an unpicklable result or error: its text instead, its time kept)
+        what = "result" if header["ok"] else f"error ({type(value).__name__}: {value})"
+        body = pickle.dumps(RankProcessError(f"rank {rank}'s {what} does not pickle: {type(exc).__name__}: {exc}"))
+        header["ok"] = False
+        header["stamp"] = header["stamp"] or time.monotonic()
+    head = pickle.dumps(header)
+    with os.fdopen(fd, "wb") as out:
+        out.write(struct.pack("!QQ", len(head), len(body)) + head + body)
+
+
+def _complete(data: bytearray) -> bool:
+    """Whether a reply's bytes have all arrived (its two lengths, then its header and value)."""
+    if len(data) < 16:
+        return False
+    head, body = struct.unpack("!QQ", data[:16])
+    return len(data) >= 16 + head + body
 
 
 def _loaded(payload: bytes, rank: int) -> dict[str, Any]:
-    """A rank's reply (ok, value: its result or error, stamp: when the error happened, modules: what it
-    imported); an empty reply (the process ended first) and an error whose class does not unpickle (a
-    required argument) as errors of their own."""
-    if not payload:
-        return {"ok": False, "value": RuntimeError(f"rank {rank}'s process ended before it answered"), "stamp": 0.0}
+    """A rank's reply: ok, value (its result or error), stamp (when the error happened), modules (what it
+    imported).  A reply cut short (the process ended first: stamped now, when its end was seen) and a value
+    that does not unpickle here (stamped as the rank stamped its error) are :class:`RankProcessError`."""
+    if not _complete(bytearray(payload)):
+        error = RankProcessError(f"rank {rank}'s process ended before it answered")
+        return {"ok": False, "value": error, "stamp": time.monotonic(), "modules": []}
+    head, _ = struct.unpack("!QQ", payload[:16])
+    reply = pickle.loads(payload[16 : 16 + head])  # plain types: always loads
     try:
-        return pickle.loads(payload)
+        reply["value"] = pickle.loads(payload[16 + head :])
     except Exception as exc:  # noqa: BLE001
         text = f"rank {rank} answered what does not unpickle here: {type(exc).__name__}: {exc}"
-        return {"ok": False, "value": RuntimeError(text), "stamp": time.monotonic()}
+        reply.update(ok=False, value=RankProcessError(text), stamp=reply["stamp"] or time.monotonic())
+    return reply
 
 
-def _end(pid: int) -> None:
-    """End a rank's process (if it still runs) and reap it."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+def _preload(replies: list[dict[str, Any]]) -> None:
+    """After a run every rank of which answered: import here what the ranks imported under packages this process
+    already holds (the framework's lazy imports, ``torch._dynamo`` …), so that the next fork starts with them
+    instead of importing them again.  New top-level packages are left to the ranks (their import may depend on
+    the rank's environment); what fails to import is left too."""
+    for reply in replies:
+        for name in reply.get("modules", ()):
+            if name not in sys.modules and name.partition(".")[0] in sys.modules:
+                with contextlib.suppress(Exception, SystemExit):
+                    importlib.import_module(name)
+
+
+def _end(pids: list[int]) -> None:
+    """End every rank's process group (the rank and whatever it started), then reap the ranks."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)

@@ -38,7 +38,8 @@ from grpo_identity.checks import LEVELS
 
 __all__ = ["DriverSettings", "DriverInfo", "Built", "Driver", "RANKS"]
 
-#: how a step's data-parallel ranks ran: one rank, emulated (threads or replayed collectives), real processes
+#: how a step's data-parallel ranks ran: one rank, real processes (all four drivers), or emulated (a driver whose
+#: framework's rank path cannot run on a CPU; none of the four now)
 RANKS = ("one", "emulated", "processes")
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec
-from grpo_identity.checks.frameworks._ranks import ProcessRanks
+from grpo_identity.checks.frameworks._ranks import ProcessRanks, RankProcessError
 
 __all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_geometry", "export_recipe", "run_layout"]
 
@@ -306,18 +306,17 @@ def _run_ranks(job: dict[str, Any], ranks: int) -> list[dict[str, Any]]:
     their records."""
     try:
         replies = ProcessRanks(ranks, RANKS_SECONDS).run(lambda rank: _run_here(job, _launched(rank, ranks)))
-    except TimeoutError:
-        raise AdapterError(
-            f"TRL {version('trl')} on {ranks} processes: the step did not finish in {RANKS_SECONDS} s"
-        ) from None
+    except RankProcessError as exc:
+        raise AdapterError(f"TRL {version('trl')} on {ranks} processes: {exc}") from None
     return [record for records in replies for record in records]
 
 
 def _launched(rank: int, ranks: int) -> int:
     """This rank process as ``accelerate launch --multi_gpu`` (torchrun) starts one on CPUs: its environment
-    (rank, world, no mixed precision, no dynamo, one thread), and accelerate's state that of a fresh process (the
-    fork copied the caller's); the group is the one the process is already in, which accelerate then uses."""
-    from accelerate.state import AcceleratorState
+    (rank, world, no mixed precision, no dynamo, one thread), and accelerate's shared states (``PartialState``,
+    ``AcceleratorState``, ``GradientState``) emptied as a fresh process has them (the fork copied the caller's);
+    the group is the one the process is already in, which accelerate then uses."""
+    from accelerate.state import AcceleratorState, GradientState
 
     os.environ.update(
         {
@@ -333,6 +332,7 @@ def _launched(rank: int, ranks: int) -> int:
         }
     )
     AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._shared_state.clear()
     return rank
 
 

@@ -132,7 +132,13 @@ def test_the_readme_framework_table_is_rendered_from_the_recorded_audit_output()
 
 @pytest.mark.parametrize(
     "head, status, flag",
-    [("abc123", "", False), ("abc123", " M checks/frameworks/verl.py", True), ("", "", None)],
+    [
+        ("abc123", "", False),
+        ("abc123", " M checks/frameworks/verl.py", True),
+        ("abc123", "?? checks/frameworks/new.py", True),
+        ("abc123", None, None),  # git status failed
+        (None, "", None),  # no git
+    ],
 )
 def test_the_tables_provenance_says_whether_the_code_that_made_it_differed_from_its_commit(
     monkeypatch, head, status, flag
@@ -144,11 +150,12 @@ def test_the_tables_provenance_says_whether_the_code_that_made_it_differed_from_
 
     def run(cmd, **kwargs):
         asked.append(cmd)
-        return SimpleNamespace(stdout=head if "rev-parse" in cmd else status)
+        out = head if "rev-parse" in cmd else status
+        return SimpleNamespace(stdout=out or "", returncode=0 if out is not None else 128)
 
     monkeypatch.setattr(fa.subprocess, "run", run)
     prov = fa.provenance(["--only", "verl"])
-    assert (prov["commit"], prov["uncommitted_changes"]) == (head or None, flag)
+    assert (prov["commit"], prov["uncommitted_changes"]) == (head, flag)
     assert prov["command"] == "python scripts/framework_audits.py --only verl"
     assert any("checks" in cmd and "status" in cmd for cmd in asked)  # the code's folders, not results/
 

@@ -426,10 +426,6 @@ class Policy:
             [np.zeros(leaf.shape) if leaf.grad is None else leaf.grad.double().numpy() for leaf in self.leaves]
         )
 
-    def zero_grad(self, rows: list[int]) -> None:
-        for r in rows:
-            self.leaves[r].grad = None
-
     def train(self, mode: bool = True) -> Policy:
         return self
 

@@ -219,7 +219,7 @@ def legacy_rank(c: Any, ranks: int, recorder: Recorder) -> Callable[[int, Any], 
     import torch
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
-    configs = [_legacy_actor_config(c, ranks) for _ in range(ranks)]  # built here, not in threads
+    configs = [_legacy_actor_config(c, ranks) for _ in range(ranks)]  # built once, before the ranks fork
     as_dict = _release() >= (0, 7)  # 0.7 returns {"log_probs", "entropys"}, 0.6 (entropy, log_prob)
 
     def run(rank: int, chunk: Any) -> Any:
@@ -271,7 +271,7 @@ def engine_rank(c: Any, ranks: int, recorder: Recorder) -> Callable[[int, Any], 
     from verl.workers.utils.losses import ppo_loss
 
     probe = engine_probe_class()
-    configs = [_engine_actor_config(c) for _ in range(ranks)]  # built here, not in threads
+    configs = [_engine_actor_config(c) for _ in range(ranks)]  # built once, before the ranks fork
     model_config = OmegaConf.create({"use_remove_padding": False})  # read as .get (0.9) or an attribute (0.7)
 
     def run(rank: int, chunk: Any) -> Any:

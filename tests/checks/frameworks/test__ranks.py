@@ -1,15 +1,17 @@
-"""The rank processes that verl's and AReaL's split steps run on: real processes, torch's own collectives."""
+"""The rank processes every driver's split step runs on: real processes, torch's own collectives."""
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from grpo_identity.checks.frameworks._ranks import ProcessRanks  # noqa: E402
+from grpo_identity.checks.frameworks._ranks import ProcessRanks, RankProcessError  # noqa: E402
 
 
 def test_every_rank_is_a_process_of_its_own_in_one_group_whose_all_reduce_is_torchs() -> None:
@@ -30,73 +32,136 @@ def test_every_rank_is_a_process_of_its_own_in_one_group_whose_all_reduce_is_tor
     assert not dist.is_initialized()  # the caller never joins the group
 
 
-def test_all_gather_object_returns_objects_in_rank_order() -> None:
+def test_all_gather_object_returns_objects_in_rank_order_and_results_of_any_size_come_back() -> None:
     import torch.distributed as dist
 
-    def step(rank: int) -> list[object]:
+    def step(rank: int) -> tuple[list[object], bytes]:
         out: list[object] = [None] * dist.get_world_size()
         dist.all_gather_object(out, ("rank", rank))
-        return out
+        return out, bytes([rank]) * 3_000_000  # far past a pipe's buffer
 
-    assert ProcessRanks(2).run(step) == [[("rank", 0), ("rank", 1)]] * 2
+    replies = ProcessRanks(2).run(step)
+    assert [r[0] for r in replies] == [[("rank", 0), ("rank", 1)]] * 2
+    assert [(len(r[1]), r[1][:1]) for r in replies] == [(3_000_000, b"\x00"), (3_000_000, b"\x01")]
 
 
-def test_the_rank_that_failed_first_is_the_error_raised_with_its_type_and_where_it_was_raised() -> None:
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the loopback's name is Linux's")
+def test_the_ranks_meet_on_the_loopback_whatever_interface_the_caller_named(monkeypatch) -> None:
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "no-such-interface0")
+
+    def step(rank: int) -> str:
+        import torch.distributed as dist
+
+        dist.barrier()
+        return os.environ["GLOO_SOCKET_IFNAME"]
+
+    assert ProcessRanks(2).run(step) == ["lo", "lo"]
+
+
+class _TwoArguments(Exception):
+    def __init__(self, a: str, b: str) -> None:
+        super().__init__(f"{a} {b}")
+
+
+@pytest.mark.parametrize("kind", ["plain", "unpicklable", "does not unpickle"])
+def test_the_rank_that_failed_first_is_the_error_raised_whatever_its_error_is(kind) -> None:
     import torch.distributed as dist
 
     def step(rank: int) -> None:
         if rank == 1:
-            raise ValueError("rank 1 broke")
+            if kind == "plain":
+                raise ValueError("rank 1 broke")
+            if kind == "unpicklable":
+                raise ValueError("rank 1 broke", threading.Lock())
+            raise _TwoArguments("rank 1", "broke")
         dist.all_reduce(torch.ones(1))  # rank 0 loses its peer here: its own error comes later
 
-    with pytest.raises(ValueError, match="rank 1 broke") as caught:
+    with pytest.raises(Exception, match="rank 1") as caught:
         ProcessRanks(2).run(step)
-    assert caught.value.rank_frames[-1][0] == __file__
+    if kind == "plain":
+        assert isinstance(caught.value, ValueError) and caught.value.rank_frames[-1][0] == __file__
+    else:
+        assert isinstance(caught.value, RankProcessError)  # not gloo's "connection closed" of rank 0
 
 
-def test_a_rank_that_dies_or_hangs_is_an_error_and_no_rank_outlives_the_run() -> None:
+def test_a_rank_that_dies_or_hangs_is_a_rank_process_error_and_no_process_outlives_the_run() -> None:
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+        pytest.skip("no /proc children list here")
+
     def dies(rank: int) -> int:
         if rank == 0:
             os._exit(3)
         return rank
 
-    with pytest.raises(RuntimeError, match="rank 0's process ended before it answered"):
+    before = _children()
+    with pytest.raises(RankProcessError, match="rank 0's process ended before it answered"):
         ProcessRanks(2).run(dies)
 
     def hangs(rank: int) -> None:
-        import time
-
         time.sleep(60)
 
-    before = _children()
-    with pytest.raises(TimeoutError, match="did not finish in 1 s"):
-        ProcessRanks(2, seconds=1).run(hangs)
+    with pytest.raises(RankProcessError, match=r"rank\(s\) \[0, 1\] of 2 did not finish in 3 s"):
+        ProcessRanks(2, seconds=3).run(hangs)
     assert _children() <= before
 
 
-def _children() -> set[str]:
-    """This process's children (Linux; elsewhere an empty set)."""
-    path = f"/proc/{os.getpid()}/task/{os.getpid()}/children"
-    if not os.path.exists(path):
-        return set()
-    with open(path) as fh:
-        return set(fh.read().split())
+def test_a_rank_is_done_when_it_answered_and_what_it_started_ends_with_it() -> None:
+    import subprocess
+
+    def starts(rank: int) -> int:
+        return subprocess.Popen(["sleep", "30"]).pid  # a worker the framework leaves running
+
+    t0 = time.monotonic()
+    (pid,) = ProcessRanks(1, seconds=20).run(starts)
+    assert time.monotonic() - t0 < 15  # it did not wait for the worker's end (nor for the deadline)
+    for _ in range(50):
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(pid)
 
 
-def test_what_a_rank_imported_the_caller_imports_so_the_next_fork_starts_with_it(tmp_path, monkeypatch) -> None:
-    (tmp_path / "grpo_identity_lazy_probe.py").write_text("VALUE = 7\n")
+def test_a_ranks_lazy_imports_under_packages_the_caller_holds_are_imported_here_new_packages_are_not(
+    tmp_path, monkeypatch
+) -> None:
+    package = tmp_path / "grpo_identity_lazy_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "lazy.py").write_text("VALUE = 7\n")
+    (tmp_path / "grpo_identity_lazy_top.py").write_text("VALUE = 8\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "grpo_identity_lazy_probe", raising=False)
+    names = ("grpo_identity_lazy_pkg", "grpo_identity_lazy_pkg.lazy", "grpo_identity_lazy_top")
+    try:
+        import grpo_identity_lazy_pkg  # noqa: F401 (the caller holds the package, not its submodule)
 
-    def step(rank: int) -> int:
-        import grpo_identity_lazy_probe
+        def step(rank: int) -> int:
+            import grpo_identity_lazy_pkg.lazy
+            import grpo_identity_lazy_top
 
-        return grpo_identity_lazy_probe.VALUE
+            return grpo_identity_lazy_pkg.lazy.VALUE + grpo_identity_lazy_top.VALUE
 
-    assert ProcessRanks(1).run(step) == [7]
-    assert "grpo_identity_lazy_probe" in sys.modules
+        assert ProcessRanks(1).run(step) == [15]
+        assert "grpo_identity_lazy_pkg.lazy" in sys.modules and "grpo_identity_lazy_top" not in sys.modules
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
 
 
 def test_a_result_that_does_not_pickle_is_an_error_naming_the_rank() -> None:
-    with pytest.raises(RuntimeError, match="rank 0: "):
+    with pytest.raises(RankProcessError, match="rank 0's result does not pickle"):
         ProcessRanks(1).run(lambda rank: lambda: None)
+
+
+def _children() -> set[str]:
+    """This process's children (Linux)."""
+    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as fh:
+        return set(fh.read().split())
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie awaiting its reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False

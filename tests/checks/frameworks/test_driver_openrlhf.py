@@ -258,7 +258,7 @@ def test_the_reductions_are_the_strategys_all_reduce_over_the_rank_processes():
     assert ProcessRanks(2).run(rank) == [[2.0, 4.0, 3.0, 1.0]] * 2
 
 
-def test_the_emulated_engine_divides_by_the_accumulation_steps_and_steps_at_the_boundary():
+def test_the_stood_in_engine_divides_by_the_accumulation_steps_and_steps_at_the_boundary():
     import torch
 
     args = _args([("train.batch_size", 8), ("train.micro_batch_size", 2), ("train.dynamic_batch_enable", 0)])
