@@ -129,8 +129,8 @@ class ProcessRanks:
 
     def _collect(self, started: dict[int, tuple[int, int]]) -> list[dict[str, Any]]:
         """Every rank's reply (a length, then the bytes: a rank is done when they have arrived, whatever it
-        left running).  Where ranks failed, the error of the one that failed first (the others' are mostly
-        their collectives losing it), after the others answered or :data:`GRACE_SECONDS` passed."""
+        left running).  Where ranks failed, the error of the one that failed first, a collective that lost its
+        peer (:func:`_lost_peer`) counted last, after the others answered or :data:`GRACE_SECONDS` passed."""
         replies: list[dict[str, Any]] = [{} for _ in range(self.size)]
         errors: list[tuple[float, BaseException]] = []
         data = {fd: bytearray() for _, fd in started.values()}
@@ -153,7 +153,7 @@ class ProcessRanks:
                         errors.append((reply["stamp"], reply["value"]))
                         deadline = min(deadline, time.monotonic() + GRACE_SECONDS)
         if errors:
-            raise min(errors, key=lambda e: e[0])[1]
+            raise min(errors, key=lambda e: (_lost_peer(e[1]), e[0]))[1]
         if data:
             late = sorted(rank_of[fd] for fd in data)
             raise RankProcessError(f"rank(s) {late} of {self.size} did not finish in {self.seconds:g} s")
@@ -177,7 +177,11 @@ def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: i
         timeout = datetime.timedelta(seconds=seconds)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=size, timeout=timeout)
         try:
+            # every rank connected before any starts, and none ends the group while another still uses it: a
+            # rank whose work makes no collective call would otherwise close its connections under the others
+            dist.barrier()
             value = fn(rank)
+            dist.barrier()
             header["ok"] = True
         except BaseException:
             header["stamp"] = time.monotonic()  # before the group ends: the others' errors come after it
@@ -202,6 +206,12 @@ def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: i
     head = pickle.dumps(header)
     with os.fdopen(fd, "wb") as out:
         out.write(struct.pack("!QQ", len(head), len(body)) + head + body)
+
+
+def _lost_peer(error: BaseException) -> bool:
+    """Whether ``error`` is a collective's transport losing another rank (gloo's "connection closed by peer" …):
+    the consequence of that rank's failure, never the cause, however soon it was seen."""
+    return isinstance(error, RuntimeError) and "gloo" in str(error).lower()
 
 
 def _complete(data: bytearray) -> bool:
