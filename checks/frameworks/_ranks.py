@@ -43,6 +43,10 @@ COLLECTIVE_SECONDS = 120
 RUN_SECONDS = 600
 #: seconds the other rank processes get to answer once one has failed
 GRACE_SECONDS = 10
+#: seconds between looks at whether a rank that has not answered has exited
+POLL_SECONDS = 0.2
+#: seconds :func:`_end` waits for what a rank started to be reaped (where this process is their reaper)
+REAP_SECONDS = 2.0
 #: the loopback's name, which gloo is told to use: the ranks meet on it and nowhere else
 LOOPBACK = {"linux": "lo", "darwin": "lo0"}
 
@@ -129,22 +133,28 @@ class ProcessRanks:
 
     def _collect(self, started: dict[int, tuple[int, int]]) -> list[dict[str, Any]]:
         """Every rank's reply (a length, then the bytes: a rank is done when they have arrived, whatever it
-        left running).  Where ranks failed, the error of the one that failed first, a collective that lost its
-        peer (:func:`_lost_peer`) counted last, after the others answered or :data:`GRACE_SECONDS` passed."""
+        left running; a rank that exited is done with what it wrote, even where something it started still
+        holds its pipe open).  Where ranks failed, the error of the one that failed first, a collective that
+        lost its peer (:func:`_lost_peer`) counted last, after the others answered or :data:`GRACE_SECONDS`
+        passed."""
         replies: list[dict[str, Any]] = [{} for _ in range(self.size)]
         errors: list[tuple[float, BaseException]] = []
         data = {fd: bytearray() for _, fd in started.values()}
         rank_of = {fd: rank for rank, (_, fd) in started.items()}
+        pid_of = {fd: pid for pid, fd in started.values()}
         deadline = time.monotonic() + self.seconds
         with selectors.DefaultSelector() as selector:
             for fd in data:
+                os.set_blocking(fd, False)
                 selector.register(fd, selectors.EVENT_READ)
             while data and time.monotonic() < deadline:
-                for key, _ in selector.select(max(0.0, deadline - time.monotonic())):
-                    fd = int(key.fd)
-                    chunk = os.read(fd, 1 << 20)
-                    data[fd] += chunk
-                    if chunk and not _complete(data[fd]):
+                ready = {int(key.fd) for key, _ in selector.select(min(POLL_SECONDS, deadline - time.monotonic()))}
+                for fd in list(data):
+                    exited = fd not in ready and _exited(pid_of[fd])
+                    if fd not in ready and not exited:
+                        continue
+                    ended = _drain(fd, data[fd])
+                    if not (ended or exited or _complete(data[fd])):
                         continue
                     selector.unregister(fd)
                     rank = rank_of[fd]
@@ -158,6 +168,27 @@ class ProcessRanks:
             late = sorted(rank_of[fd] for fd in data)
             raise RankProcessError(f"rank(s) {late} of {self.size} did not finish in {self.seconds:g} s")
         return replies
+
+
+def _drain(fd: int, into: bytearray) -> bool:
+    """Read what ``fd`` holds now into ``into``; whether its writers are all gone (end of file)."""
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            return True
+        into += chunk
+
+
+def _exited(pid: int) -> bool:
+    """Whether the rank ``pid`` has exited, without reaping it (its pid, and its group's id, stay taken until
+    :func:`_end`); False where the system cannot tell."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except (AttributeError, ChildProcessError, OSError):
+        return False
 
 
 def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: int, seconds: float) -> None:
@@ -191,7 +222,10 @@ def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: i
                 dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 (handed to the caller's process, with when it happened)
         header["stamp"] = header["stamp"] or time.monotonic()
-        value = exc
+        # a rank's exit (SystemExit, an argument parser's) or interrupt is the rank's failure, never the caller's
+        value = (
+            exc if isinstance(exc, Exception) else RankProcessError(f"rank {rank} exited: {type(exc).__name__}: {exc}")
+        )
         with contextlib.suppress(Exception):  # where it was raised: a pickled error has no traceback
             frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
             setattr(exc, "rank_frames", frames)  # noqa: B010 (an attribute no exception class declares)
@@ -208,10 +242,21 @@ def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: i
         out.write(struct.pack("!QQ", len(head), len(body)) + head + body)
 
 
+#: the words of gloo's errors when a peer went away
+_TRANSPORT = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Read error",
+    "Timed out waiting",
+    "connectFullMesh",
+)
+
+
 def _lost_peer(error: BaseException) -> bool:
     """Whether ``error`` is a collective's transport losing another rank (gloo's "connection closed by peer" …):
     the consequence of that rank's failure, never the cause, however soon it was seen."""
-    return isinstance(error, RuntimeError) and "gloo" in str(error).lower()
+    text = str(error)
+    return isinstance(error, RuntimeError) and any(words in text for words in _TRANSPORT)
 
 
 def _complete(data: bytearray) -> bool:
@@ -261,3 +306,19 @@ def _end(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+    for pid in pids:
+        _reap_group(pid)
+
+
+def _reap_group(pgid: int) -> None:
+    """Reap what the rank of group ``pgid`` started, where it came to this process (a subreaper, as the audit's
+    child is): its members that are this process's children, for at most :data:`REAP_SECONDS`."""
+    if not hasattr(os, "waitid"):
+        return
+    deadline = time.monotonic() + REAP_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            if os.waitid(os.P_PGID, pgid, os.WEXITED | os.WNOHANG) is None:
+                time.sleep(0.01)  # members left, none ended yet: they were sent SIGKILL
+        except (ChildProcessError, OSError):
+            return  # none of this group is this process's child

@@ -121,6 +121,50 @@ def test_a_rank_is_done_when_it_answered_and_what_it_started_ends_with_it() -> N
     assert not _alive(pid)
 
 
+def test_a_rank_that_dies_leaving_a_worker_that_holds_its_pipe_is_seen_at_once() -> None:
+    import subprocess
+
+    def dies(rank: int) -> None:
+        subprocess.Popen(["sleep", "30"], pass_fds=())  # a worker: here a fork that keeps the rank's pipe open
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        os._exit(9)
+
+    t0 = time.monotonic()
+    with pytest.raises(RankProcessError, match="rank 0's process ended before it answered"):
+        ProcessRanks(1, seconds=20).run(dies)
+    assert time.monotonic() - t0 < 10  # not the run's deadline
+
+
+def test_a_ranks_exit_is_the_ranks_failure_never_the_callers() -> None:
+    def exits(rank: int) -> None:
+        raise SystemExit(3)  # an argument parser's way out
+
+    with pytest.raises(RankProcessError, match="rank 0 exited: SystemExit: 3"):
+        ProcessRanks(1).run(exits)
+
+
+_SUBREAPER = """
+import ctypes, os, subprocess, sys
+from grpo_identity.checks.frameworks._ranks import ProcessRanks
+ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER, as the audit's child
+for _ in range(3):
+    ProcessRanks(2).run(lambda rank: subprocess.Popen(["sleep", "30"]).pid)
+with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as fh:
+    print(len(fh.read().split()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a subreaper is Linux's")
+def test_what_the_ranks_started_is_reaped_where_it_comes_to_the_caller() -> None:
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _SUBREAPER], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0"]  # six sleepers killed and reaped, no zombie left
+
+
 def test_a_ranks_lazy_imports_under_packages_the_caller_holds_are_imported_here_new_packages_are_not(
     tmp_path, monkeypatch
 ) -> None:
