@@ -42,8 +42,6 @@ SPLIT_KEYS = (
 )
 #: settings of the launcher, not of GRPOConfig (bounds: processes on this machine)
 LAUNCH_KEYS = {"num_processes": (1, 4)}
-#: seconds the processes of one multi-process step run may take before they are ended
-RANKS_SECONDS = 600
 #: what the driver sets for every step run: the parameters never move (every micro-batch is on-policy), and
 #: each generation batch is trained on once (the first of ``num_iterations`` passes: the one whose
 #: normalisation the audit reads)
@@ -305,7 +303,7 @@ def _run_ranks(job: dict[str, Any], ranks: int) -> list[dict[str, Any]]:
     ProcessRanks`), each a rank as ``accelerate launch --multi_gpu --num_processes`` starts one (:func:`_launched`);
     their records."""
     try:
-        replies = ProcessRanks(ranks, RANKS_SECONDS).run(lambda rank: _run_here(job, _launched(rank, ranks)))
+        replies = ProcessRanks(ranks).run(lambda rank: _run_here(job, _launched(rank, ranks)))
     except RankProcessError as exc:
         raise AdapterError(f"TRL {version('trl')} on {ranks} processes: {exc}") from None
     return [record for records in replies for record in records]
