@@ -290,20 +290,34 @@ _PROBE_REALS = (
 
 
 def _clearly_nonzero(e: sp.Expr) -> bool:
-    """True when ``e`` evaluates, at one point allowed by the symbols' assumptions, to a number
-    of magnitude > 1e-12 with 30 significant digits: then ``e`` is not the zero function.
+    """True when ``e`` evaluates, at one of a few points allowed by the symbols' assumptions, to a
+    number of magnitude > 1e-12 with 30 significant digits: then ``e`` is not the zero function.
 
-    Used only to stop early on a failed claim; a proof never relies on it.
+    Used only to stop early on a failed claim; a proof never relies on it.  A piecewise residual
+    is evaluated too (its conditions are decided at the point); several points, because a wrong
+    piecewise claim can vanish on some branches.
     """
-    if e.atoms(MatrixElement, sp.Derivative, sp.Sum, sp.Subs, sp.Piecewise, AppliedUndef):
+    if e.atoms(MatrixElement, sp.Derivative, sp.Sum, sp.Subs, AppliedUndef):
         return False
-    point: dict[sp.Symbol, sp.Expr] = {}
-    ints, reals = iter(_PROBE_INTEGERS), iter(_PROBE_REALS)
-    for x in sorted(e.free_symbols, key=lambda s: s.name):
-        try:
-            point[x] = next(ints) if x.is_integer else next(reals)
-        except StopIteration:
-            return False
+    symbols = sorted(e.free_symbols, key=lambda s: s.name)
+    return any(_nonzero_at(e, symbols, shift) for shift in range(_PROBE_POINTS))
+
+
+#: how many points :func:`_clearly_nonzero` tries: the probe values rotated, in (0, 1), beyond 1 and near 0
+_PROBE_POINTS = 4
+
+
+def _nonzero_at(e: sp.Expr, symbols: list[sp.Symbol], shift: int) -> bool:
+    reals = _PROBE_REALS[shift:] + _PROBE_REALS[:shift]
+    if shift % 2:  # beyond 1
+        reals = tuple(1 / r for r in reals)
+    elif shift:  # near 0
+        reals = tuple(r / 47 for r in reals)
+    ints, real_values = iter(_PROBE_INTEGERS[shift:] + _PROBE_INTEGERS[:shift]), iter(reals)
+    try:
+        point = {x: next(ints) if x.is_integer else next(real_values) for x in symbols}
+    except StopIteration:
+        return False
     try:
         v = sp.N(e.subs(point), 30)
     except (TypeError, ValueError, ZeroDivisionError):  # pragma: no cover

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -27,3 +28,23 @@ try:  # keep torch on one thread: two stall for seconds on this kind of CPU
     torch.set_num_threads(1)
 except ImportError:  # pragma: no cover
     pass
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep ``xdist_group`` working: under ``--dist loadgroup`` pytest-xdist (3.8) names a test's group by
+    appending ``@group`` to its node id through ``item._nodeid``, which pytest 9.2 no longer reads (it reads a
+    structured id), so every group was split over the workers: a framework's tests each paid the framework's
+    import, and a session fixture ran once per worker.  Where the id lacks the suffix, it is put where pytest
+    reads it; ``tests/test_conftest.py`` checks that a group runs on one worker."""
+    if getattr(config, "workerinput", None) is None or not getattr(config.option, "loadgroup", False):
+        return  # only a worker collects for the scheduler; xdist sets ``loadgroup`` there
+    for item in items:
+        groups = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(groups))
+        if groups and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId  # pytest ≥ 9.2
+
+            item._id = NodeId.parse(item.nodeid + suffix)

@@ -149,6 +149,34 @@ def test_every_notebook_page_embeds_at_least_one_figure(executed):
 
 
 @pytest.mark.slow
+@RENDERED
+def test_verify_s_notebook_stage_reports_each_executed_notebook_and_renders_into_its_out_folder(
+    executed, tmp_path, monkeypatch
+):
+    """The main job's notebook stage, on this module's one execution (the end-to-end verify test runs with
+    ``--no-render``): one passing item per notebook, rendered into ``OUT/notebooks``."""
+    import grpo_identity.app.render as R
+    from grpo_identity.app import verify as V
+
+    seen = {}
+
+    def rendered(out, execute=False, progress=False):
+        seen.update(out=Path(out), execute=execute)
+        return executed
+
+    monkeypatch.setattr(R, "render", rendered)
+    items = list(V._render(tmp_path))
+    assert seen == {"out": tmp_path / "notebooks", "execute": True}
+    assert [i.name for i in items] == [f"notebook {n} executes and renders" for n in NAMES]
+    assert all(i.status == "pass" for i in items)
+    figures = [int(re.search(r"(\d+) figures", i.project).group(1)) for i in items]
+    assert figures == [nb["figures"] for nb in executed["notebooks"]] and min(figures) >= 1
+    failing = {**executed, "notebooks": [{**executed["notebooks"][0], "errors": 1}, *executed["notebooks"][1:]]}
+    monkeypatch.setattr(R, "render", lambda out, execute=False, progress=False: failing)
+    assert [i.status for i in V._render(tmp_path)] == ["fail"] + ["pass"] * (len(NAMES) - 1)
+
+
+@pytest.mark.slow
 def test_a_failing_cell_is_reported_and_the_render_is_not_ok(tmp_path):
     src = tmp_path / "notebooks"
     src.mkdir()

@@ -51,3 +51,20 @@ def test_formulas_records_what_a_proof_reads() -> None:
     f.sigma(1, 2)
     f._scale("none", 0, 0, 1, 2, 1)
     assert f.read == {"sigma", "_scale"}
+
+
+def test_a_piecewise_claim_false_only_near_zero_fails_by_evaluation_before_any_simplify(monkeypatch) -> None:
+    """A wrong piecewise claim can vanish at a first probe point; the others find it, and the costly
+    rewrites (``simplify`` on piecewise conditions took 40 s of G10's perturbation test) never run."""
+    x, y = sp.symbols("x y", positive=True)
+
+    def no_simplify(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("simplify was called on a residual that evaluates to a nonzero number")
+
+    monkeypatch.setattr(sp, "simplify", no_simplify)
+    wrong = check_equal(sp.Piecewise((x + y, 10 * x < 1), (0, True)), 0)
+    assert wrong.status == "failed" and wrong.residual != 0
+    true = check_equal(
+        sp.Piecewise((x**2 - y**2, x < 1), (0, True)), sp.Piecewise(((x - y) * (x + y), x < 1), (0, True))
+    )
+    assert true.status == "proved"

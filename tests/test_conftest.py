@@ -1,0 +1,43 @@
+"""The suite's own settings (tests/conftest.py): a test group runs on one worker under ``--dist loadgroup``."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+GROUPED = """import os
+import time
+
+import pytest
+
+pytestmark = pytest.mark.xdist_group("one")
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_grouped(i):
+    time.sleep(0.1)
+    with open(f"ran_{i}", "w") as f:
+        f.write(os.environ["PYTEST_XDIST_WORKER"])
+"""
+UNGROUPED = """import time
+
+import pytest
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_free(i):
+    time.sleep(0.1)
+"""
+
+
+def test_an_xdist_group_runs_on_one_worker_under_loadgroup(tmp_path: Path) -> None:
+    shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
+    (tmp_path / "test_a_free.py").write_text(UNGROUPED)
+    (tmp_path / "test_b_grouped.py").write_text(GROUPED)
+    argv = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"]
+    done = subprocess.run([*argv, "-o", "addopts=", "."], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:]
+    workers = {(tmp_path / f"ran_{i}").read_text() for i in range(6)}
+    assert len(workers) == 1, workers
