@@ -241,12 +241,14 @@ _ESTIMATORS = ("grpo", "opo", "reinforce_plus_plus_baseline", "gdpo", "gpg")
 @pytest.mark.parametrize("name", _ESTIMATORS)
 def test_a_verl_estimator_gets_one_verdict_as_a_file_and_through_the_driver(name):
     """The same code, audited as ``core_algos:fn`` (the function form's token layout) and as ``verl:estimator=``
-    (the driver's): one verdict, one variant, whatever residue or length weighting the estimator has."""
+    (the driver's): one verdict, one variant, whatever residue or length weighting the estimator has.  The function
+    is audited in this process (a function's child is never reused, and would import verl for each estimator: 13 s;
+    the CLI test above audits it in its child)."""
     _need("verl.trainer.ppo.core_algos")
     from verl.trainer.ppo import core_algos
 
     fn = core_algos.get_adv_estimator_fn(name).__name__
-    as_file = audit(f"verl.trainer.ppo.core_algos:{fn}", max_examples=30)
+    as_file = audit(f"verl.trainer.ppo.core_algos:{fn}", max_examples=30, isolate=False)
     as_driven = audit(f"verl:estimator={name}", max_examples=30)
     assert (as_file.verdict, as_file.matches) == (as_driven.verdict, as_driven.matches), (as_file.format(), name)
     assert as_file.verdict != "fail", as_file.format()
