@@ -30,6 +30,7 @@ from functools import cached_property
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import sympy as sp
+from sympy.core.evalf import PrecisionExhausted
 from sympy.core.function import AppliedUndef
 from sympy.matrices.expressions.matexpr import MatrixElement
 
@@ -149,23 +150,30 @@ class Claim:
         return _KIND_METHOD[self.kind]
 
 
-def reduce_to_zero(expr: Any) -> sp.Expr:
+def reduce_to_zero(expr: Any, *, residual: bool = True) -> sp.Expr:
     """Try targeted rewrites until ``expr`` is 0; return the last (simplest) form found.
 
     Cheap steps first (expand, together, radsimp, powsimp), ``simplify`` only as a last resort
     on small expressions.  A nonzero return does not by itself prove inequality; the theorems
     are set up so that their residuals are rational functions of the symbols (with radicals of
     positive symbols), where these rewrites are complete.
+
+    ``residual``: ``expr`` is an equality claim's residual, so where it evaluates to a nonzero number
+    at one of the probe points (:func:`_clearly_nonzero`, piecewise residuals included) the claim has
+    failed and the rewrites are skipped.  An expression reduced for its sign (``residual=False``, where
+    nonzero is the normal case) skips them only where its first probe point is nonzero and it has no
+    piecewise part.
     """
     if isinstance(expr, sp.MatrixBase):  # an explicit matrix: every entry must vanish
-        entries = [reduce_to_zero(x) for x in expr]
+        entries = [reduce_to_zero(x, residual=residual) for x in expr]
         return sp.Integer(0) if all(x == 0 for x in entries) else sp.Matrix(expr.shape[0], expr.shape[1], entries)
     e = component(expr)
     if e == 0:
         return sp.Integer(0)
     if e.has(sp.Sum):
-        return _reduce_with_sums(e)
-    if _clearly_nonzero(e):  # a failed claim: skip the expensive rewrites
+        return _reduce_with_sums(e, residual)
+    nonzero = _clearly_nonzero(e) if residual else _clearly_nonzero(e, points=1, piecewise=False)
+    if nonzero:  # a failed claim, or a sign to read: skip the expensive rewrites
         return e
     steps: list[Callable[[sp.Expr], sp.Expr]] = [
         sp.expand,
@@ -262,7 +270,7 @@ def combine_sums(expr: sp.Expr, shift: bool = False) -> list[tuple[sp.Expr, tupl
     return out
 
 
-def _reduce_with_sums(e: sp.Expr) -> sp.Expr:
+def _reduce_with_sums(e: sp.Expr, residual: bool = True) -> sp.Expr:
     """Zero test for residuals with Sums: merge Sums over equal, extended or (failing that)
     shifted ranges, reduce each merged summand and the boundary terms to 0."""
     best: sp.Expr = e
@@ -270,7 +278,7 @@ def _reduce_with_sums(e: sp.Expr) -> sp.Expr:
         parts = combine_sums(sp.expand(e), shift=shift)
         if parts is None:
             return e
-        reduced = [(reduce_to_zero(s), r) for s, r in parts]
+        reduced = [(reduce_to_zero(s, residual=residual), r) for s, r in parts]
         if all(s == 0 for s, _ in reduced):
             return sp.Integer(0)
         if not shift:  # report the unshifted form: its index means what the statement's does
@@ -289,18 +297,23 @@ _PROBE_REALS = (
 )
 
 
-def _clearly_nonzero(e: sp.Expr) -> bool:
-    """True when ``e`` evaluates, at one of a few points allowed by the symbols' assumptions, to a
-    number of magnitude > 1e-12 with 30 significant digits: then ``e`` is not the zero function.
+def _clearly_nonzero(e: sp.Expr, points: int | None = None, piecewise: bool = True) -> bool:
+    """True when ``e`` evaluates, at one of ``points`` probe points (all of them by default), to a
+    number of magnitude > 1e-12 with 30 significant digits (evalf's strict mode: a cancellation that
+    leaves no digits is not a number): then ``e`` is not the zero function.
 
-    Used only to stop early on a failed claim; a proof never relies on it.  A piecewise residual
-    is evaluated too (its conditions are decided at the point); several points, because a wrong
-    piecewise claim can vanish on some branches.
+    The probe values are positive (integers for integer symbols): every symbol of the theorems is
+    positive, nonnegative, real, integer or unconstrained, so each point is one its assumptions
+    allow.  A theorem with a symbol assumed negative would need other values.  Used to stop
+    :func:`reduce_to_zero` early; no claim is proved by it.  A piecewise residual is evaluated too
+    (its conditions decided at the point), at several points because a wrong piecewise claim can
+    vanish on some branches.
     """
-    if e.atoms(MatrixElement, sp.Derivative, sp.Sum, sp.Subs, AppliedUndef):
+    skipped = (MatrixElement, sp.Derivative, sp.Sum, sp.Subs, AppliedUndef) + (() if piecewise else (sp.Piecewise,))
+    if e.atoms(*skipped):
         return False
     symbols = sorted(e.free_symbols, key=lambda s: s.name)
-    return any(_nonzero_at(e, symbols, shift) for shift in range(_PROBE_POINTS))
+    return any(_nonzero_at(e, symbols, shift) for shift in range(points or _PROBE_POINTS))
 
 
 #: how many points :func:`_clearly_nonzero` tries: the probe values rotated, in (0, 1), beyond 1 and near 0
@@ -319,8 +332,8 @@ def _nonzero_at(e: sp.Expr, symbols: list[sp.Symbol], shift: int) -> bool:
     except StopIteration:
         return False
     try:
-        v = sp.N(e.subs(point), 30)
-    except (TypeError, ValueError, ZeroDivisionError):  # pragma: no cover
+        v = e.subs(point).evalf(30, strict=True)
+    except (TypeError, ValueError, ZeroDivisionError, PrecisionExhausted):  # no digits left: not a number
         return False
     return bool(v.is_number and v.is_finite and abs(v) > sp.Float("1e-12"))
 
@@ -332,7 +345,7 @@ def _check_one(c: Claim) -> tuple[bool, sp.Expr | None, str]:
         zero = not isinstance(r, sp.MatrixBase) and r == 0
         return zero, (None if zero else r), "0" if zero else str(r)
     if c.kind in ("nonneg", "pos"):
-        e = sp.factor(reduce_to_zero(c.lhs)) if c.kind == "nonneg" else sp.factor(sp.sympify(c.lhs))
+        e = sp.factor(reduce_to_zero(c.lhs, residual=False)) if c.kind == "nonneg" else sp.factor(sp.sympify(c.lhs))
         truth = e.is_nonnegative if c.kind == "nonneg" else e.is_positive
         return truth is True, (None if truth else e), f"{'>= 0' if c.kind == 'nonneg' else '> 0'}: {truth}"
     if c.kind in ("numeric", "certified"):

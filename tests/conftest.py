@@ -32,11 +32,15 @@ except ImportError:  # pragma: no cover
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep ``xdist_group`` working: under ``--dist loadgroup`` pytest-xdist (3.8) names a test's group by
-    appending ``@group`` to its node id through ``item._nodeid``, which pytest 9.2 no longer reads (it reads a
-    structured id), so every group was split over the workers: a framework's tests each paid the framework's
-    import, and a session fixture ran once per worker.  Where the id lacks the suffix, it is put where pytest
-    reads it; ``tests/test_conftest.py`` checks that a group runs on one worker."""
+    """Keep ``xdist_group`` working (a stopgap until pytest-xdist #1386 is fixed, its PR #1388).
+
+    Under ``--dist loadgroup`` pytest-xdist 3.8 names a test's group by appending ``@group`` to
+    ``item._nodeid``, which pytest 9.2 no longer reads (it reads a structured id), so every group was
+    split over the workers: a framework's tests each paid the framework's import, and a session
+    fixture ran once per worker.  Where the id lacks the suffix, it is put where pytest reads it (the
+    id's own ``parse``; a grouped parametrized test's summary line then shows one ``]`` too many).
+    Remove this once the installed xdist keeps the groups itself; ``tests/test_conftest.py`` checks
+    that a group runs on one worker, with or without it."""
     if getattr(config, "workerinput", None) is None or not getattr(config.option, "loadgroup", False):
         return  # only a worker collects for the scheduler; xdist sets ``loadgroup`` there
     for item in items:
@@ -44,7 +48,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")
         }
         suffix = "@" + "_".join(sorted(groups))
-        if groups and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
-            from _pytest.nodeid import NodeId  # pytest ≥ 9.2
-
-            item._id = NodeId.parse(item.nodeid + suffix)
+        structured = getattr(item, "_id", None)  # pytest ≥ 9.2
+        if groups and not item.nodeid.endswith(suffix) and hasattr(structured, "parse"):
+            item._id = type(structured).parse(item.nodeid + suffix)

@@ -36,6 +36,33 @@ def test_a_failed_item_fails_the_run_and_a_skipped_one_does_not(tmp_path, monkey
     assert "SOMETHING FAILED" in html and "T0 a planted falsehood" in html
 
 
+def test_render_adds_the_notebook_stage_and_the_reports_link_and_no_render_leaves_both_out(tmp_path, monkeypatch):
+    """The job's wiring of the notebooks (what the end-to-end test skips with ``--no-render``): the stage, its
+    items from what ``render`` reports, and the HTML report's link to the rendered index."""
+    import grpo_identity.app.render as R
+
+    for stage in ("_proofs", "_closed_forms"):
+        monkeypatch.setattr(V, stage, lambda: [])
+    monkeypatch.setattr(V, "_audits", lambda frameworks, n: [])
+    monkeypatch.setattr(V, "_bernoulli", lambda solve_rates=None: [])
+    _no_stored_runs(monkeypatch)
+
+    def rendered(out, execute=False, progress=False):
+        (out / "index.html").parent.mkdir(parents=True, exist_ok=True)
+        (out / "index.html").write_text("<html></html>")
+        return {"ok": True, "out": str(out), "notebooks": [{"name": "01_x", "errors": 0, "figures": 2, "seconds": 0.1}]}
+
+    monkeypatch.setattr(R, "render", rendered)
+    result = V.verify(tmp_path / "on", dapo_curve=None, render=True)
+    assert [(i["name"], i["status"]) for i in result["items"] if i["section"] == "notebooks"] == [
+        ("notebook 01_x executes and renders", "pass")
+    ]
+    assert '<a href="notebooks/index.html">' in (tmp_path / "on" / "report.html").read_text()
+    result = V.verify(tmp_path / "off", dapo_curve=None, render=False)
+    assert not [i for i in result["items"] if i["section"] == "notebooks"]
+    assert "notebooks/index.html" not in (tmp_path / "off" / "report.html").read_text()
+
+
 def test_a_stage_that_raises_becomes_a_failed_item_not_a_lost_report(tmp_path, monkeypatch):
     def boom():
         raise RuntimeError("stage exploded\nsecond line")

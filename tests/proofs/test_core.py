@@ -68,3 +68,21 @@ def test_a_piecewise_claim_false_only_near_zero_fails_by_evaluation_before_any_s
         sp.Piecewise((x**2 - y**2, x < 1), (0, True)), sp.Piecewise(((x - y) * (x + y), x < 1), (0, True))
     )
     assert true.status == "proved"
+
+
+def test_a_true_claim_whose_terms_cancel_at_a_probe_point_is_proved_not_read_as_nonzero() -> None:
+    """Near 0, exp(5/x) is about 10²⁵⁰: the two sides cancel to a zero with no digits left, which
+    evalf's strict mode refuses instead of calling it a number; the rewrites then prove the claim."""
+    x, y = sp.symbols("x y", positive=True)
+    assert (
+        check_equal(sp.exp(5 / x) * (sp.sqrt(y) + 1) ** 2, sp.exp(5 / x) * (y + 2 * sp.sqrt(y) + 1)).status == "proved"
+    )
+
+
+def test_a_true_piecewise_sign_claim_still_gets_its_rewrites() -> None:
+    """A sign is read from a reduced expression, where nonzero is the normal case: no early stop there."""
+    from grpo_identity.proofs.core import Claim, check_claims
+
+    x, y = sp.symbols("x y", positive=True)
+    claim = Claim("c", sp.Piecewise(((x**2 - 1) / (x - 1) - x, y < 5), (1, True)), kind="nonneg")
+    assert check_claims("sign", [claim]).status == "proved"

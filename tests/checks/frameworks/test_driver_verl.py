@@ -242,8 +242,8 @@ _ESTIMATORS = ("grpo", "opo", "reinforce_plus_plus_baseline", "gdpo", "gpg")
 def test_a_verl_estimator_gets_one_verdict_as_a_file_and_through_the_driver(name):
     """The same code, audited as ``core_algos:fn`` (the function form's token layout) and as ``verl:estimator=``
     (the driver's): one verdict, one variant, whatever residue or length weighting the estimator has.  The function
-    is audited in this process (a function's child is never reused, and would import verl for each estimator: 13 s;
-    the CLI test above audits it in its child)."""
+    is audited in this process: a function's child is never reused, and would import verl for each estimator (13 s).
+    The CLI test above audits one of them, ``compute_grpo_outcome_advantage``, in its child."""
     _need("verl.trainer.ppo.core_algos")
     from verl.trainer.ppo import core_algos
 
