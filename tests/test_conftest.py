@@ -35,6 +35,7 @@ def test_free(i):
 """
 
 
+@pytest.mark.slow  # three interpreters import the suite's conftest (torch): about 14 s
 def test_an_xdist_group_runs_on_one_worker_under_loadgroup(tmp_path: Path) -> None:
     pytest.importorskip("xdist")
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
