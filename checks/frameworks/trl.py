@@ -187,10 +187,8 @@ def _fresh(obj: Any) -> Any:
     """A copy of the lists, tuples and dicts in ``obj`` (what the caller may change in place); the
     leaves (token ids, strings, tensors) are shared.  Much cheaper than ``copy.deepcopy``."""
     if isinstance(obj, (list, tuple)):
-        leaves = not any(
-            issubclass(t, (list, tuple, dict)) for t in set(map(type, obj))
-        )  # token ids: copied at C speed
-        items = obj if leaves else [_fresh(x) for x in obj]
+        nested = any(issubclass(t, (list, tuple, dict)) for t in set(map(type, obj)))
+        items = [_fresh(x) for x in obj] if nested else obj  # a row of token ids: copied at C speed
         return list(items) if isinstance(obj, list) else tuple(items)
     if isinstance(obj, dict):
         return {k: _fresh(v) for k, v in obj.items()}
