@@ -313,6 +313,19 @@ def _cancellation(row: np.ndarray) -> float:
     return max(1.0, float(np.abs(row).max()) / spread) if spread > 0 else 1.0
 
 
+def _mean_rounding(row: np.ndarray, adv: np.ndarray, ctx: Context) -> float:
+    """What a group's mean rounded in the target's precision leaves in Σᵢ Âᵢ: the mean is off by up to half a
+    unit of its last place, u·max|R|, and every one of the G centred values carries that same error times the
+    target's scale (the slope of Â on R), so the sum is off by G·u·max|R|·slope, not √G of it.  In bfloat16 a
+    group of 98 ones and a zero has its mean 0.9899 rounded to 0.9883: Σ Â = 1.6 where the advantages are
+    0.117 and −9.875 (1e-13 of that in float32, where a shifted baseline still sums to O(G·shift·slope))."""
+    spread, width = float(row.max() - row.min()), float(np.ptp(adv)) if np.all(np.isfinite(adv)) else 0.0
+    if spread <= 0:
+        return 0.0
+    unit = _EPS[ctx.tol.precision] / 2
+    return row.size * unit * float(np.abs(row).max()) * width / spread
+
+
 def zero_sum_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """Σᵢ Âᵢ = 0 in every group (the baseline removes the group's mean; RLOO's too, Prop. 1)."""
     r, G = batch.contiguous(), batch.group_size
@@ -324,7 +337,7 @@ def zero_sum_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.
             continue  # rounding residue of a silent 0.1-group: the audit's silent probe reports it
         s, scale = float(A[g].sum()), float(np.abs(A[g]).sum())
         bound = ctx.tol.rtol * max(scale, 1e-300) * max(1.0, np.sqrt(G) / 4) * _cancellation(R[g])
-        if abs(s) > max(bound, _zero_floor(A, r, G, ctx)):
+        if abs(s) > max(bound, _mean_rounding(R[g], A[g], ctx), _zero_floor(A, r, G, ctx)):
             raise PropertyViolation(
                 "zero_sum_per_group",
                 f"group {g} (G={G}) sums to {s:.6g} instead of 0: rewards {_list(R[g], 16)}, advantages "

@@ -165,6 +165,31 @@ def test_the_silent_groups_property_names_the_group_and_its_advantages():
         P.silent_groups_exactly_zero(grpo_with_a_silent_residue, b, CTX64, np.random.default_rng(0))
 
 
+def _grpo_rounded_mean(dtype):
+    """Paper GRPO computed in ``dtype`` (torch: float32 accumulation, each result rounded to the dtype)."""
+    import torch
+
+    def adv(r, G):
+        R = torch.as_tensor(r).reshape(-1, G).to(dtype)
+        A = (R - R.mean(1, keepdim=True)) / R.std(1, keepdim=True, correction=0)
+        return A.reshape(-1).double().numpy()
+
+    return adv
+
+
+def test_zero_sum_allows_a_bf16_groups_rounded_mean_times_g_and_still_fails_a_shifted_baseline():
+    torch = pytest.importorskip("torch")
+    G = 99
+    rewards = two_valued(np.r_[np.ones(G - 1), 0.0], G)  # mean 0.9899 rounds to 0.98828 in bfloat16
+    grpo_bf16, grpo_f32 = _grpo_rounded_mean(torch.bfloat16), _grpo_rounded_mean(torch.float32)
+    assert abs(grpo_bf16(rewards.rewards, G).sum()) > 1.0  # Σ Â = 1.6: rounding, G times over
+    P.zero_sum_per_group(grpo_bf16, rewards, P.Context(P.Tolerance.for_precision("bfloat16")), RNG)
+    with pytest.raises(P.PropertyViolation, match="zero_sum_per_group: group 0 \\(G=99\\) sums to 9.9"):
+        P.zero_sum_per_group(
+            lambda r, G: grpo_f32(r, G) + 0.1, rewards, P.Context(P.Tolerance.for_precision("float32")), RNG
+        )
+
+
 def test_zero_sum_is_checked_in_the_groups_after_a_silent_group_of_0_1():
     def off_in_group_1(r, G):
         A = D.advantages(r, G, D.GRPO)

@@ -1,6 +1,7 @@
 """What the framework driver tests share: :func:`env_or_skip`, the cached environment of a
 release, built once per test session; a release that cannot be built skips every test that needs
-it when the package index does not answer (offline), and fails them when it does."""
+it when the package index does not answer (offline), and fails them when it does; and
+:func:`warm_and_cold`, an audit in a warm child beside the same audit in a new one."""
 
 from __future__ import annotations
 
@@ -31,6 +32,36 @@ def env_or_skip(framework: str, release: str) -> Any:
             pytest.skip(f"{why} (the package index does not answer: offline?)")
         pytest.fail(why)
     return _ENVS[key]
+
+
+def warm_and_cold(monkeypatch: Any, framework: str, configs: list[list[str]], **options: Any) -> tuple[Any, Any]:
+    """The JSON (wall times left out) of ``configs[-1]`` audited in a warm child, after the other configurations
+    (the worker's pool is used as it is: a child earlier tests left warm is reused, as the CLI reuses one), and
+    of the same audit in a new child, started while the pool is set aside: the children other tests of this
+    worker keep warm are neither used nor ended.  Fails unless the warm audit started no child."""
+    from grpo_identity.checks import audit, child
+
+    started: list[Any] = []
+    start = child.ChildProcess.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        started.append(self)
+        start(self, *args, **kwargs)
+
+    monkeypatch.setattr(child.ChildProcess, "__init__", counted)
+    for sets in configs[:-1]:
+        audit(framework, sets=sets, **options)
+    before = len(started)
+    warm = without_seconds(audit(framework, sets=configs[-1], **options).to_dict())
+    assert len(started) == before, "the audit after the first did not reuse the warm child"
+    monkeypatch.setattr(child, "_WARM", {})  # restored after the test: the worker's own pool
+    monkeypatch.setattr(child, "_ORDER", [])
+    try:
+        cold = without_seconds(audit(framework, sets=configs[-1], **options).to_dict())
+    finally:
+        child.close_warm_children()  # this test's new child only
+    assert len(started) == before + 1
+    return warm, cold
 
 
 def without_seconds(d: Any) -> Any:

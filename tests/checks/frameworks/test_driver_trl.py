@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from _support import env_or_skip, without_seconds
+from _support import env_or_skip, warm_and_cold
 
 from grpo_identity.app.cli import main
 from grpo_identity.checks import adapters, audit
@@ -168,17 +168,11 @@ def test_releases_prints_one_line_per_release(capsys):
 
 
 @pytest.mark.slow
-def test_a_second_trl_audit_in_a_warm_child_gives_the_json_of_a_cold_one():
+def test_a_second_trl_audit_in_a_warm_child_gives_the_json_of_a_cold_one(monkeypatch):
     pytest.importorskip("trl")
-    from grpo_identity.checks.child import close_warm_children, warm_children
-
     configs = [["loss_type=grpo"], ["loss_type=dr_grpo", "scale_rewards=none", "bf16=true"]]
-    close_warm_children()
-    warm = [without_seconds(audit("trl", sets=c, max_examples=30).to_dict()) for c in configs]
-    assert sum(warm_children().values()) == 1  # the later audits reused the first one's child
-    close_warm_children()  # the first audit above ran in a new child: only the second needs its cold twin
-    cold = without_seconds(audit("trl", sets=configs[1], max_examples=30).to_dict())
-    assert json.dumps(warm[1], sort_keys=True) == json.dumps(cold, sort_keys=True)
+    warm, cold = warm_and_cold(monkeypatch, "trl", configs, max_examples=30)
+    assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
 
 
 TRL_GRPO_YAML = """\

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from _support import env_or_skip, without_seconds
+from _support import env_or_skip, warm_and_cold
 
 from grpo_identity.app.cli import main
 from grpo_identity.checks import adapters, audit
@@ -203,17 +203,11 @@ def test_verl_grpo_vectorized_through_the_trainer_crashes_in_0_6_0_and_ignores_t
 
 
 @pytest.mark.slow
-def test_a_second_verl_audit_in_a_warm_child_gives_the_json_of_a_cold_one():
+def test_a_second_verl_audit_in_a_warm_child_gives_the_json_of_a_cold_one(monkeypatch):
     _need("verl.trainer.ppo.core_algos")
-    from grpo_identity.checks.child import close_warm_children, warm_children
-
     configs = [["algorithm.adv_estimator=grpo"], ["algorithm.adv_estimator=rloo"]]
-    close_warm_children()
-    warm = [without_seconds(audit("verl", sets=c, max_examples=30).to_dict()) for c in configs]
-    assert sum(warm_children().values()) == 1  # the second audit reused the first one's child
-    close_warm_children()  # the first audit above ran in a new child: only the second needs its cold twin
-    cold = without_seconds(audit("verl", sets=configs[1], max_examples=30).to_dict())
-    assert json.dumps(warm[1], sort_keys=True) == json.dumps(cold, sort_keys=True)
+    warm, cold = warm_and_cold(monkeypatch, "verl", configs, max_examples=30)
+    assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
 
 
 def test_verls_default_estimator_is_named_as_needing_a_critic(capsys):
