@@ -264,7 +264,8 @@ LEFT_OUT_IMPORTS = ("rfc3987_syntax",)
 
 def _leave_out_optional_imports() -> None:
     for name in LEFT_OUT_IMPORTS:
-        sys.modules.setdefault(name, None)  # type: ignore[assignment]
+        if name not in sys.modules:
+            sys.modules[name] = None  # type: ignore[assignment]  # import raises ImportError
 
 
 def _give_up_tracing() -> None:
