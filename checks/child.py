@@ -108,7 +108,6 @@ class _Channel:
         _become_subreaper()
         _own_network()  # before any thread starts: a namespace is taken by a single-threaded process only
         _give_up_tracing()
-        _leave_out_optional_imports()
         _watch_parent(os.getppid())
         self.outbox.send(M.Started())
         while True:
@@ -253,19 +252,6 @@ def _enter_own_network() -> bool:
 
 #: Linux's capability that lets a process open another's /proc/PID/fd and memory whatever its dumpable flag
 _CAP_SYS_PTRACE = 19
-
-
-#: optional imports that no audit reaches, left out of every child: each importer tries it under
-#: ``contextlib.suppress(ImportError)`` and goes on without it.  jsonschema's IRI-format checker (``rfc3987_syntax``)
-#: builds its grammar on import, 1.7 s of every child that imports jsonschema (verl's does, through ray); formats
-#: are checked only when a caller asks for a format checker, which no framework's advantage or loss does.
-LEFT_OUT_IMPORTS = ("rfc3987_syntax",)
-
-
-def _leave_out_optional_imports() -> None:
-    for name in LEFT_OUT_IMPORTS:
-        if name not in sys.modules:
-            sys.modules[name] = None  # type: ignore[assignment]  # import raises ImportError
 
 
 def _give_up_tracing() -> None:

@@ -318,10 +318,11 @@ def _mean_rounding(row: np.ndarray, adv: np.ndarray, ctx: Context) -> float:
     unit of its last place, u·max|R|, and every one of the G centred values carries that same error times the
     target's scale (the slope of Â on R), so the sum is off by G·u·max|R|·slope, not √G of it.  In bfloat16 a
     group of 98 ones and a zero has its mean 0.9899 rounded to 0.9883: Σ Â = 1.6 where the advantages are
-    0.117 and −9.875 (1e-13 of that in float32, where a shifted baseline still sums to O(G·shift·slope))."""
-    spread, width = float(row.max() - row.min()), float(np.ptp(adv)) if np.all(np.isfinite(adv)) else 0.0
-    if spread <= 0:
+    0.117 and −9.875 (1e-5 in float32, 5e-14 in float64, where a shifted baseline still sums to G·shift·slope)."""
+    spread = float(np.ptp(row))
+    if spread <= 0 or not np.all(np.isfinite(adv)):
         return 0.0
+    width = float(np.ptp(adv))
     unit = _EPS[ctx.tol.precision] / 2
     return row.size * unit * float(np.abs(row).max()) * width / spread
 

@@ -32,11 +32,12 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import sys
 import uuid
 import warnings
 from dataclasses import dataclass, field, replace
 from importlib.metadata import version
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -164,7 +165,26 @@ def _advantages(
 def build(spec: FrameworkSpec, level: str) -> Built:
     """The target of ``spec`` at ``level`` (:mod:`.contract`): the estimator function alone where the spec names
     one, else the trainer's dispatch (and, at the gradient level, the actor's loss and step)."""
-    return VerlEstimator(spec) if spec.estimator is not None else VerlTarget(spec, level)
+    with _without_iri_grammar():
+        return VerlEstimator(spec) if spec.estimator is not None else VerlTarget(spec, level)
+
+
+@contextlib.contextmanager
+def _without_iri_grammar() -> Iterator[None]:
+    """verl imports ray, ray imports jsonschema, and jsonschema imports its IRI-format checker ``rfc3987_syntax``
+    where it is installed (beside Jupyter, not in a release's environment), which builds a grammar on import:
+    1.7 s of a cold audit.  While verl is first imported it is held out: jsonschema tries it under
+    ``suppress(ImportError)`` and leaves the ``iri`` formats unchecked, which neither ray nor verl asks for (they
+    pass no format checker).  It is put back after, for whatever imports it later."""
+    name = "rfc3987_syntax"
+    held = name not in sys.modules
+    if held:
+        sys.modules[name] = None  # type: ignore[assignment]  # an import of it raises ImportError
+    try:
+        yield
+    finally:
+        if held and name in sys.modules and sys.modules[name] is None:
+            del sys.modules[name]
 
 
 class VerlTarget(Built):

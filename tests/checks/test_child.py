@@ -230,30 +230,6 @@ def test_a_target_imports_a_module_from_its_own_folder(tmp_path):
     assert audit(f"{path}:adv", max_examples=10).verdict == "pass"
 
 
-LEFT_OUT_SOURCE = """
-import sys
-import jsonschema  # imports the IRI checker where it is installed (ray imports jsonschema in verl's child)
-
-LEFT_OUT = sys.modules.get("rfc3987_syntax", "imported") is None
-CHECKER = jsonschema.FormatChecker()
-FORMATS_CHECKED = not jsonschema.Draft7Validator({"format": "ipv4"}, format_checker=CHECKER).is_valid("not an address")
-
-
-def checked(rewards, G):
-    assert LEFT_OUT, "rfc3987_syntax was imported"
-    assert FORMATS_CHECKED, "jsonschema no longer checks formats"
-    return adv(rewards, G)
-"""
-
-
-def test_a_child_leaves_out_jsonschemas_iri_grammar_and_jsonschema_still_checks_formats(tmp_path):
-    pytest.importorskip("jsonschema")
-    path = tmp_path / "schema_user.py"
-    path.write_text(GRPO_SOURCE + LEFT_OUT_SOURCE)
-    report = audit(f"{path}:checked", max_examples=5)
-    assert report.verdict == "pass", report.format()
-
-
 def _without_seconds(d):
     d = {k: v for k, v in d.items() if k != "seconds"}
     if d.get("advantage"):

@@ -182,12 +182,13 @@ def test_zero_sum_allows_a_bf16_groups_rounded_mean_times_g_and_still_fails_a_sh
     G = 99
     rewards = two_valued(np.r_[np.ones(G - 1), 0.0], G)  # mean 0.9899 rounds to 0.98828 in bfloat16
     grpo_bf16, grpo_f32 = _grpo_rounded_mean(torch.bfloat16), _grpo_rounded_mean(torch.float32)
+    f32, bf16 = (P.Context(P.Tolerance.for_precision(p)) for p in ("float32", "bfloat16"))
     assert abs(grpo_bf16(rewards.rewards, G).sum()) > 1.0  # Σ Â = 1.6: rounding, G times over
-    P.zero_sum_per_group(grpo_bf16, rewards, P.Context(P.Tolerance.for_precision("bfloat16")), RNG)
-    with pytest.raises(P.PropertyViolation, match="zero_sum_per_group: group 0 \\(G=99\\) sums to 9.9"):
-        P.zero_sum_per_group(
-            lambda r, G: grpo_f32(r, G) + 0.1, rewards, P.Context(P.Tolerance.for_precision("float32")), RNG
-        )
+    P.zero_sum_per_group(grpo_bf16, rewards, bf16, RNG)
+    with pytest.raises(P.PropertyViolation, match=r"zero_sum_per_group: group 0 \(G=99\) sums to 0.99"):
+        P.zero_sum_per_group(lambda r, G: grpo_f32(r, G) + 0.01, rewards, f32, RNG)  # a baseline off by 0.01σ
+    with pytest.raises(P.PropertyViolation, match=r"zero_sum_per_group: group 0 \(G=99\) sums to 6.5"):
+        P.zero_sum_per_group(lambda r, G: grpo_bf16(r, G) + 0.05, rewards, bf16, RNG)  # beyond bf16's rounding
 
 
 def test_zero_sum_is_checked_in_the_groups_after_a_silent_group_of_0_1():

@@ -36,6 +36,31 @@ def test_a_broken_property_is_shrunk_to_one_small_group():
     assert (violation.counterexample["group_size"], violation.counterexample["n_groups"]) == (2, 1)
 
 
+def test_a_failure_is_shrunk_without_hypothesiss_explain_phase(monkeypatch):
+    from hypothesis.internal.conjecture import shrinker
+
+    def explain(self):
+        raise AssertionError("the explain phase ran")
+
+    monkeypatch.setattr(shrinker.Shrinker, "_explain", explain)
+    violation, _ = run_property(P.zero_sum_per_group, lambda r, G: r, CTX64, 50, ("binary",))
+    assert violation is not None and violation.counterexample["group_size"] == 2
+
+
+def test_the_examples_are_drawn_from_the_search_seed_alone(monkeypatch):
+    from grpo_identity.checks import search
+
+    def drawn():
+        seen = []
+        run_property(P.zero_sum_per_group, lambda r, G: seen.append(r.tobytes()) or 0 * r, CTX64, 10, ("binary",))
+        return seen
+
+    first = drawn()
+    assert drawn() == first
+    monkeypatch.setattr(search, "SEARCH_SEED", search.SEARCH_SEED + 1)
+    assert drawn() != first
+
+
 @pytest.mark.parametrize(
     "exc, words",
     [

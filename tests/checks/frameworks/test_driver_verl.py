@@ -619,3 +619,27 @@ def test_verl_0_6_0s_norm_mode_leaves_the_micro_batchs_answer_count_in_and_the_o
     micro = out["inferred"]["step"]["settings"]["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
     assert found["counterexample"]["factor"] == pytest.approx(micro, rel=1e-4)
     assert f"a micro-batch's sum over its answers not divided by their number (×{micro})" in found["message"]
+
+
+IRI_GRAMMAR = """
+import sys
+from grpo_identity.checks.frameworks import verl as V
+
+with V._without_iri_grammar():
+    import jsonschema  # what ray imports under verl
+held_out = "rfc3987_syntax" not in sys.modules
+checker = jsonschema.FormatChecker()
+checked = not jsonschema.Draft7Validator({"format": "ipv4"}, format_checker=checker).is_valid("not an address")
+import rfc3987_syntax  # put back: importable after the block
+print(held_out, checked, "iri" in checker.checkers)
+"""
+
+
+def test_verls_first_import_leaves_jsonschemas_iri_grammar_out_and_puts_it_back_after():
+    import subprocess
+    import sys
+
+    pytest.importorskip("rfc3987_syntax")
+    done = subprocess.run([sys.executable, "-c", IRI_GRAMMAR], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "False"]  # held out, formats still checked, but not the IRI's
