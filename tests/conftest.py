@@ -1,8 +1,10 @@
-"""Shared test settings: a derandomised hypothesis profile for CI, one torch thread."""
+"""Shared test settings: a derandomised hypothesis profile for CI, one torch thread, a warm-child pool of a test's
+own (:func:`own_warm_pool`)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,19 @@ try:  # keep torch on one thread: two stall for seconds on this kind of CPU
     torch.set_num_threads(1)
 except ImportError:  # pragma: no cover
     pass
+
+
+@pytest.fixture
+def own_warm_pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Warm children of this test alone: the worker's pool is set aside while it runs, so that ending every warm
+    child (``close_warm_children``) spares the framework children later tests of this worker reuse; this test's
+    own are ended after it, and the worker's pool is back."""
+    from grpo_identity.checks import child
+
+    monkeypatch.setattr(child, "_WARM", {})
+    monkeypatch.setattr(child, "_ORDER", [])
+    yield
+    child.close_warm_children()
 
 
 @pytest.hookimpl(trylast=True)

@@ -112,7 +112,7 @@ def test_a_targets_output_goes_to_stderr_up_to_the_limit_and_the_rest_is_counted
     assert f"[{printed - OUTPUT_LIMIT:,} more bytes of the target's output not shown]" in err
 
 
-def test_a_preset_is_audited_in_a_warm_child_that_the_next_audit_reuses(target_file):
+def test_a_preset_is_audited_in_a_warm_child_that_the_next_audit_reuses(target_file, own_warm_pool):
     close_warm_children()
     audit(f"{target_file}:good", max_examples=5)  # someone else's code: a child of its own, ended after
     assert warm_children() == {}
@@ -237,7 +237,7 @@ def _without_seconds(d):
     return d
 
 
-def test_two_audits_in_one_warm_child_give_the_json_of_two_cold_ones():
+def test_two_audits_in_one_warm_child_give_the_json_of_two_cold_ones(own_warm_pool):
     targets = ["grpo", "preset:trl", "dapo"]
     close_warm_children()
     warm = [_without_seconds(audit(t, max_examples=40).to_dict()) for t in targets]
