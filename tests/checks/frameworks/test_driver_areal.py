@@ -41,6 +41,9 @@ pytestmark = pytest.mark.xdist_group("areal")
 
 RELEASE = "1.0.4"
 GRPO_SETS = ["--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=group"]
+#: AReaL clips every reward to ±``actor.reward_clip`` (default 20) before normalising it, and the search draws
+#: continuous rewards up to a few hundred: tests of the normalisation put the clip out of reach
+UNCLIPPED = ["--set", "actor.reward_clip=1000000"]
 #: settings AReaL's loader (or the driver) refuses -> words of the one-line error
 REJECTED = {
     "actor.adv_norm.mean_levle=group": "Key 'mean_levle' not in 'NormConfig'",
@@ -109,7 +112,7 @@ def _run_in_release(sets, rewards, G):
 @pytest.mark.frameworks
 def test_group_mean_and_group_std_is_grpo_with_bessels_std_and_eps_1e_5(capsys):
     # NormConfig: std_unbiased=True, eps=1e-5; Normalization: x_centered / (std + eps)
-    code, out = _audit(capsys, *GRPO_SETS)
+    code, out = _audit(capsys, *GRPO_SETS, *UNCLIPPED)
     inf = out["inferred"]
     assert code == 0 and out["verdict"] == "deviation"
     assert (inf["centre"], inf["scale"], inf["ddof"], inf["eps_inside_sqrt"]) == ("mean", "group_std", 1, False)
@@ -121,7 +124,7 @@ def test_group_mean_and_group_std_is_grpo_with_bessels_std_and_eps_1e_5(capsys):
 @pytest.mark.frameworks
 def test_population_std_when_std_unbiased_is_false(capsys):
     # _compute_std: unbiased=False divides the sum of squares by n, not n - 1
-    code, out = _audit(capsys, *GRPO_SETS, "--set", "actor.reward_norm.std_unbiased=false")
+    code, out = _audit(capsys, *GRPO_SETS, *UNCLIPPED, "--set", "actor.reward_norm.std_unbiased=false")
     assert code == 0 and out["inferred"]["ddof"] == 0 and out["inferred"]["scale"] == "group_std"
     assert out["inferred"]["eps"] == pytest.approx(1e-5, rel=0.05)
 
@@ -131,7 +134,7 @@ def test_population_std_when_std_unbiased_is_false(capsys):
 def test_group_mean_without_std_is_dr_grpo(capsys):
     # std_level None: std = ones_like(x), eps = 0.0
     sets = ["--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=null"]
-    code, out = _audit(capsys, *sets, "--expect", "dr_grpo")
+    code, out = _audit(capsys, *sets, *UNCLIPPED, "--expect", "dr_grpo")
     assert code == 0 and out["verdict"] == "pass" and out["matches"] == "dr_grpo" and out["inferred"]["scale"] == "none"
 
 
@@ -147,6 +150,7 @@ def test_leave_one_out_mean_is_rloo(capsys):
         "actor.reward_norm.mean_leave1out=true",
         "--set",
         "actor.reward_norm.std_level=null",
+        *UNCLIPPED,
     )
     assert code == 0 and out["matches"] == "rloo" and out["inferred"]["centre"] == "loo"
 
