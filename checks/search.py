@@ -5,9 +5,9 @@ Hypothesis runs from one fixed seed (:data:`SEARCH_SEED`), with no example datab
 no explain phase (:func:`_phases`).  Its examples then depend on the strategies alone: the constants
 hypothesis otherwise collects from every "local" module loaded in the process (the caller's own code,
 a test session's modules) are left out while the audit searches, so the same target gets the same
-examples whatever else is loaded, and nothing is
-written into a ``.hypothesis/`` folder of the caller's working directory (what hypothesis does
-write goes to this project's cache folder).  See :func:`quiet_hypothesis`.
+examples whatever else is loaded, and nothing is written into a ``.hypothesis/`` folder of the
+caller's working directory (what hypothesis does write goes to this project's cache folder).  See
+:func:`quiet_hypothesis`.
 
 >>> from grpo_identity import dial as D
 >>> from grpo_identity.checks.properties import Context, Tolerance, zero_sum_per_group
@@ -35,6 +35,10 @@ if sys.version_info < (3, 11):  # pragma: no cover
 
 __all__ = ["FiniteGuard", "failure", "quiet_hypothesis", "run_property"]
 
+#: the search's seed: every audit draws the same examples.  Under ``derandomize`` alone hypothesis seeds from a
+#: hash of the test's source, decorators included here (a nested function), so any edit of :func:`run_property`
+#: drew new examples for every audit
+SEARCH_SEED = 0
 
 _QUIET_LOCK = threading.Lock()
 #: how many audits are inside :func:`quiet_hypothesis` now, and what to restore when none is
@@ -194,12 +198,6 @@ def _phases() -> tuple[Any, ...]:
     from hypothesis import Phase
 
     return tuple(p for p in Phase if p is not Phase.explain)
-
-
-#: the search's seed: every audit draws the same examples.  Under ``derandomize`` alone hypothesis seeds from a
-#: hash of the test's source, decorators included here (a nested function), so any edit of :func:`run_property`
-#: drew new examples for every audit
-SEARCH_SEED = 0
 
 
 @functools.lru_cache(maxsize=8)
