@@ -38,7 +38,16 @@ from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES, infer_dial, infer_filter, tolerance_rule
 from grpo_identity.checks.merging import merged_groups
 from grpo_identity.checks.options import CALL_TIMEOUT, DEFAULT_MAX_EXAMPLES, AuditOptions, OptionError
-from grpo_identity.checks.report import VERDICTS, AuditReport, Finding, Inferred, Report
+from grpo_identity.checks.report import (
+    VERDICTS,
+    AdvantageFit,
+    AuditReport,
+    FilterFit,
+    Finding,
+    Fit,
+    GradientFit,
+    Report,
+)
 from grpo_identity.checks.search import FiniteGuard, failure, run_property
 from grpo_identity.checks.shaping import folded_score
 from grpo_identity.checks.spec import FunctionSpec, Spec, resolve
@@ -192,12 +201,13 @@ def _settings_notes(framework: str, report: Report, expected: D.Dial | None) -> 
     from grpo_identity.checks.frameworks import setting_for
 
     notes = []
-    weight = report.inferred.per_sample_weight
+    fit = report.inferred if isinstance(report.inferred, GradientFit) else GradientFit()
+    weight = fit.per_sample_weight
     if weight not in (None, "constant", "other"):
         hint = setting_for(framework, "per_sample_weight", "constant")
         if hint:
             notes.append(Finding("setting", f"for a constant per-sample weight (the paper's 1/G): {hint}", {}, "note"))
-    step = report.inferred.step
+    step = fit.step
     if step.get("invariant") is False:
         hint = setting_for(framework, "split", str(step.get("weight"))) or setting_for(framework, "split", "invariant")
         if hint:
@@ -277,7 +287,8 @@ def _gradient(tgt: Any, name: str, options: AuditOptions) -> Report:
         grad = audit_gradient(tgt, expect=expected, name=name)
     except TargetError as exc:
         finding = Finding("probe", failure(exc, " on the gradient probes"))
-        return _failed(name, "gradient", "advantage", options.expected_name, Inferred(why="not probed"), [finding])
+        unprobed = GradientFit(advantage=AdvantageFit(why="not probed"))
+        return _failed(name, "gradient", "advantage", options.expected_name, unprobed, [finding])
     adv = _advantages(AdvantageView(tgt), name, options)
     return V.combine(grad, adv)
 
@@ -293,11 +304,11 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
     except (P.PropertyViolation, TargetError) as exc:
         why = [_probe_failure(exc)]
         if not (isinstance(exc, P.PropertyViolation) and exc.property == "well_formed"):
-            return _failed(name, "advantage", "advantage", options.expected_name, Inferred(why="not probed"), why)
+            return _failed(name, "advantage", "advantage", options.expected_name, AdvantageFit(why="not probed"), why)
         # a NaN or an inf on the designed batches: a finding, and the properties still run on the batches where the
         # target gives numbers (they tell a wrong axis from a wrong formula); no dial is inferred from it
-        first, inf = why, Inferred(why="no dial inferred: the target returned a non-finite advantage on the designed "
-                                       "batches")  # fmt: skip
+        nan = "no dial inferred: the target returned a non-finite advantage on the designed batches"
+        first, inf = why, AdvantageFit(why=nan)
     ctx = _context(tgt, inf)
     props = P.ADVANTAGE_PROPERTIES + (P.LAYOUT_PROPERTIES if ctx.reference_ids is not None else ())
     findings, examples, ran = _search(FiniteGuard(tgt, skip=True) if first else guarded, props, ctx, options, name)
@@ -319,7 +330,7 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
     return _report(name, "advantage", inf, decision, options.expected_name, examples, ran, time.perf_counter() - t0)
 
 
-def _aggregation(tgt: Any, inf: Inferred) -> list[Finding]:
+def _aggregation(tgt: Any, inf: AdvantageFit) -> list[Finding]:
     """How a target whose driver scores several reward components combines them
     (:mod:`grpo_identity.checks.aggregation`), into ``inf.aggregation``; its findings (none where the
     target's info announces no components)."""
@@ -336,7 +347,7 @@ def _aggregation(tgt: Any, inf: Inferred) -> list[Finding]:
     return list(out["findings"])
 
 
-def _recognised(guarded: Any, tgt: Any, inf: Inferred, want: Any) -> Any:
+def _recognised(guarded: Any, tgt: Any, inf: AdvantageFit, want: Any) -> Any:
     """The named variant the target computes (:mod:`grpo_identity.checks.recognise`), or None; a
     target that fails on the recognition batches is recognised as nothing."""
     from grpo_identity.checks.recognise import recognise
@@ -350,7 +361,7 @@ def _recognised(guarded: Any, tgt: Any, inf: Inferred, want: Any) -> Any:
         return None
 
 
-def _context(tgt: Any, inf: Inferred) -> P.Context:
+def _context(tgt: Any, inf: AdvantageFit) -> P.Context:
     """What the properties compare against: the inferred dial, and, for a target that takes group
     ids, the same dial on rows in any order (groups of any size unless it also takes G)."""
     call = (getattr(tgt, "info", None) or {}).get("call") or {}
@@ -379,7 +390,7 @@ def _keep_rule(tgt: Any, name: str, options: AuditOptions, kind: str = "filter")
     """The filter audit: the keep rule inferred, the filter properties searched."""
     t0 = time.perf_counter()
     expected = options.expected
-    inf = Inferred(why="not probed", precision="bool")
+    inf = FilterFit(why="not probed")
     dtype = getattr(tgt, "dtype", None)
     try:
         inf = infer_filter(tgt, rounding=(lambda r: round_rewards(r, dtype)) if dtype else None)
@@ -430,14 +441,14 @@ def _probe_failure(exc: Exception) -> Finding:
     return Finding("probe", failure(exc, where), {"group_sizes": list(PROBE_GROUP_SIZES)})
 
 
-def _failed(name: str, level: str, kind: str, expected: str | None, inf: Inferred, findings: list[Finding]) -> Report:
+def _failed(name: str, level: str, kind: str, expected: str | None, inf: Fit, findings: list[Finding]) -> Report:
     return Report(name, level, kind, "fail", None, expected, inf, findings)
 
 
 def _report(
     name: str,
     kind: str,
-    inf: Inferred,
+    inf: AdvantageFit | FilterFit,
     decision: V.Decision,
     expected: str | None,
     examples: int,

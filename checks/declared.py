@@ -55,7 +55,7 @@ _ALLOWED = "c=FORMULA in k, G, sigma (σ), mu (μ), numbers, + - * / ** and sqrt
 @dataclass(frozen=True)
 class Declared:
     """The declared c(k, G): its name as written, its values at the probed G (k = 0…G, 0 at the
-    silent ends, like :attr:`~grpo_identity.checks.report.Inferred.coefficients`)."""
+    silent ends, like :attr:`~grpo_identity.checks.report.AdvantageFit.coefficients`)."""
 
     name: str
     """``c=sigma**2/G`` as written, or ``c=my_coefficient(k, G)`` for a callable."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from grpo_identity.checks import verdict as V
 from grpo_identity.checks.calling import to_numpy
 from grpo_identity.checks.frameworks import answer_lengths
 from grpo_identity.checks.infer import probe_batch
-from grpo_identity.checks.report import WEIGHTS, Finding, Inferred, Report
+from grpo_identity.checks.report import WEIGHTS, Finding, GradientFit, OffPolicyFit, Report, StepFit
 from grpo_identity.checks.target import OutputWatch, TargetMalformed, malformed, output_issue
 
 __all__ = [
@@ -288,7 +288,7 @@ def audit_gradient(
     ev.findings += _law_findings(ev)
     step = _split_step(target, ev)
     off_policy = _off_policy(target, ev)
-    inferred = Inferred(
+    inferred = GradientFit(
         per_sample_weight=ev.law(),
         coefficient_precision="bfloat16" if ev.bf16 else "float32",
         weight_by_group_size={str(G): {"law": lw, "why": why} for G, lw, why in ev.laws},
@@ -312,11 +312,11 @@ def audit_gradient(
     )
 
 
-def _split_step(target: Callable[..., Any], ev: _Evidence) -> dict[str, Any]:
+def _split_step(target: Callable[..., Any], ev: _Evidence) -> StepFit:
     """A step target's optimizer step, split as configured and unsplit (:mod:`grpo_identity.checks.steps`):
-    its findings go to ``ev``; the measurements come back as :attr:`Inferred.step`.  A step the framework's
-    own path cannot run is a note (the rest of the audit stands); a malformed geometry is the target's
-    usage error."""
+    its findings go to ``ev``; the measurements come back as a
+    :class:`~grpo_identity.checks.report.StepFit`.  A step the framework's own path cannot run is a note (the
+    rest of the audit stands); a malformed geometry is the target's usage error."""
     from grpo_identity.checks.steps import audit_step, check_geometry
     from grpo_identity.checks.target import TargetError, TargetImportError
 
@@ -351,11 +351,11 @@ def _split_step(target: Callable[..., Any], ev: _Evidence) -> dict[str, Any]:
     }
 
 
-def _off_policy(target: Callable[..., Any], ev: _Evidence) -> dict[str, Any]:
+def _off_policy(target: Callable[..., Any], ev: _Evidence) -> OffPolicyFit:
     """An off-policy target's step after the policy has moved (:mod:`grpo_identity.checks.offpolicy`): its
-    findings go to ``ev``; the measurements come back as :attr:`Inferred.off_policy`.  A target whose info does
-    not announce ``off_policy`` gets no probe; one that cannot run the step, or answers it malformed, gets a note
-    (the rest of the audit stands)."""
+    findings go to ``ev``; the measurements come back as an :class:`~grpo_identity.checks.report.OffPolicyFit`.
+    A target whose info does not announce ``off_policy`` gets no probe; one that cannot run the step, or answers
+    it malformed, gets a note (the rest of the audit stands)."""
     from grpo_identity.checks.offpolicy import audit_off_policy
     from grpo_identity.checks.target import TargetError
 
@@ -375,7 +375,7 @@ def _off_policy(target: Callable[..., Any], ev: _Evidence) -> dict[str, Any]:
         ev.findings.append(Finding("off_policy", message, {}, "note"))
         return {}
     ev.findings += findings
-    return out
+    return cast(OffPolicyFit, out)
 
 
 class AdvantageView:

@@ -25,13 +25,12 @@ import numpy as np
 
 from grpo_identity import closed_forms
 from grpo_identity.checks.properties import Tolerance, call_filter, call_target, kept_by_definition, precision_of
-from grpo_identity.checks.report import Inferred
+from grpo_identity.checks.report import AdvantageFit, FilterFit
 
 __all__ = [
     "PROBE_GROUP_SIZES",
     "SILENT_PROBE_VALUES",
     "NEAR_SILENT_OFFSETS",
-    "Inferred",
     "infer_dial",
     "fit_tolerance",
     "infer_keep_rule",
@@ -78,14 +77,17 @@ def _fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     return float(beta), float(gamma), resid
 
 
-def infer_dial(target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int, ...] = PROBE_GROUP_SIZES) -> Inferred:
+def infer_dial(
+    target: Callable[[np.ndarray, int], np.ndarray], sizes: tuple[int, ...] = PROBE_GROUP_SIZES
+) -> AdvantageFit:
     """Probe ``target`` with designed binary batches and fit the dial (see the module docstring).
 
     Raises :class:`PropertyViolation` when the output is malformed (shape, dtype); returns an
-    :class:`Inferred` with ``centre = None`` and ``why`` when no point of the dial fits.
+    :class:`~grpo_identity.checks.report.AdvantageFit` with ``centre = None`` and ``why`` when no point of the
+    dial fits.
     """
     outs = {G: call_target(target, probe_batch(G), G, "well_formed") for G in sizes}
-    inf = Inferred(precision=precision_of(np.concatenate(list(outs.values()))))
+    inf = AdvantageFit(precision=precision_of(np.concatenate(list(outs.values()))))
     for G, A in outs.items():
         M = A.reshape(-1, G)  # (G+3, G): one group per k, then the all-wrong groups
         inf.coefficients[G] = [float(k / G * M[k, :k].mean()) if 0 < k else 0.0 for k in range(G + 1)]
@@ -211,7 +213,7 @@ def fit_tolerance(precision: str) -> float:
     return max(min(30 * Tolerance.for_precision(precision).rtol, 0.1), 1e-12)
 
 
-def _fits(data: np.ndarray, inf: Inferred) -> list[tuple[int, float, dict[str, Any]]]:
+def _fits(data: np.ndarray, inf: AdvantageFit) -> list[tuple[int, float, dict[str, Any]]]:
     """(rank, residual, params) of every (centre, scale) candidate that fits within the precision's tolerance."""
     Gs, gap = data[:, 0], data[:, 2]
     fit_tol = fit_tolerance(inf.precision)
@@ -237,7 +239,7 @@ def _best_fit(fits: list[tuple[int, float, dict[str, Any]]], u: float) -> tuple[
     return best
 
 
-def _adopt(inf: Inferred, best: tuple[int, float, dict[str, Any]]) -> None:
+def _adopt(inf: AdvantageFit, best: tuple[int, float, dict[str, Any]]) -> None:
     """Write the chosen fit into ``inf``; α within its resolution of 1 reads as exactly 1."""
     p = best[2]
     inf.centre, inf.scale, inf.ddof, inf.eps, inf.eps_resolution = (
@@ -265,7 +267,7 @@ def infer_filter(
     target: Callable[[np.ndarray, int], np.ndarray],
     sizes: tuple[int, ...] = PROBE_GROUP_SIZES,
     rounding: Callable[[np.ndarray], np.ndarray] | None = None,
-) -> Inferred:
+) -> FilterFit:
     """The keep rule of a group filter, and the tolerance it keeps σ > 0 with.
 
     Designed batches of binary, silent and near-silent groups (σ > 0, tiny) say whether the filter
@@ -294,16 +296,14 @@ def infer_filter(
                 shown = ", ".join(f"{v:.12g}" for v in row[:8])  # 12 digits: 0.1 + 1e-9 reads apart from 0.1
                 first_bad = f"G={G}: group [{shown}{', …' if G > 8 else ''}] is {'kept' if keep[g] else 'dropped'}"
     if agree_dapo:
-        return Inferred(keep="nonzero_std", why="keeps exactly the groups with σ > 0", precision="bool")
+        return FilterFit(keep="nonzero_std", why="keeps exactly the groups with σ > 0")
     if agree_all:
-        return Inferred(keep="all", why="keeps every group", precision="bool")
+        return FilterFit(keep="all", why="keeps every group")
     if only_near:
         tol = keep_tolerance(target, seen)
         if tol is not None:
-            inf = Inferred(keep="nonzero_std", precision="bool", why=tol["why"])
-            inf.keep_tolerance, inf.keep_measure = tol["tolerance"], tol["measure"]
-            return inf
-    return Inferred(keep="other", why=first_bad, precision="bool")
+            return FilterFit("nonzero_std", tol["tolerance"], tol["measure"], why=tol["why"])
+    return FilterFit(keep="other", why=first_bad)
 
 
 #: spreads of the tolerance ladder: 1 down to 1e-12, 16 a decade

@@ -324,8 +324,8 @@ def audit_off_policy(
     seed: int = 0,
     weight: str = "constant",
 ) -> tuple[dict[str, Any], list[Finding]]:
-    """Probe an off-policy target (see the module docstring): the measurements (:attr:`Inferred.off_policy
-    <grpo_identity.checks.report.Inferred.off_policy>`) and their findings.  ``settings``: the target's
+    """Probe an off-policy target (see the module docstring): the measurements (:attr:`GradientFit.off_policy
+    <grpo_identity.checks.report.GradientFit.off_policy>`) and their findings.  ``settings``: the target's
     ``info["off_policy"]``, shown in the report; ``weight``: the per-sample weight law the gradient level
     named (:data:`~grpo_identity.checks.report.WEIGHTS`; 'constant', '1/length' or '1/step_tokens', constant
     within a batch), with which the identity is checked (another law: the identity is not checked)."""

@@ -1,13 +1,14 @@
 """The audit's result: one :class:`Report` per audit, whatever its level, rendered from data.
 
-A report holds the verdict, the preset the target matches, what the probes inferred (one
-:class:`Inferred` record: the dial at the advantage level, the per-sample weight at the gradient
-level), the findings and the tables.  A gradient-level audit folds the advantage-level audit of
-the same run in as ``advantage`` (a :class:`Report` too).  ``to_dict`` is the JSON the CLI prints;
-``format`` renders the same data as text, section by section, and never reads another report's
-text.  The verdict rules live in :mod:`grpo_identity.checks.verdict`.
+A report holds the verdict, the preset the target matches, what the probes inferred (a typed fit: the dial
+(:class:`AdvantageFit`), the keep rule of a filter (:class:`FilterFit`), or the per-sample weight, the split step
+and the off-policy step of the gradient level (:class:`GradientFit`)), the findings and the tables.  A
+gradient-level audit folds the advantage-level audit of the same run in as ``advantage`` (a :class:`Report` too).
+``to_dict`` is the JSON the CLI prints (every fit as one flat ``inferred`` object); ``format`` renders the same
+data as text, section by section, and never reads another report's text.  The verdict rules live in
+:mod:`grpo_identity.checks.verdict`.
 
->>> inf = Inferred(centre="mean", scale="none", alpha=1.0)
+>>> inf = AdvantageFit(centre="mean", scale="none", alpha=1.0)
 >>> r = Report("my_adv", "advantage", "advantage", "pass", "dr_grpo", None, inf, [])
 >>> r.to_dict()["verdict"], r.passed
 ('pass', True)
@@ -17,8 +18,9 @@ verdict: PASS   matches: dr_grpo   expected: any preset
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+import copy
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable, TypedDict
 
 import numpy as np
 
@@ -26,7 +28,23 @@ from grpo_identity import dial as D
 from grpo_identity.checks import KINDS, LEVELS
 from grpo_identity.foundation import format_table
 
-__all__ = ["VERDICTS", "SEVERITIES", "LEVELS", "KINDS", "WEIGHTS", "Finding", "Inferred", "Report", "AuditReport"]
+__all__ = [
+    "VERDICTS",
+    "SEVERITIES",
+    "LEVELS",
+    "KINDS",
+    "WEIGHTS",
+    "Finding",
+    "AdvantageFit",
+    "FilterFit",
+    "GradientFit",
+    "StepFit",
+    "OffPolicyFit",
+    "Fit",
+    "inferred_dict",
+    "Report",
+    "AuditReport",
+]
 
 #: the verdicts, best first
 VERDICTS = ("pass", "deviation", "fail")
@@ -75,11 +93,12 @@ class Finding:
 
 
 @dataclass
-class Inferred:
-    """What the probes tell about the target (``None`` where they tell nothing).
+class AdvantageFit:
+    """The advantage level: the point of the dial the target's advantages fit (``None`` where nothing fits), and
+    what else its probes measured.
 
-    The dial (centre, scale, ddof, ε, a constant factor, a keep rule for filters) from the
-    advantage level; the per-sample weight and its companions from the gradient level."""
+    The dial is centre, scale, ddof, ε and a constant factor α; :meth:`reference` computes the advantages it
+    predicts for any batch."""
 
     centre: str | None = None
     scale: str | None = None
@@ -91,14 +110,8 @@ class Inferred:
     dial, a bounded factor σ/√(σ² + ε) on c(k, G)."""
     alpha: float | None = None
     """A constant factor on the advantages (1 for every preset)."""
-    keep: str | None = None
-    """Filters only: 'nonzero_std', 'all' or 'other' (advantages cannot show a keep rule)."""
-    keep_tolerance: float | None = None
-    """Filters only: how far below σ > 0 a 'nonzero_std' filter still drops groups (None: exactly)."""
-    keep_measure: str | None = None
-    """What that tolerance is measured in: 'max − min', 'std (ddof 0)', 'std (ddof 1)', 'relative',
-    or a dtype's resolution ('float32 resolution')."""
     precision: str = "float64"
+    """The dtype the target computes in ('bool' for a filter), which sets the tolerances it is judged with."""
     fit_residual: float | None = None
     coupled: bool = False
     """The advantages of a group change with the other groups of the batch."""
@@ -110,32 +123,12 @@ class Inferred:
     """c(k, G) = (k/G)·Â₊ for k = 0…G, by probed G."""
     batch_std: dict[int, float] = field(default_factory=dict)
     """Population std of each probe batch (for batch-std dials)."""
-    why: str = ""
-    per_sample_weight: str | None = None
-    """Gradient level: a law of :data:`WEIGHTS` ('constant', '1/length', '1/step_tokens' …) or 'other'."""
-    coefficient_precision: str | None = None
-    """Gradient level: 'float32', or 'bfloat16' when the loss's coefficients are bf16 numbers."""
-    weight_by_group_size: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Gradient level: the weight law and its evidence at each probed G."""
-    silent_groups_zero_gradient: bool | None = None
-    uniform_within_answer: bool | None = None
-    """Gradient level: every token of an answer gets the same coefficient."""
-    step: dict[str, Any] = field(default_factory=dict)
-    """Gradient level, a framework's optimizer step as its trainer splits it (:mod:`grpo_identity.checks.steps`):
-    ``weight`` and ``weight_unsplit`` (the laws of the split and unsplit layouts), ``invariant``, ``layouts``,
-    ``settings``, ``ranks``, ``pieces`` (per micro-batch: rows, tokens, its weight over the unsplit step's) and
-    ``seconds`` (the two runs' wall time)."""
-    off_policy: dict[str, Any] = field(default_factory=dict)
-    """Gradient level, a step after the policy has moved (:mod:`grpo_identity.checks.offpolicy`):
-    ``importance_weight`` ('token', 'sequence' (GSPO), 'none' or 'other') with ``fit_residual``, ``kl_law``,
-    ``beta``, ``clipped_share`` and ``clip_rule_matches`` (against the configured ``clip``),
-    ``silent_groups_zero_gradient`` (and ``silent_size`` where not), ``identity_holds`` with the ``identity``
-    rows (c on- and off-policy per group, theorem G10), ``perturbation``, ``settings`` (the target's, e.g. where
-    its old log-probabilities come from) and ``seconds``; empty where the target announces no off-policy step."""
     aggregation: dict[str, Any] = field(default_factory=dict)
     """Advantage level, a driver that scores several reward components (:mod:`grpo_identity.checks.aggregation`):
     ``rule`` ('sum_then_normalize', 'normalize_then_sum' or 'other'), ``weights``, ``moved_reward_changes``,
     ``rescaled_component_changes``; empty where the audit did not probe it."""
+    why: str = ""
+    """Why no dial fits, or what the fit rests on, in words."""
 
     def describe(self) -> str:
         """The dial in a few words: ``centre mean, group_std (ddof 1, eps 0.0001)``."""
@@ -155,7 +148,6 @@ class Inferred:
             scale=self.scale,  # type: ignore[arg-type]
             ddof=self.ddof or 0,
             eps=float(self.eps or 0.0),
-            keep="nonzero_std" if self.keep == "nonzero_std" else "all",
             eps_where="variance" if self.eps_inside_sqrt else "std",
         )
 
@@ -183,6 +175,128 @@ class Inferred:
 
 
 @dataclass
+class FilterFit:
+    """A filter (kind 'filter' or 'row-filter'): the keep rule its kept groups fit."""
+
+    keep: str | None = None
+    """'nonzero_std', 'all' or 'other' (advantages cannot show a keep rule)."""
+    keep_tolerance: float | None = None
+    """How far below σ > 0 a 'nonzero_std' filter still drops groups (None: exactly)."""
+    keep_measure: str | None = None
+    """What that tolerance is measured in: 'max − min', 'std (ddof 0)', 'std (ddof 1)', 'relative',
+    or a dtype's resolution ('float32 resolution')."""
+    precision: str = "bool"
+    why: str = ""
+    """What the rule rests on, or the first group it gets wrong, in words."""
+
+    def describe(self) -> str:
+        """The keep rule in a few words: ``keeps nonzero_std (σ > 0 up to 1e-06 max − min)``."""
+        if self.keep is None:
+            return "no keep rule inferred"
+        within = f" (σ > 0 up to {self.keep_tolerance:.3g} {self.keep_measure})" if self.keep_tolerance else ""
+        return f"keeps {self.keep}{within}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class StepFit(TypedDict, total=False):
+    """A framework's optimizer step as its trainer splits it (:mod:`grpo_identity.checks.steps`); empty where the
+    target announces no step."""
+
+    weight: str
+    """The per-sample weight law of the split step (a key of :data:`WEIGHTS`, or 'other')."""
+    weight_unsplit: str
+    """The law of the same batch as one unsplit step."""
+    invariant: bool | None
+    layouts: dict[str, str]
+    """'split' and 'unsplit': each run's micro-batches, accumulation and ranks in words."""
+    settings: dict[str, Any]
+    ranks: str
+    """How the data-parallel ranks ran: one of :data:`~grpo_identity.checks.frameworks.contract.RANKS`."""
+    pieces: list[dict[str, Any]]
+    """Per micro-batch: step, rank, micro_batch, rows, tokens and its weight over the unsplit step's."""
+    objective: dict[str, Any]
+    """The step against the objective its loss type defines (:mod:`grpo_identity.checks.oracle`): ``name``,
+    ``formula``, ``setting``, ``factors`` (each optimizer step's scale on it) and ``seconds``."""
+    seconds: float
+    """The wall time of the split and the unsplit runs, together."""
+
+
+class OffPolicyFit(TypedDict, total=False):
+    """A step after the policy has moved (:mod:`grpo_identity.checks.offpolicy`); empty where the target announces
+    no off-policy step."""
+
+    importance_weight: str
+    """'token', 'sequence' (GSPO), 'none' or 'other'."""
+    importance_weight_means: str
+    fit_residual: float | None
+    nearest_law: str | None
+    kl_law: str | None
+    beta: float
+    clip: dict[str, Any]
+    """The configured ``epsilon``, ``epsilon_high`` and ``delta``."""
+    clipped_share: float | None
+    clip_predicted_share: float | None
+    clip_rule_matches: bool | None
+    """Against the configured ``clip``."""
+    clip_mismatched_tokens: int | None
+    clip_example: dict[str, Any] | None
+    silent_groups_zero_gradient: bool | None
+    silent_size: dict[str, Any]
+    """Where silent groups move: their coefficients' size against the non-silent answers'."""
+    identity_holds: bool | None
+    identity_weight: str
+    """The per-sample weight law the identity was checked with (the gradient level's)."""
+    identity: list[dict[str, Any]]
+    """Per group: c on- and off-policy, their ratio and the residual of theorem G10."""
+    perturbation: dict[str, Any]
+    settings: dict[str, Any]
+    """The target's (where its old log-probabilities come from, its importance-sampling level)."""
+    seconds: float
+
+
+@dataclass
+class GradientFit:
+    """The gradient level: the per-sample weight of the loss's gradient, the optimizer step as the trainer splits
+    it, and the step after the policy has moved; with the advantage level's fit of the same run (``dial``)."""
+
+    per_sample_weight: str | None = None
+    """A law of :data:`WEIGHTS` ('constant', '1/length', '1/step_tokens' …) or 'other'."""
+    coefficient_precision: str | None = None
+    """'float32', or 'bfloat16' when the loss's coefficients are bf16 numbers."""
+    weight_by_group_size: dict[str, dict[str, str]] = field(default_factory=dict)
+    """The weight law and its evidence at each probed G."""
+    silent_groups_zero_gradient: bool | None = None
+    uniform_within_answer: bool | None = None
+    """Every token of an answer gets the same coefficient."""
+    step: StepFit = field(default_factory=lambda: StepFit())
+    off_policy: OffPolicyFit = field(default_factory=lambda: OffPolicyFit())
+    advantage: AdvantageFit = field(default_factory=AdvantageFit)
+    """The advantage-level fit of the same run's advantages (empty where none was audited)."""
+
+    def describe(self) -> str:
+        """The advantage level's dial in a few words (:meth:`AdvantageFit.describe`)."""
+        return self.advantage.describe()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name != "advantage"}
+        return {**self.advantage.to_dict(), **out}
+
+
+#: what the probes tell about a target, one type per level and kind
+Fit = AdvantageFit | FilterFit | GradientFit
+#: the keys of ``Report.to_dict()["inferred"]``: every fit's fields, so one JSON shape serves every report
+INFERRED_KEYS = tuple(dict.fromkeys([*AdvantageFit().to_dict(), *FilterFit().to_dict(), *GradientFit().to_dict()]))
+
+
+def inferred_dict(fit: Fit) -> dict[str, Any]:
+    """``fit`` as the report's flat ``inferred`` object: its own fields over every other fit's defaults."""
+    blank = {**GradientFit().to_dict(), **FilterFit().to_dict(), **AdvantageFit().to_dict()}
+    return {**{k: blank[k] for k in INFERRED_KEYS}, **fit.to_dict()}
+
+
+@dataclass
 class Report:
     """One audit's result, at either level (see the module docstring)."""
 
@@ -192,7 +306,9 @@ class Report:
     verdict: str
     matches: str | None
     expected: str | None
-    inferred: Inferred
+    inferred: Fit
+    """What the probes tell: an :class:`AdvantageFit`, a :class:`FilterFit` (kind filter) or a :class:`GradientFit`
+    (level gradient).  ``to_dict`` writes every fit as one flat object (:func:`inferred_dict`)."""
     findings: list[Finding]
     factors: list[dict[str, Any]] = field(default_factory=list)
     """c_target / c_expected per G (at k = G/2, and min/max over k), for a deviation."""
@@ -225,7 +341,7 @@ class Report:
             "verdict": self.verdict,
             "matches": self.matches,
             "expected": self.expected,
-            "inferred": self.inferred.to_dict(),
+            "inferred": inferred_dict(self.inferred),
             "findings": [f.to_dict() for f in self.findings],
             "factors": self.factors,
             "coefficient_table": self.coefficient_table,
@@ -241,7 +357,7 @@ class Report:
     def format(self) -> str:
         """The report as text: head, the gradient section, the advantage section, the findings."""
         lines = _head(self)
-        if self.level == "gradient":
+        if isinstance(self.inferred, GradientFit):
             lines += _gradient_section(self.inferred, self.coefficient_table)
             lines += _step_section(self.inferred.step)
             lines += _off_policy_section(self.inferred.off_policy)
@@ -297,7 +413,7 @@ def _environment_line(env: dict[str, Any]) -> str:
     return line + (f"\n  note: {env['note']}" if env.get("note") else "")
 
 
-def _gradient_section(inf: Inferred, table: list[dict[str, Any]]) -> list[str]:
+def _gradient_section(inf: GradientFit, table: list[dict[str, Any]]) -> list[str]:
     law = inf.per_sample_weight
     yes = {True: "yes", False: "NO", None: "not measured"}
     lines = [
@@ -320,7 +436,7 @@ def _gradient_section(inf: Inferred, table: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _step_section(step: dict[str, Any]) -> list[str]:
+def _step_section(step: StepFit) -> list[str]:
     if not step:
         return []
     yes = {True: "yes", False: "NO", None: "not measured"}
@@ -354,7 +470,7 @@ def _factors_text(factors: list[float]) -> str:
     return f"{lo:.4g}×" if hi - lo <= 1e-9 else f"{lo:.4g}× … {hi:.4g}×"
 
 
-def _off_policy_section(off: dict[str, Any]) -> list[str]:
+def _off_policy_section(off: OffPolicyFit) -> list[str]:
     if not off:
         return []
     yes = {True: "yes", False: "NO", None: "not judged"}
@@ -408,12 +524,12 @@ def _num(x: Any) -> str:
 def _advantage_section(r: Report) -> list[str]:
     lines = [_dial_line(r)]
     inf = r.inferred
-    if r.kind == "advantage" and inf.silent_nonbinary_max_abs is not None:
+    if isinstance(inf, AdvantageFit) and r.kind == "advantage" and inf.silent_nonbinary_max_abs is not None:
         broken = any(f.property == "silent_groups_exactly_zero" for f in r.findings)
         binary = "NOT exactly 0 (see findings)" if broken else "exactly 0"
         lines.append(f"silent groups: binary {binary}; all-0.1-style groups |Â| ≤ {inf.silent_nonbinary_max_abs:.3g}")
     lines.append(f"properties: {len(r.properties)} run on {r.examples} hypothesis examples in {r.seconds:.1f} s")
-    if inf.aggregation:
+    if isinstance(inf, AdvantageFit) and inf.aggregation:
         weights = ", ".join(f"{w:g}" for w in inf.aggregation.get("weights", []))
         rule = inf.aggregation.get("rule")
         lines.append(f"reward components: {rule} (weights {weights}; see finding reward_aggregation)")
@@ -437,8 +553,10 @@ def _advantage_section(r: Report) -> list[str]:
 
 def _dial_line(r: Report) -> str:
     inf = r.inferred
-    if r.kind in ("filter", "row-filter"):
+    if isinstance(inf, FilterFit):
         return f"inferred keep rule: {inf.keep} ({inf.why})"
+    if isinstance(inf, GradientFit):
+        inf = inf.advantage
     if inf.centre is None:
         return f"inferred dial: none fits ({inf.why})"
     parts = [f"centre {inf.centre}", f"scale {inf.scale}"]

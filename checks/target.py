@@ -184,7 +184,7 @@ def malformed(out: Any, kind: str = "advantage") -> str | None:
 def output_issue(rewards: np.ndarray, passed: np.ndarray, out: Any, kind: str = "advantage") -> str | None:
     """What is wrong with one call besides the values, or ``None``: the input modified in place, or
     a list instead of an array.  A float dtype other than the rewards' is no issue: the target is
-    judged at the precision it computes in (``Inferred.precision``).
+    judged at the precision it computes in (``AdvantageFit.precision``).
 
     ``rewards``: the caller's array; ``passed``: the copy the target received; ``out``: its raw output.
     """

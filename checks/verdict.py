@@ -24,11 +24,11 @@
 
 Every rule takes the measured data and returns a :class:`Decision`; none prints or reads text.
 
->>> from grpo_identity.checks.report import Inferred
->>> inf = Inferred(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=1.0)
+>>> from grpo_identity.checks.report import AdvantageFit
+>>> inf = AdvantageFit(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=1.0)
 >>> advantage(inf, [], D.GRPO).verdict
 'pass'
->>> advantage(Inferred(centre="mean", scale="none", alpha=1.0), [], D.GRPO).findings[0].message
+>>> advantage(AdvantageFit(centre="mean", scale="none", alpha=1.0), [], D.GRPO).findings[0].message
 'wrong family: the target scales like centre mean, no std (c ∝ σ²), grpo expects c ∝ σ'
 """
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -44,7 +44,7 @@ import numpy as np
 from grpo_identity import dial as D
 from grpo_identity.checks.declared import Declared
 from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, fit_tolerance
-from grpo_identity.checks.report import VERDICTS, WEIGHTS, Finding, Inferred, Report
+from grpo_identity.checks.report import VERDICTS, WEIGHTS, AdvantageFit, FilterFit, Finding, GradientFit, Report
 from grpo_identity.variants import VARIANTS, Variant
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ def family(scale: str | None) -> str:
     return "sigma" if scale == "group_std" else "sigma_squared"
 
 
-def matches_preset(inf: Inferred, d: D.Dial) -> bool:
+def matches_preset(inf: AdvantageFit, d: D.Dial) -> bool:
     """Whether the inferred dial is the preset ``d`` (its keep rule aside), within ε's resolution."""
     if inf.centre != d.centre or inf.scale != d.scale or inf.alpha != 1.0 or inf.eps_inside_sqrt:
         return False
@@ -139,7 +139,7 @@ def matches_preset(inf: Inferred, d: D.Dial) -> bool:
     return abs(float(inf.eps or 0.0) - d.eps) <= max(inf.eps_resolution, 0.02 * d.eps)
 
 
-def _nearest(inf: Inferred) -> D.Dial | None:
+def _nearest(inf: AdvantageFit) -> D.Dial | None:
     fam = [d for d in D.PRESETS.values() if family(d.scale) == family(inf.scale) and d.keep == "all"]
     if not fam:
         return None
@@ -151,13 +151,13 @@ def _nearest(inf: Inferred) -> D.Dial | None:
     return min(fam, key=distance)
 
 
-def coefficient_tables(inf: Inferred, ref: D.Dial) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def coefficient_tables(inf: AdvantageFit, ref: D.Dial) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """c(k, G) of the target against ``ref`` at a few k per G, and the factor rows per G."""
     return _tables(inf, ref.name, _preset_c(ref))
 
 
 def _tables(
-    inf: Inferred, name: str, c_ref: Callable[[int, int], float]
+    inf: AdvantageFit, name: str, c_ref: Callable[[int, int], float]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """c(k, G) of the target against the reference ``c_ref`` (a preset's or a declared one)."""
     table, factors = [], []
@@ -183,7 +183,7 @@ def _tables(
     return table, factors
 
 
-def _ratios(inf: Inferred, c_ref: Callable[[int, int], float]) -> dict[int, np.ndarray]:
+def _ratios(inf: AdvantageFit, c_ref: Callable[[int, int], float]) -> dict[int, np.ndarray]:
     """c_target / c_reference for 0 < k < G, by probed G."""
     return {
         G: np.array([c[k] / c_ref(k, G) for k in range(1, G)], dtype=np.float64)
@@ -191,11 +191,11 @@ def _ratios(inf: Inferred, c_ref: Callable[[int, int], float]) -> dict[int, np.n
     }
 
 
-def group_size_factor(inf: Inferred, c_ref: Callable[[int, int], float]) -> dict[int, float] | None:
+def group_size_factor(inf: AdvantageFit, c_ref: Callable[[int, int], float]) -> dict[int, float] | None:
     """c_target / c_reference per probed G when it is one positive number per G (the same for every
     0 < k < G within :func:`~grpo_identity.checks.infer.fit_tolerance`), else None.
 
-    >>> inf = Inferred(coefficients={4: [0, 0.75 / 16, 1 / 16, 0.75 / 16, 0]})
+    >>> inf = AdvantageFit(coefficients={4: [0, 0.75 / 16, 1 / 16, 0.75 / 16, 0]})
     >>> group_size_factor(inf, lambda k, G: float(D.coefficient(k, G, D.DR_GRPO)))
     {4: 0.25}
     """
@@ -227,7 +227,7 @@ def name_group_size_factor(factor: dict[int, float], precision: str = "float64")
     return scaled[0] if scaled else None
 
 
-def _measured(inf: Inferred) -> bool:
+def _measured(inf: AdvantageFit) -> bool:
     """Every probed c(k, G), 0 < k < G, finite and positive: a table to compare, fit or no fit."""
     return bool(inf.coefficients) and all(
         math.isfinite(c[k]) and c[k] > 0 for G, c in inf.coefficients.items() for k in range(1, G)
@@ -238,7 +238,7 @@ def _per_g(factor: dict[int, float]) -> str:
     return ", ".join(f"G={G}: {f:.6g}" for G, f in factor.items())
 
 
-def _silent_residue(inf: Inferred) -> Finding | None:
+def _silent_residue(inf: AdvantageFit) -> Finding | None:
     res = inf.silent_nonbinary_max_abs
     if res is None or res <= 0:
         return None
@@ -260,7 +260,7 @@ def _silent_residue(inf: Inferred) -> Finding | None:
 
 
 def advantage(
-    inf: Inferred, findings: list[Finding], expect: D.Dial | None, declared: Declared | None = None
+    inf: AdvantageFit, findings: list[Finding], expect: D.Dial | None, declared: Declared | None = None
 ) -> Decision:
     """The advantage-level verdict (see the module docstring); a finding that is a deviation by
     itself (a lone answer pushed by its raw reward …) makes a pass a deviation.  ``declared``: a
@@ -271,7 +271,9 @@ def advantage(
     return decision
 
 
-def _advantage(inf: Inferred, findings: list[Finding], expect: D.Dial | None, declared: Declared | None) -> Decision:
+def _advantage(
+    inf: AdvantageFit, findings: list[Finding], expect: D.Dial | None, declared: Declared | None
+) -> Decision:
     findings = list(findings)
     residue = _silent_residue(inf)
     if residue is not None:
@@ -314,7 +316,7 @@ def _advantage(inf: Inferred, findings: list[Finding], expect: D.Dial | None, de
     return Decision("deviation", found.name if found else None, [*findings, deviation], factors, table)
 
 
-def _group_size_preset(inf: Inferred) -> tuple[D.Dial, dict[int, float]] | None:
+def _group_size_preset(inf: AdvantageFit) -> tuple[D.Dial, dict[int, float]] | None:
     """The first preset (one whose factor has a name first) whose c(k, G) the target's is times a
     factor of G alone, and that factor; None if none is."""
     found = []
@@ -334,7 +336,7 @@ def _preset_c(d: D.Dial) -> Callable[[int, int], float]:
 
 
 def _by_group_size(
-    inf: Inferred, findings: list[Finding], expect: D.Dial | None, near: D.Dial, factor: dict[int, float]
+    inf: AdvantageFit, findings: list[Finding], expect: D.Dial | None, near: D.Dial, factor: dict[int, float]
 ) -> Decision:
     """A target no dial fits whose c(k, G) is ``near``'s times ``factor`` (a number per G): a
     deviation from ``expect`` (or from ``near``) of the same family, a fail from the other."""
@@ -363,7 +365,7 @@ def _by_group_size(
     )
 
 
-def _against_declared(inf: Inferred, findings: list[Finding], declared: Declared) -> Decision:
+def _against_declared(inf: AdvantageFit, findings: list[Finding], declared: Declared) -> Decision:
     """The measured c(k, G) against the declared one (see the module docstring)."""
     table, factors = _tables(inf, declared.name, declared.at)
     ratios = _ratios(inf, declared.at)
@@ -401,7 +403,7 @@ def _against_declared(inf: Inferred, findings: list[Finding], declared: Declared
     return Decision("fail", None, [*findings, Finding("matches_declared", message, evidence)], factors, table)
 
 
-def _wrong_family(inf: Inferred, ref: D.Dial) -> Finding:
+def _wrong_family(inf: AdvantageFit, ref: D.Dial) -> Finding:
     mine, theirs = ("σ" if family(s) == "sigma" else "σ²" for s in (inf.scale, ref.scale))
     message = f"wrong family: the target scales like {inf.describe()} (c ∝ {mine}), {ref.name} expects c ∝ {theirs}"
     return Finding("matches_preset", message)
@@ -413,7 +415,7 @@ def _immaterial(factors: list[dict[str, Any]]) -> bool:
     return bool(vals) and all(math.isfinite(v) and abs(v - 1.0) < MATERIAL_FACTOR for v in vals)
 
 
-def _deviation_message(inf: Inferred, ref: D.Dial, factors: list[dict[str, Any]]) -> str:
+def _deviation_message(inf: AdvantageFit, ref: D.Dial, factors: list[dict[str, Any]]) -> str:
     why = []
     if inf.centre != ref.centre:
         why.append(f"centre {inf.centre} instead of {ref.centre}")
@@ -447,7 +449,7 @@ _DIAL_ONLY = ("dial", "matches_dial")
 
 
 def named_variant(
-    decision: Decision, inf: Inferred, found: Recognition | None, want: Variant | None, named: bool
+    decision: Decision, inf: AdvantageFit, found: Recognition | None, want: Variant | None, named: bool
 ) -> Decision:
     """The advantage decision once the target's variant is known (:mod:`grpo_identity.checks.recognise`).
 
@@ -486,7 +488,7 @@ def named_variant(
     return Decision(verdict, v.name, findings, factors, table)
 
 
-def _measured_table(inf: Inferred) -> list[dict[str, Any]]:
+def _measured_table(inf: AdvantageFit) -> list[dict[str, Any]]:
     """The target's c(k, G) = (k/G)·Â₊ on the probe batches, with no reference to compare (a variant
     with no per-group coefficient)."""
     return [
@@ -549,7 +551,7 @@ def _binary_example(example: dict[str, Any]) -> bool:
 
 
 # --- filters -------------------------------------------------------------------------------------
-def keep_rule(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> Decision:
+def keep_rule(inf: FilterFit, findings: list[Finding], expect: D.Dial | None) -> Decision:
     """The filter verdict: the inferred keep rule against the expected one (any preset's if none)."""
     findings = list(findings)
     want = expect.keep if expect is not None else None
@@ -572,7 +574,7 @@ def keep_rule(inf: Inferred, findings: list[Finding], expect: D.Dial | None) -> 
 
 
 # --- gradient level ------------------------------------------------------------------------------
-def gradient(inf: Inferred, findings: list[Finding], table: list[dict[str, Any]], expect: D.Dial | None) -> Decision:
+def gradient(inf: GradientFit, findings: list[Finding], table: list[dict[str, Any]], expect: D.Dial | None) -> Decision:
     """The gradient-level verdict: fail on a failing finding (the split step's ``split_invariance``,
     ``masked_normaliser``, ``group_slicing``; off-policy, ``off_policy_silent_groups`` and
     ``identity_off_policy`` among them); else a deviation for a deviation-severity finding (a split that
@@ -608,8 +610,8 @@ def combine(grad: Report, adv: Report) -> Report:
         form = next((f.counterexample.get("form") for f in adv.findings if f.property == "variant"), None)
         own = [_by_design(f, variant, form, expected) for f in own]
     levels = [f.severity for f in own if f.severity in VERDICTS]
-    gradient_fields = {k: getattr(grad.inferred, k) for k in _GRADIENT_FIELDS}
-    inferred = Inferred(**copy.deepcopy({**adv.inferred.__dict__, **gradient_fields}))
+    assert isinstance(grad.inferred, GradientFit) and isinstance(adv.inferred, AdvantageFit)
+    inferred = replace(grad.inferred, advantage=copy.deepcopy(adv.inferred))
     return Report(
         target=grad.target,
         level="gradient",
@@ -626,15 +628,3 @@ def combine(grad: Report, adv: Report) -> Report:
         target_info=grad.target_info,
         advantage=adv,
     )
-
-
-#: the fields of :class:`Inferred` the gradient level measures
-_GRADIENT_FIELDS = (
-    "per_sample_weight",
-    "coefficient_precision",
-    "weight_by_group_size",
-    "silent_groups_zero_gradient",
-    "uniform_within_answer",
-    "step",
-    "off_policy",
-)

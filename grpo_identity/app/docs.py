@@ -332,7 +332,12 @@ def _json_type(tp: Any, refs: dict[type, str]) -> dict[str, Any]:
         return {"$ref": refs[tp]}
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        options = [_json_type(a, refs) for a in args if a is not type(None)]
+        options = []
+        for a in args:  # one option per distinct schema (the three fits are one object)
+            if a is not type(None) and _json_type(a, refs) not in options:
+                options.append(_json_type(a, refs))
+        if len(options) == 1 and type(None) not in args:
+            return options[0]
         nullable = type(None) in args
         if len(options) == 1 and "type" in options[0] and nullable:
             return {**options[0], "type": [options[0]["type"], "null"]}
@@ -348,20 +353,30 @@ def _json_type(tp: Any, refs: dict[type, str]) -> dict[str, Any]:
     raise TypeError(f"no JSON type for {tp!r}")
 
 
-def _object_schema(cls: type, refs: dict[type, str], required: list[str], enums: dict[str, tuple[str, ...]]) -> dict:
-    hints = typing.get_type_hints(cls)
-    docs = _attribute_docs(cls)
+def _object_schema(
+    classes: tuple[type, ...],
+    refs: dict[type, str],
+    required: list[str],
+    enums: dict[str, tuple[str, ...]],
+    description: str | None = None,
+) -> dict:
+    """One JSON object of the fields of ``classes`` (dataclasses or TypedDicts), the first class's field first where
+    two have the same name; a dataclass field whose type is one of ``classes`` is flattened into the object."""
     props: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        schema = _json_type(hints[f.name], refs)
-        if f.name in enums:
-            schema["enum"] = list(enums[f.name]) + ([None] if "null" in schema.get("type", []) else [])
-        if docs.get(f.name):
-            schema["description"] = docs[f.name]
-        props[f.name] = schema
+    for cls in classes:
+        hints, docs = typing.get_type_hints(cls), _attribute_docs(cls)
+        for name in [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else list(hints):
+            if name in props or hints[name] in classes:
+                continue
+            schema = _json_type(hints[name], refs)
+            if name in enums:
+                schema["enum"] = list(enums[name]) + ([None] if "null" in schema.get("type", []) else [])
+            if docs.get(name):
+                schema["description"] = docs[name]
+            props[name] = schema
     return {
         "type": "object",
-        "description": _first_paragraph(cls.__doc__),
+        "description": description or _first_paragraph(classes[0].__doc__),
         "properties": props,
         "required": required,
         "additionalProperties": False,
@@ -371,22 +386,33 @@ def _object_schema(cls: type, refs: dict[type, str], required: list[str], enums:
 def report_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of ``Report.to_dict()`` (``grpo-identity audit --json``),
     derived from the fields and types of :class:`~grpo_identity.checks.report.Report`,
-    :class:`~grpo_identity.checks.report.Finding` and :class:`~grpo_identity.checks.report.Inferred`;
-    the keys every report has are those ``to_dict`` writes for an empty report."""
+    :class:`~grpo_identity.checks.report.Finding` and the fits (``inferred``: the fields of
+    :class:`~grpo_identity.checks.report.AdvantageFit`, :class:`~grpo_identity.checks.report.FilterFit` and
+    :class:`~grpo_identity.checks.report.GradientFit` in one object); the keys every report has are those
+    ``to_dict`` writes for an empty report."""
     from grpo_identity.checks import KINDS, LEVELS
+    from grpo_identity.checks import report as R
     from grpo_identity.checks.findings import FINDINGS
-    from grpo_identity.checks.report import SEVERITIES, VERDICTS, Finding, Inferred, Report
 
-    refs = {Report: "#", Finding: "#/$defs/Finding", Inferred: "#/$defs/Inferred"}
-    empty = Report("t", LEVELS[0], KINDS[0], VERDICTS[0], None, None, Inferred(), [])
-    enums = {"level": LEVELS, "kind": KINDS, "verdict": VERDICTS, "severity": SEVERITIES, "property": tuple(FINDINGS)}
+    fits = (R.AdvantageFit, R.FilterFit, R.GradientFit)
+    refs: dict[type, str] = {R.Report: "#", R.Finding: "#/$defs/Finding", R.StepFit: "#/$defs/StepFit"}
+    refs[R.OffPolicyFit] = "#/$defs/OffPolicyFit"
+    refs |= {fit: "#/$defs/Inferred" for fit in fits}
+    empty = R.Report("t", LEVELS[0], KINDS[0], R.VERDICTS[0], None, None, R.AdvantageFit(), [])
+    enums = {"level": LEVELS, "kind": KINDS, "verdict": R.VERDICTS, "severity": R.SEVERITIES}
+    enums["property"] = tuple(FINDINGS)
+    inferred = (
+        "What the probes tell about the target: every field of the three fits, the one of its level and kind set."
+    )
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "grpo-identity audit report",
-        **_object_schema(Report, refs, list(empty.to_dict()), enums),
+        **_object_schema((R.Report,), refs, list(empty.to_dict()), enums),
         "$defs": {
-            "Finding": _object_schema(Finding, refs, list(Finding("probe", "m").to_dict()), enums),
-            "Inferred": _object_schema(Inferred, refs, list(Inferred().to_dict()), enums),
+            "Finding": _object_schema((R.Finding,), refs, list(R.Finding("probe", "m").to_dict()), enums),
+            "Inferred": _object_schema(fits, refs, list(R.INFERRED_KEYS), enums, inferred),
+            "StepFit": _object_schema((R.StepFit,), refs, [], enums),
+            "OffPolicyFit": _object_schema((R.OffPolicyFit,), refs, [], enums),
         },
     }
     return schema
@@ -422,7 +448,10 @@ def report_schema() -> str:
         + "What `grpo-identity audit --json` prints and `Report.to_dict()` returns, derived from the "
         "report's dataclasses when the site is built "
         "([`Report`][grpo_identity.checks.report.Report], [`Finding`][grpo_identity.checks.report.Finding], "
-        "[`Inferred`][grpo_identity.checks.report.Inferred]). The schema (JSON Schema draft 2020-12) is also "
+        "the fits [`AdvantageFit`][grpo_identity.checks.report.AdvantageFit], "
+        "[`FilterFit`][grpo_identity.checks.report.FilterFit] and "
+        "[`GradientFit`][grpo_identity.checks.report.GradientFit], "
+        "written as one `inferred` object). The schema (JSON Schema draft 2020-12) is also "
         "served as [report-schema.json](report-schema.json).\n\n"
         + f"## Report\n\n{_doc(schema['description'])} A gradient-level report holds the advantage-level "
         "report of the same run under `advantage`.\n\n"
@@ -431,6 +460,10 @@ def report_schema() -> str:
         + _table(headers, _field_rows(schema["$defs"]["Finding"]))
         + f"\n## Inferred\n\n{_doc(schema['$defs']['Inferred']['description'])}\n\n"
         + _table(headers, _field_rows(schema["$defs"]["Inferred"]))
+        + f"\n## StepFit\n\n{_doc(schema['$defs']['StepFit']['description'])}\n\n"
+        + _table(headers, _field_rows(schema["$defs"]["StepFit"]))
+        + f"\n## OffPolicyFit\n\n{_doc(schema['$defs']['OffPolicyFit']['description'])}\n\n"
+        + _table(headers, _field_rows(schema["$defs"]["OffPolicyFit"]))
         + "\n## The schema\n\n```json\n"
         + json.dumps(schema, indent=2, ensure_ascii=False)
         + "\n```\n"

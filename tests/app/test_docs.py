@@ -171,6 +171,10 @@ def test_the_schema_rejects_a_key_the_report_does_not_have_and_a_missing_one():
     assert not validator.is_valid({**report, "verdict": "maybe"})
     bad_finding = {**report, "findings": [{"property": "x", "message": "m", "counterexample": {}, "severity": "bad"}]}
     assert not validator.is_valid(bad_finding)
+    assert validator.is_valid({**report, "inferred": {**report["inferred"], "step": {"ranks": "processes"}}})
+    for part in ("step", "off_policy"):  # the step's and the off-policy step's keys are typed too
+        assert not validator.is_valid({**report, "inferred": {**report["inferred"], part: {"unknown": 1}}})
+    assert not validator.is_valid({**report, "inferred": {**report["inferred"], "step": {"ranks": 2}}})
 
 
 def test_the_schema_describes_each_field_from_its_docstring_and_its_type():
@@ -180,6 +184,14 @@ def test_the_schema_describes_each_field_from_its_docstring_and_its_type():
     assert inferred["eps"]["type"] == ["number", "null"]
     assert inferred["coefficients"]["additionalProperties"] == {"type": "array", "items": {"type": "number"}}
     assert "advantages of a group change with the other groups" in inferred["coupled"]["description"]
+    assert inferred["keep"]["type"] == ["string", "null"] and inferred["per_sample_weight"]["type"] == [
+        "string",
+        "null",
+    ]
+    assert "advantage" not in inferred  # a gradient fit's advantage fit is written flat
+    assert inferred["step"]["$ref"] == "#/$defs/StepFit" and inferred["off_policy"]["$ref"] == "#/$defs/OffPolicyFit"
+    step = schema["$defs"]["StepFit"]["properties"]
+    assert step["ranks"]["type"] == "string" and "objective" in step["objective"]["description"]
     assert schema["properties"]["advantage"]["anyOf"] == [{"$ref": "#"}, {"type": "null"}]  # Report | None
     assert "advantage" not in schema["required"] and "verdict" in schema["required"]
     page = docs.report_schema()

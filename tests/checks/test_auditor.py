@@ -256,13 +256,13 @@ class _Components:
 
 def test_a_target_that_scores_reward_components_gets_its_aggregation_rule_recorded():
     from grpo_identity.checks.auditor import _aggregation
-    from grpo_identity.checks.report import Inferred
+    from grpo_identity.checks.report import AdvantageFit
 
-    inf = Inferred()
+    inf = AdvantageFit()
     findings = _aggregation(_Components(), inf)
     assert inf.aggregation["rule"] == "normalize_then_sum" and inf.aggregation["weights"] == [1.0, 0.5]
     assert [f.property for f in findings] == ["reward_aggregation"] and findings[0].severity == "note"
-    plain = Inferred()
+    plain = AdvantageFit()
     assert _aggregation(lambda r, G: r, plain) == [] and plain.aggregation == {}
 
 

@@ -1,6 +1,6 @@
-"""The audit's result (``checks.report``): one ``Report`` for both levels, its ``Inferred`` record
-read by attribute (the dial it names, the reference it implies), its JSON and its text rendered
-from the same data.  (Named ``test_checks_report`` beside ``tests/app/test_report.py``.)"""
+"""The audit's result (``checks.report``): one ``Report`` for both levels, its typed fit read by attribute
+(the dial it names, the reference it implies), its JSON (one flat ``inferred`` object whatever the fit) and its
+text rendered from the same data.  (Named ``test_checks_report`` beside ``tests/app/test_report.py``.)"""
 
 from __future__ import annotations
 
@@ -10,29 +10,40 @@ import numpy as np
 import pytest
 
 from grpo_identity import dial as D
-from grpo_identity.checks.report import AuditReport, Finding, Inferred, Report
+from grpo_identity.checks.report import (
+    INFERRED_KEYS,
+    AdvantageFit,
+    AuditReport,
+    FilterFit,
+    Finding,
+    GradientFit,
+    Report,
+    inferred_dict,
+)
 
 
-def test_the_inferred_dial_keeps_every_group_unless_a_filter_said_otherwise():
-    inf = Inferred(centre="mean", scale="group_std", ddof=1, eps=1e-4)
-    assert inf.dial() is not None and inf.dial().same_point(D.TRL)
-    inf.keep = "nonzero_std"
-    assert inf.dial().same_point(D.TRL.replace(keep="nonzero_std"))
+def test_the_inferred_dial_is_the_fits_point_and_keeps_every_group():
+    inf = AdvantageFit(centre="mean", scale="group_std", ddof=1, eps=1e-4)
+    assert inf.dial() is not None and inf.dial().same_point(D.TRL) and inf.dial().keep == "all"
+    assert not inf.dial().same_point(D.TRL.replace(keep="nonzero_std"))
+    inside = AdvantageFit(centre="mean", scale="group_std", ddof=0, eps=1e-4, eps_inside_sqrt=True).dial()
+    assert inside is not None and inside.eps_where == "variance"
 
 
 def test_the_inferred_reference_carries_the_constant_factor():
     r = np.array([1.0, 0.0, 0.0, 0.0])
-    ref = Inferred(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=2.0).reference()
+    ref = AdvantageFit(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=2.0).reference()
     assert ref is not None and np.array_equal(ref(r, 4), 2.0 * D.advantages(r, 4, D.GRPO))
     assert np.array_equal(
-        Inferred(centre="mean", scale="none", alpha=None).reference()(r, 4), D.advantages(r, 4, D.DR_GRPO)
+        AdvantageFit(centre="mean", scale="none", alpha=None).reference()(r, 4), D.advantages(r, 4, D.DR_GRPO)
     )
-    assert Inferred().dial() is None and Inferred().reference() is None
+    assert AdvantageFit().dial() is None and AdvantageFit().reference() is None
 
 
 def _gradient_report():
-    adv = Report("fn", "advantage", "advantage", "pass", "dr_grpo", None, Inferred(centre="mean", scale="none"), [])
-    inferred = Inferred(centre="mean", scale="none", per_sample_weight="1/length", silent_groups_zero_gradient=True)
+    adv = Report("fn", "advantage", "advantage", "pass", "dr_grpo", None, AdvantageFit(centre="mean", scale="none"), [])
+    dial = AdvantageFit(centre="mean", scale="none")
+    inferred = GradientFit(per_sample_weight="1/length", silent_groups_zero_gradient=True, advantage=dial)
     finding = Finding("per_sample_weight", "per-sample weight 1/length", {"group_size": 4}, "deviation")
     return Report("fn", "gradient", "advantage", "deviation", "dr_grpo", None, inferred, [finding], advantage=adv)
 
@@ -40,13 +51,38 @@ def _gradient_report():
 def test_a_report_is_read_by_attribute_and_its_json_is_a_dict():
     report = _gradient_report()
     assert AuditReport is Report and report.passed and report.properties_run == report.properties
-    assert report.inferred.per_sample_weight == "1/length" and report.inferred.centre == "mean"
+    assert isinstance(report.inferred, GradientFit)
+    assert report.inferred.per_sample_weight == "1/length" and report.inferred.advantage.centre == "mean"
     with pytest.raises(TypeError):
         report.inferred["centre"]  # noqa: B018
     out = json.loads(json.dumps(report.to_dict()))
     assert out["inferred"]["per_sample_weight"] == "1/length" and out["inferred"]["centre"] == "mean"
     assert out["advantage"]["level"] == "advantage" and out["findings"][0]["severity"] == "deviation"
-    assert not Report("fn", "advantage", "advantage", "fail", None, None, Inferred(), []).passed
+    assert not Report("fn", "advantage", "advantage", "fail", None, None, AdvantageFit(), []).passed
+
+
+@pytest.mark.parametrize(
+    "fit",
+    [AdvantageFit(centre="mean", scale="none"), FilterFit(keep="nonzero_std", keep_tolerance=1e-6), GradientFit()],
+    ids=["advantage", "filter", "gradient"],
+)
+def test_every_fit_is_written_as_the_same_flat_inferred_object_with_its_own_fields_set(fit):
+    out = inferred_dict(fit)
+    assert tuple(out) == INFERRED_KEYS and len(INFERRED_KEYS) == len(set(INFERRED_KEYS))
+    assert "advantage" not in out  # a gradient fit's advantage fit is flattened, not nested
+    own = fit.to_dict()
+    assert {k: out[k] for k in own} == own
+    assert out["precision"] == ("bool" if isinstance(fit, FilterFit) else "float64")
+    assert json.loads(json.dumps(out)) == out
+
+
+def test_a_gradient_fit_writes_its_advantage_fit_beside_its_own_fields():
+    fit = GradientFit(per_sample_weight="constant", step={"ranks": "processes"}, advantage=AdvantageFit(ddof=1))
+    out = inferred_dict(fit)
+    assert out["ddof"] == 1 and out["per_sample_weight"] == "constant" and out["step"] == {"ranks": "processes"}
+    assert out["keep"] is None and out["off_policy"] == {}
+    out["step"]["ranks"] = "one"
+    assert fit.step == {"ranks": "processes"}  # the dict is a copy
 
 
 def test_the_text_shows_the_gradient_section_then_the_advantage_section_then_the_findings():
@@ -66,7 +102,7 @@ def test_the_head_lists_what_the_driver_forced_and_the_defaults_it_chose_for_any
         "ignored": ["model_name_or_path"],
         "note": "num_generations set by each probe",
     }
-    r = Report("verl", "advantage", "advantage", "pass", "verl", None, Inferred(centre="mean", scale="none"), [])
+    r = Report("verl", "advantage", "advantage", "pass", "verl", None, AdvantageFit(centre="mean", scale="none"), [])
     r.target_info = {"framework": "verl", "driver_settings": settings}
     lines = r.format().splitlines()
     assert "driver settings: use_cpu True (yours False), report_to none; num_generations set by each probe" in lines
@@ -74,3 +110,13 @@ def test_the_head_lists_what_the_driver_forced_and_the_defaults_it_chose_for_any
     assert "ignored (keys of the framework's script, not of its trainer): model_name_or_path" in lines
     r.target_info = {"framework": "areal", "driver_settings": {"forced": {}, "defaults": {}, "ignored": [], "note": ""}}
     assert not [ln for ln in r.format().splitlines() if ln.startswith(("driver", "ignored"))]
+
+
+def test_every_fit_describes_itself_in_a_few_words():
+    assert AdvantageFit(centre="mean", scale="group_std", ddof=1, eps=1e-4).describe() == (
+        "centre mean, group_std (ddof 1, eps 0.0001)"
+    )
+    tolerant = FilterFit(keep="nonzero_std", keep_tolerance=1e-6, keep_measure="max − min")
+    assert tolerant.describe() == "keeps nonzero_std (σ > 0 up to 1e-06 max − min)"
+    assert FilterFit(keep="all").describe() == "keeps all" and FilterFit().describe() == "no keep rule inferred"
+    assert GradientFit(advantage=AdvantageFit(centre="mean", scale="none")).describe() == "centre mean, no std"

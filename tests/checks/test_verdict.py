@@ -6,6 +6,7 @@ the worse verdict wins."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from grpo_identity import dial as D
 from grpo_identity.checks import audit
 from grpo_identity.checks import verdict as V
-from grpo_identity.checks.report import Inferred
+from grpo_identity.checks.report import AdvantageFit
 
 
 def dial_fn(d):
@@ -31,10 +32,10 @@ def test_the_worse_verdict_wins():
 
 
 def test_a_preset_is_matched_by_its_point_of_the_dial_not_its_family():
-    trl = Inferred(centre="mean", scale="group_std", ddof=1, eps=1e-4, alpha=1.0)
+    trl = AdvantageFit(centre="mean", scale="group_std", ddof=1, eps=1e-4, alpha=1.0)
     assert V.matches_preset(trl, D.TRL) and not V.matches_preset(trl, D.GRPO)
-    assert not V.matches_preset(Inferred(**{**trl.__dict__, "alpha": 2.0}), D.TRL)
-    assert not V.matches_preset(Inferred(**{**trl.__dict__, "eps_inside_sqrt": True}), D.TRL)
+    assert not V.matches_preset(replace(trl, alpha=2.0), D.TRL)
+    assert not V.matches_preset(replace(trl, eps_inside_sqrt=True), D.TRL)
 
 
 @pytest.mark.parametrize("eps, matches", [(1.3e-4, False), (0.7e-4, False), (1.01e-4, True)])
@@ -84,7 +85,7 @@ def test_audit_of_the_wrong_family_fails():
     ids=["above", "below"],
 )
 def test_a_silent_residue_fails_above_the_threshold_and_is_a_note_below(residue, verdict, severity):
-    inf = Inferred(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=1.0)
+    inf = AdvantageFit(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=1.0)
     inf.silent_nonbinary_max_abs, inf.silent_nonbinary_worst = residue, {"value": 0.1, "G": 4}
     decision = V.advantage(inf, [], D.GRPO)
     found = [f for f in decision.findings if f.property == "silent_nonbinary_groups_zero"]
@@ -93,7 +94,7 @@ def test_a_silent_residue_fails_above_the_threshold_and_is_a_note_below(residue,
 
 
 def test_a_non_finite_silent_residue_fails():
-    inf = Inferred(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=1.0, silent_nonbinary_max_abs=np.inf)
+    inf = AdvantageFit(centre="mean", scale="group_std", ddof=0, eps=0.0, alpha=1.0, silent_nonbinary_max_abs=np.inf)
     assert V.advantage(inf, [], D.GRPO).verdict == "fail"
 
 
