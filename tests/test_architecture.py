@@ -33,6 +33,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "grpo_identity.data",
         "grpo_identity.paper",
         "grpo_identity.provenance",
+        "grpo_identity.claims",
     ),
     "formulas": ("grpo_identity.formulas", "grpo_identity.registry"),
     "closed_forms": ("grpo_identity.closed_forms", "grpo_identity.allocation"),

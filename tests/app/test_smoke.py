@@ -48,15 +48,19 @@ def _rates(tmp_path):
 @pytest.fixture
 def cheap_verify(monkeypatch):
     """verify with every stage replaced by one passing item: the command layer, not the job."""
-    from grpo_identity.app import verify as V
+    from grpo_identity import claims
+    from grpo_identity.analysis import claims as AC
+    from grpo_identity.checks import claims as CC
+    from grpo_identity.proofs import claims as PC
+    from grpo_identity.trainer import claims as TC
 
-    one = lambda section: [V._item(section, f"{section} smoke item", 1, 1, True)]  # noqa: E731
-    for stage in ("_proofs", "_closed_forms", "_stored_lm"):
-        monkeypatch.setattr(V, stage, lambda stage=stage: one(stage))
-    monkeypatch.setattr(V, "_audits", lambda frameworks, n: one("audits"))
-    monkeypatch.setattr(V, "_bernoulli", lambda solve_rates=None, spread_path=None: one("bernoulli"))
-    monkeypatch.setattr(V, "_dapo_fit", lambda curve, solve_rates: one("dapo"))
-    monkeypatch.setattr(V, "_realdata", lambda solve_rates: one("realdata"))
+    one = lambda section: [claims.checked(section, f"{section} smoke item", 1, 1, True)]  # noqa: E731
+    for module, stage in ((PC, "theorems"), (AC, "closed_forms"), (TC, "stored_lm")):
+        monkeypatch.setattr(module, stage, lambda stage=stage: one(stage))
+    monkeypatch.setattr(CC, "audits", lambda frameworks, n: one("audits"))
+    monkeypatch.setattr(TC, "controlled_run", lambda solve_rates=None, spread_path=None: one("bernoulli"))
+    monkeypatch.setattr(AC, "dapo_fit", lambda curve, solve_rates: one("dapo"))
+    monkeypatch.setattr(AC, "big_math", lambda solve_rates: one("realdata"))
 
 
 #: name -> (argv with {tmp} and {rates} to fill, a header line of the table, keys of the JSON)

@@ -79,7 +79,7 @@ def test_the_registry_row_gives_the_settings_a_report_names_verifys_audits_and_t
     import importlib.util as iu
     from pathlib import Path
 
-    from grpo_identity.app import verify
+    from grpo_identity.checks import claims
     from grpo_identity.checks.frameworks import registry, setting_for
     from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
 
@@ -88,7 +88,7 @@ def test_the_registry_row_gives_the_settings_a_report_names_verifys_audits_and_t
         == "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum"
     )
     assert setting_for("areal", "per_sample_weight", "constant") is None and setting_for("nope", "preset", "x") is None
-    assert verify._FRAMEWORK_AUDITS == (
+    assert claims.FRAMEWORK_AUDITS == (
         ("trl", "trl", "grpo"),
         ("verl", "verl:grpo", "grpo"),
         ("verl", "verl:grpo_vectorized", "grpo"),

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             },
             ("bernoulli.png", lambda path: plot_bernoulli(result, path)),
         )
-    from grpo_identity.app.verify import IDENTITY_ABS_TOL
+    from grpo_identity.trainer.claims import IDENTITY_ABS_TOL
 
     err = result["identity_max_abs_err"]
     holds = err <= IDENTITY_ABS_TOL  # False for NaN
