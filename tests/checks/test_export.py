@@ -110,10 +110,10 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, capsys, tmp_path, monkeyp
     assert os.listdir(tmp_path) == ["fifo.py"]  # nothing written
 
 
-def _pytest(python: str, folder: Path) -> subprocess.CompletedProcess:
+def _pytest(python: str, folder: Path, *options: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_IDENTITY", "PYTEST"))}
     return subprocess.run(
-        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "."],
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, "."],
         cwd=folder,
         env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True,
@@ -122,17 +122,18 @@ def _pytest(python: str, folder: Path) -> subprocess.CompletedProcess:
     )
 
 
-#: a shared factor planted in any framework: every loss halved before its backward (as 1/GA applied twice with GA 2)
-PLANTED = """import torch
-
-_backward = torch.Tensor.backward
-
-
-def backward(self, *a, **k):
-    return _backward(self * 0.5, *a, **k)
+#: a shared factor planted in any framework: every loss halved before its backward (as 1/GA applied twice with GA 2),
+#: in the tests of the folder this conftest is in, from before their module's step runs to the end of the module
+PLANTED = """import pytest
+import torch
 
 
-torch.Tensor.backward = backward
+@pytest.fixture(autouse=True, scope="module")
+def halved_backward():
+    backward = torch.Tensor.backward
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "backward", lambda self, *a, **k: backward(self * 0.5, *a, **k))
+        yield
 """
 _A = "actor_rollout_ref.actor."
 #: (framework, release, its --set): a configuration whose first step meets its objective on that release
@@ -161,18 +162,29 @@ def _export(framework, release, sets, out):
 @pytest.mark.parametrize("framework, release, sets", PASSING)
 def test_an_exported_test_passes_on_its_release_and_fails_on_a_planted_factor(framework, release, sets, tmp_path,
                                                                                 capsys):  # fmt: skip
+    """One pytest run of the pack twice: as exported (it passes) and beside a conftest that halves every loss
+    (it fails, naming the factor); one run, so the framework is imported once."""
     from frameworks._support import env_or_skip  # tests/checks/frameworks (this folder is on the path)
 
     env = env_or_skip(framework, release)
-    assert _export(framework, release, sets, tmp_path / f"test_{framework}.py") == 0
+    clean, planted = tmp_path / "clean", tmp_path / "planted"
+    clean.mkdir()
+    assert _export(framework, release, sets, clean / f"test_{framework}.py") == 0
     said = json.loads(capsys.readouterr().out)
     assert said["factor"] == pytest.approx(1.0, abs=1e-3) and said["release"] == release
-    done = _pytest(env.python, tmp_path)
-    assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-2000:]
     probe = subprocess.run([env.python, "-c", "import grpo_identity"], capture_output=True, cwd=tmp_path)
-    assert probe.returncode != 0  # the file ran where this project cannot be imported
-    (tmp_path / "conftest.py").write_text(PLANTED)
-    done = _pytest(env.python, tmp_path)
+    assert probe.returncode != 0  # the file runs where this project cannot be imported
+    planted.mkdir()
+    (planted / f"test_{framework}_planted.py").write_text((clean / f"test_{framework}.py").read_text())
+    (planted / "conftest.py").write_text(PLANTED)
+    done = _pytest(env.python, tmp_path, "-rA")
+    outcomes = sorted(ln.split(" - ")[0] for ln in done.stdout.splitlines() if ln.startswith(("PASSED ", "FAILED ")))
+    assert outcomes == [
+        f"FAILED planted/test_{framework}_planted.py::test_the_update_is_the_objective",
+        f"PASSED clean/test_{framework}.py::test_the_step_holds_the_probe_answers",
+        f"PASSED clean/test_{framework}.py::test_the_update_is_the_objective",
+        f"PASSED planted/test_{framework}_planted.py::test_the_step_holds_the_probe_answers",
+    ], done.stdout[-3000:]
     assert done.returncode == 1 and "optimizer step 0 is 0.5× its objective" in done.stdout, done.stdout[-2000:]
 
 
