@@ -111,7 +111,7 @@ class AdvantageFit:
     alpha: float | None = None
     """A constant factor on the advantages (1 for every preset)."""
     precision: str = "float64"
-    """The dtype the target computes in ('bool' for a filter), which sets the tolerances it is judged with."""
+    """The dtype the target computes in, which sets the tolerances it is judged with ('bool' for a filter)."""
     fit_residual: float | None = None
     coupled: bool = False
     """The advantages of a group change with the other groups of the batch."""
@@ -186,6 +186,7 @@ class FilterFit:
     """What that tolerance is measured in: 'max − min', 'std (ddof 0)', 'std (ddof 1)', 'relative',
     or a dtype's resolution ('float32 resolution')."""
     precision: str = "bool"
+    """A filter computes keep flags."""
     why: str = ""
     """What the rule rests on, or the first group it gets wrong, in words."""
 
@@ -259,7 +260,7 @@ class OffPolicyFit(TypedDict, total=False):
 @dataclass
 class GradientFit:
     """The gradient level: the per-sample weight of the loss's gradient, the optimizer step as the trainer splits
-    it, and the step after the policy has moved; with the advantage level's fit of the same run (``dial``)."""
+    it, and the step after the policy has moved; with the advantage level's fit of the same run (``advantage``)."""
 
     per_sample_weight: str | None = None
     """A law of :data:`WEIGHTS` ('constant', '1/length', '1/step_tokens' …) or 'other'."""
@@ -286,8 +287,15 @@ class GradientFit:
 
 #: what the probes tell about a target, one type per level and kind
 Fit = AdvantageFit | FilterFit | GradientFit
-#: the keys of ``Report.to_dict()["inferred"]``: every fit's fields, so one JSON shape serves every report
-INFERRED_KEYS = tuple(dict.fromkeys([*AdvantageFit().to_dict(), *FilterFit().to_dict(), *GradientFit().to_dict()]))
+#: the keys of ``Report.to_dict()["inferred"]``, in the order the JSON has always had: every fit's fields, so one
+#: JSON shape serves every report
+INFERRED_KEYS = (
+    *("centre", "scale", "ddof", "eps", "eps_resolution", "eps_inside_sqrt", "alpha"),
+    *("keep", "keep_tolerance", "keep_measure", "precision", "fit_residual", "coupled"),
+    *("silent_nonbinary_max_abs", "silent_nonbinary_worst", "coefficients", "batch_std", "why"),
+    *("per_sample_weight", "coefficient_precision", "weight_by_group_size", "silent_groups_zero_gradient"),
+    *("uniform_within_answer", "step", "off_policy", "aggregation"),
+)
 
 
 def inferred_dict(fit: Fit) -> dict[str, Any]:

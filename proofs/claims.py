@@ -1,6 +1,7 @@
 """The proofs' claims for the main job (:mod:`grpo_identity.claims`): every theorem proved, one item each.
 
-SymPy is imported when the claims run, not when this module is."""
+Importing this module imports the proofs package (SymPy and every theorem): the main job imports it inside its
+proofs stage, so that a failure there is that stage's item."""
 
 from __future__ import annotations
 
@@ -30,9 +31,7 @@ def theorems() -> Iterator[Item]:
 
 
 def theorem_count() -> int:
-    """How many items :func:`theorems` yields (1 where SymPy is missing: the stage reports that)."""
-    try:
-        from grpo_identity.proofs import THEOREMS
-    except ImportError:
-        return 1
+    """How many items :func:`theorems` yields."""
+    from grpo_identity.proofs import THEOREMS
+
     return len(THEOREMS)

@@ -374,6 +374,8 @@ def _object_schema(
             if docs.get(name):
                 schema["description"] = docs[name]
             props[name] = schema
+    if set(required) == set(props):  # every key written: in the order the JSON has it
+        props = {name: props[name] for name in required}
     return {
         "type": "object",
         "description": description or _first_paragraph(classes[0].__doc__),

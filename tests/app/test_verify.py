@@ -150,6 +150,21 @@ def test_a_stage_needing_a_missing_extra_is_skipped_naming_the_extra(tmp_path, m
     assert by_section["proofs"]["status"] == "fail"  # not an optional extra of this project
 
 
+def test_a_proofs_package_that_cannot_be_imported_is_a_failed_item_and_the_report_is_written(tmp_path, monkeypatch):
+    import grpo_identity.proofs
+
+    monkeypatch.setitem(sys.modules, "grpo_identity.proofs.claims", None)  # its import raises ImportError
+    monkeypatch.delattr(grpo_identity.proofs, "claims")
+    monkeypatch.setattr(AC, "closed_forms", lambda: [])
+    monkeypatch.setattr(CC, "audits", lambda frameworks, n: [])
+    monkeypatch.setattr(TC, "controlled_run", lambda solve_rates=None: [])
+    _no_stored_runs(monkeypatch)
+    result = V.verify(tmp_path, dapo_curve=None, render=False)
+    (proofs,) = [i for i in result["items"] if i["section"] == "proofs"]
+    assert proofs["status"] == "fail" and "grpo_identity.proofs.claims" in proofs["project"]
+    assert json.loads((tmp_path / "report.json").read_text())["all_ok"] is False
+
+
 def test_the_progress_bar_counts_items_not_stages(tmp_path, monkeypatch):
     import sys
     import types

@@ -67,6 +67,8 @@ def test_a_report_is_read_by_attribute_and_its_json_is_a_dict():
     ids=["advantage", "filter", "gradient"],
 )
 def test_every_fit_is_written_as_the_same_flat_inferred_object_with_its_own_fields_set(fit):
+    fields = {f for cls in (AdvantageFit, FilterFit, GradientFit) for f in cls.__dataclass_fields__} - {"advantage"}
+    assert set(INFERRED_KEYS) == fields  # every fit's every field, and nothing else
     out = inferred_dict(fit)
     assert tuple(out) == INFERRED_KEYS and len(INFERRED_KEYS) == len(set(INFERRED_KEYS))
     assert "advantage" not in out  # a gradient fit's advantage fit is flattened, not nested
@@ -74,6 +76,12 @@ def test_every_fit_is_written_as_the_same_flat_inferred_object_with_its_own_fiel
     assert {k: out[k] for k in own} == own
     assert out["precision"] == ("bool" if isinstance(fit, FilterFit) else "float64")
     assert json.loads(json.dumps(out)) == out
+
+
+def test_the_inferred_objects_keys_keep_the_order_the_json_has_always_had():
+    assert INFERRED_KEYS[:3] == ("centre", "scale", "ddof") and INFERRED_KEYS[-1] == "aggregation"
+    assert INFERRED_KEYS.index("keep") == 7 and INFERRED_KEYS.index("why") == 17
+    assert INFERRED_KEYS.index("per_sample_weight") == 18 and INFERRED_KEYS.index("off_policy") == 24
 
 
 def test_a_gradient_fit_writes_its_advantage_fit_beside_its_own_fields():

@@ -329,7 +329,7 @@ def test_trl_0_22_2s_dapo_normaliser_over_the_generation_batch_fails_the_oracle_
     _need_trl()
     env_or_skip("trl", "0.22.2")
     sets = ["--set", "loss_type=dapo", "--set", "num_generations=4", "--set", "per_device_train_batch_size=4"]
-    sets += ["--set", "gradient_accumulation_steps=1", "--set", "steps_per_generation=2", "--max-examples", "20"]
+    sets += ["--set", "gradient_accumulation_steps=1", "--set", "steps_per_generation=2", "--max-examples", "5"]
     found = {}
     for release in ("0.22.2", None):
         main(["audit", "trl", *(["--release", release] if release else []), *sets, "--json"])
