@@ -157,7 +157,7 @@ def test_trl_0_16_0_the_first_with_scale_rewards_a_bool_normalises_its_loss_by_t
 def test_releases_prints_one_line_per_release(capsys):
     for release in ("0.22.0", "1.16.0"):
         env_or_skip("trl", release)
-    code = main(["audit", "trl", "--releases", "0.22.0,1.16.0", "--max-examples", "20"])
+    code = main(["audit", "trl", "--releases", "0.22.0,1.16.0", "--max-examples", "5"])
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
     assert code == 0 and len(lines) == 2
     # the default level (gradient): each release's advantages, and its default loss_type's weight
@@ -309,7 +309,7 @@ def test_two_gloo_processes_gather_a_trl_step_whose_gradient_is_the_unsplit_step
 def test_trl_0_22_2s_dapo_normaliser_counts_the_truncated_answers_it_masks_and_1_16_0s_does_not(capsys):
     _need_trl()
     env_or_skip("trl", "0.22.2")
-    sets = ["--set", "loss_type=dapo", "--set", "mask_truncated_completions=true", "--max-examples", "20", "--json"]
+    sets = ["--set", "loss_type=dapo", "--set", "mask_truncated_completions=true", "--max-examples", "5", "--json"]
     found = {}
     for release in ("0.22.2", None):
         main(["audit", "trl", *(["--release", release] if release else []), *sets])
@@ -424,7 +424,7 @@ def test_trl_audit_with_beta_reports_the_off_policy_step_in_text_and_json(capsys
 )
 def test_older_trl_releases_build_their_reference_and_give_the_off_policy_step(release, sets, law, kl, capsys):
     env_or_skip("trl", release)
-    argv = ["audit", "trl", "--release", release, *[x for s in sets for x in ("--set", s)], "--max-examples", "20"]
+    argv = ["audit", "trl", "--release", release, *[x for s in sets for x in ("--set", s)], "--max-examples", "5"]
     main([*argv, "--json"])
     out = _json(capsys)
     off = out["inferred"]["off_policy"]
