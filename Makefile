@@ -10,13 +10,13 @@ LOCKPY := scripts/lock.py
 STAMP  := $(VENV)/.installed
 # the real frameworks the checks audit in CI (tests marked `frameworks`) are in the lock, from pyproject's
 # `frameworks` extra (pip install 'grpo-identity[frameworks]'), at the releases a test checks these agree with.
-# Other releases: `grpo-identity audit trl --release 0.22.0` (an environment of its own, checks/releases.py).
+# Other releases: `grpo-identity audit trl --release 0.22.0` (an environment of its own, checks/calls/releases.py).
 TRL_VERSION  := 1.16.0
 VERL_VERSION := 0.9.1
 # AReaL is audited in its release environment only (grpo-identity audit areal --release 1.0.4), never in .venv
 AREAL_VERSION := 1.0.4
 # OpenRLHF requires flash-attn (CUDA) and is never installed here: it is audited from its release
-# environment (`grpo-identity audit openrlhf --release $(OPENRLHF_VERSION) --set …`, checks/releases.py)
+# environment (`grpo-identity audit openrlhf --release $(OPENRLHF_VERSION) --set …`, checks/calls/releases.py)
 OPENRLHF_VERSION := 0.11.2
 TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out
@@ -89,7 +89,7 @@ bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
 # mutation testing (mutmut is in the lock: the `mutate` extra) of dial.py, closed_forms.py and
-# checks/{infer,properties}.py (long; not in CI): kill rate per module and overall, and every surviving
+# checks/measure/{infer,properties}.py (long; not in CI): kill rate per module and overall, and every surviving
 # mutant; see scripts/mutate.py
 mutate: setup
 	mkdir -p $(OUT)

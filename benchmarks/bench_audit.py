@@ -68,7 +68,7 @@ def _function_rows(max_examples: int, repeat: int) -> list[dict[str, Any]]:
 
 def _framework_rows(framework: str, max_examples: int, repeat: int) -> list[dict[str, Any]]:
     from grpo_identity.checks import audit
-    from grpo_identity.checks.child import close_warm_children
+    from grpo_identity.checks.calls.child import close_warm_children
 
     close_warm_children()  # the first audit below starts a new child: cold
     rows, warm = [], []

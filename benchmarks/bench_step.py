@@ -1,4 +1,4 @@
-"""Benchmark: wall time of a split-step audit (``checks/steps.py``) of one framework release, its
+"""Benchmark: wall time of a split-step audit (``checks/measure/steps.py``) of one framework release, its
 environment warm.
 
 Goal on this machine (2 cores): ≤ 30 s for the split-step audit of one release with the environment
@@ -43,7 +43,7 @@ def _audit(framework: str, release: str | None, sets: tuple[str, ...]) -> tuple[
 
 
 def run(only: str | None) -> list[dict[str, Any]]:
-    from grpo_identity.checks.child import close_warm_children
+    from grpo_identity.checks.calls.child import close_warm_children
 
     rows = []
     for framework, release, sets in CASES:

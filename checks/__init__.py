@@ -7,17 +7,17 @@ g = c(k, G)·(s̄₊ − s̄₋) (Theorem 1) and the dial's presets::
     report = audit("my_pkg.rl:advantages", expect="grpo")   # or a callable fn(rewards, G)
     print(report.format()); assert report.verdict != "fail"
 
-The path of an audit, one module a step: :mod:`~grpo_identity.checks.spec` (what to audit,
+The path of an audit, one module a step: :mod:`~grpo_identity.checks.calls.spec` (what to audit,
 resolved once), :mod:`~grpo_identity.checks.options` (how, checked once),
-:mod:`~grpo_identity.checks.auditor` (the run), :mod:`~grpo_identity.checks.target` and
-:mod:`~grpo_identity.checks.child` (the target, here or in a child process, over the messages of
-:mod:`~grpo_identity.checks.protocol`), :mod:`~grpo_identity.checks.infer`,
-:mod:`~grpo_identity.checks.search` with :mod:`~grpo_identity.checks.properties` and
-:mod:`~grpo_identity.checks.strategies`, :mod:`~grpo_identity.checks.probes` and
+:mod:`~grpo_identity.checks.auditor` (the run), :mod:`~grpo_identity.checks.calls.target` and
+:mod:`~grpo_identity.checks.calls.child` (the target, here or in a child process, over the messages of
+:mod:`~grpo_identity.checks.calls.protocol`), :mod:`~grpo_identity.checks.measure.infer`,
+:mod:`~grpo_identity.checks.measure.search` with :mod:`~grpo_identity.checks.measure.properties` and
+:mod:`~grpo_identity.checks.measure.strategies`, :mod:`~grpo_identity.checks.measure.probes` and
 :mod:`~grpo_identity.checks.gradient` (the measurements), :mod:`~grpo_identity.checks.verdict`
 (the rules), :mod:`~grpo_identity.checks.report` (the result).  Frameworks:
-:mod:`~grpo_identity.checks.adapters`, :mod:`~grpo_identity.checks.frameworks`,
-:mod:`~grpo_identity.checks.releases`; pytest: :mod:`~grpo_identity.checks.plugin`.
+:mod:`~grpo_identity.checks.calls.adapters`, :mod:`~grpo_identity.checks.frameworks`,
+:mod:`~grpo_identity.checks.calls.releases`; pytest: :mod:`~grpo_identity.checks.plugin`.
 
 Light on import: nothing heavy (no torch, no sympy, not even hypothesis) is loaded until a name
 below is used.
@@ -45,29 +45,29 @@ _EXPORTS: dict[str, str] = {
     "GradientFit": "report",
     "VERDICTS": "report",
     "AuditOptions": "options",
-    "Declared": "declared",
+    "Declared": "measure.declared",
     "OptionError": "options",
-    "resolve": "spec",
-    "FunctionSpec": "spec",
+    "resolve": "calls.spec",
+    "FunctionSpec": "calls.spec",
     "FrameworkSpec": "frameworks",
-    "infer_dial": "infer",
-    "infer_keep_rule": "infer",
-    "PropertyViolation": "properties",
-    "Tolerance": "properties",
-    "Context": "properties",
-    "ADVANTAGE_PROPERTIES": "properties",
-    "FILTER_PROPERTIES": "properties",
-    "RewardBatch": "strategies",
-    "group_sizes": "strategies",
-    "reward_batches": "strategies",
-    "score_matrices": "strategies",
-    "TargetError": "target",
-    "TargetImportError": "target",
-    "TargetTimeout": "target",
-    "TargetCrashed": "target",
-    "load_target": "target",
+    "infer_dial": "measure.infer",
+    "infer_keep_rule": "measure.infer",
+    "PropertyViolation": "measure.properties",
+    "Tolerance": "measure.properties",
+    "Context": "measure.properties",
+    "ADVANTAGE_PROPERTIES": "measure.properties",
+    "FILTER_PROPERTIES": "measure.properties",
+    "RewardBatch": "measure.strategies",
+    "group_sizes": "measure.strategies",
+    "reward_batches": "measure.strategies",
+    "score_matrices": "measure.strategies",
+    "TargetError": "calls.target",
+    "TargetImportError": "calls.target",
+    "TargetTimeout": "calls.target",
+    "TargetCrashed": "calls.target",
+    "load_target": "calls.target",
     "gradient_target": "gradient",
-    "CallOptions": "calling",
+    "CallOptions": "calls.calling",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,13 +1,13 @@
 """The audit: which dial does an advantage (or filter) implementation compute, and is it sound?
 
-``audit(target)`` resolves what to audit once (:func:`grpo_identity.checks.spec.resolve`), builds
+``audit(target)`` resolves what to audit once (:func:`grpo_identity.checks.calls.spec.resolve`), builds
 its options once (:class:`~grpo_identity.checks.options.AuditOptions`), loads the target (in a
 child process unless it is a callable), and runs the level the spec names:
 
 - **advantage**: infer the dial from designed reward batches (never reading the code,
-  :func:`~grpo_identity.checks.infer.infer_dial`), run every property of
-  :mod:`grpo_identity.checks.properties` under hypothesis (:mod:`grpo_identity.checks.search`),
-  probe the edges trainers meet (:mod:`grpo_identity.checks.probes`);
+  :func:`~grpo_identity.checks.measure.infer.infer_dial`), run every property of
+  :mod:`grpo_identity.checks.measure.properties` under hypothesis (:mod:`grpo_identity.checks.measure.search`),
+  probe the edges trainers meet (:mod:`grpo_identity.checks.measure.probes`);
 - **filter**: infer the keep rule, run the filter properties;
 - **gradient**: the per-sample weight of the target's loss and theorem G1
   (:mod:`grpo_identity.checks.gradient`), then the advantage audit of the advantages the same
@@ -32,11 +32,15 @@ from collections.abc import Iterator
 from typing import Any, Callable, Iterable
 
 from grpo_identity import dial as D
-from grpo_identity.checks import properties as P
 from grpo_identity.checks import verdict as V
+from grpo_identity.checks.calls.spec import FunctionSpec, Spec, resolve
+from grpo_identity.checks.calls.target import LocalTarget, RoundedRewards, TargetError, load_target, round_rewards
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
-from grpo_identity.checks.infer import PROBE_GROUP_SIZES, infer_dial, infer_filter, tolerance_rule
-from grpo_identity.checks.merging import merged_groups
+from grpo_identity.checks.measure import properties as P
+from grpo_identity.checks.measure.infer import PROBE_GROUP_SIZES, infer_dial, infer_filter, tolerance_rule
+from grpo_identity.checks.measure.merging import merged_groups
+from grpo_identity.checks.measure.search import FiniteGuard, failure, run_property
+from grpo_identity.checks.measure.shaping import folded_score
 from grpo_identity.checks.options import CALL_TIMEOUT, DEFAULT_MAX_EXAMPLES, AuditOptions, OptionError
 from grpo_identity.checks.report import (
     VERDICTS,
@@ -48,10 +52,6 @@ from grpo_identity.checks.report import (
     GradientFit,
     Report,
 )
-from grpo_identity.checks.search import FiniteGuard, failure, run_property
-from grpo_identity.checks.shaping import folded_score
-from grpo_identity.checks.spec import FunctionSpec, Spec, resolve
-from grpo_identity.checks.target import LocalTarget, RoundedRewards, TargetError, load_target, round_rewards
 
 #: the names this module had before the report moved to :mod:`grpo_identity.checks.report`
 __all__ = ["audit", "run", "AuditReport", "VERDICTS"]
@@ -88,7 +88,7 @@ def audit(
         (``grpo``) or a framework (``trl``, ``verl:grpo`` …), each run in a child process.
     expect : str, Dial or callable, optional
         The expected preset, or a declared coefficient ``"c=sigma**2/G"`` or c(k, G)
-        (:mod:`~grpo_identity.checks.declared`); None: any preset.
+        (:mod:`~grpo_identity.checks.measure.declared`); None: any preset.
     kind, level : str
         'advantage', 'filter' (a flag per group) or 'row-filter' (a flag per answer); 'advantage'
         or 'gradient' (None: the gradient for a framework's trainer path).
@@ -97,7 +97,7 @@ def audit(
     max_examples, timeout, load_timeout, isolate, python, progress
         The run (:class:`~grpo_identity.checks.options.AuditOptions`, which bounds them).
     input, reward_dtype, call : str, optional
-        How to call a function (:mod:`grpo_identity.checks.calling`); by default its signature, its
+        How to call a function (:mod:`grpo_identity.checks.calls.calling`); by default its signature, its
         annotation and a first call decide.
 
     Returns
@@ -235,7 +235,7 @@ def _release_env(spec: Spec, options: AuditOptions) -> Any:
     """The environment of the release a framework spec names (built on first use), or None."""
     if options.python is not None or not isinstance(spec, FrameworkSpec) or spec.release is None:
         return None
-    from grpo_identity.checks.releases import ensure
+    from grpo_identity.checks.calls.releases import ensure
 
     if spec.release_auto:
         print(
@@ -254,7 +254,7 @@ def _release_env(spec: Spec, options: AuditOptions) -> Any:
 
 def _open(spec: Spec, options: AuditOptions, python: str | None) -> Any:
     """The target, called here (a callable, or ``isolate=False``) or in a child process."""
-    from grpo_identity.checks.child import ChildTarget
+    from grpo_identity.checks.calls.child import ChildTarget
 
     kind = "gradient" if spec.level == "gradient" else spec.kind
     name = spec.describe()
@@ -314,7 +314,7 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
     findings, examples, ran = _search(FiniteGuard(tgt, skip=True) if first else guarded, props, ctx, options, name)
     findings = first + findings
     if getattr(tgt, "dead", None) is None and not first:  # (the edge probes of a target that gives NaN say NaN)
-        from grpo_identity.checks.probes import run_probes
+        from grpo_identity.checks.measure.probes import run_probes
 
         findings.extend(f for f in run_probes(tgt) if f is not None)
     findings += _aggregation(tgt, inf)
@@ -332,12 +332,12 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
 
 def _aggregation(tgt: Any, inf: AdvantageFit) -> list[Finding]:
     """How a target whose driver scores several reward components combines them
-    (:mod:`grpo_identity.checks.aggregation`), into ``inf.aggregation``; its findings (none where the
+    (:mod:`grpo_identity.checks.measure.aggregation`), into ``inf.aggregation``; its findings (none where the
     target's info announces no components)."""
     components = (getattr(tgt, "info", None) or {}).get("components")
     if not components or getattr(tgt, "dead", None) is not None:
         return []
-    from grpo_identity.checks.aggregation import audit_aggregation
+    from grpo_identity.checks.measure.aggregation import audit_aggregation
 
     try:
         out = audit_aggregation(lambda C, G: tgt(C[:, 0].copy(), G, C), tuple(components["weights"]))
@@ -348,9 +348,9 @@ def _aggregation(tgt: Any, inf: AdvantageFit) -> list[Finding]:
 
 
 def _recognised(guarded: Any, tgt: Any, inf: AdvantageFit, want: Any) -> Any:
-    """The named variant the target computes (:mod:`grpo_identity.checks.recognise`), or None; a
+    """The named variant the target computes (:mod:`grpo_identity.checks.measure.recognise`), or None; a
     target that fails on the recognition batches is recognised as nothing."""
-    from grpo_identity.checks.recognise import recognise
+    from grpo_identity.checks.measure.recognise import recognise
 
     if getattr(tgt, "dead", None) is not None:
         return None
@@ -381,7 +381,7 @@ def _context(tgt: Any, inf: AdvantageFit) -> P.Context:
 
 
 def _rounded(fn: Any, dtype: str) -> Any:
-    from grpo_identity.checks.target import round_rewards
+    from grpo_identity.checks.calls.target import round_rewards
 
     return None if fn is None else (lambda r, *rest: fn(round_rewards(r, dtype), *rest))
 
@@ -400,7 +400,7 @@ def _keep_rule(tgt: Any, name: str, options: AuditOptions, kind: str = "filter")
     ctx = P.Context(P.Tolerance.for_precision("float64"), keep_reference=expected, keep_rule=rule)
     findings, examples, ran = _search(tgt, P.FILTER_PROPERTIES, ctx, options, name)
     if getattr(tgt, "dead", None) is None:
-        from grpo_identity.checks.probes import filter_singletons
+        from grpo_identity.checks.measure.probes import filter_singletons
 
         lone = filter_singletons(tgt, inf.keep)
         findings += [lone] if lone is not None else []

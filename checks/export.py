@@ -1,7 +1,7 @@
 """Test packs a framework's maintainers can merge (``grpo-identity export-tests``): one optimizer step of a
 configuration against the update its loss type's objective defines, as one self-contained pytest file.
 
-The exporter runs the framework's split step through its driver (:mod:`grpo_identity.checks.steps`: the probe's
+The exporter runs the framework's split step through its driver (:mod:`grpo_identity.checks.measure.steps`: the probe's
 answers, the trainer's own micro-batches and accumulation) to learn which answers the trainer puts into its
 first optimizer step and which of their tokens the loss holds.  The reference is computed here, not read from
 the framework: each answer's advantage from the one advantage implementation (:mod:`grpo_identity.dial`, the
@@ -93,9 +93,9 @@ def export_tests(spec: Any, options: Any, out: str, command: str) -> Exported:
     """Run ``spec``'s split step (in its release environment where it names one), compute the reference and
     write the test file ``out`` atomically.  A framework without a harness, a configuration without a step or a
     documented objective, and advantages no dial point reproduces are usage errors."""
-    from grpo_identity.checks import steps
     from grpo_identity.checks.auditor import open_target
     from grpo_identity.checks.frameworks import RESPONSE_LENGTH
+    from grpo_identity.checks.measure import steps
     from grpo_identity.foundation import check_writable, write_text_atomic
 
     if spec.framework not in HARNESSES:

@@ -14,10 +14,10 @@ these coefficients are the whole story:
 - G1: with wᵢ the named weight, g_group = Σᵢ aᵢ sᵢ equals c·(s̄₊ʷ − s̄₋ʷ), s̄±ʷ = (1/k±)Σ± wᵢsᵢ,
   checked on random token scores; c is reported beside the advantage-level c(k, G) = (k/G)·Â₊;
 - a step target (its info gives ``step``) also gets its optimizer step split and unsplit
-  (:mod:`grpo_identity.checks.steps`), and an off-policy target (its info gives ``off_policy``) a step after
-  the policy has moved: importance weights, clip, KL (:mod:`grpo_identity.checks.offpolicy`).
+  (:mod:`grpo_identity.checks.measure.steps`), and an off-policy target (its info gives ``off_policy``) a step after
+  the policy has moved: importance weights, clip, KL (:mod:`grpo_identity.checks.measure.offpolicy`).
 
->>> from grpo_identity.checks.infer import probe_batch
+>>> from grpo_identity.checks.measure.infer import probe_batch
 >>> def fake(r, G, L):  # constant weight 1/len(r), an outcome advantage r − mean
 ...     A = r - r.reshape(-1, G).mean(1).repeat(G); m = (np.arange(8) < L[:, None]) * 1.0
 ...     return {"advantages": A, "coefficients": (A / len(r))[:, None] * m, "mask": m}
@@ -35,11 +35,11 @@ import numpy as np
 
 from grpo_identity import dial as D
 from grpo_identity.checks import verdict as V
-from grpo_identity.checks.calling import to_numpy
+from grpo_identity.checks.calls.calling import to_numpy
+from grpo_identity.checks.calls.target import OutputWatch, TargetMalformed, malformed, output_issue
 from grpo_identity.checks.frameworks import answer_lengths
-from grpo_identity.checks.infer import probe_batch
+from grpo_identity.checks.measure.infer import probe_batch
 from grpo_identity.checks.report import WEIGHTS, Finding, GradientFit, OffPolicyFit, Report, StepFit
-from grpo_identity.checks.target import OutputWatch, TargetMalformed, malformed, output_issue
 
 __all__ = [
     "audit_gradient",
@@ -68,7 +68,7 @@ def coefficient_precision(C: np.ndarray) -> str:
     Short binary fractions are bfloat16 numbers too, so this alone does not say a loss was
     computed in bf16: the audit applies bf16's tolerance only to a check that failed at
     float32's (a loss that is exact passes at float32's and is reported as such)."""
-    from grpo_identity.checks.properties import precision_of
+    from grpo_identity.checks.measure.properties import precision_of
 
     return "bfloat16" if precision_of(np.asarray(C, dtype=np.float64)) in ("bfloat16", "float16") else "float32"
 
@@ -313,12 +313,12 @@ def audit_gradient(
 
 
 def _split_step(target: Callable[..., Any], ev: _Evidence) -> StepFit:
-    """A step target's optimizer step, split as configured and unsplit (:mod:`grpo_identity.checks.steps`):
+    """A step target's optimizer step, split as configured and unsplit (:mod:`grpo_identity.checks.measure.steps`):
     its findings go to ``ev``; the measurements come back as a
     :class:`~grpo_identity.checks.report.StepFit`.  A step the framework's own path cannot run is a note (the
     rest of the audit stands); a malformed geometry is the target's usage error."""
-    from grpo_identity.checks.steps import audit_step, check_geometry
-    from grpo_identity.checks.target import TargetError, TargetImportError
+    from grpo_identity.checks.calls.target import TargetError, TargetImportError
+    from grpo_identity.checks.measure.steps import audit_step, check_geometry
 
     info = getattr(target, "info", None) or getattr(target, "grpo_identity_info", None) or {}
     if info.get("step_unavailable"):
@@ -352,12 +352,12 @@ def _split_step(target: Callable[..., Any], ev: _Evidence) -> StepFit:
 
 
 def _off_policy(target: Callable[..., Any], ev: _Evidence) -> OffPolicyFit:
-    """An off-policy target's step after the policy has moved (:mod:`grpo_identity.checks.offpolicy`): its
+    """An off-policy target's step after the policy has moved (:mod:`grpo_identity.checks.measure.offpolicy`): its
     findings go to ``ev``; the measurements come back as an :class:`~grpo_identity.checks.report.OffPolicyFit`.
     A target whose info does not announce ``off_policy`` gets no probe; one that cannot run the step, or answers
     it malformed, gets a note (the rest of the audit stands)."""
-    from grpo_identity.checks.offpolicy import audit_off_policy
-    from grpo_identity.checks.target import TargetError
+    from grpo_identity.checks.calls.target import TargetError
+    from grpo_identity.checks.measure.offpolicy import audit_off_policy
 
     info = getattr(target, "info", None) or getattr(target, "grpo_identity_info", None) or {}
     settings = info.get("off_policy")
@@ -416,7 +416,7 @@ def gradient_target(
 ) -> Callable[..., dict[str, np.ndarray]]:
     """A gradient-level target from your advantage function and your loss, in a few lines:
 
-    ``advantages`` is called as it is written (:mod:`grpo_identity.checks.calling`); ``loss(logprobs,
+    ``advantages`` is called as it is written (:mod:`grpo_identity.checks.calls.calling`); ``loss(logprobs,
     advantages, mask) -> scalar`` is your aggregation (a masked mean per answer, a token sum, …) on
     torch tensors: ``logprobs`` (answers × tokens, the token log-probabilities, which autograd
     differentiates), ``advantages`` (one per answer), ``mask`` (answers × tokens, 1 inside an
@@ -434,7 +434,7 @@ def gradient_target(
     >>> audit_gradient(step, sizes=(2, 4)).inferred.per_sample_weight
     '1/length'
     """
-    from grpo_identity.checks.calling import Caller, CallOptions
+    from grpo_identity.checks.calls.calling import Caller, CallOptions
 
     caller = Caller.for_function(advantages, calling or CallOptions())
 

@@ -26,7 +26,7 @@ from grpo_identity.foundation import OptionError
 
 if TYPE_CHECKING:  # the dial (numpy) loads when an expected preset is read, not with this module
     from grpo_identity import dial as D
-    from grpo_identity.checks.declared import Declared
+    from grpo_identity.checks.measure.declared import Declared
     from grpo_identity.variants import Variant
 
 __all__ = [
@@ -61,13 +61,13 @@ def _seconds(field: str, value: Any) -> float:
 
 @dataclass(frozen=True)
 class AuditOptions:
-    """How to audit (what to audit is the target spec, :mod:`grpo_identity.checks.spec`)."""
+    """How to audit (what to audit is the target spec, :mod:`grpo_identity.checks.calls.spec`)."""
 
     expect: str | D.Dial | Callable[[int, int], float] | Declared | None = None
     """The expected preset (a name or a :class:`~grpo_identity.dial.Dial`), a variant's name
     (:mod:`grpo_identity.variants`), or a declared update
     coefficient: a formula ``"c=sigma**2/G"`` or a callable c(k, G)
-    (:mod:`grpo_identity.checks.declared`); None: any preset."""
+    (:mod:`grpo_identity.checks.measure.declared`); None: any preset."""
     max_examples: int = DEFAULT_MAX_EXAMPLES
     """Hypothesis examples in all, shared by the properties (1 to :data:`MAX_EXAMPLES`)."""
     timeout: float = CALL_TIMEOUT
@@ -95,7 +95,7 @@ class AuditOptions:
             raise OptionError("isolate", f"must be True, False or None, got {self.isolate!r}")
         if self.python is not None and not isinstance(self.python, str):
             raise OptionError("python", f"must be the path of an interpreter, got {self.python!r}")
-        from grpo_identity.checks.declared import declare, is_declared  # standard library at import
+        from grpo_identity.checks.measure.declared import declare, is_declared  # standard library at import
 
         if is_declared(self.expect):  # a formula is read (SymPy) and evaluated now, once
             object.__setattr__(self, "declared", declare(self.expect))

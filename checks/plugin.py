@@ -19,7 +19,7 @@ lambda always runs here (the report says so in a note).  A marker with an option
 know fails its own test, naming the options it knows; the rest of the session runs.  Options:
 ``--grpo-identity-max-examples``, ``--grpo-identity-timeout``; the header names them.  ``expect``
 takes a preset or a declared coefficient, ``expect="c=sigma**2/G"`` or a callable c(k, G)
-(:mod:`grpo_identity.checks.declared`).
+(:mod:`grpo_identity.checks.measure.declared`).
 """
 
 from __future__ import annotations
@@ -122,9 +122,9 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 def _bad_value(options: dict[str, Any]) -> str | None:
     """Why the marker's values make no audit (the resolver's and the options record's own checks,
     without a target), or None."""
-    from grpo_identity.checks.calling import CallOptions
+    from grpo_identity.checks.calls.calling import CallOptions
+    from grpo_identity.checks.calls.spec import check_kind_level
     from grpo_identity.checks.options import AuditOptions, OptionError
-    from grpo_identity.checks.spec import check_kind_level
 
     audit_options = {k: v for k, v in options.items() if k not in (*_SPEC_OPTIONS, "allow_deviation")}
     try:
@@ -156,9 +156,9 @@ class Checker:
         ``fail`` verdict (or a ``deviation`` from ``expect`` unless ``allow_deviation``).
         Returns the :class:`~grpo_identity.checks.report.Report`."""
         from grpo_identity.checks import TargetImportError, run
+        from grpo_identity.checks.calls.spec import resolve
         from grpo_identity.checks.options import AuditOptions, OptionError
         from grpo_identity.checks.report import Finding
-        from grpo_identity.checks.spec import resolve
 
         why = _unknown(options, "grpo_identity.check")
         if why:
@@ -194,7 +194,7 @@ def _isolable(target: Any) -> tuple[bool, str | None]:
     else why it runs in this process (where no timeout can stop it)."""
     if isinstance(target, str):
         return True, None
-    from grpo_identity.checks.target import TargetImportError, reference
+    from grpo_identity.checks.calls.target import TargetImportError, reference
 
     try:
         reference(target)

@@ -51,7 +51,7 @@ VERDICTS = ("pass", "deviation", "fail")
 #: a finding's severity: it breaks the identity, it is a bounded factor, or it changes nothing
 SEVERITIES = ("fail", "deviation", "note")
 #: per-sample weight laws of the gradient level, their denominator's scope named, and what each means
-#: for the update (the split step's laws: :mod:`grpo_identity.checks.steps`)
+#: for the update (the split step's laws: :mod:`grpo_identity.checks.measure.steps`)
 WEIGHTS = {
     "constant": "every answer weighs the same (the paper's 1/G), however the step is split",
     "1/length": "length bias: an answer's push scales as 1/|yᵢ| (long correct answers move less, "
@@ -124,9 +124,10 @@ class AdvantageFit:
     batch_std: dict[int, float] = field(default_factory=dict)
     """Population std of each probe batch (for batch-std dials)."""
     aggregation: dict[str, Any] = field(default_factory=dict)
-    """Advantage level, a driver that scores several reward components (:mod:`grpo_identity.checks.aggregation`):
-    ``rule`` ('sum_then_normalize', 'normalize_then_sum' or 'other'), ``weights``, ``moved_reward_changes``,
-    ``rescaled_component_changes``; empty where the audit did not probe it."""
+    """Advantage level, a driver that scores several reward components
+    (:mod:`grpo_identity.checks.measure.aggregation`): ``rule`` ('sum_then_normalize', 'normalize_then_sum' or
+    'other'), ``weights``, ``moved_reward_changes``, ``rescaled_component_changes``; empty where the audit did not
+    probe it."""
     why: str = ""
     """Why no dial fits, or what the fit rests on, in words."""
 
@@ -202,8 +203,8 @@ class FilterFit:
 
 
 class StepFit(TypedDict, total=False):
-    """A framework's optimizer step as its trainer splits it (:mod:`grpo_identity.checks.steps`); empty where the
-    target announces no step."""
+    """A framework's optimizer step as its trainer splits it (:mod:`grpo_identity.checks.measure.steps`); empty
+    where the target announces no step."""
 
     weight: str
     """The per-sample weight law of the split step (a key of :data:`WEIGHTS`, or 'other')."""
@@ -218,15 +219,15 @@ class StepFit(TypedDict, total=False):
     pieces: list[dict[str, Any]]
     """Per micro-batch: step, rank, micro_batch, rows, tokens and its weight over the unsplit step's."""
     objective: dict[str, Any]
-    """The step against the objective its loss type defines (:mod:`grpo_identity.checks.oracle`): ``name``,
+    """The step against the objective its loss type defines (:mod:`grpo_identity.checks.measure.oracle`): ``name``,
     ``formula``, ``setting``, ``factors`` (each optimizer step's scale on it) and ``seconds``."""
     seconds: float
     """The wall time of the split and the unsplit runs, together."""
 
 
 class OffPolicyFit(TypedDict, total=False):
-    """A step after the policy has moved (:mod:`grpo_identity.checks.offpolicy`); empty where the target announces
-    no off-policy step."""
+    """A step after the policy has moved (:mod:`grpo_identity.checks.measure.offpolicy`); empty where the target
+    announces no off-policy step."""
 
     importance_weight: str
     """'token', 'sequence' (GSPO), 'none' or 'other'."""

@@ -12,7 +12,7 @@
   groups of non-binary rewards whose residue exceeds :data:`SILENT_RESIDUE_FAIL` fail; a smaller
   residue is a note.
 - **declared coefficient** (``expect="c=sigma**2/G"`` or a callable c(k, G),
-  :mod:`grpo_identity.checks.declared`): the measured c(k, G) table against the declared one at
+  :mod:`grpo_identity.checks.measure.declared`): the measured c(k, G) table against the declared one at
   every probed G and 0 < k < G: equal within the fit tolerance passes, ``matches`` the formula;
   off by a factor of G alone, or varying with k by at most :data:`DECLARED_SHAPE_TOL`, is a
   ``deviation``; more is another function of k, a fail.
@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from grpo_identity import dial as D
-from grpo_identity.checks.declared import Declared
-from grpo_identity.checks.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, fit_tolerance
+from grpo_identity.checks.measure.declared import Declared
+from grpo_identity.checks.measure.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, fit_tolerance
 from grpo_identity.checks.report import VERDICTS, WEIGHTS, AdvantageFit, FilterFit, Finding, GradientFit, Report
 from grpo_identity.variants import VARIANTS, Variant
 
 if TYPE_CHECKING:
-    from grpo_identity.checks.recognise import Recognition
+    from grpo_identity.checks.measure.recognise import Recognition
 
 __all__ = [
     "FACTOR_GROUP_SIZES",
@@ -193,7 +193,7 @@ def _ratios(inf: AdvantageFit, c_ref: Callable[[int, int], float]) -> dict[int, 
 
 def group_size_factor(inf: AdvantageFit, c_ref: Callable[[int, int], float]) -> dict[int, float] | None:
     """c_target / c_reference per probed G when it is one positive number per G (the same for every
-    0 < k < G within :func:`~grpo_identity.checks.infer.fit_tolerance`), else None.
+    0 < k < G within :func:`~grpo_identity.checks.measure.infer.fit_tolerance`), else None.
 
     >>> inf = AdvantageFit(coefficients={4: [0, 0.75 / 16, 1 / 16, 0.75 / 16, 0]})
     >>> group_size_factor(inf, lambda k, G: float(D.coefficient(k, G, D.DR_GRPO)))
@@ -437,7 +437,8 @@ def _deviation_message(inf: AdvantageFit, ref: D.Dial, factors: list[dict[str, A
 
 def with_diagnosis(decision: Decision, found: Finding | None) -> Decision:
     """A failed decision with what its target does instead as its first finding: the groups it normalises as one
-    (:mod:`grpo_identity.checks.merging`), a per-token term in its score (:mod:`grpo_identity.checks.shaping`)."""
+    (:mod:`grpo_identity.checks.measure.merging`), a per-token term in its score
+    (:mod:`grpo_identity.checks.measure.shaping`)."""
     if found is None:
         return decision
     return _with(decision, decision.verdict, decision.matches, [found, *decision.findings])
@@ -451,7 +452,7 @@ _DIAL_ONLY = ("dial", "matches_dial")
 def named_variant(
     decision: Decision, inf: AdvantageFit, found: Recognition | None, want: Variant | None, named: bool
 ) -> Decision:
-    """The advantage decision once the target's variant is known (:mod:`grpo_identity.checks.recognise`).
+    """The advantage decision once the target's variant is known (:mod:`grpo_identity.checks.measure.recognise`).
 
     ``want``: the expected variant; ``named``: a preset or a coefficient was expected (the decision
     stands; the variant is a note).  With neither, a recognised variant is what the target

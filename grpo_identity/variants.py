@@ -45,7 +45,7 @@ AREAL_EPS = 1e-5
 Reference = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 #: what a variant gives up by design, and the audit's properties and findings that show it
-#: (:mod:`grpo_identity.checks.properties`, the probes, the gradient level)
+#: (:mod:`grpo_identity.checks.measure.properties`, the probes, the gradient level)
 DEPARTURES: Mapping[str, tuple[str, ...]] = {
     "groups_coupled": ("groups_independent", "probe_remainder", "ragged_groups", "layout_independent"),
     "not_zero_sum": ("zero_sum_per_group", "two_valued_per_group", "identity_in_vector_form", "identity_G1"),

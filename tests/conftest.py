@@ -37,7 +37,7 @@ def own_warm_pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Warm children of this test alone: the worker's pool is set aside while it runs, so that ending every warm
     child (``close_warm_children``) spares the framework children later tests of this worker reuse; this test's
     own are ended after it, and the worker's pool is back."""
-    from grpo_identity.checks import child
+    from grpo_identity.checks.calls import child
 
     monkeypatch.setattr(child, "_WARM", {})
     monkeypatch.setattr(child, "_ORDER", [])

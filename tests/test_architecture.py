@@ -253,6 +253,73 @@ def import_cycles(prefix: str = "grpo_identity.checks") -> list[list[str]]:
     return cycles
 
 
+_C = "grpo_identity.checks"
+#: the layers inside checks/, lowest first (ARCHITECTURE.md): a module imports its own layer and those below.  A
+#: layer is a list of modules (exactly) and packages (with everything under them, longest prefix first)
+CHECKS_LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("types", (_C, f"{_C}.findings", f"{_C}.report", f"{_C}.frameworks", f"{_C}.frameworks.registry",
+               f"{_C}.frameworks.contract"), ()),
+    ("calls", (), (f"{_C}.calls",)),
+    ("measure", (), (f"{_C}.measure",)),
+    ("drivers", (), (f"{_C}.frameworks",)),
+    ("audit", tuple(f"{_C}.{m}" for m in ("verdict", "gradient", "options", "auditor", "plugin", "export", "claims")),
+     ()),
+)  # fmt: skip
+
+
+def checks_layer(module: str) -> int | None:
+    """The index in :data:`CHECKS_LAYERS` of a module under checks/ (None for one no layer names)."""
+    for i, (_, exact, _) in enumerate(CHECKS_LAYERS):
+        if module in exact:
+            return i
+    found = [
+        (len(p), i)
+        for i, (_, _, packages) in enumerate(CHECKS_LAYERS)
+        for p in packages
+        if module == p or module.startswith(p + ".")
+    ]
+    return max(found)[1] if found else None
+
+
+def checks_violations() -> list[str]:
+    """Each import in checks/ of a module in a layer above the importer's (and each module in no layer)."""
+    mods = modules()
+    wrong = []
+    for name, path in mods.items():
+        if not name.startswith(_C):
+            continue
+        mine = checks_layer(name)
+        if mine is None:
+            wrong.append(f"{name} is in no layer of CHECKS_LAYERS")
+            continue
+        for other in imports_of(name, path, set(mods)):
+            theirs = checks_layer(other) if other.startswith(_C) else None
+            if theirs is not None and theirs > mine:
+                wrong.append(f"{name} ({CHECKS_LAYERS[mine][0]}) imports {other} ({CHECKS_LAYERS[theirs][0]})")
+    return wrong
+
+
+def test_every_module_of_checks_is_in_a_layer_and_imports_none_above_it():
+    assert checks_violations() == []
+
+
+def test_the_checks_layers_catch_a_measurement_that_imports_the_audit(tmp_path, monkeypatch):
+    assert checks_layer(f"{_C}.frameworks") == 0 and checks_layer(f"{_C}.frameworks.exported.trl") == 3
+    fake = tmp_path / "checks"
+    (fake / "measure").mkdir(parents=True)
+    for path in ("__init__.py", "verdict.py", "measure/__init__.py", "elsewhere.py"):
+        (fake / path).write_text("")
+    (fake / "measure" / "x.py").write_text(
+        "def f():\n    from grpo_identity.checks import verdict\n    return verdict\n"
+    )
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    monkeypatch.setattr(__import__(__name__), "SOURCES", {"checks": _C})
+    assert checks_violations() == [
+        f"{_C}.elsewhere is in no layer of CHECKS_LAYERS",
+        f"{_C}.measure.x (measure) imports {_C}.verdict (audit)",
+    ]
+
+
 def test_no_import_cycle_in_checks():
     assert import_cycles() == []
 

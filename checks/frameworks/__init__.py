@@ -203,7 +203,7 @@ class FrameworkSpec:
     options: tuple[tuple[str, Any], ...] = ()
     """Keyword options of that estimator function (bypass form only)."""
     release: str | None = None
-    """Audit this release in an environment of its own (:mod:`grpo_identity.checks.releases`)."""
+    """Audit this release in an environment of its own (:mod:`grpo_identity.checks.calls.releases`)."""
     release_auto: bool = False
     """The release was chosen because the framework is not installed here (its tested release)."""
 

@@ -25,7 +25,7 @@
   (the model's log-probabilities) is bypassed;
 - group size: ``NormConfig.group_size`` (``${gconfig.n_samples}`` in AReaL's examples) is each
   probe batch's G, set on the actor's config before the actor is built;
-- the optimizer step (:mod:`grpo_identity.checks.steps`, a call with a request): the trainer's
+- the optimizer step (:mod:`grpo_identity.checks.measure.steps`, a call with a request): the trainer's
   path from the rollout to the optimizer, per generation batch (``train_dataset.batch_size``
   prompts, each a group as ``GroupedRolloutWorkflow`` delivers it: the answers that did not come
   back ``None``, so a group may hold fewer than ``gconfig.n_samples``).  ``PPOActorController``
@@ -65,7 +65,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks import steps
 from grpo_identity.checks.frameworks import (
     PROMPT_LENGTH,
     RESPONSE_LENGTH,
@@ -76,6 +75,7 @@ from grpo_identity.checks.frameworks import (
 )
 from grpo_identity.checks.frameworks._ranks import ProcessRanks
 from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
+from grpo_identity.checks.measure import steps
 
 __all__ = [
     "import_check",
@@ -125,7 +125,7 @@ def import_check() -> None:
     importlib.import_module("areal.trainer.ppo.actor")
     importlib.import_module("areal.engine.fsdp_engine")
     importlib.import_module("areal.infra.controller.train_controller")
-    importlib.import_module("grpo_identity.checks.target")
+    importlib.import_module("grpo_identity.checks.calls.target")
 
 
 def _release() -> str:
@@ -756,7 +756,7 @@ class _StepRecord:
 def _run_step(
     cfg: Any, plan: _Plan, engine: Any, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]
 ) -> dict[str, np.ndarray]:
-    """A step request (:mod:`grpo_identity.checks.steps`): the rows in groups of ``request["sizes"]``
+    """A step request (:mod:`grpo_identity.checks.measure.steps`): the rows in groups of ``request["sizes"]``
     (as the rollout delivers them), ``plan.batch_size`` groups per generation batch, each through
     :func:`_run_generation` under the configured split; for the unsplit layout, each optimizer step of
     that split again through :func:`_run_unsplit` (the same answers, one micro-batch on one rank)."""

@@ -10,10 +10,10 @@ A **built target** answers the audit's questions with typed methods, one per que
 
 - ``advantages(rewards, G, scores=None)``: the trainer's advantages (``scores``: one column per reward function);
 - ``gradient(rewards, G, lengths)``: the advantages, −∂loss/∂log π per token and the mask (level gradient);
-- ``step(rewards, G, lengths, request)``: the optimizer step split or unsplit (:mod:`grpo_identity.checks.steps`),
-  where the info gives the step's geometry;
-- ``off_policy(rewards, G, lengths, settings)``: one step at moved weights (:mod:`grpo_identity.checks.offpolicy`),
-  where the info announces it;
+- ``step(rewards, G, lengths, request)``: the optimizer step split or unsplit
+  (:mod:`grpo_identity.checks.measure.steps`), where the info gives the step's geometry;
+- ``off_policy(rewards, G, lengths, settings)``: one step at moved weights
+  (:mod:`grpo_identity.checks.measure.offpolicy`), where the info announces it;
 
 and carries a :class:`DriverInfo`.  The rest of the audit calls targets as ``fn(rewards, G[, lengths[,
 request]])`` (the form a user's own gradient or step function has); :meth:`Built.__call__` is the one place such a
@@ -82,7 +82,8 @@ class DriverInfo:
     lengths_optional: bool = False
     """The gradient target answers ``lengths=None`` with the advantages alone."""
     step: dict[str, Any] | None = None
-    """The optimizer step's geometry (:func:`grpo_identity.checks.steps.geometry`): the target answers step requests."""
+    """The optimizer step's geometry (:func:`grpo_identity.checks.measure.steps.geometry`): the target answers step
+    requests."""
     step_unavailable: str | None = None
     """Why the target runs no optimizer step (a release the driver cannot split), where it runs none."""
     off_policy: dict[str, Any] | None = None
@@ -199,7 +200,7 @@ def _need(lengths: Any, what: str) -> Any:
 
 @runtime_checkable
 class Driver(Protocol):
-    """A driver module (``checks/frameworks/NAME.py``), as :mod:`grpo_identity.checks.adapters` uses it."""
+    """A driver module (``checks/frameworks/NAME.py``), as :mod:`grpo_identity.checks.calls.adapters` uses it."""
 
     def import_check(self) -> None: ...
 

@@ -21,7 +21,7 @@
   (clip range, 0.11's ``loss_agg_mode`` → ``token_level_loss``), on the whole batch as one
   micro-batch (0.11: ``batch_num_tokens``/``global_batch_size`` of that batch, one rank),
   differentiated by autograd with respect to each response token's log-probability;
-- step (a request of :mod:`grpo_identity.checks.steps`): the rows one generation batch
+- step (a request of :mod:`grpo_identity.checks.measure.steps`): the rows one generation batch
   (``rollout.batch_size`` × G answers) after another through the experience maker, then into the
   ranks' replay buffers as ``PPOTrainer.train_step`` sends them (``RayActorGroup
   .async_run_method_batch``, after ``balance_experiences`` under ``train.dynamic_batch_enable``),
@@ -165,7 +165,7 @@ def import_check() -> None:
     """Import what the driver needs and parse a default command line (a release environment's smoke test)."""
     fn = build(FrameworkSpec("openrlhf", sets=(("algo.advantage.estimator", "group_norm"),)), "advantage")
     fn(np.array([1.0, 0.0]), 2)
-    importlib.import_module("grpo_identity.checks.target")
+    importlib.import_module("grpo_identity.checks.calls.target")
 
 
 def _value(args: Any, key: str) -> Any:
@@ -244,7 +244,7 @@ class OpenRLHFTarget(Built):
     """OpenRLHF's experience maker from ``spec``'s options.  Advantages: ``RemoteExperienceMaker
     .compute_advantages_and_returns``.  Gradient: −∂loss/∂log π per response token (autograd through the actor's
     ``PolicyLoss`` as ``ActorPPOTrainer`` builds it), rows in the caller's order.  A step request
-    (:mod:`grpo_identity.checks.steps`): the optimizer steps ``ActorPPOTrainer.ppo_train`` makes of the rows
+    (:mod:`grpo_identity.checks.measure.steps`): the optimizer steps ``ActorPPOTrainer.ppo_train`` makes of the rows
     (:func:`_run_step`), with ``step``, ``rank`` and ``micro_batch`` per row."""
 
     def __init__(self, spec: FrameworkSpec, level: str) -> None:
@@ -452,7 +452,7 @@ def step_geometry(configs: _Configs) -> dict[str, Any]:
     :data:`~grpo_identity.checks.frameworks.STEP_GROUP_SIZE`), ``train.batch_size`` answers per
     optimizer step, ``rollout.batch_size`` × G per generation batch; the split settings in force;
     what of the split is stood in, said once in the split layout's words."""
-    from grpo_identity.checks.steps import geometry
+    from grpo_identity.checks.measure.steps import geometry
 
     G = configs.group_size
     args = configs.step(G, "split")

@@ -2,8 +2,9 @@
 
 A row names the framework (and so its driver module, ``grpo_identity.checks.frameworks.NAME``), the release CI
 installs and a bare audit falls back to, the adapter line of ``--help``, the config key a short form's bare word
-sets, and what a release environment needs beyond the release's own requirements (:mod:`..releases` reads
-:func:`pins_table` and :func:`no_deps_table`).  Standard library only.
+sets, and what a release environment needs beyond the release's own requirements
+(:mod:`~grpo_identity.checks.calls.releases` reads :func:`pins_table` and :func:`no_deps_table`).  Standard library
+only.
 
 >>> FRAMEWORK_TABLE["verl"].estimator_key
 'algorithm.adv_estimator'

@@ -13,7 +13,7 @@
 - ``beta`` ≠ 0: the policy is saved to a temporary folder and the trainer given its path, so that TRL builds
   its reference model as it builds it for a checkpoint (:func:`policy_for`); the reference's log-probabilities
   are TRL's method on TRL's reference model, on the probe's completions;
-- off-policy (:mod:`grpo_identity.checks.offpolicy`): the same inputs, old and reference log-probabilities at
+- off-policy (:mod:`grpo_identity.checks.measure.offpolicy`): the same inputs, old and reference log-probabilities at
   the current weights, then ``compute_loss`` at weights moved by a seeded noise (:func:`_off_policy_step`).
 
 ``num_generations`` is the group size of each probe batch: the audit sets it per call.
@@ -47,7 +47,7 @@ def import_check() -> None:
     import importlib
 
     importlib.import_module("trl")
-    importlib.import_module("grpo_identity.checks.target")
+    importlib.import_module("grpo_identity.checks.calls.target")
 
 
 @contextlib.contextmanager
@@ -231,9 +231,9 @@ def build(spec: FrameworkSpec, level: str) -> TrlTarget:
 class TrlTarget(Built):
     """``GRPOTrainer`` built from ``spec``'s config.  Advantages: the trainer's ``_generate_and_score_completions``.
     Gradient: −∂loss/∂log π per completion token, autograd through ``GRPOTrainer.compute_loss``; a step request
-    (:mod:`grpo_identity.checks.steps`) runs the optimizer step of ``GRPOTrainer.train()`` as configured or unsplit
-    (:mod:`.trl_step`); an off-policy request (:mod:`grpo_identity.checks.offpolicy`) one step at weights moved
-    after the batch was scored (:func:`_off_policy_step`).  Where ``beta`` ≠ 0 the reference model's
+    (:mod:`grpo_identity.checks.measure.steps`) runs the optimizer step of ``GRPOTrainer.train()`` as configured or
+    unsplit (:mod:`.trl_step`); an off-policy request (:mod:`grpo_identity.checks.measure.offpolicy`) one step at
+    weights moved after the batch was scored (:func:`_off_policy_step`).  Where ``beta`` ≠ 0 the reference model's
     log-probabilities are those of TRL's own reference model on the probe's completions."""
 
     def __init__(self, spec: FrameworkSpec, level: str) -> None:
@@ -374,7 +374,7 @@ def _reference_logps(trainer: Any, inputs: dict[str, Any]) -> Any:
 
 
 def off_policy_settings(trainer: Any, args: Any) -> dict[str, Any]:
-    """``info["off_policy"]`` (:mod:`grpo_identity.checks.offpolicy`): what an off-policy step runs under."""
+    """``info["off_policy"]`` (:mod:`grpo_identity.checks.measure.offpolicy`): what an off-policy step runs under."""
     level = getattr(args, "importance_sampling_level", None)
     stored = (
         "set by the driver to the trainer's own log-probabilities at the unperturbed weights (TRL stores none when "

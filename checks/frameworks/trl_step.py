@@ -1,5 +1,5 @@
 """TRL's optimizer step as its trainer splits it: ``GRPOTrainer.train()`` itself, for the split-step
-audit (:mod:`grpo_identity.checks.steps`).
+audit (:mod:`grpo_identity.checks.measure.steps`).
 
 Each layout is a real training run of the tiny policy (:func:`~grpo_identity.checks.frameworks.trl.tiny_policy`)
 under the user's ``GRPOConfig``: TRL's sampler, its ``_prepare_inputs`` (generation batches split into
@@ -207,9 +207,9 @@ def _numbers(args: Any, processes: int) -> tuple[int, int, int]:
 
 
 def step_geometry(spec: FrameworkSpec) -> dict[str, Any]:
-    """The configured step (:func:`grpo_identity.checks.steps.geometry`): the user's split settings, or the
+    """The configured step (:func:`grpo_identity.checks.measure.steps.geometry`): the user's split settings, or the
     driver's default split."""
-    from grpo_identity.checks.steps import geometry
+    from grpo_identity.checks.measure.steps import geometry
 
     bare, processes = launch_settings(spec)
     split, unsplit = _layout(bare, processes, "split"), _layout(bare, processes, "unsplit")

@@ -13,7 +13,7 @@
   ``agg_loss(loss_agg_mode)``) with ``global_batch_info`` filled as ``workers.utils.losses.ppo_loss``
   fills it (releases before 0.8 aggregate over the micro-batch, here the whole batch, and return
   a 4-tuple), differentiated by autograd with respect to each response token's log-probability;
-- the optimizer step (:mod:`grpo_identity.checks.steps`): the trainer's own step path on each
+- the optimizer step (:mod:`grpo_identity.checks.measure.steps`): the trainer's own step path on each
   generation batch, ``RayPPOTrainer._balance_batch``, ``compute_advantage`` and ``_update_actor``,
   then on each data-parallel rank the actor worker's own split into optimizer steps and
   micro-batches, its loss scaling and accumulation: the legacy FSDP worker's
@@ -41,8 +41,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from grpo_identity.checks import steps
-from grpo_identity.checks.calling import advantage_per_answer
+from grpo_identity.checks.calls.calling import advantage_per_answer
 from grpo_identity.checks.frameworks import (
     PROMPT_LENGTH,
     RESPONSE_LENGTH,
@@ -70,6 +69,7 @@ from grpo_identity.checks.frameworks.exported.verl import (
     trainer_advantage,
     update_actor,
 )
+from grpo_identity.checks.measure import steps
 
 __all__ = [
     "import_check",
@@ -93,7 +93,7 @@ def import_check() -> None:
     import importlib
 
     importlib.import_module("verl.trainer.ppo.core_algos")
-    importlib.import_module("grpo_identity.checks.target")
+    importlib.import_module("grpo_identity.checks.calls.target")
 
 
 def compose(spec: FrameworkSpec) -> Any:
@@ -190,7 +190,7 @@ def _without_iri_grammar() -> Iterator[None]:
 class VerlTarget(Built):
     """verl's trainer from ``spec``'s config.  Advantages: ``ray_trainer.compute_advantage`` (the trainer's
     dispatch).  Gradient: −∂loss/∂log π per response token (autograd through the actor's policy loss and
-    ``agg_loss``), rows in the caller's order; a step request (:mod:`grpo_identity.checks.steps`) runs the
+    ``agg_loss``), rows in the caller's order; a step request (:mod:`grpo_identity.checks.measure.steps`) runs the
     optimizer steps of the actor worker as configured or unsplit (:func:`step_run`)."""
 
     def __init__(self, spec: FrameworkSpec, level: str) -> None:
@@ -330,7 +330,7 @@ _CALLED = "(token_level_rewards=TR, response_mask=MASK, index=UIDS)"
 _ESTIMATOR_CALL = {"input": "torch", "reward_dtype": "float32", "takes_ids": True, "takes_group_size": False}
 
 
-# --- the optimizer step as the trainer splits it (grpo_identity.checks.steps) --------------------
+# --- the optimizer step as the trainer splits it (grpo_identity.checks.measure.steps) --------------------
 
 #: the step probe's split where the user set none of its keys (verl's own defaults, 1024 prompts on
 #: 8 GPUs, size a production run): 2 ranks, micro-batches of 2 answers, the token budget
@@ -412,7 +412,7 @@ class StepSplit:
         )
 
     def geometry(self, cfg: Any) -> dict[str, Any]:
-        """``info["step"]`` (:func:`grpo_identity.checks.steps.geometry`) of this split."""
+        """``info["step"]`` (:func:`grpo_identity.checks.measure.steps.geometry`) of this split."""
         G = self.group_size
         engine = engine_path(cfg)
         settings = {

@@ -232,9 +232,9 @@ def _law_rows(laws: dict[str, str]) -> list[list[str]]:
 def properties_and_findings() -> str:
     """Every property the audit tests, its edge probes, every finding name it can report
     (:data:`~grpo_identity.checks.findings.FINDINGS`) and the laws its measurements are named by."""
-    from grpo_identity.checks import offpolicy, probes
-    from grpo_identity.checks import properties as P
     from grpo_identity.checks.findings import FINDINGS, FindingKind, by_design
+    from grpo_identity.checks.measure import offpolicy, probes
+    from grpo_identity.checks.measure import properties as P
     from grpo_identity.checks.report import SEVERITIES, VERDICTS, WEIGHTS, Finding
 
     severity_doc = _attribute_docs(Finding).get("severity", "")
@@ -245,7 +245,7 @@ def properties_and_findings() -> str:
         "them. A report's verdict is one of " + ", ".join(f"`{v}`" for v in VERDICTS) + "; each finding has a "
         "severity, one of " + ", ".join(f"`{s}`" for s in SEVERITIES) + f": {_doc(severity_doc)}\n\n",
         "## Advantage properties\n\nRun under hypothesis on every advantage target, in this order "
-        "([`ADVANTAGE_PROPERTIES`][grpo_identity.checks.properties.ADVANTAGE_PROPERTIES]).\n\n",
+        "([`ADVANTAGE_PROPERTIES`][grpo_identity.checks.measure.properties.ADVANTAGE_PROPERTIES]).\n\n",
         _table(["property", "what it asserts"], _property_rows(P.ADVANTAGE_PROPERTIES)),
         "\n## Layout properties\n\nFor targets that take group ids: rows in any order, groups of any size.\n\n",
         _table(["property", "what it asserts"], _property_rows(P.LAYOUT_PROPERTIES)),

@@ -39,7 +39,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from grpo_identity import dial as D
-from grpo_identity.checks.properties import Tolerance
+from grpo_identity.checks.measure.properties import Tolerance
 from grpo_identity.foundation import UsageError, write_text_atomic
 from grpo_identity.integrations import trl_logs
 from grpo_identity.integrations.metrics import BANDS, DEFAULT_EPS, PREFIX, SolveRateTracker, step_metrics

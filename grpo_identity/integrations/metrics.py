@@ -38,7 +38,7 @@ import numpy.typing as npt
 from grpo_identity import dial as D
 from grpo_identity.allocation import common_group_size
 from grpo_identity.analysis.realdata import is_extreme, is_medium
-from grpo_identity.checks.properties import Tolerance, precision_of
+from grpo_identity.checks.measure.properties import Tolerance, precision_of
 from grpo_identity.closed_forms import fidelity, silent_rate
 
 __all__ = [

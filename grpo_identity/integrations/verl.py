@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import dial as D
-from grpo_identity.checks.calling import to_numpy
+from grpo_identity.checks.calls.calling import to_numpy
 from grpo_identity.integrations.metrics import (
     DEFAULT_EPS,
     DEFAULT_PRIOR_ROLLOUTS,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grpo_identity.app.cli import main
-from grpo_identity.checks.adapters import TESTED_VERSIONS
+from grpo_identity.checks.calls.adapters import TESTED_VERSIONS
 
 TARGETS = textwrap.dedent(
     """

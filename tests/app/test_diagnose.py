@@ -214,7 +214,7 @@ def test_the_callbacks_logged_group_size_stands_in_for_g(tmp_path, capsys):
 
 
 def test_the_deviation_figure_draws_its_tolerance_and_float_noise_stays_far_under_it(tmp_path, capsys):
-    from grpo_identity.checks.properties import Tolerance
+    from grpo_identity.checks.measure.properties import Tolerance
     from grpo_identity.integrations.diagnose import TOL_HEADROOM
 
     tol = Tolerance.for_precision("float32").rtol

@@ -116,8 +116,8 @@ def test_the_theorems_page_states_every_theorem_with_its_declared_method_without
 
 # --- properties and findings --------------------------------------------------------------------
 def test_the_properties_page_lists_every_property_probe_and_law():
-    from grpo_identity.checks import offpolicy, probes
-    from grpo_identity.checks import properties as P
+    from grpo_identity.checks.measure import offpolicy, probes
+    from grpo_identity.checks.measure import properties as P
     from grpo_identity.checks.report import WEIGHTS
 
     page = docs.properties_and_findings()

@@ -227,7 +227,7 @@ def test_the_framework_table_shows_a_deviation_where_nothing_fails_and_the_off_p
 def test_the_frameworks_extra_pins_the_tested_releases_and_is_the_one_list_of_them():
     import re
 
-    from grpo_identity.checks.adapters import TESTED_VERSIONS
+    from grpo_identity.checks.calls.adapters import TESTED_VERSIONS
 
     tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
 

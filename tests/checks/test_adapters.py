@@ -1,4 +1,4 @@
-"""The built-in targets (``checks.adapters``): the tested versions the Makefile pins, which names
+"""The built-in targets (``checks.calls.adapters``): the tested versions the Makefile pins, which names
 are adapters (a framework, or a preset named like one), and a framework API a driver does not
 know as an ``AdapterError`` naming the release."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_identity.checks import adapters
+from grpo_identity.checks.calls import adapters
 from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_a_driver_that_meets_an_unknown_api_is_an_adapter_error_naming_the_relea
 
 
 def test_one_registry_row_names_a_framework_everywhere():
-    from grpo_identity.checks import releases
+    from grpo_identity.checks.calls import releases
     from grpo_identity.checks.frameworks import ESTIMATOR_KEY
     from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
 

@@ -1,4 +1,4 @@
-"""How several reward components are combined (``checks.aggregation``): summing first is told from
+"""How several reward components are combined (``checks.measure.aggregation``): summing first is told from
 normalising each first by two invariances, whatever the normalisation and the weights; a rule that
 is neither is named as such."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from grpo_identity import dial as D
-from grpo_identity.checks.aggregation import audit_aggregation, components_batch
+from grpo_identity.checks.measure.aggregation import audit_aggregation, components_batch
 
 
 def sum_then_normalize(w, dial=D.TRL):

@@ -12,8 +12,8 @@ import pytest
 
 from grpo_identity import dial as D
 from grpo_identity.checks import AuditOptions, audit, resolve, run
-from grpo_identity.checks.infer import infer_keep_rule
-from grpo_identity.checks.target import TargetImportError
+from grpo_identity.checks.calls.target import TargetImportError
+from grpo_identity.checks.measure.infer import infer_keep_rule
 
 TARGETS = textwrap.dedent(
     """

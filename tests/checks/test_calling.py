@@ -1,4 +1,4 @@
-"""How the audit calls a user's function (``checks.calling``): the signature decides the form, the
+"""How the audit calls a user's function (``checks.calls.calling``): the signature decides the form, the
 annotation or the first call the input kind, and the advantages come back from whatever the
 function returns; what it cannot call is a ``CallError`` that says what to pass."""
 
@@ -20,7 +20,7 @@ from _user_code import (
 )
 
 from grpo_identity import dial as D
-from grpo_identity.checks.calling import Caller, CallError, CallOptions
+from grpo_identity.checks.calls.calling import Caller, CallError, CallOptions
 from grpo_identity.checks.options import OptionError
 
 R = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])  # two groups of 4

@@ -1,4 +1,4 @@
-"""The target in a child interpreter (``checks.child``): calls answered while the target prints,
+"""The target in a child interpreter (``checks.calls.child``): calls answered while the target prints,
 a timeout on every call and on the load, a load that hangs or crashes as ``TargetImportError``,
 the user's environment rather than pytest's, output capped per target, warm children reused by
 the next audit of a preset with the same results as cold ones, and nothing the target started
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from grpo_identity.checks import audit
-from grpo_identity.checks.child import OUTPUT_LIMIT, ChildTarget, close_warm_children, warm_children
-from grpo_identity.checks.target import TargetImportError, TargetTimeout
+from grpo_identity.checks.calls.child import OUTPUT_LIMIT, ChildTarget, close_warm_children, warm_children
+from grpo_identity.checks.calls.target import TargetImportError, TargetTimeout
 
 TARGETS = textwrap.dedent(
     """

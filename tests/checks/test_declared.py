@@ -1,4 +1,4 @@
-"""The declared coefficient (``checks.declared``): a formula in k, G, σ, μ read off an allow-list
+"""The declared coefficient (``checks.measure.declared``): a formula in k, G, σ, μ read off an allow-list
 into SymPy (never evaluated as Python), or a callable c(k, G); both evaluated once at the probed G,
 anything else an ``OptionError`` naming ``expect`` and what is allowed."""
 
@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from grpo_identity import closed_forms
-from grpo_identity.checks.declared import MAX_FORMULA_LENGTH, Declared, declare, is_declared
-from grpo_identity.checks.infer import PROBE_GROUP_SIZES
+from grpo_identity.checks.measure.declared import MAX_FORMULA_LENGTH, Declared, declare, is_declared
+from grpo_identity.checks.measure.infer import PROBE_GROUP_SIZES
 from grpo_identity.checks.options import OptionError
 
 
@@ -96,7 +96,7 @@ def test_what_declares_a_coefficient():
 
 def test_the_module_loads_no_sympy_until_a_formula_is_read():
     code = (
-        "import sys; from grpo_identity.checks.declared import declare; declare(lambda k, G: 1.0); "
+        "import sys; from grpo_identity.checks.measure.declared import declare; declare(lambda k, G: 1.0); "
         "assert 'sympy' not in sys.modules; declare('c=sigma'); assert 'sympy' in sys.modules"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -16,7 +16,8 @@ import pytest
 
 from grpo_identity import dial as D
 from grpo_identity.app.cli import main
-from grpo_identity.checks import export, steps
+from grpo_identity.checks import export
+from grpo_identity.checks.measure import steps
 
 HARNESS_DIR = Path(export.__file__).parent / "frameworks" / "exported"
 #: what an exported test may import besides the standard library

@@ -1,4 +1,4 @@
-"""Dial inference (``checks.infer``): the dial of every preset and of points off the presets, in
+"""Dial inference (``checks.measure.infer``): the dial of every preset and of points off the presets, in
 float64, float32 and bfloat16, a constant factor, ε under the square root, the silent residue,
 and the keep rule of a filter — read from designed probe batches, never from the code."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from grpo_identity import dial as D
-from grpo_identity.checks import properties as P
-from grpo_identity.checks.infer import infer_dial, infer_keep_rule, probe_batch
+from grpo_identity.checks.measure import properties as P
+from grpo_identity.checks.measure.infer import infer_dial, infer_keep_rule, probe_batch
 
 
 def dial_fn(d):

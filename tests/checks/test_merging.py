@@ -1,4 +1,4 @@
-"""Groups a target normalises as one (``checks.merging``): colliding ids, blocks of 2·G and a whitened batch are
+"""Groups a target normalises as one (``checks.measure.merging``): colliding ids, blocks of 2·G and a whitened batch are
 named with the groups they merge; no point of the dial and no named variant is taken for a merge."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from grpo_identity import dial as D
 from grpo_identity.checks import audit
-from grpo_identity.checks.merging import merged_groups
+from grpo_identity.checks.measure.merging import merged_groups
 from grpo_identity.variants import VARIANTS
 
 

@@ -1,4 +1,4 @@
-"""The off-policy probe (``checks.offpolicy``) on numpy targets: the importance-weight law (token, sequence
+"""The off-policy probe (``checks.measure.offpolicy``) on numpy targets: the importance-weight law (token, sequence
 (GSPO), none, other) is named, the clip rule is checked against the configured ε, a KL term's push on silent
 groups is a deviation with its size (a fail where β = 0), the identity with importance-weighted scores holds
 and fails where the advantages are not centred; ``audit_gradient`` runs the probe only on targets that
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from grpo_identity.checks.gradient import audit_gradient
-from grpo_identity.checks.offpolicy import audit_off_policy, clipped, numpy_off_policy_target
+from grpo_identity.checks.measure.offpolicy import audit_off_policy, clipped, numpy_off_policy_target
 
 
 def _target(**kw):

@@ -1,4 +1,4 @@
-"""The absolute oracle (``checks.oracle``): a step run against its loss type's objective, on numpy step targets
+"""The absolute oracle (``checks.measure.oracle``): a step run against its loss type's objective, on numpy step targets
 whose answer is known — exact objectives pass; a factor both layouts share (1/GA twice, a normaliser over the
 generation batch, ranks counted twice) fails ``step_scale`` with its cause named while split invariance stays
 silent; a normaliser averaged over a generation batch's steps is a deviation that names its range; weights that
@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grpo_identity.checks import oracle as O
-from grpo_identity.checks import steps as S
 from grpo_identity.checks.gradient import audit_gradient
+from grpo_identity.checks.measure import oracle as O
+from grpo_identity.checks.measure import steps as S
 from grpo_identity.objectives import OBJECTIVES, objective_of
 
 T = 6

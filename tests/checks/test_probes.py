@@ -1,4 +1,4 @@
-"""The edge probes (``checks.probes``): what a target does with a partial last group, a tiny
+"""The edge probes (``checks.measure.probes``): what a target does with a partial last group, a tiny
 spread of rewards and singleton groups, said in notes; a remainder that moves the whole groups
 fails."""
 
@@ -8,7 +8,7 @@ import numpy as np
 
 from grpo_identity import dial as D
 from grpo_identity.checks import audit
-from grpo_identity.checks.probes import remainder
+from grpo_identity.checks.measure.probes import remainder
 
 
 def test_the_edge_probes_report_what_the_target_does_with_remainders_tiny_spreads_and_singletons():
@@ -33,7 +33,7 @@ def test_a_partial_last_group_that_changes_the_whole_groups_fails():
 
 
 def test_a_lone_answer_at_a_fixed_group_size_is_a_note_whether_nan_or_a_raw_reward():
-    from grpo_identity.checks.probes import singletons
+    from grpo_identity.checks.measure.probes import singletons
 
     def bessel(r, G):  # std with ddof 1 at G = 1: NaN
         R = r.reshape(-1, G)
@@ -48,7 +48,7 @@ def test_a_lone_answer_at_a_fixed_group_size_is_a_note_whether_nan_or_a_raw_rewa
 
 
 def test_a_filter_at_g_1_is_probed_too_and_keeping_a_lone_answer_is_a_note():
-    from grpo_identity.checks.probes import filter_singletons
+    from grpo_identity.checks.measure.probes import filter_singletons
 
     def exact(r, G):
         return np.ptp(r.reshape(-1, G), 1) > 0
@@ -64,7 +64,7 @@ def test_a_filter_at_g_1_is_probed_too_and_keeping_a_lone_answer_is_a_note():
 
 def test_a_probe_that_cannot_run_reports_under_the_name_it_reports_when_it_runs(monkeypatch):
     from grpo_identity import dial as D
-    from grpo_identity.checks import probes
+    from grpo_identity.checks.measure import probes
 
     def grpo(rewards, G):
         return D.advantages(rewards, G, D.GRPO)

@@ -1,4 +1,4 @@
-"""The properties (``checks.properties``) called directly on hand-made batches: each holds for
+"""The properties (``checks.measure.properties``) called directly on hand-made batches: each holds for
 every preset, and each broken one names itself, the group and a counterexample — including the
 branches hypothesis seldom draws (a batch-wide std, integer filters, a group after a silent
 0.1-group, an in-place update on the first call only)."""
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_identity import dial as D
-from grpo_identity.checks import properties as P
-from grpo_identity.checks.strategies import RewardBatch, reward_batches
-from grpo_identity.checks.target import LocalTarget
+from grpo_identity.checks.calls.target import LocalTarget
+from grpo_identity.checks.measure import properties as P
+from grpo_identity.checks.measure.strategies import RewardBatch, reward_batches
 
 CTX64 = P.Context(P.Tolerance.for_precision("float64"))
 RNG = np.random.default_rng(0)
@@ -297,7 +297,7 @@ def test_a_wrong_keep_decision_names_the_group_and_its_rewards():
 
 
 def test_ragged_groups_leave_a_silent_subset_of_inexact_values_to_the_silent_probe():
-    from grpo_identity.checks.strategies import RewardBatch
+    from grpo_identity.checks.measure.strategies import RewardBatch
 
     class KeepThree:  # sizes 3 (the three 0.1s), rows in their own order
         def integers(self, lo, hi, size):
@@ -361,7 +361,7 @@ def test_at_every_precision_a_real_push_on_a_silent_group_still_fails(precision)
 
 @pytest.mark.parametrize("seed", range(5))
 def test_every_ragged_example_holds_a_lone_answer_so_a_missing_baseline_shows_at_once(seed):
-    from grpo_identity.checks.strategies import RewardBatch
+    from grpo_identity.checks.measure.strategies import RewardBatch
 
     def no_baseline_when_alone(r, G, ids):  # OPO-style: a group of one keeps its raw reward
         out = np.zeros_like(r)
@@ -381,7 +381,7 @@ def test_every_ragged_example_holds_a_lone_answer_so_a_missing_baseline_shows_at
 
 
 def test_a_pushed_lone_answer_does_not_hide_a_wrong_baseline_in_the_other_groups():
-    from grpo_identity.checks.strategies import RewardBatch
+    from grpo_identity.checks.measure.strategies import RewardBatch
 
     class LoneFirst:  # group 0 keeps one answer (checked first), groups 1 and 2 keep 3 and 4; rows in order
         def integers(self, lo, hi=None, size=None):

@@ -1,4 +1,4 @@
-"""Recognising a named variant (``checks.recognise``): each variant's reference, in float32, is
+"""Recognising a named variant (``checks.measure.recognise``): each variant's reference, in float32, is
 recognised as itself and as no other; a multiple of one is recognised with its factor; a dial
 point is recognised as no variant; a batch-coupled factor is not taken for a constant one."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from grpo_identity import dial as D
 from grpo_identity.checks.frameworks import lengths_for
-from grpo_identity.checks.recognise import recognise, recognition_batch
+from grpo_identity.checks.measure.recognise import recognise, recognition_batch
 from grpo_identity.variants import VARIANTS
 
 

@@ -1,4 +1,4 @@
-"""Release environments (``checks.releases``): where they live and what names them, the pins each release
+"""Release environments (``checks.calls.releases``): where they live and what names them, the pins each release
 needs, the install commands, the ways of resolving (as of the release's day, pins exempt, today's index),
 the upload time read from the index, an environment that runs the project's code and nothing else of the
 caller's, a rebuild when the recipe changes, a build that fails leaving nothing behind, the cache listed
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_identity.checks import releases as R
+from grpo_identity.checks.calls import releases as R
 from grpo_identity.checks.frameworks import AdapterError
 
 ROOT = Path(__file__).resolve().parents[2]

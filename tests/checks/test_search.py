@@ -1,4 +1,4 @@
-"""The property search (``checks.search``): one property run under hypothesis, its violation
+"""The property search (``checks.measure.search``): one property run under hypothesis, its violation
 shrunk; a non-finite output is one ``well_formed`` finding (``FiniteGuard``), never a cascade of
 false comparisons; target errors in words; hypothesis's storage moved while the audit searches,
 nothing written where the audit runs, and the same examples whatever else the process loaded."""
@@ -15,9 +15,9 @@ import pytest
 
 from grpo_identity import dial as D
 from grpo_identity.checks import audit
-from grpo_identity.checks import properties as P
-from grpo_identity.checks.search import failure, quiet_hypothesis, run_property
-from grpo_identity.checks.target import TargetCrashed, TargetError, TargetMalformed, TargetTimeout
+from grpo_identity.checks.calls.target import TargetCrashed, TargetError, TargetMalformed, TargetTimeout
+from grpo_identity.checks.measure import properties as P
+from grpo_identity.checks.measure.search import failure, quiet_hypothesis, run_property
 from grpo_identity.foundation import cache_dir
 
 CTX64 = P.Context(P.Tolerance.for_precision("float64"))
@@ -48,7 +48,7 @@ def test_a_failure_is_shrunk_without_hypothesiss_explain_phase(monkeypatch):
 
 
 def test_the_examples_are_drawn_from_the_search_seed_alone(monkeypatch):
-    from grpo_identity.checks import search
+    from grpo_identity.checks.measure import search
 
     def drawn():
         seen = []

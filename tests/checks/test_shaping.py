@@ -1,5 +1,5 @@
-"""A per-token term folded into a token-level target's score (``checks.shaping``): named with its size per token;
-no point of the dial, no named variant and no length-weighted baseline is taken for one."""
+"""A per-token term folded into a token-level target's score (``checks.measure.shaping``): named with its size per
+token; no point of the dial, no named variant and no length-weighted baseline is taken for one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from grpo_identity import dial as D
 from grpo_identity.checks import audit
-from grpo_identity.checks.shaping import folded_score
+from grpo_identity.checks.measure.shaping import folded_score
 from grpo_identity.variants import VARIANTS
 
 

@@ -1,4 +1,4 @@
-"""The resolver (``checks.spec``): what the user wrote becomes one typed spec — a function or a
+"""The resolver (``checks.calls.spec``): what the user wrote becomes one typed spec — a function or a
 framework, its level defaulted (the gradient for a framework's trainer path, the advantages
 otherwise), its release picked when the framework is not installed here — and every bad
 combination of options is an ``OptionError`` naming the option."""
@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 
 from grpo_identity.app.cli import main
-from grpo_identity.checks import releases as R
-from grpo_identity.checks.adapters import TESTED_VERSIONS
-from grpo_identity.checks.calling import CallOptions
+from grpo_identity.checks.calls import releases as R
+from grpo_identity.checks.calls.adapters import TESTED_VERSIONS
+from grpo_identity.checks.calls.calling import CallOptions
+from grpo_identity.checks.calls.spec import FunctionSpec, resolve
+from grpo_identity.checks.calls.target import TargetImportError
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec, is_framework
 from grpo_identity.checks.options import OptionError
-from grpo_identity.checks.spec import FunctionSpec, resolve
-from grpo_identity.checks.target import TargetImportError
 
 
 def grpo_like(rewards, G):

@@ -1,4 +1,4 @@
-"""The split-step audit (``checks.steps``): the weight law with its scope, split invariance, masked
+"""The split-step audit (``checks.measure.steps``): the weight law with its scope, split invariance, masked
 normalisers and ragged groups, on step targets made of numpy whose answer is known."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grpo_identity.checks import steps as S
 from grpo_identity.checks.gradient import audit_gradient
+from grpo_identity.checks.measure import steps as S
 from grpo_identity.checks.report import WEIGHTS
 
 T = 6

@@ -1,4 +1,4 @@
-"""The hypothesis strategies (``checks.strategies``): options checked when a strategy is built,
+"""The hypothesis strategies (``checks.measure.strategies``): options checked when a strategy is built,
 batches of whole groups whose layout undoes, score matrices of one row per answer."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_identity.checks.strategies import reward_batches, score_matrices
+from grpo_identity.checks.measure.strategies import reward_batches, score_matrices
 
 
 @pytest.mark.parametrize(

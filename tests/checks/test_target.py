@@ -1,4 +1,4 @@
-"""Loading and calling a target in this process (``checks.target``): a spec checked before
+"""Loading and calling a target in this process (``checks.calls.target``): a spec checked before
 anything starts (no such file, a folder, a FIFO, not Python, a near-miss function name), import
 errors as ``TargetImportError``, the output checks (malformed, dtype, list, in place, shared
 buffer) and exceptions as ``TargetError``."""
@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 import grpo_identity.checks as checks
-from grpo_identity.checks.target import LocalTarget, TargetImportError, check_spec, load_target, malformed, output_issue
+from grpo_identity.checks.calls.target import (
+    LocalTarget,
+    TargetImportError,
+    check_spec,
+    load_target,
+    malformed,
+    output_issue,
+)
 
 GOOD = """
 import numpy as np
@@ -111,8 +118,8 @@ def test_a_check_of_the_output_that_raises_is_a_finding_not_a_crash_of_the_audit
     a child alike (a child whose check raised used to end, a crash instead of a finding)."""
     import numpy as np
 
-    from grpo_identity.checks import protocol as M
-    from grpo_identity.checks.target import OutputWatch, call_once
+    from grpo_identity.checks.calls import protocol as M
+    from grpo_identity.checks.calls.target import OutputWatch, call_once
 
     class Broken(OutputWatch):
         def check(self, out):

@@ -205,7 +205,8 @@ def test_a_departure_is_warned_about_once_on_the_grpo_identity_logger(caplog):
 @pytest.mark.slow
 @pytest.mark.parametrize("scale", ["group", "none", "batch"])
 def test_the_dial_of_a_grpo_config_is_the_one_the_audit_infers_from_the_real_trainer(scale):
-    from grpo_identity.checks import adapters, infer_dial
+    from grpo_identity.checks import infer_dial
+    from grpo_identity.checks.calls import adapters
 
     inferred = infer_dial(adapters.build(f"trl:scale_rewards={scale}"))
     config = dial_for_config(SimpleNamespace(scale_rewards=scale, multi_objective_aggregation="sum_then_normalize"))

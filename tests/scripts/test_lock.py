@@ -80,7 +80,7 @@ def test_another_python_is_told_which_one_the_lock_is_for_and_how_to_install_wit
 
 
 def test_the_lock_holds_the_cpu_torch_the_tested_frameworks_and_no_cuda_stack():
-    from grpo_identity.checks.adapters import TESTED_VERSIONS
+    from grpo_identity.checks.calls.adapters import TESTED_VERSIONS
 
     pins = L.pins()
     assert pins["torch"].endswith("+cpu")

@@ -179,7 +179,7 @@ def test_a_trl_config_that_pushes_to_the_hub_is_audited_offline_its_token_redact
 
 
 def test_children_run_offline_with_their_own_temporary_folder_removed_at_the_end():
-    from grpo_identity.checks.child import OFFLINE, ChildProcess, child_environ_for
+    from grpo_identity.checks.calls.child import OFFLINE, ChildProcess, child_environ_for
 
     environ = child_environ_for(None)
     assert all(environ[k] == v for k, v in OFFLINE.items()) and environ["HF_HUB_OFFLINE"] == "1"
@@ -356,7 +356,7 @@ def test_a_user_without_root_also_gets_the_loopback_alone():
     import inspect
     import shutil
 
-    from grpo_identity.checks import child
+    from grpo_identity.checks.calls import child
 
     if len(Path("/proc/net/dev").read_text().splitlines()) <= 3:
         pytest.skip("this machine has no network interface besides the loopback")

@@ -8,7 +8,7 @@ TARGET is ``path/to/file.py:function``, ``package.module:function``, a preset (`
     grpo-identity audit verl:estimator=grpo_vectorized      # the estimator function alone (bypasses the trainer)
 
 The command parses its arguments and hands them to the library: the target is resolved once
-(:func:`grpo_identity.checks.spec.resolve`), the options are checked once
+(:func:`grpo_identity.checks.calls.spec.resolve`), the options are checked once
 (:class:`grpo_identity.checks.options.AuditOptions`), and :func:`grpo_identity.checks.run` audits.
 Exit codes: 0 pass or deviation, 1 fail, 2 usage error (a bad option, a target that cannot be
 loaded, a configuration the framework rejects).
@@ -109,7 +109,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         help=f"seconds allowed for loading the target and for each call into it, at most {MAX_TIMEOUT:g} (default "
         f"{CALL_TIMEOUT:g}; loading a framework: {FRAMEWORK_LOAD_TIMEOUT:g})",
     )
-    from grpo_identity.checks.calling import INPUTS, REWARD_DTYPES
+    from grpo_identity.checks.calls.calling import INPUTS, REWARD_DTYPES
 
     p.add_argument(
         "--input",
@@ -172,8 +172,8 @@ def _releases_of(args: argparse.Namespace) -> list[str | None]:
 def run(args: argparse.Namespace) -> int:
 
     from grpo_identity.checks import TargetImportError
+    from grpo_identity.checks.calls.spec import resolve
     from grpo_identity.checks.options import CALL_TIMEOUT, AuditOptions, OptionError
-    from grpo_identity.checks.spec import resolve
     from grpo_identity.foundation import UsageError
 
     names = {**OPTION_NAMES, "release": "--releases" if args.releases else "--release"}

@@ -34,7 +34,7 @@ def _row(r: dict) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from grpo_identity.app.report import emit_json, format_table
-    from grpo_identity.checks import releases
+    from grpo_identity.checks.calls import releases
     from grpo_identity.foundation import UsageError
 
     if args.action == "list" and (args.all or args.dry_run):

@@ -38,9 +38,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from grpo_identity.app.commands.audit import OPTION_NAMES
     from grpo_identity.checks import TargetImportError
+    from grpo_identity.checks.calls.spec import resolve
     from grpo_identity.checks.export import export_tests
     from grpo_identity.checks.options import AuditOptions, OptionError
-    from grpo_identity.checks.spec import resolve
     from grpo_identity.foundation import UsageError, emit_json
 
     if not str(args.out).endswith(".py"):

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from grpo_identity.checks import releases as R
+from grpo_identity.checks.calls import releases as R
 from grpo_identity.checks.frameworks import AdapterError
 
 _ENVS: dict[tuple[str, str], Any] = {}
@@ -39,7 +39,8 @@ def warm_and_cold(monkeypatch: Any, framework: str, configs: list[list[str]], **
     (the worker's pool is used as it is: a child earlier tests left warm is reused, as the CLI reuses one), and
     of the same audit in a new child, started while the pool is set aside: the children other tests of this
     worker keep warm are neither used nor ended.  Fails unless the warm audit started no child."""
-    from grpo_identity.checks import audit, child
+    from grpo_identity.checks import audit
+    from grpo_identity.checks.calls import child
 
     started: list[Any] = []
     start = child.ChildProcess.__init__

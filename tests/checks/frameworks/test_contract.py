@@ -148,7 +148,7 @@ def test_the_info_names_ranks_and_objective_from_the_step_and_drops_what_is_unse
 @pytest.mark.parametrize("level", LEVELS)
 def test_the_installed_drivers_build_targets_with_typed_info(level):
     """TRL and verl are in the lock: each builds a Built target per level whose info is a DriverInfo."""
-    from grpo_identity.checks import adapters
+    from grpo_identity.checks.calls import adapters
 
     specs = [FrameworkSpec("trl"), FrameworkSpec("verl", sets=(("algorithm.adv_estimator", "grpo"),))]
     for spec in specs:

@@ -33,7 +33,7 @@ import pytest
 from _support import env_or_skip, planted
 
 from grpo_identity.app.cli import main
-from grpo_identity.checks.child import ChildTarget
+from grpo_identity.checks.calls.child import ChildTarget
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks import areal as drv
 
@@ -227,7 +227,7 @@ def test_the_ppo_loss_weights_every_token_by_one_over_the_batchs_tokens(capsys):
     assert code == 1 and out["verdict"] == "fail" and "group_slicing" in failing
 
 
-# --- the optimizer step (grpo_identity.checks.steps) ----------------------------------------------
+# --- the optimizer step (grpo_identity.checks.measure.steps) ----------------------------------------------
 # PPOActor._ppo_update cuts a generation batch into ppo_n_minibatches mini-batches, one
 # engine.train_batch (optimizer step) each, loss_weight_fn = loss_mask.count_nonzero();
 # FSDPEngine.train_batch: total = compute_total_loss_weight (all-reduced over dp), each micro-batch's
@@ -306,7 +306,7 @@ def test_the_users_keys_include_every_key_of_the_config_file(tmp_path):
 def _step(sets, requests=lambda geo: ()):
     """The step geometry, ``audit_step``'s result and the target's answer to each of ``requests(geo)``, run in
     the release environment (the audit there, as the auditor runs it, against the child's target)."""
-    from grpo_identity.checks.steps import audit_step
+    from grpo_identity.checks.measure.steps import audit_step
 
     env = env_or_skip("areal", RELEASE)
     spec = FrameworkSpec("areal", sets=tuple(s.split("=", 1) for s in sets))
@@ -318,7 +318,7 @@ def _step(sets, requests=lambda geo: ()):
 
 def _designed(*layouts):
     """``requests`` for :func:`_step`: the step audit's own rows (``steps.design``) in each of ``layouts``."""
-    from grpo_identity.checks.steps import design
+    from grpo_identity.checks.measure.steps import design
 
     def requests(geo):
         d = design(geo, drv.RESPONSE_LENGTH)
@@ -340,7 +340,7 @@ GRPO = ["actor.reward_norm.mean_level=group", "actor.reward_norm.std_level=group
 @pytest.mark.slow
 @pytest.mark.frameworks
 def test_the_default_split_accumulates_micro_batches_on_two_ranks_and_keeps_one_over_the_steps_tokens():
-    from grpo_identity.checks.steps import design
+    from grpo_identity.checks.measure.steps import design
 
     geo, result, (out,) = _step(GRPO, _designed("split"))
     assert geo["ranks"] == "processes" and geo["holes"] and geo["ragged"]
@@ -401,7 +401,7 @@ def test_the_users_split_by_token_budget_on_four_ranks_keeps_one_over_the_steps_
     ],
 )
 def test_a_split_areal_would_refuse_is_refused_when_the_target_is_built(setting, words):
-    from grpo_identity.checks.target import TargetImportError
+    from grpo_identity.checks.calls.target import TargetImportError
 
     sets = [setting] if setting.startswith("actor.") else [setting, "actor.backend=fsdp:d2"]
     with pytest.raises(TargetImportError, match="AReaL 1.0.4: ") as caught:
@@ -452,7 +452,7 @@ def test_a_short_group_is_cut_in_fixed_blocks_of_g_rows_after_the_dispatch_sorts
 def test_a_normaliser_over_the_generation_batch_planted_in_both_layouts_fails_the_objective_only():
     """AReaL's steps are its global token mean exactly; the same steps with every token divided by its generation
     batch's tokens (in both layouts) keep split invariance and fail step_scale, the cause named."""
-    from grpo_identity.checks.steps import audit_step
+    from grpo_identity.checks.measure.steps import audit_step
 
     env = env_or_skip("areal", RELEASE)
     spec = FrameworkSpec("areal", sets=(("actor.ppo_n_minibatches", "2"),))

@@ -38,12 +38,12 @@ import pytest
 from _support import env_or_skip, planted
 
 from grpo_identity.app.cli import main
-from grpo_identity.checks.child import ChildTarget
+from grpo_identity.checks.calls.child import ChildTarget
+from grpo_identity.checks.calls.target import TargetImportError
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks import openrlhf as drv
 from grpo_identity.checks.frameworks.exported import openrlhf as runner
-from grpo_identity.checks.steps import audit_step, design
-from grpo_identity.checks.target import TargetImportError
+from grpo_identity.checks.measure.steps import audit_step, design
 
 pytestmark = pytest.mark.xdist_group("openrlhf")
 

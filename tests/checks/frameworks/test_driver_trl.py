@@ -14,10 +14,11 @@ import pytest
 from _support import env_or_skip, warm_and_cold
 
 from grpo_identity.app.cli import main
-from grpo_identity.checks import adapters, audit
-from grpo_identity.checks.adapters import TESTED_VERSIONS
+from grpo_identity.checks import audit
+from grpo_identity.checks.calls import adapters
+from grpo_identity.checks.calls.adapters import TESTED_VERSIONS
 from grpo_identity.checks.frameworks import FrameworkSpec
-from grpo_identity.checks.steps import design
+from grpo_identity.checks.measure.steps import design
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.xdist_group("trl")]
 
@@ -347,12 +348,12 @@ def test_trl_0_22_2s_dapo_normaliser_over_the_generation_batch_fails_the_oracle_
     assert 0.8 < lo < 1 < hi < 1.2
 
 
-# --- off-policy: importance weights, clip and KL after the policy has moved (checks.offpolicy) -----------
+# --- off-policy: importance weights, clip and KL after the policy has moved (checks.measure.offpolicy) -----------
 def _off_policy(sets: tuple[tuple[str, str], ...]) -> tuple[dict, list, object]:
     """The installed release's gradient target and the off-policy probe on it (no property search)."""
     _need_trl()
     from grpo_identity.checks.frameworks import trl
-    from grpo_identity.checks.offpolicy import audit_off_policy
+    from grpo_identity.checks.measure.offpolicy import audit_off_policy
 
     fn = trl.build(FrameworkSpec("trl", sets), "gradient")
     out, findings = audit_off_policy(fn, fn.grpo_identity_info["off_policy"], weight="1/step_tokens")
@@ -376,7 +377,7 @@ def test_trl_with_beta_builds_its_reference_from_a_local_folder_and_its_kl_moves
     import tempfile
 
     from grpo_identity.checks.frameworks import answer_lengths
-    from grpo_identity.checks.infer import probe_batch
+    from grpo_identity.checks.measure.infer import probe_batch
 
     touched: list[object] = []
 
@@ -441,7 +442,7 @@ def test_older_trl_releases_build_their_reference_and_give_the_off_policy_step(r
 )
 def test_trl_combines_its_reward_functions_as_multi_objective_aggregation_says(sets, rule, weights):
     _need_trl()
-    from grpo_identity.checks.aggregation import audit_aggregation
+    from grpo_identity.checks.measure.aggregation import audit_aggregation
 
     target = adapters.build(FrameworkSpec("trl", sets=sets))
     components = target.grpo_identity_info["components"]

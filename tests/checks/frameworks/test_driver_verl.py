@@ -13,8 +13,9 @@ import pytest
 from _support import env_or_skip, warm_and_cold
 
 from grpo_identity.app.cli import main
-from grpo_identity.checks import adapters, audit
-from grpo_identity.checks.adapters import TESTED_VERSIONS
+from grpo_identity.checks import audit
+from grpo_identity.checks.calls import adapters
+from grpo_identity.checks.calls.adapters import TESTED_VERSIONS
 from grpo_identity.checks.frameworks import FrameworkSpec
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.xdist_group("verl")]
@@ -248,7 +249,7 @@ def test_a_verl_estimator_gets_one_verdict_as_a_file_and_through_the_driver(name
     assert as_file.verdict != "fail", as_file.format()
 
 
-# --- the optimizer step as the trainer splits it (checks.steps) ----------------------------------
+# --- the optimizer step as the trainer splits it (checks.measure.steps) ----------------------------------
 _GRPO = (("algorithm.adv_estimator", "grpo"),)
 _ACTOR = "actor_rollout_ref.actor."
 
@@ -266,7 +267,7 @@ def verl_step():
 def _step_rows(fn, geo, layout="split", seed=0):
     """The step target's rows for the audit's design (its holes included)."""
     from grpo_identity.checks.frameworks import RESPONSE_LENGTH
-    from grpo_identity.checks.steps import design
+    from grpo_identity.checks.measure.steps import design
 
     d = design(geo, RESPONSE_LENGTH, seed)
     return d, fn(d.rewards, d.group_size, d.lengths, d.request(layout))
@@ -388,7 +389,7 @@ def test_verl_rows_of_a_partial_generation_batch_are_never_trained_on(verl_step)
 def test_verl_0_9_steps_weigh_every_token_by_the_tokens_of_its_optimizer_step(verl_step):
     """The engine's ppo_loss: agg_loss(token-mean) × dp_size ÷ the mini-batch's token count all-reduced
     over the ranks, then FSDP's mean over ranks: every token weighs Â/(tokens of its step)."""
-    from grpo_identity.checks.steps import audit_step
+    from grpo_identity.checks.measure.steps import audit_step
 
     fn, geo = verl_step
     d, out = _step_rows(fn, geo)
@@ -414,7 +415,7 @@ def test_a_token_count_all_reduced_over_the_wrong_process_group_is_a_split_the_a
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
     from grpo_identity.checks.frameworks import verl as driver
-    from grpo_identity.checks.steps import audit_step
+    from grpo_identity.checks.measure.steps import audit_step
 
     groups: dict[int, object] = {}  # each rank process fills its own copy
 
@@ -449,7 +450,7 @@ def test_verl_0_9_dynamic_batches_of_unequal_rows_keep_seq_mean_token_mean_invar
     answers; agg_loss divides by global_batch_size (the mini-batch's answers), not the micro-batch's."""
     _need("verl.trainer.ppo.ray_trainer")
     from grpo_identity.checks.frameworks import verl as driver
-    from grpo_identity.checks.steps import audit_step
+    from grpo_identity.checks.measure.steps import audit_step
 
     sets = (*_GRPO, (_ACTOR + "use_dynamic_bsz", "true"), (_ACTOR + "loss_agg_mode", "seq-mean-token-mean"))
     sets += ((_ACTOR + "ppo_mini_batch_size", "4"), (_ACTOR + "ppo_max_token_len_per_gpu", "16"))
@@ -463,7 +464,7 @@ _STEP_SCRIPT = """
 import json, sys
 import torch.distributed as dist
 from grpo_identity.checks.frameworks import FrameworkSpec, verl
-from grpo_identity.checks.steps import audit_step
+from grpo_identity.checks.measure.steps import audit_step
 
 def left():  # what the step left behind in the process
     from verl.utils import attention_utils as au
@@ -489,7 +490,7 @@ def _steps_in_release(release, *cases):
     """audit_step of the driver's step target for each ``--set`` case, in the release's environment."""
     import subprocess
 
-    from grpo_identity.checks.releases import child_environ
+    from grpo_identity.checks.calls.releases import child_environ
 
     env = env_or_skip("verl", release)
     proc = subprocess.run(

@@ -28,9 +28,9 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import dial as D
-from grpo_identity.checks.infer import fit_tolerance
-from grpo_identity.checks.properties import PropertyViolation, call_target
-from grpo_identity.checks.target import TargetError, TargetMalformed
+from grpo_identity.checks.calls.target import TargetError, TargetMalformed
+from grpo_identity.checks.measure.infer import fit_tolerance
+from grpo_identity.checks.measure.properties import PropertyViolation, call_target
 from grpo_identity.variants import VARIANTS, Variant
 
 __all__ = ["RECOGNITION_GROUP_SIZES", "Recognition", "recognition_batch", "recognise"]

@@ -1,4 +1,4 @@
-"""The property search: each property of :mod:`grpo_identity.checks.properties` run under
+"""The property search: each property of :mod:`grpo_identity.checks.measure.properties` run under
 hypothesis on reward batches, its violation shrunk to a small counterexample.
 
 Hypothesis runs from one fixed seed (:data:`SEARCH_SEED`), with no example database, no deadline and
@@ -10,7 +10,7 @@ caller's working directory (what hypothesis does write goes to this project's ca
 :func:`quiet_hypothesis`.
 
 >>> from grpo_identity import dial as D
->>> from grpo_identity.checks.properties import Context, Tolerance, zero_sum_per_group
+>>> from grpo_identity.checks.measure.properties import Context, Tolerance, zero_sum_per_group
 >>> ctx = Context(Tolerance.for_precision("float64"))
 >>> run_property(zero_sum_per_group, lambda r, G: D.advantages(r, G, D.GRPO), ctx, 20, ("binary",))[0] is None
 True
@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from grpo_identity.checks import properties as P
-from grpo_identity.checks.target import TargetCrashed, TargetError, TargetMalformed, TargetTimeout
+from grpo_identity.checks.calls.target import TargetCrashed, TargetError, TargetMalformed, TargetTimeout
+from grpo_identity.checks.measure import properties as P
 from grpo_identity.foundation import cache_dir
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -202,7 +202,7 @@ def _phases() -> tuple[Any, ...]:
 
 @functools.lru_cache(maxsize=8)
 def _batches(kinds: tuple[str, ...]) -> Any:
-    from grpo_identity.checks.strategies import reward_batches
+    from grpo_identity.checks.measure.strategies import reward_batches
 
     return reward_batches(kinds=kinds, max_groups=6, max_total=2048)
 

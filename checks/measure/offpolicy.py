@@ -58,7 +58,7 @@ __all__ = [
 
 #: the noise that moves the policy (the driver's unit: TRL adds σ·N(0, 1) to every parameter)
 PERTURBATION = 0.1
-#: group sizes of the off-policy probe (each one batch of :func:`~grpo_identity.checks.infer.probe_batch`)
+#: group sizes of the off-policy probe (each one batch of :func:`~grpo_identity.checks.measure.infer.probe_batch`)
 GROUP_SIZES = (4, 8)
 #: relative tolerance of the law's fit, of a zero surrogate factor and of the identity's check (float32 losses)
 TOL = 1e-3
@@ -330,7 +330,7 @@ def audit_off_policy(
     named (:data:`~grpo_identity.checks.report.WEIGHTS`; 'constant', '1/length' or '1/step_tokens', constant
     within a batch), with which the identity is checked (another law: the identity is not checked)."""
     from grpo_identity.checks.frameworks import answer_lengths
-    from grpo_identity.checks.infer import probe_batch
+    from grpo_identity.checks.measure.infer import probe_batch
 
     t0 = time.perf_counter()
     batches = []

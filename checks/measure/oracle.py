@@ -1,6 +1,6 @@
 """The absolute oracle: each optimizer step of a step run against the update its loss type's objective defines.
 
-The split-step audit (:mod:`grpo_identity.checks.steps`) compares a framework's step split as configured with
+The split-step audit (:mod:`grpo_identity.checks.measure.steps`) compares a framework's step split as configured with
 the same step unsplit, so it cannot see a factor both layouts share (a normaliser over the whole generation
 batch, a 1/GA applied twice in a window normaliser and again by the trainer).  Here every live answer's
 measured coefficient aᵢ (−∂loss/∂log π per loss token, as the optimizer receives it) is divided by what the
@@ -18,7 +18,7 @@ token counts.  fᵢ = 1 for every answer is the objective, scale included.
 The objective is the framework's documented one (:data:`grpo_identity.objectives.LOSS_SETTINGS`); where the
 paper that introduced the loss reads it otherwise, the note says so.
 
->>> from grpo_identity.checks import steps
+>>> from grpo_identity.checks.measure import steps
 >>> def dapo(r, G, L, request=None):  # every token weighs 1/(tokens of its optimizer step): DAPO's token mean
 ...     return steps.micro_batch_mean(r, G, L, request, micro_batches=2, scope="step")
 >>> geo = steps.geometry(4, 16, 16, objective={"name": "token_mean", "setting": "loss=dapo"})
@@ -50,7 +50,7 @@ CAUSE_TOL = 0.02
 
 
 def judge(run: Any, objective: dict[str, Any], unsplit: Any = None) -> tuple[list[Finding], dict[str, Any]]:
-    """The findings of one step run (:class:`grpo_identity.checks.steps.StepRun`, the split layout) against
+    """The findings of one step run (:class:`grpo_identity.checks.measure.steps.StepRun`, the split layout) against
     ``objective`` (``info["step"]["objective"]``), and what was measured: per step its factor, and the range of fᵢ.
     ``unsplit``: the same steps unsplit, whose factors tell the causes that act in both layouts from the others."""
     import time

@@ -10,7 +10,7 @@ the release of a framework that is not installed here.  Everything later reads t
 
 A bad combination raises :class:`~grpo_identity.foundation.OptionError` naming the option;
 a target string that cannot name a target raises
-:class:`~grpo_identity.checks.target.TargetImportError`.
+:class:`~grpo_identity.checks.calls.target.TargetImportError`.
 
 >>> resolve("verl:grpo").level, resolve("grpo").level
 ('gradient', 'advantage')
@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 from grpo_identity.checks import KINDS, LEVELS
-from grpo_identity.checks.calling import CallOptions
+from grpo_identity.checks.calls.calling import CallOptions
 from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkSpec, is_framework, parse_set, parse_spec
 from grpo_identity.foundation import OptionError
 
@@ -46,7 +46,7 @@ class FunctionSpec:
     """'advantage', or 'gradient': the target is ``fn(rewards, G, lengths)`` returning the
     advantages and the token coefficients of its loss (:mod:`grpo_identity.checks.gradient`)."""
     calling: CallOptions | None = None
-    """How to call it (:mod:`grpo_identity.checks.calling`); None at the gradient level, whose
+    """How to call it (:mod:`grpo_identity.checks.calls.calling`); None at the gradient level, whose
     contract is fixed."""
 
     def describe(self) -> str:
@@ -58,7 +58,7 @@ class FunctionSpec:
     @property
     def builtin(self) -> bool:
         """A preset of the dial (built by the project, stateless: safe in a warm child)."""
-        from grpo_identity.checks.adapters import is_adapter
+        from grpo_identity.checks.calls.adapters import is_adapter
 
         return isinstance(self.target, str) and is_adapter(self.target)
 
@@ -107,7 +107,7 @@ def resolve(
         A framework release to audit in an environment of its own.
     input, reward_dtype, call : str, optional
         How to call a function: its rewards as 'numpy', 'torch' or 'list'; in which dtype; or a
-        template such as ``fn(rewards=R, num_generations=G)`` (:mod:`grpo_identity.checks.calling`).
+        template such as ``fn(rewards=R, num_generations=G)`` (:mod:`grpo_identity.checks.calls.calling`).
 
     Returns
     -------
@@ -127,7 +127,7 @@ def resolve(
         if value:
             raise OptionError(field, f"applies to the framework targets ({', '.join(FRAMEWORKS)}), not to {name!r}")
     if isinstance(target, str):
-        from grpo_identity.checks.target import check_spec
+        from grpo_identity.checks.calls.target import check_spec
 
         check_spec(target)
     elif not callable(target):
@@ -197,7 +197,7 @@ def _release(framework: str, release: str | None) -> dict[str, Any]:
         return {"release": release, "release_auto": False}
     if importlib.util.find_spec(framework) is not None:
         return {"release": None, "release_auto": False}
-    from grpo_identity.checks.adapters import TESTED_VERSIONS
+    from grpo_identity.checks.calls.adapters import TESTED_VERSIONS
 
     tested = TESTED_VERSIONS.get(framework)
     return {"release": tested, "release_auto": tested is not None}

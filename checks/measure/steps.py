@@ -60,7 +60,7 @@ What is measured
 - ``group_slicing`` (drivers whose rollout delivers short groups): one group short of G changes
   the advantages of the other groups (fixed-size blocks sliced over ragged groups);
 - ``step_scale`` and ``step_weights`` (targets that name their objective): the split layout against the update
-  its loss type's objective defines, absolutely (:mod:`grpo_identity.checks.oracle`): what no comparison of the
+  its loss type's objective defines, absolutely (:mod:`grpo_identity.checks.measure.oracle`): what no comparison of the
   framework with itself can see.
 
 >>> def fake(r, G, L, request=None):  # every token weighs 1/(tokens of its micro-batch): 2 per step
@@ -343,7 +343,7 @@ class StepResult:
     settings: dict[str, Any] = field(default_factory=dict)
     ranks: str = "one"
     objective: dict[str, Any] = field(default_factory=dict)
-    """The split layout against its loss type's objective (:mod:`grpo_identity.checks.oracle`); empty where the
+    """The split layout against its loss type's objective (:mod:`grpo_identity.checks.measure.oracle`); empty where the
     target names none."""
 
 
@@ -508,7 +508,7 @@ def audit_step(target: Callable[..., Any], geo: dict[str, Any], T: int | None = 
     result.invariant, findings, result.pieces = _invariance(split, unsplit, law_unsplit, TOL)
     result.findings += findings
     if geo.get("objective"):  # the absolute oracle: a factor both layouts share shows here
-        from grpo_identity.checks import oracle
+        from grpo_identity.checks.measure import oracle
 
         judged, result.objective = oracle.judge(split, geo["objective"], unsplit)
         result.findings += judged

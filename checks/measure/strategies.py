@@ -21,8 +21,8 @@ from typing import Any, Sequence
 import numpy as np
 from hypothesis import strategies as st
 
-from grpo_identity.checks.calling import to_numpy
-from grpo_identity.checks.infer import PROBE_GROUP_SIZES
+from grpo_identity.checks.calls.calling import to_numpy
+from grpo_identity.checks.measure.infer import PROBE_GROUP_SIZES
 
 __all__ = ["RewardBatch", "group_sizes", "reward_batches", "score_matrices", "KINDS", "DTYPES", "LAYOUTS"]
 
@@ -86,7 +86,7 @@ def _check_int(name: str, v: Any, lo: int, hi: int | None = None) -> int:
 
 def group_sizes(*, min_value: int = 2, max_value: int = 256) -> st.SearchStrategy[int]:
     """Group sizes G in [min_value, max_value], often the usual ones: the audit's probe sizes
-    :data:`~grpo_identity.checks.infer.PROBE_GROUP_SIZES` (2, 3, 4, 8, 16, 64)."""
+    :data:`~grpo_identity.checks.measure.infer.PROBE_GROUP_SIZES` (2, 3, 4, 8, 16, 64)."""
     lo = _check_int("min_value", min_value, 2)
     hi = _check_int("max_value", max_value, lo)
     usual = [g for g in PROBE_GROUP_SIZES if lo <= g <= hi]

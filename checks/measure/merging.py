@@ -20,10 +20,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks.infer import fit_tolerance
-from grpo_identity.checks.properties import PropertyViolation, call_target
+from grpo_identity.checks.calls.target import TargetError
+from grpo_identity.checks.measure.infer import fit_tolerance
+from grpo_identity.checks.measure.properties import PropertyViolation, call_target
 from grpo_identity.checks.report import Finding
-from grpo_identity.checks.target import TargetError
 
 __all__ = ["merging_batch", "merged_groups", "diagnosis_outputs"]
 

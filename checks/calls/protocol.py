@@ -36,7 +36,7 @@ __all__ = [
 @dataclass(frozen=True)
 class Load:
     """Load a target: a spec string, a framework spec, or a reference to a callable
-    (:func:`grpo_identity.checks.target.reference`), called as ``kind`` says."""
+    (:func:`grpo_identity.checks.calls.target.reference`), called as ``kind`` says."""
 
     payload: Any
     kind: str
@@ -50,7 +50,7 @@ class Load:
     environ: dict[str, str] | None = None
     """The environment the target sees (a warm child takes the caller's current one)."""
     calling: Any = None
-    """How to call a user's function (:class:`grpo_identity.checks.calling.CallOptions`), or None:
+    """How to call a user's function (:class:`grpo_identity.checks.calls.calling.CallOptions`), or None:
     ``fn(rewards, G, ...)`` as it is (presets and frameworks are written that way)."""
 
 

@@ -94,7 +94,7 @@ NO_DEPS: dict[tuple[str, str, str], tuple[str, ...]] = no_deps_table()
 #: the module a release environment imports at start-up (its ``.pth`` line): it puts the folders that
 #: :data:`PACKAGE_VAR` names (``{"grpo_identity": folder, "grpo_identity.checks": folder, …}``) in front of
 #: the import system for those names only
-LINK_MODULE = '''"""Written by grpo-identity (checks/releases.py): the running project's package, linked in by name."""
+LINK_MODULE = '''"""Written by grpo-identity (checks/calls/releases.py): the running project's package, linked in."""
 import importlib.abc
 import importlib.util
 import json

@@ -2,7 +2,7 @@
 
 :class:`ChildProcess` is one interpreter (``python -c``, never multiprocessing's spawn, which
 re-runs the caller's ``__main__``) in a session and process group of its own, talking over two
-pipes in the named messages of :mod:`grpo_identity.checks.protocol`.  Ending it ends its whole
+pipes in the named messages of :mod:`grpo_identity.checks.calls.protocol`.  Ending it ends its whole
 process group, so whatever the target forked or started goes with it, after a pass, a fail, a
 timeout or Ctrl-C alike; and a child whose parent dies (``kill -9``) ends itself within a second.
 What the target prints reaches this process's stderr, at most :data:`OUTPUT_LIMIT` bytes of it
@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks import protocol as M
-from grpo_identity.checks.target import (
+from grpo_identity.checks.calls import protocol as M
+from grpo_identity.checks.calls.target import (
     OutputWatch,
     TargetCrashed,
     TargetError,
@@ -409,7 +409,7 @@ def child_environ_for(python: str | None) -> dict[str, str]:
     """The environment of a child (under ``python``, a release's interpreter, or this one): this
     process's, not "under pytest" (frameworks branch on it: verl 0.6.0 picks the CPU when
     PYTEST_CURRENT_TEST is set, and the audit must see what the user's run sees), one thread."""
-    from grpo_identity.checks.releases import child_environ
+    from grpo_identity.checks.calls.releases import child_environ
 
     environ = child_environ() if python else dict(os.environ)
     environ.pop("PYTEST_CURRENT_TEST", None)
@@ -438,7 +438,7 @@ class ChildProcess:
         # imported instead of the real one; the target's own folder is added back by the Load message
         code = (
             "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
-            f"from grpo_identity.checks.child import _child_main; _child_main({to_child_r}, {from_child_w})"
+            f"from grpo_identity.checks.calls.child import _child_main; _child_main({to_child_r}, {from_child_w})"
         )
         self.temp = tempfile.mkdtemp(prefix="grpo-identity-child-")  # its temporary files, removed when it ends
         environ = {**child_environ_for(python), **dict.fromkeys(_TEMP_VARS, self.temp)}

@@ -1,9 +1,9 @@
 """The audited target: an advantage (or filter) function called ``fn(rewards, group_size)``.
 
 A target is named by a spec — ``path/to/file.py:function``, ``package.module:function`` or a
-built-in adapter name (:data:`grpo_identity.checks.adapters.ADAPTERS`) — or given as a callable.
+built-in adapter name (:data:`grpo_identity.checks.calls.adapters.ADAPTERS`) — or given as a callable.
 This module loads it (:func:`load_target`, which checks the spec first: :func:`check_spec`) and
-calls it in this process (:class:`LocalTarget`); :mod:`grpo_identity.checks.child` runs it in a
+calls it in this process (:class:`LocalTarget`); :mod:`grpo_identity.checks.calls.child` runs it in a
 child interpreter instead, so that a crash or a hang in someone else's code becomes a clear
 finding, never a hung audit.  Both return a 1-D ``numpy`` array (float for advantages, bool for
 filters) and record what was wrong with an output besides its values (:func:`output_issue`).
@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks.calling import to_numpy
+from grpo_identity.checks.calls.calling import to_numpy
 
 __all__ = [
     "TargetError",
@@ -75,7 +75,7 @@ class TargetImportError(Exception):
 
 def load_target(spec: Any, kind: str = "advantage") -> Callable[..., Any]:
     """The callable named by ``spec`` (file path or module, then ``:function``; or an adapter name)."""
-    from grpo_identity.checks import adapters
+    from grpo_identity.checks.calls import adapters
 
     if not isinstance(spec, str) or adapters.is_adapter(spec):
         try:
@@ -121,7 +121,7 @@ def _is_path(where: str) -> bool:
 def check_spec(spec: str) -> None:
     """Reject a malformed spec, or a file that is missing, not a regular file or not Python, at
     once (before any child process starts; a FIFO or a device is never opened)."""
-    from grpo_identity.checks import adapters
+    from grpo_identity.checks.calls import adapters
 
     if not isinstance(spec, str) or adapters.is_adapter(spec):
         return
@@ -228,7 +228,7 @@ class OutputWatch:
 
 class LocalTarget:
     """A target called in this process (no timeout can stop it: a child process can,
-    :class:`grpo_identity.checks.child.ChildTarget`)."""
+    :class:`grpo_identity.checks.calls.child.ChildTarget`)."""
 
     def __init__(
         self, fn: Callable[..., Any], name: str | None = None, kind: str = "advantage", calling: Any = None
@@ -268,13 +268,14 @@ def call_once(
     interrupt_is_finding: bool = False,
 ) -> Any:
     """One call of a loaded target and the checks every transport makes of it, as a
-    :mod:`~grpo_identity.checks.protocol` reply: ``Returned`` (the output as numpy, what was wrong with it
+    :mod:`~grpo_identity.checks.calls.protocol` reply: ``Returned`` (the output as numpy, what was wrong with it
     besides its values, whether it overwrote the previous output, the call plan when this call settled it),
     ``Raised``, ``Rejected`` (it takes none of the inputs tried) or ``Malformed``.  In this process and in a
-    child alike (:class:`LocalTarget`, :class:`~grpo_identity.checks.child.ChildTarget`); only a child, in a session
-    of its own, reads a ``KeyboardInterrupt`` as the target's (``interrupt_is_finding``): here it is the user's."""
-    from grpo_identity.checks import protocol as M
-    from grpo_identity.checks.calling import CallError
+    child alike (:class:`LocalTarget`, :class:`~grpo_identity.checks.calls.child.ChildTarget`); only a child, in a
+    session of its own, reads a ``KeyboardInterrupt`` as the target's (``interrupt_is_finding``): here it is the
+    user's."""
+    from grpo_identity.checks.calls import protocol as M
+    from grpo_identity.checks.calls.calling import CallError
 
     passed = rewards.copy()
     plan_before = _plan(fn)
@@ -295,7 +296,7 @@ def call_once(
 
 
 def _plan(fn: Any) -> Any:
-    """The call plan of a :class:`~grpo_identity.checks.calling.Caller` (how the rewards go in), else None."""
+    """The call plan of a :class:`~grpo_identity.checks.calls.calling.Caller` (how the rewards go in), else None."""
     plan = getattr(fn, "plan", None)
     return plan if callable(getattr(plan, "to_dict", None)) else None
 
@@ -305,7 +306,7 @@ def _checked(
 ) -> Any:
     """:func:`call_once`'s reply to the output ``out`` of a call whose input was ``rewards`` (``passed``: as the
     function holds it after the call)."""
-    from grpo_identity.checks import protocol as M
+    from grpo_identity.checks.calls import protocol as M
 
     call = plan.to_dict() if plan is not None and plan != before else None
     if kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
@@ -320,7 +321,7 @@ def _checked(
 def settle(target: Any, reply: Any) -> Any:
     """A :func:`call_once` reply as the audit takes it: the output, with ``target``'s ``last_issue``,
     ``last_overwrite`` and ``info["call"]`` set; or the error the reply stands for."""
-    from grpo_identity.checks import protocol as M
+    from grpo_identity.checks.calls import protocol as M
 
     if isinstance(reply, M.Raised):
         raise TargetError(reply.message)
@@ -335,19 +336,19 @@ def settle(target: Any, reply: Any) -> Any:
 
 
 def seen_input(fn: Any, passed: np.ndarray) -> np.ndarray:
-    """The rewards as the function holds them after its call (a :class:`~grpo_identity.checks.calling.Caller`
+    """The rewards as the function holds them after its call (a :class:`~grpo_identity.checks.calls.calling.Caller`
     converts them: its copy shows an in-place change), else ``passed``."""
     held = getattr(fn, "passed", None)
     return held if isinstance(held, np.ndarray) else passed
 
 
 def called_as_written(fn: Callable[..., Any], calling: Any, info: dict[str, Any]) -> Callable[..., Any]:
-    """``fn`` behind a :class:`~grpo_identity.checks.calling.Caller` when ``calling`` (its
-    :class:`~grpo_identity.checks.calling.CallOptions`) is given; the plan goes into ``info["call"]``.
+    """``fn`` behind a :class:`~grpo_identity.checks.calls.calling.Caller` when ``calling`` (its
+    :class:`~grpo_identity.checks.calls.calling.CallOptions`) is given; the plan goes into ``info["call"]``.
     A function no plan can call raises :class:`TargetImportError` (a usage error)."""
     if calling is None:
         return fn
-    from grpo_identity.checks.calling import Caller, CallError
+    from grpo_identity.checks.calls.calling import Caller, CallError
 
     try:
         caller = Caller.for_function(fn, calling)
@@ -436,7 +437,7 @@ def resolve_reference(ref: tuple[Any, ...]) -> Callable[..., Any]:
 def _load_file(where: str) -> Any:
     """Import a file as a module under a private name (never as ``__main__``), its folder first on
     ``sys.path`` while it loads, as ``python FILE.py`` would have it (a child process keeps it
-    there: :class:`grpo_identity.checks.child.ChildTarget`)."""
+    there: :class:`grpo_identity.checks.calls.child.ChildTarget`)."""
     mod_name = "_grpo_identity_target_" + os.path.splitext(os.path.basename(where))[0]
     loader_spec = importlib.util.spec_from_file_location(mod_name, where)
     if loader_spec is None or loader_spec.loader is None:

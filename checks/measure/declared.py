@@ -1,7 +1,7 @@
 """A declared update coefficient: ``--expect "c=sigma**2/G"``, or a callable c(k, G) in Python.
 
 A target's c(k, G) = (k/G)·Â₊ (Theorem 1) is measured on the probes of
-:mod:`grpo_identity.checks.infer`; instead of a preset, its user may declare the c(k, G) it should
+:mod:`grpo_identity.checks.measure.infer`; instead of a preset, its user may declare the c(k, G) it should
 have, and the verdict (:mod:`grpo_identity.checks.verdict`) compares the two tables.
 
 A formula is read by walking its Python syntax tree against an allow-list (:data:`SYMBOLS`,
@@ -87,7 +87,7 @@ def declare(expect: Any) -> Declared:
     else:
         qualname = getattr(expect, "__qualname__", type(expect).__name__)
         name, function = f"c={qualname}(k, G)", _called(expect, qualname)
-    from grpo_identity.checks.infer import PROBE_GROUP_SIZES
+    from grpo_identity.checks.measure.infer import PROBE_GROUP_SIZES
 
     values = {G: (0.0, *(_value(name, function, k, G) for k in range(1, G)), 0.0) for G in PROBE_GROUP_SIZES}
     return Declared(name, values, function)

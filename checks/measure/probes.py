@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks.infer import probe_batch
+from grpo_identity.checks.measure.infer import probe_batch
 
 __all__ = ["run_probes", "PROBES", "filter_singletons"]
 

@@ -1,7 +1,7 @@
 """Properties every group-relative advantage (or group filter) must have, one function each.
 
 Each property takes the target (``target(rewards, G) -> array``, see
-:mod:`grpo_identity.checks.target`), one :class:`~grpo_identity.checks.strategies.RewardBatch`
+:mod:`grpo_identity.checks.calls.target`), one :class:`~grpo_identity.checks.measure.strategies.RewardBatch`
 (1-D float64, group by group), a :class:`Context` (tolerance, reference dial) and a numpy
 ``Generator`` for its own random draws; it returns nothing, or raises :class:`PropertyViolation`
 with an explicit message and the counterexample (the offending group and the batch).
@@ -12,13 +12,13 @@ for any rewards (theorem G9), g = c·β̂ with β̂ the least-squares slope of t
 (:func:`grpo_identity.closed_forms.score_slope`) and c = (1/G) Σ Âᵢ (Rᵢ − R̄): GRPO's σ_R, Dr. GRPO's σ_R².
 
 >>> import numpy as np
->>> from grpo_identity.checks.strategies import RewardBatch
+>>> from grpo_identity.checks.measure.strategies import RewardBatch
 >>> ctx = Context(Tolerance.for_precision("float64"))
 >>> batch = RewardBatch(np.array([1., 1., 0., 0.]), 2, "binary")
 >>> zero_sum_per_group(lambda r, G: r - 0.5, batch, ctx, np.random.default_rng(0))
 Traceback (most recent call last):
 ...
-grpo_identity.checks.properties.PropertyViolation: zero_sum_per_group: group 0 (G=2) sums to 1 instead of 0: ...
+grpo_identity.checks.measure.properties.PropertyViolation: zero_sum_per_group: group 0 (G=2) sums to 1 instead of 0: ...
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 
 from grpo_identity import closed_forms as C
 from grpo_identity import dial as D
-from grpo_identity.checks.target import TargetError, output_issue, round_rewards
+from grpo_identity.checks.calls.target import TargetError, output_issue, round_rewards
 
 __all__ = [
     "PropertyViolation",

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks.merging import G, diagnosis_outputs
+from grpo_identity.checks.measure.merging import G, diagnosis_outputs
 from grpo_identity.checks.report import Finding
 
 __all__ = ["folded_score"]

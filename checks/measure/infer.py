@@ -24,7 +24,13 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import closed_forms
-from grpo_identity.checks.properties import Tolerance, call_filter, call_target, kept_by_definition, precision_of
+from grpo_identity.checks.measure.properties import (
+    Tolerance,
+    call_filter,
+    call_target,
+    kept_by_definition,
+    precision_of,
+)
 from grpo_identity.checks.report import AdvantageFit, FilterFit
 
 __all__ = [
