@@ -29,7 +29,7 @@ import math
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
 from grpo_identity import dial as D
 from grpo_identity.checks import verdict as V
@@ -45,6 +45,7 @@ from grpo_identity.checks.options import CALL_TIMEOUT, DEFAULT_MAX_EXAMPLES, Aud
 from grpo_identity.checks.report import (
     VERDICTS,
     AdvantageFit,
+    AggregationFit,
     AuditReport,
     FilterFit,
     Finding,
@@ -343,7 +344,7 @@ def _aggregation(tgt: Any, inf: AdvantageFit) -> list[Finding]:
         out = audit_aggregation(lambda C, G: tgt(C[:, 0].copy(), G, C), tuple(components["weights"]))
     except (TargetError, ValueError) as exc:  # a crash or a hang too: a note, and the audit goes on without it
         return [Finding("reward_aggregation", f"the reward components could not be probed: {exc}", {}, "note")]
-    inf.aggregation = {k: v for k, v in out.items() if k != "findings"}
+    inf.aggregation = cast(AggregationFit, {k: v for k, v in out.items() if k != "findings"})
     return list(out["findings"])
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "GradientFit",
     "StepFit",
     "OffPolicyFit",
+    "AggregationFit",
     "Fit",
     "inferred_dict",
     "Report",
@@ -92,6 +93,25 @@ class Finding:
         }
 
 
+class AggregationFit(TypedDict, total=False):
+    """How a driver that scores several reward components combines them
+    (:mod:`grpo_identity.checks.measure.aggregation`); empty where the audit did not probe it."""
+
+    rule: str
+    """'sum_then_normalize', 'normalize_then_sum' or 'other'."""
+    weights: list[float]
+    """The configured weight of each component."""
+    moved_reward_changes: float
+    """The largest change of an advantage when part of a reward moves from one component to another, each answer's
+    weighted sum kept (a sum first does not change)."""
+    rescaled_component_changes: float
+    """The largest change when one component is rescaled affinely (normalising each first does not change)."""
+    reshaped_component_changes: float
+    """The largest change when one component is reshaped, not affinely."""
+    ignores_a_component: bool
+    """That reshaping changes nothing: the target ignores a component (the rule is then 'other')."""
+
+
 @dataclass
 class AdvantageFit:
     """The advantage level: the point of the dial the target's advantages fit (``None`` where nothing fits), and
@@ -123,11 +143,8 @@ class AdvantageFit:
     """c(k, G) = (k/G)·Â₊ for k = 0…G, by probed G."""
     batch_std: dict[int, float] = field(default_factory=dict)
     """Population std of each probe batch (for batch-std dials)."""
-    aggregation: dict[str, Any] = field(default_factory=dict)
-    """Advantage level, a driver that scores several reward components
-    (:mod:`grpo_identity.checks.measure.aggregation`): ``rule`` ('sum_then_normalize', 'normalize_then_sum' or
-    'other'), ``weights``, ``moved_reward_changes``, ``rescaled_component_changes``; empty where the audit did not
-    probe it."""
+    aggregation: AggregationFit = field(default_factory=lambda: AggregationFit())
+    """How a driver that scores several reward components combines them; empty where the audit did not probe it."""
     why: str = ""
     """Why no dial fits, or what the fit rests on, in words."""
 

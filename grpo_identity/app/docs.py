@@ -399,6 +399,7 @@ def report_json_schema() -> dict[str, Any]:
     fits = (R.AdvantageFit, R.FilterFit, R.GradientFit)
     refs: dict[type, str] = {R.Report: "#", R.Finding: "#/$defs/Finding", R.StepFit: "#/$defs/StepFit"}
     refs[R.OffPolicyFit] = "#/$defs/OffPolicyFit"
+    refs[R.AggregationFit] = "#/$defs/AggregationFit"
     refs |= {fit: "#/$defs/Inferred" for fit in fits}
     empty = R.Report("t", LEVELS[0], KINDS[0], R.VERDICTS[0], None, None, R.AdvantageFit(), [])
     enums = {"level": LEVELS, "kind": KINDS, "verdict": R.VERDICTS, "severity": R.SEVERITIES}
@@ -415,6 +416,7 @@ def report_json_schema() -> dict[str, Any]:
             "Inferred": _object_schema(fits, refs, list(R.INFERRED_KEYS), enums, inferred),
             "StepFit": _object_schema((R.StepFit,), refs, [], enums),
             "OffPolicyFit": _object_schema((R.OffPolicyFit,), refs, [], enums),
+            "AggregationFit": _object_schema((R.AggregationFit,), refs, [], enums),
         },
     }
     return schema
@@ -466,6 +468,8 @@ def report_schema() -> str:
         + _table(headers, _field_rows(schema["$defs"]["StepFit"]))
         + f"\n## OffPolicyFit\n\n{_doc(schema['$defs']['OffPolicyFit']['description'])}\n\n"
         + _table(headers, _field_rows(schema["$defs"]["OffPolicyFit"]))
+        + f"\n## AggregationFit\n\n{_doc(schema['$defs']['AggregationFit']['description'])}\n\n"
+        + _table(headers, _field_rows(schema["$defs"]["AggregationFit"]))
         + "\n## The schema\n\n```json\n"
         + json.dumps(schema, indent=2, ensure_ascii=False)
         + "\n```\n"

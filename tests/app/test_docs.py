@@ -172,7 +172,7 @@ def test_the_schema_rejects_a_key_the_report_does_not_have_and_a_missing_one():
     bad_finding = {**report, "findings": [{"property": "x", "message": "m", "counterexample": {}, "severity": "bad"}]}
     assert not validator.is_valid(bad_finding)
     assert validator.is_valid({**report, "inferred": {**report["inferred"], "step": {"ranks": "processes"}}})
-    for part in ("step", "off_policy"):  # the step's and the off-policy step's keys are typed too
+    for part in ("step", "off_policy", "aggregation"):  # the step's, the off-policy step's, the components' keys
         assert not validator.is_valid({**report, "inferred": {**report["inferred"], part: {"unknown": 1}}})
     assert not validator.is_valid({**report, "inferred": {**report["inferred"], "step": {"ranks": 2}}})
 
