@@ -72,12 +72,20 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted(_EXPORTS)
 
+#: names this package no longer has -> what replaced them (said when one is asked for)
+_REPLACED = {
+    "Inferred": "the typed fits of grpo_identity.checks.report: AdvantageFit (the dial), FilterFit (a filter's keep "
+    "rule) and GradientFit (the gradient level); Report.to_dict()['inferred'] is the same flat object as before",
+}
+
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f"grpo_identity.checks.{_EXPORTS[name]}"), name)
         globals()[name] = value
         return value
+    if name in _REPLACED:
+        raise AttributeError(f"grpo_identity.checks.{name} was replaced by {_REPLACED[name]}")
     raise AttributeError(f"module 'grpo_identity.checks' has no attribute {name!r}")
 
 

@@ -128,3 +128,14 @@ def test_every_fit_describes_itself_in_a_few_words():
     assert tolerant.describe() == "keeps nonzero_std (σ > 0 up to 1e-06 max − min)"
     assert FilterFit(keep="all").describe() == "keeps all" and FilterFit().describe() == "no keep rule inferred"
     assert GradientFit(advantage=AdvantageFit(centre="mean", scale="none")).describe() == "centre mean, no std"
+
+
+def test_asking_for_the_old_inferred_record_names_what_replaced_it():
+    import grpo_identity.checks as checks
+
+    with pytest.raises(AttributeError, match="replaced by the typed fits .*AdvantageFit"):
+        checks.Inferred  # noqa: B018
+    with pytest.raises(ImportError):  # (Python words this one itself)
+        from grpo_identity.checks import Inferred  # noqa: F401
+    with pytest.raises(AttributeError, match="has no attribute 'Nothing'"):
+        checks.Nothing  # noqa: B018
