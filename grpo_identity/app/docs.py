@@ -332,10 +332,10 @@ def _json_type(tp: Any, refs: dict[type, str]) -> dict[str, Any]:
         return {"$ref": refs[tp]}
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        options = []
-        for a in args:  # one option per distinct schema (the three fits are one object)
-            if a is not type(None) and _json_type(a, refs) not in options:
-                options.append(_json_type(a, refs))
+        options: list[dict[str, Any]] = []
+        for schema in (_json_type(a, refs) for a in args if a is not type(None)):
+            if schema not in options:  # one option per distinct schema (the three fits are one object)
+                options.append(schema)
         if len(options) == 1 and type(None) not in args:
             return options[0]
         nullable = type(None) in args

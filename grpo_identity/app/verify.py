@@ -276,7 +276,7 @@ def _run_all(build: Callable[[], list[Stage]], progress: bool) -> tuple[list[Ite
 def _run_stages(stages: list[Stage], bar: Any = None) -> tuple[list[Item], dict[str, float]]:
     """Every stage's items, and its seconds by name; ``bar`` (a tqdm bar, or None) counts the
     items and names the running stage ("verify [3/10] audits") and the item it runs now (where
-    the stage says, :func:`_running`) or the last one it made."""
+    the stage says, :func:`grpo_identity.claims.running`) or the last one it made."""
     items: list[Item] = []
     timings: dict[str, float] = {}
 
@@ -289,9 +289,13 @@ def _run_stages(stages: list[Stage], bar: Any = None) -> tuple[list[Item], dict[
             show("done", item.name, refresh=False)
             bar.update(1)
 
+    def now(name: str) -> None:
+        if bar is not None:
+            show("now", name, refresh=True)
+
     if bar is not None:
         bar.total = sum(s.expected for s in stages)
-    with claims.announcing((lambda name: show("now", name, refresh=True)) if bar is not None else lambda name: None):
+    with claims.announcing(now):
         for number, stage in enumerate(stages, 1):
             if bar is not None:
                 bar.set_description_str(f"verify [{number}/{len(stages)}] {stage.name}", refresh=False)
