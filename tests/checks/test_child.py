@@ -247,3 +247,45 @@ def test_two_audits_in_one_warm_child_give_the_json_of_two_cold_ones(own_warm_po
         close_warm_children()
         cold.append(_without_seconds(audit(t, max_examples=40).to_dict()))
     assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
+
+
+FROZEN_SOURCE = """
+import gc
+import sys
+import weakref
+
+import numpy as np
+
+BIG = [[i] for i in range(50_000)]  # tracked objects this module's import makes
+REFS = sys.__dict__.setdefault("probe_refs", [])  # one list for every load of this file in the child
+gc.disable()  # only the child's own collections run: a cycle lives until one
+
+
+class Node:
+    pass
+
+
+def probe(rewards, G):
+    out = np.zeros(len(rewards))
+    out[0] = gc.get_freeze_count()
+    out[1] = sum(ref() is not None for ref in REFS)  # earlier calls' garbage still alive
+    node = Node()
+    node.me = node  # a cycle: only a collection frees it
+    REFS.append(weakref.ref(node))
+    return out
+"""
+
+
+def test_a_warm_child_freezes_what_earlier_loads_imported_and_frees_what_their_targets_left(tmp_path, own_warm_pool):
+    path = tmp_path / "frozen.py"
+    path.write_text(FROZEN_SOURCE)
+    rewards = np.array([1.0, 0.0, 1.0, 0.0])
+    seen = []
+    for _ in range(2):
+        target = ChildTarget(f"{path}:probe", warm=True)
+        seen.append(target(rewards, 2)[:2])
+        target.close()
+    assert warm_children() == {sys.executable: 1}  # one child served both loads
+    (first_frozen, first_alive), (second_frozen, second_alive) = seen
+    assert second_frozen - first_frozen >= 50_000  # the first load's import, skipped by the collector from then on
+    assert first_alive == second_alive == 0  # the first target's cycle was collected at its Unload, not frozen
