@@ -74,8 +74,7 @@ from grpo_identity.checks.frameworks import (
     lengths_for,
 )
 from grpo_identity.checks.frameworks._ranks import ProcessRanks
-from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
-from grpo_identity.checks.measure import steps
+from grpo_identity.checks.frameworks.contract import Built, DriverInfo, StepPlan
 
 __all__ = [
     "import_check",
@@ -309,30 +308,20 @@ class ArealTarget(Built):
         info = _info(spec, self.cfg, "PPOActor.compute_advantages (engine unused; KL reward 0)")
         if level == "gradient":
             self.loss_fn = _loss_fn(self.actors.module, self.cfg.actor)
-            self.step_plan = _plan(spec, self.cfg)
+            self.split = _split(spec, self.cfg)
             self.engine = _engine_class()
             details = {
                 **info.details,
                 "ppo_n_minibatches": "1 (the audit's batch is one update); the step request splits as configured",
             }
-            settings = DriverSettings(defaults=dict(self.step_plan.chosen))
-            info = replace(
-                info,
-                entry=_GRADIENT_ENTRY,
-                details=details,
-                settings=settings,
-                lengths_optional=True,
-                step=self.step_plan.geometry(),
-            )
+            info = info.with_step(self.split.plan(), entry=_GRADIENT_ENTRY, details=details, lengths_optional=True)
         super().__init__(info, level)
 
     def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
         return _advantages(self.actors(G), rewards, G, lengths_for(len(rewards)))[0]
 
     def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
-        return _run_step(
-            self.cfg, self.step_plan, self.engine, np.asarray(rewards, dtype=np.float64), G, lengths, request
-        )
+        return _run_step(self.cfg, self.split, self.engine, np.asarray(rewards, dtype=np.float64), G, lengths, request)
 
     def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
         import torch
@@ -355,7 +344,7 @@ _GRADIENT_ENTRY = (
 
 # --- the optimizer step ---------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Plan:
+class _Split:
     """The configured step: G answers per prompt, ``batch_size`` prompts per generation batch,
     ``minibatches`` optimizer steps per generation batch (``actor.ppo_n_minibatches``), each rank's
     mini-batch cut into micro-batches by ``mb_spec`` (``actor.mb_spec``), ``dp`` data-parallel
@@ -373,7 +362,7 @@ class _Plan:
     def generation_rows(self) -> int:
         return self.batch_size * self.group_size
 
-    def unsplit(self) -> _Plan:
+    def unsplit(self) -> _Split:
         """The unsplit layout's settings: one mini-batch (one ``train_batch``) of one micro-batch on one rank,
         run on the rows of each of the split layout's optimizer steps in turn."""
         from areal.api.cli_args import MicroBatchSpec
@@ -395,7 +384,8 @@ class _Plan:
             "data_parallel_ranks": self.dp,
         }
 
-    def geometry(self) -> dict[str, Any]:
+    def plan(self) -> StepPlan:
+        """The step of this split (:class:`~grpo_identity.checks.frameworks.contract.StepPlan`)."""
         m = self.mb_spec
         budget = f", at most {m.max_tokens_per_mb} tokens each" if m.max_tokens_per_mb is not None else ""
         split = (
@@ -410,16 +400,18 @@ class _Plan:
         engine = self.backend.partition(":")[0]
         if engine != "fsdp":
             split += f"; FSDPEngine.train_batch stands in for the {engine} engine's"
-        return steps.geometry(
+        return StepPlan(
             self.group_size,
             max(1, self.generation_rows // self.minibatches),
             self.generation_rows,
-            layouts={"split": split, "unsplit": UNSPLIT},
-            ranks="processes" if self.dp > 1 else "one",
+            split=split,
+            unsplit=UNSPLIT,
+            settings=self.settings(),
+            ranks=self.dp,
+            chosen=dict(self.chosen),
+            objective=objective(),
             holes=True,
             ragged=True,
-            settings=self.settings(),
-            objective=objective(),
         )
 
 
@@ -449,7 +441,7 @@ def _user_keys(spec: FrameworkSpec) -> set[str]:
     return keys
 
 
-def _plan(spec: FrameworkSpec, cfg: Any) -> _Plan:
+def _split(spec: FrameworkSpec, cfg: Any) -> _Split:
     """The step ``spec`` configures, the driver's defaults where the user set nothing (the batch
     size: the smallest from :data:`DEFAULT_BATCH_SIZE` on that AReaL can split as configured); a split
     AReaL would refuse on the audit's rows is an :class:`AdapterError` naming the setting."""
@@ -471,7 +463,7 @@ def _plan(spec: FrameworkSpec, cfg: Any) -> _Plan:
         dp = int(ModelAllocation.from_str(backend, name="actor").parallel.dp_size)
     except Exception as exc:  # AReaL's allocation grammar
         raise AdapterError(f"{_release()} rejects actor.backend={backend}: {exc}") from None
-    plan = _Plan(G, int(cfg.train_dataset.batch_size), int(a.ppo_n_minibatches), mb_spec, backend, dp)
+    plan = _Split(G, int(cfg.train_dataset.batch_size), int(a.ppo_n_minibatches), mb_spec, backend, dp)
     refused = _invalid(plan)
     if refused is None and "train_dataset.batch_size" not in keys:
         fits = (b for b in range(DEFAULT_BATCH_SIZE, 10**5) if _splits(replace(plan, batch_size=b), short=1) is None)
@@ -484,7 +476,7 @@ def _plan(spec: FrameworkSpec, cfg: Any) -> _Plan:
     return replace(plan, chosen=tuple(chosen))
 
 
-def _invalid(plan: _Plan) -> str | None:
+def _invalid(plan: _Split) -> str | None:
     """A split setting no batch can meet (None: none): a count below 1 (``n_mbs`` and ``max_tokens_per_mb``
     may be unset), or a token budget below the audit's longest sequence (``ffd_allocate`` and
     ``kk_allocate`` refuse a sequence over the budget; ``split_padded_tensor_dict_into_mb_list``
@@ -514,7 +506,7 @@ def _invalid(plan: _Plan) -> str | None:
     return None
 
 
-def _splits(plan: _Plan, short: int = 0) -> str | None:
+def _splits(plan: _Split, short: int = 0) -> str | None:
     """Why AReaL cannot split a generation batch of ``plan``'s whole groups (None: it can), or, with
     ``short``, a batch that many answers short on one rank: ``balanced_greedy_partition`` deals the
     prompts out evenly over the ranks (``The length of nums must be divisible by K``),
@@ -546,7 +538,7 @@ def _splits(plan: _Plan, short: int = 0) -> str | None:
     return None
 
 
-def _actor_config(actor: Any, plan: _Plan, G: int) -> Any:
+def _actor_config(actor: Any, plan: _Split, G: int) -> Any:
     """``config.actor`` with the plan's split and each normalisation's group_size = G."""
     a = copy.deepcopy(actor)
     for norm in (a.reward_norm, a.adv_norm):
@@ -754,7 +746,7 @@ class _StepRecord:
 
 
 def _run_step(
-    cfg: Any, plan: _Plan, engine: Any, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]
+    cfg: Any, plan: _Split, engine: Any, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]
 ) -> dict[str, np.ndarray]:
     """A step request (:mod:`grpo_identity.checks.measure.steps`): the rows in groups of ``request["sizes"]``
     (as the rollout delivers them), ``plan.batch_size`` groups per generation batch, each through
@@ -785,7 +777,7 @@ def _run_step(
 
 
 def _split_generation(
-    batch: list[dict[str, Any]], actor_cfg: Any, plan: _Plan, engine: Any, n: int
+    batch: list[dict[str, Any]], actor_cfg: Any, plan: _Split, engine: Any, n: int
 ) -> tuple[list, list]:
     """:func:`_run_generation` under ``plan``; AReaL's packing refusing the split is an :class:`AdapterError`."""
     try:

@@ -31,15 +31,15 @@ call is told apart into those methods, so a driver never reads ``lengths is None
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from grpo_identity.checks import LEVELS
 
-__all__ = ["DriverSettings", "DriverInfo", "Built", "Driver", "RANKS"]
+__all__ = ["DriverSettings", "StepPlan", "DriverInfo", "Built", "Driver", "RANKS"]
 
 #: how a step's data-parallel ranks ran: one rank, real processes (all four drivers), or emulated (a driver whose
-#: framework's rank path cannot run on a CPU; none of the four now)
+#: framework's rank path cannot run on a CPU: :attr:`StepPlan.emulated`; none of the four now)
 RANKS = ("one", "emulated", "processes")
 
 
@@ -62,6 +62,73 @@ class DriverSettings:
 
 
 @dataclass(frozen=True)
+class StepPlan:
+    """A driver's optimizer step, as the framework splits it: the one record every driver fills, and the audit's
+    ``info["step"]`` (:meth:`geometry`).  What runs the split stays the driver's, because it is the framework's own
+    settings (verl's ``StepSplit``, AReaL's ``Split``, TRL's per-rank ``Layout``, OpenRLHF's parsed options); what
+    the split is, what the driver chose for it, and how it is described are here, once.
+
+    >>> plan = StepPlan(4, 8, 16, "two micro-batches", "one micro-batch", ranks=2, chosen={"micro": 4})
+    >>> geo = plan.geometry()
+    >>> geo["ranks"], geo["step_rows"], geo["layouts"]["split"]
+    ('processes', 8, 'two micro-batches')
+    """
+
+    group_size: int
+    """Answers per prompt."""
+    step_rows: int
+    """Answers per optimizer step, all ranks together."""
+    generation_rows: int
+    """Answers per generation batch."""
+    split: str
+    """The configured layout, in the framework's words (its functions and settings)."""
+    unsplit: str
+    """The layout it is compared with: each optimizer step of the split as one micro-batch on one rank."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The framework's split settings as the step runs them."""
+    ranks: int = 1
+    """Data-parallel ranks; more than one run as processes, unless :attr:`emulated`."""
+    emulated: bool = False
+    """The ranks are emulated in one process, where the framework's rank path cannot run on a CPU (``split``
+    says how)."""
+    chosen: dict[str, Any] = field(default_factory=dict)
+    """The split settings the user did not set, with the driver's values (they join the report's defaults)."""
+    objective: dict[str, Any] | None = None
+    """The loss's documented objective (:meth:`grpo_identity.objectives.Objective.for_step`)."""
+    holes: bool = False
+    """The step may leave answers out (the framework drops or pads rows)."""
+    truncation: bool = False
+    """Answers may be cut at the length budget."""
+    ragged: bool = False
+    """Micro-batches may hold different numbers of answers."""
+    export: dict[str, Any] | None = None
+    """What an exported test needs to run the split itself (:mod:`grpo_identity.checks.export`)."""
+
+    @property
+    def ranks_run(self) -> str:
+        """How the ranks run (:data:`RANKS`)."""
+        return "one" if self.ranks < 2 else "emulated" if self.emulated else "processes"
+
+    def geometry(self) -> dict[str, Any]:
+        """``info["step"]`` (:func:`grpo_identity.checks.measure.steps.geometry`), with the export recipe."""
+        from grpo_identity.checks.measure.steps import geometry
+
+        geo = geometry(
+            self.group_size,
+            self.step_rows,
+            self.generation_rows,
+            layouts={"split": self.split, "unsplit": self.unsplit},
+            ranks=self.ranks_run,
+            holes=self.holes,
+            truncation=self.truncation,
+            ragged=self.ragged,
+            settings=self.settings,
+            objective=self.objective,
+        )
+        return geo if self.export is None else {**geo, "export": self.export}
+
+
+@dataclass(frozen=True)
 class DriverInfo:
     """What a built target is and how it was built: the report's head, the step and off-policy audits' input."""
 
@@ -81,9 +148,8 @@ class DriverInfo:
     """The framework's own settings that decide the advantages and the loss (estimator, normalisation, loss type)."""
     lengths_optional: bool = False
     """The gradient target answers ``lengths=None`` with the advantages alone."""
-    step: dict[str, Any] | None = None
-    """The optimizer step's geometry (:func:`grpo_identity.checks.measure.steps.geometry`): the target answers step
-    requests."""
+    step: StepPlan | None = None
+    """The optimizer step as configured (:meth:`with_step`): the target answers step requests."""
     step_unavailable: str | None = None
     """Why the target runs no optimizer step (a release the driver cannot split), where it runs none."""
     off_policy: dict[str, Any] | None = None
@@ -93,13 +159,25 @@ class DriverInfo:
 
     @property
     def ranks(self) -> str:
-        """How the step's data-parallel ranks run (:data:`RANKS`): the step geometry's, else one."""
-        return str((self.step or {}).get("ranks") or "one")
+        """How the step's data-parallel ranks run (:data:`RANKS`): the step's, else one."""
+        return "one" if self.step is None else self.step.ranks_run
 
     @property
     def objective(self) -> dict[str, Any] | None:
-        """The loss's objective as the step's geometry names it (None without a step)."""
-        return (self.step or {}).get("objective")
+        """The loss's objective as the step names it (None without a step)."""
+        return None if self.step is None else self.step.objective
+
+    def with_step(self, plan: StepPlan, **changes: Any) -> DriverInfo:
+        """This info with ``plan`` as its step (and ``changes``), what the plan chose among its defaults."""
+        return replace(self.with_step_defaults(plan.chosen), step=plan, **changes)
+
+    def with_step_defaults(self, chosen: dict[str, Any]) -> DriverInfo:
+        """This info with the step's ``chosen`` settings among its defaults; a key the per-G probes set too keeps
+        both values."""
+        defaults = dict(self.settings.defaults)
+        for key, value in chosen.items():
+            defaults[key] = f"{defaults[key]} (the per-G probes), {value} (the step)" if key in defaults else value
+        return replace(self, settings=replace(self.settings, defaults=defaults))
 
     def to_dict(self) -> dict[str, Any]:
         """The info as the report and the audit's JSON carry it (``target_info``)."""
@@ -116,7 +194,7 @@ class DriverInfo:
         }
         optional = {
             "lengths_optional": self.lengths_optional or None,
-            "step": self.step,
+            "step": None if self.step is None else self.step.geometry(),
             "step_unavailable": self.step_unavailable,
             "off_policy": self.off_policy,
             "components": self.components,

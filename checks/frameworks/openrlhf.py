@@ -72,7 +72,7 @@ from grpo_identity.checks.frameworks import (
     patched_attributes,
 )
 from grpo_identity.checks.frameworks._ranks import ProcessRanks
-from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
+from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings, StepPlan
 from grpo_identity.checks.frameworks.exported import openrlhf as runner
 from grpo_identity.checks.frameworks.exported.openrlhf import (
     GPU_ONLY,
@@ -271,22 +271,15 @@ class OpenRLHFTarget(Built):
             "loss_agg_mode": str(getattr(args.actor, "loss_agg_mode", "token-mean (no actor.loss_agg_mode here)")),
             "policy_loss_type": str(args.actor.policy_loss_type),
         }
-        chose = dict(info.settings.defaults)
-        for key, value in () if configs.user_split else DEFAULT_SPLIT:  # the step's split, where the user set none
-            chose[key] = f"{chose[key]} (the per-G probes), {value} (the step)" if key in chose else value
-        if not any(k.lstrip("-") == "rollout.n_samples_per_prompt" for k, _ in configs.spec.sets):
-            chose["rollout.n_samples_per_prompt"] = configs.group_size
-        step = None if unavailable else {**step_geometry(configs), "export": export_recipe(configs)}
-        return replace(
-            info,
-            entry="compute_advantages_and_returns + ActorPPOTrainer.actor_loss_fn (models.loss.PolicyLoss)",
-            details=details,
-            settings=replace(info.settings, defaults=chose),
-            stand_ins=tuple(sorted(LOADED["stand_ins"])),  # loss_utils' import may have added some
-            lengths_optional=True,
-            step=step,
-            step_unavailable=unavailable or None,  # a split the driver cannot reproduce: the per-G probes still run
-        )
+        changes: dict[str, Any] = {
+            "entry": "compute_advantages_and_returns + ActorPPOTrainer.actor_loss_fn (models.loss.PolicyLoss)",
+            "details": details,
+            "stand_ins": tuple(sorted(LOADED["stand_ins"])),  # loss_utils' import may have added some
+            "lengths_optional": True,
+        }
+        if unavailable:  # a split the driver cannot reproduce: the per-G probes still run
+            return replace(info.with_step_defaults(_step_chosen(configs)), step_unavailable=unavailable, **changes)
+        return info.with_step(step_plan(configs), **changes)
 
     def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
         args = self.configs.get(G)
@@ -447,13 +440,11 @@ def _shares(rows: int, micro: int, dp: int) -> list[int]:
     return got
 
 
-def step_geometry(configs: _Configs) -> dict[str, Any]:
-    """The configured step (``info["step"]``): G (the user's ``rollout.n_samples_per_prompt``, else
-    :data:`~grpo_identity.checks.frameworks.STEP_GROUP_SIZE`), ``train.batch_size`` answers per
-    optimizer step, ``rollout.batch_size`` × G per generation batch; the split settings in force;
-    what of the split is stood in, said once in the split layout's words."""
-    from grpo_identity.checks.measure.steps import geometry
-
+def step_plan(configs: _Configs) -> StepPlan:
+    """The configured step (:class:`~grpo_identity.checks.frameworks.contract.StepPlan`): G (the user's
+    ``rollout.n_samples_per_prompt``, else :data:`~grpo_identity.checks.frameworks.STEP_GROUP_SIZE`),
+    ``train.batch_size`` answers per optimizer step, ``rollout.batch_size`` × G per generation batch; the split
+    settings in force; what of the split is stood in, said once in the split layout's words."""
     G = configs.group_size
     args = configs.step(G, "split")
     dp, ga = rank_counts(args)
@@ -480,24 +471,31 @@ def step_geometry(configs: _Configs) -> dict[str, Any]:
         if dp > 1
         else "one rank"
     )
-    layouts = {
-        "split": f"ActorPPOTrainer.ppo_train, {cut}; a stand-in for DeepSpeed's engine (backward ÷ accumulation "
-        f"steps, a step at the boundary); {ranks}",
-        "unsplit": "the split's optimizer steps, each as one micro-batch on one rank (train.batch_size = "
-        "train.micro_batch_size = the step's answers); answers the split leaves out, one step per generation batch",
-    }
-    return geometry(
+    return StepPlan(
         G,
         int(args.train.batch_size),
         int(args.rollout.batch_size) * G,
-        layouts=layouts,
-        ranks="processes" if dp > 1 else "one",
+        split=f"ActorPPOTrainer.ppo_train, {cut}; a stand-in for DeepSpeed's engine (backward ÷ accumulation "
+        f"steps, a step at the boundary); {ranks}",
+        unsplit="the split's optimizer steps, each as one micro-batch on one rank (train.batch_size = "
+        "train.micro_batch_size = the step's answers); answers the split leaves out, one step per generation batch",
+        settings=settings,
+        ranks=dp,
+        chosen=_step_chosen(configs),
+        objective=objective(args),
         holes=True,
         truncation=True,
-        ragged=False,
-        settings=settings,
-        objective=objective(args),
+        export=export_recipe(configs),
     )
+
+
+def _step_chosen(configs: _Configs) -> dict[str, Any]:
+    """The step's split settings the user did not set, with the driver's values: :data:`DEFAULT_SPLIT` where they set
+    none of :data:`SPLIT_KEYS`, and the group size."""
+    chosen: dict[str, Any] = {} if configs.user_split else dict(DEFAULT_SPLIT)
+    if not any(k.lstrip("-") == "rollout.n_samples_per_prompt" for k, _ in configs.spec.sets):
+        chosen["rollout.n_samples_per_prompt"] = configs.group_size
+    return chosen
 
 
 def export_recipe(configs: _Configs) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from dataclasses import replace
 from importlib.metadata import version
 from typing import Any, Callable, Iterator
 
@@ -240,16 +239,14 @@ class TrlTarget(Built):
         from grpo_identity.checks.frameworks import trl_step
 
         self.whole = spec
-        step = None
-        if level == "gradient":
-            step = trl_step.step_geometry(spec)  # before the trainer: a GRPOConfig resets accelerate's shared state
-            step["export"] = trl_step.export_recipe(spec)
+        # the step before the trainer: a GRPOConfig resets accelerate's shared state
+        plan = trl_step.step_plan(spec) if level == "gradient" else None
         spec = trl_step.one_process(spec)
         args = grpo_config(spec)
         self.state: dict[str, Any] = {"rewards": None}
         components = reward_components(spec, args)
         self.trainer = trainer = _trainer(args, self.state, components)
-        if level == "advantage":
+        if plan is None:
             super().__init__(_info(spec, args, "GRPOTrainer._generate_and_score_completions", components), level)
             return
         if not hasattr(trainer, "current_gradient_accumulation_steps"):
@@ -262,7 +259,7 @@ class TrlTarget(Built):
         self.words = [int(i) for i in trainer.processing_class.convert_tokens_to_ids(["a", "b", "c", "d"])]
         info = _info(spec, args, "GRPOTrainer.compute_loss (autograd)", components)
         details = {**info.details, "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no"))}
-        info = replace(info, details=details, lengths_optional=True, step=step, off_policy=self.off_policy_info)
+        info = info.with_step(plan, details=details, lengths_optional=True, off_policy=self.off_policy_info)
         super().__init__(info, level)
 
     def advantages(self, rewards: np.ndarray, G: int, scores: np.ndarray | None = None) -> np.ndarray:

@@ -22,7 +22,7 @@ The driver changes three things, and says so:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from typing import Any
 
@@ -30,8 +30,9 @@ import numpy as np
 
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks._ranks import ProcessRanks, RankProcessError
+from grpo_identity.checks.frameworks.contract import StepPlan
 
-__all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_geometry", "export_recipe", "run_layout"]
+__all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_plan", "export_recipe", "run_layout"]
 
 #: the GRPOConfig settings that decide how an optimizer step is split
 SPLIT_KEYS = (
@@ -106,6 +107,8 @@ class Layout:
     step_rows: int
     generation_rows: int
     settings: dict[str, Any]
+    chosen: dict[str, int] = field(default_factory=dict)
+    """The split settings the driver chose where the user set none."""
 
 
 def _parse(spec: FrameworkSpec, sets: tuple[tuple[str, str], ...], processes: int) -> Any:
@@ -142,6 +145,7 @@ def _layout(spec: FrameworkSpec, processes: int, name: str) -> Layout:
         sets += (("per_device_train_batch_size", str(G)), ("gradient_accumulation_steps", "2"))
     elif "per_device_train_batch_size" not in user:
         sets += (("per_device_train_batch_size", str(G)),)  # grpo_config's default where num_generations is set
+    chosen = {k: int(v) for k, v in sets if k not in user}
     args = _parse(spec, sets, processes)
     pinned = ["per_device_train_batch_size", "gradient_accumulation_steps"]
     pinned += [] if "generation_batch_size" in user else ["steps_per_generation"]  # TRL takes one of the two
@@ -153,7 +157,7 @@ def _layout(spec: FrameworkSpec, processes: int, name: str) -> Layout:
     iterations = _user_keys_of(spec).get("num_iterations")
     if iterations not in (None, 1, "1"):
         settings["num_iterations"] = f"1 (yours {iterations}: the first pass over each generation batch)"
-    split = Layout(_last_wins(sets), processes, G, step_rows, generation_rows, settings)
+    split = Layout(_last_wins(sets), processes, G, step_rows, generation_rows, settings, chosen)
     if name == "split":
         return split
     unsplit: tuple[tuple[str, str], ...] = (
@@ -206,11 +210,9 @@ def _numbers(args: Any, processes: int) -> tuple[int, int, int]:
     return G, step_rows, generation_rows
 
 
-def step_geometry(spec: FrameworkSpec) -> dict[str, Any]:
-    """The configured step (:func:`grpo_identity.checks.measure.steps.geometry`): the user's split settings, or the
-    driver's default split."""
-    from grpo_identity.checks.measure.steps import geometry
-
+def step_plan(spec: FrameworkSpec) -> StepPlan:
+    """The configured step (:class:`~grpo_identity.checks.frameworks.contract.StepPlan`): the user's split settings,
+    or the driver's default split."""
     bare, processes = launch_settings(spec)
     split, unsplit = _layout(bare, processes, "split"), _layout(bare, processes, "unsplit")
     user_set = any(k in _user_split(bare) for k in SPLIT_KEYS) or processes > 1
@@ -218,20 +220,18 @@ def step_geometry(spec: FrameworkSpec) -> dict[str, Any]:
     def words(settings: dict[str, Any]) -> str:
         return ", ".join(f"{k}={v}" for k, v in settings.items())
 
-    layouts = {
-        "split": words(split.settings) + ("" if user_set else " (the driver's default split: you set none)"),
-        "unsplit": words(unsplit.settings),
-    }
-    ranks = "processes" if processes > 1 else "one"
-    return geometry(
+    return StepPlan(
         split.group_size,
         split.step_rows,
         split.generation_rows,
-        layouts=layouts,
-        ranks=ranks,
-        truncation=True,
+        split=words(split.settings) + ("" if user_set else " (the driver's default split: you set none)"),
+        unsplit=words(unsplit.settings),
         settings=split.settings,
+        ranks=processes,
+        chosen=split.chosen,
         objective=objective(_parse(bare, split.sets, processes)),
+        truncation=True,
+        export=export_recipe(spec),
     )
 
 

@@ -52,7 +52,7 @@ from grpo_identity.checks.frameworks import (
     token_view,
 )
 from grpo_identity.checks.frameworks._ranks import ProcessRanks
-from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
+from grpo_identity.checks.frameworks.contract import Built, DriverInfo, StepPlan
 from grpo_identity.checks.frameworks.exported.verl import (
     MARK,
     Recorder,
@@ -69,7 +69,6 @@ from grpo_identity.checks.frameworks.exported.verl import (
     trainer_advantage,
     update_actor,
 )
-from grpo_identity.checks.measure import steps
 
 __all__ = [
     "import_check",
@@ -218,13 +217,11 @@ class VerlTarget(Built):
             "loss_agg_mode": str(actor.loss_agg_mode),
             "loss_mode": str(actor.policy_loss.get("loss_mode", "vanilla")),
         }
-        return replace(
-            info,
+        return info.with_step(
+            split.plan(spec, self.cfg),
             entry="ray_trainer.compute_advantage + core_algos policy loss (agg_loss)",
             details=details,
-            settings=DriverSettings(defaults=split.chosen()),
             lengths_optional=True,
-            step={**split.geometry(self.cfg), "export": export_recipe(spec, split)},
         )
 
     def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
@@ -411,8 +408,8 @@ class StepSplit:
             f"{self.ranks} data-parallel rank(s)" + (", each a process" if self.ranks > 1 else "")
         )
 
-    def geometry(self, cfg: Any) -> dict[str, Any]:
-        """``info["step"]`` (:func:`grpo_identity.checks.measure.steps.geometry`) of this split."""
+    def plan(self, spec: FrameworkSpec, cfg: Any) -> StepPlan:
+        """The step of this split (:class:`~grpo_identity.checks.frameworks.contract.StepPlan`)."""
         G = self.group_size
         engine = engine_path(cfg)
         settings = {
@@ -430,23 +427,20 @@ class StepSplit:
             "trainer": _TRAINER_PATH + (_V1_NOTE if "use_v1" in cfg.trainer and cfg.trainer.use_v1 else ""),
             "stand-ins": _ENGINE_STAND_INS if engine else _LEGACY_STAND_INS,
         }
-        layouts = {
-            "split": self.describe(),
-            "unsplit": "the same optimizer steps (each one the answers the split's ranks take for it: the dispatch's "
-            "chunk per rank, each rank's mini-batch), each as one micro-batch holding all its answers on one GPU "
-            "(ppo_micro_batch_size_per_gpu = the step's answers, use_dynamic_bsz off)",
-        }
-        ranks = "processes" if self.ranks > 1 else "one"
-        return steps.geometry(
+        return StepPlan(
             G,
             self.mini * G,
             self.prompts * G,
-            layouts=layouts,
-            ranks=ranks,
-            holes=True,
-            ragged=False,
+            split=self.describe(),
+            unsplit="the same optimizer steps (each one the answers the split's ranks take for it: the dispatch's "
+            "chunk per rank, each rank's mini-batch), each as one micro-batch holding all its answers on one GPU "
+            "(ppo_micro_batch_size_per_gpu = the step's answers, use_dynamic_bsz off)",
             settings=settings,
+            ranks=self.ranks,
+            chosen=self.chosen(),
             objective=objective(cfg.actor_rollout_ref.actor),
+            holes=True,
+            export=export_recipe(spec, self),
         )
 
 

@@ -533,7 +533,7 @@ def actor_trainer(args: Any, engine: Engine, policy: Policy) -> Any:
             tokenizer=None,
             vllm_engines=None,
         )
-    trainer.max_epochs = 1  # the first epoch (see step_geometry)
+    trainer.max_epochs = 1  # the first epoch (see the driver's step_plan)
     return trainer
 
 

@@ -6,13 +6,22 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from grpo_identity.checks.frameworks import FrameworkSpec
-from grpo_identity.checks.frameworks.contract import LEVELS, RANKS, Built, Driver, DriverInfo, DriverSettings
+from grpo_identity.checks.frameworks.contract import (
+    LEVELS,
+    RANKS,
+    Built,
+    Driver,
+    DriverInfo,
+    DriverSettings,
+    StepPlan,
+)
 from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
 
 DRIVERS = Path(__file__).resolve().parents[3] / "checks" / "frameworks"
@@ -50,11 +59,15 @@ def test_no_driver_hands_out_a_bare_function_with_its_info_pinned_on(name):
     assert (pinned, told_apart) == ([], [])
 
 
+#: a step of 8 answers in generation batches of 16, G = 4
+PLAN = StepPlan(4, 8, 16, "two", "one")
+
+
 class _Recorder(Built):
     """Every method records what reached it."""
 
     def __init__(self, level: str, components: dict | None = None) -> None:
-        super().__init__(DriverInfo("demo", "1.0", "records", step={"ranks": "emulated"}, components=components), level)
+        super().__init__(DriverInfo("demo", "1.0", "records", step=PLAN, components=components), level)
         self.seen: list[tuple] = []
 
     def advantages(self, rewards, G, scores=None):
@@ -124,15 +137,16 @@ def test_the_info_names_ranks_and_objective_from_the_step_and_drops_what_is_unse
         {"loss_type": "dapo"},
         DriverSettings(forced={"use_cpu": {"driver": True, "yours": None}}, defaults={"n": 4}, ignored=("x",)),
         details={"estimator": "grpo"},
-        step={"ranks": "processes", "objective": {"name": "token-mean"}},
+        step=replace(PLAN, ranks=2, objective={"name": "token_mean"}),
     )
     d = info.to_dict()
     assert (d["version"], d["estimator"], d["ranks"], info.objective) == (
         "1.0",
         "grpo",
         "processes",
-        {"name": "token-mean"},
+        {"name": "token_mean"},
     )
+    assert d["step"]["ranks"] == "processes" and d["step"]["layouts"] == {"split": "two", "unsplit": "one"}
     assert d["driver_settings"] == {
         "forced": {"use_cpu": {"driver": True, "yours": None}},
         "defaults": {"n": 4},
@@ -160,3 +174,15 @@ def test_the_installed_drivers_build_targets_with_typed_info(level):
         assert ("step" in d) == (level == "gradient")
         out = built(np.array([1.0, 0.0, 1.0, 1.0]), 2)  # GRPO: (r - mean) / std with Bessel's correction
         assert np.allclose(out, [2**-0.5, -(2**-0.5), 0.0, 0.0], atol=1e-4)
+
+
+def test_a_step_plan_puts_what_the_driver_chose_for_the_step_beside_what_it_chose_for_the_per_g_probes():
+    info = DriverInfo("demo", "1.0", "e", settings=DriverSettings(defaults={"micro": 3, "n": 2}))
+    chosen = {"micro": 2, "batch": 8}
+    stepped = info.with_step(replace(PLAN, chosen=chosen), lengths_optional=True)
+    assert stepped.settings.defaults == {"micro": "3 (the per-G probes), 2 (the step)", "n": 2, "batch": 8}
+    assert stepped.step is not None and stepped.lengths_optional and info.step is None  # info itself unchanged
+    assert stepped.to_dict()["step"]["group_size"] == 4 and stepped.ranks == "one"
+    assert replace(info, step=replace(PLAN, ranks=2, emulated=True)).to_dict()["ranks"] == "emulated"
+    exported = replace(PLAN, export={"release": "1.0"}).geometry()
+    assert exported["export"] == {"release": "1.0"} and "export" not in PLAN.geometry()

@@ -233,15 +233,15 @@ def test_the_ppo_loss_weights_every_token_by_one_over_the_batchs_tokens(capsys):
 # FSDPEngine.train_batch: total = compute_total_loss_weight (all-reduced over dp), each micro-batch's
 # loss (grpo_loss_fn: sum / its own count_nonzero) times local_weight / total × dp_size, FSDP
 # averages the gradient over dp: every token weighs 1/(tokens of the optimizer step, all ranks).
-def _plan(**kw):
-    """A ``_Plan`` of the default split (G=4, 6 prompts, 4 mini-batches of 2 micro-batches on 2 ranks), with ``kw``
+def _split(**kw):
+    """A ``_Split`` of the default split (G=4, 6 prompts, 4 mini-batches of 2 micro-batches on 2 ranks), with ``kw``
     over it (``mb_spec`` fields by name)."""
     from types import SimpleNamespace
 
     spec = {"n_mbs": 2, "granularity": 1, "max_tokens_per_mb": None, "n_mbs_divisor": 1, "packing_algorithm": "ffd"}
     mb = SimpleNamespace(**{**spec, **{k: v for k, v in kw.items() if k in spec}})
     plan = {"group_size": 4, "batch_size": 6, "minibatches": 4, "mb_spec": mb, "backend": "fsdp:d2", "dp": 2}
-    return drv._Plan(**{**plan, **{k: v for k, v in kw.items() if k not in spec}})
+    return drv._Split(**{**plan, **{k: v for k, v in kw.items() if k not in spec}})
 
 
 @pytest.mark.parametrize(
@@ -257,31 +257,31 @@ def _plan(**kw):
     ],
 )
 def test_a_split_count_below_one_is_refused_by_name(setting, key):
-    assert drv._invalid(_plan()) is None
-    assert f"{key}: the split settings count" in drv._invalid(_plan(**setting))
+    assert drv._invalid(_split()) is None
+    assert f"{key}: the split settings count" in drv._invalid(_split(**setting))
 
 
 def test_a_token_budget_below_the_longest_sequence_is_refused_with_the_smallest_that_works():
     longest = drv.PROMPT_LENGTH + drv.RESPONSE_LENGTH
-    assert drv._invalid(_plan(max_tokens_per_mb=longest)) is None
-    refused = drv._invalid(_plan(max_tokens_per_mb=longest - 1))
+    assert drv._invalid(_split(max_tokens_per_mb=longest)) is None
+    refused = drv._invalid(_split(max_tokens_per_mb=longest - 1))
     assert f"actor.mb_spec.max_tokens_per_mb={longest - 1}" in refused
     assert refused.endswith(f"the smallest value that works is {longest}")
     # split_padded_tensor_dict_into_mb_list packs granularity adjacent sequences as one
-    assert drv._invalid(_plan(max_tokens_per_mb=2 * longest - 1, granularity=2)).endswith(f"is {2 * longest}")
+    assert drv._invalid(_split(max_tokens_per_mb=2 * longest - 1, granularity=2)).endswith(f"is {2 * longest}")
 
 
 def test_a_batch_the_ranks_or_the_micro_batches_cannot_divide_is_refused_by_name():
-    assert drv._splits(_plan()) is None and drv._splits(_plan(), short=1) is None  # the default takes a short group
-    assert "train_dataset.batch_size=5 is not a multiple of the dp=2 ranks" in drv._splits(_plan(batch_size=5))
-    assert "actor.mb_spec.granularity=5 does not divide the 12 answers" in drv._splits(_plan(granularity=5))
-    assert "actor.ppo_n_minibatches=4 mini-batches of 4 micro-batches" in drv._splits(_plan(n_mbs=4))
+    assert drv._splits(_split()) is None and drv._splits(_split(), short=1) is None  # the default takes a short group
+    assert "train_dataset.batch_size=5 is not a multiple of the dp=2 ranks" in drv._splits(_split(batch_size=5))
+    assert "actor.mb_spec.granularity=5 does not divide the 12 answers" in drv._splits(_split(granularity=5))
+    assert "actor.ppo_n_minibatches=4 mini-batches of 4 micro-batches" in drv._splits(_split(n_mbs=4))
     # ffd_allocate and kk_allocate round the micro-batch count up to a multiple of n_mbs_divisor
-    assert drv._splits(_plan(n_mbs=3)) is None
-    assert "of 4 micro-batches" in drv._splits(_plan(n_mbs=3, n_mbs_divisor=2))
-    assert "of 4 micro-batches" in drv._splits(_plan(n_mbs=3, n_mbs_divisor=2, packing_algorithm="kk"))
-    assert drv._splits(_plan(batch_size=4)) is None  # 8 answers per rank: 4 mini-batches × 2 fit exactly …
-    assert "7 answers per rank" in drv._splits(_plan(batch_size=4), short=1)  # … but not one answer short
+    assert drv._splits(_split(n_mbs=3)) is None
+    assert "of 4 micro-batches" in drv._splits(_split(n_mbs=3, n_mbs_divisor=2))
+    assert "of 4 micro-batches" in drv._splits(_split(n_mbs=3, n_mbs_divisor=2, packing_algorithm="kk"))
+    assert drv._splits(_split(batch_size=4)) is None  # 8 answers per rank: 4 mini-batches × 2 fit exactly …
+    assert "7 answers per rank" in drv._splits(_split(batch_size=4), short=1)  # … but not one answer short
 
 
 def test_a_row_no_optimizer_step_held_is_step_minus_one_with_zero_coefficients():

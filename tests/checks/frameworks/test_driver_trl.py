@@ -224,14 +224,15 @@ def test_the_step_geometry_is_the_users_split_or_a_default_split_of_two_accumula
     _need_trl()
     from grpo_identity.checks.frameworks import trl_step
 
-    plain = trl_step.step_geometry(FrameworkSpec("trl"))
-    assert (plain["group_size"], plain["step_rows"], plain["generation_rows"]) == (4, 8, 8)
-    assert plain["settings"]["gradient_accumulation_steps"] == 2 and "default split" in plain["layouts"]["split"]
+    plain = trl_step.step_plan(FrameworkSpec("trl"))
+    assert (plain.group_size, plain.step_rows, plain.generation_rows) == (4, 8, 8)
+    assert plain.settings["gradient_accumulation_steps"] == 2 and "default split" in plain.split
+    assert plain.chosen == {"num_generations": 4, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}
     sets = (("num_generations", "2"), ("per_device_train_batch_size", "2"), ("gradient_accumulation_steps", "3"))
-    mine = trl_step.step_geometry(FrameworkSpec("trl", (*sets, ("steps_per_generation", "6"), ("num_processes", "2"))))
-    assert (mine["group_size"], mine["step_rows"], mine["generation_rows"]) == (2, 12, 24)
-    assert mine["ranks"] == "processes" and "default" not in mine["layouts"]["split"]
-    assert "per_device_train_batch_size=12, gradient_accumulation_steps=1" in mine["layouts"]["unsplit"]
+    mine = trl_step.step_plan(FrameworkSpec("trl", (*sets, ("steps_per_generation", "6"), ("num_processes", "2"))))
+    assert (mine.group_size, mine.step_rows, mine.generation_rows) == (2, 12, 24)
+    assert mine.geometry()["ranks"] == "processes" and "default" not in mine.split and mine.chosen == {}
+    assert "per_device_train_batch_size=12, gradient_accumulation_steps=1" in mine.unsplit
 
 
 @pytest.mark.parametrize(
@@ -243,7 +244,7 @@ def test_a_split_number_below_one_is_refused_when_the_target_is_built(key, value
     from grpo_identity.checks.frameworks import AdapterError, trl_step
 
     with pytest.raises(AdapterError, match=f"{key} takes a whole number ≥ 1"):
-        trl_step.step_geometry(FrameworkSpec("trl", ((key, value),)))
+        trl_step.step_plan(FrameworkSpec("trl", ((key, value),)))
 
 
 @pytest.mark.parametrize("per_device, processes, G", [("2", 1, 2), ("6", 1, 3), ("2", 2, 4), ("8", 1, 4)])
@@ -263,7 +264,7 @@ def test_every_rank_runs_the_batch_sizes_the_geometry_counts():
     from grpo_identity.checks.frameworks import trl_step
 
     spec = FrameworkSpec("trl", (("num_generations", "2"), ("num_processes", "2")))
-    geo = trl_step.step_geometry(spec)
+    geo = trl_step.step_plan(spec).geometry()
     split = trl_step._layout(*trl_step.launch_settings(spec), "split")
     sets = dict(split.sets)
     assert int(sets["per_device_train_batch_size"]) * 2 * int(sets["gradient_accumulation_steps"]) == geo["step_rows"]
@@ -295,7 +296,7 @@ def test_two_gloo_processes_gather_a_trl_step_whose_gradient_is_the_unsplit_step
             ("max_grad_norm", "0"),
         )
         spec = FrameworkSpec("trl", sets)
-        d = design(trl_step.step_geometry(spec), 6)
+        d = design(trl_step.step_plan(spec).geometry(), 6)
         split = trl_step.run_layout(spec, "split", d.rewards, d.lengths, 4, param_grads=True)
         whole = trl_step.run_layout(spec, "unsplit", d.rewards, d.lengths, 4, param_grads=True)
         assert set(split["rank"]) == {0, 1} and set(whole["rank"]) == {0}
