@@ -36,7 +36,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from grpo_identity.checks import LEVELS
 
-__all__ = ["DriverSettings", "StepPlan", "DriverInfo", "Built", "Driver", "RANKS"]
+__all__ = ["DriverSettings", "geometry", "StepPlan", "DriverInfo", "Built", "Driver", "RANKS"]
 
 #: how a step's data-parallel ranks ran: one rank, real processes (all four drivers), or emulated (a driver whose
 #: framework's rank path cannot run on a CPU: :attr:`StepPlan.emulated`; none of the four now)
@@ -59,6 +59,35 @@ class DriverSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return {"forced": self.forced, "defaults": self.defaults, "ignored": list(self.ignored), "note": self.note}
+
+
+def geometry(
+    group_size: int,
+    step_rows: int,
+    generation_rows: int,
+    *,
+    layouts: dict[str, str] | None = None,
+    ranks: str = "one",
+    holes: bool = False,
+    truncation: bool = False,
+    ragged: bool = False,
+    settings: dict[str, Any] | None = None,
+    objective: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A step target's ``info["step"]`` (:mod:`grpo_identity.checks.measure.steps` describes it; a driver's comes
+    from its :class:`StepPlan`).  Also ``steps.geometry``, as step targets written by hand call it."""
+    return {
+        "objective": dict(objective) if objective else None,
+        "group_size": int(group_size),
+        "step_rows": int(step_rows),
+        "generation_rows": int(generation_rows),
+        "layouts": dict(layouts or {"split": "as configured", "unsplit": "one micro-batch, one rank"}),
+        "ranks": ranks,
+        "holes": bool(holes),
+        "truncation": bool(truncation),
+        "ragged": bool(ragged),
+        "settings": dict(settings or {}),
+    }
 
 
 @dataclass(frozen=True)
@@ -110,9 +139,7 @@ class StepPlan:
         return "one" if self.ranks < 2 else "emulated" if self.emulated else "processes"
 
     def geometry(self) -> dict[str, Any]:
-        """``info["step"]`` (:func:`grpo_identity.checks.measure.steps.geometry`), with the export recipe."""
-        from grpo_identity.checks.measure.steps import geometry
-
+        """``info["step"]`` (:func:`geometry`), with the export recipe."""
         geo = geometry(
             self.group_size,
             self.step_rows,

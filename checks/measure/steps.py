@@ -79,6 +79,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from grpo_identity.checks.frameworks.contract import geometry
 from grpo_identity.checks.report import Finding
 
 __all__ = [
@@ -115,34 +116,6 @@ _CANDIDATES: tuple[tuple[str, bool, str | None, str | None], ...] = (
     ("1/(length·rank_rows)", True, "rank", "rows"),
     ("1/generation_tokens", False, "generation", "tokens"),
 )
-
-
-def geometry(
-    group_size: int,
-    step_rows: int,
-    generation_rows: int,
-    *,
-    layouts: dict[str, str] | None = None,
-    ranks: str = "one",
-    holes: bool = False,
-    truncation: bool = False,
-    ragged: bool = False,
-    settings: dict[str, Any] | None = None,
-    objective: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A step target's ``info["step"]`` (see the module docstring)."""
-    return {
-        "objective": dict(objective) if objective else None,
-        "group_size": int(group_size),
-        "step_rows": int(step_rows),
-        "generation_rows": int(generation_rows),
-        "layouts": dict(layouts or {"split": "as configured", "unsplit": "one micro-batch, one rank"}),
-        "ranks": ranks,
-        "holes": bool(holes),
-        "truncation": bool(truncation),
-        "ragged": bool(ragged),
-        "settings": dict(settings or {}),
-    }
 
 
 def probe_rows(geo: dict[str, Any]) -> int:
