@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE, no_deps_table, pins_table
+from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE, no_deps_table, pins_table, release_key
 
 __all__ = [
     "NO_DEPS",
@@ -122,20 +122,12 @@ _PTH = "import _grpo_identity_link\n"
 
 
 # --- what goes in ---------------------------------------------------------------------------------
-def _key(v: str) -> tuple[int, ...]:
-    out = []
-    for part in v.split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
-
-
 def release_pins(framework: str, release: str) -> list[str]:
     """The extra requirements :data:`RELEASE_PINS` lists for ``framework`` at ``release``."""
     return [
         p
         for (fw, lo, hi), pins in RELEASE_PINS.items()
-        if fw == framework and _key(lo) <= _key(release) < _key(hi)
+        if fw == framework and release_key(lo) <= release_key(release) < release_key(hi)
         for p in pins
     ]
 
@@ -143,7 +135,10 @@ def release_pins(framework: str, release: str) -> list[str]:
 def no_deps(framework: str, release: str) -> list[str] | None:
     """The packages :data:`NO_DEPS` installs without dependencies beside ``framework==release``,
     or None when the release installs with its own declared requirements."""
-    rows = [pins for (fw, lo, hi), pins in NO_DEPS.items() if fw == framework and _key(lo) <= _key(release) < _key(hi)]
+    key = release_key(release)
+    rows = [
+        pins for (fw, lo, hi), pins in NO_DEPS.items() if fw == framework and release_key(lo) <= key < release_key(hi)
+    ]
     return None if not rows else [p for pins in rows for p in pins]
 
 

@@ -74,9 +74,10 @@ from grpo_identity.checks.frameworks import (
     lengths_for,
 )
 from grpo_identity.checks.frameworks._ranks import ProcessRanks
-from grpo_identity.checks.frameworks.contract import Built, DriverInfo, StepPlan
+from grpo_identity.checks.frameworks.contract import Built, Difference, DriverInfo, StepPlan
 
 __all__ = [
+    "DIFFERENCES",
     "import_check",
     "load_config",
     "build",
@@ -85,6 +86,19 @@ __all__ = [
     "PROMPT_LENGTH",
     "RESPONSE_LENGTH",
 ]
+
+_CLI, _ACTOR = "areal.api.cli_args", "areal.trainer.ppo.actor"
+#: how AReaL's releases differ where the driver reads their code (:class:`~.contract.Difference`); the loader came
+#: with the 0.3.0-lite tag (0.3.1 is the first numbered release after it), the actor moved to areal.trainer in 1.0
+DIFFERENCES = {
+    "loader": Difference(f"{_CLI}:parse_cli_args", "0.3.1", "AReaL's loader of a YAML config and its overrides"),
+    "structured": Difference(f"{_CLI}:to_structured_cfg", "0.3.1", "the loaded config as AReaL's dataclasses"),
+    "config": Difference(f"{_CLI}:GRPOConfig", "0.3.1", "the GRPO experiment's config class"),
+    "advantages": Difference(
+        f"{_ACTOR}:PPOActor.compute_advantages", "1.0.0", "the actor's advantages: the driver's advantage path"
+    ),
+    "loss": Difference(f"{_ACTOR}:grpo_loss_fn", "1.0.0", "the actor's PPO loss: the gradient's"),
+}
 
 #: the names AReaL's config leaves mandatory (``???``), which a training YAML always gives;
 #: ``{root}`` is a fresh temporary directory (nothing is written there)
@@ -159,11 +173,8 @@ def load_config(spec: FrameworkSpec) -> Any:
         from omegaconf import OmegaConf
     except ImportError as exc:
         raise AdapterError(f"AReaL {version('areal')}: areal.api.cli_args does not import here ({exc})") from None
-    for name in ("parse_cli_args", "to_structured_cfg", "GRPOConfig"):
-        if not hasattr(cli_args, name):
-            raise AdapterError(
-                f"{_release()} has no areal.api.cli_args.{name} (the driver knows AReaL's loader of 1.0)"
-            )
+    for name in ("loader", "structured", "config"):
+        DIFFERENCES[name].require(_release())
     overrides = [_override(k, v) for k, v in spec.sets]
     try:
         with tempfile.TemporaryDirectory(prefix="grpo-identity-areal-") as folder:
@@ -188,11 +199,7 @@ def _actor_module() -> Any:
         from areal.trainer.ppo import actor as actor_module
     except ImportError as exc:
         raise AdapterError(f"{_release()}: areal.trainer.ppo.actor does not import here ({exc})") from None
-    for name in ("PPOActor",):
-        if not hasattr(actor_module, name):
-            raise AdapterError(f"{_release()} has no areal.trainer.ppo.actor.{name}")
-    if not hasattr(actor_module.PPOActor, "compute_advantages"):
-        raise AdapterError(f"{_release()} has no PPOActor.compute_advantages")
+    DIFFERENCES["advantages"].require(_release())
     actor_module.logger.setLevel("WARNING")  # the actor logs its whole configuration when built
     return actor_module
 
@@ -272,8 +279,7 @@ def _loss_fn(module: Any, a: Any) -> Callable[..., Any]:
     """``grpo_loss_fn`` with the keyword options ``PPOActor._ppo_update`` gives it from the config."""
     import functools
 
-    if not hasattr(module, "grpo_loss_fn"):
-        raise AdapterError(f"{_release()} has no areal.trainer.ppo.actor.grpo_loss_fn")
+    DIFFERENCES["loss"].require(_release())
     opts = (
         "eps_clip",
         "eps_clip_higher",
@@ -308,7 +314,7 @@ class ArealTarget(Built):
         info = _info(spec, self.cfg, "PPOActor.compute_advantages (engine unused; KL reward 0)")
         if level == "gradient":
             self.loss_fn = _loss_fn(self.actors.module, self.cfg.actor)
-            self.split = _split(spec, self.cfg)
+            self.split = _step_split(spec, self.cfg)
             self.engine = _engine_class()
             details = {
                 **info.details,
@@ -441,7 +447,7 @@ def _user_keys(spec: FrameworkSpec) -> set[str]:
     return keys
 
 
-def _split(spec: FrameworkSpec, cfg: Any) -> _Split:
+def _step_split(spec: FrameworkSpec, cfg: Any) -> _Split:
     """The step ``spec`` configures, the driver's defaults where the user set nothing (the batch
     size: the smallest from :data:`DEFAULT_BATCH_SIZE` on that AReaL can split as configured); a split
     AReaL would refuse on the audit's rows is an :class:`AdapterError` naming the setting."""

@@ -31,12 +31,16 @@ call is told apart into those methods, so a driver never reads ``lengths is None
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from grpo_identity.checks import LEVELS
+from grpo_identity.checks.frameworks import AdapterError
+from grpo_identity.checks.frameworks.registry import release_key
 
-__all__ = ["DriverSettings", "geometry", "StepPlan", "DriverInfo", "Built", "Driver", "RANKS"]
+__all__ = ["DriverSettings", "geometry", "StepPlan", "DriverInfo", "Built", "Driver", "Difference", "RANKS"]
 
 #: how a step's data-parallel ranks ran: one rank, real processes (all four drivers), or emulated (a driver whose
 #: framework's rank path cannot run on a CPU: :attr:`StepPlan.emulated`; none of the four now)
@@ -94,7 +98,7 @@ def geometry(
 class StepPlan:
     """A driver's optimizer step, as the framework splits it: the one record every driver fills, and the audit's
     ``info["step"]`` (:meth:`geometry`).  What runs the split stays the driver's, because it is the framework's own
-    settings (verl's ``StepSplit``, AReaL's ``Split``, TRL's per-rank ``Layout``, OpenRLHF's parsed options); what
+    settings (verl's ``StepSplit``, AReaL's ``_Split``, TRL's per-rank ``Layout``, OpenRLHF's parsed options); what
     the split is, what the driver chose for it, and how it is described are here, once.
 
     >>> plan = StepPlan(4, 8, 16, "two micro-batches", "one micro-batch", ranks=2, chosen={"micro": 4})
@@ -152,7 +156,7 @@ class StepPlan:
             settings=self.settings,
             objective=self.objective,
         )
-        return geo if self.export is None else {**geo, "export": self.export}
+        return geo if self.export is None else {**geo, "export": dict(self.export)}
 
 
 @dataclass(frozen=True)
@@ -195,15 +199,16 @@ class DriverInfo:
         return None if self.step is None else self.step.objective
 
     def with_step(self, plan: StepPlan, **changes: Any) -> DriverInfo:
-        """This info with ``plan`` as its step (and ``changes``), what the plan chose among its defaults."""
-        return replace(self.with_step_defaults(plan.chosen), step=plan, **changes)
+        """This info with ``changes``, ``plan`` as its step and what the plan chose among its defaults."""
+        return replace(replace(self, **changes).with_step_defaults(plan.chosen), step=plan)
 
     def with_step_defaults(self, chosen: dict[str, Any]) -> DriverInfo:
-        """This info with the step's ``chosen`` settings among its defaults; a key the per-G probes set too keeps
-        both values."""
+        """This info with the step's ``chosen`` settings among its defaults; a key the per-G probes set to another
+        value keeps both values."""
         defaults = dict(self.settings.defaults)
         for key, value in chosen.items():
-            defaults[key] = f"{defaults[key]} (the per-G probes), {value} (the step)" if key in defaults else value
+            both = key in defaults and str(defaults[key]) != str(value)
+            defaults[key] = f"{defaults[key]} (the per-G probes), {value} (the step)" if both else value
         return replace(self, settings=replace(self.settings, defaults=defaults))
 
     def to_dict(self) -> dict[str, Any]:
@@ -310,3 +315,54 @@ class Driver(Protocol):
     def import_check(self) -> None: ...
 
     def build(self, spec: Any, level: str) -> Built: ...
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One way a framework's releases differ where its driver reads their code.  Each driver keeps a table of
+    them (``DIFFERENCES``, name → Difference) in place of probes spread through its code, and asks the table.
+
+    Whether the installed release has it is read from that release's code (:meth:`present`), so a backport or a
+    development build is taken as it is; the table's release numbers are checked against the code of every release
+    environment the tests build (tests/checks/frameworks/test_contract.py).
+
+    >>> Difference("json:JSONDecoder.decode", "2.6", "decodes").present()
+    True
+    >>> Difference("json:JSONDecoder.no_such", "9.0", "absent").expected("8.1")
+    False
+    """
+
+    where: str
+    """``module:Name.member`` (``Name`` defined in ``module``; a member it defines or a dataclass field), or
+    ``module`` alone."""
+    since: str
+    """The first release that has it."""
+    what: str
+    """What it is and what the driver does with it, in words."""
+
+    def present(self) -> bool:
+        """Whether the installed release has it: the module imports (a bare module: it is found) and holds the
+        names."""
+        module, _, path = self.where.partition(":")
+        try:
+            if not path:
+                return importlib.util.find_spec(module) is not None
+            obj: Any = importlib.import_module(module)
+        except (ImportError, ValueError):
+            return False
+        for name in path.split("."):
+            if not hasattr(obj, name) and name not in getattr(obj, "__dataclass_fields__", {}):
+                return False
+            obj = getattr(obj, name, None)
+        return True
+
+    def require(self, release: str) -> None:
+        """An :class:`AdapterError` where it is not :meth:`present` (``release``: the framework and its version, in
+        words, for the message)."""
+        if not self.present():
+            name = self.where.replace(":", ".")
+            raise AdapterError(f"{release} has no {name} (the driver knows it from {self.since} on: {self.what})")
+
+    def expected(self, release: str) -> bool:
+        """Whether ``release`` has it, by the table."""
+        return release_key(release) >= release_key(self.since)

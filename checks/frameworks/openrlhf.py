@@ -72,7 +72,7 @@ from grpo_identity.checks.frameworks import (
     patched_attributes,
 )
 from grpo_identity.checks.frameworks._ranks import ProcessRanks
-from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings, StepPlan
+from grpo_identity.checks.frameworks.contract import Built, Difference, DriverInfo, DriverSettings, StepPlan
 from grpo_identity.checks.frameworks.exported import openrlhf as runner
 from grpo_identity.checks.frameworks.exported.openrlhf import (
     GPU_ONLY,
@@ -104,6 +104,7 @@ from grpo_identity.checks.frameworks.exported.openrlhf import (
 runner.Refused = AdapterError  # type: ignore[misc,assignment]
 
 __all__ = [
+    "DIFFERENCES",
     "import_check",
     "StandIns",
     "stand_ins",
@@ -119,6 +120,17 @@ __all__ = [
 #: what the driver sets before the user's options (theirs come after and win); the group size
 #: (``rollout.n_samples_per_prompt``) comes after those
 DRIVER_SETS = (("rollout.micro_batch_size", "3"),)
+#: how OpenRLHF's releases differ where the driver reads their code (:class:`~.contract.Difference`)
+DIFFERENCES = {
+    "policy_loss": Difference(
+        "openrlhf.models.loss:PolicyLoss", "0.0.1", "the actor's loss as ActorPPOTrainer builds it: the gradient's"
+    ),
+    "loss_utils": Difference(
+        "openrlhf.utils.loss_utils",
+        "0.10.3",
+        "the loss's global normalisers (get_loss_batch_info), passed to the loss where the release has them",
+    ),
+}
 #: the options that cut OpenRLHF's optimizer step (0.10 and 0.11 name them alike)
 SPLIT_KEYS = (
     "rollout.batch_size",
@@ -260,11 +272,8 @@ class OpenRLHFTarget(Built):
     def _loss(self, info: DriverInfo, args: Any, unavailable: str | None) -> DriverInfo:
         configs = self.configs
         self.mods = openrlhf_modules()
-        if not hasattr(self.mods["openrlhf.models.loss"], "PolicyLoss"):
-            raise AdapterError(
-                f"OpenRLHF {release()} has no openrlhf.models.loss.PolicyLoss (the driver knows 0.10–0.11)"
-            )
-        self.loss_utils = module_named("openrlhf.utils.loss_utils", optional=True)  # 0.10.3 on: global normalisers
+        DIFFERENCES["policy_loss"].require(f"OpenRLHF {release()}")
+        self.loss_utils = module_named("openrlhf.utils.loss_utils") if DIFFERENCES["loss_utils"].present() else None
         self.loss_fns: dict[int, Any] = {}
         details = {
             **info.details,

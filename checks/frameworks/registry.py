@@ -361,3 +361,12 @@ def no_deps_table() -> dict[tuple[str, str, str], tuple[str, ...]]:
     """(framework, first release, first release no longer needing them) -> the packages installed with
     ``--no-deps`` beside the release, of every entry."""
     return {(e.name, lo, hi): pkgs for e in FRAMEWORK_TABLE.values() for lo, hi, pkgs in e.no_deps}
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """A release's number as a tuple to compare (``"0.22.2"`` → (0, 22, 2); a part's digits only: ``1rc1`` → 11)."""
+    out = []
+    for part in release.split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)

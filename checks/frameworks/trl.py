@@ -32,9 +32,10 @@ from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
 from grpo_identity.checks.frameworks.exported.trl import retain_logps as kept_logps
 from grpo_identity.checks.frameworks.exported.trl import tiny_policy
-from grpo_identity.checks.frameworks.trl_config import grpo_config, user_keys
+from grpo_identity.checks.frameworks.trl_config import DIFFERENCES, grpo_config, user_keys
 
 __all__ = [
+    "DIFFERENCES",
     "import_check",
     "build",
     "TrlTarget",
@@ -154,8 +155,8 @@ def _sample_once_per_shape(trainer: Any) -> None:
     Releases with ``_generate`` (the sampling step of ``_generate_and_score_completions``) get it
     memoised; older ones, which call the model's ``generate`` inline, get that memoised."""
     memo: dict[Any, Any] = {}
-    generate = getattr(trainer, "_generate", None)
-    if generate is not None:
+    if DIFFERENCES["sample"].present():
+        generate = trainer._generate
 
         def sample_once(prompts: list[Any], *args: Any, **kwargs: Any) -> Any:
             if args or kwargs:  # a signature this driver does not know: sample every time
@@ -210,11 +211,7 @@ def _advantages_only(trainer: Any) -> Iterator[None]:
 def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> dict[str, Any]:
     import torch
 
-    if not hasattr(trainer, "_generate_and_score_completions"):
-        raise AdapterError(
-            f"TRL {version('trl')} has no GRPOTrainer._generate_and_score_completions (the driver knows it from 0.14 "
-            "on)"
-        )
+    DIFFERENCES["score"].require(f"TRL {version('trl')}")
     trainer.num_generations = trainer.num_generations_eval = int(G)
     state["rewards"] = np.asarray(rewards, dtype=np.float64)
     inputs = [{"prompt": "a b"} for _ in range(len(rewards))]  # (n_groups·G,) rows, group by group
@@ -354,7 +351,9 @@ def _per_token_logps(trainer: Any, model: Any, inputs: dict[str, Any]) -> Any:
 
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-    method = getattr(trainer, "_get_per_token_logps_and_entropies", None) or trainer._get_per_token_logps
+    method = (
+        trainer._get_per_token_logps_and_entropies if DIFFERENCES["logps"].present() else trainer._get_per_token_logps
+    )
     with torch.no_grad():
         out = method(model, ids, attention, inputs["completion_ids"].size(1))
     return (out[0] if isinstance(out, tuple) else out).detach()
@@ -469,7 +468,7 @@ def _info(spec: FrameworkSpec, args: Any, entry: str, components: int) -> Driver
         "scale_rewards": str(getattr(args, "scale_rewards", "")),
         "loss_type": str(getattr(args, "loss_type", "")),
     }
-    if not hasattr(args, "loss_type"):
+    if not DIFFERENCES["loss_type"].present():
         details["loss_type"] = "none (the release has one loss)"
     return DriverInfo(
         "trl", version("trl"), entry, dict(spec.sets), chose, details=details, components=_components(args, components)

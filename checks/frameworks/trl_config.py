@@ -13,9 +13,10 @@ from importlib.metadata import version
 from typing import Any
 
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec, redacted
-from grpo_identity.checks.frameworks.contract import DriverSettings
+from grpo_identity.checks.frameworks.contract import Difference, DriverSettings
 
 __all__ = [
+    "DIFFERENCES",
     "grpo_config",
     "config_argv",
     "user_keys",
@@ -25,6 +26,33 @@ __all__ = [
     "DRIVER_DEFAULTS",
     "UNUSED_OUTPUT_DIR",
 ]
+
+_TRAINER, _CONFIG = "trl.trainer.grpo_trainer:GRPOTrainer", "trl.trainer.grpo_config:GRPOConfig"
+#: how TRL's releases differ where the driver reads their code (:class:`~.contract.Difference`)
+DIFFERENCES = {
+    "score": Difference(
+        f"{_TRAINER}._generate_and_score_completions",
+        "0.16.0",
+        "samples and scores a batch, the advantages included: the driver's advantage path",
+    ),
+    "sample": Difference(
+        f"{_TRAINER}._generate",
+        "0.24.0",
+        "the sampling step of _generate_and_score_completions, memoised per batch shape (before it the model's "
+        "generate, called inline, is memoised)",
+    ),
+    "logps": Difference(
+        f"{_TRAINER}._get_per_token_logps_and_entropies",
+        "0.20.0",
+        "the trainer's per-token log-probabilities (before it _get_per_token_logps)",
+    ),
+    "loss_type": Difference(f"{_CONFIG}.loss_type", "0.17.0", "the loss's aggregation (before it one loss: 'grpo')"),
+    "generation_batches": Difference(
+        f"{_CONFIG}.steps_per_generation",
+        "0.18.0",
+        "a generation batch for every steps_per_generation micro-batches (before it one per micro-batch)",
+    ),
+}
 
 #: completion length budget (tokens) of the gradient probes
 COMPLETION_LENGTH = RESPONSE_LENGTH

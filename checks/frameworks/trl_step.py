@@ -52,9 +52,9 @@ STEP_FORCED = {"learning_rate": "0.0", "num_iterations": "1", "disable_tqdm": "t
 def _new_trl() -> bool:
     """TRL generates one generation batch per ``steps_per_generation`` steps (0.18 on); older releases
     generate per micro-batch."""
-    from trl import GRPOConfig
+    from grpo_identity.checks.frameworks.trl_config import DIFFERENCES
 
-    return "steps_per_generation" in GRPOConfig.__dataclass_fields__
+    return DIFFERENCES["generation_batches"].present()
 
 
 def launch_settings(spec: FrameworkSpec) -> tuple[FrameworkSpec, int]:
@@ -257,8 +257,8 @@ def export_recipe(spec: FrameworkSpec) -> dict[str, Any]:
     from grpo_identity.checks.frameworks.trl_config import UNUSED_OUTPUT_DIR, config_argv
 
     bare, processes = launch_settings(spec)
-    chosen = _layout(bare, processes, "split")
-    sets = tuple((k, v) for k, v in (*bare.sets, *chosen.sets, *STEP_FORCED.items()) if not is_secret(k))
+    split = _layout(bare, processes, "split")
+    sets = tuple((k, v) for k, v in (*bare.sets, *split.sets, *STEP_FORCED.items()) if not is_secret(k))
     argv, _, defaults, _ = config_argv(TrlParser((GRPOConfig,)), FrameworkSpec("trl", sets, bare.config))
     shown = {UNUSED_OUTPUT_DIR: "<output_dir>", bare.config: "<config>"}
     argv = [a for k, v in defaults.items() for a in (f"--{k}", str(v))] + [shown.get(a, a) for a in argv]

@@ -52,7 +52,7 @@ from grpo_identity.checks.frameworks import (
     token_view,
 )
 from grpo_identity.checks.frameworks._ranks import ProcessRanks
-from grpo_identity.checks.frameworks.contract import Built, DriverInfo, StepPlan
+from grpo_identity.checks.frameworks.contract import Built, Difference, DriverInfo, StepPlan
 from grpo_identity.checks.frameworks.exported.verl import (
     MARK,
     Recorder,
@@ -71,6 +71,7 @@ from grpo_identity.checks.frameworks.exported.verl import (
 )
 
 __all__ = [
+    "DIFFERENCES",
     "import_check",
     "compose",
     "build",
@@ -81,6 +82,20 @@ __all__ = [
     "step_split",
     "step_run",
 ]
+
+#: how verl's releases differ where the driver reads their code (:class:`~.contract.Difference`)
+DIFFERENCES = {
+    "dispatch": Difference(
+        "verl.trainer.ppo.ray_trainer:compute_advantage",
+        "0.1",
+        "the trainer's advantage dispatch: the driver's advantage path",
+    ),
+    "global_batch": Difference(
+        "verl.workers.config.actor:ActorConfig.global_batch_info",
+        "0.7.0",
+        "agg_loss normalises over the global batch, whose size and tokens the driver gives for its one rank",
+    ),
+}
 
 #: settings every verl run must give (the actor's micro-batch size has no default); the user's
 #: ``--set`` come after and win
@@ -121,11 +136,7 @@ def _trainer_module() -> Any:
         from verl.trainer.ppo import ray_trainer
     except ImportError as exc:
         raise AdapterError(f"verl {version('verl')}: its trainer module does not import here ({exc})") from None
-    if not hasattr(ray_trainer, "compute_advantage"):
-        raise AdapterError(
-            f"verl {version('verl')} has no verl.trainer.ppo.ray_trainer.compute_advantage (the driver knows the "
-            "trainer's dispatch from 0.6 on)"
-        )
+    DIFFERENCES["dispatch"].require(f"verl {version('verl')}")
     return ray_trainer
 
 
@@ -237,7 +248,7 @@ class VerlTarget(Built):
         adv, data, order = _advantages(self.ray_trainer, self.cfg, rewards, G, lengths)
         mask = data.batch["response_mask"]
         log_prob = torch.full(mask.shape, -1.0, requires_grad=True)  # (bs, T); on-policy: old = current
-        if hasattr(actor, "global_batch_info"):  # from 0.8 on: agg_loss over the global batch (one rank here)
+        if DIFFERENCES["global_batch"].present():  # agg_loss over the global batch (one rank here)
             actor.global_batch_info.update(
                 {
                     "dp_size": 1,

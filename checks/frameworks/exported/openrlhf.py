@@ -352,21 +352,17 @@ def per_response(experiences: list[Any], n: int, estimator: str) -> np.ndarray:
     return out
 
 
-def module_named(name: str, optional: bool = False) -> Any:
-    """An OpenRLHF module beyond :data:`MODULES` (imported once, under the stand-ins); None for an
-    ``optional`` one this release does not have."""
+def module_named(name: str) -> Any:
+    """An OpenRLHF module beyond :data:`MODULES` (imported once, under the stand-ins)."""
     if name not in LOADED:
         openrlhf_modules()
-        if optional and importlib.util.find_spec(name) is None:
-            LOADED[name] = None
-        else:
-            with stand_ins() as finder:
-                try:
-                    LOADED[name] = importlib.import_module(name)
-                except ImportError as exc:
-                    raise Refused(f"OpenRLHF {release()}: {name} does not import here ({exc})") from None
-                finally:
-                    LOADED["stand_ins"].update(m.partition(".")[0] for m in finder.made)
+        with stand_ins() as finder:
+            try:
+                LOADED[name] = importlib.import_module(name)
+            except ImportError as exc:
+                raise Refused(f"OpenRLHF {release()}: {name} does not import here ({exc})") from None
+            finally:
+                LOADED["stand_ins"].update(m.partition(".")[0] for m in finder.made)
     return LOADED[name]
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_identity.checks.frameworks import FrameworkSpec
+from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks.contract import (
     LEVELS,
     RANKS,
     Built,
+    Difference,
     Driver,
     DriverInfo,
     DriverSettings,
@@ -178,11 +179,78 @@ def test_the_installed_drivers_build_targets_with_typed_info(level):
 
 def test_a_step_plan_puts_what_the_driver_chose_for_the_step_beside_what_it_chose_for_the_per_g_probes():
     info = DriverInfo("demo", "1.0", "e", settings=DriverSettings(defaults={"micro": 3, "n": 2}))
-    chosen = {"micro": 2, "batch": 8}
+    chosen = {"micro": 2, "batch": 8, "n": 2}  # n: the value the per-G probes set too, said once
     stepped = info.with_step(replace(PLAN, chosen=chosen), lengths_optional=True)
     assert stepped.settings.defaults == {"micro": "3 (the per-G probes), 2 (the step)", "n": 2, "batch": 8}
+    own = info.with_step(replace(PLAN, chosen=chosen), settings=DriverSettings(note="mine"))  # changes, then plan
+    assert own.settings.note == "mine" and own.settings.defaults == {"micro": 2, "batch": 8, "n": 2}
     assert stepped.step is not None and stepped.lengths_optional and info.step is None  # info itself unchanged
     assert stepped.to_dict()["step"]["group_size"] == 4 and stepped.ranks == "one"
     assert replace(info, step=replace(PLAN, ranks=2, emulated=True)).to_dict()["ranks"] == "emulated"
     exported = replace(PLAN, export={"release": "1.0"}).geometry()
     assert exported["export"] == {"release": "1.0"} and "export" not in PLAN.geometry()
+
+
+# --- each driver's table of release differences ------------------------------------------------------
+def _defined(site: Path, where: str) -> bool:
+    """Whether the code under ``site`` (a site-packages folder) defines ``where`` (``module:Name.member`` or
+    ``module``): read from the source, nothing imported."""
+    module, _, path = where.partition(":")
+    base = site / module.replace(".", "/")
+    source = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+    if not source.is_file():
+        return False
+    body: list[ast.stmt] = ast.parse(source.read_text()).body
+    for name in path.split(".") if path else ():
+        node = next((n for n in body if name in _names(n)), None)
+        if node is None:
+            return False
+        body = getattr(node, "body", [])
+    return True
+
+
+def _names(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return {node.target.id}
+    if isinstance(node, ast.Assign):
+        return {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return set()
+
+
+def _releases(entry) -> list[str]:
+    return sorted({entry.tested, *(r for _, releases in entry.cases for r in releases)})
+
+
+@pytest.mark.parametrize("entry", list(FRAMEWORK_TABLE.values()), ids=lambda e: e.name)
+def test_each_drivers_release_differences_hold_in_the_code_of_every_release_it_is_tested_at(entry):
+    """The table's releases are the code's: each difference is defined in every release from its ``since`` on and
+    in none before it, read from the sources of the release environments the tests build."""
+    from _support import env_or_skip
+
+    differences = importlib.import_module(entry.driver).DIFFERENCES
+    assert differences and all(isinstance(d, Difference) for d in differences.values())
+    wrong = []
+    for release in _releases(entry):
+        env = Path(env_or_skip(entry.name, release).python).parents[1]
+        (site,) = env.glob("lib/python*/site-packages")
+        wrong += [
+            f"{entry.name} {release}: {name} ({d.where}) is {'not ' * d.expected(release)}in the code, the table says "
+            f"since {d.since}"
+            for name, d in differences.items()
+            if _defined(site, d.where) != d.expected(release)
+        ]
+    assert wrong == []
+
+
+def test_a_difference_is_read_from_the_installed_code_and_named_where_it_is_missing():
+    present = Difference("grpo_identity.checks.frameworks.contract:StepPlan.geometry", "0.1", "the step's dict")
+    assert present.present() and present.expected("0.1") and not present.expected("0.0.9")
+    assert Difference("grpo_identity.checks.frameworks.contract", "1", "a module").present()
+    field_only = Difference("grpo_identity.checks.frameworks.contract:StepPlan.settings", "1", "a dataclass field")
+    assert field_only.present()  # a field with a default factory is no class attribute
+    for where in ("no_such_module:X", "no_such_module", "grpo_identity.checks.frameworks.contract:StepPlan.nope"):
+        assert not Difference(where, "1", "absent").present()
+    with pytest.raises(AdapterError, match=r"demo 2.0 has no json.nope \(the driver knows it from 3.1 on: a thing\)"):
+        Difference("json:nope", "3.1", "a thing").require("demo 2.0")
