@@ -118,15 +118,14 @@ class _Channel:
             if isinstance(msg, M.Close):
                 _end_own_group()
             self._reply(self._handle(msg))
-            if isinstance(msg, M.Unload):  # after the reply: the audit need not wait for it
-                gc.unfreeze()  # what _load froze, the dropped target with it, is the collector's again
-                gc.collect()
 
     def _handle(self, msg: Any) -> Any:
         if isinstance(msg, M.Load):
             return self._load(msg)
-        if isinstance(msg, M.Unload):
+        if isinstance(msg, M.Unload):  # collected before the reply: a finalizer that hangs is this target's fault
             self.fn = None
+            gc.unfreeze()  # what _load froze, the dropped target with it, is the collector's again
+            gc.collect()
             return M.Unloaded()
         if isinstance(msg, M.Call) and self.fn is not None:
             return self._call(msg)

@@ -361,7 +361,14 @@ class Difference:
         words, for the message)."""
         if not self.present():
             name = self.where.replace(":", ".")
-            raise AdapterError(f"{release} has no {name} (the driver knows it from {self.since} on: {self.what})")
+            raise AdapterError(
+                f"{release} has no {name}, which the driver reads ({self.what}; releases from {self.since} on have it)"
+            )
+
+    def value_of(self, obj: Any, default: Any = None) -> Any:
+        """``obj``'s member that :attr:`where` names last (a config's field), or ``default`` where the release has
+        none."""
+        return getattr(obj, self.where.rpartition(".")[2]) if self.present() else default
 
     def expected(self, release: str) -> bool:
         """Whether ``release`` has it, by the table."""

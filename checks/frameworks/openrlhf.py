@@ -273,6 +273,7 @@ class OpenRLHFTarget(Built):
         configs = self.configs
         self.mods = openrlhf_modules()
         DIFFERENCES["policy_loss"].require(f"OpenRLHF {release()}")
+        # present() finds the module without importing it; openrlhf.utils itself is imported above, under the stand-ins
         self.loss_utils = module_named("openrlhf.utils.loss_utils") if DIFFERENCES["loss_utils"].present() else None
         self.loss_fns: dict[int, Any] = {}
         details = {

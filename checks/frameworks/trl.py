@@ -79,7 +79,7 @@ def policy_for(args: Any, words: list[str] | tuple[str, ...] = ()) -> Iterator[t
 def reward_components(spec: FrameworkSpec, args: Any) -> int:
     """How many reward functions the trainer gets: one per entry of your ``reward_weights``; two where you
     set ``multi_objective_aggregation`` alone (TRL weighs them 1, 1); else one."""
-    weights = getattr(args, "reward_weights", None)
+    weights = DIFFERENCES["reward_weights"].value_of(args)
     if weights:
         return len(weights)
     return 2 if "multi_objective_aggregation" in user_keys(spec) else 1
@@ -108,7 +108,7 @@ def _reward_funcs(args: Any, state: dict[str, Any], components: int) -> list[Cal
 
 def _pivot(args: Any) -> tuple[int, float]:
     """The first reward function of nonzero weight, and its weight (0 and 1 without weights)."""
-    weights = [float(w) for w in (getattr(args, "reward_weights", None) or [1.0])]
+    weights = [float(w) for w in (DIFFERENCES["reward_weights"].value_of(args) or [1.0])]
     pivot = next((j for j, w in enumerate(weights) if w), 0)
     return pivot, weights[pivot] or 1.0
 
@@ -301,8 +301,8 @@ def _components(args: Any, components: int) -> dict[str, Any] | None:
     probes how it combines them), else None."""
     if components <= 1:
         return None
-    weights = [float(w) for w in (getattr(args, "reward_weights", None) or [1.0] * components)]
-    setting = str(getattr(args, "multi_objective_aggregation", "none (the release sums, then normalises)"))
+    weights = [float(w) for w in (DIFFERENCES["reward_weights"].value_of(args) or [1.0] * components)]
+    setting = str(DIFFERENCES["components"].value_of(args, "none (the release sums, then normalises)"))
     return {"weights": weights, "multi_objective_aggregation": setting}
 
 
@@ -371,7 +371,7 @@ def _reference_logps(trainer: Any, inputs: dict[str, Any]) -> Any:
 
 def off_policy_settings(trainer: Any, args: Any) -> dict[str, Any]:
     """``info["off_policy"]`` (:mod:`grpo_identity.checks.measure.offpolicy`): what an off-policy step runs under."""
-    level = getattr(args, "importance_sampling_level", None)
+    level = DIFFERENCES["sampling_level"].value_of(args)
     stored = (
         "set by the driver to the trainer's own log-probabilities at the unperturbed weights (TRL stores none when "
         "num_iterations = 1 and generation is aligned with the optimizer steps, and stores exactly these when "
@@ -386,9 +386,9 @@ def off_policy_settings(trainer: Any, args: Any) -> dict[str, Any]:
         "importance_sampling_level": str(level) if level is not None else "token (the release has no setting)",
         "epsilon": float(trainer.epsilon_low),
         "epsilon_high": float(trainer.epsilon_high),
-        "delta": getattr(args, "delta", None),
+        "delta": DIFFERENCES["delta"].value_of(args),
         "old_logps": stored,
-        "kl_bias_correction": bool(getattr(args, "use_bias_correction_kl", False)) and float(trainer.beta) != 0.0,
+        "kl_bias_correction": bool(DIFFERENCES["kl_correction"].value_of(args, False)) and float(trainer.beta) != 0.0,
         "num_iterations_for_old": iterations,
     }
 
@@ -398,7 +398,7 @@ def _reads_old_only_with_iterations(trainer: Any) -> bool:
     (0.16; later releases read them whenever they are there)."""
     import inspect
 
-    method = getattr(type(trainer), "_compute_loss", None) or type(trainer).compute_loss
+    method = type(trainer)._compute_loss if DIFFERENCES["compute_loss"].present() else type(trainer).compute_loss
     try:
         return "self.num_iterations > 1" in inspect.getsource(method)
     except (OSError, TypeError):
@@ -465,11 +465,9 @@ def _off_policy_step(
 def _info(spec: FrameworkSpec, args: Any, entry: str, components: int) -> DriverInfo:
     chose = getattr(args, "grpo_identity_settings", None) or DriverSettings()
     details = {
-        "scale_rewards": str(getattr(args, "scale_rewards", "")),
-        "loss_type": str(getattr(args, "loss_type", "")),
+        "scale_rewards": str(DIFFERENCES["scale_rewards"].value_of(args, "")),
+        "loss_type": str(DIFFERENCES["loss_type"].value_of(args, "none (the release has one loss)")),
     }
-    if not DIFFERENCES["loss_type"].present():
-        details["loss_type"] = "none (the release has one loss)"
     return DriverInfo(
         "trl", version("trl"), entry, dict(spec.sets), chose, details=details, components=_components(args, components)
     )

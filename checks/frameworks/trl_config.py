@@ -52,6 +52,23 @@ DIFFERENCES = {
         "0.18.0",
         "a generation batch for every steps_per_generation micro-batches (before it one per micro-batch)",
     ),
+    "compute_loss": Difference(
+        f"{_TRAINER}._compute_loss", "0.17.0", "the loss compute_loss delegates to (before it compute_loss itself)"
+    ),
+    "scale_rewards": Difference(f"{_CONFIG}.scale_rewards", "0.16.0", "the advantages' scaling (a bool until 0.22)"),
+    "reward_weights": Difference(f"{_CONFIG}.reward_weights", "0.15.0", "the reward functions' weights"),
+    "delta": Difference(f"{_CONFIG}.delta", "0.18.0", "the upper clip of the importance ratio (two-sided GRPO)"),
+    "sampling_level": Difference(
+        f"{_CONFIG}.importance_sampling_level", "0.20.0", "the ratio per token or per sequence (before it per token)"
+    ),
+    "kl_correction": Difference(
+        f"{_CONFIG}.use_bias_correction_kl", "0.26.0", "the KL term weighted by the importance ratio"
+    ),
+    "components": Difference(
+        f"{_CONFIG}.multi_objective_aggregation",
+        "0.27.0",
+        "how several rewards combine (before it they are summed, then normalised)",
+    ),
 }
 
 #: completion length budget (tokens) of the gradient probes

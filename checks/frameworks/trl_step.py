@@ -31,6 +31,7 @@ import numpy as np
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks._ranks import ProcessRanks, RankProcessError
 from grpo_identity.checks.frameworks.contract import StepPlan
+from grpo_identity.checks.frameworks.trl_config import DIFFERENCES
 
 __all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_plan", "export_recipe", "run_layout"]
 
@@ -52,8 +53,6 @@ STEP_FORCED = {"learning_rate": "0.0", "num_iterations": "1", "disable_tqdm": "t
 def _new_trl() -> bool:
     """TRL generates one generation batch per ``steps_per_generation`` steps (0.18 on); older releases
     generate per micro-batch."""
-    from grpo_identity.checks.frameworks.trl_config import DIFFERENCES
-
     return DIFFERENCES["generation_batches"].present()
 
 
@@ -240,7 +239,7 @@ def objective(args: Any) -> dict[str, Any] | None:
     releases before ``loss_type`` existed aggregate as 'grpo'), with the length budget it may divide by."""
     from grpo_identity.objectives import objective_of
 
-    loss_type = str(getattr(args, "loss_type", None) or "grpo")
+    loss_type = str(DIFFERENCES["loss_type"].value_of(args) or "grpo")
     found = objective_of("trl", "loss_type", loss_type)
     if found is None:
         return None
@@ -387,7 +386,7 @@ def _run_here(job: dict[str, Any], rank: int = 0) -> list[dict[str, Any]]:
     except RuntimeError as exc:
         raise AdapterError(f"TRL {version('trl')}: {exc}") from None
     accumulation = int(args.gradient_accumulation_steps)
-    per_generation = int(getattr(args, "steps_per_generation", None) or 1)  # micro-batches per generation
+    per_generation = int(DIFFERENCES["generation_batches"].value_of(args) or 1)  # micro-batches per generation
     for record in records:
         record["rank"] = rank
         record["generation"] = (record["step"] * accumulation + record["micro"]) // per_generation

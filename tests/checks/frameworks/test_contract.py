@@ -231,17 +231,20 @@ def test_each_drivers_release_differences_hold_in_the_code_of_every_release_it_i
 
     differences = importlib.import_module(entry.driver).DIFFERENCES
     assert differences and all(isinstance(d, Difference) for d in differences.values())
-    wrong = []
+    wrong, found = [], set()
     for release in _releases(entry):
         env = Path(env_or_skip(entry.name, release).python).parents[1]
         (site,) = env.glob("lib/python*/site-packages")
+        defined = {name for name, d in differences.items() if _defined(site, d.where)}
+        found |= defined
         wrong += [
             f"{entry.name} {release}: {name} ({d.where}) is {'not ' * d.expected(release)}in the code, the table says "
             f"since {d.since}"
             for name, d in differences.items()
-            if _defined(site, d.where) != d.expected(release)
+            if (name in defined) != d.expected(release)
         ]
     assert wrong == []
+    assert found == set(differences)  # each is in the code of a tested release: no since beyond them all
 
 
 def test_a_difference_is_read_from_the_installed_code_and_named_where_it_is_missing():
@@ -252,5 +255,9 @@ def test_a_difference_is_read_from_the_installed_code_and_named_where_it_is_miss
     assert field_only.present()  # a field with a default factory is no class attribute
     for where in ("no_such_module:X", "no_such_module", "grpo_identity.checks.frameworks.contract:StepPlan.nope"):
         assert not Difference(where, "1", "absent").present()
-    with pytest.raises(AdapterError, match=r"demo 2.0 has no json.nope \(the driver knows it from 3.1 on: a thing\)"):
+    with pytest.raises(
+        AdapterError, match=r"demo 2.0 has no json.nope, which the driver reads \(a thing; releases from"
+    ):
         Difference("json:nope", "3.1", "a thing").require("demo 2.0")
+    plan = Difference("grpo_identity.checks.frameworks.contract:StepPlan.split", "1", "a field")
+    assert plan.value_of(PLAN) == "two" and Difference("json:JSONDecoder.nope", "9", "-").value_of(PLAN, 7) == 7
