@@ -1,10 +1,12 @@
 """The driver contract: what a framework driver provides, what it builds, and what it says about what it built.
 
 A **driver** is the module ``grpo_identity.checks.frameworks.NAME`` of a :data:`.registry.FRAMEWORK_TABLE` row
-(:class:`Driver`).  It provides ``import_check()`` (a release environment's smoke test) and ``build(spec,
+(:class:`Driver`).  It provides ``import_check()`` (a release environment's smoke test), ``build(spec,
 level)``, which builds the framework's own trainer objects from the user's configuration and returns a
-:class:`Built` target.  Everything else about the framework (its releases, pins, settings, the configurations the
-findings table audits) is its registry row's.
+:class:`Built` target, and ``DIFFERENCES``, its table of the ways the framework's releases differ in the code it
+reads (:class:`Difference`).  Everything else about the framework (its releases, pins, settings, the configurations
+the findings table audits) is its registry row's.  A target that runs the optimizer step describes it with a
+:class:`StepPlan`.
 
 A **built target** answers the audit's questions with typed methods, one per question:
 
@@ -311,6 +313,8 @@ def _need(lengths: Any, what: str) -> Any:
 @runtime_checkable
 class Driver(Protocol):
     """A driver module (``checks/frameworks/NAME.py``), as :mod:`grpo_identity.checks.calls.adapters` uses it."""
+
+    DIFFERENCES: dict[str, Difference]
 
     def import_check(self) -> None: ...
 
