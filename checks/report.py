@@ -419,11 +419,11 @@ def _driver_lines(settings: dict[str, Any]) -> list[str]:
         f"{k} {v['driver']}" + (f" (yours {v['yours']})" if v.get("yours") not in (None, v["driver"]) else "")
         for k, v in (settings.get("forced") or {}).items()
     ]
-    lines = []
+    lines = []  # entries apart by "; ": a value may hold commas ("2 (the per-G probes), 4 (the step)")
     if forced or settings.get("note"):
-        lines.append("driver settings: " + "; ".join(x for x in (", ".join(forced), settings.get("note")) if x))
+        lines.append("driver settings: " + "; ".join(x for x in (*forced, settings.get("note")) if x))
     if settings.get("defaults"):
-        chosen = ", ".join(f"{k}={v}" for k, v in settings["defaults"].items())
+        chosen = "; ".join(f"{k}={v}" for k, v in settings["defaults"].items())
         lines.append(f"driver defaults (you set none of these): {chosen}")
     if settings.get("ignored"):
         lines.append("ignored (keys of the framework's script, not of its trainer): " + ", ".join(settings["ignored"]))

@@ -106,15 +106,18 @@ def test_the_text_shows_the_gradient_section_then_the_advantage_section_then_the
 def test_the_head_lists_what_the_driver_forced_and_the_defaults_it_chose_for_any_framework():
     settings = {
         "forced": {"use_cpu": {"driver": True, "yours": False}, "report_to": {"driver": "none", "yours": None}},
-        "defaults": {"data.train_batch_size": 4, "trainer.n_gpus_per_node": 2},
+        "defaults": {"data.train_batch_size": "2 (the per-G probes), 4 (the step)", "trainer.n_gpus_per_node": 2},
         "ignored": ["model_name_or_path"],
         "note": "num_generations set by each probe",
     }
     r = Report("verl", "advantage", "advantage", "pass", "verl", None, AdvantageFit(centre="mean", scale="none"), [])
     r.target_info = {"framework": "verl", "driver_settings": settings}
     lines = r.format().splitlines()
-    assert "driver settings: use_cpu True (yours False), report_to none; num_generations set by each probe" in lines
-    assert "driver defaults (you set none of these): data.train_batch_size=4, trainer.n_gpus_per_node=2" in lines
+    assert "driver settings: use_cpu True (yours False); report_to none; num_generations set by each probe" in lines
+    assert (  # entries apart by "; ", as a value may hold commas
+        "driver defaults (you set none of these): data.train_batch_size=2 (the per-G probes), 4 (the step); "
+        "trainer.n_gpus_per_node=2" in lines
+    )
     assert "ignored (keys of the framework's script, not of its trainer): model_name_or_path" in lines
     r.target_info = {"framework": "areal", "driver_settings": {"forced": {}, "defaults": {}, "ignored": [], "note": ""}}
     assert not [ln for ln in r.format().splitlines() if ln.startswith(("driver", "ignored"))]
