@@ -147,40 +147,59 @@ def retain_logps(trainer: Any, kept: dict[str, Any]) -> None:
 
 
 def _sample_once_per_shape(trainer: Any) -> None:
-    """The trainer's sampling runs once per batch of prompts; later batches of the same prompts get
-    a copy of that sample.  The completions never enter the advantages (the reward function
-    returns the audit's rewards; the gradient probes lay their own completions out), and the model
-    does not change between calls, so one sample per shape is what a fixed seed would give, at a
-    fraction of the cost: the hypothesis search calls the trainer hundreds of times per audit.
-    Releases with ``_generate`` (the sampling step of ``_generate_and_score_completions``) get it
-    memoised; older ones, which call the model's ``generate`` inline, get that memoised."""
-    memo: dict[Any, Any] = {}
-    if DIFFERENCES["sample"].present():
-        generate = trainer._generate
-
-        def sample_once(prompts: list[Any], *args: Any, **kwargs: Any) -> Any:
-            if args or kwargs:  # a signature this driver does not know: sample every time
-                return generate(prompts, *args, **kwargs)
-            key = (len(prompts), repr(prompts[:1]))
-            if key not in memo:
-                memo[key] = generate(prompts)
-            return _fresh(memo[key])
-
-        trainer._generate = sample_once
+    """The trainer's sampling, cheap: the completions never enter the advantages (the reward function returns
+    the audit's rewards; the gradient probes lay their own completions out), and the model does not change
+    between calls, so one sample is what a fixed seed would give, at a fraction of the cost: the hypothesis
+    search calls the trainer hundreds of times per audit, at dozens of batch sizes.  The model's ``generate``
+    samples one row where every row is the same prompt (:func:`_one_row_per_prompt`); releases with ``_generate``
+    (the sampling step of ``_generate_and_score_completions``) also get that memoised per batch shape, which saves
+    its tokenizing and decoding."""
+    _one_row_per_prompt(trainer.model)
+    if not DIFFERENCES["sample"].present():
         return
-    model_generate = trainer.model.generate
+    memo: dict[Any, Any] = {}
+    generate = trainer._generate
 
-    def generate_once(*args: Any, **kwargs: Any) -> Any:
-        ids: Any = kwargs.get("input_ids", args[0] if args else None)
-        if not hasattr(ids, "shape"):
-            return model_generate(*args, **kwargs)
-        key = (tuple(ids.shape), ids.detach().cpu().numpy().tobytes())
+    def sample_once(prompts: list[Any], *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:  # a signature this driver does not know: sample every time
+            return generate(prompts, *args, **kwargs)
+        key = (len(prompts), repr(prompts[:1]))
         if key not in memo:
-            memo[key] = model_generate(*args, **kwargs)
-        out = memo[key]
-        return out.clone() if hasattr(out, "clone") else out
+            memo[key] = generate(prompts)
+        return _fresh(memo[key])
 
-    trainer.model.generate = generate_once
+    trainer._generate = sample_once
+
+
+def _one_row_per_prompt(model: Any) -> None:
+    """``model.generate`` on a batch whose rows are all one prompt (the audit's batches) samples one row, once
+    per prompt, and repeats it.  Any other call (other batch inputs, an output that is not a tensor) samples as
+    called."""
+    import torch
+
+    generate = model.generate
+    memo: dict[bytes, Any] = {}
+
+    def generate_rows(*args: Any, **kwargs: Any) -> Any:
+        ids: Any = args[0] if args else kwargs.get("input_ids")
+        mask: Any = kwargs.get("attention_mask")
+        rows = (ids,) if mask is None else (ids, mask)
+        if (
+            len(args) > 1
+            or (args and "input_ids" in kwargs)
+            or not all(isinstance(t, torch.Tensor) and t.dim() == 2 and bool((t == t[:1]).all()) for t in rows)
+            or any(isinstance(v, torch.Tensor) for k, v in kwargs.items() if k not in ("input_ids", "attention_mask"))
+        ):
+            return generate(*args, **kwargs)
+        one = {**kwargs, **{k: t[:1] for k, t in zip(("input_ids", "attention_mask"), rows)}}
+        key = b"|".join(t[:1].cpu().numpy().tobytes() for t in rows) + repr(ids.shape[1]).encode()
+        if key not in memo:
+            out = generate(**one)
+            memo[key] = out if isinstance(out, torch.Tensor) else None
+        out = memo[key]
+        return generate(*args, **kwargs) if out is None else out.repeat(ids.shape[0], 1)
+
+    model.generate = generate_rows
 
 
 def _fresh(obj: Any) -> Any:
@@ -211,7 +230,6 @@ def _advantages_only(trainer: Any) -> Iterator[None]:
 def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> dict[str, Any]:
     import torch
 
-    DIFFERENCES["score"].require(f"TRL {version('trl')}")
     trainer.num_generations = trainer.num_generations_eval = int(G)
     state["rewards"] = np.asarray(rewards, dtype=np.float64)
     inputs = [{"prompt": "a b"} for _ in range(len(rewards))]  # (n_groups·G,) rows, group by group
@@ -235,6 +253,7 @@ class TrlTarget(Built):
     def __init__(self, spec: FrameworkSpec, level: str) -> None:
         from grpo_identity.checks.frameworks import trl_step
 
+        DIFFERENCES["score"].require(f"TRL {version('trl')}")  # checked once: the search scores hundreds of batches
         self.whole = spec
         # the step before the trainer: a GRPOConfig resets accelerate's shared state
         plan = trl_step.step_plan(spec) if level == "gradient" else None

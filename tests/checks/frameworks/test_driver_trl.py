@@ -458,3 +458,29 @@ def test_trl_combines_its_reward_functions_as_multi_objective_aggregation_says(s
 def test_a_trl_audit_without_several_reward_functions_does_not_probe_them():
     _need_trl()
     assert "components" not in adapters.build(FrameworkSpec("trl")).grpo_identity_info
+
+
+def test_the_models_generate_samples_one_row_for_a_batch_of_one_prompt_and_every_call_as_made_otherwise():
+    torch = pytest.importorskip("torch")
+    from grpo_identity.checks.frameworks.trl import _one_row_per_prompt
+
+    class Model:
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, input_ids=None, attention_mask=None, **kwargs):
+            self.calls.append(tuple(input_ids.shape))
+            return torch.cat([input_ids, torch.arange(len(input_ids))[:, None] + 7], dim=1)
+
+    model = Model()
+    _one_row_per_prompt(model)
+    same = torch.tensor([[3, 4]] * 5)
+    out = model.generate(same, attention_mask=torch.ones_like(same), generation_config=None)
+    assert out.tolist() == [[3, 4, 7]] * 5 and model.calls == [(1, 2)]
+    assert model.generate(input_ids=torch.tensor([[3, 4]] * 3)).tolist() == [[3, 4, 7]] * 3
+    assert model.calls == [(1, 2), (1, 2)]  # the same prompt without its mask: another key
+    assert model.generate(input_ids=torch.tensor([[3, 4]] * 9)).shape == (9, 3) and len(model.calls) == 2
+    differ = torch.tensor([[3, 4], [4, 3]])
+    assert model.generate(differ).tolist() == [[3, 4, 7], [4, 3, 8]] and model.calls[-1] == (2, 2)
+    model.generate(same, pixel_values=torch.zeros(5, 1))  # another batch input: sampled as called
+    assert model.calls[-1] == (5, 2)
