@@ -127,7 +127,7 @@ def _trainer(args: Any, state: dict[str, Any], components: int = 1) -> Any:
                 processing_class=tokenizer,
                 train_dataset=Dataset.from_dict({"prompt": ["a b"] * 2}),
             )
-        _sample_once_per_shape(trainer)
+        _sample_once(trainer)
         return trainer
     except Exception as exc:
         raise AdapterError(
@@ -146,12 +146,12 @@ def retain_logps(trainer: Any, kept: dict[str, Any]) -> None:
         raise AdapterError(f"TRL {version('trl')}: {exc} (the driver needs one)") from None
 
 
-def _sample_once_per_shape(trainer: Any) -> None:
-    """The trainer's sampling, cheap: the completions never enter the advantages (the reward function returns
-    the audit's rewards; the gradient probes lay their own completions out), and the model does not change
-    between calls, so one sample is what a fixed seed would give, at a fraction of the cost: the hypothesis
+def _sample_once(trainer: Any) -> None:
+    """The trainer's sampling, cheap.  The sampled completions are not read: the reward function returns the
+    audit's rewards, and the gradient and off-policy probes lay their own answers out (:func:`_lay_out`), so one
+    repeated sample gives the same results as a fresh one per call, at a fraction of the cost: the hypothesis
     search calls the trainer hundreds of times per audit, at dozens of batch sizes.  The model's ``generate``
-    samples one row where every row is the same prompt (:func:`_one_row_per_prompt`); releases with ``_generate``
+    samples one row for a batch of one repeated prompt (:func:`_one_row_per_prompt`); releases with ``_generate``
     (the sampling step of ``_generate_and_score_completions``) also get that memoised per batch shape, which saves
     its tokenizing and decoding."""
     _one_row_per_prompt(trainer.model)
@@ -172,34 +172,44 @@ def _sample_once_per_shape(trainer: Any) -> None:
 
 
 def _one_row_per_prompt(model: Any) -> None:
-    """``model.generate`` on a batch whose rows are all one prompt (the audit's batches) samples one row, once
-    per prompt, and repeats it.  Any other call (other batch inputs, an output that is not a tensor) samples as
-    called."""
+    """``model.generate`` on a batch of one repeated prompt (the audit's batches) samples one row, once per prompt,
+    mask, width and generation settings, and repeats it; the weights are taken to stay as they are (the advantage
+    and gradient targets never step them).  Any other call (rows that differ, another batch input, an output that
+    is not a tensor: then after the one row) samples as called."""
     import torch
 
     generate = model.generate
-    memo: dict[bytes, Any] = {}
+    memo: dict[Any, Any] = {}
 
     def generate_rows(*args: Any, **kwargs: Any) -> Any:
-        ids: Any = args[0] if args else kwargs.get("input_ids")
-        mask: Any = kwargs.get("attention_mask")
-        rows = (ids,) if mask is None else (ids, mask)
-        if (
-            len(args) > 1
-            or (args and "input_ids" in kwargs)
-            or not all(isinstance(t, torch.Tensor) and t.dim() == 2 and bool((t == t[:1]).all()) for t in rows)
-            or any(isinstance(v, torch.Tensor) for k, v in kwargs.items() if k not in ("input_ids", "attention_mask"))
-        ):
+        rows = _one_prompt(args, kwargs)
+        if rows is None:
             return generate(*args, **kwargs)
-        one = {**kwargs, **{k: t[:1] for k, t in zip(("input_ids", "attention_mask"), rows)}}
-        key = b"|".join(t[:1].cpu().numpy().tobytes() for t in rows) + repr(ids.shape[1]).encode()
+        settings = {k: v for k, v in kwargs.items() if k not in rows}
+        key = (*((k, tuple(t.shape[1:]), t[:1].cpu().numpy().tobytes()) for k, t in rows.items()), repr(settings))
         if key not in memo:
-            out = generate(**one)
+            out = generate(**settings, **{k: t[:1] for k, t in rows.items()})
             memo[key] = out if isinstance(out, torch.Tensor) else None
         out = memo[key]
-        return generate(*args, **kwargs) if out is None else out.repeat(ids.shape[0], 1)
+        return generate(*args, **kwargs) if out is None else out.repeat(len(rows["input_ids"]), 1)
 
     model.generate = generate_rows
+
+
+def _one_prompt(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """``{"input_ids": …, "attention_mask": …}`` (the mask where given) of a ``generate`` call whose batch is one
+    prompt repeated and holds no other tensor; None for any other call."""
+    import torch
+
+    if len(args) > 1 or (args and "input_ids" in kwargs):
+        return None
+    rows = {"input_ids": args[0] if args else kwargs.get("input_ids")}
+    if kwargs.get("attention_mask") is not None:
+        rows["attention_mask"] = kwargs["attention_mask"]
+    if any(isinstance(v, torch.Tensor) for k, v in kwargs.items() if k not in rows):
+        return None
+    repeated = all(isinstance(t, torch.Tensor) and t.dim() == 2 and bool((t == t[:1]).all()) for t in rows.values())
+    return rows if repeated else None
 
 
 def _fresh(obj: Any) -> Any:
@@ -302,7 +312,9 @@ class TrlTarget(Built):
 
     def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
         trainer = self.trainer
-        inputs = _lay_out(_score(trainer, self.state, rewards, G), np.asarray(lengths, dtype=int), self.eos, self.pad)
+        words = (self.words, 0)  # the answers' words: the sample's are not read
+        inputs = _score(trainer, self.state, rewards, G)
+        inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, words=words)
         for key in ("old_per_token_logps", "importance_sampling_ratio", "sampling_per_token_logps"):
             inputs.pop(key, None)  # on-policy first step: old = current
         if inputs.get("ref_per_token_logps") is not None:  # scored on the sampled completions: again on the probe's

@@ -38,8 +38,8 @@ DIFFERENCES = {
     "sample": Difference(
         f"{_TRAINER}._generate",
         "0.24.0",
-        "the sampling step of _generate_and_score_completions, memoised per batch shape (before it the model's "
-        "generate, called inline, is memoised)",
+        "the sampling step of _generate_and_score_completions, memoised per batch shape (in every release the "
+        "model's generate samples one row per repeated prompt)",
     ),
     "logps": Difference(
         f"{_TRAINER}._get_per_token_logps_and_entropies",

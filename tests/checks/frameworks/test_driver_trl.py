@@ -484,3 +484,35 @@ def test_the_models_generate_samples_one_row_for_a_batch_of_one_prompt_and_every
     assert model.generate(differ).tolist() == [[3, 4, 7], [4, 3, 8]] and model.calls[-1] == (2, 2)
     model.generate(same, pixel_values=torch.zeros(5, 1))  # another batch input: sampled as called
     assert model.calls[-1] == (5, 2)
+    model.generate(same, generation_config="three per prompt")  # other settings: another key
+    assert model.calls[-1] == (1, 2)
+
+    class DictModel(Model):
+        def generate(self, input_ids=None, **kwargs):
+            return {"sequences": Model.generate(self, input_ids)}
+
+    model = DictModel()
+    _one_row_per_prompt(model)
+    assert model.generate(same)["sequences"].shape == (5, 3)  # not a tensor: the one row, then the batch as called
+    assert model.calls == [(1, 2), (5, 2)]
+
+
+@pytest.mark.slow
+def test_a_trl_targets_advantage_calls_sample_one_row_of_the_trainers_model_whatever_the_batch(monkeypatch):
+    _need_trl()
+    from transformers import LlamaForCausalLM
+
+    from grpo_identity.checks.frameworks import trl
+
+    sampled, generate = [], LlamaForCausalLM.generate
+
+    def counted(self, *args, **kwargs):
+        sampled.append(tuple((args[0] if args else kwargs["input_ids"]).shape))
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(LlamaForCausalLM, "generate", counted)  # the tiny policy's class
+    target = trl.build(FrameworkSpec("trl"), "advantage")
+    for G, groups in ((4, 3), (8, 5), (4, 7)):
+        rewards = np.tile(np.arange(G, dtype=float), groups)
+        assert target.advantages(rewards, G).shape == (G * groups,)
+    assert len(sampled) == 1 and sampled[0][0] == 1, sampled
