@@ -26,7 +26,9 @@ OUT    ?= out
 # Set-up installs only from the lock: the lock is checked first (a dependency changed in pyproject.toml
 # without `make lock` stops here, in one line); uv comes at the lock's version from the index; torch is
 # the CPU build, fetched by this machine's pip (uv reads no pip configuration) and checked against the
-# lock's hash; `uv pip sync` makes .venv exactly the lock; then the project itself, without dependencies.
+# lock's hash; `uv pip sync` makes .venv exactly the lock, compiled to bytecode (where PYTHONDONTWRITEBYTECODE
+# is set, as on CI images, nothing else would: each process would compile torch and the frameworks from source);
+# then the project itself, without dependencies.
 # pip check cannot see a package that breaks another's import (issue 27: kernels under transformers
 # 5.10.4), so every extra is imported too.
 $(STAMP): $(LOCK) pyproject.toml constraints.txt Makefile
@@ -34,7 +36,7 @@ $(STAMP): $(LOCK) pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --no-deps "$$($(PYTHON) $(LOCKPY) pin uv)"
 	$(BIN)/python $(LOCKPY) torch $(VENV)/wheels
-	$(BIN)/uv pip sync -q --python $(BIN)/python --require-hashes --find-links $(VENV)/wheels $(LOCK)
+	$(BIN)/uv pip sync -q --python $(BIN)/python --require-hashes --compile-bytecode --find-links $(VENV)/wheels $(LOCK)
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check
 	$(BIN)/python $(LOCKPY) imports
