@@ -247,6 +247,18 @@ def _env_or_skip(framework, release):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("trl")
+def test_a_release_environment_is_installed_compiled_to_bytecode():
+    """Where PYTHONDONTWRITEBYTECODE is set (CI images set it) nothing but the install writes bytecode, and each
+    child would compile torch and the framework from source on every start."""
+    env = _env_or_skip("trl", "0.22.0")
+    site = Path(env.python).parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    tag = sys.implementation.cache_tag
+    for module in ("trl", "torch", "transformers"):
+        assert (site / "site-packages" / module / "__pycache__" / f"__init__.{tag}.pyc").is_file(), module
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("trl")
 def test_trl_0_22_0_is_resolved_as_of_its_release_day_and_says_so():
     env = _env_or_skip("trl", "0.22.0")
     record = env.record
