@@ -148,8 +148,9 @@ def retain_logps(trainer: Any, kept: dict[str, Any]) -> None:
 
 def _sample_once(trainer: Any) -> None:
     """The trainer's sampling, cheap.  The sampled completions are not read: the reward function returns the
-    audit's rewards, and the gradient and off-policy probes lay their own answers out (:func:`_lay_out`), so one
-    repeated sample gives the same results as a fresh one per call, at a fraction of the cost: the hypothesis
+    audit's rewards, and the gradient and off-policy probes put answers of their own in their place
+    (:func:`_lay_out`: only the sample's width, where it is the wider, pads them), so one repeated sample gives
+    the same results as a fresh one per call, at a fraction of the cost: the hypothesis
     search calls the trainer hundreds of times per audit, at dozens of batch sizes.  The model's ``generate``
     samples one row for a batch of one repeated prompt (:func:`_one_row_per_prompt`); releases with ``_generate``
     (the sampling step of ``_generate_and_score_completions``) also get that memoised per batch shape, which saves
@@ -303,18 +304,14 @@ class TrlTarget(Built):
 
     def off_policy(self, rewards: np.ndarray, G: int, lengths: np.ndarray, settings: dict[str, Any]) -> dict[str, Any]:
         inputs = _score(self.trainer, self.state, rewards, G)
-        words = (
-            self.words,
-            int(settings.get("seed", 0)),
-        )  # the answers' words from the seed: the sample's do not matter
-        inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, words=words)
+        words = (self.words, int(settings.get("seed", 0)))  # the answers' words from the seed
+        inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, words)
         return _off_policy_step(self.trainer, self.kept, inputs, settings, self.off_policy_info)
 
     def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
         trainer = self.trainer
-        words = (self.words, 0)  # the answers' words: the sample's are not read
         inputs = _score(trainer, self.state, rewards, G)
-        inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, words=words)
+        inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, (self.words, 0))
         for key in ("old_per_token_logps", "importance_sampling_ratio", "sampling_per_token_logps"):
             inputs.pop(key, None)  # on-policy first step: old = current
         if inputs.get("ref_per_token_logps") is not None:  # scored on the sampled completions: again on the probe's
@@ -338,22 +335,21 @@ def _components(args: Any, components: int) -> dict[str, Any] | None:
 
 
 def _lay_out(
-    inputs: dict[str, Any], lengths: np.ndarray, eos: int, pad: int, words: tuple[list[int], int] | None = None
+    inputs: dict[str, Any], lengths: np.ndarray, eos: int, pad: int, words: tuple[list[int], int]
 ) -> dict[str, Any]:
-    """``inputs`` with the sampled completions cut to the probe's ``lengths``: the EOS at an answer's length,
-    padding and a mask of 0 after it, as generation leaves them.  ``words`` (token ids, seed): the tokens before
-    the EOS drawn from those ids by a generator of that seed instead of the sampled ones (the off-policy step's
-    log-ratios then depend on the seed alone, not on what an earlier audit in the same process sampled)."""
+    """``inputs`` with the probe's answers in place of the sampled completions: ``words`` (token ids, seed) drawn
+    by a generator of that seed, (B, longest of ``lengths``), the EOS at each answer's length, padding and a mask
+    of 0 after it, as generation leaves them.  The answers depend on the seed and the lengths alone, not on the
+    sample (its width only pads them, where it is the wider: the scored tensors keep their shape)."""
     import torch
 
-    ids = inputs["completion_ids"].clone()  # (B, T): T is the longest completion generated
-    if words is not None:
-        choice = torch.tensor(words[0], dtype=ids.dtype)
-        drawn = torch.randint(len(words[0]), ids.shape, generator=torch.Generator().manual_seed(words[1]))
-        ids = choice[drawn]  # (B, T)
-    short = int(np.max(lengths)) - ids.shape[1]
-    if short > 0:  # every sampled completion ended early: pad, then lay the probe's lengths out
-        ids = torch.cat([ids, torch.full((ids.shape[0], short), pad, dtype=ids.dtype)], dim=1)
+    sampled = inputs["completion_ids"]  # (B, T): T is the longest completion generated
+    choice = torch.tensor(words[0], dtype=sampled.dtype)
+    longest = int(np.max(lengths))
+    generator = torch.Generator().manual_seed(words[1])
+    ids = choice[torch.randint(len(words[0]), (sampled.shape[0], longest), generator=generator)]
+    if sampled.shape[1] > longest:
+        ids = torch.cat([ids, torch.full((ids.shape[0], sampled.shape[1] - longest), pad, dtype=ids.dtype)], dim=1)
     mask = torch.zeros(ids.shape, dtype=inputs["completion_mask"].dtype)
     for i, ell in enumerate(lengths):
         ids[i, ell - 1], ids[i, ell:], mask[i, :ell] = eos, pad, 1  # EOS at ell, nothing after

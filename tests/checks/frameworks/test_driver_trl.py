@@ -516,3 +516,19 @@ def test_a_trl_targets_advantage_calls_sample_one_row_of_the_trainers_model_what
         rewards = np.tile(np.arange(G, dtype=float), groups)
         assert target.advantages(rewards, G).shape == (G * groups,)
     assert len(sampled) == 1 and sampled[0][0] == 1, sampled
+
+
+@pytest.mark.parametrize("width", [2, 6, 9])
+def test_the_probes_answers_are_the_seeds_words_whatever_width_the_sample_had(width):
+    torch = pytest.importorskip("torch")
+    from grpo_identity.checks.frameworks.trl import _lay_out
+
+    lengths, words, eos, pad = np.array([1, 3, 6, 4]), [3, 4, 5, 6], 1, 0
+    sampled = {"completion_ids": torch.full((4, width), 2), "completion_mask": torch.ones(4, width, dtype=torch.int)}
+    out = _lay_out(sampled, lengths, eos, pad, (words, 7))
+    ids, mask = out["completion_ids"], out["completion_mask"]
+    assert ids.shape == (4, max(width, 6)) and mask.sum(1).tolist() == lengths.tolist()
+    for row, ell in zip(ids.tolist(), lengths):
+        assert set(row[: ell - 1]) <= set(words) and row[ell - 1] == eos and set(row[ell:]) <= {pad}
+    narrow = {"completion_ids": torch.full((4, 2), 2), "completion_mask": torch.ones(4, 2, dtype=torch.int)}
+    assert torch.equal(ids[:, :6], _lay_out(narrow, lengths, eos, pad, (words, 7))["completion_ids"])
