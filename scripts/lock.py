@@ -287,7 +287,8 @@ def fresh(root: Path, folder: Path, tests: bool) -> int:
     venv = folder / "venv"
     py = str(venv / "bin" / "python")
     _run([_uv(), "venv", "-q", "--python", sys.executable, str(venv)], "uv venv")
-    _run([_uv(), "pip", "sync", "-q", "--python", py, "--find-links", str(wheels), str(today)], "uv pip sync")
+    sync = [_uv(), "pip", "sync", "-q", "--python", py, "--compile-bytecode", "--find-links", str(wheels), str(today)]
+    _run(sync, "uv pip sync")
     _run([_uv(), "pip", "install", "-q", "--python", py, "--no-deps", "--no-build-isolation", "-e", str(root)], "-e .")
     failures += _report("all extras, today's resolution", [py, __file__, "imports"])
     if tests:

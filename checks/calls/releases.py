@@ -16,9 +16,10 @@ runs beside the libraries of its day, not today's.  When that cannot be resolved
 :data:`RELEASE_PINS` names are exempted from the date (their pins say which versions on purpose); when
 that fails too, or the date cannot be read, today's index is used and the environment says so.  torch is
 always this machine's CPU build (:data:`TORCH_PIN`, fetched by pip from where this machine keeps it); no
-CUDA stack can be pulled (:data:`NEVER`).  uv compiles what it installs to bytecode, as pip does: where
-``PYTHONDONTWRITEBYTECODE`` is set (CI images often set it) nothing else would, and every child would compile
-torch and the framework from source on each start (TRL's imports: 13–15 s instead of 5–6 s).  Without uv
+CUDA stack can be pulled (:data:`NEVER`).  uv is asked to compile what it installs to bytecode (pip does by
+default): where ``PYTHONDONTWRITEBYTECODE`` is set (CI images often set it) nothing else would, and every child
+would compile torch and the framework from source on each start (TRL's imports: 13–15 s instead of 5–6 s).
+Without uv
 (``pip install 'grpo-identity[releases]'``) pip installs from today's index, again with a note.
 
 The folder's name carries a digest of the recipe and the resolution date (:func:`env_key`), so a change

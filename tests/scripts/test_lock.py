@@ -103,6 +103,7 @@ def test_make_setup_installs_from_the_lock_alone():
     recipe = makefile.split("$(STAMP):", 1)[1].split("\n\n", 1)[0]
     assert "$(LOCKPY) check" in recipe.splitlines()[1]  # first: a stale lock stops everything
     assert "uv pip sync" in recipe and "--require-hashes" in recipe and "$(LOCK)" in recipe
+    assert "--compile-bytecode" in recipe  # nothing else writes bytecode where PYTHONDONTWRITEBYTECODE is set
     assert "--no-deps" in recipe.split("-e .")[0].splitlines()[-1]  # the project itself without dependencies
     assert "pip check" in recipe and "$(LOCKPY) imports" in recipe
     assert not re.search(r"pip install[^\n]*'\.\[", makefile)  # no bare resolution of an extra anywhere
