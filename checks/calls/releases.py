@@ -19,8 +19,7 @@ always this machine's CPU build (:data:`TORCH_PIN`, fetched by pip from where th
 CUDA stack can be pulled (:data:`NEVER`).  uv is asked to compile what it installs to bytecode (pip does by
 default): where ``PYTHONDONTWRITEBYTECODE`` is set (CI images often set it) nothing else would, and every child
 would compile torch and the framework from source on each start (TRL's imports: 13–15 s instead of 5–6 s).
-Without uv
-(``pip install 'grpo-identity[releases]'``) pip installs from today's index, again with a note.
+Without uv (``pip install 'grpo-identity[releases]'``) pip installs from today's index, again with a note.
 
 The folder's name carries a digest of the recipe and the resolution date (:func:`env_key`), so a change
 in either builds a new environment instead of reusing one that no longer matches; each records how it

@@ -150,11 +150,11 @@ def _sample_once(trainer: Any) -> None:
     """The trainer's sampling, cheap.  The sampled completions are not read: the reward function returns the
     audit's rewards, and the gradient and off-policy probes put answers of their own in their place
     (:func:`_lay_out`: only the sample's width, where it is the wider, pads them), so one repeated sample gives
-    the same results as a fresh one per call, at a fraction of the cost: the hypothesis
-    search calls the trainer hundreds of times per audit, at dozens of batch sizes.  The model's ``generate``
-    samples one row for a batch of one repeated prompt (:func:`_one_row_per_prompt`); releases with ``_generate``
-    (the sampling step of ``_generate_and_score_completions``) also get that memoised per batch shape, which saves
-    its tokenizing and decoding."""
+    the same results as a fresh one per call, at a fraction of the cost: the hypothesis search calls the trainer
+    hundreds of times per audit, at dozens of batch sizes.  The model's ``generate`` samples one row for a batch of
+    one repeated prompt (:func:`_one_row_per_prompt`); releases with ``_generate`` (the sampling step of
+    ``_generate_and_score_completions``) also get that memoised per batch shape, which saves its tokenizing and
+    decoding."""
     _one_row_per_prompt(trainer.model)
     if not DIFFERENCES["sample"].present():
         return
@@ -175,8 +175,8 @@ def _sample_once(trainer: Any) -> None:
 def _one_row_per_prompt(model: Any) -> None:
     """``model.generate`` on a batch of one repeated prompt (the audit's batches) samples one row, once per prompt,
     mask, width and generation settings, and repeats it; the weights are taken to stay as they are (the advantage
-    and gradient targets never step them).  Any other call (rows that differ, another batch input, an output that
-    is not a tensor: then after the one row) samples as called."""
+    and gradient targets never step them).  Any other call (rows that differ, another batch input) samples as
+    called, and so does every call of a prompt whose one-row output was not a tensor."""
     import torch
 
     generate = model.generate
