@@ -7,6 +7,7 @@ BIN    := $(VENV)/bin
 # the one locked environment: every extra resolved together (scripts/lock.py; `make lock` remakes it)
 LOCK   := requirements.lock
 LOCKPY := scripts/lock.py
+SOURCES := grpo_identity checks proofs trainer
 STAMP  := $(VENV)/.installed
 # the real frameworks the checks audit in CI (tests marked `frameworks`) are in the lock, from pyproject's
 # `frameworks` extra (pip install 'grpo-identity[frameworks]'), at the releases a test checks these agree with.
@@ -70,10 +71,14 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/python scripts/typecheck.py
 
+# the project's own modules compiled first (PYTHONDONTWRITEBYTECODE, where set, keeps imports from writing
+# bytecode, so each of the suite's hundreds of processes would compile what it imports from source)
 test: setup lint
+	$(BIN)/python -m compileall -q $(SOURCES)
 	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 test-fast: setup
+	$(BIN)/python -m compileall -q $(SOURCES)
 	$(BIN)/python -m pytest -n auto --dist loadgroup -m "not slow"
 
 # the documentation site, built offline and strictly (a broken link or reference fails it): mkdocs.yml, docs/
