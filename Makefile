@@ -19,6 +19,8 @@ AREAL_VERSION := 1.0.4
 # OpenRLHF requires flash-attn (CUDA) and is never installed here: it is audited from its release
 # environment (`grpo-identity audit openrlhf --release $(OPENRLHF_VERSION) --set …`, checks/calls/releases.py)
 OPENRLHF_VERSION := 0.11.2
+# SkyRL likewise (its trainer extra requires flash-attn): `grpo-identity audit skyrl --release $(SKYRL_VERSION)`
+SKYRL_VERSION := 0.3.0
 TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out
 

@@ -172,6 +172,11 @@ _AREAL_DOCS = (
     "AReaL's engine API (api/engine_api.py: the loss 'normalized globally' by the response tokens); its GRPO docs "
     "(docs/en/algorithms/grpo_series.md) write (1/G)·Σᵢ Σₜ instead"
 )
+_SKYRL_DOCS = "SkyRL docs on trainer.algorithm.loss_reduction (docs/content/docs/configuration/config.mdx)"
+_SKYRL_LEGACY = (
+    "SkyRL's apply_loss_reduction_to_advantages_minibatch: 'legacy token-mean that normalizes per-microbatch then "
+    "averages across microbatches' (skyrl/backends/skyrl_train/utils/ppo_utils.py, 0.2.0 on)"
+)
 #: (framework, setting, value) -> its objective; the drivers name their configured loss by these keys
 LOSS_SETTINGS: dict[tuple[str, str, str], LossSetting] = {
     (s.framework, s.setting, s.value): s
@@ -211,6 +216,15 @@ LOSS_SETTINGS: dict[tuple[str, str, str], LossSetting] = {
         LossSetting("verl", "actor.loss_agg_mode", "seq-mean-token-sum-norm", "seq_mean_token_sum_norm",
                     f"Dr. GRPO's 'global constant': loss_scale_factor, else the batch's response length "
                     f"({_VERL_DOCS})"),
+        LossSetting("skyrl", "trainer.algorithm.loss_reduction", "token_mean", "token_mean",
+                    f"'average loss over all valid tokens in the batch' ({_SKYRL_DOCS})", "group_token_mean",
+                    _DAPO_PER_PROMPT),
+        LossSetting("skyrl", "trainer.algorithm.loss_reduction", "sequence_mean", "seq_mean_token_mean",
+                    f"'per-sequence avg token loss, then averages over the batch' ({_SKYRL_DOCS})"),
+        LossSetting("skyrl", "trainer.algorithm.loss_reduction", "seq_mean_token_sum_norm", "seq_mean_token_sum_norm",
+                    f"'the sum of token losses for each sequence, normalizes by max_seq_len' ({_SKYRL_DOCS})"),
+        LossSetting("skyrl", "trainer.algorithm.loss_reduction", "token_mean_legacy", "local_token_mean",
+                    _SKYRL_LEGACY),
         LossSetting("areal", "actor", "ppo", "token_mean", _AREAL_DOCS, "seq_mean_token_sum",
                     "AReaL's GRPO docs: J = E[(1/G)·Σᵢ Σₜ …] (docs/en/algorithms/grpo_series.md)"),
     )

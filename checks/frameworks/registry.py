@@ -348,8 +348,76 @@ _OPENRLHF = FrameworkEntry(
     ),
 )
 
+_SKYRL_RELEASES = ("0.1.0", "0.3.0")
+_SKYRL = FrameworkEntry(
+    "skyrl",
+    "0.3.0",
+    "SkyRL's trainer and policy worker from its config (--set trainer.algorithm.advantage_estimator=grpo --set "
+    "trainer.algorithm.loss_reduction=token_mean …; short form skyrl:grpo; --release 0.3.0)",
+    estimator_key="trainer.algorithm.advantage_estimator",
+    pins=(
+        # skyrl goes in with --no-deps: its skyrl-train extra (what the trainer imports) requires flash-attn on
+        # Linux; these are that extra's CPU parts the trainer and the policy worker import, at its pins
+        (
+            "0.0",
+            "99",
+            ("loguru", "jaxtyping", "omegaconf", "hydra-core==1.3.2", "tensordict", "tqdm", "peft", "datasets>=4.0.0")
+            + ("safetensors", "tokenizers", "typer", "rich", "cloudpathlib", "pillow", "pydantic", "aiohttp")
+            + ("fastapi", "uvicorn"),
+        ),
+        ("0.1", "0.2", ("transformers>=4.56.1,<5", "ray==2.51.1", "skyrl-gym==0.2.0")),
+        ("0.2", "0.3", ("transformers>=5.0,<=5.3.0", "ray==2.51.1", "skyrl-gym==0.3.0")),
+        ("0.3", "0.4", ("transformers>=5.6.1,<=5.8.0", "ray==2.56.0", "skyrl-gym==0.4.0")),
+    ),
+    # torchdata's own requirements would resolve torch again
+    no_deps=(("0.0", "99", ("torchdata",)),),
+    settings={
+        "per_sample_weight": {
+            "constant": "trainer.algorithm.loss_reduction=seq_mean_token_sum_norm",
+            "1/length": "trainer.algorithm.loss_reduction=sequence_mean",
+            "1/step_tokens": "trainer.algorithm.loss_reduction=token_mean",
+        },
+        "preset": {
+            "dr_grpo": "trainer.algorithm.advantage_estimator=grpo with trainer.algorithm.grpo_norm_by_std=false",
+            "rloo": "trainer.algorithm.advantage_estimator=rloo",
+        },
+        "split": {
+            "invariant": "skyrl ≥ 0.2.0 with trainer.algorithm.loss_reduction=token_mean (token_mean_legacy, and "
+            "token_mean before 0.2.0, average the micro-batches' token means)",
+        },
+    },
+    cases=(
+        ("skyrl --set trainer.algorithm.advantage_estimator=grpo", _SKYRL_RELEASES),
+        (
+            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set trainer.algorithm.grpo_norm_by_std=false "
+            "--expect dr_grpo",
+            _SKYRL_RELEASES,
+        ),
+        ("skyrl --set trainer.algorithm.advantage_estimator=rloo", ("0.3.0",)),
+        (
+            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set "
+            "trainer.algorithm.loss_reduction=sequence_mean",
+            _SKYRL_RELEASES,
+        ),
+        (
+            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set "
+            "trainer.algorithm.loss_reduction=token_mean_legacy",
+            ("0.3.0",),
+        ),
+        (
+            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set "
+            "trainer.algorithm.loss_reduction=seq_mean_token_sum_norm --set trainer.algorithm.max_seq_len=8",
+            _SKYRL_RELEASES,
+        ),
+        (
+            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set trainer.placement.policy_num_gpus_per_node=2",
+            _SKYRL_RELEASES,
+        ),
+    ),
+)
+
 #: name -> entry, in the order the docs and ``--help`` list them
-FRAMEWORK_TABLE: dict[str, FrameworkEntry] = {e.name: e for e in (_TRL, _VERL, _AREAL, _OPENRLHF)}
+FRAMEWORK_TABLE: dict[str, FrameworkEntry] = {e.name: e for e in (_TRL, _VERL, _AREAL, _OPENRLHF, _SKYRL)}
 
 
 def pins_table() -> dict[tuple[str, str, str], tuple[str, ...]]:

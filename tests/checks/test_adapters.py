@@ -67,7 +67,11 @@ def test_one_registry_row_names_a_framework_everywhere():
     from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
 
     assert FRAMEWORKS == tuple(FRAMEWORK_TABLE) and set(adapters.TESTED_VERSIONS) == set(FRAMEWORK_TABLE)
-    assert ESTIMATOR_KEY == {"verl": "algorithm.adv_estimator", "openrlhf": "algo.advantage.estimator"}
+    assert ESTIMATOR_KEY == {
+        "verl": "algorithm.adv_estimator",
+        "openrlhf": "algo.advantage.estimator",
+        "skyrl": "trainer.algorithm.advantage_estimator",
+    }
     assert set(FRAMEWORK_TABLE) <= set(adapters.ADAPTERS) and "verl:estimator=NAME" in adapters.ADAPTERS
     assert {fw for fw, _, _ in releases.RELEASE_PINS} == set(FRAMEWORK_TABLE)  # every framework pins something
     assert releases.NO_DEPS[("openrlhf", "0.0", "99")] == ("torchdata",)

@@ -57,7 +57,12 @@ def test_a_framework_not_installed_here_resolves_to_its_tested_release():
 @pytest.mark.parametrize(
     "target, options, field, words",
     [
-        ("grpo", {"sets": ["loss_type=grpo"]}, "sets", "applies to the framework targets (trl, verl, areal, openrlhf)"),
+        (
+            "grpo",
+            {"sets": ["loss_type=grpo"]},
+            "sets",
+            "applies to the framework targets (trl, verl, areal, openrlhf, skyrl)",
+        ),
         ("grpo", {"config": "run.yaml"}, "config", "applies to the framework targets"),
         ("grpo", {"release": "1.0"}, "release", "applies to the framework targets"),
         ("grpo", {"level": "gradient"}, "level", "gradient: the preset 'grpo' has no loss"),

@@ -1,0 +1,583 @@
+"""SkyRL driver: its trainer's and its policy worker's own code, from its own config.
+
+- config: ``SkyRLTrainConfig.from_cli_overrides`` (``skyrl/train/config/config.py``) over the user's ``--set`` keys,
+  as ``python -m skyrl.train.entrypoints.main_base KEY=VALUE …`` takes them (an OmegaConf dot-list: an unknown key
+  or a bad value is SkyRL's own error); ``generator.n_samples_per_prompt`` is the group size of each probe batch;
+- advantages: the trainer's ``RayPPOTrainer.compute_advantages_and_returns`` (a trainer holding the config alone)
+  on a ``TrainingInputBatch`` of one answer per row (the reward on its last response token, ``uids`` the group);
+- gradient: the whole batch as one mini-batch of one micro-batch on one rank, as the step runs it (below);
+- step (a request of :mod:`grpo_identity.checks.measure.steps`): the rows one generation batch
+  (``trainer.train_batch_size`` × G answers) after another: the trainer's advantages, then (0.2.0 on) its
+  ``_normalize_advantages`` per mini-batch (``trainer.policy_mini_batch_size`` × G answers), each mini-batch cut
+  into one contiguous chunk per data-parallel rank, and on each rank the policy worker's own
+  ``PolicyWorkerBase.forward_backward`` (its micro-batches of ``trainer.micro_train_batch_size_per_gpu``) and
+  ``optim_step``.  The ranks are processes of one gloo group
+  (:class:`~grpo_identity.checks.frameworks._ranks.ProcessRanks`), so the worker's own all-reduces are torch's.
+  What needs a GPU is a stand-in, and the target's info says so: the model (a table of log-probabilities, one row
+  per answer: :class:`_Policy`) and the FSDP strategy (:class:`_Strategy`: ``backward``, and an
+  ``optimizer_step`` that averages the gradient over the ranks as FSDP's reduce-scatter does, then records it).
+  The unsplit layout runs each optimizer step of the split again as one mini-batch of one micro-batch on one rank.
+
+SkyRL's import chain reaches ``flash_attn`` (GPU only), which an empty stand-in answers while SkyRL imports;
+releases 0.2.0 and 0.3.0 declare Python 3.11 but build pydantic models on ``typing.TypedDict``, which pydantic
+takes only from Python 3.12 on: ``typing_extensions.TypedDict`` stands in for it while SkyRL imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+import typing
+from dataclasses import dataclass, replace
+from importlib.metadata import version
+from typing import Any, Iterator
+
+import numpy as np
+
+from grpo_identity.checks.frameworks import (
+    PROMPT_LENGTH,
+    RESPONSE_LENGTH,
+    STEP_GROUP_SIZE,
+    AdapterError,
+    FrameworkSpec,
+    lengths_for,
+    patched_attributes,
+)
+from grpo_identity.checks.frameworks._ranks import ProcessRanks
+from grpo_identity.checks.frameworks.contract import Built, Difference, DriverInfo, DriverSettings, StepPlan
+
+__all__ = ["DIFFERENCES", "import_check", "build", "SkyRLTarget"]
+
+#: where SkyRL's releases differ in the code the driver reads
+DIFFERENCES = {
+    "normalize_advantages": Difference(
+        "skyrl.train.trainer:RayPPOTrainer._normalize_advantages",
+        "0.2.0",
+        "the loss reduction applied to the advantages per mini-batch, the loss a masked sum (SkyRL PR #1296); "
+        "before it each micro-batch's loss is reduced on its own and optim_step divides by the micro-batches",
+    ),
+    "mini_batch_boundaries": Difference(
+        "skyrl.train.dataset.preprocess:compute_prompt_mini_batch_boundaries",
+        "0.2.0",
+        "the mini-batches as prompt boundaries (before it, slices of policy_mini_batch_size × G rows)",
+    ),
+    "prompt_boundaries": Difference(
+        "skyrl.train.dataset.preprocess:compute_prompt_boundaries",
+        "0.3.0",
+        "each prompt's rows, which loss_reduction=prompt_mean normalises by",
+    ),
+}
+
+#: the modules the driver calls
+MODULES = {
+    "config": "skyrl.train.config.config",
+    "trainer": "skyrl.train.trainer",
+    "worker": "skyrl.backends.skyrl_train.workers.worker",
+    "batch": "skyrl.backends.skyrl_train.training_batch",
+    "ppo": "skyrl.backends.skyrl_train.utils.ppo_utils",
+    "strategy": "skyrl.backends.skyrl_train.distributed.strategy",
+}
+#: what SkyRL imports that needs a GPU: empty stand-ins while it imports
+GPU_ONLY = ("flash_attn", "vllm", "flashinfer")
+#: imported before the stand-ins go in
+BEFORE_STAND_INS = ("transformers.modeling_utils", "transformers.integrations.flash_attention")
+_LOADED: dict[str, Any] = {}
+
+
+def release() -> str:
+    """The installed release, in words."""
+    from importlib.metadata import PackageNotFoundError
+
+    try:
+        return f"SkyRL {version('skyrl')}"
+    except PackageNotFoundError:
+        return "SkyRL (not installed here)"
+
+
+@contextlib.contextmanager
+def _typed_dict_for_pydantic() -> Iterator[bool]:
+    """``typing.TypedDict`` is ``typing_extensions.TypedDict`` while the block runs, below Python 3.12 (yields
+    whether it stood in)."""
+    if sys.version_info >= (3, 12):
+        yield False
+        return
+    import typing_extensions
+
+    saved = typing.TypedDict
+    typing.TypedDict = typing_extensions.TypedDict
+    try:
+        yield True
+    finally:
+        typing.TypedDict = saved
+
+
+def modules() -> dict[str, Any]:
+    """SkyRL's modules the driver calls (imported once, under the stand-ins); ``stand_ins`` names them."""
+    if not _LOADED:
+        import warnings
+
+        from grpo_identity.checks.frameworks.exported.openrlhf import stand_ins
+
+        warnings.filterwarnings("ignore")
+        for name in BEFORE_STAND_INS:  # transformers asks the stand-in's distribution for its version otherwise
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
+        with stand_ins(GPU_ONLY) as finder, _typed_dict_for_pydantic() as typed:
+            try:
+                loaded = {k: importlib.import_module(v) for k, v in MODULES.items()}
+            except ImportError as exc:
+                raise AdapterError(f"{release()} does not import here: {exc}") from None
+        from loguru import logger
+
+        logger.disable("skyrl")  # its INFO lines on every batch
+        made = sorted({m.partition(".")[0] for m in finder.made})
+        _LOADED.update(loaded, stand_ins=tuple(made) + (("typing.TypedDict",) if typed else ()))
+    return _LOADED
+
+
+def import_check() -> None:
+    """Import what the driver needs and compute one group's advantages (a release environment's smoke test)."""
+    fn = build(FrameworkSpec("skyrl", sets=(("trainer.algorithm.advantage_estimator", "grpo"),)), "advantage")
+    fn(np.array([1.0, 0.0]), 2)
+    importlib.import_module("grpo_identity.checks.calls.target")
+
+
+def config(spec: FrameworkSpec, group_size: int) -> Any:
+    """The ``SkyRLTrainConfig`` SkyRL's own CLI parsing builds from ``spec``'s keys, G answers per prompt."""
+    if spec.config:
+        raise AdapterError(f"{release()}: give SkyRL's settings with --set KEY=VALUE (its CLI takes no config file)")
+    overrides = [f"{k}={v}" for k, v in spec.sets] + [f"generator.n_samples_per_prompt={int(group_size)}"]
+    cls = modules()["config"].SkyRLTrainConfig
+    try:
+        return cls.from_cli_overrides(overrides)
+    except Exception as exc:  # noqa: BLE001 (SkyRL's own refusal of a key or a value: the user's error)
+        raise AdapterError(f"{release()} refuses the configuration ({spec.describe()}): {exc}") from None
+
+
+def build(spec: FrameworkSpec, level: str) -> SkyRLTarget:
+    """The target of ``spec`` at ``level`` (:mod:`.contract`)."""
+    return SkyRLTarget(spec, level)
+
+
+class SkyRLTarget(Built):
+    """SkyRL's trainer from ``spec``'s keys (module docstring)."""
+
+    def __init__(self, spec: FrameworkSpec, level: str) -> None:
+        self.spec = spec
+        self.configs: dict[Any, Any] = {}
+        cfg = self.config(2)
+        info = _info(spec, cfg, "RayPPOTrainer.compute_advantages_and_returns")
+        if level == "gradient":
+            self.split = _step_split(spec, cfg)
+            entry = "compute_advantages_and_returns, then PolicyWorkerBase.forward_backward and optim_step"
+            if DIFFERENCES["normalize_advantages"].present():
+                entry = entry.replace(", then", ", _normalize_advantages,")
+            info = info.with_step(self.split.plan(cfg), entry=entry, lengths_optional=True)
+        super().__init__(info, level)
+
+    def config(self, G: int, split: _Split | None = None) -> Any:
+        """The config at G answers per prompt; with ``split``, its step settings in force."""
+        key = (G, split)
+        if key not in self.configs:
+            sets = self.spec.sets if split is None else (*self.spec.sets, *split.sets())
+            self.configs[key] = config(replace(self.spec, sets=sets), G)
+        return self.configs[key]
+
+    def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
+        """The whole batch as one optimizer step of one micro-batch on one rank."""
+        r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        one = _Split(G, r.size // G, r.size // G, r.size, 1)
+        out = _run_step(self.config(G, one), one, r, np.asarray(lengths, dtype=int), [0] * r.size)
+        return {k: out[k] for k in ("advantages", "coefficients", "mask")}
+
+    def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
+        r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        holes = [int(h) for h in request.get("holes") or [0] * r.size]
+        sizes = [int(n) for n in request.get("sizes") or [G] * (r.size // G)]
+        if any(n != G for n in sizes):
+            raise AdapterError(f"{release()}: the trainer's groups all hold G answers (its rollout has no short group)")
+        split = replace(self.split, group_size=G)
+        cfg = self.config(G, split)
+        if request.get("layout", "split") == "split":
+            return _run_step(cfg, split, r, np.asarray(lengths, dtype=int), holes)
+        return _run_unsplit(self, split, r, np.asarray(lengths, dtype=int), holes)
+
+    def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
+        r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        data = _batch(r, G, lengths_for(r.size))
+        data = _trainer_advantages(self.config(G), data)
+        return data["advantages"][:, 0].double().numpy()
+
+
+def _batch(rewards: np.ndarray, G: int, lengths: np.ndarray, holes: Any = None, first: int = 0) -> Any:
+    """A ``TrainingInputBatch`` of the rows, as the trainer's ``convert_to_training_input`` leaves it: each row a
+    prompt of PROMPT_LENGTH tokens and an answer of ``lengths[i]`` tokens (right-padded to RESPONSE_LENGTH), its
+    tokens the row's marker (1 + ``first`` + its row), the reward on its last token, ``holes[i]`` tokens from
+    position 1 on out of the loss mask (tool output), ``uids`` its group."""
+    import torch
+
+    mods = modules()
+    n = rewards.size
+    width = PROMPT_LENGTH + RESPONSE_LENGTH
+    live = torch.as_tensor(np.arange(RESPONSE_LENGTH)[None, :] < np.asarray(lengths)[:, None], dtype=torch.long)
+    sequences = torch.zeros(n, width, dtype=torch.long)
+    sequences[:, :PROMPT_LENGTH] = 7
+    sequences[:, PROMPT_LENGTH:] = live * torch.arange(first + 1, first + n + 1)[:, None]
+    loss_mask = live.clone()
+    for i, h in enumerate(holes if holes is not None else ()):
+        loss_mask[i, 1 : 1 + int(h)] = 0
+    token_rewards = torch.zeros(n, RESPONSE_LENGTH)
+    token_rewards[torch.arange(n), torch.as_tensor(lengths) - 1] = torch.as_tensor(rewards, dtype=torch.float32)
+    data = mods["batch"].TrainingInputBatch(
+        {
+            "sequences": sequences,
+            "attention_mask": torch.cat([torch.ones(n, PROMPT_LENGTH, dtype=torch.long), live], dim=1),
+            "response_mask": live,
+            "loss_mask": loss_mask,
+            "rewards": token_rewards,
+            "values": None,
+            "action_log_probs": torch.zeros(n, RESPONSE_LENGTH),
+            "base_action_log_probs": torch.zeros(n, RESPONSE_LENGTH),
+            "rollout_logprobs": None,
+        }
+    )
+    data.metadata = {
+        "uids": [str((first + i) // G) for i in range(n)],
+        "response_length": RESPONSE_LENGTH,
+        "avg_response_length": float(np.mean(lengths)),
+    }
+    return data
+
+
+def _trainer_advantages(cfg: Any, data: Any) -> Any:
+    """``RayPPOTrainer.compute_advantages_and_returns`` as the trainer runs it, on a trainer that holds ``cfg``."""
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace(cfg=cfg, all_metrics={})
+    return modules()["trainer"].RayPPOTrainer.compute_advantages_and_returns(trainer, data)
+
+
+def _info(spec: FrameworkSpec, cfg: Any, entry: str) -> DriverInfo:
+    algo = cfg.trainer.algorithm
+    details = {
+        "estimator": str(algo.advantage_estimator),
+        "grpo_norm_by_std": bool(algo.grpo_norm_by_std),
+        "loss_reduction": str(algo.loss_reduction),
+        "policy_loss_type": str(algo.policy_loss_type),
+        "group_size": "each probe batch's G (generator.n_samples_per_prompt)",
+    }
+    user = dict(spec.sets)
+    settings = DriverSettings(
+        forced={k: {"driver": v, "yours": user.get(k)} for k, v in FORCED},
+        note="generator.n_samples_per_prompt set by each probe (2, 3, 4, 8 …), last",
+    )
+    return DriverInfo("skyrl", version("skyrl"), entry, user, settings, modules()["stand_ins"], details=details)
+
+
+# --- the step ------------------------------------------------------------------------------------------------------
+#: the step's settings (SkyRL's keys), and the driver's value of each the user did not set (SkyRL's defaults,
+#: 1024 prompts a batch, are far beyond a probe)
+SPLIT_KEYS = {
+    "trainer.train_batch_size": 4,
+    "trainer.policy_mini_batch_size": 2,
+    "trainer.micro_train_batch_size_per_gpu": 2,
+    "trainer.placement.policy_num_gpus_per_node": 1,
+}
+#: what the driver sets whatever the user set: one pass over each batch (the probes' first, on-policy, step)
+FORCED = (("trainer.update_epochs_per_batch", "1"), ("trainer.placement.policy_num_nodes", "1"))
+UNSPLIT = "each optimizer step of the split as one mini-batch of one micro-batch on one rank"
+
+
+@dataclass(frozen=True)
+class _Split:
+    """The configured step: G answers per prompt, ``prompts`` per generation batch (``trainer.train_batch_size``),
+    ``mini`` per optimizer step (``trainer.policy_mini_batch_size``), ``micro`` answers per micro-batch
+    (``trainer.micro_train_batch_size_per_gpu``), ``dp`` data-parallel ranks; ``chosen``: what the driver set."""
+
+    group_size: int
+    prompts: int
+    mini: int
+    micro: int
+    dp: int
+    chosen: tuple[tuple[str, Any], ...] = ()
+
+    def sets(self) -> tuple[tuple[str, str], ...]:
+        values = (self.prompts, self.mini, self.micro, self.dp)
+        return (*((k, str(v)) for k, v in zip(SPLIT_KEYS, values)), *FORCED)
+
+    def plan(self, cfg: Any) -> StepPlan:
+        split = (
+            f"{self.prompts} prompts × G per generation batch (trainer.train_batch_size); optimizer steps of "
+            f"{self.mini} prompts (trainer.policy_mini_batch_size), each cut into {self.dp} contiguous chunk(s), one "
+            f"per data-parallel rank (MeshDispatch{'; each rank a process' if self.dp > 1 else ''}); on each rank "
+            f"PolicyWorkerBase.forward_backward's micro-batches of {self.micro} answers "
+            "(trainer.micro_train_batch_size_per_gpu), then optim_step"
+        )
+        return StepPlan(
+            self.group_size,
+            self.mini * self.group_size,
+            self.prompts * self.group_size,
+            split=split,
+            unsplit=UNSPLIT,
+            settings={**dict(zip(SPLIT_KEYS, (self.prompts, self.mini, self.micro, self.dp))), "G": self.group_size},
+            ranks=self.dp,
+            chosen=dict(self.chosen),
+            objective=objective(cfg),
+            holes=True,
+        )
+
+
+def _step_split(spec: FrameworkSpec, cfg: Any) -> _Split:
+    """The split of ``spec``'s step: the user's settings, the driver's (:data:`SPLIT_KEYS`) where they set none;
+    G is the user's ``generator.n_samples_per_prompt``, else :data:`STEP_GROUP_SIZE`."""
+    user = dict(spec.sets)
+    t = cfg.trainer
+    given = (t.train_batch_size, t.policy_mini_batch_size, t.micro_train_batch_size_per_gpu)
+    values = dict(zip(SPLIT_KEYS, (*given, t.placement.policy_num_gpus_per_node)))
+    prompts, mini, micro, dp = (int(values[k]) if k in user else d for k, d in SPLIT_KEYS.items())
+    G = (
+        _int(user["generator.n_samples_per_prompt"], "generator.n_samples_per_prompt")
+        if "generator.n_samples_per_prompt" in user
+        else STEP_GROUP_SIZE
+    )
+    chosen = tuple((k, d) for k, d in SPLIT_KEYS.items() if k not in user)
+    split = _Split(G, prompts, mini, micro, dp, chosen=chosen)
+    algo = cfg.trainer.algorithm
+    if str(algo.loss_reduction) == "seq_mean_token_sum_norm" and algo.max_seq_len is None:
+        # 0.1.0's config fills in a default; from 0.2.0 on SkyRL's validate_cfg refuses it unset, as here
+        raise AdapterError(
+            f"{release()}: trainer.algorithm.loss_reduction=seq_mean_token_sum_norm divides by "
+            "trainer.algorithm.max_seq_len, which SkyRL requires set: set trainer.algorithm.max_seq_len (your budget)"
+        )
+    problem = _split_problem(split)
+    if problem:
+        raise AdapterError(f"{release()} cannot split the step as configured: {problem}")
+    return split
+
+
+def _int(raw: str, key: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise AdapterError(f"{key} must be a whole number, got {raw!r}") from None
+
+
+def _split_problem(s: _Split) -> str | None:
+    """What SkyRL's batch-size checks refuse in ``s`` (its validate_batch_sizes), naming a setting that runs."""
+    if s.prompts % s.mini:
+        return f"trainer.train_batch_size={s.prompts} is no multiple of trainer.policy_mini_batch_size={s.mini}"
+    rows = s.mini * s.group_size
+    if rows % s.dp or (rows // s.dp) % s.micro:
+        return (
+            f"an optimizer step's {rows} answers (policy_mini_batch_size × G) do not cut into {s.dp} rank(s) of whole "
+            f"micro-batches of {s.micro}: set trainer.micro_train_batch_size_per_gpu=1"
+        )
+    return None
+
+
+def objective(cfg: Any) -> dict[str, Any] | None:
+    """The documented objective of ``trainer.algorithm.loss_reduction``; seq_mean_token_sum_norm's constant is
+    ``trainer.algorithm.max_seq_len`` (the probe's response budget where unset)."""
+    from grpo_identity.objectives import objective_of
+
+    algo = cfg.trainer.algorithm
+    found = objective_of("skyrl", "trainer.algorithm.loss_reduction", str(algo.loss_reduction))
+    if found is None:
+        return None
+    return found.for_step(float(algo.max_seq_len) if algo.max_seq_len else RESPONSE_LENGTH)
+
+
+class _Record:
+    """A step request's answer, filled optimizer step by optimizer step (rows no step held: step -1)."""
+
+    def __init__(self, n: int) -> None:
+        self.advantages, self.coefficients = np.zeros(n), np.zeros((n, RESPONSE_LENGTH))
+        self.mask = np.zeros((n, RESPONSE_LENGTH))
+        self.where = {k: np.full(n, -1, dtype=np.int64) for k in ("step", "rank", "micro_batch")}
+
+    def read(self, data: Any, rows: np.ndarray) -> None:
+        self.advantages[rows] = data["advantages"][:, 0].double().numpy()
+        self.mask[rows] = data["loss_mask"].double().numpy()
+
+    def read_step(self, step: int, grad: Any, micro: list[list[list[int]]]) -> None:
+        """One optimizer step: the gradient averaged over the ranks, each rank's micro-batches' rows."""
+        for rank, batches in enumerate(micro):
+            for m, rows in enumerate(batches):
+                for i in rows:
+                    self.where["step"][i], self.where["rank"][i], self.where["micro_batch"][i] = step, rank, m
+                    self.coefficients[i] = -grad[i].double().numpy()
+
+    def result(self) -> dict[str, np.ndarray]:
+        return {"advantages": self.advantages, "coefficients": self.coefficients, "mask": self.mask, **self.where}
+
+
+def _mini_batches(cfg: Any, data: Any, split: _Split) -> list[tuple[int, int]]:
+    """The optimizer steps of a generation batch, as the trainer cuts it."""
+    if DIFFERENCES["mini_batch_boundaries"].present():
+        from skyrl.train.dataset.preprocess import compute_prompt_mini_batch_boundaries
+
+        return compute_prompt_mini_batch_boundaries(
+            data.metadata["uids"], split.mini, split.prompts, False, split.group_size
+        )
+    rows = split.mini * split.group_size
+    return [(k * rows, (k + 1) * rows) for k in range(len(data) // rows)]
+
+
+def _normalized(cfg: Any, data: Any, bounds: list[tuple[int, int]]) -> Any:
+    """The trainer's ``_normalize_advantages`` (0.2.0 on: the loss reduction moved into the advantages)."""
+    from types import SimpleNamespace
+
+    if not DIFFERENCES["normalize_advantages"].present():
+        return data
+    trainer = SimpleNamespace(cfg=cfg)
+    extra = {}
+    if DIFFERENCES["prompt_boundaries"].present():
+        from skyrl.train.dataset.preprocess import compute_prompt_boundaries
+
+        extra["prompt_boundaries"] = compute_prompt_boundaries(data.metadata["uids"])
+    return modules()["trainer"].RayPPOTrainer._normalize_advantages(trainer, data, bounds, **extra)
+
+
+def _run_step(cfg: Any, split: _Split, r: np.ndarray, lengths: np.ndarray, holes: list[int]) -> dict[str, Any]:
+    """The rows one generation batch after another as the trainer and its policy workers run them (module
+    docstring); a last, partial generation batch is never trained (step -1)."""
+    n, per = r.size, split.prompts * split.group_size
+    record, step = _Record(n), 0
+    for start in range(0, n - per + 1, per):
+        rows = np.arange(start, start + per)
+        data = _trainer_advantages(
+            cfg, _batch(r[rows], split.group_size, lengths[rows], holes[start : start + per], start)
+        )
+        record.read(data, rows)
+        bounds = _mini_batches(cfg, data, split)
+        data = _normalized(cfg, data, bounds)
+        chunks = [data[a:b].chunk((b - a) // split.dp) for a, b in bounds]  # MeshDispatch.stage_chunks
+        for grad, micro in _on_ranks(cfg, split.dp, n, chunks):
+            record.read_step(step, grad, micro)
+            step += 1
+    return record.result()
+
+
+def _run_unsplit(target: SkyRLTarget, split: _Split, r: np.ndarray, lengths: np.ndarray, holes: list[int]) -> dict:
+    """Each optimizer step of the split layout again, as one mini-batch of one micro-batch on one rank: the
+    generation batch's advantages, then that step's rows alone through the trainer and one worker."""
+    n, per, rows_per_step = r.size, split.prompts * split.group_size, split.mini * split.group_size
+    one = _Split(split.group_size, split.mini, split.mini, rows_per_step, 1)
+    cfg, one_cfg = target.config(split.group_size, split), target.config(split.group_size, one)
+    record, step = _Record(n), 0
+    for start in range(0, n - per + 1, per):
+        rows = np.arange(start, start + per)
+        data = _trainer_advantages(
+            cfg, _batch(r[rows], split.group_size, lengths[rows], holes[start : start + per], start)
+        )
+        record.read(data, rows)
+        for a, b in _mini_batches(cfg, data, split):
+            part = data[a:b]  # a slice keeps the whole batch's metadata: its own prompts' uids instead
+            part.metadata = {**data.metadata, "uids": data.metadata["uids"][a:b]}
+            part = _normalized(one_cfg, part, [(0, b - a)])
+            for grad, micro in _on_ranks(one_cfg, 1, n, [[part]]):
+                record.read_step(step, grad, micro)
+                step += 1
+    return record.result()
+
+
+def _on_ranks(cfg: Any, dp: int, n: int, steps: list[list[Any]]) -> list[tuple[Any, list[list[list[int]]]]]:
+    """Each optimizer step (its chunk per rank) through a policy worker per rank, the ranks processes of one gloo
+    group: per step, the gradient (averaged over the ranks) and each rank's micro-batches' rows."""
+
+    def rank_body(rank: int) -> list[tuple[Any, list[list[int]]]]:
+        worker = _worker(cfg, dp, n)
+        with patched_attributes(_cpu_patches()):
+            for chunks in steps:
+                worker.forward_backward(chunks[rank])
+                worker.optim_step()
+        return worker.strategy.steps
+
+    replies = ProcessRanks(dp).run(rank_body)
+    return [(replies[0][k][0], [reply[k][1] for reply in replies]) for k in range(len(steps))]
+
+
+def _cpu_patches() -> list[tuple[Any, str, Any]]:
+    """``torch.cuda.current_device`` answers the CPU, where the worker moves each micro-batch."""
+    import torch
+
+    return [(torch.cuda, "current_device", lambda: "cpu")]
+
+
+def _worker(cfg: Any, dp: int, n: int) -> Any:
+    """SkyRL's own ``PolicyWorkerBase``, its model and strategy stood in (:class:`_Policy`, :func:`_strategy`)."""
+    from types import SimpleNamespace
+
+    mods = modules()
+    base = mods["worker"].PolicyWorkerBase
+    worker = base.__new__(base)  # its __init__ belongs to the Ray actor that would place it on a GPU
+    worker.cfg, worker.record_memory = cfg.trainer, False
+    worker.model, worker.strategy, worker.optimizer = _policy(n), _strategy(dp), None
+    worker.scheduler = SimpleNamespace(get_last_lr=lambda: [0.0])
+    worker.policy_loss_fn = mods["ppo"].PolicyLossRegistry.get(cfg.trainer.algorithm.policy_loss_type)
+    worker.mesh_rank = SimpleNamespace(dp_size=dp, dp=0, sp=0, tp=0, pp=0)
+    worker.device_mesh = SimpleNamespace(get_group=lambda name: None)
+    worker._micro_batches_accumulated = 0  # releases before 0.2.0 count the micro-batches to divide by
+    return worker
+
+
+def _policy(n: int) -> Any:
+    """The model: a table of log-probabilities, one row per answer (the answer its tokens mark), all zero (the
+    step's first, on-policy pass); it records the rows of each micro-batch it is called on."""
+    import torch
+
+    class Policy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.leaf = torch.nn.Parameter(torch.zeros(n + 1, RESPONSE_LENGTH))
+            self.micro: list[list[int]] = []
+
+        def forward(self, sequences: Any, num_actions: int, *args: Any, **kwargs: Any) -> Any:
+            rows = sequences[:, PROMPT_LENGTH].long() - 1
+            self.micro.append(rows.tolist())
+            logp = self.leaf[rows, :num_actions]
+            out = {"entropy": torch.zeros(sequences.shape, dtype=logp.dtype)}
+            return (logp, out) if kwargs.get("return_output") else logp
+
+    return Policy()
+
+
+def _strategy(dp: int) -> Any:
+    """SkyRL's ``DistributedStrategy`` (its all-reduce as written) with FSDP's part stood in: ``backward`` is the
+    loss's, ``optimizer_step`` averages the gradient over the ranks (FSDP's reduce-scatter averages) and records
+    it with the rows of each micro-batch, then clears both."""
+    import torch
+    import torch.distributed as dist
+
+    base = modules()["strategy"].DistributedStrategy
+
+    class Strategy(base):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            self.world_size = dp
+            self.steps: list[tuple[Any, list[list[int]]]] = []
+
+        def setup_distributed(self) -> None:
+            pass
+
+        def backward(self, loss: Any, model: Any, optimizer: Any, **kwargs: Any) -> None:
+            loss.backward()
+
+        def optimizer_step(self, optimizer: Any, model: Any, scheduler: Any, name: str = "model", **kw: Any) -> Any:
+            grad = model.leaf.grad if model.leaf.grad is not None else torch.zeros_like(model.leaf)
+            grad = grad.detach().clone()
+            dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+            self.steps.append((grad / dp, model.micro))
+            model.leaf.grad, model.micro = None, []
+            return torch.zeros(())
+
+        def save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+            raise NotImplementedError
+
+        def load_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+            raise NotImplementedError
+
+        def save_hf_model(self, *args: Any, **kwargs: Any) -> None:
+            raise NotImplementedError
+
+    return Strategy()

@@ -1,0 +1,210 @@
+"""The SkyRL driver (``checks.frameworks.skyrl``): its split and objective (no SkyRL needed), then audits of SkyRL
+0.1.0 and 0.3.0 in their release environments (``releases.ensure``; SkyRL never goes into the project's
+environment).
+
+What SkyRL computes:
+
+- advantages (``compute_grpo_outcome_advantage``, ``skyrl/backends/skyrl_train/utils/ppo_utils.py``): the group's
+  mean and ``torch.std`` (Bessel's, ddof 1) over the answers of one ``uid``, (score − mean)/(std + 1e-6);
+  ``trainer.algorithm.grpo_norm_by_std=false`` leaves the std out (Dr. GRPO);
+- the loss, 0.1.0: each micro-batch's policy loss reduced on its own (``reduce_loss``: ``token_mean`` is the
+  micro-batch's masked mean), ``optim_step`` divides the accumulated gradient by the micro-batches, and FSDP averages
+  over the ranks: each token weighs 1/(M_S·T_b), M_S the micro-batches of the optimizer step, T_b the tokens of its
+  own micro-batch (SkyRL PR #1296 names the bug);
+- the loss, 0.2.0 on: ``RayPPOTrainer._normalize_advantages`` divides each mini-batch's advantages by its loss
+  tokens, the loss is a masked sum, multiplied by the data-parallel size against FSDP's average: every token weighs
+  1/T_S, however the step is split.  ``token_mean_legacy`` keeps the old weights on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from _support import env_or_skip
+
+from grpo_identity.app.cli import main
+from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import skyrl as drv
+
+pytestmark = pytest.mark.xdist_group("skyrl")
+
+BUGGY, FIXED = "0.1.0", "0.3.0"
+GRPO = ["--set", "trainer.algorithm.advantage_estimator=grpo"]
+TWO_RANKS = ["--set", "trainer.placement.policy_num_gpus_per_node=2"]
+
+
+# --- the driver's own steps (no SkyRL needed) ------------------------------------------------------------------------
+def _cfg(loss_reduction: str, max_seq_len: int | None = None) -> SimpleNamespace:
+    algorithm = SimpleNamespace(loss_reduction=loss_reduction, max_seq_len=max_seq_len)
+    return SimpleNamespace(trainer=SimpleNamespace(algorithm=algorithm))
+
+
+def test_the_step_plan_counts_a_generation_batch_and_an_optimizer_step_in_answers():
+    plan = drv._Split(4, prompts=4, mini=2, micro=2, dp=2).plan(_cfg("token_mean"))
+    geo = plan.geometry()
+    assert (geo["group_size"], geo["step_rows"], geo["generation_rows"], geo["ranks"]) == (4, 8, 16, "processes")
+    assert geo["objective"]["name"] == "token_mean" and geo["holes"] and not geo["ragged"]
+
+
+@pytest.mark.parametrize(
+    "reduction, objective, budget",
+    [
+        ("token_mean", "token_mean", None),
+        ("sequence_mean", "seq_mean_token_mean", None),
+        ("seq_mean_token_sum_norm", "seq_mean_token_sum_norm", 512.0),
+        ("token_mean_legacy", "local_token_mean", None),
+        ("prompt_mean", None, None),  # a per-group objective, which a step run cannot key
+    ],
+)
+def test_each_loss_reduction_is_judged_by_the_objective_its_docs_give(reduction, objective, budget):
+    found = drv.objective(_cfg(reduction, 512))
+    assert (found and found["name"]) == objective
+    if budget is not None:
+        assert found["budget"] == budget
+
+
+def test_the_dr_grpo_constant_is_the_probes_response_budget_where_max_seq_len_is_unset():
+    assert drv.objective(_cfg("seq_mean_token_sum_norm"))["budget"] == drv.RESPONSE_LENGTH
+
+
+@pytest.mark.parametrize(
+    "split, words",
+    [
+        (drv._Split(4, prompts=3, mini=2, micro=2, dp=1), "trainer.train_batch_size=3 is no multiple"),
+        (drv._Split(4, prompts=4, mini=2, micro=3, dp=1), "set trainer.micro_train_batch_size_per_gpu=1"),
+        (drv._Split(3, prompts=2, mini=1, micro=1, dp=2), "do not cut into 2 rank(s)"),
+    ],
+)
+def test_a_split_skyrl_cannot_cut_is_named_with_a_setting_that_runs(split, words):
+    assert words in drv._split_problem(split)
+
+
+def test_a_split_that_cuts_is_accepted():
+    assert drv._split_problem(drv._Split(4, prompts=4, mini=2, micro=2, dp=2)) is None
+
+
+def test_a_config_file_is_refused_for_skyrls_command_line_takes_none():
+    with pytest.raises(AdapterError, match="takes no config file"):
+        drv.config(FrameworkSpec("skyrl", config="ppo.yaml"), 4)
+
+
+# --- SkyRL itself, in its release environments ------------------------------------------------------------------------
+def _audit(capsys, release, *args):
+    """(exit code, JSON) of ``grpo-identity audit skyrl --release RELEASE *args``."""
+    env_or_skip("skyrl", release)
+    code = main(["audit", "skyrl", "--release", release, *args, "--max-examples", "20", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["target_info"]["version"] == release and out["target_info"]["framework"] == "skyrl"
+    return code, out
+
+
+def _severity(out, prop):
+    return {f["severity"] for f in out["findings"] if f["property"] == prop}
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize("release", [BUGGY, FIXED])
+def test_grpo_divides_by_the_group_std_with_ddof_1_and_eps_1e_6_and_the_std_switch_leaves_it_out(release, capsys):
+    code, out = _audit(capsys, release, *GRPO, "--level", "advantage")
+    inf = out["inferred"]
+    assert code == 0 and (inf["centre"], inf["scale"], inf["ddof"]) == ("mean", "group_std", 1)
+    assert inf["eps"] == pytest.approx(1e-6, rel=0.05) and "verl" in out["matches"]
+    code, out = _audit(
+        capsys,
+        release,
+        *GRPO,
+        "--set",
+        "trainer.algorithm.grpo_norm_by_std=false",
+        "--expect",
+        "dr_grpo",
+        "--level",
+        "advantage",
+    )
+    assert code == 0 and out["inferred"]["scale"] == "none" and "dr_grpo" in out["matches"]
+
+
+def _step_factors(out):
+    """Each micro-batch's weight over the unsplit step's, and what 1/(M_S·T_b) over 1/T_S predicts for it."""
+    pieces = out["inferred"]["step"]["pieces"]
+    by_step = {}
+    for p in pieces:
+        by_step.setdefault(p["step"], []).append(p)
+    got, predicted = [], []
+    for step in by_step.values():
+        tokens = sum(p["tokens"] for p in step)
+        for p in step:
+            if p["weight_ratio"] is not None:
+                got.append(p["weight_ratio"])
+                predicted.append(tokens / (len(step) * p["tokens"]))
+    return got, predicted
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_skyrl_0_1_0s_token_mean_averages_the_micro_batches_token_means_over_two_rank_processes(capsys):
+    # SkyRL PR #1296 (fixed in 0.2.0): reduce_loss per micro-batch, optim_step's 1/micro-batches, FSDP's rank mean
+    code, out = _audit(capsys, BUGGY, *GRPO, *TWO_RANKS)
+    step = out["inferred"]["step"]
+    assert code == 1 and out["target_info"]["ranks"] == "processes" and step["ranks"] == "processes"
+    assert (step["weight"], step["weight_unsplit"], step["invariant"]) == (
+        "1/micro_batch_tokens",
+        "1/step_tokens",
+        False,
+    )
+    assert _severity(out, "split_invariance") == {"fail"} and _severity(out, "step_weights") == {"fail"}
+    got, predicted = _step_factors(out)
+    assert got and got == pytest.approx(predicted, rel=1e-5) and max(predicted) > 1.01
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_skyrl_0_3_0s_token_mean_weighs_every_token_of_the_step_alike_on_two_rank_processes(capsys):
+    code, out = _audit(capsys, FIXED, *GRPO, *TWO_RANKS)
+    step = out["inferred"]["step"]
+    assert out["target_info"]["ranks"] == "processes"
+    assert (step["weight"], step["weight_unsplit"], step["invariant"]) == ("1/step_tokens", "1/step_tokens", True)
+    assert "fail" not in _severity(out, "split_invariance") | _severity(out, "step_weights")
+    assert step["objective"]["factors"] == pytest.approx([1.0] * len(step["objective"]["factors"]), rel=1e-5)
+    got, _ = _step_factors(out)
+    assert got == pytest.approx([1.0] * len(got), rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_skyrl_0_3_0s_token_mean_legacy_keeps_the_old_weights_and_is_judged_by_them(capsys):
+    code, out = _audit(capsys, FIXED, *GRPO, "--set", "trainer.algorithm.loss_reduction=token_mean_legacy")
+    step = out["inferred"]["step"]
+    assert step["weight"] == "1/micro_batch_tokens" and step["objective"]["name"] == "local_token_mean"
+    assert _severity(out, "split_invariance") == {"fail"} and "fail" not in _severity(out, "step_weights")
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_sequence_mean_weighs_each_answer_by_one_over_its_length(capsys):
+    code, out = _audit(capsys, FIXED, *GRPO, "--set", "trainer.algorithm.loss_reduction=sequence_mean")
+    assert out["inferred"]["per_sample_weight"] == "1/length" and out["inferred"]["step"]["invariant"]
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_a_key_skyrls_config_does_not_have_is_its_own_one_line_usage_error(capsys):
+    env_or_skip("skyrl", FIXED)
+    code = main(["audit", "skyrl", "--release", FIXED, "--set", "trainer.algorithm.loss_reductoin=token_mean"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "loss_reductoin" in err and "refuses" in err
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_dr_grpos_constant_is_max_seq_len_which_0_3_0_requires_set(capsys):
+    env_or_skip("skyrl", FIXED)
+    sets = [*GRPO, "--set", "trainer.algorithm.loss_reduction=seq_mean_token_sum_norm"]
+    assert main(["audit", "skyrl", "--release", FIXED, *sets]) == 2
+    assert "set trainer.algorithm.max_seq_len" in capsys.readouterr().err
+    code, out = _audit(capsys, FIXED, *sets, "--set", "trainer.algorithm.max_seq_len=8")
+    step = out["inferred"]["step"]
+    assert code == 0 and out["inferred"]["per_sample_weight"] == "constant" and step["invariant"]
+    assert step["objective"]["name"] == "seq_mean_token_sum_norm" and set(step["objective"]["factors"]) == {1.0}
