@@ -421,14 +421,24 @@ FRAMEWORK_TABLE: dict[str, FrameworkEntry] = {e.name: e for e in (_TRL, _VERL, _
 
 
 def pins_table() -> dict[tuple[str, str, str], tuple[str, ...]]:
-    """(framework, first release, first release no longer needing them) -> extra requirements, of every entry."""
-    return {(e.name, lo, hi): reqs for e in FRAMEWORK_TABLE.values() for lo, hi, reqs in e.pins}
+    """(framework, first release, first release no longer needing them) -> extra requirements, of every entry (rows
+    of one range together)."""
+    return _by_range("pins")
 
 
 def no_deps_table() -> dict[tuple[str, str, str], tuple[str, ...]]:
     """(framework, first release, first release no longer needing them) -> the packages installed with
     ``--no-deps`` beside the release, of every entry."""
-    return {(e.name, lo, hi): pkgs for e in FRAMEWORK_TABLE.values() for lo, hi, pkgs in e.no_deps}
+    return _by_range("no_deps")
+
+
+def _by_range(field: str) -> dict[tuple[str, str, str], tuple[str, ...]]:
+    """Each entry's rows of ``field`` keyed by (framework, range); two rows of one range add up, never replace."""
+    out: dict[tuple[str, str, str], tuple[str, ...]] = {}
+    for e in FRAMEWORK_TABLE.values():
+        for lo, hi, reqs in getattr(e, field):
+            out[(e.name, lo, hi)] = out.get((e.name, lo, hi), ()) + tuple(reqs)
+    return out
 
 
 def release_key(release: str) -> tuple[int, ...]:

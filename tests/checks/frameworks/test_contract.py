@@ -261,3 +261,15 @@ def test_a_difference_is_read_from_the_installed_code_and_named_where_it_is_miss
         Difference("json:nope", "3.1", "a thing").require("demo 2.0")
     plan = Difference("grpo_identity.checks.frameworks.contract:StepPlan.split", "1", "a field")
     assert plan.value_of(PLAN) == "two" and Difference("json:JSONDecoder.nope", "9", "-").value_of(PLAN, 7) == 7
+
+
+def test_two_pin_rows_of_one_release_range_add_up_and_never_replace_each_other(monkeypatch):
+    # a second row of the same range once silently dropped the first (loguru and jaxtyping went missing)
+    from grpo_identity.checks.frameworks import registry
+
+    row = registry.FrameworkEntry(
+        "demo", "1.0", "a demo", pins=(("0.0", "99", ("a",)), ("0.0", "99", ("b",))), no_deps=(("0.0", "99", ("c",)),)
+    )
+    monkeypatch.setitem(registry.FRAMEWORK_TABLE, "demo", row)
+    assert registry.pins_table()[("demo", "0.0", "99")] == ("a", "b")
+    assert registry.no_deps_table()[("demo", "0.0", "99")] == ("c",)
