@@ -167,6 +167,11 @@ class SkyRLTarget(Built):
         self.spec = spec
         self.configs: dict[Any, Any] = {}
         cfg = self.config(2)
+        if str(cfg.trainer.algorithm.advantage_estimator) == "gae":
+            raise AdapterError(
+                f"{release()}: trainer.algorithm.advantage_estimator=gae needs a critic's values; the driver audits "
+                "the critic-free estimators (grpo, rloo, reinforce++ …)"
+            )
         info = _info(spec, cfg, "RayPPOTrainer.compute_advantages_and_returns")
         if level == "gradient":
             self.split = _step_split(spec, cfg)

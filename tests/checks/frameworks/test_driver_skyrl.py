@@ -208,3 +208,12 @@ def test_dr_grpos_constant_is_max_seq_len_which_0_3_0_requires_set(capsys):
     step = out["inferred"]["step"]
     assert code == 0 and out["inferred"]["per_sample_weight"] == "constant" and step["invariant"]
     assert step["objective"]["name"] == "seq_mean_token_sum_norm" and set(step["objective"]["factors"]) == {1.0}
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_gae_is_refused_as_needing_a_critic_naming_the_estimators_that_run(capsys):
+    env_or_skip("skyrl", FIXED)
+    code = main(["audit", "skyrl", "--release", FIXED, "--set", "trainer.algorithm.advantage_estimator=gae"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "needs a critic" in err and "grpo, rloo" in err
