@@ -62,6 +62,11 @@ DIFFERENCES = {
         "0.2.0",
         "the mini-batches as prompt boundaries (before it, slices of policy_mini_batch_size × G rows)",
     ),
+    "token_budget": Difference(
+        "skyrl.train.config.config:TrainerConfig.max_tokens_per_microbatch",
+        "0.3.0",
+        "micro-batches cut by a token budget (trainer.max_tokens_per_microbatch), padded to one count over the ranks",
+    ),
     "prompt_boundaries": Difference(
         "skyrl.train.dataset.preprocess:compute_prompt_boundaries",
         "0.3.0",
@@ -192,7 +197,8 @@ class SkyRLTarget(Built):
     def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
         """The whole batch as one optimizer step of one micro-batch on one rank."""
         r = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        one = _Split(G, r.size // G, r.size // G, r.size, 1)
+        no_budget = -1 if DIFFERENCES["token_budget"].present() else None
+        one = _Split(G, r.size // G, r.size // G, r.size, 1, budget=no_budget)
         out = _run_step(self.config(G, one), one, r, np.asarray(lengths, dtype=int), [0] * r.size)
         return {k: out[k] for k in ("advantages", "coefficients", "mask")}
 
@@ -306,18 +312,27 @@ class _Split:
     micro: int
     dp: int
     chosen: tuple[tuple[str, Any], ...] = ()
+    budget: int | None = None
+    """Tokens per micro-batch (``trainer.max_tokens_per_microbatch``, 0.3.0 on; -1: none); None: the user's."""
 
     def sets(self) -> tuple[tuple[str, str], ...]:
         values = (self.prompts, self.mini, self.micro, self.dp)
-        return (*((k, str(v)) for k, v in zip(SPLIT_KEYS, values)), *FORCED)
+        budget = (("trainer.max_tokens_per_microbatch", str(self.budget)),) if self.budget is not None else ()
+        return (*((k, str(v)) for k, v in zip(SPLIT_KEYS, values)), *FORCED, *budget)
 
     def plan(self, cfg: Any) -> StepPlan:
+        tokens = int(DIFFERENCES["token_budget"].value_of(cfg.trainer, -1))
+        micro = f"micro-batches of {self.micro} answers (trainer.micro_train_batch_size_per_gpu)"
+        if tokens > 0:
+            micro = (
+                f"micro-batches of at most {tokens} tokens (trainer.max_tokens_per_microbatch: "
+                "TokenBasedBatchIterator, padded to one count over the ranks)"
+            )
         split = (
             f"{self.prompts} prompts × G per generation batch (trainer.train_batch_size); optimizer steps of "
             f"{self.mini} prompts (trainer.policy_mini_batch_size), each cut into {self.dp} contiguous chunk(s), one "
             f"per data-parallel rank (MeshDispatch{'; each rank a process' if self.dp > 1 else ''}); on each rank "
-            f"PolicyWorkerBase.forward_backward's micro-batches of {self.micro} answers "
-            "(trainer.micro_train_batch_size_per_gpu), then optim_step"
+            f"PolicyWorkerBase.forward_backward's {micro}, then optim_step"
         )
         return StepPlan(
             self.group_size,
@@ -325,7 +340,11 @@ class _Split:
             self.prompts * self.group_size,
             split=split,
             unsplit=UNSPLIT,
-            settings={**dict(zip(SPLIT_KEYS, (self.prompts, self.mini, self.micro, self.dp))), "G": self.group_size},
+            settings={
+                **dict(zip(SPLIT_KEYS, (self.prompts, self.mini, self.micro, self.dp))),
+                **({"trainer.max_tokens_per_microbatch": tokens} if tokens > 0 else {}),
+                "G": self.group_size,
+            },
             ranks=self.dp,
             chosen=dict(self.chosen),
             objective=objective(cfg),
@@ -468,7 +487,8 @@ def _run_unsplit(target: SkyRLTarget, split: _Split, r: np.ndarray, lengths: np.
     """Each optimizer step of the split layout again, as one mini-batch of one micro-batch on one rank: the
     generation batch's advantages, then that step's rows alone through the trainer and one worker."""
     n, per, rows_per_step = r.size, split.prompts * split.group_size, split.mini * split.group_size
-    one = _Split(split.group_size, split.mini, split.mini, rows_per_step, 1)
+    no_budget = -1 if DIFFERENCES["token_budget"].present() else None
+    one = _Split(split.group_size, split.mini, split.mini, rows_per_step, 1, budget=no_budget)
     cfg, one_cfg = target.config(split.group_size, split), target.config(split.group_size, one)
     record, step = _Record(n), 0
     for start in range(0, n - per + 1, per):
@@ -529,7 +549,8 @@ def _worker(cfg: Any, dp: int, n: int) -> Any:
 
 def _policy(n: int) -> Any:
     """The model: a table of log-probabilities, one row per answer (the answer its tokens mark), all zero (the
-    step's first, on-policy pass); it records the rows of each micro-batch it is called on."""
+    step's first, on-policy pass); it records the rows of each micro-batch it is called on.  A padding row
+    (``TokenBasedBatchIterator``'s, random tokens, no attention past position 0) reads the spare row ``n``."""
     import torch
 
     class Policy(torch.nn.Module):
@@ -539,8 +560,10 @@ def _policy(n: int) -> Any:
             self.micro: list[list[int]] = []
 
         def forward(self, sequences: Any, num_actions: int, *args: Any, **kwargs: Any) -> Any:
-            rows = sequences[:, PROMPT_LENGTH].long() - 1
-            self.micro.append(rows.tolist())
+            mask = kwargs.get("attention_mask")
+            real = mask[:, PROMPT_LENGTH] > 0 if mask is not None else torch.ones(len(sequences), dtype=torch.bool)
+            rows = torch.where(real, sequences[:, PROMPT_LENGTH].long() - 1, n)
+            self.micro.append(rows[real].tolist())
             logp = self.leaf[rows, :num_actions]
             out = {"entropy": torch.zeros(sequences.shape, dtype=logp.dtype)}
             return (logp, out) if kwargs.get("return_output") else logp

@@ -21,10 +21,12 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from _support import env_or_skip
 
 from grpo_identity.app.cli import main
+from grpo_identity.checks.calls.child import ChildTarget
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.frameworks import skyrl as drv
 
@@ -217,3 +219,38 @@ def test_gae_is_refused_as_needing_a_critic_naming_the_estimators_that_run(capsy
     code = main(["audit", "skyrl", "--release", FIXED, "--set", "trainer.algorithm.advantage_estimator=gae"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "needs a critic" in err and "grpo, rloo" in err
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_a_token_budget_over_two_ranks_pads_micro_batches_and_keeps_0_3_0s_step_invariant(capsys):
+    # TokenBasedBatchIterator pads the rank with fewer micro-batches with rows of random tokens and no loss mask
+    budget = ["--set", "trainer.max_tokens_per_microbatch=12"]
+    code, out = _audit(capsys, FIXED, *GRPO, *TWO_RANKS, *budget)
+    step = out["inferred"]["step"]
+    assert step["ranks"] == "processes" and step["settings"]["trainer.max_tokens_per_microbatch"] == 12
+    assert step["invariant"] and set(step["objective"]["factors"]) == {1.0}
+    assert max(p["micro_batch"] for p in step["pieces"]) >= 1  # the budget cut a rank's chunk
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_the_padding_micro_batches_of_a_token_budget_train_no_answer_and_are_never_recorded():
+    # rank 0's chunk holds four answers of 6 tokens (four micro-batches under a 12-token budget with the prompt),
+    # rank 1's four of 1 token (one): TokenBasedBatchIterator pads rank 1 with three micro-batches of random tokens
+    env = env_or_skip("skyrl", FIXED)
+    sets = (
+        ("trainer.algorithm.advantage_estimator", "grpo"),
+        ("trainer.placement.policy_num_gpus_per_node", "2"),
+        ("trainer.max_tokens_per_microbatch", "12"),
+    )
+    spec = FrameworkSpec("skyrl", sets=sets)
+    rewards, lengths = np.array([1.0, 0, 1, 0, 0, 1, 1, 0] * 4), np.array([6, 6, 6, 6, 1, 1, 1, 1] * 4)
+    with ChildTarget(spec, kind="gradient", python=env.python, warm=True, timeout=300, load_timeout=600) as fn:
+        out = fn(rewards, 4, lengths, {"layout": "split"})
+    micro, rank = np.asarray(out["micro_batch"]), np.asarray(out["rank"])
+    assert (
+        micro[:4].tolist() == [0, 1, 2, 3] and micro[4:8].tolist() == [0] * 4 and rank[:8].tolist() == [0] * 4 + [1] * 4
+    )
+    ratio = np.asarray(out["coefficients"])[:8, 0] / np.asarray(out["advantages"])[:8]
+    assert ratio == pytest.approx([1 / 28] * 8, rel=1e-5)  # every token 1/(the step's 28 tokens)
