@@ -409,9 +409,16 @@ _SKYRL = FrameworkEntry(
             "trainer.algorithm.loss_reduction=seq_mean_token_sum_norm --set trainer.algorithm.max_seq_len=8",
             _SKYRL_RELEASES,
         ),
+        # the optimizer step over two rank processes (SkyRL PR #1296: 0.1.0's token_mean averages the micro-batches'
+        # token means), and cut by a token budget (0.3.0), which pads the rank with fewer micro-batches
         (
             "skyrl --set trainer.algorithm.advantage_estimator=grpo --set trainer.placement.policy_num_gpus_per_node=2",
             _SKYRL_RELEASES,
+        ),
+        (
+            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set trainer.placement.policy_num_gpus_per_node=2 "
+            "--set trainer.max_tokens_per_microbatch=12",
+            ("0.3.0",),
         ),
     ),
 )
