@@ -45,7 +45,7 @@ from grpo_identity.checks.frameworks.registry import release_key
 __all__ = ["DriverSettings", "geometry", "StepPlan", "DriverInfo", "Built", "Driver", "Difference", "RANKS"]
 
 #: how a step's data-parallel ranks ran: one rank, real processes (all five drivers), or emulated (a driver whose
-#: framework's rank path cannot run on a CPU: :attr:`StepPlan.emulated`; none of the four now)
+#: framework's rank path cannot run on a CPU: :attr:`StepPlan.emulated`; none of the five now)
 RANKS = ("one", "emulated", "processes")
 
 

@@ -13,10 +13,12 @@
   ``PolicyWorkerBase.forward_backward`` (its micro-batches of ``trainer.micro_train_batch_size_per_gpu``) and
   ``optim_step``.  The ranks are processes of one gloo group
   (:class:`~grpo_identity.checks.frameworks._ranks.ProcessRanks`), so the worker's own all-reduces are torch's.
-  What needs a GPU is a stand-in, and the target's info says so: the model (a table of log-probabilities, one row
-  per answer: :class:`_Policy`) and the FSDP strategy (:class:`_Strategy`: ``backward``, and an
-  ``optimizer_step`` that averages the gradient over the ranks as FSDP's reduce-scatter does, then records it).
-  The unsplit layout runs each optimizer step of the split again as one mini-batch of one micro-batch on one rank.
+  What needs a GPU is a stand-in, and the target's info says so (:data:`STEP_STAND_INS`): the model (a table of
+  log-probabilities, one row per answer: :func:`_policy`) and the FSDP strategy (:func:`_strategy`: ``backward``,
+  and an ``optimizer_step`` that averages the gradient over the ranks as FSDP's reduce-scatter does, then records
+  it).  The unsplit layout runs each optimizer step of the split again as one micro-batch on one rank, with the
+  advantages the trainer hands the workers.  Settings whose code the driver does not run (Megatron, sequence
+  parallelism, dynamic sampling, an entropy loss, step-wise trajectories) are refused by name (:data:`UNSUPPORTED`).
 
 SkyRL's import chain reaches ``flash_attn`` (GPU only), which an empty stand-in answers while SkyRL imports;
 releases 0.2.0 and 0.3.0 declare Python 3.11 but build pydantic models on ``typing.TypedDict``, which pydantic
@@ -27,11 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import sys
 import typing
 from dataclasses import dataclass, replace
 from importlib.metadata import version
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -100,23 +103,6 @@ def release() -> str:
         return "SkyRL (not installed here)"
 
 
-@contextlib.contextmanager
-def _typed_dict_for_pydantic() -> Iterator[bool]:
-    """``typing.TypedDict`` is ``typing_extensions.TypedDict`` while the block runs, below Python 3.12 (yields
-    whether it stood in)."""
-    if sys.version_info >= (3, 12):
-        yield False
-        return
-    import typing_extensions
-
-    saved = typing.TypedDict
-    typing.TypedDict = typing_extensions.TypedDict
-    try:
-        yield True
-    finally:
-        typing.TypedDict = saved
-
-
 def modules() -> dict[str, Any]:
     """SkyRL's modules the driver calls (imported once, under the stand-ins); ``stand_ins`` names them."""
     if not _LOADED:
@@ -128,7 +114,9 @@ def modules() -> dict[str, Any]:
         for name in BEFORE_STAND_INS:  # transformers asks the stand-in's distribution for its version otherwise
             with contextlib.suppress(ImportError):
                 importlib.import_module(name)
-        with stand_ins(GPU_ONLY) as finder, _typed_dict_for_pydantic() as typed:
+        typed = sys.version_info < (3, 12)  # pydantic takes typing.TypedDict only from Python 3.12 on
+        patch = [(typing, "TypedDict", importlib.import_module("typing_extensions").TypedDict)] if typed else []
+        with stand_ins(GPU_ONLY) as finder, patched_attributes(patch):
             try:
                 loaded = {k: importlib.import_module(v) for k, v in MODULES.items()}
             except ImportError as exc:
@@ -172,18 +160,15 @@ class SkyRLTarget(Built):
         self.spec = spec
         self.configs: dict[Any, Any] = {}
         cfg = self.config(2)
-        if str(cfg.trainer.algorithm.advantage_estimator) == "gae":
-            raise AdapterError(
-                f"{release()}: trainer.algorithm.advantage_estimator=gae needs a critic's values; the driver audits "
-                "the critic-free estimators (grpo, rloo, reinforce++ …)"
-            )
+        _refuse_unsupported(cfg, level)
         info = _info(spec, cfg, "RayPPOTrainer.compute_advantages_and_returns")
         if level == "gradient":
             self.split = _step_split(spec, cfg)
             entry = "compute_advantages_and_returns, then PolicyWorkerBase.forward_backward and optim_step"
             if DIFFERENCES["normalize_advantages"].present():
                 entry = entry.replace(", then", ", _normalize_advantages,")
-            info = info.with_step(self.split.plan(cfg), entry=entry, lengths_optional=True)
+            stand_ins = (*info.stand_ins, *STEP_STAND_INS)
+            info = info.with_step(self.split.plan(cfg), entry=entry, lengths_optional=True, stand_ins=stand_ins)
         super().__init__(info, level)
 
     def config(self, G: int, split: _Split | None = None) -> Any:
@@ -197,8 +182,7 @@ class SkyRLTarget(Built):
     def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
         """The whole batch as one optimizer step of one micro-batch on one rank."""
         r = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        no_budget = -1 if DIFFERENCES["token_budget"].present() else None
-        one = _Split(G, r.size // G, r.size // G, r.size, 1, budget=no_budget)
+        one = _Split(G, r.size // G, r.size // G, r.size, 1).whole_steps()
         out = _run_step(self.config(G, one), one, r, np.asarray(lengths, dtype=int), [0] * r.size)
         return {k: out[k] for k in ("advantages", "coefficients", "mask")}
 
@@ -209,10 +193,10 @@ class SkyRLTarget(Built):
         if any(n != G for n in sizes):
             raise AdapterError(f"{release()}: the trainer's groups all hold G answers (its rollout has no short group)")
         split = replace(self.split, group_size=G)
-        cfg = self.config(G, split)
+        cfg, lengths = self.config(G, split), np.asarray(lengths, dtype=int)
         if request.get("layout", "split") == "split":
-            return _run_step(cfg, split, r, np.asarray(lengths, dtype=int), holes)
-        return _run_unsplit(self, split, r, np.asarray(lengths, dtype=int), holes)
+            return _run_step(cfg, split, r, lengths, holes)
+        return _run_step(cfg, split, r, lengths, holes, unsplit=self.config(G, split.whole_steps()))
 
     def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
         r = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -295,8 +279,21 @@ SPLIT_KEYS = {
     "trainer.micro_train_batch_size_per_gpu": 2,
     "trainer.placement.policy_num_gpus_per_node": 1,
 }
-#: what the driver sets whatever the user set: one pass over each batch (the probes' first, on-policy, step)
+#: what the driver sets whatever the user set: one pass over each batch (the probes' first, on-policy, step); the
+#: ranks of every node on one (their count is the nodes' × the GPUs per node)
 FORCED = (("trainer.update_epochs_per_batch", "1"), ("trainer.placement.policy_num_nodes", "1"))
+#: the most data-parallel ranks a step runs (each a process on this machine)
+MAX_RANKS = 8
+#: what the step stands in for, as the report lists it
+STEP_STAND_INS = ("policy model (a table of log-probabilities)", "FSDP strategy", "torch.cuda.current_device")
+#: settings whose code the driver does not run -> (the values that run, the one to set, why): refused by name
+UNSUPPORTED = {
+    "trainer.strategy": (("fsdp", "fsdp2"), "fsdp2", "the Megatron worker is other code than the FSDP worker's"),
+    "trainer.policy.sequence_parallel_size": ((1,), "1", "sequence parallelism splits answers over ranks"),
+    "trainer.algorithm.dynamic_sampling.type": ((None,), "null", "it filters or replaces groups before the step"),
+    "trainer.algorithm.use_entropy_loss": ((False,), "false", "the stood-in model has no entropy"),
+    "generator.step_wise_trajectories": ((False,), "false", "the probes' answers are single-turn"),
+}
 UNSPLIT = "each optimizer step of the split as one mini-batch of one micro-batch on one rank"
 
 
@@ -314,6 +311,11 @@ class _Split:
     chosen: tuple[tuple[str, Any], ...] = ()
     budget: int | None = None
     """Tokens per micro-batch (``trainer.max_tokens_per_microbatch``, 0.3.0 on; -1: none); None: the user's."""
+
+    def whole_steps(self) -> _Split:
+        """The unsplit layout's settings: each optimizer step one micro-batch on one rank (no token budget)."""
+        budget = -1 if DIFFERENCES["token_budget"].present() else None
+        return replace(self, micro=self.mini * self.group_size, dp=1, budget=budget)
 
     def sets(self) -> tuple[tuple[str, str], ...]:
         values = (self.prompts, self.mini, self.micro, self.dp)
@@ -353,20 +355,26 @@ class _Split:
 
 
 def _step_split(spec: FrameworkSpec, cfg: Any) -> _Split:
-    """The split of ``spec``'s step: the user's settings, the driver's (:data:`SPLIT_KEYS`) where they set none;
-    G is the user's ``generator.n_samples_per_prompt``, else :data:`STEP_GROUP_SIZE`."""
+    """The split of ``spec``'s step: the user's settings, the driver's (:data:`SPLIT_KEYS`) where they set none (a
+    micro-batch of one answer where two do not cut a rank's share); G is the user's
+    ``generator.n_samples_per_prompt``, else :data:`STEP_GROUP_SIZE`; the ranks are nodes × GPUs per node."""
     user = dict(spec.sets)
     t = cfg.trainer
     given = (t.train_batch_size, t.policy_mini_batch_size, t.micro_train_batch_size_per_gpu)
+    nodes = _whole(t.placement.policy_num_nodes, "trainer.placement.policy_num_nodes")
     values = dict(zip(SPLIT_KEYS, (*given, t.placement.policy_num_gpus_per_node)))
-    prompts, mini, micro, dp = (int(values[k]) if k in user else d for k, d in SPLIT_KEYS.items())
-    G = (
-        _int(user["generator.n_samples_per_prompt"], "generator.n_samples_per_prompt")
-        if "generator.n_samples_per_prompt" in user
-        else STEP_GROUP_SIZE
-    )
-    chosen = tuple((k, d) for k, d in SPLIT_KEYS.items() if k not in user)
-    split = _Split(G, prompts, mini, micro, dp, chosen=chosen)
+    prompts, mini, micro, gpus = (_whole(values[k], k) if k in user else d for k, d in SPLIT_KEYS.items())
+    key = "generator.n_samples_per_prompt"
+    G = _whole(user[key], key, least=2) if key in user else STEP_GROUP_SIZE
+    if nodes * gpus > MAX_RANKS:
+        raise AdapterError(
+            f"{release()}: {nodes * gpus} ranks (nodes × GPUs per node): the step runs at most {MAX_RANKS}"
+        )
+    micro_key = "trainer.micro_train_batch_size_per_gpu"
+    if micro_key not in user and (mini * G // (nodes * gpus)) % micro:
+        micro = 1
+    chosen = tuple((k, v) for k, v in zip(SPLIT_KEYS, (prompts, mini, micro, gpus)) if k not in user)
+    split = _Split(G, prompts, mini, micro, nodes * gpus, chosen=chosen)
     algo = cfg.trainer.algorithm
     if str(algo.loss_reduction) == "seq_mean_token_sum_norm" and algo.max_seq_len is None:
         # 0.1.0's config fills in a default; from 0.2.0 on SkyRL's validate_cfg refuses it unset, as here
@@ -376,28 +384,61 @@ def _step_split(spec: FrameworkSpec, cfg: Any) -> _Split:
         )
     problem = _split_problem(split)
     if problem:
-        raise AdapterError(f"{release()} cannot split the step as configured: {problem}")
+        mine = [k for k, _ in chosen if k.rpartition(".")[2] in problem]
+        why = f" ({', '.join(mine)}: the driver's default, you set none)" if mine else ""
+        raise AdapterError(f"{release()} cannot split the step as configured: {problem}{why}")
     return split
 
 
-def _int(raw: str, key: str) -> int:
+def _whole(raw: Any, key: str, least: int = 1) -> int:
+    """``raw`` as a whole number of at least ``least``, else an :class:`AdapterError` naming ``key``."""
     try:
-        return int(raw)
+        value = int(str(raw))
     except ValueError:
-        raise AdapterError(f"{key} must be a whole number, got {raw!r}") from None
+        value = least - 1
+    if value < least:
+        raise AdapterError(f"{key} must be a whole number of {least} or more, got {raw!r}: set {key}={least} or more")
+    return value
 
 
 def _split_problem(s: _Split) -> str | None:
     """What SkyRL's batch-size checks refuse in ``s`` (its validate_batch_sizes), naming a setting that runs."""
     if s.prompts % s.mini:
-        return f"trainer.train_batch_size={s.prompts} is no multiple of trainer.policy_mini_batch_size={s.mini}"
-    rows = s.mini * s.group_size
-    if rows % s.dp or (rows // s.dp) % s.micro:
         return (
-            f"an optimizer step's {rows} answers (policy_mini_batch_size × G) do not cut into {s.dp} rank(s) of whole "
-            f"micro-batches of {s.micro}: set trainer.micro_train_batch_size_per_gpu=1"
+            f"trainer.train_batch_size={s.prompts} is no multiple of policy_mini_batch_size={s.mini}: set "
+            f"trainer.train_batch_size={s.mini * max(1, s.prompts // s.mini)}"
+        )
+    rows = s.mini * s.group_size
+    if rows % s.dp:
+        return (
+            f"an optimizer step's {rows} answers (policy_mini_batch_size × G) do not divide over {s.dp} ranks: set "
+            f"trainer.policy_mini_batch_size to a multiple of {s.dp // math.gcd(s.dp, s.group_size)}"
+        )
+    if (rows // s.dp) % s.micro:
+        return (
+            f"a rank's {rows // s.dp} answers per step do not cut into micro_train_batch_size_per_gpu={s.micro}: set "
+            "trainer.micro_train_batch_size_per_gpu=1"
         )
     return None
+
+
+def _refuse_unsupported(cfg: Any, level: str) -> None:
+    """An :class:`AdapterError` for a setting whose code the driver does not run (:data:`UNSUPPORTED`; the critic
+    of gae), naming the value that runs."""
+    if str(cfg.trainer.algorithm.advantage_estimator) == "gae":
+        raise AdapterError(
+            f"{release()}: trainer.algorithm.advantage_estimator=gae needs a critic's values; the driver audits "
+            "the critic-free estimators (grpo, rloo, reinforce++ …)"
+        )
+    for key, (runs, value, why) in UNSUPPORTED.items():
+        node: Any = cfg
+        for part in key.split("."):
+            node = getattr(node, part, runs[0])  # a key this release does not have: its behaviour is the one that runs
+        if node not in runs and (level == "gradient" or key.startswith("generator.")):
+            raise AdapterError(f"{release()}: the driver does not run {key}={node} ({why}): set {key}={value}")
+    budget = cfg.trainer.algorithm.max_seq_len
+    if budget is not None:
+        _whole(budget, "trainer.algorithm.max_seq_len")
 
 
 def objective(cfg: Any) -> dict[str, Any] | None:
@@ -436,7 +477,7 @@ class _Record:
         return {"advantages": self.advantages, "coefficients": self.coefficients, "mask": self.mask, **self.where}
 
 
-def _mini_batches(cfg: Any, data: Any, split: _Split) -> list[tuple[int, int]]:
+def _mini_batches(data: Any, split: _Split) -> list[tuple[int, int]]:
     """The optimizer steps of a generation batch, as the trainer cuts it."""
     if DIFFERENCES["mini_batch_boundaries"].present():
         from skyrl.train.dataset.preprocess import compute_prompt_mini_batch_boundaries
@@ -449,61 +490,46 @@ def _mini_batches(cfg: Any, data: Any, split: _Split) -> list[tuple[int, int]]:
 
 
 def _normalized(cfg: Any, data: Any, bounds: list[tuple[int, int]]) -> Any:
-    """The trainer's ``_normalize_advantages`` (0.2.0 on: the loss reduction moved into the advantages)."""
+    """The advantages as the trainer hands them to the workers: 0.2.0 on, its ``_normalize_advantages`` (the batch's
+    z-score where ``advantage_batch_normalize``, then the loss reduction per mini-batch); before it,
+    ``normalize_advantages_dict`` where ``advantage_batch_normalize`` (each worker reduces its loss itself)."""
     from types import SimpleNamespace
 
     if not DIFFERENCES["normalize_advantages"].present():
+        if cfg.trainer.algorithm.advantage_batch_normalize:
+            return modules()["ppo"].normalize_advantages_dict(data)
         return data
-    trainer = SimpleNamespace(cfg=cfg)
     extra = {}
     if DIFFERENCES["prompt_boundaries"].present():
         from skyrl.train.dataset.preprocess import compute_prompt_boundaries
 
         extra["prompt_boundaries"] = compute_prompt_boundaries(data.metadata["uids"])
+    trainer = SimpleNamespace(cfg=cfg)
     return modules()["trainer"].RayPPOTrainer._normalize_advantages(trainer, data, bounds, **extra)
 
 
-def _run_step(cfg: Any, split: _Split, r: np.ndarray, lengths: np.ndarray, holes: list[int]) -> dict[str, Any]:
+def _run_step(
+    cfg: Any, split: _Split, r: np.ndarray, lengths: np.ndarray, holes: list[int], unsplit: Any = None
+) -> dict[str, Any]:
     """The rows one generation batch after another as the trainer and its policy workers run them (module
-    docstring); a last, partial generation batch is never trained (step -1)."""
+    docstring); a last, partial generation batch is never trained (step -1).  ``unsplit`` (a config): the unsplit
+    layout, the same optimizer steps each one micro-batch on one rank under that config."""
     n, per = r.size, split.prompts * split.group_size
     record, step = _Record(n), 0
     for start in range(0, n - per + 1, per):
         rows = np.arange(start, start + per)
-        data = _trainer_advantages(
-            cfg, _batch(r[rows], split.group_size, lengths[rows], holes[start : start + per], start)
-        )
+        batch = _batch(r[rows], split.group_size, lengths[rows], holes[start : start + per], start)
+        data = _trainer_advantages(cfg, batch)
         record.read(data, rows)
-        bounds = _mini_batches(cfg, data, split)
-        data = _normalized(cfg, data, bounds)
-        chunks = [data[a:b].chunk((b - a) // split.dp) for a, b in bounds]  # MeshDispatch.stage_chunks
-        for grad, micro in _on_ranks(cfg, split.dp, n, chunks):
+        bounds = _mini_batches(data, split)
+        data = _normalized(unsplit if unsplit is not None else cfg, data, bounds)
+        if unsplit is None:
+            done = _on_ranks(cfg, split.dp, n, [data[a:b].chunk((b - a) // split.dp) for a, b in bounds])
+        else:
+            done = _on_ranks(unsplit, 1, n, [[data[a:b]] for a, b in bounds])
+        for grad, micro in done:
             record.read_step(step, grad, micro)
             step += 1
-    return record.result()
-
-
-def _run_unsplit(target: SkyRLTarget, split: _Split, r: np.ndarray, lengths: np.ndarray, holes: list[int]) -> dict:
-    """Each optimizer step of the split layout again, as one mini-batch of one micro-batch on one rank: the
-    generation batch's advantages, then that step's rows alone through the trainer and one worker."""
-    n, per, rows_per_step = r.size, split.prompts * split.group_size, split.mini * split.group_size
-    no_budget = -1 if DIFFERENCES["token_budget"].present() else None
-    one = _Split(split.group_size, split.mini, split.mini, rows_per_step, 1, budget=no_budget)
-    cfg, one_cfg = target.config(split.group_size, split), target.config(split.group_size, one)
-    record, step = _Record(n), 0
-    for start in range(0, n - per + 1, per):
-        rows = np.arange(start, start + per)
-        data = _trainer_advantages(
-            cfg, _batch(r[rows], split.group_size, lengths[rows], holes[start : start + per], start)
-        )
-        record.read(data, rows)
-        for a, b in _mini_batches(cfg, data, split):
-            part = data[a:b]  # a slice keeps the whole batch's metadata: its own prompts' uids instead
-            part.metadata = {**data.metadata, "uids": data.metadata["uids"][a:b]}
-            part = _normalized(one_cfg, part, [(0, b - a)])
-            for grad, micro in _on_ranks(one_cfg, 1, n, [[part]]):
-                record.read_step(step, grad, micro)
-                step += 1
     return record.result()
 
 

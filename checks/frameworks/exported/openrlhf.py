@@ -114,7 +114,7 @@ def _placeholder_of(module: str) -> Callable[[str], Any]:
     return attribute
 
 
-@contextlib.contextmanager
+@contextlib.contextmanager  # also the SkyRL driver's (checks/frameworks/skyrl.py): one stand-in mechanism
 def stand_ins(roots: tuple[str, ...] = GPU_ONLY) -> Iterator[StandIns]:
     """Install a :class:`StandIns` finder for ``roots`` (packages not installed only) while the block
     runs; afterwards the finder is gone and so are the stand-in modules (what imported them keeps them)."""

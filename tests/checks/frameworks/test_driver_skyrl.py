@@ -19,6 +19,7 @@ What SkyRL computes:
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -74,13 +75,26 @@ def test_the_dr_grpo_constant_is_the_probes_response_budget_where_max_seq_len_is
 @pytest.mark.parametrize(
     "split, words",
     [
-        (drv._Split(4, prompts=3, mini=2, micro=2, dp=1), "trainer.train_batch_size=3 is no multiple"),
+        (drv._Split(4, prompts=3, mini=2, micro=2, dp=1), "set trainer.train_batch_size=2"),
         (drv._Split(4, prompts=4, mini=2, micro=3, dp=1), "set trainer.micro_train_batch_size_per_gpu=1"),
-        (drv._Split(3, prompts=2, mini=1, micro=1, dp=2), "do not cut into 2 rank(s)"),
+        (drv._Split(3, prompts=2, mini=1, micro=1, dp=2), "set trainer.policy_mini_batch_size to a multiple of 2"),
     ],
 )
 def test_a_split_skyrl_cannot_cut_is_named_with_a_setting_that_runs(split, words):
     assert words in drv._split_problem(split)
+    fixed = {
+        "train_batch_size": replace(split, prompts=2),
+        "micro_train": replace(split, micro=1),
+        "policy_mini": replace(split, mini=2),
+    }
+    (key,) = [k for k in fixed if f"trainer.{k}" in words]
+    assert drv._split_problem(fixed[key]) is None  # the setting named runs
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-1", "1.5"])
+def test_a_count_that_is_no_whole_number_of_one_or_more_is_refused_by_name(raw):
+    with pytest.raises(AdapterError, match=r"trainer.train_batch_size must be a whole number of 1 or more.*=1 or more"):
+        drv._whole(raw, "trainer.train_batch_size")
 
 
 def test_a_split_that_cuts_is_accepted():
@@ -254,3 +268,35 @@ def test_the_padding_micro_batches_of_a_token_budget_train_no_answer_and_are_nev
     )
     ratio = np.asarray(out["coefficients"])[:8, 0] / np.asarray(out["advantages"])[:8]
     assert ratio == pytest.approx([1 / 28] * 8, rel=1e-5)  # every token 1/(the step's 28 tokens)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize("release", [BUGGY, FIXED])
+def test_advantage_batch_normalize_z_scores_the_generation_batch_once_for_both_layouts(release, capsys):
+    # 0.1.0: normalize_advantages_dict in the train loop; 0.2.0 on: _normalize_advantages, step 1; either way silent
+    # groups are shifted off zero, and 0.3.0's split stays the unsplit step (the batch is z-scored once, not per step)
+    code, out = _audit(capsys, release, *GRPO, "--set", "trainer.algorithm.advantage_batch_normalize=true")
+    assert out["inferred"]["silent_groups_zero_gradient"] is False
+    assert out["inferred"]["step"]["invariant"] is (release == FIXED)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize(
+    "setting, words",
+    [
+        ("trainer.strategy=megatron", "set trainer.strategy=fsdp2"),
+        ("trainer.algorithm.dynamic_sampling.type=filter", "set trainer.algorithm.dynamic_sampling.type=null"),
+        ("trainer.algorithm.use_entropy_loss=true", "set trainer.algorithm.use_entropy_loss=false"),
+        ("trainer.train_batch_size=0", "set trainer.train_batch_size=1 or more"),
+        ("trainer.placement.policy_num_gpus_per_node=16", "the step runs at most 8"),
+        ("generator.n_samples_per_prompt=3", "policy_mini_batch_size: the driver's default, you set none"),
+    ],
+)
+def test_a_setting_the_driver_does_not_run_is_one_line_naming_what_runs(setting, words, capsys):
+    env_or_skip("skyrl", FIXED)
+    extra = ["--set", "trainer.placement.policy_num_gpus_per_node=4"] if setting.startswith("generator.") else []
+    code = main(["audit", "skyrl", "--release", FIXED, *GRPO, "--set", setting, *extra])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and words in err, err
