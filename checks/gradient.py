@@ -8,8 +8,9 @@ these coefficients are the whole story:
 
 - aᵢₜ constant over an answer's tokens: a per-answer coefficient aᵢ, and sᵢ = Σₜ ∇log π(yᵢₜ);
 - the per-sample weight uᵢ = aᵢ/Âᵢ, compared across answers of different lengths and across two
-  batches with different token totals: ``constant``, ``1/length`` (length bias) or
-  ``1/step_tokens`` (batch coupling: the weight depends on every answer of the batch);
+  batches with different token totals: ``constant``, ``1/length`` (length bias), ``1/step_tokens`` (batch
+  coupling: the weight depends on every answer of the batch) or ``1/group_tokens`` (each group's tokens: DAPO's
+  per-prompt reading);
 - silent groups (σ = 0) get aᵢₜ = 0 exactly;
 - G1: with wᵢ the named weight, g_group = Σᵢ aᵢ sᵢ equals c·(s̄₊ʷ − s̄₋ʷ), s̄±ʷ = (1/k±)Σ± wᵢsᵢ,
   checked on random token scores; c is reported beside the advantage-level c(k, G) = (k/G)·Â₊;
@@ -91,41 +92,55 @@ def _per_answer(C: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, float]:
     return a, float(spread.max() / scale)
 
 
-def _law(u: list[np.ndarray], L: list[np.ndarray], rtol: float = RTOL) -> tuple[str, str]:
-    """The weight law of uᵢ = aᵢ/Âᵢ over the calls (same rows, different lengths)."""
+def _group_tokens(L: np.ndarray, G: int) -> np.ndarray:
+    """Each answer's group's tokens (the answers' lengths summed over its group of G rows)."""
+    return np.repeat(L.reshape(-1, G).sum(1), G)
+
+
+def _law(u: list[np.ndarray], L: list[np.ndarray], G: int, rtol: float = RTOL) -> tuple[str, str]:
+    """The weight law of uᵢ = aᵢ/Âᵢ over the calls (same rows, different lengths, groups of G rows): the first of
+    ``constant``, ``1/step_tokens``, ``1/length``, ``1/group_tokens`` whose uᵢ·(its denominator) is one number
+    over every live answer of both calls."""
 
     def flat(x: np.ndarray) -> bool:
         x = x[np.isfinite(x)]
         return bool(x.size) and float(np.ptp(x)) <= 10 * rtol * float(np.abs(x).max())
 
+    def fits(scale: Any) -> float | None:
+        """The one value of uᵢ·scale(L) over both calls, or None."""
+        prods = [ui * scale(li) for ui, li in zip(u, L)]
+        if not all(flat(p) for p in prods):
+            return None
+        values = [float(np.nanmedian(p)) for p in prods]
+        return values[0] if abs(values[0] - values[1]) <= 10 * rtol * abs(values[0]) else None
+
+    laws = {
+        "constant": (lambda li: np.ones_like(li), "uᵢ = {:.6g} for every answer, whatever the lengths"),
+        "1/step_tokens": (lambda li: np.full_like(li, li.sum()), "uᵢ·(tokens in the batch) = {:.6g} in both batches"),
+        "1/length": (lambda li: li, "uᵢ·|yᵢ| = {:.6g} for every answer"),
+        "1/group_tokens": (lambda li: _group_tokens(li, G), "uᵢ·(tokens of its group) = {:.6g} for every answer"),
+    }
+    for law, (scale, why) in laws.items():
+        if law == "1/group_tokens" and any(li.size % G for li in L):
+            continue
+        value = fits(scale)
+        if value is not None:
+            return law, why.format(value)
     if all(flat(ui) for ui in u):
-        per_call = [float(np.nanmedian(ui)) for ui in u]
-        totals = [float(li.sum()) for li in L]
-        if abs(per_call[0] - per_call[1]) <= 10 * rtol * abs(per_call[0]):
-            return "constant", f"uᵢ = {per_call[0]:.6g} for every answer, whatever the lengths"
-        if abs(per_call[0] * totals[0] - per_call[1] * totals[1]) <= 10 * rtol * abs(per_call[0] * totals[0]):
-            return (
-                "1/step_tokens",
-                f"uᵢ·(tokens in the batch) = {per_call[0] * totals[0]:.6g} in batches of {totals[0]:g} and "
-                f"{totals[1]:g} tokens",
-            )
+        per_call, totals = [float(np.nanmedian(ui)) for ui in u], [float(li.sum()) for li in L]
         return (
             "other",
             f"one weight per batch that follows no known law ({per_call[0]:.6g} at {totals[0]:g} tokens, "
             f"{per_call[1]:.6g} at {totals[1]:g})",
         )
     if all(flat(ui * li) for ui, li in zip(u, L)):
-        prod = [float(np.nanmedian(ui * li)) for ui, li in zip(u, L)]
-        if abs(prod[0] - prod[1]) <= 10 * rtol * abs(prod[0]):
-            return "1/length", f"uᵢ·|yᵢ| = {prod[0]:.6g} for every answer"
-        return (
-            "other",
-            f"1/length within a batch, times a factor that depends on the batch ({prod[0]:.6g}, {prod[1]:.6g})",
-        )
-    return "other", "uᵢ depends on the answer in no known way (neither constant nor 1/length)"
+        return "other", "1/length within a batch, times a factor that depends on the batch"
+    return "other", "uᵢ depends on the answer in no known way (neither constant, 1/length nor 1/group_tokens)"
 
 
-def _weights(law: str, L: np.ndarray) -> np.ndarray:
+def _weights(law: str, L: np.ndarray, G: int) -> np.ndarray:
+    if law == "1/group_tokens":
+        return 1.0 / _group_tokens(L, G)
     return 1.0 / L if law == "1/length" else np.full(L.shape, 1.0 / L.sum() if law == "1/step_tokens" else 1.0)
 
 
@@ -213,17 +228,17 @@ def _probe_group_size(target: Callable[..., Any], G: int, ev: _Evidence, ref: D.
         live = ~silent & (A != 0)
         us.append(np.where(live, a / np.where(A == 0, 1.0, A), np.nan))
         Ls.append(L.astype(np.float64))
-    law, why = _law(us, Ls)
+    law, why = _law(us, Ls, G)
     coefficients = np.concatenate([C.ravel() for _, _, C, _ in calls])
     if (law == "other" or spread_G > 10 * RTOL) and coefficient_precision(coefficients) == "bfloat16":
-        law, why = _law(us, Ls, RTOL_BF16)  # what failed at float32's tolerance, judged at bf16's
+        law, why = _law(us, Ls, G, RTOL_BF16)  # what failed at float32's tolerance, judged at bf16's
         ev.bf16 = True
     ev.uniform = ev.uniform and spread_G <= 10 * (RTOL_BF16 if ev.bf16 else RTOL)
     ev.spread_max = max(ev.spread_max, spread_G)
     ev.laws.append((G, law, why))
     L, A, C, M = calls[0]
     a, _ = _per_answer(C, M)
-    for row in _g1(A, a, M, _weights(law, L.astype(np.float64)), G, r, rng):
+    for row in _g1(A, a, M, _weights(law, L.astype(np.float64), G), G, r, rng):
         row["c_reference"] = float(D.coefficient(row["k"], G, ref)) if ref is not None else None
         ev.table.append(row)
 

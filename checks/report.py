@@ -59,6 +59,8 @@ WEIGHTS = {
     "long wrong ones are penalised less)",
     "1/step_tokens": "every token weighs 1/(tokens of the optimizer step), so an answer's weight depends on the "
     "other groups' lengths, not on how the step is split",
+    "1/group_tokens": "every token weighs 1/(tokens of its group's answers): each group counts alike whatever its "
+    "length, and an answer's weight depends on its group's other answers (DAPO's per-prompt reading)",
     "1/step_rows": "an answer weighs 1/(answers in its optimizer step): answers of a short step push harder",
     "1/(length·step_rows)": "an answer weighs 1/(|yᵢ|·answers in its optimizer step)",
     "1/generation_tokens": "every token weighs 1/(tokens of the generation batch, which spans several optimizer steps)",

@@ -376,6 +376,7 @@ _SKYRL = FrameworkEntry(
             "constant": "trainer.algorithm.loss_reduction=seq_mean_token_sum_norm",
             "1/length": "trainer.algorithm.loss_reduction=sequence_mean",
             "1/step_tokens": "trainer.algorithm.loss_reduction=token_mean",
+            "1/group_tokens": "trainer.algorithm.loss_reduction=prompt_mean (0.3.0 on)",
         },
         "preset": {
             "dr_grpo": "trainer.algorithm.advantage_estimator=grpo with trainer.algorithm.grpo_norm_by_std=false",
@@ -408,6 +409,10 @@ _SKYRL = FrameworkEntry(
             "skyrl --set trainer.algorithm.advantage_estimator=grpo --set "
             "trainer.algorithm.loss_reduction=seq_mean_token_sum_norm --set trainer.algorithm.max_seq_len=8",
             _SKYRL_RELEASES,
+        ),
+        (
+            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set trainer.algorithm.loss_reduction=prompt_mean",
+            ("0.3.0",),
         ),
         # the optimizer step over two rank processes (SkyRL PR #1296: 0.1.0's token_mean averages the micro-batches'
         # token means), and cut by a token budget (0.3.0), which pads the rank with fewer micro-batches

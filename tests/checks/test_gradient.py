@@ -47,6 +47,20 @@ def test_the_per_sample_weight_is_named_and_the_identity_holds_with_it(weight, l
     assert max(row["G1_residual"] for row in report.coefficient_table) < 1e-9
 
 
+def test_a_weight_of_one_over_the_groups_tokens_is_named_and_the_identity_holds_with_it():
+    # DAPO's per-prompt reading (SkyRL's loss_reduction=prompt_mean): each token weighs 1/(its group's tokens)
+    def fn(rewards, G, lengths):
+        A = D.advantages(rewards, G, D.GRPO)
+        mask = (np.arange(T)[None, :] < lengths[:, None]).astype(float)
+        group_tokens = np.repeat(lengths.reshape(-1, G).sum(1), G).astype(float)
+        return {"advantages": A, "coefficients": (A / group_tokens)[:, None] * mask, "mask": mask}
+
+    report = audit_gradient(fn)
+    assert report.inferred.per_sample_weight == "1/group_tokens" and report.verdict == "deviation", report.format()
+    assert max(row["G1_residual"] for row in report.coefficient_table) < 1e-9
+    assert "each group counts alike" in report.format()
+
+
 def test_a_weight_that_follows_no_law_fails():
     report = audit_gradient(_target(lambda L, total, n: 1.0 / (L * L)))
     assert report.verdict == "fail" and report.inferred.per_sample_weight == "other"

@@ -206,6 +206,14 @@ def test_sequence_mean_weighs_each_answer_by_one_over_its_length(capsys):
 
 @pytest.mark.slow
 @pytest.mark.frameworks
+def test_prompt_mean_weighs_each_token_by_one_over_its_groups_tokens(capsys):
+    code, out = _audit(capsys, FIXED, *GRPO, "--set", "trainer.algorithm.loss_reduction=prompt_mean")
+    assert out["inferred"]["per_sample_weight"] == "1/group_tokens" and out["inferred"]["step"]["invariant"]
+    assert code == 0 and out["verdict"] == "deviation"
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
 def test_a_key_skyrls_config_does_not_have_is_its_own_one_line_usage_error(capsys):
     env_or_skip("skyrl", FIXED)
     code = main(["audit", "skyrl", "--release", FIXED, "--set", "trainer.algorithm.loss_reductoin=token_mean"])
