@@ -134,7 +134,11 @@ def _law(u: list[np.ndarray], L: list[np.ndarray], G: int, rtol: float = RTOL) -
             f"{per_call[1]:.6g} at {totals[1]:g})",
         )
     if all(flat(ui * li) for ui, li in zip(u, L)):
-        return "other", "1/length within a batch, times a factor that depends on the batch"
+        prod = [float(np.nanmedian(ui * li)) for ui, li in zip(u, L)]
+        return (
+            "other",
+            f"1/length within a batch, times a factor that depends on the batch ({prod[0]:.6g}, {prod[1]:.6g})",
+        )
     return "other", "uᵢ depends on the answer in no known way (neither constant, 1/length nor 1/group_tokens)"
 
 

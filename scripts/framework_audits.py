@@ -218,10 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         log.write_text("".join(json.dumps(r) + "\n" for r in rows))
         meta = {**provenance(list(argv if argv is not None else sys.argv[1:])), "total_seconds": round(total, 1)}
         meta_file = out_dir / "meta.json"
-        if args.only and meta_file.is_file():  # the full run's record stays; the rows run again are recorded beside it
-            full = json.loads(
-                meta_file.read_text()
-            )  # (in place of an earlier run of the same command: its rows are gone)
+        # with --only, the full run's record stays and the rows run again are recorded beside it, in place of an
+        # earlier run of the same command (whose rows are gone)
+        if args.only and meta_file.is_file():
+            full = json.loads(meta_file.read_text())
             earlier = [r for r in full.get("reruns", []) if r.get("command") != meta["command"]]
             meta = {**full, "reruns": [*earlier, {**meta, "audits": len(todo)}]}
         meta_file.write_text(json.dumps(meta, indent=2) + "\n")

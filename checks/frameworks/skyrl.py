@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
+import re
 import sys
 import typing
 from dataclasses import dataclass, replace
@@ -293,6 +294,8 @@ UNSUPPORTED = {
     "trainer.algorithm.dynamic_sampling.type": ((None,), "null", "it filters or replaces groups before the step"),
     "trainer.algorithm.use_entropy_loss": ((False,), "false", "the stood-in model has no entropy"),
     "generator.step_wise_trajectories": ((False,), "false", "the probes' answers are single-turn"),
+    "trainer.algorithm.zero_variance_filter": ((False,), "false", "it masks silent groups' tokens out of the loss"),
+    "generator.apply_overlong_filtering": ((False,), "false", "it masks truncated answers out of the loss"),
 }
 UNSPLIT = "each optimizer step of the split as one mini-batch of one micro-batch on one rank"
 
@@ -384,7 +387,8 @@ def _step_split(spec: FrameworkSpec, cfg: Any) -> _Split:
         )
     problem = _split_problem(split)
     if problem:
-        mine = [k for k, _ in chosen if k.rpartition(".")[2] in problem]
+        named = set(re.findall(r"[a-z_]+_size(?:_per_gpu)?", problem))  # the settings the message names, whole
+        mine = [k for k, _ in chosen if k.rpartition(".")[2] in named]
         why = f" ({', '.join(mine)}: the driver's default, you set none)" if mine else ""
         raise AdapterError(f"{release()} cannot split the step as configured: {problem}{why}")
     return split

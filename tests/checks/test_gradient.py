@@ -59,6 +59,10 @@ def test_a_weight_of_one_over_the_groups_tokens_is_named_and_the_identity_holds_
     assert report.inferred.per_sample_weight == "1/group_tokens" and report.verdict == "deviation", report.format()
     assert max(row["G1_residual"] for row in report.coefficient_table) < 1e-9
     assert "each group counts alike" in report.format()
+    from grpo_identity.checks.gradient import _weights
+
+    L = np.array([1.0, 3, 2, 2, 5, 1])  # groups of 3: 6 and 8 tokens
+    assert _weights("1/group_tokens", L, 3).tolist() == [1 / 6] * 3 + [1 / 8] * 3
 
 
 def test_a_weight_that_follows_no_law_fails():

@@ -97,6 +97,28 @@ def test_a_count_that_is_no_whole_number_of_one_or_more_is_refused_by_name(raw):
         drv._whole(raw, "trainer.train_batch_size")
 
 
+def _parsed(**trainer) -> SimpleNamespace:
+    """A parsed config as _step_split reads it: SkyRL's defaults, ``trainer`` over them."""
+    placement = SimpleNamespace(policy_num_nodes=1, policy_num_gpus_per_node=trainer.pop("gpus", 1))
+    algorithm = SimpleNamespace(loss_reduction="token_mean", max_seq_len=None)
+    values = {"train_batch_size": 1024, "policy_mini_batch_size": 256, "micro_train_batch_size_per_gpu": 1, **trainer}
+    return SimpleNamespace(trainer=SimpleNamespace(placement=placement, algorithm=algorithm, **values))
+
+
+def test_a_refused_split_blames_the_drivers_default_only_where_it_chose_the_value():
+    spec = FrameworkSpec("skyrl", sets=(("trainer.micro_train_batch_size_per_gpu", "3"),))
+    with pytest.raises(AdapterError) as yours:
+        drv._step_split(spec, _parsed(micro_train_batch_size_per_gpu=3))
+    assert "micro_train_batch_size_per_gpu=3" in str(yours.value) and "the driver's default" not in str(yours.value)
+    four = FrameworkSpec(
+        "skyrl", sets=(("generator.n_samples_per_prompt", "3"), ("trainer.placement.policy_num_gpus_per_node", "4"))
+    )
+    with pytest.raises(AdapterError, match=r"\(trainer.policy_mini_batch_size: the driver's default, you set none\)"):
+        drv._step_split(four, _parsed(gpus=4))
+    three = FrameworkSpec("skyrl", sets=(("generator.n_samples_per_prompt", "3"),))
+    assert drv._step_split(three, _parsed()).micro == 2  # 6 answers a step: micro-batches of two cut them
+
+
 def test_a_split_that_cuts_is_accepted():
     assert drv._split_problem(drv._Split(4, prompts=4, mini=2, micro=2, dp=2)) is None
 
@@ -297,6 +319,7 @@ def test_advantage_batch_normalize_z_scores_the_generation_batch_once_for_both_l
         ("trainer.strategy=megatron", "set trainer.strategy=fsdp2"),
         ("trainer.algorithm.dynamic_sampling.type=filter", "set trainer.algorithm.dynamic_sampling.type=null"),
         ("trainer.algorithm.use_entropy_loss=true", "set trainer.algorithm.use_entropy_loss=false"),
+        ("trainer.algorithm.zero_variance_filter=true", "set trainer.algorithm.zero_variance_filter=false"),
         ("trainer.train_batch_size=0", "set trainer.train_batch_size=1 or more"),
         ("trainer.placement.policy_num_gpus_per_node=16", "the step runs at most 8"),
         ("generator.n_samples_per_prompt=3", "policy_mini_batch_size: the driver's default, you set none"),
