@@ -97,6 +97,16 @@ def _group_tokens(L: np.ndarray, G: int) -> np.ndarray:
     return np.repeat(L.reshape(-1, G).sum(1), G)
 
 
+#: each named per-sample weight law: the denominator of every answer's weight, from the answers' lengths L (groups
+#: of G rows), and what its fit says; :func:`_law` tries them in this order
+LAWS: dict[str, tuple[Callable[[np.ndarray, int], np.ndarray], str]] = {
+    "constant": (lambda L, G: np.ones_like(L), "uᵢ = {:.6g} for every answer, whatever the lengths"),
+    "1/step_tokens": (lambda L, G: np.full_like(L, L.sum()), "uᵢ·(tokens in the batch) = {:.6g} in both batches"),
+    "1/length": (lambda L, G: L, "uᵢ·|yᵢ| = {:.6g} for every answer"),
+    "1/group_tokens": (_group_tokens, "uᵢ·(tokens of its group) = {:.6g} for every answer"),
+}
+
+
 def _law(u: list[np.ndarray], L: list[np.ndarray], G: int, rtol: float = RTOL) -> tuple[str, str]:
     """The weight law of uᵢ = aᵢ/Âᵢ over the calls (same rows, different lengths, groups of G rows): the first of
     ``constant``, ``1/step_tokens``, ``1/length``, ``1/group_tokens`` whose uᵢ·(its denominator) is one number
@@ -106,24 +116,18 @@ def _law(u: list[np.ndarray], L: list[np.ndarray], G: int, rtol: float = RTOL) -
         x = x[np.isfinite(x)]
         return bool(x.size) and float(np.ptp(x)) <= 10 * rtol * float(np.abs(x).max())
 
-    def fits(scale: Any) -> float | None:
-        """The one value of uᵢ·scale(L) over both calls, or None."""
-        prods = [ui * scale(li) for ui, li in zip(u, L)]
+    def fits(denominator: Callable[[np.ndarray, int], np.ndarray]) -> float | None:
+        """The one value of uᵢ·denominator(L) over both calls, or None."""
+        prods = [ui * denominator(li, G) for ui, li in zip(u, L)]
         if not all(flat(p) for p in prods):
             return None
         values = [float(np.nanmedian(p)) for p in prods]
         return values[0] if abs(values[0] - values[1]) <= 10 * rtol * abs(values[0]) else None
 
-    laws = {
-        "constant": (lambda li: np.ones_like(li), "uᵢ = {:.6g} for every answer, whatever the lengths"),
-        "1/step_tokens": (lambda li: np.full_like(li, li.sum()), "uᵢ·(tokens in the batch) = {:.6g} in both batches"),
-        "1/length": (lambda li: li, "uᵢ·|yᵢ| = {:.6g} for every answer"),
-        "1/group_tokens": (lambda li: _group_tokens(li, G), "uᵢ·(tokens of its group) = {:.6g} for every answer"),
-    }
-    for law, (scale, why) in laws.items():
+    for law, (denominator, why) in LAWS.items():
         if law == "1/group_tokens" and any(li.size % G for li in L):
             continue
-        value = fits(scale)
+        value = fits(denominator)
         if value is not None:
             return law, why.format(value)
     if all(flat(ui) for ui in u):
@@ -143,9 +147,8 @@ def _law(u: list[np.ndarray], L: list[np.ndarray], G: int, rtol: float = RTOL) -
 
 
 def _weights(law: str, L: np.ndarray, G: int) -> np.ndarray:
-    if law == "1/group_tokens":
-        return 1.0 / _group_tokens(L, G)
-    return 1.0 / L if law == "1/length" else np.full(L.shape, 1.0 / L.sum() if law == "1/step_tokens" else 1.0)
+    """Each answer's weight wᵢ under ``law`` (:data:`LAWS`; 1 for a law of no name)."""
+    return 1.0 / LAWS[law][0](L, G) if law in LAWS else np.ones_like(L)
 
 
 def _g1(
