@@ -21,6 +21,9 @@ AREAL_VERSION := 1.0.4
 OPENRLHF_VERSION := 0.11.2
 # SkyRL likewise (its trainer extra requires flash-attn): `grpo-identity audit skyrl --release $(SKYRL_VERSION)`
 SKYRL_VERSION := 0.3.0
+# ms-swift likewise (its declared requirements allow a trl its trainer refuses):
+# `grpo-identity audit ms-swift --release $(MS_SWIFT_VERSION)`
+MS_SWIFT_VERSION := 4.6.0
 TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out
 

@@ -173,6 +173,7 @@ _AREAL_DOCS = (
     "(docs/en/algorithms/grpo_series.md) write (1/G)·Σᵢ Σₜ instead"
 )
 _SKYRL_DOCS = "SkyRL docs on trainer.algorithm.loss_reduction (docs/content/docs/configuration/config.mdx)"
+_SWIFT_DOCS = "ms-swift's loss types (docs/source_en/Instruction/GRPO/DeveloperGuide/loss_types.md)"
 _SKYRL_LEGACY = (
     "SkyRL's apply_loss_reduction_to_advantages_minibatch: 'legacy token-mean that normalizes per-microbatch then "
     "averages across microbatches' (skyrl/backends/skyrl_train/utils/ppo_utils.py, 0.2.0 on)"
@@ -225,6 +226,23 @@ LOSS_SETTINGS: dict[tuple[str, str, str], LossSetting] = {
                     f"'the sum of token losses for each sequence, normalizes by max_seq_len' ({_SKYRL_DOCS})"),
         LossSetting("skyrl", "trainer.algorithm.loss_reduction", "token_mean_legacy", "local_token_mean",
                     _SKYRL_LEGACY),
+        LossSetting("ms-swift", "loss_type", "grpo", "seq_mean_token_mean",
+                    f"'averages the token-level losses for each sample, then averages across all samples' "
+                    f"({_SWIFT_DOCS})"),
+        LossSetting("ms-swift", "loss_type", "sapo", "seq_mean_token_mean",
+                    f"aggregated as 'grpo' ({_SWIFT_DOCS}; _compute_loss_and_metrics)"),
+        LossSetting("ms-swift", "loss_type", "bnpo", "local_token_mean",
+                    f"'sums all token losses from all samples and then divides by the total number of completion "
+                    f"tokens' of the batch ({_SWIFT_DOCS})"),
+        LossSetting("ms-swift", "loss_type", "dr_grpo", "seq_mean_token_sum_norm",
+                    f"'divides by the batch size multiplied by the maximum completion length' ({_SWIFT_DOCS})"),
+        LossSetting("ms-swift", "loss_type", "dapo", "token_mean",
+                    f"'normalized by the total number of completion tokens across all processes' ({_SWIFT_DOCS})",
+                    "group_token_mean", _DAPO_PER_PROMPT),
+        LossSetting("ms-swift", "loss_type", "cispo", "token_mean",
+                    f"'normalized by the total number of completion tokens across all processes' ({_SWIFT_DOCS})"),
+        LossSetting("ms-swift", "loss_type", "fipo", "token_mean",
+                    f"DAPO's loss with a Future-KL influence weight, 1 on-policy ({_SWIFT_DOCS})"),
         LossSetting("areal", "actor", "ppo", "token_mean", _AREAL_DOCS, "seq_mean_token_sum",
                     "AReaL's GRPO docs: J = E[(1/G)·Σᵢ Σₜ …] (docs/en/algorithms/grpo_series.md)"),
     )

@@ -253,7 +253,8 @@ def _fetch_upload_time(framework: str, release: str, timeout: float) -> str | No
             files = json.load(response).get("files", [])
     except Exception:  # offline, no such project, an index without the JSON API
         return None
-    pattern = re.compile(rf"^{re.escape(framework)}-{re.escape(release)}(\.tar\.gz|\.zip|-.+\.whl)$", re.I)
+    name = "[-_.]".join(re.escape(part) for part in re.split(r"[-_.]+", framework))  # ms-swift: ms_swift-4.6.0-…whl
+    pattern = re.compile(rf"^{name}-{re.escape(release)}(\.tar\.gz|\.zip|-.+\.whl)$", re.I)
     times = sorted(f["upload-time"] for f in files if pattern.match(f.get("filename", "")) and f.get("upload-time"))
     return times[0] if times else None
 

@@ -35,7 +35,15 @@ from typing import Any
 
 from grpo_identity.checks.frameworks import AdapterError
 
-__all__ = ["ProcessRanks", "RankProcessError", "die_with_parent"]
+__all__ = [
+    "ProcessRanks",
+    "RankProcessError",
+    "die_with_parent",
+    "accelerate_rank",
+    "world_size",
+    "rank_index",
+    "gather_objects",
+]
 
 #: seconds a rank waits at one collective for the others (torch.distributed's timeout)
 COLLECTIVE_SECONDS = 120
@@ -322,3 +330,54 @@ def _reap_group(pgid: int) -> None:
                 time.sleep(0.01)  # members left, none ended yet: they were sent SIGKILL
         except (ChildProcessError, OSError):
             return  # none of this group is this process's child
+
+
+# --- what a rank's framework code asks of its group ---------------------------------------------------------------
+def accelerate_rank(rank: int, ranks: int) -> int:
+    """This rank process as ``accelerate launch --multi_gpu`` (torchrun) starts one on CPUs: its environment
+    (rank, world, no mixed precision, no dynamo, one thread), and accelerate's shared states (``PartialState``,
+    ``AcceleratorState``, ``GradientState``) emptied as a fresh process has them (the fork copied the caller's);
+    the group is the one the process is already in, which accelerate then uses."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(ranks),
+            "LOCAL_WORLD_SIZE": str(ranks),
+            "MASTER_ADDR": "127.0.0.1",
+            "ACCELERATE_MIXED_PRECISION": "no",
+            "ACCELERATE_DYNAMO_BACKEND": "NO",
+            "OMP_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._shared_state.clear()
+    return rank
+
+
+def world_size() -> int:
+    """The size of the process group this process is in (1 outside one)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank_index() -> int:
+    """This process's rank in its group (0 outside one)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order (``[obj]`` outside a group)."""
+    import torch.distributed as dist
+
+    if world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out

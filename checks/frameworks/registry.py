@@ -55,7 +55,7 @@ class FrameworkEntry:
     @property
     def driver(self) -> str:
         """The driver's module."""
-        return f"grpo_identity.checks.frameworks.{self.name}"
+        return f"grpo_identity.checks.frameworks.{self.name.replace('-', '_')}"
 
 
 #: the releases the findings table audits most configurations at
@@ -428,8 +428,56 @@ _SKYRL = FrameworkEntry(
     ),
 )
 
+_SWIFT_RELEASES = ("4.5.3", "4.6.0")
+_SWIFT = FrameworkEntry(
+    "ms-swift",
+    "4.6.0",
+    "ms-swift's GRPOTrainer from its swift rlhf arguments (--set loss_type=dapo --set gradient_accumulation_steps=2 "
+    "…; short form ms-swift:rloo; --release 4.6.0)",
+    estimator_key="advantage_estimator",
+    pins=(
+        # ms-swift goes in with --no-deps: its declared requirements (about 40, gradio and tensorboard among them)
+        # allow a trl older than its GRPOConfig accepts (it requires trl>=0.26 at run time); these are what its
+        # GRPO trainer imports (msgspec is imported, and undeclared, in every 4.x release)
+        (
+            "4.0",
+            "99",
+            ("trl>=0.26,<1.0", "peft>=0.11,<0.21", "accelerate", "modelscope>=1.23", "pillow", "json-repair")
+            + ("einops", "dacite", "msgspec", "pyyaml", "pydantic"),
+        ),
+        ("4.0", "4.6", ("transformers>=4.56.2,<5.17", "datasets>=3.0,<4.8.5")),
+        ("4.6", "99", ("transformers>=4.56.2,<5.20", "datasets>=4.0,<4.8.5")),
+    ),
+    no_deps=(("4.0", "99", ()),),
+    settings={
+        "per_sample_weight": {
+            "constant": "loss_type=dr_grpo",
+            "1/length": "loss_type=grpo",
+            "1/step_tokens": "loss_type=dapo (or cispo)",
+        },
+        "split": {
+            "1/micro_batch_tokens": "loss_type=dapo (normalised by the generation batch's gathered token count), "
+            "dr_grpo or grpo: bnpo divides each micro-batch by its own tokens",
+            "1/accumulation": "ms-swift ≥ 4.6.0 (dapo, cispo and fipo were divided by gradient_accumulation_steps "
+            "twice before it: issue #10117)",
+        },
+    },
+    cases=(
+        ("ms-swift --set loss_type=grpo", _SWIFT_RELEASES),
+        ("ms-swift --set loss_type=grpo --set scale_rewards=none --expect dr_grpo", ("4.6.0",)),
+        ("ms-swift --set loss_type=bnpo", ("4.6.0",)),
+        ("ms-swift --set loss_type=dr_grpo", ("4.6.0",)),
+        # ms-swift #10117: dapo divided by the accumulation steps twice before 4.6.0
+        ("ms-swift --set loss_type=dapo", _SWIFT_RELEASES),
+        # CISPO's ratio cap is epsilon_high, which defaults to epsilon (0.2): on-policy the update is 0.2× its own
+        ("ms-swift --set loss_type=cispo", ("4.6.0",)),
+        ("ms-swift --set loss_type=cispo --set epsilon_high=5", _SWIFT_RELEASES),
+        ("ms-swift --set loss_type=dapo --set NPROC_PER_NODE=2 --set gradient_accumulation_steps=1", ("4.6.0",)),
+    ),
+)
+
 #: name -> entry, in the order the docs and ``--help`` list them
-FRAMEWORK_TABLE: dict[str, FrameworkEntry] = {e.name: e for e in (_TRL, _VERL, _AREAL, _OPENRLHF, _SKYRL)}
+FRAMEWORK_TABLE: dict[str, FrameworkEntry] = {e.name: e for e in (_TRL, _VERL, _AREAL, _OPENRLHF, _SKYRL, _SWIFT)}
 
 
 def pins_table() -> dict[tuple[str, str, str], tuple[str, ...]]:

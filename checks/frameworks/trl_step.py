@@ -21,7 +21,6 @@ The driver changes three things, and says so:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from typing import Any
@@ -29,7 +28,14 @@ from typing import Any
 import numpy as np
 
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec
-from grpo_identity.checks.frameworks._ranks import ProcessRanks, RankProcessError
+from grpo_identity.checks.frameworks._ranks import (
+    ProcessRanks,
+    RankProcessError,
+    accelerate_rank,
+    gather_objects,
+    rank_index,
+    world_size,
+)
 from grpo_identity.checks.frameworks.contract import StepPlan
 from grpo_identity.checks.frameworks.trl_config import DIFFERENCES
 
@@ -299,38 +305,14 @@ def run_layout(
 
 def _run_ranks(job: dict[str, Any], ranks: int) -> list[dict[str, Any]]:
     """The run on ``ranks`` CPU processes in one gloo group (:class:`~grpo_identity.checks.frameworks._ranks.
-    ProcessRanks`), each a rank as ``accelerate launch --multi_gpu --num_processes`` starts one (:func:`_launched`);
+    ProcessRanks`), each a rank as ``accelerate launch --multi_gpu --num_processes`` starts one
+    (:func:`~grpo_identity.checks.frameworks._ranks.accelerate_rank`);
     their records."""
     try:
-        replies = ProcessRanks(ranks).run(lambda rank: _run_here(job, _launched(rank, ranks)))
+        replies = ProcessRanks(ranks).run(lambda rank: _run_here(job, accelerate_rank(rank, ranks)))
     except RankProcessError as exc:
         raise AdapterError(f"TRL {version('trl')} on {ranks} processes: {exc}") from None
     return [record for records in replies for record in records]
-
-
-def _launched(rank: int, ranks: int) -> int:
-    """This rank process as ``accelerate launch --multi_gpu`` (torchrun) starts one on CPUs: its environment
-    (rank, world, no mixed precision, no dynamo, one thread), and accelerate's shared states (``PartialState``,
-    ``AcceleratorState``, ``GradientState``) emptied as a fresh process has them (the fork copied the caller's);
-    the group is the one the process is already in, which accelerate then uses."""
-    from accelerate.state import AcceleratorState, GradientState
-
-    os.environ.update(
-        {
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(ranks),
-            "LOCAL_WORLD_SIZE": str(ranks),
-            "MASTER_ADDR": "127.0.0.1",
-            "ACCELERATE_MIXED_PRECISION": "no",
-            "ACCELERATE_DYNAMO_BACKEND": "NO",
-            "OMP_NUM_THREADS": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-        }
-    )
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._shared_state.clear()
-    return rank
 
 
 def _rows(records: list[dict[str, Any]], n: int, ranks: int) -> dict[str, Any]:
@@ -377,9 +359,9 @@ def _run_here(job: dict[str, Any], rank: int = 0) -> list[dict[str, Any]]:
     args = grpo_config(spec)
     rewards, G = job["rewards"], int(job["group_size"])
     step_rows = int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
-    args.max_steps = max(1, len(rewards) // max(1, step_rows * _world()))
+    args.max_steps = max(1, len(rewards) // max(1, step_rows * world_size()))
     truncated = job.get("truncated") or [False] * len(rewards)
-    runner = StepRunner(args, rewards, job["lengths"], G, truncated, RESPONSE_LENGTH, _gather_objects, _rank)
+    runner = StepRunner(args, rewards, job["lengths"], G, truncated, RESPONSE_LENGTH, gather_objects, rank_index)
     grads: list[dict[str, Any]] = []
     try:
         records = runner.train((_ParamGrads(grads, rank),) if job.get("param_grads") else ())
@@ -410,25 +392,3 @@ class _ParamGrads:
         model = kwargs["model"]
         flat = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
         self.out.append({"step": int(state.global_step), "rank": self.rank, "param_grad": flat.double().tolist()})
-
-
-def _world() -> int:
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _gather_objects(obj: Any) -> list[Any]:
-    import torch.distributed as dist
-
-    if _world() == 1:
-        return [obj]
-    out: list[Any] = [None] * _world()
-    dist.all_gather_object(out, obj)
-    return out

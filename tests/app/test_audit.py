@@ -150,7 +150,7 @@ def test_an_option_out_of_its_bounds_is_a_one_line_usage_error(option, value, ca
 
 def test_options_for_other_targets_are_refused_but_openrlhf_takes_them(capsys):
     assert main(["audit", "preset:openrlhf", "--set", "algo.advantage.estimator=group_norm"]) == 2
-    _one_line_error(capsys, "--set applies to the framework targets (trl, verl, areal, openrlhf, skyrl)")
+    _one_line_error(capsys, "--set applies to the framework targets (trl, verl, areal, openrlhf, skyrl, ms-swift)")
 
 
 def test_release_and_releases_together_is_a_usage_error(capsys):

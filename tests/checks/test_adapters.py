@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_makefile_pins_the_versions_the_adapters_were_tested_with():
     text = (ROOT / "Makefile").read_text()
     pins = {
-        name: re.search(rf"^{name.upper()}_VERSION\s*:=\s*(\S+)", text, re.M).group(1)
+        name: re.search(rf"^{name.upper().replace('-', '_')}_VERSION\s*:=\s*(\S+)", text, re.M).group(1)
         for name in adapters.TESTED_VERSIONS
     }
     assert pins == adapters.TESTED_VERSIONS
@@ -71,6 +71,7 @@ def test_one_registry_row_names_a_framework_everywhere():
         "verl": "algorithm.adv_estimator",
         "openrlhf": "algo.advantage.estimator",
         "skyrl": "trainer.algorithm.advantage_estimator",
+        "ms-swift": "advantage_estimator",
     }
     assert set(FRAMEWORK_TABLE) <= set(adapters.ADAPTERS) and "verl:estimator=NAME" in adapters.ADAPTERS
     assert {fw for fw, _, _ in releases.RELEASE_PINS} == set(FRAMEWORK_TABLE)  # every framework pins something

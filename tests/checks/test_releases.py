@@ -116,6 +116,7 @@ def test_the_upload_time_is_the_releases_first_file_read_from_the_indexs_json_ap
         {"filename": "trl-0.22.0-py3-none-any.whl", "upload-time": "2025-08-29T20:20:02Z"},
         {"filename": "trl-0.22.0.tar.gz", "upload-time": "2025-08-29T20:20:04Z"},
         {"filename": "trl-0.22.0.1-py3-none-any.whl", "upload-time": "2020-01-01T00:00:00Z"},  # another release
+        {"filename": "ms_swift-4.6.0-py3-none-any.whl", "upload-time": "2026-10-13T08:00:00Z"},  # a wheel's name: _
     ]
     asked = []
 
@@ -139,9 +140,10 @@ def test_the_upload_time_is_the_releases_first_file_read_from_the_indexs_json_ap
         assert R.upload_time("trl", "0.22.0") == "2025-08-29T20:20:02Z"
         assert R.upload_time("trl", "0.22.0") == "2025-08-29T20:20:02Z"  # from the cache
         assert R.upload_time("trl", "7.7.7") is None  # no such file
+        assert R.upload_time("ms-swift", "4.6.0") == "2026-10-13T08:00:00Z"  # the project's name has a hyphen
     finally:
         server.shutdown()
-    assert asked[0] == ("/simple/trl/", "application/vnd.pypi.simple.v1+json") and len(asked) == 2
+    assert asked[0] == ("/simple/trl/", "application/vnd.pypi.simple.v1+json") and len(asked) == 3
     monkeypatch.setenv("GRPO_IDENTITY_SIMPLE_INDEX", "http://127.0.0.1:9/nothing")  # nothing listens there
     assert R.upload_time("trl", "6.6.6") is None
 

@@ -61,7 +61,7 @@ def test_a_framework_not_installed_here_resolves_to_its_tested_release():
             "grpo",
             {"sets": ["loss_type=grpo"]},
             "sets",
-            "applies to the framework targets (trl, verl, areal, openrlhf, skyrl)",
+            "applies to the framework targets (trl, verl, areal, openrlhf, skyrl, ms-swift)",
         ),
         ("grpo", {"config": "run.yaml"}, "config", "applies to the framework targets"),
         ("grpo", {"release": "1.0"}, "release", "applies to the framework targets"),

@@ -42,7 +42,7 @@ def test_every_registered_driver_module_keeps_the_contract(name):
 def test_no_driver_hands_out_a_bare_function_with_its_info_pinned_on(name):
     """A driver's targets are Built subclasses: no closure carries a hand-written ``grpo_identity_info`` dict, and
     no driver tells calls apart by ``lengths is None`` (the contract's one dispatch does)."""
-    tree = ast.parse((DRIVERS / f"{name}.py").read_text())
+    tree = ast.parse((DRIVERS / f"{name.replace('-', '_')}.py").read_text())
     pinned = [
         n.lineno
         for n in ast.walk(tree)

@@ -1,0 +1,609 @@
+"""ms-swift driver: ms-swift's own ``GRPOTrainer``, built from its arguments as ``swift rlhf --rlhf_type grpo`` reads
+them, on a tiny model on the CPU.
+
+- config: the user's ``--set KEY=VALUE`` pairs as ``--KEY VALUE`` (and ``--config FILE``, a YAML or JSON file, as
+  ``swift rlhf FILE`` reads it: ``swift.cli.main.parse_yaml_args``), parsed by ms-swift's own ``SwiftRLHF``
+  pipeline (``RLHFArguments``), which also builds the model, template, dataset and trainer exactly as a run does;
+  an unknown key or a value ms-swift refuses is its own error, one line;
+- model: a one-layer Qwen2 with a byte-level tokenizer, written from a config to a temporary folder (no download);
+  ms-swift loads it (and its reference model) from there, as it loads a user's checkpoint;
+- generation: the trainer's rollout engine (``trainer.engine.infer``, HF generate) is stood in by the probe's
+  answers: answer *i* is its row's marker token, then filler, ``lengths[i]`` tokens in all, finish reason 'stop'
+  (or 'length' for an answer cut at the budget); everything after generation is ms-swift's own: the reward
+  call, ``_compute_advantages`` (gathered over the ranks), encoding and collation, the old and reference
+  log-probabilities, ``num_items_in_batch``;
+- rewards: a reward function registered in ms-swift's ``orms`` that returns the audit's reward of each row;
+- advantages and gradient: ``_generate_and_score_completions`` on the whole batch as one micro-batch, then (gradient)
+  the trainer's ``compute_loss`` differentiated by autograd with respect to each completion token's
+  log-probability, as ``Trainer.training_step`` runs it with one accumulation step;
+- step (:mod:`grpo_identity.checks.measure.steps`): ``GRPOTrainer.train()`` itself: the sampler, ``_prepare_inputs``
+  (generation batches of ``steps_per_generation`` micro-batches), the ``Trainer``'s gradient accumulation (its
+  division by the accumulation steps) and ``accelerate``'s data parallelism over ``NPROC_PER_NODE`` CPU processes
+  of one gloo group, at ``learning_rate`` 0 (every micro-batch on-policy).
+
+``num_generations`` is the group size of each probe batch; the step runs the user's (4 where unset).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from typing import Any, Iterator
+
+import numpy as np
+
+from grpo_identity.checks.frameworks import RESPONSE_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks._ranks import (
+    ProcessRanks,
+    RankProcessError,
+    accelerate_rank,
+    gather_objects,
+    rank_index,
+)
+from grpo_identity.checks.frameworks.contract import Built, Difference, DriverInfo, DriverSettings, StepPlan
+
+__all__ = ["DIFFERENCES", "import_check", "build", "SwiftTarget"]
+
+_TRAINER = "swift.rlhf_trainers.grpo_trainer"
+#: where ms-swift's releases differ in the code the driver reads
+DIFFERENCES = {
+    "layout": Difference(
+        _TRAINER,
+        "4.0.0",
+        "the GRPO trainer's module (3.x: swift.trainers.rlhf_trainer.grpo_trainer), which the "
+        "driver builds through SwiftRLHF",
+    ),
+    "samples": Difference(
+        f"{_TRAINER}:GRPOTrainer._rollout_samples",
+        "4.4.0",
+        "the rollout as samples (to_samples, then generation), which _score_completions scores and "
+        "_compute_advantages reads: the driver's advantage path (before it the rollout works on dicts)",
+    ),
+    "undo_accumulation": Difference(
+        f"{_TRAINER}:GRPOTrainer._undo_gradient_accumulation_scaling",
+        "4.6.0",
+        "dapo, cispo and fipo multiply their loss by the accumulation steps, which the Trainer then divides by "
+        "(ms-swift PR #10116 for issue #10117; before it those losses were divided by them twice)",
+    ),
+}
+
+#: the reward function's name in ms-swift's ``orms``
+REWARD = "grpo_identity_probe"
+#: rows a step may hold (each has a marker token of its own in the tiny tokenizer)
+MAX_ROWS = 512
+#: the launcher's setting (``NPROC_PER_NODE=N swift rlhf …``), with its bounds on this machine
+LAUNCH_KEY, MAX_RANKS = "NPROC_PER_NODE", 4
+#: what the driver sets whatever the user set: the tiny model and its data, the CPU, short answers, no logging,
+#: checkpoints or Hub; learning rate 0 and one pass over each generation batch (every micro-batch on-policy)
+FORCED = {
+    "rlhf_type": "grpo",
+    "model_type": "qwen2",
+    "template": "qwen2_5",
+    "tuner_type": "full",
+    "torch_dtype": "float32",
+    "use_cpu": "true",
+    "check_model": "false",
+    "split_dataset_ratio": "0",
+    "reward_funcs": REWARD,
+    "max_completion_length": str(RESPONSE_LENGTH),
+    "use_vllm": "false",
+    "report_to": "none",
+    "save_strategy": "no",
+    "logging_steps": "1000000",
+    "disable_tqdm": "true",
+    "dataloader_num_workers": "0",
+    "dataloader_persistent_workers": "false",
+    "learning_rate": "0",
+    "num_iterations": "1",
+}
+#: the driver's folder-valued settings (its own temporary folder), reported as forced
+PATHS = ("model", "dataset", "output_dir")
+#: the step's split settings, and the driver's value where the user set none
+SPLIT_KEYS = {
+    "num_generations": STEP_GROUP_SIZE,
+    "per_device_train_batch_size": STEP_GROUP_SIZE,
+    "gradient_accumulation_steps": 2,
+}
+#: settings whose code the driver does not run: (setting, the values it runs, why)
+UNSUPPORTED = (
+    ("dynamic_sample", (False,), "it resamples groups with a generator the driver stands in"),
+    ("multi_turn_scheduler", (None,), "multi-turn rollouts"),
+    ("sequence_parallel_size", (1,), "sequence parallelism needs GPUs"),
+    ("deepspeed", (None,), "DeepSpeed needs GPUs"),
+    ("use_liger_kernel", (False,), "the Liger loss needs GPUs"),
+    ("teacher_model", (None,), "a teacher model"),
+    ("use_gym_env", (False, None), "a gym environment's rewards"),
+)
+_STATE: dict[str, Any] = {"rewards": None}
+
+
+def import_check() -> None:
+    """Import what the driver needs (a release environment's smoke test)."""
+    import importlib
+
+    _quiet()
+    DIFFERENCES["layout"].require(f"ms-swift {version('ms-swift')}")
+    DIFFERENCES["samples"].require(f"ms-swift {version('ms-swift')}")
+    importlib.import_module(_TRAINER)
+    importlib.import_module("swift.pipelines.train.rlhf")
+
+
+def build(spec: FrameworkSpec, level: str) -> SwiftTarget:
+    """The target of ``spec`` at ``level`` (:mod:`.contract`)."""
+    return SwiftTarget(spec, level)
+
+
+def _quiet() -> None:
+    """ms-swift's INFO lines (from its import on) and transformers' progress bars and notes are not the audit's."""
+    os.environ.setdefault("LOG_LEVEL", "ERROR")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+# --- the tiny model, its data and the reward -------------------------------------------------------------------------
+def _write_model(folder: str, groups: int) -> None:
+    """A one-layer Qwen2 and a byte-level tokenizer (the 256 bytes, three specials, :data:`MAX_ROWS` row markers)
+    saved to ``folder``, and a dataset of ``groups`` prompts ``g0``, ``g1``, … (``data.jsonl``)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    _quiet()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab = {t: i for i, t in enumerate(specials + sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", additional_special_tokens=specials[1:]
+    )
+    tokenizer.add_tokens([f"<r{i}>" for i in range(MAX_ROWS)])
+    tokenizer.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    tokenizer.save_pretrained(folder)
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    with open(os.path.join(folder, "data.jsonl"), "w") as fh:
+        fh.writelines(json.dumps({"messages": [{"role": "user", "content": f"g{g}"}]}) + "\n" for g in range(groups))
+
+
+def _register_reward() -> None:
+    """The audit's rewards as an ms-swift reward function: each answer's text is its row (``r12``)."""
+    from swift.rewards import orms
+
+    try:
+        from swift.rewards import ORM
+    except ImportError:
+        from swift.rewards.orm import ORM
+
+    class ProbeReward(ORM):
+        def __call__(self, completions: list[str], **kwargs: Any) -> list[float]:
+            return [float(_STATE["rewards"][int(c.split()[0][1:])]) for c in completions]
+
+    orms[REWARD] = ProbeReward
+
+
+# --- the configuration -------------------------------------------------------------------------------------------
+def _argv(spec: FrameworkSpec, extra: dict[str, Any]) -> tuple[list[str], DriverSettings]:
+    """``swift rlhf``'s argv: the config file's keys, the user's, then ``extra`` and :data:`FORCED` (they win), with
+    what the driver set beside the user."""
+    from swift.cli.main import parse_yaml_args
+
+    argv: list[str] = []
+    if spec.config:
+        saved = dict(os.environ)
+        try:
+            argv = list(parse_yaml_args([spec.config]) or [])  # its ENV block is the launcher's: not applied here
+        except (OSError, ValueError) as exc:
+            raise AdapterError(f"--config {spec.config}: {exc}") from None
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    user = {k: v for k, v in spec.sets if k != LAUNCH_KEY}
+    argv += [a for k, v in user.items() for a in (f"--{k}", v)]
+    forced = {**FORCED, **{k: str(v) for k, v in extra.items()}}
+    argv += [a for k, v in forced.items() for a in (f"--{k}", v)]
+    shown = {k: {"driver": v, "yours": user.get(k)} for k, v in forced.items() if k not in SPLIT_KEYS}
+    shown.update({k: {"driver": "a temporary folder of the driver's", "yours": user.get(k)} for k in PATHS})
+    defaults = {k: v for k, v in SPLIT_KEYS.items() if k not in user}
+    return argv, DriverSettings(forced=shown, defaults=defaults, note="num_generations set by each probe, last")
+
+
+def _trainer(spec: FrameworkSpec, folder: str, extra: dict[str, Any]) -> tuple[Any, DriverSettings]:
+    """ms-swift's GRPOTrainer as ``swift rlhf`` builds it from the model and data in ``folder``
+    (:func:`_write_model`), before it trains; its engine stood in."""
+    _quiet()
+    from swift.pipelines.train.rlhf import SwiftRLHF
+    from swift.utils import get_logger
+
+    class Build(SwiftRLHF):
+        def train(self, trainer: Any) -> Any:  # SwiftRLHF.run() ends by training: hand the trainer back instead
+            return trainer
+
+    get_logger().setLevel("ERROR")
+    _register_reward()
+    user = {k for k, _ in spec.sets}
+    split = {k: v for k, v in SPLIT_KEYS.items() if k not in user}
+    paths = {"model": folder, "dataset": os.path.join(folder, "data.jsonl"), "output_dir": os.path.join(folder, "out")}
+    argv, settings = _argv(spec, {**split, **paths, **extra})
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            trainer = Build(argv).run()
+    except (Exception, SystemExit) as exc:
+        text = str(exc).strip().splitlines()
+        why = text[-1] if text else repr(exc)
+        raise AdapterError(f"ms-swift {version('ms-swift')} rejects the arguments: {why}") from None
+    _refuse_unsupported(trainer.args)
+    trainer.engine.infer = Rollout(trainer)
+    return trainer, settings
+
+
+def _refuse_unsupported(args: Any) -> None:
+    for key, runs, why in UNSUPPORTED:
+        value = getattr(args, key, runs[0])
+        if value not in runs:
+            raise AdapterError(f"ms-swift: the driver does not run {key}={value} ({why}): leave {key} unset")
+
+
+# --- generation, stood in -------------------------------------------------------------------------------------------
+class Rollout:
+    """``engine.infer`` of a trainer: for each request, its row's answer (:data:`_STATE`'s lengths, truncation and
+    group size).  A request's row is its prompt's group (``gN``) and the answer's member index, counted in the order
+    the trainer gathers the ranks' rows (each answer of a group its own member)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.marker = int(trainer.processing_class.convert_tokens_to_ids("<r0>"))
+        self.filler = int(trainer.processing_class.convert_tokens_to_ids("a"))
+        self.members: dict[int, int] = {}
+
+    def __call__(self, requests: list[Any], request_config: Any = None, **kwargs: Any) -> list[Any]:
+        from swift.infer_engine.protocol import (
+            ChatCompletionResponse,
+            ChatCompletionResponseChoice,
+            ChatMessage,
+            UsageInfo,
+        )
+
+        rows = self._rows([_group_of(r.messages) for r in requests])
+        out = []
+        for row in rows:
+            ell = int(_STATE["lengths"][row])
+            ids = [self.marker + row % MAX_ROWS] + [self.filler] * (ell - 1)
+            finish = "length" if _STATE["truncated"][row] else "stop"
+            message = ChatMessage(role="assistant", content=f"r{row}")
+            choice = ChatCompletionResponseChoice(index=0, message=message, finish_reason=finish, token_ids=ids)
+            usage = UsageInfo(prompt_tokens=0, completion_tokens=ell, total_tokens=ell)
+            out.append(ChatCompletionResponse(model="tiny", choices=[choice], usage=usage))
+        return out
+
+    def _rows(self, groups: list[int]) -> list[int]:
+        everyone = gather_objects(groups)
+        counts = dict(self.members)
+        for g in [g for part in everyone[: rank_index()] for g in part]:
+            counts[g] = counts.get(g, 0) + 1
+        rows = []
+        for g in groups:
+            rows.append(g * _STATE["G"] + min(counts.get(g, 0), _STATE["G"] - 1))
+            counts[g] = counts.get(g, 0) + 1
+        for g in [g for part in everyone for g in part]:
+            self.members[g] = self.members.get(g, 0) + 1
+        return rows
+
+
+def _group_of(messages: list[dict[str, Any]]) -> int:
+    prompt = next(m["content"] for m in messages if m["role"] == "user")
+    return int(str(prompt).split()[-1][1:])
+
+
+def _probe(rewards: Any, lengths: Any, G: int, truncated: Any = None) -> None:
+    r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    _STATE.update(rewards=r, lengths=np.asarray(lengths, dtype=int), G=int(G))
+    _STATE["truncated"] = np.zeros(r.size, dtype=bool) if truncated is None else np.asarray(truncated, dtype=bool)
+
+
+# --- the target --------------------------------------------------------------------------------------------------
+class SwiftTarget(Built):
+    """ms-swift's GRPOTrainer from ``spec``'s arguments (module docstring)."""
+
+    def __init__(self, spec: FrameworkSpec, level: str) -> None:
+        self.spec = spec
+        self._folder = tempfile.TemporaryDirectory(prefix="grpo-identity-swift-")
+        _write_model(self._folder.name, MAX_ROWS // 2)
+        self.trainer, settings = _trainer(_one_process(spec), self._folder.name, {})
+        args = self.trainer.args
+        details = {
+            "advantage_estimator": str(getattr(args, "advantage_estimator", "grpo")),
+            "scale_rewards": str(getattr(args, "scale_rewards", "")),
+            "loss_type": str(args.loss_type),
+            "beta": float(args.beta),
+        }
+        info = DriverInfo(
+            "ms-swift", version("ms-swift"), "GRPOTrainer._generate_and_score_completions", dict(spec.sets),
+            settings, ("the rollout engine (engine.infer)",), details=details,
+        )  # fmt: skip
+        if level == "gradient":
+            self.layout = _Layout.of(spec, "split")
+            entry = "GRPOTrainer._generate_and_score_completions, then compute_loss (autograd); the step: train()"
+            info = info.with_step(self.layout.plan(spec, args), entry=entry, lengths_optional=True)
+        super().__init__(info, level)
+
+    @contextlib.contextmanager
+    def _probe(self, rewards: np.ndarray, G: int, lengths: Any) -> Iterator[list[dict[str, Any]]]:
+        """The trainer set for one probe batch (contiguous groups of G, one generation batch of one micro-batch)
+        and the batch's dataset rows."""
+        import torch
+
+        trainer = self.trainer
+        _probe(rewards, lengths, G)
+        trainer.num_generations = trainer.num_generations_eval = int(G)
+        trainer.engine.infer.members.clear()
+        spg = trainer.args.steps_per_generation
+        trainer.args.steps_per_generation = 1
+        trainer.model.train()
+        try:
+            with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+                yield [{"messages": [{"role": "user", "content": f"g{i // G}"}]} for i in range(len(rewards))]
+        finally:
+            trainer.args.steps_per_generation = spg
+
+    def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
+        """``_rollout_samples``, ``_score_completions`` and ``_compute_advantages``, as the trainer runs them; the
+        encoding and the log-probabilities the advantages do not read are left out, except where ``kl_in_reward``
+        subtracts the KL (then the whole ``_generate_and_score_completions``)."""
+        r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        trainer = self.trainer
+        with self._probe(r, G, np.ones(r.size, dtype=int)) as rows:
+            if trainer.kl_in_reward and trainer.beta != 0.0:
+                return trainer._generate_and_score_completions(rows)[0]["grpo_batch"].advantages[:, 0].double().numpy()
+            samples = trainer._score_completions(trainer._rollout_samples(rows))
+            return trainer._compute_advantages(samples, trainer._rewards_per_func, []).double().numpy()
+
+    def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
+        """−∂loss/∂log π per token of the batch as one micro-batch (``Trainer.training_step`` with one accumulation
+        step: ``current_gradient_accumulation_steps`` 1)."""
+        r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        with self._probe(r, G, np.asarray(lengths, dtype=int)) as rows:
+            batch = self.trainer._generate_and_score_completions(rows)[0]
+        record = _loss_record(self.trainer, batch, accumulation=1)
+        out = _rows([record], r.size)
+        return {k: out[k] for k in ("advantages", "coefficients", "mask")}
+
+    def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
+        layout = _Layout.of(self.spec, request.get("layout", "split"))
+        if int(G) != layout.group_size:
+            layout = _Layout.of(self.spec, request.get("layout", "split"), int(G))
+        job = _Job(
+            np.asarray(rewards, dtype=float).reshape(-1), np.asarray(lengths, dtype=int), request.get("truncated")
+        )
+        if job.rewards.size > MAX_ROWS:
+            raise AdapterError(f"ms-swift: the driver's step holds at most {MAX_ROWS} answers")
+        with tempfile.TemporaryDirectory(prefix="grpo-identity-swift-step-") as folder:
+            _write_model(folder, job.rewards.size // layout.group_size)  # once: the ranks load it as one run does
+            if layout.ranks == 1:
+                records = _run_here(self.spec, layout, job, folder)
+            else:
+                try:
+                    replies = ProcessRanks(layout.ranks).run(
+                        lambda rank: _run_here(self.spec, layout, job, folder, accelerate_rank(rank, layout.ranks))
+                    )
+                except RankProcessError as exc:
+                    raise AdapterError(f"ms-swift {version('ms-swift')} on {layout.ranks} processes: {exc}") from None
+                records = [rec for reply in replies for rec in reply]
+        return _rows(records, job.rewards.size, layout.ranks)
+
+
+def _one_process(spec: FrameworkSpec) -> FrameworkSpec:
+    """``spec`` without the launcher's key: the probes' trainer runs in this one process."""
+    return FrameworkSpec(spec.framework, tuple((k, v) for k, v in spec.sets if k != LAUNCH_KEY), spec.config)
+
+
+# --- the loss, read -----------------------------------------------------------------------------------------------
+def _loss_record(trainer: Any, batch: dict[str, Any], accumulation: int) -> dict[str, Any]:
+    """One micro-batch through ``compute_loss`` as ``training_step`` runs it (the loss divided by ``accumulation``,
+    the Trainer's ``current_gradient_accumulation_steps``), differentiated: its rows and their coefficients."""
+    from grpo_identity.checks.frameworks.exported.trl import retain_logps
+
+    kept: dict[str, Any] = {}
+    retain_logps(trainer, kept)
+    trainer.current_gradient_accumulation_steps = accumulation
+    trainer.model.zero_grad()
+    try:
+        with trainer.compute_loss_context_manager():
+            loss = trainer.compute_loss(trainer.model, batch)
+        (loss / accumulation).backward()
+    finally:
+        del trainer._get_per_token_logps_and_entropies  # the instance's wrapper: the class's method again
+    return _record(trainer, batch, kept["logps"], step=0, micro=0)
+
+
+def _record(trainer: Any, batch: dict[str, Any], logps: Any, step: int, micro: int) -> dict[str, Any]:
+    """A micro-batch's rows (the marker token of each answer), advantages, coefficients and loss mask."""
+    ids = batch["model_inputs"]["input_ids"]
+    marker = int(trainer.processing_class.convert_tokens_to_ids("<r0>"))
+    rows = [int(next(t for t in row.tolist() if marker <= t < marker + MAX_ROWS)) - marker for row in ids]
+    grpo = batch["grpo_batch"]
+    if logps.grad is None:
+        raise AdapterError(f"ms-swift {version('ms-swift')}: compute_loss's log-probabilities got no gradient")
+    return {
+        "rows": rows,
+        "step": step,
+        "micro": micro,
+        "rank": rank_index(),
+        "advantages": grpo.advantages.detach().double().reshape(len(rows), -1)[:, 0].tolist(),
+        "coefficients": (-logps.grad).detach().double().tolist(),
+        "mask": grpo.completion_mask.detach().double().tolist(),
+    }
+
+
+def _rows(records: list[dict[str, Any]], n: int, ranks: int = 1) -> dict[str, Any]:
+    """The micro-batch records as per-row arrays (each rank's coefficients divided by the ranks: DDP averages
+    their gradients); every row trained on exactly once."""
+    T = max([RESPONSE_LENGTH, *(len(c) for rec in records for c in rec["coefficients"])])
+    out = {
+        "advantages": np.zeros(n),
+        "coefficients": np.zeros((n, T)),
+        "mask": np.zeros((n, T)),
+        **{k: np.full(n, -1) for k in ("step", "rank", "micro_batch", "generation")},
+    }
+    seen = np.zeros(n, dtype=int)
+    for rec in records:
+        for i, row in enumerate(rec["rows"]):
+            width = len(rec["coefficients"][i])
+            out["advantages"][row] = rec["advantages"][i]
+            out["coefficients"][row, :width] = np.asarray(rec["coefficients"][i]) / ranks
+            out["mask"][row, :width] = rec["mask"][i]
+            out["step"][row], out["rank"][row], out["micro_batch"][row] = rec["step"], rec["rank"], rec["micro"]
+            out["generation"][row] = rec.get("generation", 0)
+            seen[row] += 1
+    if not np.all(seen == 1):
+        raise AdapterError(
+            f"ms-swift {version('ms-swift')}: the trainer trained on {int((seen > 0).sum())} of the {n} answers its "
+            f"sampler drew ({int((seen > 1).sum())} more than once): the driver cannot read this step"
+        )
+    return out
+
+
+# --- the step ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Layout:
+    """A step layout: the split settings every rank's arguments get, and the step's numbers."""
+
+    sets: dict[str, int]
+    ranks: int
+    group_size: int
+    step_rows: int
+    generation_rows: int
+    chosen: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def per_generation(self) -> int:
+        """Micro-batches per generation batch."""
+        return max(1, self.generation_rows // (self.sets["per_device_train_batch_size"] * self.ranks))
+
+    @classmethod
+    def of(cls, spec: FrameworkSpec, name: str, group_size: int | None = None) -> _Layout:
+        """The user's split (the driver's :data:`SPLIT_KEYS` where unset) or the unsplit one: each optimizer step of
+        the split as one micro-batch on one process."""
+        user = dict(spec.sets)
+        values = {k: _whole(user[k], k) if k in user else v for k, v in SPLIT_KEYS.items()}
+        if group_size is not None:
+            values["num_generations"] = group_size
+        ranks = _whole(user.get(LAUNCH_KEY, "1"), LAUNCH_KEY, MAX_RANKS)
+        per_generation = _whole(user.get("steps_per_generation", values["gradient_accumulation_steps"]), "x")
+        if "generation_batch_size" in user:
+            rows = _whole(user["generation_batch_size"], "generation_batch_size")
+            per_generation = max(1, rows // (values["per_device_train_batch_size"] * ranks))
+        bs, ga = values["per_device_train_batch_size"], values["gradient_accumulation_steps"]
+        step_rows, generation_rows = bs * ga * ranks, bs * per_generation * ranks
+        chosen = {k: v for k, v in SPLIT_KEYS.items() if k not in user}
+        if name == "split":
+            return cls(values, ranks, values["num_generations"], step_rows, generation_rows, chosen)
+        unsplit = {"num_generations": values["num_generations"], "per_device_train_batch_size": step_rows}
+        unsplit.update(gradient_accumulation_steps=1, steps_per_generation=max(1, generation_rows // step_rows))
+        return cls(unsplit, 1, values["num_generations"], step_rows, generation_rows)
+
+    def plan(self, spec: FrameworkSpec, args: Any) -> StepPlan:
+        unsplit = _Layout.of(spec, "unsplit", self.group_size)
+        settings = {**self.sets, LAUNCH_KEY: self.ranks}
+        return StepPlan(
+            self.group_size, self.step_rows, self.generation_rows,
+            split=", ".join(f"{k}={v}" for k, v in settings.items()),
+            unsplit=", ".join(f"{k}={v}" for k, v in unsplit.sets.items()),
+            settings=settings, ranks=self.ranks, chosen=self.chosen, objective=objective(args), truncation=True,
+        )  # fmt: skip
+
+
+def _whole(raw: Any, key: str, most: int | None = None) -> int:
+    try:
+        value = int(str(raw))
+    except ValueError:
+        value = 0
+    if value < 1 or (most is not None and value > most):
+        bound = f"from 1 to {most}" if most is not None else "≥ 1"
+        raise AdapterError(f"ms-swift: {key} takes a whole number {bound}, got {raw!r}")
+    return value
+
+
+def objective(args: Any) -> dict[str, Any] | None:
+    """The documented objective of ``loss_type`` (:data:`grpo_identity.objectives.LOSS_SETTINGS`), its length
+    budget ``max_completion_length``."""
+    from grpo_identity.objectives import objective_of
+
+    found = objective_of("ms-swift", "loss_type", str(args.loss_type))
+    return None if found is None else found.for_step(float(args.max_completion_length or RESPONSE_LENGTH))
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A step request's answers: rewards, lengths, and which were cut at the budget (None: none)."""
+
+    rewards: np.ndarray
+    lengths: np.ndarray
+    truncated: Any = None
+
+
+def _run_here(spec: FrameworkSpec, layout: _Layout, job: _Job, folder: str, rank: int = 0) -> list[dict[str, Any]]:
+    """One process's share of the step: ``GRPOTrainer.train()`` for the rows' optimizer steps, each micro-batch's
+    record."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    n = job.rewards.size
+    _probe(job.rewards, job.lengths, layout.group_size, job.truncated)
+    steps = max(1, n // layout.step_rows)
+    bare = _one_process(spec)
+    mine = {*layout.sets, *(("generation_batch_size",) if "steps_per_generation" in layout.sets else ())}
+    bare = FrameworkSpec(bare.framework, tuple((k, v) for k, v in bare.sets if k not in mine), bare.config)
+    trainer, _ = _trainer(bare, folder, {**layout.sets, "max_steps": steps})
+    records: list[dict[str, Any]] = []
+    with _kept(trainer, records), contextlib.redirect_stdout(io.StringIO()):
+        trainer.train()
+    for rec in records:
+        rec["rank"] = rank
+        rec["generation"] = (
+            rec["step"] * layout.sets["gradient_accumulation_steps"] + rec["micro"]
+        ) // layout.per_generation
+    return records
+
+
+@contextlib.contextmanager
+def _kept(trainer: Any, records: list[dict[str, Any]]) -> Iterator[None]:
+    """Each ``compute_loss`` call's micro-batch kept with its log-probabilities, read after the step's backward
+    (:func:`_record`): the gradient the optimizer receives, accumulation included."""
+    from grpo_identity.checks.frameworks.exported.trl import retain_logps
+
+    pending: dict[str, Any] = {}
+    retain_logps(trainer, pending)
+    kept: list[tuple[int, Any, Any]] = []
+    original = trainer.compute_loss
+
+    def compute_loss(model: Any, inputs: Any, *a: Any, **k: Any) -> Any:
+        pending.clear()
+        value = original(model, inputs, *a, **k)
+        kept.append((trainer.state.global_step, pending.get("logps"), inputs))
+        return value
+
+    trainer.compute_loss = compute_loss
+    yield
+    micro, last = 0, None
+    for step, logps, inputs in kept:
+        micro, last = (micro + 1 if step == last else 0), step
+        if logps is None:
+            raise AdapterError(
+                f"ms-swift {version('ms-swift')}: compute_loss read no log-probabilities the driver knows"
+            )
+        records.append(_record(trainer, inputs, logps, step, micro))

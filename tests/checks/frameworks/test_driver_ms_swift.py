@@ -1,0 +1,142 @@
+"""The ms-swift driver (``checks.frameworks.ms_swift``): its split and objective (no ms-swift needed), then audits of
+ms-swift 4.5.3 and 4.6.0 in their release environments (``releases.ensure``; ms-swift never goes into the project's
+environment).
+
+What ms-swift computes (``swift/rlhf_trainers/grpo_trainer.py``, ``swift/rl_core/advantage.py``):
+
+- advantages: the group's mean and ``torch.std`` (ddof 1), (r − mean)/(std + 1e-4) for ``scale_rewards=group`` (the
+  default of ``advantage_estimator=grpo``); ``scale_rewards=none`` leaves the std out;
+- the loss of dapo, cispo and fipo: the masked token sum over ``num_items_in_batch``, the completion tokens of the
+  whole generation batch gathered over the ranks, divided by the processes; ``Trainer.training_step`` then divides
+  by the accumulation steps (ms-swift sets ``model_accepts_loss_kwargs = False``).  4.6.0 multiplies those losses
+  by the accumulation steps first (``_undo_gradient_accumulation_scaling``, PR #10116); 4.5.3 does not, so its
+  update is 1/gradient_accumulation_steps of the documented one (issue #10117).
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from _support import env_or_skip
+
+from grpo_identity.app.cli import main
+from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import ms_swift as drv
+from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
+
+pytestmark = pytest.mark.xdist_group("ms-swift")
+
+BUGGY, FIXED = "4.5.3", "4.6.0"
+
+
+def _spec(**sets: object) -> FrameworkSpec:
+    return FrameworkSpec("ms-swift", tuple((k, str(v)) for k, v in sets.items()))
+
+
+# --- the driver's own steps (no ms-swift needed) ---------------------------------------------------------------------
+def test_the_driver_module_of_a_hyphenated_name_is_its_python_name():
+    assert FRAMEWORK_TABLE["ms-swift"].driver == "grpo_identity.checks.frameworks.ms_swift"
+
+
+def test_the_default_split_is_two_accumulated_micro_batches_of_one_group_each():
+    split = drv._Layout.of(_spec(loss_type="dapo"), "split")
+    assert (split.group_size, split.step_rows, split.generation_rows, split.ranks) == (4, 8, 8, 1)
+    assert split.chosen == drv.SPLIT_KEYS and split.per_generation == 2
+
+
+def test_the_step_counts_ranks_accumulation_and_generation_batches_in_answers():
+    spec = _spec(per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=4,
+                 NPROC_PER_NODE=2, num_generations=4)  # fmt: skip
+    split = drv._Layout.of(spec, "split")
+    assert (split.step_rows, split.generation_rows, split.ranks, split.per_generation) == (8, 16, 2, 4)
+    unsplit = drv._Layout.of(spec, "unsplit")
+    assert unsplit.ranks == 1 and unsplit.sets == {
+        "num_generations": 4, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
+        "steps_per_generation": 2,
+    }  # fmt: skip
+
+
+def test_a_generation_batch_size_sets_the_micro_batches_per_generation():
+    spec = _spec(per_device_train_batch_size=4, generation_batch_size=16)
+    assert drv._Layout.of(spec, "split").per_generation == 4
+
+
+@pytest.mark.parametrize("key, raw", [("gradient_accumulation_steps", "0"), ("per_device_train_batch_size", "abc"),
+                                      ("NPROC_PER_NODE", "9"), ("num_generations", "1.5")])  # fmt: skip
+def test_a_split_count_out_of_bounds_is_refused_by_name(key, raw):
+    with pytest.raises(AdapterError, match=f"{key} takes a whole number"):
+        drv._Layout.of(_spec(**{key: raw}), "split")
+
+
+@pytest.mark.parametrize(
+    "loss_type, name",
+    [("grpo", "seq_mean_token_mean"), ("bnpo", "local_token_mean"), ("dr_grpo", "seq_mean_token_sum_norm"),
+     ("dapo", "token_mean"), ("cispo", "token_mean"), ("fipo", "token_mean"), ("real", None)],
+)  # fmt: skip
+def test_each_loss_type_is_judged_by_the_objective_its_docs_give(loss_type, name):
+    found = drv.objective(SimpleNamespace(loss_type=loss_type, max_completion_length=512))
+    assert (found and found["name"]) == name
+    if found is not None:
+        assert found["budget"] == 512.0 and found["setting"] == f"loss_type={loss_type}"
+
+
+# --- ms-swift itself, in its release environments --------------------------------------------------------------------
+def _audit(capsys, release, *args):
+    """(exit code, JSON) of ``grpo-identity audit ms-swift --release RELEASE *args``."""
+    env_or_skip("ms-swift", release)
+    code = main(["audit", "ms-swift", "--release", release, *args, "--max-examples", "10", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["target_info"]["version"] == release and out["target_info"]["framework"] == "ms-swift"
+    return code, out
+
+
+def _severity(out, prop):
+    return {f["severity"] for f in out["findings"] if f["property"] == prop}
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_4_5_3s_dapo_loss_is_divided_by_the_accumulation_steps_twice(capsys):
+    # the driver's default split: two micro-batches accumulated; ms-swift issue #10117
+    code, out = _audit(capsys, BUGGY, "--set", "loss_type=dapo")
+    step = out["inferred"]["step"]
+    assert code == 1 and not step["invariant"] and "fail" in _severity(out, "step_scale")
+    finding = next(f for f in out["findings"] if f["property"] == "step_scale")
+    assert "0.5×" in finding["message"] and "gradient_accumulation_steps applied twice" in finding["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_4_6_0s_dapo_step_is_its_documented_token_mean_and_its_advantages_divide_by_the_group_std(capsys):
+    code, out = _audit(capsys, FIXED, "--set", "loss_type=dapo")
+    inf = out["inferred"]
+    assert inf["step"]["invariant"] and not _severity(out, "step_scale") and not _severity(out, "split_invariance")
+    assert (inf["centre"], inf["scale"], inf["ddof"]) == ("mean", "group_std", 1)
+    assert inf["eps"] == pytest.approx(1e-4, rel=0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_two_rank_processes_gather_the_token_count_and_keep_4_6_0s_step_whole(capsys):
+    code, out = _audit(capsys, FIXED, "--set", "loss_type=dapo", "--set", "NPROC_PER_NODE=2")
+    step = out["target_info"]["step"]
+    assert step["ranks"] == "processes" and step["settings"]["NPROC_PER_NODE"] == 2
+    assert out["inferred"]["step"]["invariant"] and not _severity(out, "step_scale")
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize(
+    "sets, words",
+    [
+        (["--set", "loss_typo=dapo"], "ms-swift 4.6.0 rejects the arguments"),
+        (["--set", "dynamic_sample=true"], "does not run dynamic_sample=True"),
+    ],
+)
+def test_a_key_ms_swift_refuses_or_the_driver_does_not_run_is_one_line(sets, words, capsys):
+    env_or_skip("ms-swift", FIXED)
+    code = main(["audit", "ms-swift", "--release", FIXED, *sets])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and words in err, err
