@@ -152,8 +152,11 @@ class LossSetting:
     where it differs from the one the verdict uses (None: they agree)."""
     alternative_source: str | None = None
 
-    def for_step(self, budget: float | None = None) -> dict[str, object]:
-        """The objective as a step target's geometry carries it (``info["step"]["objective"]``)."""
+    def for_step(self, budget: float | None = None, ratio_cap: tuple[float, str] | None = None) -> dict[str, object]:
+        """The objective as a step target's geometry carries it (``info["step"]["objective"]``).  ``ratio_cap``: the
+        loss's cap on the importance weight and the setting that gives it (CISPO's ``epsilon_high``): a cap below 1
+        scales even the on-policy update, which the step's verdict then names as a cause."""
+        cap = {} if ratio_cap is None else {"ratio_cap": float(ratio_cap[0]), "ratio_cap_setting": ratio_cap[1]}
         return {
             "name": self.objective,
             "budget": budget,
@@ -161,6 +164,7 @@ class LossSetting:
             "documented": self.documented,
             "alternative": self.alternative,
             "alternative_source": self.alternative_source,
+            **cap,
         }
 
 

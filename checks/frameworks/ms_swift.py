@@ -540,11 +540,17 @@ def _whole(raw: Any, key: str, most: int | None = None) -> int:
 
 def objective(args: Any) -> dict[str, Any] | None:
     """The documented objective of ``loss_type`` (:data:`grpo_identity.objectives.LOSS_SETTINGS`), its length
-    budget ``max_completion_length``."""
+    budget ``max_completion_length``; cispo's importance-weight cap ``epsilon_high`` (``epsilon`` where unset)."""
     from grpo_identity.objectives import objective_of
 
     found = objective_of("ms-swift", "loss_type", str(args.loss_type))
-    return None if found is None else found.for_step(float(args.max_completion_length or RESPONSE_LENGTH))
+    if found is None:
+        return None
+    cap = None
+    if str(args.loss_type) == "cispo":  # the weight is clamp(ratio, max=epsilon_high), epsilon_high epsilon where unset
+        high = args.epsilon_high if getattr(args, "epsilon_high", None) is not None else args.epsilon
+        cap = (float(high), f"epsilon_high={float(high):g}")
+    return found.for_step(float(args.max_completion_length or RESPONSE_LENGTH), cap)
 
 
 @dataclass(frozen=True)

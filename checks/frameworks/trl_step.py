@@ -249,7 +249,11 @@ def objective(args: Any) -> dict[str, Any] | None:
     found = objective_of("trl", "loss_type", loss_type)
     if found is None:
         return None
-    return found.for_step(int(getattr(args, "max_completion_length", None) or RESPONSE_LENGTH))
+    cap = None
+    if loss_type == "cispo":  # the weight is clamp(ratio, max=epsilon_high), epsilon_high epsilon where unset
+        high = args.epsilon_high if getattr(args, "epsilon_high", None) is not None else args.epsilon
+        cap = (float(high), f"epsilon_high={float(high):g}")
+    return found.for_step(int(getattr(args, "max_completion_length", None) or RESPONSE_LENGTH), cap)
 
 
 def export_recipe(spec: FrameworkSpec) -> dict[str, Any]:

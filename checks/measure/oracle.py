@@ -219,6 +219,13 @@ def causes(run: Any, s: int, objective: dict[str, Any] | None = None) -> list[tu
     if rows.size and rows.min() == rows.max() > 1:
         words = f"a micro-batch's sum over its answers not divided by their number (×{int(rows[0])})"
         found.append(("micro_rows", words, float(rows[0])))
+    cap = (objective or {}).get("ratio_cap")
+    if cap is not None and 0.0 < float(cap) < 1.0:
+        setting = (objective or {}).get("ratio_cap_setting")
+        words = (
+            f"the importance weight capped at {float(cap):g}, below its on-policy value 1 ({setting}: set it above 1)"
+        )
+        found.append(("ratio_cap", words, float(cap)))
     budget = (objective or {}).get("budget")
     if budget and run.width and float(budget) != run.width:
         words = f"the length constant taken as the batch's response width {run.width}, not the configured {budget:g}"

@@ -180,6 +180,21 @@ def test_the_causes_are_read_from_the_runs_layout():
     assert named["ranks summed, not averaged (×2)"] == 2.0
 
 
+@pytest.mark.parametrize("cap, named", [(0.2, True), (5.0, False)])
+def test_an_importance_weight_capped_below_one_is_named_where_it_gives_the_shared_factor(cap, named):
+    # CISPO's weight clamp(ratio, max=epsilon_high): on-policy (ratio 1) a cap of 0.2 scales both layouts by 0.2
+    geo = _geo(ratio_cap=cap, ratio_cap_setting=f"epsilon_high={cap:g}")
+    out = _audit(numpy_step(factor=min(cap, 1.0)), geo)
+    found = [f for f in out.findings if f.property == "step_scale"]
+    if not named:
+        assert found == []  # a cap above 1 leaves the on-policy step whole
+        return
+    (finding,) = found
+    assert finding.counterexample["causes"] == [
+        "the importance weight capped at 0.2, below its on-policy value 1 (epsilon_high=0.2: set it above 1)"
+    ]
+
+
 def test_a_factor_only_the_split_has_is_named_by_the_split_s_own_mechanism():
     """1/GA applied twice for real: the split run (two accumulated micro-batches) is halved, the unsplit one (no
     accumulation) is not, so split invariance sees a rescaled step and the oracle names the accumulation."""

@@ -76,10 +76,14 @@ def test_a_split_count_out_of_bounds_is_refused_by_name(key, raw):
      ("dapo", "token_mean"), ("cispo", "token_mean"), ("fipo", "token_mean"), ("real", None)],
 )  # fmt: skip
 def test_each_loss_type_is_judged_by_the_objective_its_docs_give(loss_type, name):
-    found = drv.objective(SimpleNamespace(loss_type=loss_type, max_completion_length=512))
+    found = drv.objective(
+        SimpleNamespace(loss_type=loss_type, max_completion_length=512, epsilon=0.2, epsilon_high=None)
+    )
     assert (found and found["name"]) == name
     if found is not None:
         assert found["budget"] == 512.0 and found["setting"] == f"loss_type={loss_type}"
+        # cispo's weight is clamp(ratio, max=epsilon_high), and epsilon_high is epsilon where unset
+        assert found.get("ratio_cap") == (0.2 if loss_type == "cispo" else None)
 
 
 # --- ms-swift itself, in its release environments --------------------------------------------------------------------
