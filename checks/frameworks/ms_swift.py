@@ -103,6 +103,8 @@ FORCED = {
 }
 #: the driver's folder-valued settings (its own temporary folder), reported as forced
 PATHS = ("model", "dataset", "output_dir")
+#: ms-swift's generation-batch settings (it takes either, or both where they agree)
+_SPLIT = ("steps_per_generation", "generation_batch_size")
 #: the step's split settings, and the driver's value where the user set none
 SPLIT_KEYS = {
     "num_generations": STEP_GROUP_SIZE,
@@ -198,26 +200,47 @@ def _register_reward() -> None:
 
 
 # --- the configuration -------------------------------------------------------------------------------------------
+def _config_argv(path: str) -> list[str]:
+    """The config file's keys as ``swift rlhf FILE`` puts them in its argv (``parse_yaml_args``); the file's ``ENV``
+    block (the launcher's environment) is not applied here."""
+    from swift.cli.main import parse_yaml_args
+
+    if not path.endswith((".yaml", ".yml", ".json")):
+        raise AdapterError(f"--config {path}: ms-swift reads a .yaml, .yml or .json file (swift rlhf FILE)")
+    saved = dict(os.environ)
+    try:
+        argv = [path]
+        parse_yaml_args(argv)  # replaces the path by the file's --key value pairs
+        return [str(a) for a in argv]
+    except (OSError, ValueError) as exc:
+        raise AdapterError(f"--config {path}: {exc}") from None
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _user_keys(spec: FrameworkSpec) -> dict[str, str]:
+    """The user's arguments, key → value: the config file's, then the ``--set`` pairs (they win)."""
+    keys: dict[str, str] = {}
+    key = None
+    for arg in _config_argv(spec.config) if spec.config else []:
+        if arg.startswith("--"):
+            key = arg[2:]
+            keys[key] = ""
+        elif key is not None:
+            keys[key] = f"{keys[key]} {arg}".strip()  # a list's items, as the file's key holds them
+    return {**keys, **dict(spec.sets)}
+
+
 def _argv(spec: FrameworkSpec, extra: dict[str, Any]) -> tuple[list[str], DriverSettings]:
     """``swift rlhf``'s argv: the config file's keys, the user's, then ``extra`` and :data:`FORCED` (they win), with
     what the driver set beside the user."""
-    from swift.cli.main import parse_yaml_args
-
-    argv: list[str] = []
-    if spec.config:
-        saved = dict(os.environ)
-        try:
-            argv = list(parse_yaml_args([spec.config]) or [])  # its ENV block is the launcher's: not applied here
-        except (OSError, ValueError) as exc:
-            raise AdapterError(f"--config {spec.config}: {exc}") from None
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-    user = {k: v for k, v in spec.sets if k != LAUNCH_KEY}
-    argv += [a for k, v in user.items() for a in (f"--{k}", v)]
+    argv = _config_argv(spec.config) if spec.config else []
+    argv += [a for k, v in spec.sets if k != LAUNCH_KEY for a in (f"--{k}", v)]
     forced = {**FORCED, **{k: str(v) for k, v in extra.items()}}
     argv += [a for k, v in forced.items() for a in (f"--{k}", v)]
-    shown = {k: {"driver": v, "yours": user.get(k)} for k, v in forced.items() if k not in SPLIT_KEYS}
+    user = _user_keys(spec)
+    shown = {k: {"driver": v, "yours": user.get(k)} for k, v in forced.items() if k not in (*SPLIT_KEYS, *_SPLIT)}
     shown.update({k: {"driver": "a temporary folder of the driver's", "yours": user.get(k)} for k in PATHS})
     defaults = {k: v for k, v in SPLIT_KEYS.items() if k not in user}
     return argv, DriverSettings(forced=shown, defaults=defaults, note="num_generations set by each probe, last")
@@ -236,7 +259,7 @@ def _trainer(spec: FrameworkSpec, folder: str, extra: dict[str, Any]) -> tuple[A
 
     get_logger().setLevel("ERROR")
     _register_reward()
-    user = {k for k, _ in spec.sets}
+    user = _user_keys(spec)
     split = {k: v for k, v in SPLIT_KEYS.items() if k not in user}
     paths = {"model": folder, "dataset": os.path.join(folder, "data.jsonl"), "output_dir": os.path.join(folder, "out")}
     argv, settings = _argv(spec, {**split, **paths, **extra})
@@ -498,12 +521,12 @@ class _Layout:
     def of(cls, spec: FrameworkSpec, name: str, group_size: int | None = None) -> _Layout:
         """The user's split (the driver's :data:`SPLIT_KEYS` where unset) or the unsplit one: each optimizer step of
         the split as one micro-batch on one process."""
-        user = dict(spec.sets)
+        user = _user_keys(spec)
         values = {k: _whole(user[k], k) if k in user else v for k, v in SPLIT_KEYS.items()}
         if group_size is not None:
             values["num_generations"] = group_size
         ranks = _whole(user.get(LAUNCH_KEY, "1"), LAUNCH_KEY, MAX_RANKS)
-        per_generation = _whole(user.get("steps_per_generation", values["gradient_accumulation_steps"]), "x")
+        per_generation = _whole(user.get(_SPLIT[0], values["gradient_accumulation_steps"]), _SPLIT[0])
         if "generation_batch_size" in user:
             rows = _whole(user["generation_batch_size"], "generation_batch_size")
             per_generation = max(1, rows // (values["per_device_train_batch_size"] * ranks))
@@ -513,7 +536,9 @@ class _Layout:
         if name == "split":
             return cls(values, ranks, values["num_generations"], step_rows, generation_rows, chosen)
         unsplit = {"num_generations": values["num_generations"], "per_device_train_batch_size": step_rows}
-        unsplit.update(gradient_accumulation_steps=1, steps_per_generation=max(1, generation_rows // step_rows))
+        per_step = max(1, generation_rows // step_rows)  # both of ms-swift's generation settings, consistent
+        unsplit.update(gradient_accumulation_steps=1, steps_per_generation=per_step)
+        unsplit.update(generation_batch_size=per_step * step_rows)
         return cls(unsplit, 1, values["num_generations"], step_rows, generation_rows)
 
     def plan(self, spec: FrameworkSpec, args: Any) -> StepPlan:
@@ -571,9 +596,7 @@ def _run_here(spec: FrameworkSpec, layout: _Layout, job: _Job, folder: str, rank
     n = job.rewards.size
     _probe(job.rewards, job.lengths, layout.group_size, job.truncated)
     steps = max(1, n // layout.step_rows)
-    bare = _one_process(spec)
-    mine = {*layout.sets, *(("generation_batch_size",) if "steps_per_generation" in layout.sets else ())}
-    bare = FrameworkSpec(bare.framework, tuple((k, v) for k, v in bare.sets if k not in mine), bare.config)
+    bare = _one_process(spec)  # the layout's settings come after the user's: they win
     trainer, _ = _trainer(bare, folder, {**layout.sets, "max_steps": steps})
     records: list[dict[str, Any]] = []
     with _kept(trainer, records), contextlib.redirect_stdout(io.StringIO()):

@@ -54,7 +54,7 @@ def test_the_step_counts_ranks_accumulation_and_generation_batches_in_answers():
     unsplit = drv._Layout.of(spec, "unsplit")
     assert unsplit.ranks == 1 and unsplit.sets == {
         "num_generations": 4, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
-        "steps_per_generation": 2,
+        "steps_per_generation": 2, "generation_batch_size": 16,
     }  # fmt: skip
 
 
@@ -102,13 +102,19 @@ def _severity(out, prop):
 
 @pytest.mark.slow
 @pytest.mark.frameworks
-def test_4_5_3s_dapo_loss_is_divided_by_the_accumulation_steps_twice(capsys):
-    # the driver's default split: two micro-batches accumulated; ms-swift issue #10117
-    code, out = _audit(capsys, BUGGY, "--set", "loss_type=dapo")
+def test_4_5_3s_dapo_loss_from_its_yaml_file_is_divided_by_the_accumulation_steps_twice(capsys, tmp_path):
+    # ms-swift issue #10117 at the split the file sets (four accumulated micro-batches), the file as `swift rlhf
+    # FILE` reads it; the command line's keys win over the file's
+    config = tmp_path / "grpo.yaml"
+    config.write_text("loss_type: dapo\ngradient_accumulation_steps: 4\nper_device_train_batch_size: 8\n")
+    code, out = _audit(capsys, BUGGY, "--config", str(config), "--set", "per_device_train_batch_size=2")
+    assert out["target_info"]["loss_type"] == "dapo"
+    settings = out["target_info"]["step"]["settings"]
+    assert (settings["per_device_train_batch_size"], settings["gradient_accumulation_steps"]) == (2, 4)
     step = out["inferred"]["step"]
     assert code == 1 and not step["invariant"] and "fail" in _severity(out, "step_scale")
     finding = next(f for f in out["findings"] if f["property"] == "step_scale")
-    assert "0.5×" in finding["message"] and "gradient_accumulation_steps applied twice" in finding["message"]
+    assert "0.25×" in finding["message"] and "gradient_accumulation_steps applied twice (1/4" in finding["message"]
 
 
 @pytest.mark.slow
