@@ -450,11 +450,16 @@ def _loss_record(trainer: Any, batch: dict[str, Any], accumulation: int) -> dict
         (loss / accumulation).backward()
     finally:
         del trainer._get_per_token_logps_and_entropies  # the instance's wrapper: the class's method again
-    return _record(trainer, batch, kept["logps"], step=0, micro=0)
+    record = _record(trainer, batch, kept["logps"], step=0, micro=0)
+    n = len(record["rows"])  # one micro-batch in the probe's order: its markers repeat past MAX_ROWS answers
+    if record["rows"] != [i % MAX_ROWS for i in range(n)]:
+        raise AdapterError(f"ms-swift {version('ms-swift')}: the probe's micro-batch is not in the order it was given")
+    return {**record, "rows": list(range(n))}
 
 
 def _record(trainer: Any, batch: dict[str, Any], logps: Any, step: int, micro: int) -> dict[str, Any]:
-    """A micro-batch's rows (the marker token of each answer), advantages, coefficients and loss mask."""
+    """A micro-batch's rows (the marker token of each answer: the row modulo :data:`MAX_ROWS`), advantages,
+    coefficients and loss mask."""
     ids = batch["model_inputs"]["input_ids"]
     marker = int(trainer.processing_class.convert_tokens_to_ids("<r0>"))
     rows = [int(next(t for t in row.tolist() if marker <= t < marker + MAX_ROWS)) - marker for row in ids]
