@@ -200,55 +200,76 @@ def _register_reward() -> None:
 
 
 # --- the configuration -------------------------------------------------------------------------------------------
-def _config_argv(path: str) -> list[str]:
-    """The config file's keys as ``swift rlhf FILE`` puts them in its argv (``parse_yaml_args``); the file's ``ENV``
-    block (the launcher's environment) is not applied here."""
-    from swift.cli.main import parse_yaml_args
+@dataclass(frozen=True)
+class _Config:
+    """A ``swift rlhf`` config file as ms-swift reads it (``parse_yaml_args``): its arguments, in argv form, and the
+    launcher's ``NPROC_PER_NODE`` from its ``ENV`` block (which is otherwise not applied here)."""
 
-    if not path.endswith((".yaml", ".yml", ".json")):
-        raise AdapterError(f"--config {path}: ms-swift reads a .yaml, .yml or .json file (swift rlhf FILE)")
-    saved = dict(os.environ)
-    try:
-        argv = [path]
-        parse_yaml_args(argv)  # replaces the path by the file's --key value pairs
-        return [str(a) for a in argv]
-    except (OSError, ValueError) as exc:
-        raise AdapterError(f"--config {path}: {exc}") from None
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    argv: tuple[str, ...] = ()
+    ranks: str | None = None
+
+    @classmethod
+    def read(cls, path: str | None) -> _Config:
+        if path is None:
+            return cls()
+        from swift.cli.main import parse_yaml_args
+
+        if not path.endswith((".yaml", ".yml", ".json")):
+            raise AdapterError(f"--config {path}: ms-swift reads a .yaml, .yml or .json file (swift rlhf FILE)")
+        saved = dict(os.environ)
+        os.environ.pop(LAUNCH_KEY, None)
+        try:
+            argv = [path]
+            parse_yaml_args(argv)  # the path replaced by the file's --key value pairs; its ENV block applied
+            ranks = os.environ.get(LAUNCH_KEY)
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            raise AdapterError(f"--config {path}: not a mapping of swift rlhf arguments ({exc})") from None
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        if argv == [path]:
+            raise AdapterError(f"--config {path}: the file holds no arguments")
+        return cls(tuple(str(a) for a in argv), ranks)
+
+    def keys(self) -> dict[str, str]:
+        """key → value (a list's items joined by spaces), and ``NPROC_PER_NODE`` where the ENV block sets it."""
+        keys: dict[str, str] = {}
+        key = None
+        for arg in self.argv:
+            if arg.startswith("--"):
+                key = arg[2:]
+                keys[key] = ""
+            elif key is not None:
+                keys[key] = f"{keys[key]} {arg}".strip()
+        return keys if self.ranks is None else {**keys, LAUNCH_KEY: self.ranks}
 
 
 def _user_keys(spec: FrameworkSpec) -> dict[str, str]:
     """The user's arguments, key → value: the config file's, then the ``--set`` pairs (they win)."""
-    keys: dict[str, str] = {}
-    key = None
-    for arg in _config_argv(spec.config) if spec.config else []:
-        if arg.startswith("--"):
-            key = arg[2:]
-            keys[key] = ""
-        elif key is not None:
-            keys[key] = f"{keys[key]} {arg}".strip()  # a list's items, as the file's key holds them
-    return {**keys, **dict(spec.sets)}
+    return {**_Config.read(spec.config).keys(), **dict(spec.sets)}
 
 
-def _argv(spec: FrameworkSpec, extra: dict[str, Any]) -> tuple[list[str], DriverSettings]:
-    """``swift rlhf``'s argv: the config file's keys, the user's, then ``extra`` and :data:`FORCED` (they win), with
-    what the driver set beside the user."""
-    argv = _config_argv(spec.config) if spec.config else []
-    argv += [a for k, v in spec.sets if k != LAUNCH_KEY for a in (f"--{k}", v)]
-    forced = {**FORCED, **{k: str(v) for k, v in extra.items()}}
-    argv += [a for k, v in forced.items() for a in (f"--{k}", v)]
+def _split_values(user: dict[str, str]) -> tuple[dict[str, int], dict[str, int]]:
+    """The split settings of :data:`SPLIT_KEYS` (the user's, else the driver's: a micro-batch of one group, two
+    accumulated), and those the driver chose."""
+    values = {k: _whole(user[k], k) if k in user else v for k, v in SPLIT_KEYS.items()}
+    if "per_device_train_batch_size" not in user:
+        values["per_device_train_batch_size"] = values["num_generations"]
+    return values, {k: v for k, v in values.items() if k not in user}
+
+
+def _settings(spec: FrameworkSpec) -> DriverSettings:
+    """What the driver sets beside the user (the report's driver settings)."""
     user = _user_keys(spec)
-    shown = {k: {"driver": v, "yours": user.get(k)} for k, v in forced.items() if k not in (*SPLIT_KEYS, *_SPLIT)}
+    shown = {k: {"driver": v, "yours": user.get(k)} for k, v in FORCED.items()}
     shown.update({k: {"driver": "a temporary folder of the driver's", "yours": user.get(k)} for k in PATHS})
-    defaults = {k: v for k, v in SPLIT_KEYS.items() if k not in user}
-    return argv, DriverSettings(forced=shown, defaults=defaults, note="num_generations set by each probe, last")
+    return DriverSettings(forced=shown, defaults=_split_values(user)[1], note="num_generations set by each probe")
 
 
-def _trainer(spec: FrameworkSpec, folder: str, extra: dict[str, Any]) -> tuple[Any, DriverSettings]:
-    """ms-swift's GRPOTrainer as ``swift rlhf`` builds it from the model and data in ``folder``
-    (:func:`_write_model`), before it trains; its engine stood in."""
+def _trainer(spec: FrameworkSpec, folder: str, split: dict[str, int]) -> Any:
+    """ms-swift's GRPOTrainer as ``swift rlhf`` builds it from the user's arguments, then ``split`` and
+    :data:`FORCED` (they win), on the model and data in ``folder`` (:func:`_write_model`), before it trains; its
+    engine stood in.  The build's changes to the environment are undone, its dataset cache is ``folder``'s."""
     _quiet()
     from swift.pipelines.train.rlhf import SwiftRLHF
     from swift.utils import get_logger
@@ -259,20 +280,30 @@ def _trainer(spec: FrameworkSpec, folder: str, extra: dict[str, Any]) -> tuple[A
 
     get_logger().setLevel("ERROR")
     _register_reward()
-    user = _user_keys(spec)
-    split = {k: v for k, v in SPLIT_KEYS.items() if k not in user}
     paths = {"model": folder, "dataset": os.path.join(folder, "data.jsonl"), "output_dir": os.path.join(folder, "out")}
-    argv, settings = _argv(spec, {**split, **paths, **extra})
+    argv = [*_Config.read(spec.config).argv, *(a for k, v in spec.sets if k != LAUNCH_KEY for a in (f"--{k}", v))]
+    argv += [a for k, v in {**split, **paths, **FORCED}.items() for a in (f"--{k}", str(v))]
+    saved = dict(os.environ)
+    os.environ["MODELSCOPE_CACHE"] = os.path.join(folder, "cache")  # where ms-swift's dataset loader caches
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             trainer = Build(argv).run()
-    except (Exception, SystemExit) as exc:
-        text = str(exc).strip().splitlines()
-        why = text[-1] if text else repr(exc)
-        raise AdapterError(f"ms-swift {version('ms-swift')} rejects the arguments: {why}") from None
+    except (ValueError, TypeError, AssertionError, SystemExit) as exc:  # its arguments' checks and its parser
+        raise AdapterError(f"ms-swift {version('ms-swift')} rejects the arguments: {_last_line(exc)}") from None
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {_last_line(exc)}"
+        raise AdapterError(f"ms-swift {version('ms-swift')} could not build its trainer here: {why}") from None
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     _refuse_unsupported(trainer.args)
     trainer.engine.infer = Rollout(trainer)
-    return trainer, settings
+    return trainer
+
+
+def _last_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1] if text else repr(exc)
 
 
 def _refuse_unsupported(args: Any) -> None:
@@ -301,7 +332,7 @@ class Rollout:
             UsageInfo,
         )
 
-        rows = self._rows([_group_of(r.messages) for r in requests])
+        rows = self._members([_group_of(r.messages) for r in requests])
         out = []
         for row in rows:
             ell = int(_STATE["lengths"][row])
@@ -313,7 +344,8 @@ class Rollout:
             out.append(ChatCompletionResponse(model="tiny", choices=[choice], usage=usage))
         return out
 
-    def _rows(self, groups: list[int]) -> list[int]:
+    def _members(self, groups: list[int]) -> list[int]:
+        """The rows of this rank's requests (``groups``: each one's prompt group), counted across the ranks."""
         everyone = gather_objects(groups)
         counts = dict(self.members)
         for g in [g for part in everyone[: rank_index()] for g in part]:
@@ -332,7 +364,8 @@ def _group_of(messages: list[dict[str, Any]]) -> int:
     return int(str(prompt).split()[-1][1:])
 
 
-def _probe(rewards: Any, lengths: Any, G: int, truncated: Any = None) -> None:
+def _set_probe(rewards: Any, lengths: Any, G: int, truncated: Any = None) -> None:
+    """The answers the reward function and the engine stand-in read (:data:`_STATE`)."""
     r = np.asarray(rewards, dtype=np.float64).reshape(-1)
     _STATE.update(rewards=r, lengths=np.asarray(lengths, dtype=int), G=int(G))
     _STATE["truncated"] = np.zeros(r.size, dtype=bool) if truncated is None else np.asarray(truncated, dtype=bool)
@@ -343,23 +376,28 @@ class SwiftTarget(Built):
     """ms-swift's GRPOTrainer from ``spec``'s arguments (module docstring)."""
 
     def __init__(self, spec: FrameworkSpec, level: str) -> None:
-        self.spec = spec
+        self.spec, self.layout = spec, _Layout.of(spec, "split")
         self._folder = tempfile.TemporaryDirectory(prefix="grpo-identity-swift-")
         _write_model(self._folder.name, MAX_ROWS // 2)
-        self.trainer, settings = _trainer(_one_process(spec), self._folder.name, {})
+        # one process holding every rank's batch: ms-swift checks its batch sizes against the world it sees
+        bs = self.layout.sets["per_device_train_batch_size"]
+        self.trainer = _trainer(
+            spec, self._folder.name, {**self.layout.sets, "per_device_train_batch_size": bs * self.layout.ranks}
+        )
         args = self.trainer.args
+        self.layout.check(args)
         details = {
             "advantage_estimator": str(getattr(args, "advantage_estimator", "grpo")),
             "scale_rewards": str(getattr(args, "scale_rewards", "")),
             "loss_type": str(args.loss_type),
             "beta": float(args.beta),
+            "window_losses_undo_accumulation": DIFFERENCES["undo_accumulation"].present(),
         }
         info = DriverInfo(
-            "ms-swift", version("ms-swift"), "GRPOTrainer._generate_and_score_completions", dict(spec.sets),
-            settings, ("the rollout engine (engine.infer)",), details=details,
+            "ms-swift", version("ms-swift"), "GRPOTrainer._rollout_samples, _score_completions, _compute_advantages",
+            dict(spec.sets), _settings(spec), ("the rollout engine (engine.infer)",), details=details,
         )  # fmt: skip
         if level == "gradient":
-            self.layout = _Layout.of(spec, "split")
             entry = "GRPOTrainer._generate_and_score_completions, then compute_loss (autograd); the step: train()"
             info = info.with_step(self.layout.plan(spec, args), entry=entry, lengths_optional=True)
         super().__init__(info, level)
@@ -371,7 +409,7 @@ class SwiftTarget(Built):
         import torch
 
         trainer = self.trainer
-        _probe(rewards, lengths, G)
+        _set_probe(rewards, lengths, G)
         trainer.num_generations = trainer.num_generations_eval = int(G)
         trainer.engine.infer.members.clear()
         spg = trainer.args.steps_per_generation
@@ -402,7 +440,7 @@ class SwiftTarget(Built):
         with self._probe(r, G, np.asarray(lengths, dtype=int)) as rows:
             batch = self.trainer._generate_and_score_completions(rows)[0]
         record = _loss_record(self.trainer, batch, accumulation=1)
-        out = _rows([record], r.size)
+        out = _per_row([record], r.size)
         return {k: out[k] for k in ("advantages", "coefficients", "mask")}
 
     def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
@@ -426,12 +464,7 @@ class SwiftTarget(Built):
                 except RankProcessError as exc:
                     raise AdapterError(f"ms-swift {version('ms-swift')} on {layout.ranks} processes: {exc}") from None
                 records = [rec for reply in replies for rec in reply]
-        return _rows(records, job.rewards.size, layout.ranks)
-
-
-def _one_process(spec: FrameworkSpec) -> FrameworkSpec:
-    """``spec`` without the launcher's key: the probes' trainer runs in this one process."""
-    return FrameworkSpec(spec.framework, tuple((k, v) for k, v in spec.sets if k != LAUNCH_KEY), spec.config)
+        return _per_row(records, job.rewards.size, layout.ranks)
 
 
 # --- the loss, read -----------------------------------------------------------------------------------------------
@@ -477,7 +510,7 @@ def _record(trainer: Any, batch: dict[str, Any], logps: Any, step: int, micro: i
     }
 
 
-def _rows(records: list[dict[str, Any]], n: int, ranks: int = 1) -> dict[str, Any]:
+def _per_row(records: list[dict[str, Any]], n: int, ranks: int = 1) -> dict[str, Any]:
     """The micro-batch records as per-row arrays (each rank's coefficients divided by the ranks: DDP averages
     their gradients); every row trained on exactly once."""
     T = max([RESPONSE_LENGTH, *(len(c) for rec in records for c in rec["coefficients"])])
@@ -527,7 +560,7 @@ class _Layout:
         """The user's split (the driver's :data:`SPLIT_KEYS` where unset) or the unsplit one: each optimizer step of
         the split as one micro-batch on one process."""
         user = _user_keys(spec)
-        values = {k: _whole(user[k], k) if k in user else v for k, v in SPLIT_KEYS.items()}
+        values, chosen = _split_values(user)
         if group_size is not None:
             values["num_generations"] = group_size
         ranks = _whole(user.get(LAUNCH_KEY, "1"), LAUNCH_KEY, MAX_RANKS)
@@ -537,7 +570,6 @@ class _Layout:
             per_generation = max(1, rows // (values["per_device_train_batch_size"] * ranks))
         bs, ga = values["per_device_train_batch_size"], values["gradient_accumulation_steps"]
         step_rows, generation_rows = bs * ga * ranks, bs * per_generation * ranks
-        chosen = {k: v for k, v in SPLIT_KEYS.items() if k not in user}
         if name == "split":
             return cls(values, ranks, values["num_generations"], step_rows, generation_rows, chosen)
         unsplit = {"num_generations": values["num_generations"], "per_device_train_batch_size": step_rows}
@@ -545,6 +577,17 @@ class _Layout:
         unsplit.update(gradient_accumulation_steps=1, steps_per_generation=per_step)
         unsplit.update(generation_batch_size=per_step * step_rows)
         return cls(unsplit, 1, values["num_generations"], step_rows, generation_rows)
+
+    def check(self, args: Any) -> None:
+        """The layout's generation batch is the one ms-swift derived from the same settings (its arguments, parsed
+        with every rank's batch in one process)."""
+        theirs = (int(args.generation_batch_size), int(args.steps_per_generation))
+        if theirs != (self.generation_rows, self.per_generation):
+            raise AdapterError(
+                f"ms-swift {version('ms-swift')}: its generation batch is {theirs[0]} answers in {theirs[1]} "
+                f"micro-batches, the driver read {self.generation_rows} in {self.per_generation}: it cannot read "
+                "this step"
+            )
 
     def plan(self, spec: FrameworkSpec, args: Any) -> StepPlan:
         unsplit = _Layout.of(spec, "unsplit", self.group_size)
@@ -599,10 +642,9 @@ def _run_here(spec: FrameworkSpec, layout: _Layout, job: _Job, folder: str, rank
 
     warnings.filterwarnings("ignore")
     n = job.rewards.size
-    _probe(job.rewards, job.lengths, layout.group_size, job.truncated)
+    _set_probe(job.rewards, job.lengths, layout.group_size, job.truncated)
     steps = max(1, n // layout.step_rows)
-    bare = _one_process(spec)  # the layout's settings come after the user's: they win
-    trainer, _ = _trainer(bare, folder, {**layout.sets, "max_steps": steps})
+    trainer = _trainer(spec, folder, {**layout.sets, "max_steps": steps})  # the layout's settings win
     records: list[dict[str, Any]] = []
     with _kept(trainer, records), contextlib.redirect_stdout(io.StringIO()):
         trainer.train()

@@ -440,15 +440,15 @@ _SWIFT = FrameworkEntry(
         # allow a trl older than its GRPOConfig accepts (it requires trl>=0.26 at run time); these are what its
         # GRPO trainer imports (msgspec is imported, and undeclared, in every 4.x release)
         (
-            "4.0",
+            "4.4",
             "99",
             ("trl>=0.26,<1.0", "peft>=0.11,<0.21", "accelerate", "modelscope>=1.23", "pillow", "json-repair")
             + ("einops", "dacite", "msgspec", "pyyaml", "pydantic"),
         ),
-        ("4.0", "4.6", ("transformers>=4.56.2,<5.17", "datasets>=3.0,<4.8.5")),
+        ("4.4", "4.6", ("transformers>=4.56.2,<5.17", "datasets>=3.0,<4.8.5")),
         ("4.6", "99", ("transformers>=4.56.2,<5.20", "datasets>=4.0,<4.8.5")),
     ),
-    no_deps=(("4.0", "99", ()),),
+    no_deps=(("4.4", "99", ()),),
     settings={
         "per_sample_weight": {
             "constant": "loss_type=dr_grpo",
@@ -456,8 +456,9 @@ _SWIFT = FrameworkEntry(
             "1/step_tokens": "loss_type=dapo (or cispo)",
         },
         "split": {
-            "1/micro_batch_tokens": "loss_type=dapo (normalised by the generation batch's gathered token count), "
-            "dr_grpo or grpo: bnpo divides each micro-batch by its own tokens",
+            "1/micro_batch_tokens": "loss_type=dapo with steps_per_generation = gradient_accumulation_steps (the "
+            "default: dapo divides by the generation batch's gathered token count), dr_grpo or grpo: bnpo divides "
+            "each micro-batch by its own tokens",
             "1/accumulation": "ms-swift ≥ 4.6.0 (dapo, cispo and fipo were divided by gradient_accumulation_steps "
             "twice before it: issue #10117)",
         },

@@ -44,6 +44,9 @@ def test_the_default_split_is_two_accumulated_micro_batches_of_one_group_each():
     split = drv._Layout.of(_spec(loss_type="dapo"), "split")
     assert (split.group_size, split.step_rows, split.generation_rows, split.ranks) == (4, 8, 8, 1)
     assert split.chosen == drv.SPLIT_KEYS and split.per_generation == 2
+    # a group size of the user's: the micro-batch is one group of it, whatever G
+    split = drv._Layout.of(_spec(num_generations=16), "split")
+    assert split.sets["per_device_train_batch_size"] == 16 and "num_generations" not in split.chosen
 
 
 def test_the_step_counts_ranks_accumulation_and_generation_batches_in_answers():
@@ -129,10 +132,15 @@ def test_4_6_0s_dapo_step_is_its_documented_token_mean_and_its_advantages_divide
 
 @pytest.mark.slow
 @pytest.mark.frameworks
-def test_two_rank_processes_gather_the_token_count_and_keep_4_6_0s_step_whole(capsys):
-    code, out = _audit(capsys, FIXED, "--set", "loss_type=dapo", "--set", "NPROC_PER_NODE=2")
+def test_two_rank_processes_each_holding_half_a_group_keep_4_6_0s_step_whole(capsys, tmp_path):
+    # two answers per rank's micro-batch, groups of four: every group is split across the ranks, whose rows the
+    # driver counts in the order ms-swift gathers them; the ranks come from the file's ENV block, as `swift rlhf`
+    # launches them; ms-swift checks the batch sizes at that world size (a batch of 2 holds no group of 4)
+    config = tmp_path / "grpo.yaml"
+    config.write_text("loss_type: dapo\nper_device_train_batch_size: 2\nENV:\n  NPROC_PER_NODE: 2\n")
+    code, out = _audit(capsys, FIXED, "--config", str(config))
     step = out["target_info"]["step"]
-    assert step["ranks"] == "processes" and step["settings"]["NPROC_PER_NODE"] == 2
+    assert step["ranks"] == "processes" and step["settings"]["NPROC_PER_NODE"] == 2 and step["step_rows"] == 8
     assert out["inferred"]["step"]["invariant"] and not _severity(out, "step_scale")
 
 
