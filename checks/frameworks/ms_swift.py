@@ -81,26 +81,12 @@ LAUNCH_KEY, MAX_RANKS = "NPROC_PER_NODE", 4
 #: what the driver sets whatever the user set: the tiny model and its data, the CPU, short answers, no logging,
 #: checkpoints or Hub; learning rate 0 and one pass over each generation batch (every micro-batch on-policy)
 FORCED = {
-    "rlhf_type": "grpo",
-    "model_type": "qwen2",
-    "template": "qwen2_5",
-    "tuner_type": "full",
-    "torch_dtype": "float32",
-    "use_cpu": "true",
-    "check_model": "false",
-    "split_dataset_ratio": "0",
-    "reward_funcs": REWARD,
-    "max_completion_length": str(RESPONSE_LENGTH),
-    "use_vllm": "false",
-    "report_to": "none",
-    "save_strategy": "no",
-    "logging_steps": "1000000",
-    "disable_tqdm": "true",
-    "dataloader_num_workers": "0",
-    "dataloader_persistent_workers": "false",
-    "learning_rate": "0",
-    "num_iterations": "1",
-}
+    "rlhf_type": "grpo", "model_type": "qwen2", "template": "qwen2_5", "tuner_type": "full", "torch_dtype": "float32",
+    "use_cpu": "true", "check_model": "false", "split_dataset_ratio": "0", "reward_funcs": REWARD,
+    "max_completion_length": str(RESPONSE_LENGTH), "use_vllm": "false", "report_to": "none", "save_strategy": "no",
+    "logging_steps": "1000000", "disable_tqdm": "true", "dataloader_num_workers": "0",
+    "dataloader_persistent_workers": "false", "learning_rate": "0", "num_iterations": "1",
+}  # fmt: skip
 #: the driver's folder-valued settings (its own temporary folder), reported as forced
 PATHS = ("model", "dataset", "output_dir")
 #: ms-swift's generation-batch settings (it takes either, or both where they agree)
@@ -325,12 +311,7 @@ class Rollout:
         self.members: dict[int, int] = {}
 
     def __call__(self, requests: list[Any], request_config: Any = None, **kwargs: Any) -> list[Any]:
-        from swift.infer_engine.protocol import (
-            ChatCompletionResponse,
-            ChatCompletionResponseChoice,
-            ChatMessage,
-            UsageInfo,
-        )
+        from swift.infer_engine import protocol as p
 
         rows = self._members([_group_of(r.messages) for r in requests])
         out = []
@@ -338,10 +319,10 @@ class Rollout:
             ell = int(_STATE["lengths"][row])
             ids = [self.marker + row % MAX_ROWS] + [self.filler] * (ell - 1)
             finish = "length" if _STATE["truncated"][row] else "stop"
-            message = ChatMessage(role="assistant", content=f"r{row}")
-            choice = ChatCompletionResponseChoice(index=0, message=message, finish_reason=finish, token_ids=ids)
-            usage = UsageInfo(prompt_tokens=0, completion_tokens=ell, total_tokens=ell)
-            out.append(ChatCompletionResponse(model="tiny", choices=[choice], usage=usage))
+            message = p.ChatMessage(role="assistant", content=f"r{row}")
+            choice = p.ChatCompletionResponseChoice(index=0, message=message, finish_reason=finish, token_ids=ids)
+            usage = p.UsageInfo(prompt_tokens=0, completion_tokens=ell, total_tokens=ell)
+            out.append(p.ChatCompletionResponse(model="tiny", choices=[choice], usage=usage))
         return out
 
     def _members(self, groups: list[int]) -> list[int]:
