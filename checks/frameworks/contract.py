@@ -42,7 +42,17 @@ from grpo_identity.checks import LEVELS
 from grpo_identity.checks.frameworks import AdapterError
 from grpo_identity.checks.frameworks.registry import release_key
 
-__all__ = ["DriverSettings", "geometry", "StepPlan", "DriverInfo", "Built", "Driver", "Difference", "RANKS"]
+__all__ = [
+    "DriverSettings",
+    "geometry",
+    "StepPlan",
+    "DriverInfo",
+    "Built",
+    "Driver",
+    "Difference",
+    "RANKS",
+    "per_row",
+]
 
 #: how a step's data-parallel ranks ran: one rank, real processes (all five drivers), or emulated (a driver whose
 #: framework's rank path cannot run on a CPU: :attr:`StepPlan.emulated`; none of the five now)
@@ -159,6 +169,37 @@ class StepPlan:
             objective=self.objective,
         )
         return geo if self.export is None else {**geo, "export": dict(self.export)}
+
+
+def per_row(records: list[dict[str, Any]], n: int, ranks: int, framework: str) -> dict[str, Any]:
+    """A step run's micro-batch records as the step audit's per-row arrays (advantages, coefficients, mask, step,
+    rank, micro_batch, generation).  A record holds its ``rows`` (the caller's order), ``step``, ``rank``, ``micro``,
+    ``generation`` and per row its advantage, coefficients and mask; each rank's coefficients count 1/``ranks``, as
+    data parallelism averages the ranks' gradients.  Every row must be trained on exactly once (else an
+    :class:`AdapterError` naming ``framework``, its release included)."""
+    import numpy as np
+
+    from grpo_identity.checks.frameworks import RESPONSE_LENGTH
+
+    T = max([RESPONSE_LENGTH, *(len(c) for rec in records for c in rec["coefficients"])])
+    out = {"advantages": np.zeros(n), "coefficients": np.zeros((n, T)), "mask": np.zeros((n, T))}
+    out.update({k: np.full(n, -1) for k in ("step", "rank", "micro_batch", "generation")})
+    seen = np.zeros(n, dtype=int)
+    for rec in records:
+        for i, row in enumerate(rec["rows"]):
+            width = len(rec["coefficients"][i])
+            out["advantages"][row] = rec["advantages"][i]
+            out["coefficients"][row, :width] = np.asarray(rec["coefficients"][i]) / ranks
+            out["mask"][row, :width] = rec["mask"][i]
+            out["step"][row], out["rank"][row], out["micro_batch"][row] = rec["step"], rec["rank"], rec["micro"]
+            out["generation"][row] = rec.get("generation", 0)
+            seen[row] += 1
+    if not np.all(seen == 1):
+        raise AdapterError(
+            f"{framework}: the trainer trained on {int((seen > 0).sum())} of the {n} answers its sampler drew "
+            f"({int((seen > 1).sum())} more than once): the driver cannot read this step"
+        )
+    return out
 
 
 @dataclass(frozen=True)

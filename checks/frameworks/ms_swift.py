@@ -45,7 +45,7 @@ from grpo_identity.checks.frameworks._ranks import (
     gather_objects,
     rank_index,
 )
-from grpo_identity.checks.frameworks.contract import Built, Difference, DriverInfo, DriverSettings, StepPlan
+from grpo_identity.checks.frameworks.contract import Built, Difference, DriverInfo, DriverSettings, StepPlan, per_row
 
 __all__ = ["DIFFERENCES", "import_check", "build", "SwiftTarget"]
 
@@ -421,7 +421,7 @@ class SwiftTarget(Built):
         with self._probe(r, G, np.asarray(lengths, dtype=int)) as rows:
             batch = self.trainer._generate_and_score_completions(rows)[0]
         record = _loss_record(self.trainer, batch, accumulation=1)
-        out = _per_row([record], r.size)
+        out = per_row([record], r.size, 1, f"ms-swift {version('ms-swift')}")
         return {k: out[k] for k in ("advantages", "coefficients", "mask")}
 
     def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
@@ -445,7 +445,7 @@ class SwiftTarget(Built):
                 except RankProcessError as exc:
                     raise AdapterError(f"ms-swift {version('ms-swift')} on {layout.ranks} processes: {exc}") from None
                 records = [rec for reply in replies for rec in reply]
-        return _per_row(records, job.rewards.size, layout.ranks)
+        return per_row(records, job.rewards.size, layout.ranks, f"ms-swift {version('ms-swift')}")
 
 
 # --- the loss, read -----------------------------------------------------------------------------------------------
@@ -489,34 +489,6 @@ def _record(trainer: Any, batch: dict[str, Any], logps: Any, step: int, micro: i
         "coefficients": (-logps.grad).detach().double().tolist(),
         "mask": grpo.completion_mask.detach().double().tolist(),
     }
-
-
-def _per_row(records: list[dict[str, Any]], n: int, ranks: int = 1) -> dict[str, Any]:
-    """The micro-batch records as per-row arrays (each rank's coefficients divided by the ranks: DDP averages
-    their gradients); every row trained on exactly once."""
-    T = max([RESPONSE_LENGTH, *(len(c) for rec in records for c in rec["coefficients"])])
-    out = {
-        "advantages": np.zeros(n),
-        "coefficients": np.zeros((n, T)),
-        "mask": np.zeros((n, T)),
-        **{k: np.full(n, -1) for k in ("step", "rank", "micro_batch", "generation")},
-    }
-    seen = np.zeros(n, dtype=int)
-    for rec in records:
-        for i, row in enumerate(rec["rows"]):
-            width = len(rec["coefficients"][i])
-            out["advantages"][row] = rec["advantages"][i]
-            out["coefficients"][row, :width] = np.asarray(rec["coefficients"][i]) / ranks
-            out["mask"][row, :width] = rec["mask"][i]
-            out["step"][row], out["rank"][row], out["micro_batch"][row] = rec["step"], rec["rank"], rec["micro"]
-            out["generation"][row] = rec.get("generation", 0)
-            seen[row] += 1
-    if not np.all(seen == 1):
-        raise AdapterError(
-            f"ms-swift {version('ms-swift')}: the trainer trained on {int((seen > 0).sum())} of the {n} answers its "
-            f"sampler drew ({int((seen > 1).sum())} more than once): the driver cannot read this step"
-        )
-    return out
 
 
 # --- the step ------------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from grpo_identity.checks.frameworks._ranks import (
     rank_index,
     world_size,
 )
-from grpo_identity.checks.frameworks.contract import StepPlan
+from grpo_identity.checks.frameworks.contract import StepPlan, per_row
 from grpo_identity.checks.frameworks.trl_config import DIFFERENCES
 
 __all__ = ["SPLIT_KEYS", "LAUNCH_KEYS", "step_plan", "export_recipe", "run_layout"]
@@ -300,7 +300,7 @@ def run_layout(
         "truncated": [bool(x) for x in (truncated if truncated is not None else [False] * len(rewards))],
     }
     records = _run_here(job) if ranks == 1 else _run_ranks(job, ranks)
-    out = _rows([r for r in records if "rows" in r], len(rewards), ranks)
+    out = per_row([r for r in records if "rows" in r], len(rewards), ranks, f"TRL {version('trl')}")
     if param_grads:
         steps = sorted((r["step"], r["param_grad"]) for r in records if "param_grad" in r and r["rank"] == 0)
         out["param_grads"] = np.asarray([g for _, g in steps])
@@ -317,36 +317,6 @@ def _run_ranks(job: dict[str, Any], ranks: int) -> list[dict[str, Any]]:
     except RankProcessError as exc:
         raise AdapterError(f"TRL {version('trl')} on {ranks} processes: {exc}") from None
     return [record for records in replies for record in records]
-
-
-def _rows(records: list[dict[str, Any]], n: int, ranks: int) -> dict[str, Any]:
-    """The micro-batch records of a run as per-row arrays; every row trained on exactly once."""
-    T = RESPONSE_LENGTH
-    out = {
-        "advantages": np.zeros(n),
-        "coefficients": np.zeros((n, T)),
-        "mask": np.zeros((n, T)),
-        "step": np.full(n, -1),
-        "rank": np.zeros(n, dtype=int),
-        "micro_batch": np.zeros(n, dtype=int),
-        "generation": np.zeros(n, dtype=int),
-    }
-    seen = np.zeros(n, dtype=int)
-    for rec in records:
-        for i, row in enumerate(rec["rows"]):
-            width = len(rec["coefficients"][i])
-            out["advantages"][row] = rec["advantages"][i]
-            out["coefficients"][row, :width] = np.asarray(rec["coefficients"][i]) / ranks  # DDP averages the ranks
-            out["mask"][row, :width] = rec["mask"][i]
-            out["step"][row], out["rank"][row], out["micro_batch"][row] = rec["step"], rec["rank"], rec["micro"]
-            out["generation"][row] = rec["generation"]
-            seen[row] += 1
-    if not np.all(seen == 1):
-        raise AdapterError(
-            f"TRL {version('trl')}: the trainer trained on {int((seen > 0).sum())} of the {n} answers its sampler "
-            f"drew ({int((seen > 1).sum())} more than once): the driver cannot read this step"
-        )
-    return out
 
 
 def _run_here(job: dict[str, Any], rank: int = 0) -> list[dict[str, Any]]:

@@ -273,3 +273,20 @@ def test_two_pin_rows_of_one_release_range_add_up_and_never_replace_each_other(m
     monkeypatch.setitem(registry.FRAMEWORK_TABLE, "demo", row)
     assert registry.pins_table()[("demo", "0.0", "99")] == ("a", "b")
     assert registry.no_deps_table()[("demo", "0.0", "99")] == ("c",)
+
+
+def test_per_row_lays_the_micro_batch_records_out_by_row_and_averages_the_ranks():
+    from grpo_identity.checks.frameworks.contract import per_row
+
+    records = [
+        {"rows": [2, 0], "step": 0, "rank": 0, "micro": 0, "generation": 0, "advantages": [1.0, -1.0],
+         "coefficients": [[0.4, 0.4], [-0.2, 0.0]], "mask": [[1, 1], [1, 0]]},
+        {"rows": [1, 3], "step": 0, "rank": 1, "micro": 0, "generation": 0, "advantages": [0.5, -0.5],
+         "coefficients": [[0.2] * 7, [-0.1]], "mask": [[1] * 7, [1]]},
+    ]  # fmt: skip
+    out = per_row(records, 4, ranks=2, framework="demo 1.0")
+    assert out["coefficients"].shape == (4, 7)  # the widest answer's width
+    assert out["coefficients"][2, :2].tolist() == [0.2, 0.2] and out["coefficients"][1, 6] == 0.1
+    assert out["rank"].tolist() == [0, 1, 0, 1] and out["advantages"].tolist() == [-1.0, 0.5, 1.0, -0.5]
+    with pytest.raises(AdapterError, match="demo 1.0: the trainer trained on 3 of the 4 answers its sampler drew"):
+        per_row(records[:1] + [{**records[1], "rows": [1, 1]}], 4, ranks=2, framework="demo 1.0")
