@@ -474,6 +474,8 @@ _SWIFT = FrameworkEntry(
         ("ms-swift --set loss_type=cispo", ("4.6.0",)),
         ("ms-swift --set loss_type=cispo --set epsilon_high=5", _SWIFT_RELEASES),
         ("ms-swift --set loss_type=dapo --set NPROC_PER_NODE=2 --set gradient_accumulation_steps=1", ("4.6.0",)),
+        # a generation batch shorter than the optimizer step: dapo's token count is the generation batch's
+        ("ms-swift --set loss_type=dapo --set steps_per_generation=1", ("4.6.0",)),
     ),
 )
 
