@@ -285,3 +285,9 @@ def test_the_help_of_expect_names_every_preset_and_every_variant(capsys):
     assert main(["audit", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert all(name in text for name in [*D.PRESETS, *VARIANTS])
+
+
+def test_the_help_of_the_target_names_every_registered_framework(capsys):
+    assert main(["audit", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "or a framework: " + ", ".join(TESTED_VERSIONS) + " (with --set)" in text

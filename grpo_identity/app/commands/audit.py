@@ -50,8 +50,8 @@ OPTION_NAMES = {
 }
 
 _TARGET_HELP = (
-    "FILE.py:FUNCTION, MODULE:FUNCTION, a preset (grpo, dr_grpo …; preset:NAME), or a framework: trl, verl, areal, "
-    "openrlhf (with --set), verl:estimator=NAME (the estimator function alone)"
+    "FILE.py:FUNCTION, MODULE:FUNCTION, a preset (grpo, dr_grpo …; preset:NAME), or a framework: {frameworks} "
+    "(with --set), verl:estimator=NAME (the estimator function alone)"
 )
 _LEVEL_HELP = (
     "gradient (the default for framework targets): the gradient of the framework's own loss on completions of "
@@ -67,6 +67,7 @@ _RELEASE_HELP = (
 
 def configure(p: argparse.ArgumentParser) -> None:
     from grpo_identity.checks import KINDS, LEVELS  # standard library only at import
+    from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE  # standard library only
     from grpo_identity.checks.options import (
         CALL_TIMEOUT,
         DEFAULT_MAX_EXAMPLES,
@@ -75,7 +76,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         MAX_TIMEOUT,
     )
 
-    p.add_argument("target", metavar="TARGET", help=_TARGET_HELP)
+    p.add_argument("target", metavar="TARGET", help=_TARGET_HELP.format(frameworks=", ".join(FRAMEWORK_TABLE)))
     add_config_options(p)
     p.add_argument("--level", choices=list(LEVELS), help=_LEVEL_HELP)
     p.add_argument("--release", metavar="VERSION", help=_RELEASE_HELP)
