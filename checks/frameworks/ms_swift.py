@@ -6,22 +6,26 @@ them, on a tiny model on the CPU.
   pipeline (``RLHFArguments``), which also builds the model, template, dataset and trainer exactly as a run does;
   an unknown key or a value ms-swift refuses is its own error, one line;
 - model: a one-layer Qwen2 with a byte-level tokenizer, written from a config to a temporary folder (no download);
-  ms-swift loads it (and its reference model) from there, as it loads a user's checkpoint;
+  ms-swift loads it (and its reference model) from there, as it loads a user's checkpoint, and caches its dataset
+  there too (``MODELSCOPE_CACHE``); what the build sets in the environment is undone after it;
 - generation: the trainer's rollout engine (``trainer.engine.infer``, HF generate) is stood in by the probe's
   answers: answer *i* is its row's marker token, then filler, ``lengths[i]`` tokens in all, finish reason 'stop'
   (or 'length' for an answer cut at the budget); everything after generation is ms-swift's own: the reward
   call, ``_compute_advantages`` (gathered over the ranks), encoding and collation, the old and reference
   log-probabilities, ``num_items_in_batch``;
 - rewards: a reward function registered in ms-swift's ``orms`` that returns the audit's reward of each row;
-- advantages and gradient: ``_generate_and_score_completions`` on the whole batch as one micro-batch, then (gradient)
-  the trainer's ``compute_loss`` differentiated by autograd with respect to each completion token's
-  log-probability, as ``Trainer.training_step`` runs it with one accumulation step;
+- advantages: ``_rollout_samples``, ``_score_completions`` and ``_compute_advantages`` on the whole batch (the
+  whole ``_generate_and_score_completions`` where ``kl_in_reward`` reads the log-probabilities);
+- gradient: ``_generate_and_score_completions`` on the whole batch as one micro-batch, then the trainer's
+  ``compute_loss`` differentiated by autograd with respect to each completion token's log-probability, as
+  ``Trainer.training_step`` runs it with one accumulation step;
 - step (:mod:`grpo_identity.checks.measure.steps`): ``GRPOTrainer.train()`` itself: the sampler, ``_prepare_inputs``
   (generation batches of ``steps_per_generation`` micro-batches), the ``Trainer``'s gradient accumulation (its
   division by the accumulation steps) and ``accelerate``'s data parallelism over ``NPROC_PER_NODE`` CPU processes
   of one gloo group, at ``learning_rate`` 0 (every micro-batch on-policy).
 
-``num_generations`` is the group size of each probe batch; the step runs the user's (4 where unset).
+``num_generations`` is the group size of each probe batch; the step runs the user's (4 where unset), with a
+micro-batch of one group unless the user sets ``per_device_train_batch_size``.
 """
 
 from __future__ import annotations
