@@ -206,17 +206,14 @@ class _Config:
 
         if not path.endswith((".yaml", ".yml", ".json")):
             raise AdapterError(f"--config {path}: ms-swift reads a .yaml, .yml or .json file (swift rlhf FILE)")
-        saved = dict(os.environ)
-        os.environ.pop(LAUNCH_KEY, None)
-        try:
-            argv = [path]
-            parse_yaml_args(argv)  # the path replaced by the file's --key value pairs; its ENV block applied
-            ranks = os.environ.get(LAUNCH_KEY)
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
-            raise AdapterError(f"--config {path}: not a mapping of swift rlhf arguments ({exc})") from None
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        with _environment_restored():
+            os.environ.pop(LAUNCH_KEY, None)
+            try:
+                argv = [path]
+                parse_yaml_args(argv)  # the path replaced by the file's --key value pairs; its ENV block applied
+                ranks = os.environ.get(LAUNCH_KEY)
+            except (OSError, ValueError, TypeError, AttributeError) as exc:
+                raise AdapterError(f"--config {path}: not a mapping of swift rlhf arguments ({exc})") from None
         if argv == [path]:
             raise AdapterError(f"--config {path}: the file holds no arguments")
         return cls(tuple(str(a) for a in argv), ranks)
@@ -273,22 +270,33 @@ def _trainer(spec: FrameworkSpec, folder: str, split: dict[str, int]) -> Any:
     paths = {"model": folder, "dataset": os.path.join(folder, "data.jsonl"), "output_dir": os.path.join(folder, "out")}
     argv = [*_Config.read(spec.config).argv, *(a for k, v in spec.sets if k != LAUNCH_KEY for a in (f"--{k}", v))]
     argv += [a for k, v in {**split, **paths, **FORCED}.items() for a in (f"--{k}", str(v))]
-    saved = dict(os.environ)
-    os.environ["MODELSCOPE_CACHE"] = os.path.join(folder, "cache")  # where ms-swift's dataset loader caches
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with (
+            _environment_restored(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
+            os.environ["MODELSCOPE_CACHE"] = os.path.join(folder, "cache")  # where ms-swift's dataset loader caches
             trainer = Build(argv).run()
     except (ValueError, TypeError, AssertionError, SystemExit) as exc:  # its arguments' checks and its parser
         raise AdapterError(f"ms-swift {version('ms-swift')} rejects the arguments: {_last_line(exc)}") from None
     except Exception as exc:
         why = f"{type(exc).__name__}: {_last_line(exc)}"
         raise AdapterError(f"ms-swift {version('ms-swift')} could not build its trainer here: {why}") from None
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     _refuse_unsupported(trainer.args)
     trainer.engine.infer = Rollout(trainer)
     return trainer
+
+
+@contextlib.contextmanager
+def _environment_restored() -> Iterator[None]:
+    """The process environment as it was before the block, whatever ms-swift set or removed inside it."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _last_line(exc: BaseException) -> str:
