@@ -291,3 +291,18 @@ def test_the_help_of_the_target_names_every_registered_framework(capsys):
     assert main(["audit", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "or a framework: " + ", ".join(TESTED_VERSIONS) + " (with --set)" in text
+
+
+@pytest.mark.parametrize(
+    "message, said",
+    [
+        ("TRL: num_processes takes a whole number", "trl 1.16.0: num_processes takes a whole number"),
+        ("trl 1.16.0: GRPOTrainer rejects the config", "trl 1.16.0: GRPOTrainer rejects the config"),
+        ("the driver cannot read this step", "trl 1.16.0: the driver cannot read this step"),
+    ],
+)
+def test_a_drivers_error_names_the_framework_and_release_once(message, said):
+    from grpo_identity.app.commands.audit import _with_release
+
+    assert _with_release(message, "trl", "1.16.0") == said
+    assert _with_release(message, "trl", None) == message

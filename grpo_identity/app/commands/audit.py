@@ -236,11 +236,20 @@ def _audit(spec: Any, options: Any, names: dict[str, str]) -> Any:
         raise UsageError(exc.worded(names)) from None
     except TargetImportError as exc:
         release = getattr(spec, "release", None)
-        where = f"{spec.framework} {release}" if release else ""
-        message = str(exc)
-        raise UsageError(
-            f"{where}: {message}" if where and not message.lower().startswith(where) else message
-        ) from None
+        raise UsageError(_with_release(str(exc), getattr(spec, "framework", ""), release)) from None
+
+
+def _with_release(message: str, framework: str, release: str | None) -> str:
+    """A driver's message headed by the framework and release once: a message that names the framework alone
+    (``TRL: …``) gets the release there, one that names both is left as it is."""
+    if not release:
+        return message
+    where, lower = f"{framework} {release}", message.lower()
+    if lower.startswith(where.lower()):
+        return message
+    if lower.startswith(f"{framework.lower()}:"):
+        return f"{where}:{message[len(framework) + 1 :]}"
+    return f"{where}: {message}"
 
 
 def summary_line(report: Any) -> str:
