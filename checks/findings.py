@@ -28,7 +28,10 @@ from dataclasses import dataclass
 __all__ = ["FindingKind", "FINDINGS", "STAGES", "meaning", "by_design", "may_report"]
 
 #: where in the audit a finding comes from, in the order the audit runs
-STAGES = ("probe", "advantage", "layout", "filter", "verdict", "diagnosis", "gradient", "step", "off-policy", "tool")
+STAGES = (
+    *("probe", "advantage", "layout", "filter", "verdict", "diagnosis", "gradient", "step", "off-policy"),
+    *("three-policy", "tool"),
+)
 
 
 @dataclass(frozen=True)
@@ -361,6 +364,72 @@ _KINDS = (
         "off-policy",
         _D,
         "A KL term moves the silent groups: with β > 0 that is the KL's own gradient, named by its law.",
+    ),
+    # three policies: the rollout engine's, the trainer's old and current one (theorem G11)
+    FindingKind(
+        "three_policy",
+        "three-policy",
+        _N,
+        "The step with rollout log-probabilities could not be run, or answered malformed; the rest of the audit "
+        "stands.",
+    ),
+    FindingKind(
+        "correction_estimator",
+        "three-policy",
+        _D,
+        "The rollout correction computes another estimator than the documented one (a product of token ratios where "
+        "the geometric mean is documented, say), or none that is known.",
+    ),
+    FindingKind(
+        "correction_in_graph",
+        "three-policy",
+        _F,
+        "The correction weight is recomputed from π_θ and left in the graph, so gradient flows through it: twice the "
+        "detached weight below its cap (G11).",
+    ),
+    FindingKind(
+        "correction_on_policy",
+        "three-policy",
+        _F,
+        "With rollout log-probabilities equal to the trainer's the correction is not exactly 1 (a cap below 1, say).",
+    ),
+    FindingKind(
+        "rollout_logps_shifted",
+        "three-policy",
+        _F,
+        "The rollout log-probabilities are one token off the trainer's: with equal policies each weight is "
+        "π_old,t/π_old,t∓1.",
+    ),
+    FindingKind(
+        "rollout_logps_filled",
+        "three-policy",
+        _F,
+        "Missing rollout log-probabilities are filled with 0 (μ := 1), so each token weighs π_old(y) itself.",
+    ),
+    FindingKind(
+        "rollout_logps_missing",
+        "three-policy",
+        _FN,
+        "Without rollout log-probabilities the step runs instead of refusing: as if on-policy (a note), or with "
+        "weights of no known rule.",
+    ),
+    FindingKind(
+        "correction_non_finite",
+        "three-policy",
+        _F,
+        "Non-finite rollout log-probabilities (μ = 0, NaN, an overflowing ratio) reach the gradient as inf or NaN.",
+    ),
+    FindingKind(
+        "rollout_logps_non_finite",
+        "three-policy",
+        _D,
+        "Non-finite rollout log-probabilities are taken without a word; the weights their tokens got are named.",
+    ),
+    FindingKind(
+        "identity_three_policy",
+        "three-policy",
+        _F,
+        "With the rollout correction the update is not c·(s̃̄₊ − s̃̄₋) with the uncorrected c and ω-weighted scores.",
     ),
     # the tool
     FindingKind(

@@ -40,7 +40,7 @@ from grpo_identity.checks.calls.calling import to_numpy
 from grpo_identity.checks.calls.target import OutputWatch, TargetMalformed, malformed, output_issue
 from grpo_identity.checks.frameworks import answer_lengths
 from grpo_identity.checks.measure.infer import probe_batch
-from grpo_identity.checks.report import WEIGHTS, Finding, GradientFit, OffPolicyFit, Report, StepFit
+from grpo_identity.checks.report import WEIGHTS, Finding, GradientFit, OffPolicyFit, Report, StepFit, ThreePolicyFit
 
 __all__ = [
     "audit_gradient",
@@ -310,6 +310,7 @@ def audit_gradient(
     ev.findings += _law_findings(ev)
     step = _split_step(target, ev)
     off_policy = _off_policy(target, ev)
+    three_policy = _three_policy(target, ev)
     inferred = GradientFit(
         per_sample_weight=ev.law(),
         coefficient_precision="bfloat16" if ev.bf16 else "float32",
@@ -318,6 +319,7 @@ def audit_gradient(
         uniform_within_answer=ev.uniform,
         step=step,
         off_policy=off_policy,
+        three_policy=three_policy,
     )
     decision = V.gradient(inferred, ev.findings, ev.table, ref)
     return Report(
@@ -479,3 +481,31 @@ def gradient_target(
     name = f"{getattr(loss, '__name__', 'loss')} over {getattr(advantages, '__name__', 'advantages')}"
     step.grpo_identity_info = {"entry": name, "lengths_optional": True}  # type: ignore[attr-defined]
     return step
+
+
+def _three_policy(target: Callable[..., Any], ev: _Evidence) -> ThreePolicyFit:
+    """A three-policy target's step given rollout log-probabilities (:mod:`grpo_identity.checks.measure.rollout`):
+    its findings go to ``ev``; the measurements come back as a :class:`~grpo_identity.checks.report.ThreePolicyFit`.
+    A target whose info does not announce ``rollout_correction`` gets no probe; one that cannot run the step, or
+    answers it malformed, gets a note (the rest of the audit stands)."""
+    from grpo_identity.checks.calls.target import TargetError
+    from grpo_identity.checks.measure.rollout import audit_rollout
+
+    info = getattr(target, "info", None) or getattr(target, "grpo_identity_info", None) or {}
+    settings = info.get("rollout_correction")
+    if not settings:
+        return {}
+    try:
+        out, findings = audit_rollout(target, dict(settings))
+    except TargetError as exc:
+        if type(exc) is not TargetError:  # it died or hung: the audit cannot go on with it
+            raise
+        ev.findings.append(Finding("three_policy", f"the step with rollout log-probabilities could not be run: {exc}",
+                                   {}, "note"))  # fmt: skip
+        return {}
+    except (KeyError, TypeError, ValueError) as exc:
+        message = f"the step with rollout log-probabilities answered malformed: {type(exc).__name__}: {exc}"
+        ev.findings.append(Finding("three_policy", message, {}, "note"))
+        return {}
+    ev.findings += findings
+    return cast(ThreePolicyFit, out)

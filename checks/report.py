@@ -40,6 +40,7 @@ __all__ = [
     "GradientFit",
     "StepFit",
     "OffPolicyFit",
+    "ThreePolicyFit",
     "AggregationFit",
     "Fit",
     "inferred_dict",
@@ -277,6 +278,36 @@ class OffPolicyFit(TypedDict, total=False):
     seconds: float
 
 
+class ThreePolicyFit(TypedDict, total=False):
+    """The step given the rollout engine's log-probabilities (:mod:`grpo_identity.checks.measure.rollout`, theorem
+    G11); empty where the target announces no rollout correction."""
+
+    estimator: str
+    """The estimator the correction computes (a key of ``ESTIMATORS``), or 'other'."""
+    estimator_means: str
+    in_graph: bool
+    """The weight is recomputed from π_θ and left in the graph."""
+    fit_residual: float
+    documented: str | None
+    on_policy_weight_one: bool
+    on_policy_weight_range: list[float]
+    shift: int | None
+    """±1 where the rollout log-probabilities are a token off the trainer's."""
+    missing: str
+    """Without rollout log-probabilities: 'refused', 'on-policy', 'filled with 0', 'non-finite' or 'other'."""
+    missing_message: str
+    non_finite: str
+    """Given μ = 0, NaN and an overflowing ratio: 'refused', 'finite' or 'non-finite'."""
+    non_finite_message: str
+    non_finite_weights: dict[str, float]
+    identity_holds: bool | None
+    identity: list[dict[str, Any]]
+    """Per group: c corrected over c uncorrected, and the residual of theorem G11."""
+    mismatch: dict[str, Any]
+    settings: dict[str, Any]
+    seconds: float
+
+
 @dataclass
 class GradientFit:
     """The gradient level: the per-sample weight of the loss's gradient, the optimizer step as the trainer splits
@@ -293,6 +324,7 @@ class GradientFit:
     """Every token of an answer gets the same coefficient."""
     step: StepFit = field(default_factory=lambda: StepFit())
     off_policy: OffPolicyFit = field(default_factory=lambda: OffPolicyFit())
+    three_policy: ThreePolicyFit = field(default_factory=lambda: ThreePolicyFit())
     advantage: AdvantageFit = field(default_factory=AdvantageFit)
     """The advantage-level fit of the same run's advantages (empty where none was audited)."""
 
@@ -314,8 +346,13 @@ INFERRED_KEYS = (
     *("keep", "keep_tolerance", "keep_measure", "precision", "fit_residual", "coupled"),
     *("silent_nonbinary_max_abs", "silent_nonbinary_worst", "coefficients", "batch_std", "why"),
     *("per_sample_weight", "coefficient_precision", "weight_by_group_size", "silent_groups_zero_gradient"),
-    *("uniform_within_answer", "step", "off_policy", "aggregation"),
+    *("uniform_within_answer", "step", "off_policy", "three_policy", "aggregation"),
 )
+
+
+#: keys this version added to ``inferred``: every report writes them, the schema does not require them, so that
+#: the reports of earlier versions (the stored framework audits among them) still validate
+INFERRED_NEW = ("three_policy",)
 
 
 def inferred_dict(fit: Fit) -> dict[str, Any]:
@@ -389,6 +426,7 @@ class Report:
             lines += _gradient_section(self.inferred, self.coefficient_table)
             lines += _step_section(self.inferred.step)
             lines += _off_policy_section(self.inferred.off_policy)
+            lines += _three_policy_section(self.inferred.three_policy)
             if self.advantage is not None:
                 sub = "\n".join(_advantage_section(self.advantage)).splitlines()
                 lines += ["", "advantage level (the same configuration's advantages, property-tested):"]
@@ -542,6 +580,32 @@ def _off_policy_section(off: OffPolicyFit) -> list[str]:
     lines.append(f"  identity with importance-weighted scores, g = c·(s̃̄₊ʷ − s̃̄₋ʷ), c on-policy's (G10): {holds}")
     if settings.get("old_logps"):
         lines.append(f"  old log-probabilities: {settings['old_logps']}")
+    return lines
+
+
+def _three_policy_section(fit: ThreePolicyFit) -> list[str]:
+    if not fit:
+        return []
+    yes = {True: "yes", False: "NO", None: "not judged"}
+    settings = fit.get("settings") or {}
+    documented = fit.get("documented") or "-"
+    lines = [
+        "",
+        f"three policies (rollout log-probabilities log π_old − N(0, {(fit.get('mismatch') or {}).get('scale')}²) "
+        f"per token; {settings.get('setting') or 'the configured correction'}):",
+        f"  estimator: {fit.get('estimator')} ({fit.get('estimator_means')}); documented {documented}; fit residual "
+        f"{_num(fit.get('fit_residual'))}"
+        + ("; recomputed from π_θ and left in the graph" if fit.get("in_graph") else ""),
+        f"  equal log-probabilities give weight 1: {yes[fit.get('on_policy_weight_one')]}"
+        + (f" (shifted by {fit['shift']:+d} token)" if fit.get("shift") else ""),
+        f"  missing rollout log-probabilities: {fit.get('missing')}; non-finite ones: {fit.get('non_finite')}",
+    ]
+    rows = fit.get("identity") or []
+    holds = yes[fit.get("identity_holds")]
+    if rows:
+        ratios = [row["ratio"] for row in rows]
+        holds += f" (c corrected / uncorrected {_num(min(ratios))} … {_num(max(ratios))} over {len(rows)} groups)"
+    lines.append(f"  identity with ω-weighted scores, g = c·(s̃̄₊ − s̃̄₋), c uncorrected's (G11): {holds}")
     return lines
 
 

@@ -51,6 +51,9 @@ __all__ = [
     "token_weight",
     "sequence_ratio",
     "kl_gradient_weight",
+    "truncated_weight",
+    "masked_weight",
+    "sequence_product_ratio",
 ]
 
 ArrayLike = float | int | npt.ArrayLike
@@ -621,6 +624,46 @@ def kl_gradient_weight(ref_ratio: ArrayLike, beta: ArrayLike) -> FloatArray | fl
     """
     rr = _finite(ref_ratio, "ref_ratio", positive=True)
     return _out(_finite(beta, "beta") * (rr - 1.0))
+
+
+def truncated_weight(rollout_ratio: ArrayLike, cap: ArrayLike) -> FloatArray | float:
+    """Truncated importance sampling: min(r, C) per token (or per answer), r = π_old/μ.
+
+    Twin of :func:`grpo_identity.formulas.truncated_weight` (theorem G11).
+
+    >>> truncated_weight([0.5, 1.0, 3.0], 2.0).tolist()
+    [0.5, 1.0, 2.0]
+    """
+    r = _finite(rollout_ratio, "rollout_ratio", positive=True)
+    return _out(np.minimum(r, _finite(cap, "cap", positive=True)))
+
+
+def masked_weight(rollout_ratio: ArrayLike, mask_low: ArrayLike, mask_high: ArrayLike) -> FloatArray | float:
+    """Masked importance sampling: r where α ≤ r ≤ β, else 0 (α = 0: one-sided; α > 0: IcePop's two-sided mask).
+
+    Twin of :func:`grpo_identity.formulas.masked_weight` (theorem G11).
+
+    >>> masked_weight([0.1, 1.0, 3.0], 0.5, 2.0).tolist()
+    [0.0, 1.0, 0.0]
+    """
+    r = _finite(rollout_ratio, "rollout_ratio", positive=True)
+    low, high = _finite(mask_low, "mask_low"), _finite(mask_high, "mask_high", positive=True)
+    return _out(np.where((r >= low) & (r <= high), r, 0.0))
+
+
+def sequence_product_ratio(log_ratio: npt.ArrayLike) -> FloatArray | float:
+    """Each answer's product of its token ratios, exp(Σ_t x_t) over the last axis: the geometric mean
+    (:func:`sequence_ratio`) to the power L.
+
+    Twin of :func:`grpo_identity.formulas.sequence_product_ratio` (theorem G11).
+
+    >>> round(sequence_product_ratio(np.log([2.0, 8.0])), 12)
+    16.0
+    """
+    x = _finite(log_ratio, "log_ratio")
+    if x.ndim == 0 or x.shape[-1] == 0:
+        raise ValueError(f"log_ratio must hold at least one token per answer, got shape {x.shape}")
+    return _out(np.exp(x.sum(axis=-1)))
 
 
 # --- summaries for the CLI, the report and the notebooks ---------------------------------------

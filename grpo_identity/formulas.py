@@ -64,6 +64,13 @@ __all__ = [
     "token_weight",
     "sequence_ratio",
     "kl_gradient_weight",
+    "rollout_ratio",
+    "cap",
+    "mask_low",
+    "mask_high",
+    "truncated_weight",
+    "masked_weight",
+    "sequence_product_ratio",
 ]
 
 # --- symbols, with their assumptions --------------------------------------------------------
@@ -100,6 +107,12 @@ log_ratio = sp.IndexedBase("x", real=True)
 L = sp.Symbol("L", positive=True, integer=True)
 #: a token's reference ratio π_ref/π_θ and the weight β of the KL term
 ref_ratio = sp.Symbol("rho_ref", positive=True)
+#: a token's rollout–trainer ratio r = π_old(y)/μ(y), μ the rollout engine's policy (theorem G11)
+rollout_ratio = sp.Symbol("r", positive=True)
+#: the cap C of a truncated correction weight, and the bounds [α, β] of a masked one (theorem G11)
+cap = sp.Symbol("C", positive=True)
+mask_low = sp.Symbol("alpha", positive=True)
+mask_high = sp.Symbol("beta_mask", positive=True)
 beta = sp.Symbol("beta", positive=True)
 
 #: a SymPy expression or a plain number (SymPy's own annotations are too loose to say more)
@@ -416,3 +429,47 @@ def kl_gradient_weight(ref_ratio: Num = ref_ratio, beta: Num = beta) -> sp.Expr:
     (1/50, 0)
     """
     return beta * (ref_ratio - 1)
+
+
+# --- three policies: rollout–trainer mismatch corrections (theorem G11) -------------------------
+def truncated_weight(rollout_ratio: Num = rollout_ratio, cap: Num = cap) -> sp.Expr:
+    """Truncated importance sampling (TIS): a token's correction weight min(r, C), r = π_old/μ the ratio of the
+    trainer's old policy to the rollout engine's (Yao et al. 2025, "Your efficient RL framework secretly brings
+    you off-policy RL training"); with r the sequence's ratio (:func:`sequence_product_ratio` or
+    :func:`sequence_ratio` of the log-ratios log π_old − log μ) it is the sequence-level truncation.
+
+    Beyond the paper (theorem G11): the weight multiplies the token's surrogate, detached, so the token's score
+    weighs min(r, C)·w·Â; 1 where μ = π_old and C ≥ 1.
+
+    >>> truncated_weight(sp.Rational(1, 2), 2), truncated_weight(3, 2)
+    (1/2, 2)
+    """
+    return sp.Min(rollout_ratio, cap)
+
+
+def masked_weight(rollout_ratio: Num = rollout_ratio, mask_low: Num = mask_low, mask_high: Num = mask_high) -> sp.Expr:
+    """Masked importance sampling: r where α ≤ r ≤ β, 0 outside (the token, or the whole answer where r is the
+    sequence's ratio, is left out of the update).  α = 0 is the one-sided mask (MIS, TRL's ``token_mask``); α > 0
+    the two-sided mask of IcePop (Ling Team 2025, arXiv 2510.18855).
+
+    Beyond the paper (theorem G11): 1 where μ = π_old and α ≤ 1 ≤ β.
+
+    >>> masked_weight(sp.Rational(1, 2), sp.Rational(1, 4), 2), masked_weight(3, sp.Rational(1, 4), 2)
+    (1/2, 0)
+    """
+    inside = sp.And(rollout_ratio >= mask_low, rollout_ratio <= mask_high)
+    return sp.Piecewise((rollout_ratio, inside), (0, True))
+
+
+def sequence_product_ratio(log_ratio: Any = log_ratio, L: Num = L) -> sp.Expr:
+    """An answer's sequence-level ratio as the product of its token ratios, exp(Σ_t x_t) over its L tokens
+    (x_t = log π_old(y_t) − log μ(y_t) for the rollout correction): :func:`sequence_ratio` (the geometric mean)
+    to the power L.
+
+    Beyond the paper (theorem G11): the unbiased sequence-level weight; for a mismatch that is the same
+    on every token it is exp(L·x), so the answer's weight falls or grows exponentially in its length.
+
+    >>> sequence_product_ratio([sp.log(2), sp.log(8)])
+    16
+    """
+    return sp.exp(_group_sum(lambda t: log_ratio[t], log_ratio, L, _t))

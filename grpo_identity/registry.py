@@ -19,9 +19,24 @@ __all__ = ["Formula", "REGISTRY", "by_name", "resolve"]
 #: (the definition takes its parameters), ``cov`` the pair (Σ₊, Σ₋) of class score covariances, ``R`` one
 #: group's rewards and ``s`` its scores (sequences: exact values for the definition, arrays for the twin); ``rho,A,eps``
 #: a token's ratio, advantage and clip range (ε_low, ε_high), ``x`` one answer's per-token log-ratios, ``rho,beta``
-#: a token's reference ratio π_ref/π_θ and the KL weight
+#: a token's reference ratio π_ref/π_θ and the KL weight; ``r,cap`` a rollout–trainer ratio π_old/μ and a truncation
+#: cap, ``r,low,high`` that ratio and a mask's bounds
 Signature = Literal[
-    "k,G", "G,p", "eps,p", "p", "k,G,dial", "G,k,n", "k,G,cov", "k,G,p", "R", "R,s", "rho,A,eps", "x", "rho,beta"
+    "k,G",
+    "G,p",
+    "eps,p",
+    "p",
+    "k,G,dial",
+    "G,k,n",
+    "k,G,cov",
+    "k,G,p",
+    "R",
+    "R,s",
+    "rho,A,eps",
+    "x",
+    "rho,beta",
+    "r,cap",
+    "r,low,high",
 ]
 
 
@@ -287,6 +302,36 @@ REGISTRY: tuple[Formula, ...] = (
         _C + "kl_gradient_weight",
         "G10",
         "rho,beta",
+    ),
+    Formula(
+        "truncated_weight",
+        "truncated importance weight of a rollout–trainer mismatch (TIS; beyond the paper)",
+        "min(r, C), r = π_old/μ per token (or per answer); 1 where μ = π_old, C ≥ 1",
+        "beyond the paper (§Limits: every step after the first)",
+        _F + "truncated_weight",
+        _C + "truncated_weight",
+        "G11",
+        "r,cap",
+    ),
+    Formula(
+        "masked_weight",
+        "masked importance weight of a rollout–trainer mismatch (MIS, IcePop; beyond the paper)",
+        "r·1{α ≤ r ≤ β}, r = π_old/μ; 1 where μ = π_old, α ≤ 1 ≤ β",
+        "beyond the paper (§Limits: every step after the first)",
+        _F + "masked_weight",
+        _C + "masked_weight",
+        "G11",
+        "r,low,high",
+    ),
+    Formula(
+        "sequence_product_ratio",
+        "an answer's product of its token ratios (beyond the paper)",
+        "exp(Σ_t x_t) = (geometric mean)^L; x_t = log π_old − log μ for the rollout correction",
+        "beyond the paper (§Limits: every step after the first)",
+        _F + "sequence_product_ratio",
+        _C + "sequence_product_ratio",
+        "G11",
+        "x",
     ),
 )
 

@@ -311,6 +311,37 @@ plt.show()
 print("KL weight β(π_ref/π − 1), β = 0.04, at π_ref/π = 0.5, 1, 2:", C.kl_gradient_weight(np.array([0.5, 1, 2]), 0.04))
 
 # %% [markdown]
+# ## Three policies: the rollout engine's $\mu$, the trainer's $\pi_{old}$ and $\pi_\theta$
+#
+# The answers are sampled by a rollout engine whose policy $\mu$ differs from the trainer's $\pi_{old}$ even at
+# the same weights. A correction multiplies each token's surrogate by a weight $\omega$ made of
+# $r = \pi_{old}/\mu$: truncated $\min(r, C)$, masked $r\,\mathbb 1\{\alpha \le r \le \beta\}$, or one weight per
+# answer, the product of its token ratios or their geometric mean. Detached, $\omega$ only reweighs the scores:
+# the update is still $c(\bar{\tilde s}_+ - \bar{\tilde s}_-)$ with the on-policy $c$; every estimator is exactly 1
+# where $\mu = \pi_{old}$; the product is the geometric mean to the power $L$.
+
+# %% tags=["hide-input"]
+statement("G11")
+
+# %%
+prove("G11")
+
+# %% [markdown]
+# What the two sequence-level weights do to answers of different lengths when the engine and the trainer
+# disagree by the same small amount on every token (numbers, not a proof): the product decays exponentially in
+# the length, the geometric mean does not move with it.
+
+# %%
+lengths = np.array([16, 64, 256, 1024])
+for delta in (-0.001, -0.01):
+    x = [np.full(n, delta) for n in lengths]
+    product = [C.sequence_product_ratio(v) for v in x]
+    mean = [C.sequence_ratio(v) for v in x]
+    print(f"log(pi_old/mu) = {delta} per token, L = {lengths.tolist()}:")
+    print("  product       ", np.round(product, 4), " truncated at 2:", np.round(C.truncated_weight(product, 2.0), 4))
+    print("  geometric mean", np.round(mean, 4))
+
+# %% [markdown]
 # ## The identity in expectation, for any policy
 #
 # Everything above holds group by group. For a language model the score gap $\bar s_+ - \bar s_-$ is a

@@ -23,6 +23,9 @@ to show that a wrong statement fails.
   per token (w = ρ, 0 where clipped), so g = c·(s̃̄₊ − s̃̄₋) with importance-weighted, clip-masked
   scores; GSPO's sequence ratio weighs every token of an answer alike; the k3 KL term adds
   β(π_ref/π − 1)·∇log π per token, whatever Â.
+- G11 (:mod:`.rollout`): three policies: a detached rollout-correction weight ω (truncated, masked, sequence
+  product or geometric mean of π_old/μ) keeps g = c·(s̃̄₊ − s̃̄₋) with ω-weighted scores; every estimator is 1 at
+  μ = π_old; the product is the geometric mean to the power L; a weight left in the graph doubles the gradient.
 
 Imports SymPy (and mpmath); command-line use: ``grpo-identity prove [-k SUBSTRING] [--json]``.
 
@@ -40,6 +43,7 @@ from grpo_identity.proofs.identity import T1, T2, T3, T4, T5, T6, T7
 from grpo_identity.proofs.offpolicy import G10
 from grpo_identity.proofs.policy import G7, G8
 from grpo_identity.proofs.rewards import G9
+from grpo_identity.proofs.rollout import G11
 from grpo_identity.proofs.table import T14
 
 __all__ = [
@@ -84,6 +88,7 @@ THEOREMS: tuple[Theorem, ...] = (
     G8,
     G9,
     G10,
+    G11,
 )
 
 

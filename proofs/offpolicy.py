@@ -42,7 +42,17 @@ from grpo_identity import formulas as F
 from grpo_identity.proofs.beyond import kl_k3
 from grpo_identity.proofs.core import Claim, Formulas, G_interior, Theorem, k, m
 
-__all__ = ["G10", "decide", "token_gradient_at", "REGIONS", "token_term", "gspo_token_gradient"]
+__all__ = [
+    "G10",
+    "decide",
+    "token_gradient_at",
+    "REGIONS",
+    "token_term",
+    "gspo_token_gradient",
+    "cases",
+    "score",
+    "theta",
+]
 
 GI = G_interior
 el, eh, beta = F.eps_low, F.eps_high, F.beta
@@ -50,10 +60,10 @@ x, L = F.log_ratio, F.L
 _a = sp.Symbol("a", positive=True)  # |Â|
 _delta = sp.Symbol("delta", positive=True)  # where the ratio sits inside its region
 _kappa = sp.Symbol("kappa", positive=True)  # ε_low = κ/(1 + κ) < 1 in the region below the clip range
-_theta = sp.Symbol("theta", real=True)  # one coordinate of the parameters
+theta = sp.Symbol("theta", real=True)  # one coordinate of the parameters
 _ell = sp.Function("ell")  # a token's log-probability under π_θ, as a function of θ
 _ell_old, _ell_ref = sp.symbols(r"\ell_{old} \ell_{ref}", real=True)  # … under π_old and π_ref
-_score = sp.Derivative(_ell(_theta), _theta)  # the token's score ∇log π_θ (one coordinate)
+score = sp.Derivative(_ell(theta), theta)  # the token's score ∇log π_θ (one coordinate)
 _t = sp.Symbol("t", integer=True, positive=True)  # a token's index in its answer
 _u = sp.Symbol("u", integer=True, positive=True)  # the token whose log-probability is varied
 _v = sp.Symbol("v", integer=True, nonnegative=True)  # L = u + v: token u lies in the answer
@@ -95,7 +105,7 @@ def _clipped(sign: str, region: str) -> bool:
     return (sign, region) in {("A > 0", REGIONS[2][0]), ("A < 0", REGIONS[0][0])}
 
 
-def _cases() -> list[tuple[str, Any, Any, Any, bool]]:
+def cases() -> list[tuple[str, Any, Any, Any, bool]]:
     """(label, Â, ε_low, ρ, clipped) for the six open regions of (sign Â, ρ)."""
     return [(f"{s}, {r}", A, lo, rho, _clipped(s, r)) for s, A in SIGNS for r, lo, rho in REGIONS]
 
@@ -103,31 +113,31 @@ def _cases() -> list[tuple[str, Any, Any, Any, bool]]:
 # --- 1. the token clip at any ratio ------------------------------------------------------------------
 def token_term(f: Formulas, A: Any, lo: Any = el) -> sp.Expr:
     """A token's clipped surrogate min(rÂ, clip(r)Â) with r = π_θ/π_old = exp(ℓ(θ) − ℓ_old)."""
-    return f.clipped_surrogate(sp.exp(_ell(_theta) - _ell_old), A, lo, eh)
+    return f.clipped_surrogate(sp.exp(_ell(theta) - _ell_old), A, lo, eh)
 
 
 def token_gradient_at(term: Any, ratio: Any) -> sp.Expr:
     """d term/dθ where the token's ratio exp(ℓ(θ) − ℓ_old) is ``ratio``, the score kept as
     ``Derivative(ℓ(θ), θ)`` and every condition decided (:func:`decide`)."""
-    score = sp.Dummy("score")
-    grad = sp.diff(term, _theta).subs(_score, score)
-    return decide(grad.subs(_ell(_theta), _ell_old + sp.log(ratio))).subs(score, _score)
+    held = sp.Dummy("score")
+    grad = sp.diff(term, theta).subs(score, held)
+    return decide(grad.subs(_ell(theta), _ell_old + sp.log(ratio))).subs(held, score)
 
 
 def _token_clip(f: Formulas) -> list[Claim]:
     out = []
-    for label, A, lo, rho, clipped in _cases():
+    for label, A, lo, rho, clipped in cases():
         w = decide(f.token_weight(rho, A, lo, eh))
         out += [
             Claim(
                 f"{label}{' (clipped)' if clipped else ''}: d/dtheta min(rA, clip(r)A) = w A dlog pi/dtheta",
                 token_gradient_at(token_term(f, A, lo), rho),
-                w * A * _score,
+                w * A * score,
             ),
             Claim(f"{label}: w = {'0' if clipped else 'rho'}", w, 0 if clipped else rho),
         ]
     out += [
-        Claim("A = 0: d/dtheta min(rA, clip(r)A) = 0 at any ratio", sp.diff(token_term(f, 0), _theta), 0),
+        Claim("A = 0: d/dtheta min(rA, clip(r)A) = 0 at any ratio", sp.diff(token_term(f, 0), theta), 0),
         Claim("at ratio 1 (G6's first step) w = 1 for any A", decide(f.token_weight(1, F.advantage, el, eh)), 1),
     ]
     return out
@@ -176,7 +186,7 @@ def _group(f: Formulas) -> list[Claim]:
     out.append(
         Claim(
             "every answer of a silent group (A = 0): the surrogate's gradient is 0 at any ratios, symbolic L",
-            sp.diff(_answer_objective(f, 0, kl=False), _theta),
+            sp.diff(_answer_objective(f, 0, kl=False), theta),
             0,
         )
     )
@@ -214,7 +224,7 @@ def _gspo(f: Formulas) -> list[Claim]:
             sp.exp(x[_u]) * F.advantage,
         ),
     ]
-    for label, A, lo, rho, clipped in _cases():
+    for label, A, lo, rho, clipped in cases():
         out.append(
             Claim(
                 f"GSPO, s in {label.split(', ')[1]}, {label.split(', ')[0]}{' (clipped)' if clipped else ''}: "
@@ -234,19 +244,19 @@ _old_t, _ref_t = sp.Function(r"\ell_{old}", real=True), sp.Function(r"\ell_{ref}
 
 def _answer_objective(f: Formulas, A: Any, kl: bool = True) -> sp.Sum:
     """One answer's token-summed objective Σ_{t=1}^{L} [min(r_tÂ, clip(r_t)Â) − β·KL₃_t], any ratios."""
-    r = sp.exp(_ell(_t, _theta) - _old_t(_t))
-    term = f.clipped_surrogate(r, A, el, eh) - (beta * kl_k3(_ref_t(_t) - _ell(_t, _theta)) if kl else 0)
+    r = sp.exp(_ell(_t, theta) - _old_t(_t))
+    term = f.clipped_surrogate(r, A, el, eh) - (beta * kl_k3(_ref_t(_t) - _ell(_t, theta)) if kl else 0)
     return sp.Sum(term, (_t, 1, L))
 
 
 def _kl(f: Formulas) -> list[Claim]:
-    ref_ratio = sp.exp(_ell_ref - _ell(_theta))  # π_ref/π_θ
-    per_token_kl = sp.exp(_ref_t(_t) - _ell(_t, _theta))
+    ref_ratio = sp.exp(_ell_ref - _ell(theta))  # π_ref/π_θ
+    per_token_kl = sp.exp(_ref_t(_t) - _ell(_t, theta))
     return [
         Claim(
             "d/dtheta (-beta KL3) = beta (pi_ref/pi - 1) dlog pi/dtheta, no A in it",
-            sp.diff(-beta * kl_k3(_ell_ref - _ell(_theta)), _theta),
-            f.kl_gradient_weight(ref_ratio, beta) * _score,
+            sp.diff(-beta * kl_k3(_ell_ref - _ell(theta)), theta),
+            f.kl_gradient_weight(ref_ratio, beta) * score,
         ),
         Claim("it vanishes where pi = pi_ref (G6's first step)", f.kl_gradient_weight(1, beta), 0),
         Claim("and only there: > 0 where pi < pi_ref", f.kl_gradient_weight(1 + _delta, beta), kind="pos"),
@@ -254,8 +264,8 @@ def _kl(f: Formulas) -> list[Claim]:
         Claim(
             "silent answer (A = 0), any ratios, symbolic L: d/dtheta of its objective = "
             "sum_t beta (pi_ref,t/pi_t - 1) dlog pi_t/dtheta",
-            sp.diff(_answer_objective(f, 0), _theta),
-            sp.Sum(f.kl_gradient_weight(per_token_kl, beta) * sp.diff(_ell(_t, _theta), _theta), (_t, 1, L)),
+            sp.diff(_answer_objective(f, 0), theta),
+            sp.Sum(f.kl_gradient_weight(per_token_kl, beta) * sp.diff(_ell(_t, theta), theta), (_t, 1, L)),
         ),
     ]
 

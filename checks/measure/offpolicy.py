@@ -54,6 +54,7 @@ __all__ = [
     "audit_off_policy",
     "clipped",
     "numpy_off_policy_target",
+    "group_coefficient",
 ]
 
 #: the noise that moves the policy (the driver's unit: TRL adds σ·N(0, 1) to every parameter)
@@ -296,8 +297,8 @@ def _identity(
             pos, neg = idx[b.r[idx] == b.r[idx].max()], idx[b.r[idx] < b.r[idx].max()]
             if neg.size == 0:
                 continue
-            c_on, res_on = _coefficient(on[idx].sum((0, 1)), s_on, pos, neg)
-            c_off, res_off = _coefficient(off[idx].sum((0, 1)), s_off, pos, neg)
+            c_on, res_on = group_coefficient(on[idx].sum((0, 1)), s_on, pos, neg)
+            c_off, res_off = group_coefficient(off[idx].sum((0, 1)), s_off, pos, neg)
             rows.append(
                 {
                     "G": b.G,
@@ -311,7 +312,9 @@ def _identity(
     return rows
 
 
-def _coefficient(grad: np.ndarray, s: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> tuple[float, float]:
+def group_coefficient(grad: np.ndarray, s: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> tuple[float, float]:
+    """The c of ``grad`` ≈ c·(s̄₊ − s̄₋) over the answers ``pos`` and ``neg`` of ``s`` (least squares), and the
+    relative residual of that fit."""
     gap = s[pos].mean(0) - s[neg].mean(0)
     c = float(grad @ gap / max(float(gap @ gap), 1e-300))
     return c, float(np.linalg.norm(grad - c * gap) / max(float(np.linalg.norm(grad)), 1e-300))

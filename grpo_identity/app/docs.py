@@ -295,7 +295,7 @@ def theorems() -> str:
         _NOTICE.format(name="theorems"),
         "# Theorems\n\n",
         f"The {len(THEOREMS)} theorems `grpo-identity prove` proves ({counts}), in the order it proves them: "
-        "T1–T14 are the paper's claims, G1–G10 go beyond it. Each is built from the SymPy definitions in "
+        "T1–T14 are the paper's claims, G1–G11 go beyond it. Each is built from the SymPy definitions in "
         "`grpo_identity.formulas`, never retyped; its method is the weakest of its claims' (symbolic, "
         "certified numeric by interval arithmetic, or numeric evidence).\n\n",
         _table(
@@ -359,9 +359,11 @@ def _object_schema(
     required: list[str],
     enums: dict[str, tuple[str, ...]],
     description: str | None = None,
+    order: list[str] | None = None,
 ) -> dict:
     """One JSON object of the fields of ``classes`` (dataclasses or TypedDicts), the first class's field first where
-    two have the same name; a dataclass field whose type is one of ``classes`` is flattened into the object."""
+    two have the same name; a dataclass field whose type is one of ``classes`` is flattened into the object.
+    ``order``: every key, in the order the JSON writes them (default ``required``, where it names every key)."""
     props: dict[str, Any] = {}
     for cls in classes:
         hints, docs = typing.get_type_hints(cls), _attribute_docs(cls)
@@ -374,8 +376,9 @@ def _object_schema(
             if docs.get(name):
                 schema["description"] = docs[name]
             props[name] = schema
-    if set(required) == set(props):  # every key written: in the order the JSON has it
-        props = {name: props[name] for name in required}
+    order = order or required
+    if set(order) == set(props):  # every key written: in the order the JSON has it
+        props = {name: props[name] for name in order}
     return {
         "type": "object",
         "description": description or _first_paragraph(classes[0].__doc__),
@@ -399,6 +402,7 @@ def report_json_schema() -> dict[str, Any]:
     fits = (R.AdvantageFit, R.FilterFit, R.GradientFit)
     refs: dict[type, str] = {R.Report: "#", R.Finding: "#/$defs/Finding", R.StepFit: "#/$defs/StepFit"}
     refs[R.OffPolicyFit] = "#/$defs/OffPolicyFit"
+    refs[R.ThreePolicyFit] = "#/$defs/ThreePolicyFit"
     refs[R.AggregationFit] = "#/$defs/AggregationFit"
     refs |= {fit: "#/$defs/Inferred" for fit in fits}
     empty = R.Report("t", LEVELS[0], KINDS[0], R.VERDICTS[0], None, None, R.AdvantageFit(), [])
@@ -413,9 +417,17 @@ def report_json_schema() -> dict[str, Any]:
         **_object_schema((R.Report,), refs, list(empty.to_dict()), enums),
         "$defs": {
             "Finding": _object_schema((R.Finding,), refs, list(R.Finding("probe", "m").to_dict()), enums),
-            "Inferred": _object_schema(fits, refs, list(R.INFERRED_KEYS), enums, inferred),
+            "Inferred": _object_schema(
+                fits,
+                refs,
+                [k for k in R.INFERRED_KEYS if k not in R.INFERRED_NEW],
+                enums,
+                inferred,
+                list(R.INFERRED_KEYS),
+            ),
             "StepFit": _object_schema((R.StepFit,), refs, [], enums),
             "OffPolicyFit": _object_schema((R.OffPolicyFit,), refs, [], enums),
+            "ThreePolicyFit": _object_schema((R.ThreePolicyFit,), refs, [], enums),
             "AggregationFit": _object_schema((R.AggregationFit,), refs, [], enums),
         },
     }
@@ -468,6 +480,8 @@ def report_schema() -> str:
         + _table(headers, _field_rows(schema["$defs"]["StepFit"]))
         + f"\n## OffPolicyFit\n\n{_doc(schema['$defs']['OffPolicyFit']['description'])}\n\n"
         + _table(headers, _field_rows(schema["$defs"]["OffPolicyFit"]))
+        + f"\n## ThreePolicyFit\n\n{_doc(schema['$defs']['ThreePolicyFit']['description'])}\n\n"
+        + _table(headers, _field_rows(schema["$defs"]["ThreePolicyFit"]))
         + f"\n## AggregationFit\n\n{_doc(schema['$defs']['AggregationFit']['description'])}\n\n"
         + _table(headers, _field_rows(schema["$defs"]["AggregationFit"]))
         + "\n## The schema\n\n```json\n"

@@ -17,6 +17,7 @@ from grpo_identity.registry import REGISTRY, Formula, by_name, resolve
 
 SYMBOLS = {"G", "k", "m", "n", "p", "eps", "batch_std", "grad_p", "cov_plus", "cov_minus", "R", "s"}
 SYMBOLS |= {"ratio", "advantage", "eps_low", "eps_high", "log_ratio", "L", "ref_ratio", "beta"}
+SYMBOLS |= {"rollout_ratio", "cap", "mask_low", "mask_high"}
 
 
 def test_registry_lists_every_public_formula_exactly_once():
@@ -115,6 +116,10 @@ def points(signature: str) -> list[tuple[object, ...]]:
         return [(list(x),) for x in LOG_RATIOS]
     if signature == "rho,beta":
         return [(r, b) for r in (_Q(1, 4), 1, _Q(3, 2), 5) for b in (_Q(1, 100), _Q(1, 25), 1)]
+    if signature == "r,cap":
+        return [(r, c) for r in RATIOS for c in (_Q(1, 2), 1, _Q(3, 2), 2)]
+    if signature == "r,low,high":
+        return [(r, lo, hi) for r in RATIOS for lo, hi in ((0, 2), (_Q(1, 2), _Q(3, 2)), (_Q(3, 4), _Q(6, 5)))]
     raise ValueError(f"no comparison points for signature {signature!r}: add them to points()")
 
 

@@ -58,8 +58,8 @@ def test_attenuation_theorem_t11_is_proved_with_its_numeric_checks() -> None:
     assert not any(c["method"] == "numeric evidence" for c in r.details["claims"])
 
 
-def test_the_theorems_are_t1_to_t14_then_g1_to_g10_in_order() -> None:
-    assert [t.name for t in THEOREMS] == [f"T{i}" for i in range(1, 15)] + [f"G{i}" for i in range(1, 11)]
+def test_the_theorems_are_t1_to_t14_then_g1_to_g11_in_order() -> None:
+    assert [t.name for t in THEOREMS] == [f"T{i}" for i in range(1, 15)] + [f"G{i}" for i in range(1, 12)]
 
 
 @pytest.mark.parametrize("theorem", THEOREMS, ids=lambda t: t.name)
@@ -128,6 +128,8 @@ PERTURBATIONS = {
     "G9": {"reward_std": lambda R=F.R, G=F.G: _binary_sigma(R, G)},  # right on binary rewards only
     # w = ρ everywhere: importance-weighted, never clipped
     "G10": {"token_weight": lambda ratio=F.ratio, advantage=F.advantage, eps_low=F.eps_low, eps_high=F.eps_high: ratio},
+    # the sequence weight as the geometric mean where the product is meant (NeMo-RL PR #2269's choice, not TIS's)
+    "G11": {"sequence_product_ratio": lambda log_ratio=F.log_ratio, L=F.L: F.sequence_ratio(log_ratio, L)},
 }
 
 
@@ -581,9 +583,9 @@ def test_a_kl_gradient_with_the_wrong_sign_fails_g10_in_its_kl_claims_only() -> 
 
 def test_the_k1_estimator_does_not_have_the_k3_gradient() -> None:
     """KL estimated by log(π/π_ref) (k1) has the gradient −β·∇log π, not k3's β(π_ref/π − 1)·∇log π."""
-    from grpo_identity.proofs.offpolicy import _ell, _ell_ref, _score, _theta
+    from grpo_identity.proofs.offpolicy import _ell, _ell_ref, score, theta
 
-    k1 = -(_ell_ref - _ell(_theta))  # log(π_θ/π_ref)
-    grad = sp.diff(-F.beta * k1, _theta)
-    assert check_equal(grad, F.kl_gradient_weight(sp.exp(_ell_ref - _ell(_theta)), F.beta) * _score).status == "failed"
-    assert check_equal(grad, -F.beta * _score).status == "proved"
+    k1 = -(_ell_ref - _ell(theta))  # log(π_θ/π_ref)
+    grad = sp.diff(-F.beta * k1, theta)
+    assert check_equal(grad, F.kl_gradient_weight(sp.exp(_ell_ref - _ell(theta)), F.beta) * score).status == "failed"
+    assert check_equal(grad, -F.beta * score).status == "proved"
