@@ -301,6 +301,8 @@ class ThreePolicyFit(TypedDict, total=False):
     non_finite_message: str
     non_finite_weights: dict[str, float]
     identity_holds: bool | None
+    identity_estimator: str | None
+    """The estimator whose weights the identity is checked with: the documented one, else the fitted one."""
     identity: list[dict[str, Any]]
     """Per group: c corrected over c uncorrected, and the residual of theorem G11."""
     mismatch: dict[str, Any]
@@ -605,7 +607,10 @@ def _three_policy_section(fit: ThreePolicyFit) -> list[str]:
     if rows:
         ratios = [row["ratio"] for row in rows]
         holds += f" (c corrected / uncorrected {_num(min(ratios))} … {_num(max(ratios))} over {len(rows)} groups)"
-    lines.append(f"  identity with ω-weighted scores, g = c·(s̃̄₊ − s̃̄₋), c uncorrected's (G11): {holds}")
+    lines.append(
+        f"  identity with {fit.get('identity_estimator') or '-'}'s weights, g = c·(s̃̄₊ − s̃̄₋), c uncorrected's (G11): "
+        f"{holds}"
+    )
     return lines
 
 

@@ -466,7 +466,8 @@ def sequence_product_ratio(log_ratio: Any = log_ratio, L: Num = L) -> sp.Expr:
     (x_t = log π_old(y_t) − log μ(y_t) for the rollout correction): :func:`sequence_ratio` (the geometric mean)
     to the power L.
 
-    Beyond the paper (theorem G11): the unbiased sequence-level weight; for a mismatch that is the same
+    Beyond the paper (theorem G11): the sequence-level importance ratio (unbiased where μ covers π_old's
+    support, not proved here); for a mismatch that is the same
     on every token it is exp(L·x), so the answer's weight falls or grows exponentially in its length.
 
     >>> sequence_product_ratio([sp.log(2), sp.log(8)])

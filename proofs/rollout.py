@@ -8,7 +8,7 @@ log μ (per answer), and treats ω as a constant of the step (detached).  G11 sa
 1. **Any detached weight.**  ∂/∂θ [ω·min(ρÂ, clip(ρ)Â)] = ω·w·Â·∇log π_θ in each of the six open regions of
    (sign Â, ρ) (G10's w); a weight per answer factors out of its tokens' sum, so the group update is
    c·(s̃̄₊ − s̃̄₋) with s̃ᵢ = Σ_t ω_it w_it ∇log π_it: the identity's coefficient c is unchanged.  A weight the
-   same for the whole group multiplies the update by it; dividing by the weights' mean undoes that.
+   same for the whole group multiplies the update by it.
 2. **The estimators** (:func:`~grpo_identity.formulas.truncated_weight` min(r, C),
    :func:`~grpo_identity.formulas.masked_weight` r·1{α ≤ r ≤ β}, the sequence's product of ratios
    :func:`~grpo_identity.formulas.sequence_product_ratio` exp(Σ_t x_t) and its geometric mean
@@ -16,10 +16,12 @@ log μ (per answer), and treats ω as a constant of the step (detached).  G11 sa
    the power L (symbolic L); a mismatch δ on every token gives the product exp(Lδ), the mean exp(δ).
 3. **The on-policy limit.**  μ = π_old (r = 1, x_t = 0) gives each weight exactly 1, for symbolic L, whenever
    the cap is C ≥ 1 and the mask's bounds α ≤ 1 ≤ β; a cap C < 1 scales even the on-policy update by C.
-4. **Failure modes, stated.**  A weight recomputed from π_θ and left in the graph doubles the token's gradient
-   below the cap (2·ω·ρ·Â·∇log π; above the cap the flat min carries none); rollout log-probabilities filled
-   with 0 (log μ := 0) turn the weight into π_old(y_t) itself; the token ratio is unbiased, E_μ[π_old/μ] = 1
-   over any vocabulary of V tokens (symbolic V).
+4. **Failure modes, stated.**  A weight recomputed from π_θ and left in the graph doubles the gradient of a
+   token whose PPO clip is open (2·ω·ρ·Â·∇log π below the cap; above it the flat min carries none; where the clip
+   is closed the detached gradient is 0 and the attached one is not); rollout log-probabilities filled with 0
+   (log μ := 0) turn the weight into π_old(y_t) itself; where μ covers π_old's support (μ_v > 0 wherever
+   π_old,v > 0: what a sampler's top-p/top-k breaks) the token ratio is unbiased, Σ_v μ_v·(π_v/μ_v) = Σ_v π_v
+   (= 1) over any vocabulary of V tokens (symbolic V).
 
 **Method.**  As G10: each region of the token's ratio is a point that runs over the whole region (positive
 symbols), every condition is decided by :func:`~grpo_identity.proofs.offpolicy.decide`, sums keep a symbolic
@@ -90,8 +92,6 @@ def _weighted(f: Formulas) -> list[Claim]:
               update(weights), sigma * gap(weights)),
         Claim("one weight omega for the group: the update is omega sigma (sbar+ - sbar-)",
               update(uniform), _omega * sigma * gap(sp.Lambda(_i, 1))),
-        Claim("that weight divided by its mean: the on-policy update sigma (sbar+ - sbar-)",
-              update(sp.Lambda(_i, _omega / _omega)), sigma * gap(sp.Lambda(_i, 1))),
     ]  # fmt: skip
     return out
 
@@ -107,7 +107,8 @@ def _estimators(f: Formulas) -> list[Claim]:
               sp.exp(_delta)),
         Claim("truncated: min(r, C) = C above the cap", decide(f.truncated_weight(F.cap * (1 + _above), F.cap)),
               F.cap),
-        Claim("masked: r outside [alpha, beta] gives 0", decide(f.masked_weight(2 + _c, 1 / (1 + _a), 1 + _c)), 0),
+        Claim("masked: r above beta gives 0", decide(f.masked_weight(2 + _c, 1 / (1 + _a), 1 + _c)), 0),
+        Claim("masked: r below alpha gives 0", decide(f.masked_weight(1 / (2 + _a), 1 / (1 + _a), 1 + _c)), 0),
     ]  # fmt: skip
 
 
@@ -140,13 +141,14 @@ def _failures(f: Formulas) -> list[Claim]:
     rho_over = sp.exp(_ell_mu + sp.log(F.cap * (1 + _above)) - _ell_old)
     mu, pi = sp.Function("mu", positive=True), sp.Function("pi", positive=True)
     return [
-        Claim("a weight recomputed from pi_theta and kept in the graph, below the cap: 2x the detached gradient",
+        Claim("a weight recomputed from pi_theta and kept in the graph, below the cap, the PPO clip open: "
+              "2x the detached gradient",
               below, 2 * f.truncated_weight(F.cap / (1 + _above), F.cap) * rho_below * F.advantage * _d_ell),
         Claim("... above the cap the flat min carries no gradient: the detached C rho A",
               over, f.truncated_weight(F.cap * (1 + _above), F.cap) * rho_over * F.advantage * _d_ell),
         Claim("rollout log-probs filled with 0 (log mu := 0): the weight is pi_old(y) itself (C >= 1)",
               decide(f.truncated_weight(1 / (1 + _lam), 1 + _c).rewrite(sp.Piecewise)), 1 / (1 + _lam)),
-        Claim("the token ratio is unbiased: sum_v mu_v (pi_v/mu_v) = sum_v pi_v over V tokens (symbolic V)",
+        Claim("mu covering pi_old's support: sum_v mu_v (pi_v/mu_v) = sum_v pi_v over V tokens (symbolic V)",
               sp.Sum(mu(_v) * (pi(_v) / mu(_v)), (_v, 1, _V)), sp.Sum(pi(_v), (_v, 1, _V))),
     ]  # fmt: skip
 
@@ -162,18 +164,21 @@ G11 = Theorem(
     "from an answer's log-ratios x_t = log π_old − log μ) and detached, the gradient of ω·min(ρÂ, clip(ρ)Â) is "
     "ω·w·Â·∇log π_θ in each of the six open regions of (sign Â, ρ) (symbolic ρ, Â, ε_low, ε_high, ω), so the group "
     "update is σ(s̃̄₊ − s̃̄₋) with s̃ᵢ = Σ_t ω_it w_it ∇log π_it: the identity with importance-weighted scores, its "
-    "coefficient unchanged (symbolic k, m); one weight ω for the whole group multiplies the update by ω, and "
-    "dividing by the weights' mean undoes it.  The sequence's product of ratios exp(Σ_t x_t) is the geometric mean "
+    "coefficient unchanged (symbolic k, m); one weight ω for the whole group multiplies the update by ω.  "
+    "The sequence's product of ratios exp(Σ_t x_t) is the geometric mean "
     "exp((1/L) Σ_t x_t) to the power L (symbolic L): a mismatch δ on every token gives exp(Lδ) against exp(δ).  "
     "At μ = π_old every estimator is exactly 1 — truncated min(r, C) for C ≥ 1, masked r·1{α ≤ r ≤ β} for "
     "α ≤ 1 ≤ β (α = 0 included), the product and the geometric mean for symbolic L — while a cap C < 1 scales the "
-    "on-policy token by C.  A weight recomputed from π_θ and kept in the graph doubles the token's gradient below "
-    "the cap (the flat cap carries none above it); log μ filled with 0 makes the weight π_old(y); the token ratio "
-    "is unbiased, Σ_v μ_v·π_v/μ_v = Σ_v π_v (symbolic V).  Not covered: the bias of a truncated or masked weight "
+    "on-policy token by C.  A weight recomputed from π_θ and kept in the graph doubles the gradient of a token "
+    "whose PPO clip is open, below the cap (the flat cap carries none above it); log μ filled with 0 makes the "
+    "weight π_old(y); where μ covers π_old's support the token ratio is unbiased, Σ_v μ_v·π_v/μ_v = Σ_v π_v = 1 "
+    "(symbolic V).  Not covered: the bias of a truncated or masked weight "
     "in expectation, other KL or clip forms, what a sampler's top-p/top-k does to μ.",
     "beyond the paper (§Limits: every step after the first)",
     "theta real (one coordinate); log-probabilities differentiable in theta; omega, C, alpha, beta positive and "
-    "constant in theta (detached) except where stated; eps_low, eps_high > 0 as in G10; ratios off the kinks; "
+    "constant in theta (detached) except where stated; the in-graph claim without the PPO clip (rho = 1 or the "
+    "clip open); mu_v > 0 wherever pi_old,v > 0 and sum_v pi_v = 1 for the unbiasedness; "
+    "eps_low, eps_high > 0 as in G10; ratios off the kinks; "
     "k, m positive integers, G = k + m; answer lengths L positive integers; the advantages constant within an answer",
     _g11,
     lambda f: (

@@ -10,14 +10,16 @@ and ``old_logps`` (n, T), the trainer's log π_old.  What is measured, with ω�
 on each live token of a non-silent answer (a⁰ the step with the correction off):
 
 - **the estimator**: ω at a seeded mismatch X against each estimator of :data:`ESTIMATORS` at the configured cap,
-  also as it would be with the weight recomputed from π_θ and left in the graph (G11: twice the detached weight
-  below the cap; 1 + L for a product over L tokens);
+  also as it would be with the weight recomputed from π_θ and left in the graph (twice the detached weight below
+  the cap, G11; 1 + L for a product over L tokens, by the same differentiation);
 - **the on-policy limit**: ω at X = 0 is exactly 1 (G11), or the rollout log-probabilities are shifted by a token
-  against the trainer's (ω then fits the estimator of log π_old,t − log π_old,t±1);
+  against the trainer's (ω then fits the estimator of log π_old,t − log π_old,t±1: found for the token-level
+  estimators; an answer-level one reads as a failed on-policy limit);
 - **missing and non-finite** rollout log-probabilities: refused (the target raises), or named: filled with 0
   (ω fits the estimator of log π_old), run as if on-policy, or non-finite coefficients;
 - **the identity with importance-weighted scores** (G11): per binary group, on random token scores, the corrected
-  update is c·(s̃̄₊ − s̃̄₋), s̃ᵢ = uᵢ Σₜ ωᵢₜ Sᵢₜ with the fitted ω, and c the uncorrected step's.
+  update is c·(s̃̄₊ − s̃̄₋), s̃ᵢ = uᵢ Σₜ ωᵢₜ Sᵢₜ with ω the *documented* estimator's weights (the fitted one's where
+  none is documented), and c the uncorrected step's: an update that departs from the documented correction fails.
 
 >>> out, findings = audit_rollout(numpy_rollout_target, {"estimator": "token_truncate", "cap": 2.0})
 >>> out["estimator"], out["on_policy_weight_one"], out["missing"], out["identity_holds"], findings
@@ -134,10 +136,13 @@ def _residual(measured: np.ndarray, expected: np.ndarray, where: np.ndarray) -> 
 
 
 def _fit(batches: list[_Calls], omegas: list[np.ndarray], xs: list[np.ndarray], cap: float, low: float,
-         where: list[np.ndarray] | None = None) -> tuple[str, bool, float]:  # fmt: skip
-    """The estimator (and whether it is in the graph) that explains ω best, and its residual."""
+         where: list[np.ndarray] | None = None, documented: str | None = None) -> tuple[str, bool, float]:  # fmt: skip
+    """The estimator (and whether it is in the graph) that explains ω, and its residual: the documented one where
+    it does (estimators can agree on a probe: a mask whose bound no weight reaches is its truncation), else the
+    best of the others."""
     best = ("other", False, float("inf"))
-    for name in ESTIMATORS:
+    first = [documented] if documented in ESTIMATORS else []
+    for name in [*first, *(e for e in ESTIMATORS if e != documented)]:
         for attached in (False, True):
             worst = 0.0
             for i, b in enumerate(batches):
@@ -147,6 +152,8 @@ def _fit(batches: list[_Calls], omegas: list[np.ndarray], xs: list[np.ndarray], 
                 worst = max(worst, res if res == res else 0.0)
             if worst < best[2]:
                 best = (name, attached, worst)
+            if name == documented and not attached and worst <= TOL:
+                return best
     return best if best[2] <= TOL else ("other", False, best[2])
 
 
@@ -155,8 +162,9 @@ def _shifted(old: np.ndarray, M: np.ndarray, step: int) -> tuple[np.ndarray, np.
     at μ = π_old, and the tokens where the shift stays inside the answer."""
     moved = np.roll(old, step, axis=1)
     inside = np.roll(M, step, axis=1) * M > 0
-    inside[:, :step] = False if step > 0 else inside[:, :step]
-    if step < 0:
+    if step > 0:
+        inside[:, :step] = False
+    else:
         inside[:, step:] = False
     return np.where(inside, old - moved, 0.0), inside
 
@@ -178,7 +186,8 @@ def audit_rollout(
         pairs = [_shifted(b.old, b.M, shift) for b in batches]
         xs = [x + np.roll(b.x, shift, axis=1) for b, (x, _) in zip(batches, pairs)]
         where = [b.live & inside for b, (_, inside) in zip(batches, pairs)]
-    name, attached, residual = _fit(batches, mismatch, xs, cap, low, where)
+    documented = settings.get("estimator")
+    name, attached, residual = _fit(batches, mismatch, xs, cap, low, where, documented)
     out: dict[str, Any] = {
         "estimator": name,
         "estimator_means": ESTIMATORS.get(name, "no known estimator"),
@@ -192,8 +201,11 @@ def audit_rollout(
         **_missing(batches, cap, low),
         **_non_finite(batches),
     }  # fmt: skip
-    checked = name != "other"
-    out["identity"] = _identity(batches, mismatch, np.random.default_rng(seed)) if checked else []
+    judge = documented if documented in ESTIMATORS else name  # the documented objective, else what the code computes
+    checked = judge != "other"
+    weights = [estimator_weights(judge, b.x, b.M, cap, low) for b in batches] if checked else []
+    out["identity_estimator"] = judge if checked else None
+    out["identity"] = _identity(batches, weights, np.random.default_rng(seed)) if checked else []
     out["identity_holds"] = (
         all(row["residual"] <= TOL and abs(row["ratio"] - 1) <= TOL for row in out["identity"]) if checked else None
     )
@@ -221,10 +233,12 @@ def _missing(batches: list[_Calls], cap: float, low: float) -> dict[str, Any]:
 
     try:
         got = [b.weights(b.call(None)) for b in batches]
-    except (TargetError, ValueError, TypeError, KeyError, RuntimeError) as exc:
-        if isinstance(exc, TargetError) and type(exc) is not TargetError:
+    except (TargetError, ValueError) as exc:
+        if type(exc) not in (TargetError, ValueError):  # it died, hung or answered malformed
             raise
         return {"missing": "refused", "missing_message": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+    except (TypeError, KeyError, RuntimeError, AttributeError) as exc:
+        return {"missing": "crashed", "missing_message": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     if not all(np.isfinite(w).all() for w in got):
         return {"missing": "non-finite"}
     if max(_residual(w, np.ones_like(w), b.live) for w, b in zip(got, batches)) <= TOL:
@@ -245,8 +259,8 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
         x[row, t] = value
     try:
         got = b.call(x)
-    except (TargetError, ValueError, TypeError, KeyError, RuntimeError) as exc:
-        if isinstance(exc, TargetError) and type(exc) is not TargetError:
+    except (TargetError, ValueError) as exc:
+        if type(exc) not in (TargetError, ValueError):  # it died, hung or answered malformed
             raise
         return {"non_finite": "refused", "non_finite_message": str(exc).splitlines()[0] if str(exc) else ""}
     if not np.isfinite(got["coefficients"]).all():
@@ -261,13 +275,15 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
 
 
 def _identity(batches: list[_Calls], omegas: list[np.ndarray], rng: np.random.Generator) -> list[dict[str, Any]]:
-    """Per binary group: c of the corrected step over c of the uncorrected one, with s̃ᵢ = uᵢ Σₜ ωᵢₜ Sᵢₜ."""
+    """Per binary group: c of the corrected step (its measured coefficients) over c of the uncorrected one, with
+    s̃ᵢ = uᵢ Σₜ ωᵢₜ Sᵢₜ and ω the weights of the estimator the step is judged by (not the measured ones)."""
     from grpo_identity.checks.measure.offpolicy import group_coefficient
 
     rows = []
     for b, omega in zip(batches, omegas):
-        corrected = b.weights(b.call(b.x)) * np.where(b.live, b.off["coefficients"], 0.0)
-        u = np.where(b.live, b.off["coefficients"] / np.where(b.A == 0, 1.0, b.A)[:, None], 0.0).max(1)  # (n,)
+        corrected = np.where(b.live, b.call(b.x)["coefficients"], 0.0)
+        per_token = np.where(b.live, b.off["coefficients"] / np.where(b.A == 0, 1.0, b.A)[:, None], 0.0)
+        u = per_token.sum(1) / np.maximum(b.live.sum(1), 1)  # (n,): the answer's weight uᵢ, a⁰ᵢₜ = uᵢÂᵢ
         S = rng.standard_normal((*b.M.shape, 3)) * b.live[..., None]
         on, off = b.off["coefficients"][..., None] * S, corrected[..., None] * S
         s_on, s_off = u[:, None] * S.sum(1), u[:, None] * (omega[..., None] * S).sum(1)
@@ -289,7 +305,7 @@ def _findings(out: dict[str, Any]) -> list[Finding]:
     if out["in_graph"]:
         message = (
             f"the rollout correction ({name}) is recomputed from π_θ and left in the graph: below its cap each token's "
-            "gradient is twice the detached weight's (1 + L for a product of L ratios; theorem G11)"
+            "gradient is twice the detached weight's (theorem G11; 1 + L for a product of L ratios)"
         )
         found.append(Finding("correction_in_graph", message, {"estimator": name}))
     if name == "other":
@@ -318,7 +334,7 @@ def _findings(out: dict[str, Any]) -> list[Finding]:
     if missing == "filled with 0":
         message = "missing rollout log-probabilities are filled with 0 (μ := 1): each token weighs π_old(y) itself"
         found.append(Finding("rollout_logps_filled", message, {}))
-    elif missing in ("on-policy", "other", "non-finite"):
+    elif missing in ("on-policy", "other", "non-finite", "crashed"):
         message = f"without rollout log-probabilities the step runs ({missing}) instead of refusing"
         severity = "note" if missing == "on-policy" else "fail"
         found.append(Finding("rollout_logps_missing", message, {"missing": missing}, severity))

@@ -63,13 +63,36 @@ def test_each_failure_mode_planted_in_the_reference_fails_with_its_own_finding(p
 
 def test_a_shifted_engine_is_named_and_its_estimator_still_read_through_the_shift():
     out, found = _audit("token_mask", "shift", cap=5.0, low=0.2)
-    assert out["shift"] == 1 and out["estimator"] == "token_mask" and set(found) == {"rollout_logps_shifted"}
+    assert out["shift"] == 1 and out["estimator"] == "token_mask"
+    assert found == {"rollout_logps_shifted": "fail", "identity_three_policy": "fail"}  # off the documented weights
 
 
-def test_the_product_where_the_mean_is_documented_names_both():
+def test_the_product_where_the_mean_is_documented_names_both_and_fails_the_documented_identity():
     out, found = _audit("geometric_truncate", "product")
-    assert (out["estimator"], out["documented"]) == ("sequence_truncate", "geometric_truncate")
-    assert out["identity_holds"]  # a detached weight keeps the identity (G11): the estimator is the deviation
+    assert (out["estimator"], out["documented"], out["identity_estimator"]) == (
+        "sequence_truncate", "geometric_truncate", "geometric_truncate"
+    )  # fmt: skip
+    assert out["identity_holds"] is False and found["identity_three_policy"] == "fail"
+    undocumented, found = _audit("geometric_truncate", "product", documented="no documented estimator")
+    assert undocumented["identity_holds"] and undocumented["identity_estimator"] == "sequence_truncate"
+
+
+@pytest.mark.parametrize("estimator, kw", [("geometric_mask", {}), ("token_mask", {"cap": 1e300})])
+def test_an_estimator_that_agrees_with_another_on_the_probe_is_read_as_the_documented_one(estimator, kw):
+    out, found = _audit(estimator, **kw)  # no geometric mean reaches 2 here; a mask without a bound is a truncation
+    assert (out["estimator"], found) == (estimator, {})
+
+
+def test_a_target_that_crashes_without_rollout_log_probabilities_is_not_taken_as_refusing():
+    def crashing(r, G, L, request=None):
+        if request is not None and request["rollout"]["log_ratio"] is None:
+            raise TypeError("unsupported operand type(s) for -: 'float' and 'NoneType'")
+        return numpy_rollout_target(r, G, L, request)
+
+    out, findings = audit_rollout(crashing, {"estimator": "token_truncate", "cap": 2.0})
+    assert out["missing"] == "crashed" and {f.property: f.severity for f in findings} == {
+        "rollout_logps_missing": "fail"
+    }
 
 
 def test_estimator_weights_by_hand():
