@@ -28,6 +28,7 @@ these coefficients are the whole story:
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, cast
@@ -377,29 +378,47 @@ def _split_step(target: Callable[..., Any], ev: _Evidence) -> StepFit:
 
 def _off_policy(target: Callable[..., Any], ev: _Evidence) -> OffPolicyFit:
     """An off-policy target's step after the policy has moved (:mod:`grpo_identity.checks.measure.offpolicy`): its
-    findings go to ``ev``; the measurements come back as an :class:`~grpo_identity.checks.report.OffPolicyFit`.
-    A target whose info does not announce ``off_policy`` gets no probe; one that cannot run the step, or answers
-    it malformed, gets a note (the rest of the audit stands)."""
-    from grpo_identity.checks.calls.target import TargetError
+    findings go to ``ev``; the measurements come back as an :class:`~grpo_identity.checks.report.OffPolicyFit`."""
     from grpo_identity.checks.measure.offpolicy import audit_off_policy
 
+    run = functools.partial(audit_off_policy, weight=ev.law())
+
+    def note(message: str) -> Finding:
+        return Finding("off_policy", message, {}, "note")
+
+    return cast(OffPolicyFit, _announced_probe(target, ev, "off_policy", ("the off-policy step", note), run))
+
+
+def _announced_probe(
+    target: Callable[..., Any],
+    ev: _Evidence,
+    key: str,
+    said: tuple[str, Callable[[str], Finding]],
+    run: Callable[..., Any],
+) -> Any:
+    """``run(target, settings)`` where the target's info announces ``key`` (its settings), its findings added to
+    ``ev``; {} where it announces none.  A target that cannot run the probe's step (``said``: the step in words, and
+    the note it gets), or answers it malformed, gets that note (the rest of the audit stands); one that died or
+    hung ends the audit."""
+    from grpo_identity.checks.calls.target import TargetError
+
+    what, note = said
     info = getattr(target, "info", None) or getattr(target, "grpo_identity_info", None) or {}
-    settings = info.get("off_policy")
+    settings = info.get(key)
     if not settings:
         return {}
     try:
-        out, findings = audit_off_policy(target, dict(settings), weight=ev.law())
+        out, findings = run(target, dict(settings))
     except TargetError as exc:
         if type(exc) is not TargetError:  # it died or hung: the audit cannot go on with it
             raise
-        ev.findings.append(Finding("off_policy", f"the off-policy step could not be run: {exc}", {}, "note"))
+        ev.findings.append(note(f"{what} could not be run: {exc}"))
         return {}
     except (KeyError, TypeError, ValueError) as exc:
-        message = f"the off-policy step's output is malformed: {type(exc).__name__}: {exc}"
-        ev.findings.append(Finding("off_policy", message, {}, "note"))
+        ev.findings.append(note(f"{what}'s output is malformed: {type(exc).__name__}: {exc}"))
         return {}
     ev.findings += findings
-    return cast(OffPolicyFit, out)
+    return out
 
 
 class AdvantageView:
@@ -485,27 +504,11 @@ def gradient_target(
 
 def _three_policy(target: Callable[..., Any], ev: _Evidence) -> ThreePolicyFit:
     """A three-policy target's step given rollout log-probabilities (:mod:`grpo_identity.checks.measure.rollout`):
-    its findings go to ``ev``; the measurements come back as a :class:`~grpo_identity.checks.report.ThreePolicyFit`.
-    A target whose info does not announce ``rollout_correction`` gets no probe; one that cannot run the step, or
-    answers it malformed, gets a note (the rest of the audit stands)."""
-    from grpo_identity.checks.calls.target import TargetError
+    its findings go to ``ev``; the measurements come back as a :class:`~grpo_identity.checks.report.ThreePolicyFit`."""
     from grpo_identity.checks.measure.rollout import audit_rollout
 
-    info = getattr(target, "info", None) or getattr(target, "grpo_identity_info", None) or {}
-    settings = info.get("rollout_correction")
-    if not settings:
-        return {}
-    try:
-        out, findings = audit_rollout(target, dict(settings))
-    except TargetError as exc:
-        if type(exc) is not TargetError:  # it died or hung: the audit cannot go on with it
-            raise
-        ev.findings.append(Finding("three_policy", f"the step with rollout log-probabilities could not be run: {exc}",
-                                   {}, "note"))  # fmt: skip
-        return {}
-    except (KeyError, TypeError, ValueError) as exc:
-        message = f"the step with rollout log-probabilities answered malformed: {type(exc).__name__}: {exc}"
-        ev.findings.append(Finding("three_policy", message, {}, "note"))
-        return {}
-    ev.findings += findings
-    return cast(ThreePolicyFit, out)
+    def note(message: str) -> Finding:
+        return Finding("three_policy", message, {}, "note")
+
+    said = ("the three-policy step", note)
+    return cast(ThreePolicyFit, _announced_probe(target, ev, "rollout_correction", said, audit_rollout))

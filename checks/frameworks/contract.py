@@ -228,6 +228,9 @@ class DriverInfo:
     """Why the target runs no optimizer step (a release the driver cannot split), where it runs none."""
     off_policy: dict[str, Any] | None = None
     """What an off-policy step runs under: the target answers off-policy requests."""
+    rollout_correction: dict[str, Any] | None = None
+    """The configured correction of the rollout engine's log-probabilities (``estimator``, ``cap``, ``low``,
+    ``setting``; :mod:`grpo_identity.checks.measure.rollout`): the target answers rollout requests."""
     components: dict[str, Any] | None = None
     """Several reward functions (weights, aggregation): the target takes ``scores``."""
 
@@ -272,6 +275,7 @@ class DriverInfo:
             "step": None if self.step is None else self.step.geometry(),
             "step_unavailable": self.step_unavailable,
             "off_policy": self.off_policy,
+            "rollout_correction": self.rollout_correction,
             "components": self.components,
         }
         return {**out, **{k: v for k, v in optional.items() if v is not None}}
@@ -311,11 +315,15 @@ class Built:
     def off_policy(self, rewards: Any, G: int, lengths: Any, settings: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError(f"{self.driver_info.framework}: this target runs no off-policy step")
 
+    def three_policy(self, rewards: Any, G: int, lengths: Any, rollout: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError(f"{self.driver_info.framework}: this target takes no rollout log-probabilities")
+
     def __call__(self, rewards: Any, group_size: int, *extra: Any) -> Any:
         """Level advantage: ``fn(rewards, G[, third])``, the advantages (``third``: see :attr:`third`).  Level
         gradient: ``fn(rewards, G)``, the advantages as an array; ``fn(rewards, G, lengths)``, the gradient
         (``lengths`` None: the advantages, as a dict); ``fn(rewards, G, lengths, request)``: a step (``layout``),
-        an off-policy step (``off_policy``) or the advantages of several reward columns (``scores``)."""
+        an off-policy step (``off_policy``), the step given rollout log-probabilities (``rollout``) or the
+        advantages of several reward columns (``scores``)."""
         G = int(group_size)
         if self.level == "advantage" or not extra:
             if len(extra) > 1:
@@ -330,6 +338,8 @@ class Built:
             return {"advantages": self.advantages(rewards, G, scores=self._scores(request["scores"]))}
         if request is not None and "off_policy" in request:
             return self.off_policy(rewards, G, _need(lengths, "an off-policy request"), request["off_policy"])
+        if request is not None and "rollout" in request:
+            return self.three_policy(rewards, G, _need(lengths, "a rollout request"), request["rollout"])
         if request is not None:
             return self.step(rewards, G, _need(lengths, "a step request"), request)
         if lengths is None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from dataclasses import replace
 from importlib.metadata import version
 from typing import Any, Callable, Iterator
 
@@ -33,6 +34,7 @@ from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSe
 from grpo_identity.checks.frameworks.exported.trl import retain_logps as kept_logps
 from grpo_identity.checks.frameworks.exported.trl import tiny_policy
 from grpo_identity.checks.frameworks.trl_config import DIFFERENCES, grpo_config, user_keys
+from grpo_identity.checks.frameworks.trl_rollout import correction_settings, engine_stood_in, rollout_step
 
 __all__ = [
     "DIFFERENCES",
@@ -119,7 +121,7 @@ def _trainer(args: Any, state: dict[str, Any], components: int = 1) -> Any:
 
     funcs = _reward_funcs(args, state, components)
     try:
-        with policy_for(args) as (tokenizer, model):
+        with policy_for(args) as (tokenizer, model), engine_stood_in(args):
             trainer = GRPOTrainer(
                 model=model,
                 reward_funcs=funcs if components > 1 else funcs[0],
@@ -160,6 +162,7 @@ def _sample_once(trainer: Any) -> None:
         return
     memo: dict[Any, Any] = {}
     generate = trainer._generate
+    trainer.grpo_identity_generate = generate  # the sampling step itself (the rollout probe's engine answers vary)
 
     def sample_once(prompts: list[Any], *args: Any, **kwargs: Any) -> Any:
         if args or kwargs:  # a signature this driver does not know: sample every time
@@ -227,15 +230,19 @@ def _fresh(obj: Any) -> Any:
 
 @contextlib.contextmanager
 def _advantages_only(trainer: Any) -> Iterator[None]:
-    """Scoring for the advantages alone: the reference model's forward pass (``beta`` ≠ 0), whose
-    log-probabilities the advantages never read, is skipped (``beta`` read as 0 while the batch is scored:
-    the advantage audit calls the trainer hundreds of times)."""
-    beta = trainer.beta
+    """Scoring for the advantages alone: the reference model's forward pass (``beta`` ≠ 0) and the old policy's
+    (the rollout correction's), whose log-probabilities the advantages never read, are skipped (``beta`` read as 0
+    and the correction as off while the batch is scored: the advantage audit calls the trainer hundreds of times)."""
+    beta, correction = trainer.beta, getattr(trainer, "vllm_importance_sampling_correction", None)
     trainer.beta = 0.0
+    if correction is not None:  # nor the old policy's pass the rollout correction needs
+        trainer.vllm_importance_sampling_correction = False
     try:
         yield
     finally:
         trainer.beta = beta
+        if correction is not None:
+            trainer.vllm_importance_sampling_correction = correction
 
 
 def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> dict[str, Any]:
@@ -286,7 +293,13 @@ class TrlTarget(Built):
         self.words = [int(i) for i in trainer.processing_class.convert_tokens_to_ids(["a", "b", "c", "d"])]
         info = _info(spec, args, "GRPOTrainer.compute_loss (autograd)", components)
         details = {**info.details, "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no"))}
-        info = info.with_step(plan, details=details, lengths_optional=True, off_policy=self.off_policy_info)
+        info = replace(info, details=details, lengths_optional=True, off_policy=self.off_policy_info)
+        if getattr(args, "use_vllm", False):
+            unavailable = "use_vllm: the split step's rank processes do not stand in the engine yet"
+            info = replace(info, rollout_correction=correction_settings(args), stand_ins=(ENGINE_STAND_IN,),
+                           step_unavailable=unavailable)  # fmt: skip
+        else:
+            info = info.with_step(plan)
         super().__init__(info, level)
 
     def advantages(self, rewards: np.ndarray, G: int, scores: np.ndarray | None = None) -> np.ndarray:
@@ -308,12 +321,25 @@ class TrlTarget(Built):
         inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, words)
         return _off_policy_step(self.trainer, self.kept, inputs, settings, self.off_policy_info)
 
+    def three_policy(self, rewards: np.ndarray, G: int, lengths: np.ndarray, rollout: dict[str, Any]) -> dict[str, Any]:
+        """The step given the rollout engine's log-probabilities (:func:`.trl_rollout.rollout_step`)."""
+        if self.driver_info.rollout_correction is None:
+            raise NotImplementedError("TRL: the config sets no rollout correction (use_vllm and its correction)")
+        inputs = _score(self.trainer, self.state, rewards, G)
+        laid = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, (self.words, 0))
+        generate = self.trainer.grpo_identity_generate
+        return rollout_step(
+            self.trainer, generate, laid, rollout, lambda scored: _loss_gradient(self.trainer, self.kept, scored)
+        )
+
     def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
         trainer = self.trainer
         inputs = _score(trainer, self.state, rewards, G)
         inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, (self.words, 0))
-        for key in ("old_per_token_logps", "importance_sampling_ratio", "sampling_per_token_logps"):
-            inputs.pop(key, None)  # on-policy first step: old = current
+        # on-policy first step: old = current; the engine's ratio (1: the stand-in gives no log-probabilities) kept
+        # where the loss reads it (use_vllm with its correction)
+        for key in ("old_per_token_logps", "sampling_per_token_logps", *_unread_ratio(trainer)):
+            inputs.pop(key, None)
         if inputs.get("ref_per_token_logps") is not None:  # scored on the sampled completions: again on the probe's
             inputs["ref_per_token_logps"] = _reference_logps(trainer, inputs)
         coefficients = _loss_gradient(trainer, self.kept, inputs)
@@ -322,6 +348,19 @@ class TrlTarget(Built):
             "coefficients": coefficients,
             "mask": inputs["completion_mask"].double().numpy(),
         }
+
+
+#: what the report lists among the stand-ins where use_vllm is set
+ENGINE_STAND_IN = (
+    "vLLM's VLLMGeneration: an engine that returns the probe's completions and, for the three-policy probe, its "
+    "log-probabilities (none otherwise: TRL weighs such tokens 1)"
+)
+
+
+def _unread_ratio(trainer: Any) -> tuple[str, ...]:
+    """``("importance_sampling_ratio",)`` where the loss does not read it (no engine, or its correction off)."""
+    on = getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False)
+    return () if on else ("importance_sampling_ratio",)
 
 
 def _components(args: Any, components: int) -> dict[str, Any] | None:
@@ -463,8 +502,8 @@ def _off_policy_step(
     and log π − log π_ref (``beta`` ≠ 0)."""
     old = _per_token_logps(trainer, trainer.model, inputs)
     inputs = {**inputs, "old_per_token_logps": old}
-    for key in ("importance_sampling_ratio", "sampling_per_token_logps"):
-        inputs.pop(key, None)  # vLLM's sampling correction: no vLLM here
+    for key in ("sampling_per_token_logps", *_unread_ratio(trainer)):
+        inputs.pop(key, None)  # the stand-in engine's ratio is 1 (no log-probabilities), kept where the loss reads it
     beta = float(trainer.beta)
     ref = _reference_logps(trainer, inputs) if beta != 0.0 else None
     if ref is not None:

@@ -64,6 +64,20 @@ DIFFERENCES = {
     "kl_correction": Difference(
         f"{_CONFIG}.use_bias_correction_kl", "0.26.0", "the KL term weighted by the importance ratio"
     ),
+    "engine": Difference(
+        "trl.generation.vllm_generation:VLLMGeneration",
+        "0.28.0",
+        "the rollout engine (vLLM) behind use_vllm, which the driver stands in (trl_rollout.Engine)",
+    ),
+    "is_mode": Difference(
+        f"{_CONFIG}.vllm_importance_sampling_mode",
+        "0.26.0",
+        "the rollout correction's level and rule (before it: truncated, per token)",
+    ),
+    "is_clip_max": Difference(
+        f"{_CONFIG}.vllm_importance_sampling_clip_max", "1.6.0", "the correction's upper bound (before it: _cap)"
+    ),
+    "is_clip_min": Difference(f"{_CONFIG}.vllm_importance_sampling_clip_min", "1.6.0", "the correction's lower bound"),
     "components": Difference(
         f"{_CONFIG}.multi_objective_aggregation",
         "0.27.0",

@@ -532,3 +532,29 @@ def test_the_probes_answers_are_the_seeds_words_whatever_width_the_sample_had(wi
         assert set(row[: ell - 1]) <= set(words) and row[ell - 1] == eos and set(row[ell:]) <= {pad}
     narrow = {"completion_ids": torch.full((4, 2), 2), "completion_mask": torch.ones(4, 2, dtype=torch.int)}
     assert torch.equal(ids[:, :6], _lay_out(narrow, lengths, eos, pad, (words, 7))["completion_ids"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "mode, estimator, nan_weight",
+    [
+        ("token_truncate", "token_truncate", 1.0),  # a NaN log-ratio set to 0: the token weighs 1
+        (None, "sequence_mask", None),  # the default: the product of the token ratios, kept inside [0, 3]
+    ],
+)
+def test_trl_with_use_vllm_runs_the_three_policy_probe_through_its_own_correction(mode, estimator, nan_weight, capsys):
+    """The engine alone is stood in: TRL computes the ratio from its recomputed old log-probabilities and the
+    engine's, and multiplies it into each token's loss; the probe reads which estimator that is from the gradient."""
+    _need_trl()
+    sets = ["use_vllm=true"] + ([f"vllm_importance_sampling_mode={mode}"] if mode else [])
+    code = main(["audit", "trl", *[x for s in sets for x in ("--set", s)], "--max-examples", "10", "--json"])
+    out = _json(capsys)
+    fit = out["inferred"]["three_policy"]
+    assert code == 0 and (fit["estimator"], fit["documented"], fit["in_graph"]) == (estimator, estimator, False)
+    assert fit["on_policy_weight_one"] and fit["identity_holds"] and fit["missing"] == "on-policy"
+    found = {f["property"]: f["severity"] for f in out["findings"]}
+    assert found["rollout_logps_non_finite"] == "deviation" and found["rollout_logps_missing"] == "note"
+    if nan_weight is not None:
+        assert fit["non_finite_weights"]["log mu = NaN"] == pytest.approx(nan_weight)
+    assert any("VLLMGeneration" in s for s in out["target_info"]["stand_ins"])
+    assert "use_vllm" in out["target_info"]["step_unavailable"]

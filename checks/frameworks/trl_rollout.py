@@ -1,0 +1,159 @@
+"""TRL's rollout engine stood in, and the step given its log-probabilities (the three-policy probe,
+:mod:`grpo_identity.checks.measure.rollout`, theorem G11).
+
+With ``use_vllm`` TRL builds a ``VLLMGeneration`` (vLLM, GPU only); the driver puts :class:`Engine` in its place
+while the trainer is built, and nothing else.  The engine returns, per prompt, the completion and the per-token
+log-probabilities the driver hands it (:func:`rollout_step`), or by default a fixed completion with no
+log-probabilities (``None`` per token, as vLLM reports a log-probability it does not have: TRL weighs such a token
+1, so the advantage and gradient probes run on-policy).  Everything after generation is TRL's: the ratio
+``importance_sampling_ratio`` of ``vllm_importance_sampling_mode`` computed in ``_generate_and_score_completions``
+from the old log-probabilities TRL recomputes, and its product with each token's loss in ``_compute_loss``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from importlib.metadata import version
+from typing import Any, Iterator
+
+import numpy as np
+
+from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError
+from grpo_identity.checks.frameworks.trl_config import DIFFERENCES
+
+__all__ = ["Engine", "engine_stood_in", "correction_settings", "rollout_step"]
+
+#: TRL's modes → the probe's estimators (:data:`~grpo_identity.checks.measure.rollout.ESTIMATORS`): TRL's sequence
+#: level is the product of the token ratios, exp(Σ), as its maintainers confirmed (trl #5814)
+ESTIMATOR_OF_MODE = {
+    "token_truncate": "token_truncate",
+    "token_mask": "token_mask",
+    "sequence_truncate": "sequence_truncate",
+    "sequence_mask": "sequence_mask",
+}
+
+
+class Engine:
+    """``VLLMGeneration`` stood in: ``generate`` answers with :attr:`plan` (completion ids and log-probabilities
+    per prompt) where the driver set one, else a fixed completion with no log-probabilities."""
+
+    def __init__(self, *args: Any, processing_class: Any = None, max_completion_length: int = RESPONSE_LENGTH,
+                 **kwargs: Any) -> None:  # fmt: skip
+        tokenizer = getattr(processing_class, "tokenizer", processing_class)
+        word = int(tokenizer.convert_tokens_to_ids("a"))
+        self.default = [word] * (int(max_completion_length) - 1) + [int(tokenizer.eos_token_id)]
+        self.plan: tuple[list[list[int]], list[list[float | None]]] | None = None
+        self.llm = _Namespace(llm_engine=_Namespace(model_config=_Namespace(max_model_len=4096)))
+        self.vllm_client = _Namespace(get_server_info=lambda: {"model_config": {"logprobs_mode": "processed_logprobs"}})
+
+    def sync_weights(self) -> None:
+        """No weights to copy: the stand-in samples nothing."""
+
+    def generate(self, prompts: list[Any], *args: Any, **kwargs: Any) -> tuple[Any, Any, Any, Any]:
+        if self.plan is not None:
+            ids, logps = self.plan
+        else:
+            ids = [list(self.default) for _ in prompts]
+            logps = [[None] * len(row) for row in ids]
+        if len(ids) != len(prompts):
+            raise RuntimeError(f"the stand-in engine was asked for {len(prompts)} completions, it holds {len(ids)}")
+        return list(prompts), ids, [[[v] for v in row] for row in logps], [[[t] for t in row] for row in ids]
+
+
+class _Namespace:
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+
+@contextlib.contextmanager
+def engine_stood_in(args: Any) -> Iterator[None]:
+    """:class:`Engine` in place of TRL's ``VLLMGeneration`` while the trainer is built, where ``use_vllm`` is set."""
+    if not getattr(args, "use_vllm", False):
+        yield
+        return
+    DIFFERENCES["engine"].require(f"TRL {version('trl')}: use_vllm")
+    import trl.trainer.grpo_trainer as module
+
+    saved = module.VLLMGeneration
+    module.VLLMGeneration = Engine
+    try:
+        yield
+    finally:
+        module.VLLMGeneration = saved
+
+
+def correction_settings(args: Any) -> dict[str, Any] | None:
+    """``info["rollout_correction"]``: TRL's ``vllm_importance_sampling_*`` as the probe's estimator, cap and floor
+    (None without ``use_vllm`` or with the correction off)."""
+    if not (getattr(args, "use_vllm", False) and getattr(args, "vllm_importance_sampling_correction", False)):
+        return None
+    mode = str(DIFFERENCES["is_mode"].value_of(args, "token_truncate"))
+    cap = DIFFERENCES["is_clip_max"].value_of(args)
+    cap = getattr(args, "vllm_importance_sampling_cap", None) if cap is None else cap
+    low = DIFFERENCES["is_clip_min"].value_of(args)
+    setting = f"vllm_importance_sampling_mode={mode}, clip_max={cap}" + (f", clip_min={low}" if low else "")
+    return {"estimator": ESTIMATOR_OF_MODE.get(mode, mode), "cap": cap, "low": low or 0.0, "setting": setting}
+
+
+@contextlib.contextmanager
+def _correction(trainer: Any, on: bool) -> Iterator[None]:
+    saved = trainer.vllm_importance_sampling_correction
+    trainer.vllm_importance_sampling_correction = bool(on)
+    try:
+        yield
+    finally:
+        trainer.vllm_importance_sampling_correction = saved
+
+
+def _through_engine(trainer: Any, generate: Any, ids: list[list[int]], logps: list[list[Any]], n: int) -> Any:
+    """``_generate_and_score_completions`` on ``n`` prompts, the engine answering ``ids`` and ``logps``."""
+    import torch
+
+    engine = trainer.vllm_generation
+    memoised, engine.plan = trainer._generate, (ids, logps)
+    trainer._generate = generate  # the sampling step itself, not the driver's memo of it
+    try:
+        with torch.no_grad():
+            return trainer._generate_and_score_completions([{"prompt": "a b"} for _ in range(n)])
+    finally:
+        trainer._generate, engine.plan = memoised, None
+
+
+def rollout_step(trainer: Any, generate: Any, laid: dict[str, Any], request: dict[str, Any],
+                 loss_gradient: Any) -> dict[str, Any]:  # fmt: skip
+    """The step given rollout log-probabilities log μ = log π_old − X (``request``: ``log_ratio`` X, or None for
+    none; ``correct``: the correction on or off), on the completions of ``laid`` (the probe's answers): the engine
+    answers them once with no log-probabilities (TRL recomputes log π_old), then with log μ; ``loss_gradient``
+    differentiates ``compute_loss`` on the second scoring."""
+    mask = laid["completion_mask"].numpy() > 0
+    ids = [[int(t) for t in row[m]] for row, m in zip(laid["completion_ids"].numpy(), mask)]
+    n = len(ids)
+    with _correction(trainer, True):
+        first = _through_engine(trainer, generate, ids, [[None] * len(row) for row in ids], n)
+    old = first["old_per_token_logps"].double().numpy()
+    x = request.get("log_ratio")
+    if x is None:
+        logps: list[list[Any]] = [[None] * len(row) for row in ids]
+    else:
+        mu = old - np.asarray(x, dtype=np.float64)[:, : old.shape[1]]
+        logps = [[float(v) for v in mu[i, : len(row)]] for i, row in enumerate(ids)]
+    with _correction(trainer, bool(request.get("correct"))):
+        scored = _through_engine(trainer, generate, ids, logps, n)
+        coefficients = loss_gradient(scored)
+    if scored["completion_mask"].shape[0] != n:
+        raise AdapterError(
+            f"TRL {version('trl')}: the engine's {n} completions came back as {len(scored['advantages'])}"
+        )
+    return {
+        "advantages": scored["advantages"].detach().double().numpy(),
+        "coefficients": _padded(coefficients),
+        "mask": _padded(scored["completion_mask"].double().numpy()),
+        "old_logps": _padded(old),
+    }
+
+
+def _padded(a: np.ndarray) -> np.ndarray:
+    """(n, T) as (n, RESPONSE_LENGTH): zeros past the longest answer (the probe's width)."""
+    out = np.zeros((a.shape[0], max(RESPONSE_LENGTH, a.shape[1])))
+    out[:, : a.shape[1]] = a
+    return out
