@@ -390,8 +390,9 @@ _KINDS = (
     FindingKind(
         "correction_on_policy",
         "three-policy",
-        _F,
-        "With rollout log-probabilities equal to the trainer's the correction is not exactly 1 (a cap below 1, say).",
+        _DF,
+        "With rollout log-probabilities equal to the trainer's the correction is not exactly 1: a deviation where "
+        "the configuration says so (a cap below 1), else a fail.",
     ),
     FindingKind(
         "rollout_logps_shifted",

@@ -290,6 +290,8 @@ class ThreePolicyFit(TypedDict, total=False):
     fit_residual: float
     documented: str | None
     on_policy_weight_one: bool
+    on_policy_as_configured: bool
+    """Equal log-probabilities weigh 1, or as the configured estimator says (a cap below 1)."""
     on_policy_weight_range: list[float]
     shift: int | None
     """±1 where the rollout log-probabilities are a token off the trainer's."""
@@ -297,7 +299,7 @@ class ThreePolicyFit(TypedDict, total=False):
     """Without rollout log-probabilities: 'refused', 'on-policy', 'filled with 0', 'non-finite' or 'other'."""
     missing_message: str
     non_finite: str
-    """Given μ = 0, NaN and an overflowing ratio: 'refused', 'finite' or 'non-finite'."""
+    """Given μ = 0, NaN and an overflowing ratio: 'refused', 'crashed', 'finite' or 'non-finite'."""
     non_finite_message: str
     non_finite_weights: dict[str, float]
     identity_holds: bool | None

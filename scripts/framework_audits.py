@@ -148,10 +148,11 @@ _OWN_COLUMN = ("per_sample_weight", "split_invariance")
 
 def _cell(row: dict) -> list[str]:
     """verdict, matches, dial, per-sample weight, the split step, silent groups, the off-policy importance
-    weight, the first failing finding (else the first deviation another column does not show)."""
+    weight, the three-policy probe, the first failing finding (else the first deviation another column does not
+    show)."""
     if "report" not in row:
         why = row["error"].split("error: ", 1)[-1].replace("|", "/")
-        return ["adapter error", "-", "-", "-", "-", "-", "-", why if len(why) <= 160 else "…" + why[-159:]]
+        return ["adapter error", "-", "-", "-", "-", "-", "-", "-", why if len(why) <= 160 else "…" + why[-159:]]
     d = row["report"]
     inf = d.get("inferred", {})
     findings = d.get("findings", [])
@@ -162,13 +163,35 @@ def _cell(row: dict) -> list[str]:
     why = f"{first['property']}: {first['message']}".replace("|", "/")[:160] if first else ""
     weight = inf.get("per_sample_weight") or "-"
     moved = (inf.get("off_policy") or {}).get("importance_weight") or "-"
-    return [d["verdict"].upper(), d.get("matches") or "-", _dial(inf), weight, _step(inf), silent, moved, why]
+    return [
+        d["verdict"].upper(),
+        d.get("matches") or "-",
+        _dial(inf),
+        weight,
+        _step(inf),
+        silent,
+        moved,
+        _three(inf),
+        why,
+    ]
+
+
+def _three(inf: dict) -> str:
+    """The three-policy probe: the estimator, and what departs (in the graph, not 1 on-policy, what missing and
+    non-finite rollout log-probabilities become)."""
+    fit = inf.get("three_policy") or {}
+    if not fit:
+        return "-"
+    parts = [fit.get("estimator") or "?"] + (["**in the graph**"] if fit.get("in_graph") else [])
+    parts += [] if fit.get("on_policy_as_configured", fit.get("on_policy_weight_one")) else ["**≠ 1 on-policy**"]
+    parts += [f"missing: {fit.get('missing')}", f"non-finite: {fit.get('non_finite')}"]
+    return "; ".join(parts)
 
 
 def render(rows: list[dict]) -> str:
     """The markdown table: one line per (configuration, release), in the order run."""
     columns = ["audit (`grpo-identity audit …`)", "release", "verdict", "matches", "dial", "per-sample weight"]
-    columns += ["optimizer step as split", "silent-group gradient", "off-policy weight"]
+    columns += ["optimizer step as split", "silent-group gradient", "off-policy weight", "three policies"]
     columns += ["first failing (else deviating) finding", "s"]
     head = "| " + " | ".join(columns) + " |"
     lines = [head, "|" + "---|" * len(columns)]

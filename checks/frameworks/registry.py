@@ -121,6 +121,10 @@ _TRL = FrameworkEntry(
         ("trl --set importance_sampling_level=sequence", ("0.22.2", "1.16.0")),
         ("trl --set multi_objective_aggregation=normalize_then_sum", ("1.16.0",)),
         ("trl --set reward_weights=1,0.5", ("1.16.0",)),
+        # three policies: vLLM's engine stood in, TRL's own rollout correction probed (1.6.0: before NaN and None
+        # rollout log-probabilities were neutralised)
+        ("trl --set use_vllm=true", ("1.6.0", "1.16.0")),
+        ("trl --set use_vllm=true --set vllm_importance_sampling_mode=token_truncate", ("1.6.0", "1.16.0")),
     ),
 )
 _VERL = FrameworkEntry(

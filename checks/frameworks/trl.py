@@ -336,8 +336,8 @@ class TrlTarget(Built):
         trainer = self.trainer
         inputs = _score(trainer, self.state, rewards, G)
         inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, (self.words, 0))
-        # on-policy first step: old = current; the engine's ratio (1: the stand-in gives no log-probabilities) kept
-        # where the loss reads it (use_vllm with its correction)
+        # on-policy first step: old = current; the engine's ratio (the stand-in agrees with the trainer) kept where
+        # the loss reads it (use_vllm with its correction)
         for key in ("old_per_token_logps", "sampling_per_token_logps", *_unread_ratio(trainer)):
             inputs.pop(key, None)
         if inputs.get("ref_per_token_logps") is not None:  # scored on the sampled completions: again on the probe's
@@ -352,8 +352,8 @@ class TrlTarget(Built):
 
 #: what the report lists among the stand-ins where use_vllm is set
 ENGINE_STAND_IN = (
-    "vLLM's VLLMGeneration: an engine that returns the probe's completions and, for the three-policy probe, its "
-    "log-probabilities (none otherwise: TRL weighs such tokens 1)"
+    "vLLM's VLLMGeneration: an engine that returns the probe's completions with the trainer's own log-probabilities "
+    "of them (μ = π_old), and the three-policy probe's where it asks"
 )
 
 
@@ -503,7 +503,7 @@ def _off_policy_step(
     old = _per_token_logps(trainer, trainer.model, inputs)
     inputs = {**inputs, "old_per_token_logps": old}
     for key in ("sampling_per_token_logps", *_unread_ratio(trainer)):
-        inputs.pop(key, None)  # the stand-in engine's ratio is 1 (no log-probabilities), kept where the loss reads it
+        inputs.pop(key, None)  # the stand-in engine agrees with the trainer: its ratio kept where the loss reads it
     beta = float(trainer.beta)
     ref = _reference_logps(trainer, inputs) if beta != 0.0 else None
     if ref is not None:

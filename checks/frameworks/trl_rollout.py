@@ -3,9 +3,9 @@
 
 With ``use_vllm`` TRL builds a ``VLLMGeneration`` (vLLM, GPU only); the driver puts :class:`Engine` in its place
 while the trainer is built, and nothing else.  The engine returns, per prompt, the completion and the per-token
-log-probabilities the driver hands it (:func:`rollout_step`), or by default a fixed completion with no
-log-probabilities (``None`` per token, as vLLM reports a log-probability it does not have: TRL weighs such a token
-1, so the advantage and gradient probes run on-policy).  Everything after generation is TRL's: the ratio
+log-probabilities the driver hands it (:func:`rollout_step`), or by default a fixed completion with the trainer's
+own log-probabilities of it (an engine that agrees with the trainer, μ = π_old: the advantage and gradient probes
+run on-policy, and see a cap below 1 as TRL applies it).  Everything after generation is TRL's: the ratio
 ``importance_sampling_ratio`` of ``vllm_importance_sampling_mode`` computed in ``_generate_and_score_completions``
 from the old log-probabilities TRL recomputes, and its product with each token's loss in ``_compute_loss``.
 """
@@ -37,24 +37,42 @@ class Engine:
     """``VLLMGeneration`` stood in: ``generate`` answers with :attr:`plan` (completion ids and log-probabilities
     per prompt) where the driver set one, else a fixed completion with no log-probabilities."""
 
-    def __init__(self, *args: Any, processing_class: Any = None, max_completion_length: int = RESPONSE_LENGTH,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(self, *args: Any, model: Any = None, processing_class: Any = None, temperature: float = 1.0,
+                 max_completion_length: int = RESPONSE_LENGTH, **kwargs: Any) -> None:  # fmt: skip
         tokenizer = getattr(processing_class, "tokenizer", processing_class)
         word = int(tokenizer.convert_tokens_to_ids("a"))
         self.default = [word] * (int(max_completion_length) - 1) + [int(tokenizer.eos_token_id)]
+        self.model, self.temperature = model, float(temperature or 1.0)
         self.plan: tuple[list[list[int]], list[list[float | None]]] | None = None
+        self.memo: dict[tuple[int, ...], list[float]] = {}
         self.llm = _Namespace(llm_engine=_Namespace(model_config=_Namespace(max_model_len=4096)))
         self.vllm_client = _Namespace(get_server_info=lambda: {"model_config": {"logprobs_mode": "processed_logprobs"}})
 
     def sync_weights(self) -> None:
         """No weights to copy: the stand-in samples nothing."""
+        self.memo.clear()
+
+    def own_logps(self, prompt: list[int], completion: list[int]) -> list[float]:
+        """log π(completion | prompt) per token under the trainer's own policy (at the weights of the last
+        ``sync_weights``; temperature-scaled as TRL scales them): an engine that agrees with the trainer, μ = π_old,
+        so the correction weighs 1 outside the three-policy probe."""
+        import torch
+
+        key = (*prompt, -1, *completion)
+        if key not in self.memo:
+            with torch.no_grad():
+                logits = self.model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+                logps = torch.log_softmax(logits.float() / self.temperature, dim=-1)
+                self.memo[key] = logps.gather(-1, torch.tensor(completion)[:, None])[:, 0].tolist()
+        return list(self.memo[key])
 
     def generate(self, prompts: list[Any], *args: Any, **kwargs: Any) -> tuple[Any, Any, Any, Any]:
+        logps: list[list[float | None]]
         if self.plan is not None:
             ids, logps = self.plan
         else:
             ids = [list(self.default) for _ in prompts]
-            logps = [[None] * len(row) for row in ids]
+            logps = [list(self.own_logps(list(p), row)) for p, row in zip(prompts, ids)]
         if len(ids) != len(prompts):
             raise RuntimeError(f"the stand-in engine was asked for {len(prompts)} completions, it holds {len(ids)}")
         return list(prompts), ids, [[[v] for v in row] for row in logps], [[[t] for t in row] for row in ids]
@@ -123,13 +141,15 @@ def rollout_step(trainer: Any, generate: Any, laid: dict[str, Any], request: dic
                  loss_gradient: Any) -> dict[str, Any]:  # fmt: skip
     """The step given rollout log-probabilities log μ = log π_old − X (``request``: ``log_ratio`` X, or None for
     none; ``correct``: the correction on or off), on the completions of ``laid`` (the probe's answers): the engine
-    answers them once with no log-probabilities (TRL recomputes log π_old), then with log μ; ``loss_gradient``
-    differentiates ``compute_loss`` on the second scoring."""
+    answers them once (TRL recomputes log π_old), then with log μ; ``loss_gradient`` differentiates
+    ``compute_loss`` on the second scoring."""
     mask = laid["completion_mask"].numpy() > 0
     ids = [[int(t) for t in row[m]] for row, m in zip(laid["completion_ids"].numpy(), mask)]
     n = len(ids)
+    engine = trainer.vllm_generation
+    prompt = [int(t) for t in laid["prompt_ids"][0][laid["prompt_mask"][0] > 0]]
     with _correction(trainer, True):
-        first = _through_engine(trainer, generate, ids, [[None] * len(row) for row in ids], n)
+        first = _through_engine(trainer, generate, ids, [engine.own_logps(prompt, row) for row in ids], n)
     old = first["old_per_token_logps"].double().numpy()
     x = request.get("log_ratio")
     if x is None:

@@ -177,16 +177,22 @@ def audit_rollout(
     t0 = time.perf_counter()
     cap, low = float(settings.get("cap") or _NO_CAP), float(settings.get("low") or 0.0)
     batches = [_Calls(target, G, seed) for G in sizes]
+    documented = settings.get("estimator")
     mismatch = [b.weights(b.call(b.x)) for b in batches]
     equal = [b.weights(b.call(b.zero)) for b in batches]
     on_policy = max(_residual(w, np.ones_like(w), b.live) for w, b in zip(equal, batches)) <= TOL
-    shift = None if on_policy else _shift(batches, equal, cap, low)
+    configured = not on_policy and _fit(batches, equal, [b.zero for b in batches], cap, low, None, documented)[
+        0
+    ] not in (
+        "other",
+        "none",
+    )  # a cap below 1 (a mask that leaves 1 out) weighs equal log-probabilities so, as configured (G11)
+    shift = None if on_policy or configured else _shift(batches, equal, cap, low)
     xs, where = [b.x for b in batches], None
     if shift:  # the weights the step computes: log π_old,t − log μ of the token shift places before
         pairs = [_shifted(b.old, b.M, shift) for b in batches]
         xs = [x + np.roll(b.x, shift, axis=1) for b, (x, _) in zip(batches, pairs)]
         where = [b.live & inside for b, (_, inside) in zip(batches, pairs)]
-    documented = settings.get("estimator")
     name, attached, residual = _fit(batches, mismatch, xs, cap, low, where, documented)
     out: dict[str, Any] = {
         "estimator": name,
@@ -195,10 +201,11 @@ def audit_rollout(
         "fit_residual": residual,
         "documented": settings.get("estimator"),
         "on_policy_weight_one": on_policy,
+        "on_policy_as_configured": on_policy or configured,
         "on_policy_weight_range": [float(min(w[b.live].min() for w, b in zip(equal, batches))),
                                    float(max(w[b.live].max() for w, b in zip(equal, batches)))],
         "shift": shift,
-        **_missing(batches, cap, low),
+        **_missing(batches, equal, cap, low),
         **_non_finite(batches),
     }  # fmt: skip
     judge = documented if documented in ESTIMATORS else name  # the documented objective, else what the code computes
@@ -226,25 +233,36 @@ def _shift(batches: list[_Calls], equal: list[np.ndarray], cap: float, low: floa
     return None
 
 
-def _missing(batches: list[_Calls], cap: float, low: float) -> dict[str, Any]:
-    """What the step does without rollout log-probabilities: 'refused', 'on-policy' (ω = 1), 'filled with 0'
-    (ω fits the estimator of log π_old − 0), 'non-finite' or 'other'."""
+def _missing(batches: list[_Calls], equal: list[np.ndarray], cap: float, low: float) -> dict[str, Any]:
+    """What the step does without rollout log-probabilities: 'refused', 'on-policy' (ω as with equal ones),
+    'filled with 0' (ω fits the estimator of log π_old − 0), 'non-finite', 'crashed' or 'other'."""
     from grpo_identity.checks.calls.target import TargetError
 
     try:
         got = [b.weights(b.call(None)) for b in batches]
-    except (TargetError, ValueError) as exc:
-        if type(exc) not in (TargetError, ValueError):  # it died, hung or answered malformed
+    except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
+        if isinstance(exc, TargetError) and type(exc) is not TargetError:  # it died, hung or answered malformed
             raise
-        return {"missing": "refused", "missing_message": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
-    except (TypeError, KeyError, RuntimeError, AttributeError) as exc:
-        return {"missing": "crashed", "missing_message": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+        return {"missing": "refused" if _refusal(exc) else "crashed", "missing_message": _said(exc)}
     if not all(np.isfinite(w).all() for w in got):
         return {"missing": "non-finite"}
-    if max(_residual(w, np.ones_like(w), b.live) for w, b in zip(got, batches)) <= TOL:
+    if max(_residual(w, e, b.live) for w, e, b in zip(got, equal, batches)) <= TOL:
         return {"missing": "on-policy"}
     name, _, _ = _fit(batches, got, [b.old for b in batches], cap, low)
     return {"missing": "filled with 0" if name not in ("other", "none") else "other"}
+
+
+def _refusal(exc: BaseException) -> bool:
+    """A refusal is a ValueError, raised here or (a plain TargetError naming it) in the target's child process;
+    any other exception is a crash."""
+    from grpo_identity.checks.calls.target import TargetError
+
+    return isinstance(exc, ValueError) or (type(exc) is TargetError and str(exc).startswith("ValueError"))
+
+
+def _said(exc: BaseException) -> str:
+    text = str(exc) if type(exc).__name__ == "TargetError" else f"{type(exc).__name__}: {exc}"
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
@@ -259,10 +277,10 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
         x[row, t] = value
     try:
         got = b.call(x)
-    except (TargetError, ValueError) as exc:
-        if type(exc) not in (TargetError, ValueError):  # it died, hung or answered malformed
+    except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
+        if isinstance(exc, TargetError) and type(exc) is not TargetError:  # it died, hung or answered malformed
             raise
-        return {"non_finite": "refused", "non_finite_message": str(exc).splitlines()[0] if str(exc) else ""}
+        return {"non_finite": "refused" if _refusal(exc) else "crashed", "non_finite_message": _said(exc)}
     if not np.isfinite(got["coefficients"]).all():
         return {"non_finite": "non-finite"}
     w = b.weights(got)
@@ -329,17 +347,26 @@ def _findings(out: dict[str, Any]) -> list[Finding]:
             f"with rollout log-probabilities equal to the trainer's the correction weighs tokens {lo:.4g} … {hi:.4g}, "
             "not 1 (theorem G11: every estimator is 1 there, for a cap C ≥ 1 and a mask's bounds α ≤ 1 ≤ β)"
         )
-        found.append(Finding("correction_on_policy", message, {"range": [lo, hi]}))
+        if out["on_policy_as_configured"]:
+            message += f"; so configured ({(out['settings'] or {}).get('setting') or 'its cap or bounds'})"
+        severity = "deviation" if out["on_policy_as_configured"] else "fail"
+        found.append(Finding("correction_on_policy", message, {"range": [lo, hi]}, severity))
     missing = out["missing"]
     if missing == "filled with 0":
         message = "missing rollout log-probabilities are filled with 0 (μ := 1): each token weighs π_old(y) itself"
         found.append(Finding("rollout_logps_filled", message, {}))
     elif missing in ("on-policy", "other", "non-finite", "crashed"):
-        message = f"without rollout log-probabilities the step runs ({missing}) instead of refusing"
+        said = f": {out['missing_message']}" if out.get("missing_message") else ""
+        message = (
+            f"without rollout log-probabilities the step {'runs ' if missing != 'crashed' else ''}({missing}){said}"
+        )
+        message += " instead of refusing"
         severity = "note" if missing == "on-policy" else "fail"
         found.append(Finding("rollout_logps_missing", message, {"missing": missing}, severity))
-    if out["non_finite"] == "non-finite":
-        message = "non-finite rollout log-probabilities (−inf, NaN, a ratio of e⁹⁰) reach the gradient as inf or NaN"
+    if out["non_finite"] in ("non-finite", "crashed"):
+        how = "reach the gradient as inf or NaN" if out["non_finite"] == "non-finite" else "crash the step"
+        said = f" ({out['non_finite_message']})" if out.get("non_finite_message") else ""
+        message = f"non-finite rollout log-probabilities (−inf, NaN, a ratio of e⁹⁰) {how}{said}"
         found.append(Finding("correction_non_finite", message, {}))
     elif out["non_finite"] == "finite":
         weights = ", ".join(f"{k}: {v:.4g}" for k, v in out["non_finite_weights"].items())

@@ -142,3 +142,10 @@ def test_a_target_whose_three_policy_step_is_malformed_gets_a_note():
     report = audit_gradient(broken)
     assert report.inferred.three_policy == {}
     assert {f.property: f.severity for f in report.findings}.get("three_policy") == "note"
+
+
+def test_a_cap_below_one_that_the_configuration_sets_is_a_deviation_not_a_shift():
+    out, found = _audit("token_truncate", cap=0.5)  # documented: cap 0.5, so every equal token weighs 0.5
+    assert (out["on_policy_weight_one"], out["on_policy_as_configured"], out["shift"]) == (False, True, None)
+    assert out["estimator"] == "token_truncate" and out["missing"] == "refused"
+    assert found == {"correction_on_policy": "deviation"}
