@@ -356,11 +356,9 @@ def _findings(out: dict[str, Any]) -> list[Finding]:
         message = "missing rollout log-probabilities are filled with 0 (μ := 1): each token weighs π_old(y) itself"
         found.append(Finding("rollout_logps_filled", message, {}))
     elif missing in ("on-policy", "other", "non-finite", "crashed"):
-        said = f": {out['missing_message']}" if out.get("missing_message") else ""
-        message = (
-            f"without rollout log-probabilities the step {'runs ' if missing != 'crashed' else ''}({missing}){said}"
-        )
-        message += " instead of refusing"
+        said = f" ({out['missing_message']})" if out.get("missing_message") else ""
+        how = "crashes" if missing == "crashed" else f"runs ({missing})"
+        message = f"without rollout log-probabilities the step {how}{said} instead of refusing with a ValueError"
         severity = "note" if missing == "on-policy" else "fail"
         found.append(Finding("rollout_logps_missing", message, {"missing": missing}, severity))
     if out["non_finite"] in ("non-finite", "crashed"):
