@@ -204,6 +204,12 @@ _VERL = FrameworkEntry(
         ("verl --set algorithm.adv_estimator=reinforce_plus_plus_baseline", ("0.9.1",)),
         ("verl --set algorithm.adv_estimator=grpo_passk", ("0.9.1",)),
         ("verl:estimator=gdpo", ("0.9.1",)),
+        # three policies: algorithm.rollout_correction's IS weights in the actor's policy loss
+        (
+            "verl --set algorithm.adv_estimator=grpo --set algorithm.rollout_correction.rollout_is=token",
+            ("0.7.1", "0.9.1"),
+        ),
+        ("verl --set algorithm.adv_estimator=grpo --set algorithm.rollout_correction.rollout_is=sequence", ("0.9.1",)),
     ),
 )
 _AREAL = FrameworkEntry(

@@ -95,6 +95,12 @@ DIFFERENCES = {
         "0.7.0",
         "agg_loss normalises over the global batch, whose size and tokens the driver gives for its one rank",
     ),
+    "rollout_correction": Difference(
+        "verl.trainer.ppo.rollout_corr_helper:compute_rollout_correction_and_add_to_batch",
+        "0.7.0",
+        "the rollout correction (algorithm.rollout_correction) the fit loop applies to a batch with rollout "
+        "log-probabilities: the three-policy probe's path",
+    ),
 }
 
 #: settings every verl run must give (the actor's micro-batch size has no default); the user's
@@ -233,6 +239,7 @@ class VerlTarget(Built):
             entry="ray_trainer.compute_advantage + core_algos policy loss (agg_loss)",
             details=details,
             lengths_optional=True,
+            rollout_correction=rollout_settings(self.cfg),
         )
 
     def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
@@ -244,10 +251,46 @@ class VerlTarget(Built):
     def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
         import torch
 
-        actor = self.actor
+        adv, data, order = _advantages(self.ray_trainer, self.cfg, rewards, G, lengths)
+        old = torch.full(data.batch["response_mask"].shape, -1.0)  # (bs, T); on-policy: old = current
+        return {"advantages": adv, **self._loss_gradient(data, old, order)}
+
+    def three_policy(self, rewards: np.ndarray, G: int, lengths: np.ndarray, rollout: dict[str, Any]) -> dict[str, Any]:
+        """The policy loss given rollout log-probabilities log μ = log π_old − X (``rollout``: ``log_ratio`` X, or None
+        for none; ``correct``), after ``compute_rollout_correction_and_add_to_batch`` as the fit loop runs it (only
+        where the batch holds rollout log-probabilities, as there): its IS weights and rejection mask."""
+        import torch
+
+        if self.driver_info.rollout_correction is None:
+            raise NotImplementedError("verl: the config sets no rollout correction (algorithm.rollout_correction)")
         adv, data, order = _advantages(self.ray_trainer, self.cfg, rewards, G, lengths)
         mask = data.batch["response_mask"]
-        log_prob = torch.full(mask.shape, -1.0, requires_grad=True)  # (bs, T); on-policy: old = current
+        seeded = np.log(np.random.default_rng(7).uniform(0.05, 0.95, tuple(mask.shape)))  # log π_old, varied
+        old = torch.as_tensor(seeded, dtype=torch.float32) * mask
+        x = rollout.get("log_ratio")
+        if x is not None and rollout.get("correct"):
+            from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+
+            mu = old - torch.as_tensor(np.asarray(x, dtype=np.float64)[order], dtype=torch.float32) * mask
+            data.batch["old_log_probs"], data.batch["rollout_log_probs"] = old, mu
+            with contextlib.redirect_stdout(io.StringIO()):
+                data, _ = compute_rollout_correction_and_add_to_batch(data, self.cfg.algorithm.rollout_correction)
+        weights = data.batch["rollout_is_weights"] if "rollout_is_weights" in data.batch.keys() else None
+        got = self._loss_gradient(data, old, order, weights)
+        m = np.empty(mask.shape)
+        m[order] = mask.double().numpy()  # the probe's live tokens: before any rejection
+        old_out = np.empty(mask.shape)
+        old_out[order] = old.double().numpy()
+        return {"advantages": adv, **got, "mask": m, "old_logps": old_out}
+
+    def _loss_gradient(self, data: Any, old: Any, order: np.ndarray, weights: Any = None) -> dict[str, Any]:
+        """−∂loss/∂log π per token of the actor's policy loss at log π = ``old`` (ρ = 1), with ``weights`` as its
+        ``rollout_is_weights``, and the mask, in the caller's row order."""
+        import torch
+
+        actor = self.actor
+        mask = data.batch["response_mask"]
+        log_prob = old.clone().requires_grad_(True)
         if DIFFERENCES["global_batch"].present():  # agg_loss over the global batch (one rank here)
             actor.global_batch_info.update(
                 {
@@ -264,12 +307,38 @@ class VerlTarget(Built):
             response_mask=mask.bool(),
             loss_agg_mode=actor.loss_agg_mode,
             config=actor,
-            rollout_is_weights=None,
+            rollout_is_weights=weights,
         )
         (grad,) = torch.autograd.grad(loss, log_prob)
         coeff, m = np.empty(mask.shape), np.empty(mask.shape)
         coeff[order], m[order] = -grad.double().numpy(), mask.double().numpy()
-        return {"advantages": adv, "coefficients": coeff, "mask": m}
+        return {"coefficients": coeff, "mask": m}
+
+
+def rollout_settings(cfg: Any) -> dict[str, Any] | None:
+    """``info["rollout_correction"]``: ``algorithm.rollout_correction``'s IS weights as the probe's estimator (the
+    product for ``sequence``; IcePop's mask for a ``lower_upper`` threshold), None where it sets none or where the
+    release has none; with rejection sampling (``rollout_rs``) or batch normalisation no estimator is documented
+    (the probe names what it finds)."""
+    rc = cfg.algorithm.get("rollout_correction") if DIFFERENCES["rollout_correction"].present() else None
+    if rc is None or not rc.get("rollout_is") or rc.get("bypass_mode"):
+        return None
+    level, threshold = str(rc.get("rollout_is")), rc.get("rollout_is_threshold", 2.0)
+    low, _, high = str(threshold).partition("_")
+    two_sided = bool(high)
+    estimator = f"{level}_{'mask' if two_sided else 'truncate'}"
+    plain = not rc.get("rollout_rs") and not rc.get("rollout_is_batch_normalize")
+    return {
+        "estimator": estimator if plain else None,
+        "cap": float(high if two_sided else threshold),
+        "low": float(low) if two_sided else 0.0,
+        "setting": f"algorithm.rollout_correction: rollout_is={level}, rollout_is_threshold={threshold}"
+        + (
+            ""
+            if plain
+            else f", rollout_rs={rc.get('rollout_rs')}, batch_normalize={rc.get('rollout_is_batch_normalize')}"
+        ),
+    }
 
 
 def export_recipe(spec: FrameworkSpec, split: StepSplit) -> dict[str, Any]:

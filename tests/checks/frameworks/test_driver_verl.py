@@ -644,3 +644,31 @@ def test_verls_first_import_leaves_jsonschemas_iri_grammar_out_and_puts_it_back_
     done = subprocess.run([sys.executable, "-c", IRI_GRAMMAR], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "True", "False"]  # held out, formats still checked, but not the IRI's
+
+
+_RC = "algorithm.rollout_correction."
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "release, sets, estimator, non_finite",
+    [
+        ("0.9.1", [_RC + "rollout_is=token"], "token_truncate", "non-finite"),  # a NaN log-ratio clamps to NaN
+        ("0.9.1", [_RC + "rollout_is=token", _RC + "rollout_is_threshold=0.5_5.0"], "token_mask", "finite"),  # IcePop
+        ("0.7.1", [_RC + "rollout_is=sequence"], "sequence_truncate", "non-finite"),  # the product, exp(Σ)
+    ],
+)
+def test_verls_rollout_correction_is_read_from_the_policy_losss_gradient(release, sets, estimator, non_finite, capsys):
+    """compute_rollout_correction_and_add_to_batch as the fit loop runs it, its weights in the actor's policy loss:
+    the documented estimator, 1 on-policy, skipped without a word where the batch has no rollout log-probabilities."""
+    env_or_skip("verl", release)
+    argv = ["audit", "verl", "--release", release, "--set", "algorithm.adv_estimator=grpo"]
+    main([*argv, *[a for s in sets for a in ("--set", s)], "--max-examples", "5", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    fit = out["inferred"]["three_policy"]
+    assert out["target_info"]["version"] == release and (fit["estimator"], fit["documented"]) == (estimator,) * 2
+    assert fit["on_policy_weight_one"] and not fit["in_graph"] and fit["identity_holds"]
+    assert (fit["missing"], fit["non_finite"]) == ("on-policy", non_finite)
+    found = {f["property"]: f["severity"] for f in out["findings"]}
+    assert found["rollout_logps_missing"] == "note"
+    assert found.get("correction_non_finite" if non_finite == "non-finite" else "rollout_logps_non_finite")
