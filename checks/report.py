@@ -301,7 +301,9 @@ class ThreePolicyFit(TypedDict, total=False):
     non_finite: str
     """Given μ = 0, NaN and an overflowing ratio: 'refused', 'crashed', 'finite' or 'non-finite'."""
     non_finite_message: str
-    non_finite_weights: dict[str, float]
+    non_finite_weights: dict[str, Any]
+    """Per value (μ = 0, NaN, e⁹⁰ on one token, one call each): the token's weight, or 'refused', 'crashed',
+    'non-finite'."""
     identity_holds: bool | None
     identity_estimator: str | None
     """The estimator whose weights the identity is checked with: the documented one, else the fitted one."""

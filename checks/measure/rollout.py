@@ -57,6 +57,7 @@ MISMATCH = 0.5
 GROUP_SIZES = (4,)
 #: what the non-finite probe puts in place of log π_old − log μ on three tokens: μ = 0, NaN, an overflowing ratio
 NON_FINITE = (np.inf, np.nan, 90.0)
+NON_FINITE_NAMES = ("log mu = -inf", "log mu = NaN", "r = e^90")
 #: the cap of an estimator configured without one
 _NO_CAP = 1e300
 #: tolerance of every fit: float32 losses
@@ -266,30 +267,33 @@ def _said(exc: BaseException) -> str:
 
 
 def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
-    """The step given log μ = −inf, NaN and log π_old − 90 on three tokens: 'refused', 'finite' or 'non-finite'."""
+    """The step given each of log μ = −inf, NaN and log π_old − 90 (a ratio that overflows float32) on one token,
+    one call each: per value its outcome (``non_finite_weights``: the token's weight, or 'refused', 'crashed',
+    'non-finite'), and overall 'crashed' or 'non-finite' where any was, 'finite' where μ = 0 or NaN was given a
+    weight, else 'refused' (the large ratio may be weighed: its estimator caps it)."""
     from grpo_identity.checks.calls.target import TargetError
 
     b = batches[0]
-    x = b.x.copy()
-    rows = np.flatnonzero(b.live.any(1))[:3]
-    tokens = [(int(row), int(np.flatnonzero(b.live[row])[0])) for row in rows]
-    for (row, t), value in zip(tokens, NON_FINITE):
+    row = int(np.flatnonzero(b.live.any(1))[0])
+    t = int(np.flatnonzero(b.live[row])[0])
+    outcomes: dict[str, Any] = {}
+    said = ""
+    for name, value in zip(NON_FINITE_NAMES, NON_FINITE):
+        x = b.x.copy()
         x[row, t] = value
-    try:
-        got = b.call(x)
-    except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
-        if isinstance(exc, TargetError) and type(exc) is not TargetError:  # it died, hung or answered malformed
-            raise
-        return {"non_finite": "refused" if _refusal(exc) else "crashed", "non_finite_message": _said(exc)}
-    if not np.isfinite(got["coefficients"]).all():
-        return {"non_finite": "non-finite"}
-    w = b.weights(got)
-    return {
-        "non_finite": "finite",
-        "non_finite_weights": {
-            name: float(w[row, t]) for name, (row, t) in zip(("log mu = -inf", "log mu = NaN", "r = e^90"), tokens)
-        },
-    }
+        try:
+            got = b.call(x)
+        except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
+            if isinstance(exc, TargetError) and type(exc) is not TargetError:  # it died, hung or answered malformed
+                raise
+            outcomes[name], said = ("refused" if _refusal(exc) else "crashed"), said or _said(exc)
+            continue
+        finite = np.isfinite(got["coefficients"]).all()
+        outcomes[name] = float(b.weights(got)[row, t]) if finite else "non-finite"
+    kinds = {v if isinstance(v, str) else "finite" for v in outcomes.values()}
+    taken = any(not isinstance(outcomes[k], str) for k in NON_FINITE_NAMES[:2])  # μ = 0 or NaN given a weight
+    overall = next((k for k in ("non-finite", "crashed") if k in kinds), "finite" if taken else "refused")
+    return {"non_finite": overall, "non_finite_weights": outcomes, **({"non_finite_message": said} if said else {})}
 
 
 def _identity(batches: list[_Calls], omegas: list[np.ndarray], rng: np.random.Generator) -> list[dict[str, Any]]:
@@ -361,14 +365,16 @@ def _findings(out: dict[str, Any]) -> list[Finding]:
         message = f"without rollout log-probabilities the step {how}{said} instead of refusing with a ValueError"
         severity = "note" if missing == "on-policy" else "fail"
         found.append(Finding("rollout_logps_missing", message, {"missing": missing}, severity))
+    outcomes = ", ".join(
+        f"{k}: {v if isinstance(v, str) else f'{v:.4g}'}" for k, v in out["non_finite_weights"].items()
+    )
     if out["non_finite"] in ("non-finite", "crashed"):
-        how = "reach the gradient as inf or NaN" if out["non_finite"] == "non-finite" else "crash the step"
-        said = f" ({out['non_finite_message']})" if out.get("non_finite_message") else ""
-        message = f"non-finite rollout log-probabilities (−inf, NaN, a ratio of e⁹⁰) {how}{said}"
-        found.append(Finding("correction_non_finite", message, {}))
+        said = f"; {out['non_finite_message']}" if out.get("non_finite_message") else ""
+        message = "non-finite rollout log-probabilities reach the gradient as inf or NaN, or crash the step "
+        message += f"({outcomes}{said})"
+        found.append(Finding("correction_non_finite", message, dict(out["non_finite_weights"])))
     elif out["non_finite"] == "finite":
-        weights = ", ".join(f"{k}: {v:.4g}" for k, v in out["non_finite_weights"].items())
-        message = f"non-finite rollout log-probabilities are taken without a word, their tokens weighed {weights}"
+        message = f"non-finite rollout log-probabilities are taken without a word, their tokens weighed ({outcomes})"
         found.append(Finding("rollout_logps_non_finite", message, dict(out["non_finite_weights"]), "deviation"))
     if out["identity_holds"] is False:
         bad = [row for row in out["identity"] if row["residual"] > TOL or abs(row["ratio"] - 1) > TOL][0]
