@@ -125,6 +125,11 @@ _TRL = FrameworkEntry(
         # rollout log-probabilities were neutralised)
         ("trl --set use_vllm=true", ("1.6.0", "1.16.0")),
         ("trl --set use_vllm=true --set vllm_importance_sampling_mode=token_truncate", ("1.6.0", "1.16.0")),
+        (
+            "trl --set use_vllm=true --set vllm_importance_sampling_mode=token_truncate "
+            "--set vllm_importance_sampling_clip_max=0.5",
+            ("1.16.0",),
+        ),
     ),
 )
 _VERL = FrameworkEntry(
@@ -209,7 +214,15 @@ _VERL = FrameworkEntry(
             "verl --set algorithm.adv_estimator=grpo --set algorithm.rollout_correction.rollout_is=token",
             ("0.7.1", "0.9.1"),
         ),
-        ("verl --set algorithm.adv_estimator=grpo --set algorithm.rollout_correction.rollout_is=sequence", ("0.9.1",)),
+        (
+            "verl --set algorithm.adv_estimator=grpo --set algorithm.rollout_correction.rollout_is=sequence",
+            ("0.7.1", "0.9.1"),
+        ),
+        (
+            "verl --set algorithm.adv_estimator=grpo --set algorithm.rollout_correction.rollout_is=token "
+            "--set algorithm.rollout_correction.rollout_is_threshold=0.5_5.0",
+            ("0.9.1",),
+        ),
     ),
 )
 _AREAL = FrameworkEntry(

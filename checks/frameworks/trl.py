@@ -296,8 +296,7 @@ class TrlTarget(Built):
         info = replace(info, details=details, lengths_optional=True, off_policy=self.off_policy_info)
         if getattr(args, "use_vllm", False):
             unavailable = "use_vllm: the split step's rank processes do not stand in the engine yet"
-            info = replace(info, rollout_correction=correction_settings(args), stand_ins=(ENGINE_STAND_IN,),
-                           step_unavailable=unavailable)  # fmt: skip
+            info = replace(info, rollout_correction=correction_settings(args), step_unavailable=unavailable)
         else:
             info = info.with_step(plan)
         super().__init__(info, level)
@@ -534,6 +533,14 @@ def _info(spec: FrameworkSpec, args: Any, entry: str, components: int) -> Driver
         "scale_rewards": str(DIFFERENCES["scale_rewards"].value_of(args, "")),
         "loss_type": str(DIFFERENCES["loss_type"].value_of(args, "none (the release has one loss)")),
     }
+    engine = (ENGINE_STAND_IN,) if getattr(args, "use_vllm", False) else ()
     return DriverInfo(
-        "trl", version("trl"), entry, dict(spec.sets), chose, details=details, components=_components(args, components)
+        "trl",
+        version("trl"),
+        entry,
+        dict(spec.sets),
+        chose,
+        stand_ins=engine,
+        details=details,
+        components=_components(args, components),
     )

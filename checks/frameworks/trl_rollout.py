@@ -2,7 +2,9 @@
 :mod:`grpo_identity.checks.measure.rollout`, theorem G11).
 
 With ``use_vllm`` TRL builds a ``VLLMGeneration`` (vLLM, GPU only); the driver puts :class:`Engine` in its place
-while the trainer is built, and nothing else.  The engine returns, per prompt, the completion and the per-token
+while the trainer is built, and nothing else; its log-probabilities pass through the release's own
+``extract_logprobs``, as vLLM's outputs do (a NaN becomes None there; "missing" is a NaN on every token, as vLLM
+reports a log-probability it does not have).  The engine returns, per prompt, the completion and the per-token
 log-probabilities the driver hands it (:func:`rollout_step`), or by default a fixed completion with the trainer's
 own log-probabilities of it (an engine that agrees with the trainer, μ = π_old: the advantage and gradient probes
 run on-policy, and see a cap below 1 as TRL applies it).  Everything after generation is TRL's: the ratio
@@ -13,6 +15,7 @@ from the old log-probabilities TRL recomputes, and its product with each token's
 from __future__ import annotations
 
 import contextlib
+import math
 from importlib.metadata import version
 from typing import Any, Iterator
 
@@ -75,7 +78,23 @@ class Engine:
             logps = [list(self.own_logps(list(p), row)) for p, row in zip(prompts, ids)]
         if len(ids) != len(prompts):
             raise RuntimeError(f"the stand-in engine was asked for {len(prompts)} completions, it holds {len(ids)}")
-        return list(prompts), ids, [[[v] for v in row] for row in logps], [[[t] for t in row] for row in ids]
+        per_token, token_ids = _as_vllm_reports(ids, logps)
+        return list(prompts), ids, per_token, token_ids
+
+
+def _as_vllm_reports(ids: list[list[int]], logps: list[list[Any]]) -> tuple[Any, Any]:
+    """The per-token log-probabilities and token ids as TRL reads vLLM's outputs: through the release's own
+    ``extract_logprobs`` (which turns a NaN log-probability into None) on outputs shaped as vLLM's
+    ``RequestOutput``; releases without it get the nested lists directly."""
+    try:
+        from trl.generation.vllm_generation import extract_logprobs
+    except ImportError:
+        return [[[v] for v in row] for row in logps], [[[t] for t in row] for row in ids]
+    outputs = [
+        _Namespace(outputs=[_Namespace(logprobs=[{t: _Namespace(logprob=v, rank=1)} for t, v in zip(row, lps)])])
+        for row, lps in zip(ids, logps)
+    ]
+    return extract_logprobs(outputs)
 
 
 class _Namespace:
@@ -152,18 +171,18 @@ def rollout_step(trainer: Any, generate: Any, laid: dict[str, Any], request: dic
         first = _through_engine(trainer, generate, ids, [engine.own_logps(prompt, row) for row in ids], n)
     old = first["old_per_token_logps"].double().numpy()
     x = request.get("log_ratio")
-    if x is None:
-        logps: list[list[Any]] = [[None] * len(row) for row in ids]
+    if x is None:  # an engine that reports no log-probability for any token: vLLM's NaN
+        logps: list[list[Any]] = [[math.nan] * len(row) for row in ids]
     else:
         mu = old - np.asarray(x, dtype=np.float64)[:, : old.shape[1]]
         logps = [[float(v) for v in mu[i, : len(row)]] for i, row in enumerate(ids)]
     with _correction(trainer, bool(request.get("correct"))):
         scored = _through_engine(trainer, generate, ids, logps, n)
+        if scored["completion_mask"].shape[0] != n:
+            raise AdapterError(
+                f"TRL {version('trl')}: the engine's {n} completions came back as {len(scored['advantages'])}"
+            )
         coefficients = loss_gradient(scored)
-    if scored["completion_mask"].shape[0] != n:
-        raise AdapterError(
-            f"TRL {version('trl')}: the engine's {n} completions came back as {len(scored['advantages'])}"
-        )
     return {
         "advantages": scored["advantages"].detach().double().numpy(),
         "coefficients": _padded(coefficients),

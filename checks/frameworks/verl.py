@@ -167,11 +167,19 @@ def _batch(rewards: np.ndarray, G: int, lengths: np.ndarray) -> tuple[Any, np.nd
 
 
 def _advantages(
-    ray_trainer: Any, cfg: Any, rewards: np.ndarray, G: int, lengths: np.ndarray
+    ray_trainer: Any,
+    cfg: Any,
+    rewards: np.ndarray,
+    G: int,
+    lengths: np.ndarray,
+    before: Callable[[Any, np.ndarray], Any] | None = None,
 ) -> tuple[np.ndarray, Any, np.ndarray]:
     """Per-row advantages the trainer's dispatch computes, in the caller's row order; also the
-    token advantages and the mask in batch order, and the order."""
+    token advantages and the mask in batch order, and the order.  ``before(batch, order)``: what the fit loop does
+    to the batch before its advantages (the rollout correction), returning the batch."""
     data, order = _batch(rewards, G, lengths)
+    if before is not None:
+        data = before(data, order)
     data = trainer_advantage(ray_trainer, cfg.algorithm, data, G)
     out = np.empty(len(rewards), dtype=np.float64)
     out[order] = data.batch["advantages"][:, 0].detach().numpy()
@@ -263,18 +271,25 @@ class VerlTarget(Built):
 
         if self.driver_info.rollout_correction is None:
             raise NotImplementedError("verl: the config sets no rollout correction (algorithm.rollout_correction)")
-        adv, data, order = _advantages(self.ray_trainer, self.cfg, rewards, G, lengths)
-        mask = data.batch["response_mask"]
-        seeded = np.log(np.random.default_rng(7).uniform(0.05, 0.95, tuple(mask.shape)))  # log π_old, varied
-        old = torch.as_tensor(seeded, dtype=torch.float32) * mask
-        x = rollout.get("log_ratio")
-        if x is not None and rollout.get("correct"):
+        held: dict[str, Any] = {}
+
+        def correct(data: Any, order: np.ndarray) -> Any:  # the fit loop: the correction, then the advantages
+            mask = data.batch["response_mask"]
+            seeded = np.log(np.random.default_rng(7).uniform(0.05, 0.95, tuple(mask.shape)))  # log π_old, varied
+            held["old"], held["mask"] = torch.as_tensor(seeded, dtype=torch.float32) * mask, mask.clone()
+            x = rollout.get("log_ratio")
+            if x is None or not rollout.get("correct"):  # no rollout log-probabilities: the fit loop skips it
+                return data
             from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
-            mu = old - torch.as_tensor(np.asarray(x, dtype=np.float64)[order], dtype=torch.float32) * mask
-            data.batch["old_log_probs"], data.batch["rollout_log_probs"] = old, mu
+            shift = torch.as_tensor(np.asarray(x, dtype=np.float64)[order], dtype=torch.float32) * mask
+            data.batch["old_log_probs"], data.batch["rollout_log_probs"] = held["old"], held["old"] - shift
             with contextlib.redirect_stdout(io.StringIO()):
                 data, _ = compute_rollout_correction_and_add_to_batch(data, self.cfg.algorithm.rollout_correction)
+            return data
+
+        adv, data, order = _advantages(self.ray_trainer, self.cfg, rewards, G, lengths, before=correct)
+        old, mask = held["old"], held["mask"]
         weights = data.batch["rollout_is_weights"] if "rollout_is_weights" in data.batch.keys() else None
         got = self._loss_gradient(data, old, order, weights)
         m = np.empty(mask.shape)
@@ -324,6 +339,8 @@ def rollout_settings(cfg: Any) -> dict[str, Any] | None:
     if rc is None or not rc.get("rollout_is") or rc.get("bypass_mode"):
         return None
     level, threshold = str(rc.get("rollout_is")), rc.get("rollout_is_threshold", 2.0)
+    if threshold is None:  # verl applies no IS weight without a threshold
+        return None
     low, _, high = str(threshold).partition("_")
     two_sided = bool(high)
     estimator = f"{level}_{'mask' if two_sided else 'truncate'}"

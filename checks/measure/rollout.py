@@ -244,6 +244,7 @@ def _missing(batches: list[_Calls], equal: list[np.ndarray], cap: float, low: fl
     except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
         if isinstance(exc, TargetError) and type(exc) is not TargetError:  # it died, hung or answered malformed
             raise
+        _driver_failed(exc)
         return {"missing": "refused" if _refusal(exc) else "crashed", "missing_message": _said(exc)}
     if not all(np.isfinite(w).all() for w in got):
         return {"missing": "non-finite"}
@@ -251,6 +252,19 @@ def _missing(batches: list[_Calls], equal: list[np.ndarray], cap: float, low: fl
         return {"missing": "on-policy"}
     name, _, _ = _fit(batches, got, [b.old for b in batches], cap, low)
     return {"missing": "filled with 0" if name not in ("other", "none") else "other"}
+
+
+def _driver_failed(exc: BaseException) -> None:
+    """Re-raise, as the probe's own failure (a note), what the driver raised: it could not run the step (an
+    ``AdapterError``, a method it does not have), which says nothing of the framework."""
+    from grpo_identity.checks.calls.target import TargetError
+    from grpo_identity.checks.frameworks import AdapterError
+
+    text = str(exc)
+    if isinstance(exc, (AdapterError, NotImplementedError)) or (
+        type(exc) is TargetError and text.startswith(("AdapterError", "NotImplementedError"))
+    ):
+        raise TargetError(f"the driver could not run the three-policy step: {text.splitlines()[0] if text else exc}")
 
 
 def _refusal(exc: BaseException) -> bool:
@@ -286,6 +300,7 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
         except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
             if isinstance(exc, TargetError) and type(exc) is not TargetError:  # it died, hung or answered malformed
                 raise
+            _driver_failed(exc)
             outcomes[name], said = ("refused" if _refusal(exc) else "crashed"), said or _said(exc)
             continue
         finite = np.isfinite(got["coefficients"]).all()

@@ -149,3 +149,18 @@ def test_a_cap_below_one_that_the_configuration_sets_is_a_deviation_not_a_shift(
     assert (out["on_policy_weight_one"], out["on_policy_as_configured"], out["shift"]) == (False, True, None)
     assert out["estimator"] == "token_truncate" and out["missing"] == "refused"
     assert found == {"correction_on_policy": "deviation"}
+
+
+def test_a_driver_that_cannot_run_the_step_is_a_note_not_a_finding_about_the_framework():
+    from grpo_identity.checks.frameworks import AdapterError
+
+    def unable(r, G, L, request=None):
+        if request is not None and request["rollout"]["log_ratio"] is None:
+            raise AdapterError("the driver cannot hand this release no rollout log-probabilities")
+        return numpy_rollout_target(r, G, L, request)
+
+    unable.grpo_identity_info = {"rollout_correction": {"estimator": "token_truncate", "cap": 2.0}}
+    report = audit_gradient(unable)
+    found = {f.property: f.severity for f in report.findings}
+    assert report.inferred.three_policy == {} and found.get("three_policy") == "note"
+    assert "rollout_logps_missing" not in found and "could not be run" in report.format()

@@ -561,16 +561,18 @@ def test_trl_with_use_vllm_runs_the_three_policy_probe_through_its_own_correctio
 
 
 @pytest.mark.slow
-def test_trl_1_6_0_lets_a_nan_rollout_log_probability_into_the_gradient_and_crashes_on_a_missing_one(capsys):
-    """TRL 1.6.0 (clip_min/clip_max, before NaN and None log-probabilities were neutralised): the same estimator,
-    but a NaN log μ reaches the loss and None (vLLM's missing log-probability) cannot build its tensor."""
+def test_trl_1_6_0_crashes_where_vllm_reports_a_nan_rollout_log_probability(capsys):
+    """TRL 1.6.0 (clip_min/clip_max, before NaN log-probabilities were neutralised): the same estimator, but its own
+    extract_logprobs turns vLLM's NaN into None, which its trainer cannot build a tensor of; μ = 0 is capped."""
     env_or_skip("trl", "1.6.0")
     main(["audit", "trl", "--release", "1.6.0", "--set", "use_vllm=true", "--max-examples", "5", "--json"])
     out = _json(capsys)
     fit = out["inferred"]["three_policy"]
     assert out["target_info"]["version"] == "1.6.0" and (fit["estimator"], fit["documented"]) == ("sequence_mask",) * 2
     assert fit["on_policy_weight_one"] and fit["identity_holds"]
-    assert (fit["missing"], fit["non_finite"]) == ("crashed", "non-finite") and "NoneType" in fit["missing_message"]
+    assert (fit["missing"], fit["non_finite"]) == ("crashed", "crashed") and "NoneType" in fit["missing_message"]
+    weights = fit["non_finite_weights"]
+    assert weights["log mu = NaN"] == "crashed" and weights["log mu = -inf"] == 0.0  # masked out: above clip_max
     found = {f["property"]: f["severity"] for f in out["findings"]}
     assert found["correction_non_finite"] == "fail" and found["rollout_logps_missing"] == "fail"
     assert out["verdict"] == "fail"
