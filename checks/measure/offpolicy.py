@@ -55,6 +55,8 @@ __all__ = [
     "clipped",
     "numpy_off_policy_target",
     "group_coefficient",
+    "token_gradient",
+    "reference_batch",
 ]
 
 #: the noise that moves the policy (the driver's unit: TRL adds σ·N(0, 1) to every parameter)
@@ -434,12 +436,8 @@ def numpy_off_policy_target(
     ``k3·ratio``), written out as a loss and differentiated by central differences in each token's
     log-probability (not from the probe's own laws).  The policy "moves" by seeded log-ratios of size
     ``3·scale`` to the old policy, which is also the reference."""
-    from grpo_identity.checks.frameworks import RESPONSE_LENGTH
-
-    r = np.asarray(rewards, dtype=np.float64)
-    n, T = r.size, RESPONSE_LENGTH
-    A = np.asarray(D.advantages(r.reshape(-1, G), dial=D.TRL)).reshape(-1)
-    M = (np.arange(T)[None, :] < np.asarray(lengths, dtype=int)[:, None]).astype(float)  # (n, T)
+    A, M = reference_batch(rewards, G, lengths)
+    n, T = M.shape
     spec = (request or {}).get("off_policy") or {"seed": 0, "scale": 0.0}
     lr = np.random.default_rng(spec["seed"]).normal(0.0, 3 * float(spec["scale"]), (n, T)) * M  # log π − log π_old
     objective = functools.partial(
@@ -454,11 +452,7 @@ def numpy_off_policy_target(
         eps=epsilon,
         beta=beta,
     )
-    grad, h = np.zeros((n, T)), 1e-6
-    for t in range(T):  # each answer's objective depends on its own tokens only: one column at a time
-        step = np.zeros((n, T))
-        step[:, t] = h
-        grad[:, t] = (objective(step) - objective(-step)) / (2 * h)
+    grad = token_gradient(objective, np.zeros((n, T)))
     return {
         "advantages": A,
         "coefficients": grad / M.sum() * M,
@@ -468,6 +462,28 @@ def numpy_off_policy_target(
         "beta": beta,
         "clip": {"epsilon": epsilon, "epsilon_high": epsilon, "delta": None},
     }
+
+
+def reference_batch(rewards: np.ndarray, G: int, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The reference targets' batch: TRL's advantages (the dial's ``TRL`` preset), (n,), and the answers' token
+    mask, (n, RESPONSE_LENGTH)."""
+    from grpo_identity.checks.frameworks import RESPONSE_LENGTH
+
+    r = np.asarray(rewards, dtype=np.float64)
+    A = np.asarray(D.advantages(r.reshape(-1, G), dial=D.TRL)).reshape(-1)
+    M = (np.arange(RESPONSE_LENGTH)[None, :] < np.asarray(lengths, dtype=int)[:, None]).astype(float)
+    return A, M
+
+
+def token_gradient(objective: Callable[[np.ndarray], np.ndarray], at: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    """∂ objective/∂ lp per token (n, T) at log-probabilities ``at``, by central differences, one column at a time:
+    ``objective(lp)`` gives each answer's objective (n,), and each answer's depends on its own tokens only."""
+    grad = np.zeros_like(at, dtype=np.float64)
+    for t in range(at.shape[1]):
+        step = np.zeros_like(grad)
+        step[:, t] = h
+        grad[:, t] = (objective(at + step) - objective(at - step)) / (2 * h)
+    return grad
 
 
 def _written_objective(

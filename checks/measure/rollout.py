@@ -35,7 +35,6 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import closed_forms as C
-from grpo_identity import dial as D
 from grpo_identity.checks.report import Finding
 
 __all__ = ["ESTIMATORS", "MISMATCH", "audit_rollout", "estimator_weights", "numpy_rollout_target"]
@@ -420,12 +419,10 @@ def numpy_rollout_target(
     (no correction without log μ), ``unguarded`` (no check of non-finite log μ), ``nan_as_equal`` (a NaN log μ
     taken as log π_old, an infinite one kept), ``cap_below_one`` (the cap at 0.5), ``product`` (the product where
     the geometric mean is asked)."""
-    from grpo_identity.checks.frameworks import RESPONSE_LENGTH
+    from grpo_identity.checks.measure.offpolicy import reference_batch, token_gradient
 
-    r = np.asarray(rewards, dtype=np.float64)
-    n, T = r.size, RESPONSE_LENGTH
-    A = np.asarray(D.advantages(r.reshape(-1, G), dial=D.TRL)).reshape(-1)
-    M = (np.arange(T)[None, :] < np.asarray(lengths, dtype=int)[:, None]).astype(float)
+    A, M = reference_batch(rewards, G, lengths)
+    n, T = M.shape
     old = np.log(np.random.default_rng(7).uniform(0.05, 0.95, (n, T)))  # the trainer's log π_old, varied
     spec = (request or {}).get("rollout") or {"log_ratio": np.zeros((n, T)), "correct": False}
     x = spec["log_ratio"]
@@ -447,11 +444,7 @@ def numpy_rollout_target(
         with np.errstate(invalid="ignore", over="ignore"):
             return (omega * np.exp(lp - old) * A[:, None] * M).sum(1)
 
-    grad, h = np.zeros((n, T)), 1e-6
-    for t in range(T):
-        step = np.zeros((n, T))
-        step[:, t] = h
-        grad[:, t] = (loss(old + step) - loss(old - step)) / (2 * h)
+    grad = token_gradient(loss, old)
     return {"advantages": A, "coefficients": grad / M.sum() * M, "mask": M, "old_logps": old}
 
 
