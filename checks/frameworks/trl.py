@@ -34,7 +34,12 @@ from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSe
 from grpo_identity.checks.frameworks.exported.trl import retain_logps as kept_logps
 from grpo_identity.checks.frameworks.exported.trl import tiny_policy
 from grpo_identity.checks.frameworks.trl_config import DIFFERENCES, grpo_config, user_keys
-from grpo_identity.checks.frameworks.trl_rollout import correction_settings, engine_stood_in, rollout_step
+from grpo_identity.checks.frameworks.trl_rollout import (
+    ENGINE_STAND_IN,
+    correction_settings,
+    engine_stood_in,
+    rollout_step,
+)
 
 __all__ = [
     "DIFFERENCES",
@@ -131,6 +136,8 @@ def _trainer(args: Any, state: dict[str, Any], components: int = 1) -> Any:
             )
         _sample_once(trainer)
         return trainer
+    except AdapterError:  # the driver's own refusal, named once
+        raise
     except Exception as exc:
         raise AdapterError(
             f"TRL {version('trl')}: GRPOTrainer rejects the config: "
@@ -347,13 +354,6 @@ class TrlTarget(Built):
             "coefficients": coefficients,
             "mask": inputs["completion_mask"].double().numpy(),
         }
-
-
-#: what the report lists among the stand-ins where use_vllm is set
-ENGINE_STAND_IN = (
-    "vLLM's VLLMGeneration: an engine that returns the probe's completions with the trainer's own log-probabilities "
-    "of them (μ = π_old), and the three-policy probe's where it asks"
-)
 
 
 def _unread_ratio(trainer: Any) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 from importlib.metadata import version
+from types import SimpleNamespace as NS
 from typing import Any, Iterator
 
 import numpy as np
@@ -24,21 +25,18 @@ import numpy as np
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError
 from grpo_identity.checks.frameworks.trl_config import DIFFERENCES
 
-__all__ = ["Engine", "engine_stood_in", "correction_settings", "rollout_step"]
+__all__ = ["ENGINE_STAND_IN", "Engine", "engine_stood_in", "correction_settings", "rollout_step"]
 
-#: TRL's modes → the probe's estimators (:data:`~grpo_identity.checks.measure.rollout.ESTIMATORS`): TRL's sequence
-#: level is the product of the token ratios, exp(Σ), as its maintainers confirmed (trl #5814)
-ESTIMATOR_OF_MODE = {
-    "token_truncate": "token_truncate",
-    "token_mask": "token_mask",
-    "sequence_truncate": "sequence_truncate",
-    "sequence_mask": "sequence_mask",
-}
+#: what the report lists among the stand-ins where use_vllm is set
+ENGINE_STAND_IN = (
+    "vLLM's VLLMGeneration: an engine that returns the probe's completions with the trainer's own log-probabilities "
+    "of them (μ = π_old), and the three-policy probe's where it asks"
+)
 
 
 class Engine:
     """``VLLMGeneration`` stood in: ``generate`` answers with :attr:`plan` (completion ids and log-probabilities
-    per prompt) where the driver set one, else a fixed completion with no log-probabilities."""
+    per prompt) where the driver set one, else a fixed completion with the trainer's own log-probabilities of it."""
 
     def __init__(self, *args: Any, model: Any = None, processing_class: Any = None, temperature: float = 1.0,
                  max_completion_length: int = RESPONSE_LENGTH, **kwargs: Any) -> None:  # fmt: skip
@@ -48,8 +46,8 @@ class Engine:
         self.model, self.temperature = model, float(temperature or 1.0)
         self.plan: tuple[list[list[int]], list[list[float | None]]] | None = None
         self.memo: dict[tuple[int, ...], list[float]] = {}
-        self.llm = _Namespace(llm_engine=_Namespace(model_config=_Namespace(max_model_len=4096)))
-        self.vllm_client = _Namespace(get_server_info=lambda: {"model_config": {"logprobs_mode": "processed_logprobs"}})
+        self.llm = NS(llm_engine=NS(model_config=NS(max_model_len=4096)))
+        self.vllm_client = NS(get_server_info=lambda: {"model_config": {"logprobs_mode": "processed_logprobs"}})
 
     def sync_weights(self) -> None:
         """No weights to copy: the stand-in samples nothing."""
@@ -67,7 +65,7 @@ class Engine:
                 logits = self.model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
                 logps = torch.log_softmax(logits.float() / self.temperature, dim=-1)
                 self.memo[key] = logps.gather(-1, torch.tensor(completion)[:, None])[:, 0].tolist()
-        return list(self.memo[key])
+        return self.memo[key]
 
     def generate(self, prompts: list[Any], *args: Any, **kwargs: Any) -> tuple[Any, Any, Any, Any]:
         logps: list[list[float | None]]
@@ -75,7 +73,7 @@ class Engine:
             ids, logps = self.plan
         else:
             ids = [list(self.default) for _ in prompts]
-            logps = [list(self.own_logps(list(p), row)) for p, row in zip(prompts, ids)]
+            logps = [list(self.own_logps(list(p), row)) for p, row in zip(prompts, ids)]  # a copy of the memo
         if len(ids) != len(prompts):
             raise RuntimeError(f"the stand-in engine was asked for {len(prompts)} completions, it holds {len(ids)}")
         per_token, token_ids = _as_vllm_reports(ids, logps)
@@ -91,15 +89,10 @@ def _as_vllm_reports(ids: list[list[int]], logps: list[list[Any]]) -> tuple[Any,
     except ImportError:
         return [[[v] for v in row] for row in logps], [[[t] for t in row] for row in ids]
     outputs = [
-        _Namespace(outputs=[_Namespace(logprobs=[{t: _Namespace(logprob=v, rank=1)} for t, v in zip(row, lps)])])
+        NS(outputs=[NS(logprobs=[{t: NS(logprob=v, rank=1)} for t, v in zip(row, lps)])])
         for row, lps in zip(ids, logps)
     ]
     return extract_logprobs(outputs)
-
-
-class _Namespace:
-    def __init__(self, **kw: Any) -> None:
-        self.__dict__.update(kw)
 
 
 @contextlib.contextmanager
@@ -108,7 +101,7 @@ def engine_stood_in(args: Any) -> Iterator[None]:
     if not getattr(args, "use_vllm", False):
         yield
         return
-    DIFFERENCES["engine"].require(f"TRL {version('trl')}: use_vllm")
+    DIFFERENCES["engine"].require(f"TRL {version('trl')}")
     import trl.trainer.grpo_trainer as module
 
     saved = module.VLLMGeneration
@@ -129,7 +122,9 @@ def correction_settings(args: Any) -> dict[str, Any] | None:
     cap = getattr(args, "vllm_importance_sampling_cap", None) if cap is None else cap
     low = DIFFERENCES["is_clip_min"].value_of(args)
     setting = f"vllm_importance_sampling_mode={mode}, clip_max={cap}" + (f", clip_min={low}" if low else "")
-    return {"estimator": ESTIMATOR_OF_MODE.get(mode, mode), "cap": cap, "low": low or 0.0, "setting": setting}
+    # TRL's modes carry the probe's estimator names; its sequence level is the product of the token ratios, exp(Σ),
+    # as its maintainers confirmed (trl #5814)
+    return {"estimator": mode, "cap": cap, "low": low or 0.0, "setting": setting}
 
 
 @contextlib.contextmanager
@@ -168,7 +163,7 @@ def rollout_step(trainer: Any, generate: Any, laid: dict[str, Any], request: dic
     engine = trainer.vllm_generation
     prompt = [int(t) for t in laid["prompt_ids"][0][laid["prompt_mask"][0] > 0]]
     with _correction(trainer, True):
-        first = _through_engine(trainer, generate, ids, [engine.own_logps(prompt, row) for row in ids], n)
+        first = _through_engine(trainer, generate, ids, [list(engine.own_logps(prompt, row)) for row in ids], n)
     old = first["old_per_token_logps"].double().numpy()
     x = request.get("log_ratio")
     if x is None:  # an engine that reports no log-probability for any token: vLLM's NaN

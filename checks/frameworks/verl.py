@@ -274,9 +274,11 @@ class VerlTarget(Built):
         held: dict[str, Any] = {}
 
         def correct(data: Any, order: np.ndarray) -> Any:  # the fit loop: the correction, then the advantages
+            from grpo_identity.checks.measure.rollout import seeded_old_logps
+
             mask = data.batch["response_mask"]
-            seeded = np.log(np.random.default_rng(7).uniform(0.05, 0.95, tuple(mask.shape)))  # log π_old, varied
-            held["old"], held["mask"] = torch.as_tensor(seeded, dtype=torch.float32) * mask, mask.clone()
+            seeded = torch.as_tensor(seeded_old_logps(tuple(mask.shape)), dtype=torch.float32)
+            held["old"], held["mask"] = seeded * mask, mask.clone()
             x = rollout.get("log_ratio")
             if x is None or not rollout.get("correct"):  # no rollout log-probabilities: the fit loop skips it
                 return data
@@ -345,16 +347,14 @@ def rollout_settings(cfg: Any) -> dict[str, Any] | None:
     two_sided = bool(high)
     estimator = f"{level}_{'mask' if two_sided else 'truncate'}"
     plain = not rc.get("rollout_rs") and not rc.get("rollout_is_batch_normalize")
+    setting = f"algorithm.rollout_correction: rollout_is={level}, rollout_is_threshold={threshold}"
+    if not plain:
+        setting += f", rollout_rs={rc.get('rollout_rs')}, batch_normalize={rc.get('rollout_is_batch_normalize')}"
     return {
         "estimator": estimator if plain else None,
         "cap": float(high if two_sided else threshold),
         "low": float(low) if two_sided else 0.0,
-        "setting": f"algorithm.rollout_correction: rollout_is={level}, rollout_is_threshold={threshold}"
-        + (
-            ""
-            if plain
-            else f", rollout_rs={rc.get('rollout_rs')}, batch_normalize={rc.get('rollout_is_batch_normalize')}"
-        ),
+        "setting": setting,
     }
 
 

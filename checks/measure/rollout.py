@@ -37,7 +37,7 @@ import numpy as np
 from grpo_identity import closed_forms as C
 from grpo_identity.checks.report import Finding
 
-__all__ = ["ESTIMATORS", "MISMATCH", "audit_rollout", "estimator_weights", "numpy_rollout_target"]
+__all__ = ["ESTIMATORS", "MISMATCH", "audit_rollout", "estimator_weights", "numpy_rollout_target", "seeded_old_logps"]
 
 #: the correction estimators and what each does to the update (r = π_old/μ per token)
 ESTIMATORS = {
@@ -61,6 +61,12 @@ NON_FINITE_NAMES = ("log mu = -inf", "log mu = NaN", "r = e^90")
 _NO_CAP = 1e300
 #: tolerance of every fit: float32 losses
 TOL = 1e-3
+
+
+def seeded_old_logps(shape: tuple[int, ...]) -> np.ndarray:
+    """A trainer's log π_old per token for a probe that builds its own batch: seeded, varied across tokens (so that
+    a shifted engine is told from an aligned one), log U(0.05, 0.95)."""
+    return np.log(np.random.default_rng(7).uniform(0.05, 0.95, shape))
 
 
 def estimator_weights(name: str, x: np.ndarray, M: np.ndarray, cap: float, low: float = 0.0) -> np.ndarray:
@@ -178,15 +184,14 @@ def audit_rollout(
     cap, low = float(settings.get("cap") or _NO_CAP), float(settings.get("low") or 0.0)
     batches = [_Calls(target, G, seed) for G in sizes]
     documented = settings.get("estimator")
-    mismatch = [b.weights(b.call(b.x)) for b in batches]
+    corrected = [b.call(b.x) for b in batches]
+    mismatch = [b.weights(out) for b, out in zip(batches, corrected)]
     equal = [b.weights(b.call(b.zero)) for b in batches]
     on_policy = max(_residual(w, np.ones_like(w), b.live) for w, b in zip(equal, batches)) <= TOL
-    configured = not on_policy and _fit(batches, equal, [b.zero for b in batches], cap, low, None, documented)[
-        0
-    ] not in (
-        "other",
-        "none",
-    )  # a cap below 1 (a mask that leaves 1 out) weighs equal log-probabilities so, as configured (G11)
+    # a cap below 1 (a mask that leaves 1 out) weighs equal log-probabilities so, as configured (G11)
+    configured = not on_policy and _explained(
+        _fit(batches, equal, [b.zero for b in batches], cap, low, None, documented)
+    )
     shift = None if on_policy or configured else _shift(batches, equal, cap, low)
     xs, where = [b.x for b in batches], None
     if shift:  # the weights the step computes: log π_old,t − log μ of the token shift places before
@@ -199,7 +204,7 @@ def audit_rollout(
         "estimator_means": ESTIMATORS.get(name, "no known estimator"),
         "in_graph": attached,
         "fit_residual": residual,
-        "documented": settings.get("estimator"),
+        "documented": documented,
         "on_policy_weight_one": on_policy,
         "on_policy_as_configured": on_policy or configured,
         "on_policy_weight_range": [float(min(w[b.live].min() for w, b in zip(equal, batches))),
@@ -212,7 +217,7 @@ def audit_rollout(
     checked = judge != "other"
     weights = [estimator_weights(judge, b.x, b.M, cap, low) for b in batches] if checked else []
     out["identity_estimator"] = judge if checked else None
-    out["identity"] = _identity(batches, weights, np.random.default_rng(seed)) if checked else []
+    out["identity"] = _identity(batches, corrected, weights, np.random.default_rng(seed)) if checked else []
     out["identity_holds"] = (
         all(row["residual"] <= TOL and abs(row["ratio"] - 1) <= TOL for row in out["identity"]) if checked else None
     )
@@ -227,30 +232,44 @@ def _shift(batches: list[_Calls], equal: list[np.ndarray], cap: float, low: floa
     for step in (1, -1):
         pairs = [_shifted(b.old, b.M, step) for b in batches]
         where = [b.live & inside for b, (_, inside) in zip(batches, pairs)]
-        name, _, _ = _fit(batches, equal, [x for x, _ in pairs], cap, low, where)
-        if name not in ("other", "none"):
+        if _explained(_fit(batches, equal, [x for x, _ in pairs], cap, low, where)):
             return step
     return None
+
+
+def _explained(fit: tuple[str, bool, float]) -> bool:
+    """Whether a fit names an estimator that weighs something (not 'other', not 'none')."""
+    return fit[0] not in ("other", "none")
 
 
 def _missing(batches: list[_Calls], equal: list[np.ndarray], cap: float, low: float) -> dict[str, Any]:
     """What the step does without rollout log-probabilities: 'refused', 'on-policy' (ω as with equal ones),
     'filled with 0' (ω fits the estimator of log π_old − 0), 'non-finite', 'crashed' or 'other'."""
-    from grpo_identity.checks.calls.target import TargetError
-
-    try:
-        got = [b.weights(b.call(None)) for b in batches]
-    except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
-        if isinstance(exc, TargetError) and type(exc) is not TargetError:  # it died, hung or answered malformed
-            raise
-        _driver_failed(exc)
-        return {"missing": "refused" if _refusal(exc) else "crashed", "missing_message": _said(exc)}
+    outs, (outcome, message) = _attempt(lambda: [b.call(None) for b in batches])
+    if outs is None:
+        return {"missing": outcome, "missing_message": message}
+    got = [b.weights(out) for b, out in zip(batches, outs)]
     if not all(np.isfinite(w).all() for w in got):
         return {"missing": "non-finite"}
     if max(_residual(w, e, b.live) for w, e, b in zip(got, equal, batches)) <= TOL:
         return {"missing": "on-policy"}
-    name, _, _ = _fit(batches, got, [b.old for b in batches], cap, low)
-    return {"missing": "filled with 0" if name not in ("other", "none") else "other"}
+    filled = _explained(_fit(batches, got, [b.old for b in batches], cap, low))
+    return {"missing": "filled with 0" if filled else "other"}
+
+
+def _attempt(call: Callable[[], Any]) -> tuple[Any, tuple[str, str]]:
+    """``call()``'s output and ('', ''), or None and how the target declined: ('refused', its message) for a
+    ValueError, ('crashed', its message) for any other exception.  A target that died, hung or answered
+    malformed ends the probe; so does a driver that could not run the step (:func:`_driver_failed`)."""
+    from grpo_identity.checks.calls.target import TargetError
+
+    try:
+        return call(), ("", "")
+    except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
+        if isinstance(exc, TargetError) and type(exc) is not TargetError:  # it died, hung or answered malformed
+            raise
+        _driver_failed(exc)
+        return None, ("refused" if _refusal(exc) else "crashed", _said(exc))
 
 
 def _driver_failed(exc: BaseException) -> None:
@@ -284,8 +303,6 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
     one call each: per value its outcome (``non_finite_weights``: the token's weight, or 'refused', 'crashed',
     'non-finite'), and overall 'crashed' or 'non-finite' where any was, 'finite' where μ = 0 or NaN was given a
     weight, else 'refused' (the large ratio may be weighed: its estimator caps it)."""
-    from grpo_identity.checks.calls.target import TargetError
-
     b = batches[0]
     row = int(np.flatnonzero(b.live.any(1))[0])
     t = int(np.flatnonzero(b.live[row])[0])
@@ -294,13 +311,9 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
     for name, value in zip(NON_FINITE_NAMES, NON_FINITE):
         x = b.x.copy()
         x[row, t] = value
-        try:
-            got = b.call(x)
-        except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
-            if isinstance(exc, TargetError) and type(exc) is not TargetError:  # it died, hung or answered malformed
-                raise
-            _driver_failed(exc)
-            outcomes[name], said = ("refused" if _refusal(exc) else "crashed"), said or _said(exc)
+        got, (outcome, message) = _attempt(functools.partial(b.call, x))
+        if got is None:
+            outcomes[name], said = outcome, said or message
             continue
         finite = np.isfinite(got["coefficients"]).all()
         outcomes[name] = float(b.weights(got)[row, t]) if finite else "non-finite"
@@ -310,18 +323,20 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
     return {"non_finite": overall, "non_finite_weights": outcomes, **({"non_finite_message": said} if said else {})}
 
 
-def _identity(batches: list[_Calls], omegas: list[np.ndarray], rng: np.random.Generator) -> list[dict[str, Any]]:
-    """Per binary group: c of the corrected step (its measured coefficients) over c of the uncorrected one, with
-    s̃ᵢ = uᵢ Σₜ ωᵢₜ Sᵢₜ and ω the weights of the estimator the step is judged by (not the measured ones)."""
+def _identity(
+    batches: list[_Calls], corrected: list[dict[str, Any]], omegas: list[np.ndarray], rng: np.random.Generator
+) -> list[dict[str, Any]]:
+    """Per binary group: c of the corrected step (its measured coefficients, ``corrected``) over c of the uncorrected
+    one, with s̃ᵢ = uᵢ Σₜ ωᵢₜ Sᵢₜ and ω the weights of the estimator the step is judged by (not the measured ones)."""
     from grpo_identity.checks.measure.offpolicy import group_coefficient
 
     rows = []
-    for b, omega in zip(batches, omegas):
-        corrected = np.where(b.live, b.call(b.x)["coefficients"], 0.0)
+    for b, step, omega in zip(batches, corrected, omegas):
+        a = np.where(b.live, step["coefficients"], 0.0)
         per_token = np.where(b.live, b.off["coefficients"] / np.where(b.A == 0, 1.0, b.A)[:, None], 0.0)
         u = per_token.sum(1) / np.maximum(b.live.sum(1), 1)  # (n,): the answer's weight uᵢ, a⁰ᵢₜ = uᵢÂᵢ
         S = rng.standard_normal((*b.M.shape, 3)) * b.live[..., None]
-        on, off = b.off["coefficients"][..., None] * S, corrected[..., None] * S
+        on, off = b.off["coefficients"][..., None] * S, a[..., None] * S
         s_on, s_off = u[:, None] * S.sum(1), u[:, None] * (omega[..., None] * S).sum(1)
         for g in range(len(b.r) // b.G):
             idx = np.arange(g * b.G, (g + 1) * b.G)
@@ -423,7 +438,7 @@ def numpy_rollout_target(
 
     A, M = reference_batch(rewards, G, lengths)
     n, T = M.shape
-    old = np.log(np.random.default_rng(7).uniform(0.05, 0.95, (n, T)))  # the trainer's log π_old, varied
+    old = seeded_old_logps((n, T))
     spec = (request or {}).get("rollout") or {"log_ratio": np.zeros((n, T)), "correct": False}
     x = spec["log_ratio"]
     if x is None and plant not in ("fill", "skip"):

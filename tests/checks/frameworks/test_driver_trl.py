@@ -576,3 +576,12 @@ def test_trl_1_6_0_crashes_where_vllm_reports_a_nan_rollout_log_probability(caps
     found = {f["property"]: f["severity"] for f in out["findings"]}
     assert found["correction_non_finite"] == "fail" and found["rollout_logps_missing"] == "fail"
     assert out["verdict"] == "fail"
+
+
+@pytest.mark.slow
+def test_use_vllm_on_a_release_with_no_engine_to_stand_in_is_one_line_naming_the_first_that_has_one(capsys):
+    env_or_skip("trl", "0.22.2")
+    assert main(["audit", "trl", "--release", "0.22.2", "--set", "use_vllm=true", "--max-examples", "5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("grpo-identity audit: error: TRL 0.22.2 has no ") and "0.28.0" in err[-1]
+    assert "use_vllm" in err[-1] and "GRPOTrainer rejects" not in err[-1] and "Traceback" not in "\n".join(err)
