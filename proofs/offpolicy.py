@@ -50,6 +50,7 @@ __all__ = [
     "token_term",
     "gspo_token_gradient",
     "cases",
+    "ell",
     "score",
     "theta",
 ]
@@ -61,9 +62,9 @@ _a = sp.Symbol("a", positive=True)  # |Â|
 _delta = sp.Symbol("delta", positive=True)  # where the ratio sits inside its region
 _kappa = sp.Symbol("kappa", positive=True)  # ε_low = κ/(1 + κ) < 1 in the region below the clip range
 theta = sp.Symbol("theta", real=True)  # one coordinate of the parameters
-_ell = sp.Function("ell")  # a token's log-probability under π_θ, as a function of θ
+ell = sp.Function("ell")  # a token's log-probability under π_θ, as a function of θ
 _ell_old, _ell_ref = sp.symbols(r"\ell_{old} \ell_{ref}", real=True)  # … under π_old and π_ref
-score = sp.Derivative(_ell(theta), theta)  # the token's score ∇log π_θ (one coordinate)
+score = sp.Derivative(ell(theta), theta)  # the token's score ∇log π_θ (one coordinate)
 _t = sp.Symbol("t", integer=True, positive=True)  # a token's index in its answer
 _u = sp.Symbol("u", integer=True, positive=True)  # the token whose log-probability is varied
 _v = sp.Symbol("v", integer=True, nonnegative=True)  # L = u + v: token u lies in the answer
@@ -113,7 +114,7 @@ def cases() -> list[tuple[str, Any, Any, Any, bool]]:
 # --- 1. the token clip at any ratio ------------------------------------------------------------------
 def token_term(f: Formulas, A: Any, lo: Any = el) -> sp.Expr:
     """A token's clipped surrogate min(rÂ, clip(r)Â) with r = π_θ/π_old = exp(ℓ(θ) − ℓ_old)."""
-    return f.clipped_surrogate(sp.exp(_ell(theta) - _ell_old), A, lo, eh)
+    return f.clipped_surrogate(sp.exp(ell(theta) - _ell_old), A, lo, eh)
 
 
 def token_gradient_at(term: Any, ratio: Any) -> sp.Expr:
@@ -121,7 +122,7 @@ def token_gradient_at(term: Any, ratio: Any) -> sp.Expr:
     ``Derivative(ℓ(θ), θ)`` and every condition decided (:func:`decide`)."""
     held = sp.Dummy("score")
     grad = sp.diff(term, theta).subs(score, held)
-    return decide(grad.subs(_ell(theta), _ell_old + sp.log(ratio))).subs(held, score)
+    return decide(grad.subs(ell(theta), _ell_old + sp.log(ratio))).subs(held, score)
 
 
 def _token_clip(f: Formulas) -> list[Claim]:
@@ -244,18 +245,18 @@ _old_t, _ref_t = sp.Function(r"\ell_{old}", real=True), sp.Function(r"\ell_{ref}
 
 def _answer_objective(f: Formulas, A: Any, kl: bool = True) -> sp.Sum:
     """One answer's token-summed objective Σ_{t=1}^{L} [min(r_tÂ, clip(r_t)Â) − β·KL₃_t], any ratios."""
-    r = sp.exp(_ell(_t, theta) - _old_t(_t))
-    term = f.clipped_surrogate(r, A, el, eh) - (beta * kl_k3(_ref_t(_t) - _ell(_t, theta)) if kl else 0)
+    r = sp.exp(ell(_t, theta) - _old_t(_t))
+    term = f.clipped_surrogate(r, A, el, eh) - (beta * kl_k3(_ref_t(_t) - ell(_t, theta)) if kl else 0)
     return sp.Sum(term, (_t, 1, L))
 
 
 def _kl(f: Formulas) -> list[Claim]:
-    ref_ratio = sp.exp(_ell_ref - _ell(theta))  # π_ref/π_θ
-    per_token_kl = sp.exp(_ref_t(_t) - _ell(_t, theta))
+    ref_ratio = sp.exp(_ell_ref - ell(theta))  # π_ref/π_θ
+    per_token_kl = sp.exp(_ref_t(_t) - ell(_t, theta))
     return [
         Claim(
             "d/dtheta (-beta KL3) = beta (pi_ref/pi - 1) dlog pi/dtheta, no A in it",
-            sp.diff(-beta * kl_k3(_ell_ref - _ell(theta)), theta),
+            sp.diff(-beta * kl_k3(_ell_ref - ell(theta)), theta),
             f.kl_gradient_weight(ref_ratio, beta) * score,
         ),
         Claim("it vanishes where pi = pi_ref (G6's first step)", f.kl_gradient_weight(1, beta), 0),
@@ -265,7 +266,7 @@ def _kl(f: Formulas) -> list[Claim]:
             "silent answer (A = 0), any ratios, symbolic L: d/dtheta of its objective = "
             "sum_t beta (pi_ref,t/pi_t - 1) dlog pi_t/dtheta",
             sp.diff(_answer_objective(f, 0), theta),
-            sp.Sum(f.kl_gradient_weight(per_token_kl, beta) * sp.diff(_ell(_t, theta), theta), (_t, 1, L)),
+            sp.Sum(f.kl_gradient_weight(per_token_kl, beta) * sp.diff(ell(_t, theta), theta), (_t, 1, L)),
         ),
     ]
 

@@ -41,7 +41,7 @@ import sympy as sp
 
 from grpo_identity import formulas as F
 from grpo_identity.proofs.core import Claim, Formulas, G_interior, Theorem, k, m
-from grpo_identity.proofs.offpolicy import cases, decide, score, theta, token_gradient_at, token_term
+from grpo_identity.proofs.offpolicy import cases, decide, ell, score, theta, token_gradient_at, token_term
 
 __all__ = ["G11"]
 
@@ -57,7 +57,6 @@ _i = sp.Symbol("i", integer=True, positive=True)
 _v = sp.Symbol("v", integer=True, positive=True)
 _V = sp.Symbol("V", integer=True, positive=True)
 _s = sp.Function(r"\hat{s}", real=True)  # ŝ(i) = Σ_t w_it ∇ℓ_it: answer i's clip-weighted score (G10)
-_ell = sp.Function("ell")  # a token's log-probability under π_θ
 _d_ell = sp.Symbol(r"\nabla\ell", real=True)  # the token's score, held as a symbol
 _ell_mu, _ell_old = sp.symbols(r"\ell_{\mu} \ell_{old}", real=True)
 
@@ -127,16 +126,16 @@ def _on_policy(f: Formulas) -> list[Claim]:
 
 
 def _failures(f: Formulas) -> list[Claim]:
-    rho = sp.exp(_ell(theta) - _ell_old)  # π_θ/π_old
-    attached = sp.exp(_ell(theta) - _ell_mu)  # the weight recomputed from π_θ, in the graph
+    rho = sp.exp(ell(theta) - _ell_old)  # π_θ/π_old
+    attached = sp.exp(ell(theta) - _ell_mu)  # the weight recomputed from π_θ, in the graph
 
     def gradient(term: Any) -> sp.Expr:
-        return sp.diff(term, theta).subs(sp.Derivative(_ell(theta), theta), _d_ell)
+        return sp.diff(term, theta).subs(sp.Derivative(ell(theta), theta), _d_ell)
 
     below = gradient(f.truncated_weight(attached, F.cap) * rho * F.advantage)
-    below = decide(below.subs(_ell(theta), _ell_mu + sp.log(F.cap / (1 + _above))).rewrite(sp.Piecewise))
+    below = decide(below.subs(ell(theta), _ell_mu + sp.log(F.cap / (1 + _above))).rewrite(sp.Piecewise))
     over = gradient(f.truncated_weight(attached, F.cap) * rho * F.advantage)
-    over = decide(over.subs(_ell(theta), _ell_mu + sp.log(F.cap * (1 + _above))).rewrite(sp.Piecewise))
+    over = decide(over.subs(ell(theta), _ell_mu + sp.log(F.cap * (1 + _above))).rewrite(sp.Piecewise))
     rho_below = sp.exp(_ell_mu + sp.log(F.cap / (1 + _above)) - _ell_old)
     rho_over = sp.exp(_ell_mu + sp.log(F.cap * (1 + _above)) - _ell_old)
     mu, pi = sp.Function("mu", positive=True), sp.Function("pi", positive=True)

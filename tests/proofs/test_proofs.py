@@ -583,9 +583,9 @@ def test_a_kl_gradient_with_the_wrong_sign_fails_g10_in_its_kl_claims_only() -> 
 
 def test_the_k1_estimator_does_not_have_the_k3_gradient() -> None:
     """KL estimated by log(π/π_ref) (k1) has the gradient −β·∇log π, not k3's β(π_ref/π − 1)·∇log π."""
-    from grpo_identity.proofs.offpolicy import _ell, _ell_ref, score, theta
+    from grpo_identity.proofs.offpolicy import _ell_ref, ell, score, theta
 
-    k1 = -(_ell_ref - _ell(theta))  # log(π_θ/π_ref)
+    k1 = -(_ell_ref - ell(theta))  # log(π_θ/π_ref)
     grad = sp.diff(-F.beta * k1, theta)
-    assert check_equal(grad, F.kl_gradient_weight(sp.exp(_ell_ref - _ell(theta)), F.beta) * score).status == "failed"
+    assert check_equal(grad, F.kl_gradient_weight(sp.exp(_ell_ref - ell(theta)), F.beta) * score).status == "failed"
     assert check_equal(grad, -F.beta * score).status == "proved"
