@@ -30,7 +30,7 @@ __all__ = ["FindingKind", "FINDINGS", "STAGES", "meaning", "by_design", "may_rep
 #: where in the audit a finding comes from, in the order the audit runs
 STAGES = (
     *("probe", "advantage", "layout", "filter", "verdict", "diagnosis", "gradient", "step", "off-policy"),
-    *("three-policy", "tool"),
+    *("three-policy", "async", "tool"),
 )
 
 
@@ -431,6 +431,48 @@ _KINDS = (
         "three-policy",
         _F,
         "With the rollout correction the update is not c·(s̃̄₊ − s̃̄₋) with the uncorrected c and ω-weighted scores.",
+    ),
+    # asynchronous groups: short, split, late, across weight versions; answers with no reward or no tokens
+    FindingKind(
+        "async_groups",
+        "async",
+        _N,
+        "The asynchronous-groups probe could not be run, or checked less: a delivery refused, no staleness bound, "
+        "a variant with no baseline.",
+    ),
+    FindingKind(
+        "group_baseline_foreign",
+        "async",
+        _DF,
+        "A group's baseline or scale is not its own answers': another group's reward, a batch-wide statistic or a "
+        "dropped answer entered it (a short or split group falling back to the batch, say).",
+    ),
+    FindingKind(
+        "empty_answer_dropped",
+        "async",
+        _DF,
+        "An answer with no tokens is left out of its group's baseline: it was sampled with the group and has a "
+        "reward, so the others' advantages move.",
+    ),
+    FindingKind(
+        "reward_none_trained",
+        "async",
+        _DF,
+        "An answer with no reward (None) is trained on: the None was filled in and entered its group's baseline.",
+    ),
+    FindingKind("staleness_ignored", "async", _DF, "Answers older than the configured staleness bound are trained on."),
+    FindingKind(
+        "group_mixed_versions",
+        "async",
+        _DF,
+        "One group's baseline mixes answers of several weight versions (a group resumed across updates): not one "
+        "group of the theorem; a deviation where the configuration documents it.",
+    ),
+    FindingKind(
+        "async_crash_or_nan",
+        "async",
+        _F,
+        "A delivery of asynchronous groups crashed the step or gave non-finite advantages.",
     ),
     # the tool
     FindingKind(

@@ -41,7 +41,16 @@ from grpo_identity.checks.calls.calling import to_numpy
 from grpo_identity.checks.calls.target import OutputWatch, TargetMalformed, malformed, output_issue
 from grpo_identity.checks.frameworks import answer_lengths
 from grpo_identity.checks.measure.infer import probe_batch
-from grpo_identity.checks.report import WEIGHTS, Finding, GradientFit, OffPolicyFit, Report, StepFit, ThreePolicyFit
+from grpo_identity.checks.report import (
+    WEIGHTS,
+    AsyncGroupsFit,
+    Finding,
+    GradientFit,
+    OffPolicyFit,
+    Report,
+    StepFit,
+    ThreePolicyFit,
+)
 
 __all__ = [
     "audit_gradient",
@@ -312,6 +321,7 @@ def audit_gradient(
     step = _split_step(target, ev)
     off_policy = _off_policy(target, ev)
     three_policy = _three_policy(target, ev)
+    async_groups = _async_groups(target, ev)
     inferred = GradientFit(
         per_sample_weight=ev.law(),
         coefficient_precision="bfloat16" if ev.bf16 else "float32",
@@ -321,6 +331,7 @@ def audit_gradient(
         step=step,
         off_policy=off_policy,
         three_policy=three_policy,
+        async_groups=async_groups,
     )
     decision = V.gradient(inferred, ev.findings, ev.table, ref)
     return Report(
@@ -512,3 +523,15 @@ def _three_policy(target: Callable[..., Any], ev: _Evidence) -> ThreePolicyFit:
 
     said = ("the three-policy step", note)
     return cast(ThreePolicyFit, _announced_probe(target, ev, "rollout_correction", said, audit_rollout))
+
+
+def _async_groups(target: Callable[..., Any], ev: _Evidence) -> AsyncGroupsFit:
+    """An asynchronous trainer's groups as they arrive (:mod:`grpo_identity.checks.measure.arrival`): its findings
+    go to ``ev``; the measurements come back as an :class:`~grpo_identity.checks.report.AsyncGroupsFit`."""
+    from grpo_identity.checks.measure.arrival import audit_arrival
+
+    def note(message: str) -> Finding:
+        return Finding("async_groups", message, {}, "note")
+
+    said = ("the asynchronous-groups step", note)
+    return cast(AsyncGroupsFit, _announced_probe(target, ev, "async_groups", said, audit_arrival))

@@ -41,6 +41,7 @@ __all__ = [
     "StepFit",
     "OffPolicyFit",
     "ThreePolicyFit",
+    "AsyncGroupsFit",
     "AggregationFit",
     "Fit",
     "inferred_dict",
@@ -314,6 +315,20 @@ class ThreePolicyFit(TypedDict, total=False):
     seconds: float
 
 
+class AsyncGroupsFit(TypedDict, total=False):
+    """Groups that arrive short, split, late or across weight versions, and answers with no reward or no tokens
+    (:mod:`grpo_identity.checks.measure.arrival`); empty where the target announces no asynchronous groups."""
+
+    max_staleness: int | None
+    """The staleness bound the target announced (None: none, so late answers are not checked)."""
+    calibrated: bool
+    """Whole fresh groups' advantages are centred on their group's mean, so the baseline check applies."""
+    cases: dict[str, dict[str, Any]]
+    """Per case (``CASES``): 'trained' (with the answers trained per step and the findings' names), 'refused' or
+    'crashed' (with the message)."""
+    seconds: float
+
+
 @dataclass
 class GradientFit:
     """The gradient level: the per-sample weight of the loss's gradient, the optimizer step as the trainer splits
@@ -331,6 +346,7 @@ class GradientFit:
     step: StepFit = field(default_factory=lambda: StepFit())
     off_policy: OffPolicyFit = field(default_factory=lambda: OffPolicyFit())
     three_policy: ThreePolicyFit = field(default_factory=lambda: ThreePolicyFit())
+    async_groups: AsyncGroupsFit = field(default_factory=lambda: AsyncGroupsFit())
     advantage: AdvantageFit = field(default_factory=AdvantageFit)
     """The advantage-level fit of the same run's advantages (empty where none was audited)."""
 
@@ -352,13 +368,13 @@ INFERRED_KEYS = (
     *("keep", "keep_tolerance", "keep_measure", "precision", "fit_residual", "coupled"),
     *("silent_nonbinary_max_abs", "silent_nonbinary_worst", "coefficients", "batch_std", "why"),
     *("per_sample_weight", "coefficient_precision", "weight_by_group_size", "silent_groups_zero_gradient"),
-    *("uniform_within_answer", "step", "off_policy", "three_policy", "aggregation"),
+    *("uniform_within_answer", "step", "off_policy", "three_policy", "async_groups", "aggregation"),
 )
 
 
 #: keys this version added to ``inferred``: every report writes them, the schema does not require them, so that
 #: the reports of earlier versions (the stored framework audits among them) still validate
-INFERRED_NEW = ("three_policy",)
+INFERRED_NEW = ("three_policy", "async_groups")
 
 
 def inferred_dict(fit: Fit) -> dict[str, Any]:
@@ -433,6 +449,7 @@ class Report:
             lines += _step_section(self.inferred.step)
             lines += _off_policy_section(self.inferred.off_policy)
             lines += _three_policy_section(self.inferred.three_policy)
+            lines += _async_groups_section(self.inferred.async_groups)
             if self.advantage is not None:
                 sub = "\n".join(_advantage_section(self.advantage)).splitlines()
                 lines += ["", "advantage level (the same configuration's advantages, property-tested):"]
@@ -615,6 +632,20 @@ def _three_policy_section(fit: ThreePolicyFit) -> list[str]:
         f"  identity with {fit.get('identity_estimator') or '-'}'s weights, g = c·(s̃̄₊ − s̃̄₋), c uncorrected's (G11): "
         f"{holds}"
     )
+    return lines
+
+
+def _async_groups_section(fit: AsyncGroupsFit) -> list[str]:
+    if not fit:
+        return []
+    bound = fit.get("max_staleness")
+    lines = ["", f"asynchronous groups (staleness bound {'none announced' if bound is None else bound}; baseline "
+             f"{'checked' if fit.get('calibrated') else 'not checked: no group-mean baseline'}):"]  # fmt: skip
+    for case, got in (fit.get("cases") or {}).items():
+        said = (
+            got["outcome"] if got["outcome"] != "trained" else ", ".join(got.get("problems") or []) or "as the identity"
+        )
+        lines.append(f"  {case}: {said}")
     return lines
 
 

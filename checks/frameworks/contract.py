@@ -229,6 +229,9 @@ class DriverInfo:
     off_policy: dict[str, Any] | None = None
     """What an off-policy step runs under: the target answers off-policy requests."""
     rollout_correction: dict[str, Any] | None = None
+    async_groups: dict[str, Any] | None = None
+    """The target takes deliveries of asynchronous groups (``max_staleness``, ``setting``, ``documented``;
+    :mod:`grpo_identity.checks.measure.arrival`)."""
     """The configured correction of the rollout engine's log-probabilities (``estimator``, ``cap``, ``low``,
     ``setting``; :mod:`grpo_identity.checks.measure.rollout`): the target answers rollout requests."""
     components: dict[str, Any] | None = None
@@ -276,6 +279,7 @@ class DriverInfo:
             "step_unavailable": self.step_unavailable,
             "off_policy": self.off_policy,
             "rollout_correction": self.rollout_correction,
+            "async_groups": self.async_groups,
             "components": self.components,
         }
         return {**out, **{k: v for k, v in optional.items() if v is not None}}
@@ -318,6 +322,9 @@ class Built:
     def three_policy(self, rewards: Any, G: int, lengths: Any, rollout: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError(f"{self.driver_info.framework}: this target takes no rollout log-probabilities")
 
+    def async_groups(self, arrival: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError(f"{self.driver_info.framework}: this target takes no asynchronous deliveries")
+
     def __call__(self, rewards: Any, group_size: int, *extra: Any) -> Any:
         """Level advantage: ``fn(rewards, G[, third])``, the advantages (``third``: see :attr:`third`).  Level
         gradient: ``fn(rewards, G)``, the advantages as an array; ``fn(rewards, G, lengths)``, the gradient
@@ -338,6 +345,8 @@ class Built:
             return {"advantages": self.advantages(rewards, G, scores=self._scores(request["scores"]))}
         if request is not None and "off_policy" in request:
             return self.off_policy(rewards, G, _need(lengths, "an off-policy request"), request["off_policy"])
+        if request is not None and "arrival" in request:
+            return self.async_groups(request["arrival"])
         if request is not None and "rollout" in request:
             return self.three_policy(rewards, G, _need(lengths, "a rollout request"), request["rollout"])
         if request is not None:

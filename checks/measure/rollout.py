@@ -37,7 +37,15 @@ import numpy as np
 from grpo_identity import closed_forms as C
 from grpo_identity.checks.report import Finding
 
-__all__ = ["ESTIMATORS", "MISMATCH", "audit_rollout", "estimator_weights", "numpy_rollout_target", "seeded_old_logps"]
+__all__ = [
+    "ESTIMATORS",
+    "MISMATCH",
+    "attempt",
+    "audit_rollout",
+    "estimator_weights",
+    "numpy_rollout_target",
+    "seeded_old_logps",
+]
 
 #: the correction estimators and what each does to the update (r = π_old/μ per token)
 ESTIMATORS = {
@@ -245,7 +253,7 @@ def _explained(fit: tuple[str, bool, float]) -> bool:
 def _missing(batches: list[_Calls], equal: list[np.ndarray], cap: float, low: float) -> dict[str, Any]:
     """What the step does without rollout log-probabilities: 'refused', 'on-policy' (ω as with equal ones),
     'filled with 0' (ω fits the estimator of log π_old − 0), 'non-finite', 'crashed' or 'other'."""
-    outs, (outcome, message) = _attempt(lambda: [b.call(None) for b in batches])
+    outs, (outcome, message) = attempt(lambda: [b.call(None) for b in batches])
     if outs is None:
         return {"missing": outcome, "missing_message": message}
     got = [b.weights(out) for b, out in zip(batches, outs)]
@@ -257,7 +265,7 @@ def _missing(batches: list[_Calls], equal: list[np.ndarray], cap: float, low: fl
     return {"missing": "filled with 0" if filled else "other"}
 
 
-def _attempt(call: Callable[[], Any]) -> tuple[Any, tuple[str, str]]:
+def attempt(call: Callable[[], Any]) -> tuple[Any, tuple[str, str]]:
     """``call()``'s output and ('', ''), or None and how the target declined: ('refused', its message) for a
     ValueError, ('crashed', its message) for any other exception.  A target that died, hung or answered
     malformed ends the probe; so does a driver that could not run the step (:func:`_driver_failed`)."""
@@ -311,7 +319,7 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
     for name, value in zip(NON_FINITE_NAMES, NON_FINITE):
         x = b.x.copy()
         x[row, t] = value
-        got, (outcome, message) = _attempt(functools.partial(b.call, x))
+        got, (outcome, message) = attempt(functools.partial(b.call, x))
         if got is None:
             outcomes[name], said = outcome, said or message
             continue

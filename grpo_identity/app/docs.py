@@ -400,10 +400,9 @@ def report_json_schema() -> dict[str, Any]:
     from grpo_identity.checks.findings import FINDINGS
 
     fits = (R.AdvantageFit, R.FilterFit, R.GradientFit)
-    refs: dict[type, str] = {R.Report: "#", R.Finding: "#/$defs/Finding", R.StepFit: "#/$defs/StepFit"}
-    refs[R.OffPolicyFit] = "#/$defs/OffPolicyFit"
-    refs[R.ThreePolicyFit] = "#/$defs/ThreePolicyFit"
-    refs[R.AggregationFit] = "#/$defs/AggregationFit"
+    parts = [getattr(R, name) for name in _PART_FITS]
+    refs: dict[type, str] = {R.Report: "#", R.Finding: "#/$defs/Finding"}
+    refs |= {part: f"#/$defs/{part.__name__}" for part in parts}
     refs |= {fit: "#/$defs/Inferred" for fit in fits}
     empty = R.Report("t", LEVELS[0], KINDS[0], R.VERDICTS[0], None, None, R.AdvantageFit(), [])
     enums = {"level": LEVELS, "kind": KINDS, "verdict": R.VERDICTS, "severity": R.SEVERITIES}
@@ -425,10 +424,7 @@ def report_json_schema() -> dict[str, Any]:
                 inferred,
                 list(R.INFERRED_KEYS),
             ),
-            "StepFit": _object_schema((R.StepFit,), refs, [], enums),
-            "OffPolicyFit": _object_schema((R.OffPolicyFit,), refs, [], enums),
-            "ThreePolicyFit": _object_schema((R.ThreePolicyFit,), refs, [], enums),
-            "AggregationFit": _object_schema((R.AggregationFit,), refs, [], enums),
+            **{part.__name__: _object_schema((part,), refs, [], enums) for part in parts},
         },
     }
     return schema
@@ -454,6 +450,10 @@ def _field_rows(schema: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+#: the typed parts of the gradient fit, each a section of the schema page
+_PART_FITS = ("StepFit", "OffPolicyFit", "ThreePolicyFit", "AsyncGroupsFit", "AggregationFit")
+
+
 def report_schema() -> str:
     """The page of the report's JSON schema: its fields, object by object, and the schema itself."""
     schema = report_json_schema()
@@ -476,14 +476,11 @@ def report_schema() -> str:
         + _table(headers, _field_rows(schema["$defs"]["Finding"]))
         + f"\n## Inferred\n\n{_doc(schema['$defs']['Inferred']['description'])}\n\n"
         + _table(headers, _field_rows(schema["$defs"]["Inferred"]))
-        + f"\n## StepFit\n\n{_doc(schema['$defs']['StepFit']['description'])}\n\n"
-        + _table(headers, _field_rows(schema["$defs"]["StepFit"]))
-        + f"\n## OffPolicyFit\n\n{_doc(schema['$defs']['OffPolicyFit']['description'])}\n\n"
-        + _table(headers, _field_rows(schema["$defs"]["OffPolicyFit"]))
-        + f"\n## ThreePolicyFit\n\n{_doc(schema['$defs']['ThreePolicyFit']['description'])}\n\n"
-        + _table(headers, _field_rows(schema["$defs"]["ThreePolicyFit"]))
-        + f"\n## AggregationFit\n\n{_doc(schema['$defs']['AggregationFit']['description'])}\n\n"
-        + _table(headers, _field_rows(schema["$defs"]["AggregationFit"]))
+        + "".join(
+            f"\n## {name}\n\n{_doc(schema['$defs'][name]['description'])}\n\n"
+            + _table(headers, _field_rows(schema["$defs"][name]))
+            for name in _PART_FITS
+        )
         + "\n## The schema\n\n```json\n"
         + json.dumps(schema, indent=2, ensure_ascii=False)
         + "\n```\n"
