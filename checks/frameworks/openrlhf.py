@@ -85,6 +85,7 @@ from grpo_identity.checks.frameworks.exported.openrlhf import (
     actor_group,
     actor_trainer,
     argv_of,
+    correction_settings,
     experience_maker,
     experiences_of,
     generation_batches,
@@ -287,6 +288,9 @@ class OpenRLHFTarget(Built):
             "stand_ins": tuple(sorted(LOADED["stand_ins"])),  # loss_utils' import may have added some
             "lengths_optional": True,
         }
+        self.correction = correction_settings(args)
+        if self.correction:
+            changes["rollout_correction"] = {k: v for k, v in self.correction.items() if k != "off"}
         if unavailable:  # a split the driver cannot reproduce: the per-G probes still run
             return replace(info.with_step_defaults(_step_chosen(configs)), step_unavailable=unavailable, **changes)
         return info.with_step(step_plan(configs), **changes)
@@ -301,27 +305,60 @@ class OpenRLHFTarget(Built):
         return _run_step(self.configs, rewards, G, np.asarray(lengths, dtype=int), request)
 
     def gradient(self, rewards: np.ndarray, G: int, lengths: np.ndarray) -> dict[str, Any]:
+        out = self._policy_loss(rewards, G, lengths, None)
+        return {k: out[k] for k in ("advantages", "coefficients", "mask")}
+
+    def three_policy(self, rewards: np.ndarray, G: int, lengths: np.ndarray, rollout: dict[str, Any]) -> dict[str, Any]:
+        if not self.correction:
+            raise NotImplementedError("OpenRLHF: this config turns no rollout correction on")
+        return self._policy_loss(rewards, G, lengths, rollout)
+
+    def _policy_loss(self, rewards: np.ndarray, G: int, lengths: np.ndarray, rollout: dict[str, Any] | None
+                     ) -> dict[str, Any]:  # fmt: skip
+        """The whole batch as one training micro-batch through the actor's ``PolicyLoss``, on-policy.  ``rollout``
+        None: log π = −1 on every token, vLLM's log-probabilities equal to it where the correction is on; else the
+        seeded log π_old per token and log μ = log π_old − X (None: no log-probabilities), the correction on or
+        switched off (rows in the caller's order, RESPONSE_LENGTH wide, with ``old_logps``)."""
         import torch
+
+        from grpo_identity.checks.measure.rollout import seeded_old_logps
 
         args = self.configs.get(G)
         rewards = np.asarray(rewards, dtype=np.float64)
+        n = len(rewards)
         exps = experiences_of(experience_maker(args), rewards, np.asarray(lengths, dtype=int))
-        adv = per_response(exps, len(rewards), args.algo.advantage.estimator)
+        adv = per_response(exps, n, args.algo.advantage.estimator)
         Experience = self.mods["openrlhf.trainer.ppo_utils.experience"].Experience
         batch = Experience.concat_experiences(exps, 0)  # the whole batch as one training micro-batch (one step)
-        mask = batch.action_mask
-        log_prob = torch.full(mask.shape, -1.0, requires_grad=True)  # (B, A); on-policy: old = current
+        mask, order = batch.action_mask, np.asarray(batch.index)
+        width = mask.shape[1] if rollout is None else RESPONSE_LENGTH
+        if rollout is None:
+            old, x, correct = torch.full(mask.shape, -1.0), np.zeros((n, width)), True
+        else:
+            seeded = seeded_old_logps((n, RESPONSE_LENGTH))[order][:, : mask.shape[1]]
+            old, x, correct = (
+                torch.as_tensor(seeded, dtype=torch.float32) * mask,
+                rollout["log_ratio"],
+                rollout["correct"],
+            )
+        engine = None  # vLLM's log π per token, X exactly 0 off the answer (a NaN there poisons a sequence mean)
+        if self.correction and x is not None:
+            engine = old - torch.as_tensor(np.asarray(x, dtype=np.float64)[order][:, : mask.shape[1]]).float() * mask
+        log_prob = old.clone().requires_grad_(True)
         utils = self.loss_utils
         info = utils.get_loss_batch_info(SimpleNamespace(), mask) if utils is not None else {}
         if G not in self.loss_fns:
             self.loss_fns[G] = actor_trainer(args, Engine(args, 0, 1, Ledger(0)), Policy(0)).actor_loss_fn
-        loss, *_ = self.loss_fns[G](
-            log_prob, log_prob.detach(), batch.advantages, action_mask=mask, rollout_log_probs=None, **info
-        )
+        fn = self.loss_fns[G]
+        off = [] if correct or not self.correction else [(fn, *self.correction["off"])]
+        with patched_attributes(off):
+            loss, *_ = fn(log_prob, old, batch.advantages, action_mask=mask, rollout_log_probs=engine, **info)
         (grad,) = torch.autograd.grad(loss, log_prob)
-        coeff, m = np.empty(mask.shape), np.empty(mask.shape)
-        coeff[batch.index], m[batch.index] = -grad.double().numpy(), mask.double().numpy()
-        return {"advantages": adv, "coefficients": coeff, "mask": m}
+        coeff, m, logps = (np.zeros((n, width)) for _ in range(3))
+        cols = slice(0, mask.shape[1])
+        coeff[order, cols], m[order, cols] = -grad.double().numpy(), mask.double().numpy()
+        logps[order, cols] = old.double().numpy()
+        return {"advantages": adv, "coefficients": coeff, "mask": m, "old_logps": logps}
 
 
 def _info(spec: FrameworkSpec, args: Any, entry: str) -> DriverInfo:

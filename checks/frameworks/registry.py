@@ -368,6 +368,27 @@ _OPENRLHF = FrameworkEntry(
             "actor.num_gpus_per_node=2",
             ("0.10.2", "0.11.2"),
         ),
+        # three policies: the vLLM importance-sampling correction in the actor's PolicyLoss (0.10: enable + type;
+        # 0.11.2: level × mode)
+        (
+            "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.is_correction_enable=true",
+            ("0.10.3",),
+        ),
+        (
+            "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.is_correction_enable=true "
+            "--set algo.advantage.is_correction_type=icepop",
+            ("0.10.3",),
+        ),
+        (
+            "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.is_correction_level=token "
+            "--set algo.advantage.is_correction_mode=clip",
+            ("0.11.2",),
+        ),
+        (
+            "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.is_correction_level=seq "
+            "--set algo.advantage.is_correction_mode=mask",
+            ("0.11.2",),
+        ),
     ),
 )
 

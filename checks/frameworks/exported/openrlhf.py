@@ -325,12 +325,50 @@ def experiences_of(maker: Any, rewards: np.ndarray, lengths: np.ndarray, first: 
     import torch
 
     micro = maker.split_rollout_samples(rollout_samples(rewards, lengths, first, **marks))
+    engine_logps = correction_settings(maker.strategy.args) is not None
     for exp in micro:  # what make_experience adds: on-policy, the reference equal to the actor, no critic
         exp.action_log_probs = torch.zeros(exp.action_mask.shape, dtype=torch.float32)
+        if engine_logps:  # vLLM's log-probabilities, asked for where the correction is on: equal (on-policy)
+            exp.rollout_log_probs = torch.zeros(exp.action_mask.shape, dtype=torch.float32)
         exp.base_action_log_probs = torch.zeros(exp.action_mask.shape, dtype=torch.float32)
         exp.kl = torch.zeros(exp.action_mask.shape, dtype=torch.float32)
         exp.values = None
     return maker.compute_advantages_and_returns(micro)
+
+
+def correction_settings(args: Any) -> dict[str, Any] | None:
+    """The vLLM importance-sampling correction the config turns on, as the three-policy probe's estimator
+    (``estimator``, ``cap``, ``low``, ``setting``), and ``off``: the ``PolicyLoss`` attribute and value that switch
+    it off; None where it is off.  0.9–0.11.0: ``is_correction_enable`` with ``is_correction_type`` tis (clamp(r, low,
+    high)), icepop (r masked outside [low, high]) or seq-mask-tis (r per token, the answer kept where the geometric
+    mean is in bounds); 0.11.2: ``is_correction_level`` token/seq × ``is_correction_mode`` clip/mask, gated by the
+    ratio (another gating is no known estimator).  Under GSPO the correction is not a weight (no estimator)."""
+    adv = args.algo.advantage
+    off: tuple[str, Any]
+    low, high = ([0.0, *adv.is_correction_threshold] if len(adv.is_correction_threshold) == 1
+                 else list(adv.is_correction_threshold))  # fmt: skip
+    if hasattr(adv, "is_correction_level"):
+        if adv.is_correction_level == "off":
+            return None
+        chosen = f"{adv.is_correction_level}+{adv.is_correction_mode}"
+        if adv.is_correction_gating != "ratio":
+            chosen += f", gating {adv.is_correction_gating}"
+        estimator = {"token+clip": "token_truncate", "token+mask": "token_mask", "seq+mask": "geometric_gate"}
+        keys, off = "is_correction_level/mode/gating/threshold", ("is_correction_level", "off")
+    else:
+        if not getattr(adv, "is_correction_enable", False):
+            return None
+        chosen = str(adv.is_correction_type)
+        estimator = {"tis": "token_truncate", "icepop": "token_mask", "seq-mask-tis": "geometric_gate"}
+        keys, off = "is_correction_enable/type/threshold", ("enable_vllm_is_correction", False)
+    gspo = str(args.actor.policy_loss_type) == "gspo"
+    return {
+        "estimator": None if gspo else estimator.get(chosen),
+        "cap": float(high),
+        "low": float(low),
+        "setting": f"algo.advantage.{keys}: {chosen}, [{low:g}, {high:g}]" + (" under GSPO" if gspo else ""),
+        "off": off,
+    }
 
 
 def per_response(experiences: list[Any], n: int, estimator: str) -> np.ndarray:

@@ -585,3 +585,19 @@ def test_a_factor_planted_in_both_layouts_fails_the_objective_while_split_invari
     (found,) = [f for f in bad.findings if f.property == "step_scale"]
     assert found.severity == "fail" and found.counterexample["factor"] == pytest.approx(0.5, rel=1e-4)
     assert cause in found.message
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_the_vllm_correction_is_read_from_the_policy_losss_gradient(release_env, capsys):
+    """0.11.2's sequence-level mask: rₜ per token, the answer kept where the geometric mean is in [0.5, 5]; 1 on-policy;
+    no rollout log-probabilities crash the loss (a TypeError), non-finite ones are masked to 0 without a word."""
+    level, mode = "algo.advantage.is_correction_level=seq", "algo.advantage.is_correction_mode=mask"
+    _, out = _audit(capsys, "algo.advantage.estimator=group_norm", level, mode, level="gradient")
+    fit = out["inferred"]["three_policy"]
+    assert (fit["estimator"], fit["documented"], fit["in_graph"]) == ("geometric_gate", "geometric_gate", False)
+    assert fit["on_policy_weight_one"] and fit["identity_holds"] and fit["missing"] == "crashed"
+    assert fit["non_finite"] == "finite" and set(fit["non_finite_weights"].values()) == {0.0}
+    found = {f["property"]: f["severity"] for f in out["findings"]}
+    assert (found["rollout_logps_missing"], found["rollout_logps_non_finite"]) == ("fail", "deviation")
+    assert out["target_info"]["rollout_correction"]["setting"].endswith("seq+mask, [0.5, 5]")
