@@ -98,6 +98,11 @@ DIFFERENCES = {
         f"{_ACTOR}:PPOActor.compute_advantages", "1.0.0", "the actor's advantages: the driver's advantage path"
     ),
     "loss": Difference(f"{_ACTOR}:grpo_loss_fn", "1.0.0", "the actor's PPO loss: the gradient's"),
+    "rejection_sampling": Difference(
+        f"{_CLI}:PPOActorConfig.rejection_sampling",
+        "1.0.4",
+        "the behaviour-policy correction of the decoupled loss (the three-policy probe's estimator)",
+    ),
 }
 
 #: the names AReaL's config leaves mandatory (``???``), which a training YAML always gives;
@@ -320,7 +325,11 @@ class ArealTarget(Built):
                 **info.details,
                 "ppo_n_minibatches": "1 (the audit's batch is one update); the step request splits as configured",
             }
-            info = info.with_step(self.split.plan(), entry=_GRADIENT_ENTRY, details=details, lengths_optional=True)
+            self.correction = rollout_settings(self.cfg.actor)
+            if self.correction:
+                details["rollout_log_probs"] = "put in after the advantages (computed at μ = π_old: KL reward 0)"
+            info = info.with_step(self.split.plan(), entry=_GRADIENT_ENTRY, details=details, lengths_optional=True,
+                                  rollout_correction=self.correction)  # fmt: skip
         super().__init__(info, level)
 
     def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
@@ -339,6 +348,62 @@ class ArealTarget(Built):
         loss = self.loss_fn(logp, torch.zeros_like(logp), data)
         (grad,) = torch.autograd.grad(loss, logp)
         return {"advantages": adv, "coefficients": -grad.double().numpy(), "mask": data["loss_mask"].double().numpy()}
+
+    def three_policy(self, rewards: np.ndarray, G: int, lengths: np.ndarray, rollout: dict[str, Any]) -> dict[str, Any]:
+        """The decoupled loss given the rollout engine's log-probabilities ``logprobs`` = log π_old − X beside the
+        recomputed ``prox_logp`` = log π_old (seeded), at π_θ = π_old, with the config's ``rejection_sampling`` or
+        none (the correction off); X None: the batch has no ``logprobs``, from the advantages on."""
+        import torch
+        from areal.utils.data import concat_padded_tensors
+
+        from grpo_identity.checks.measure.rollout import seeded_old_logps
+
+        if not self.correction:
+            raise NotImplementedError("AReaL: this config sets no rollout correction (actor.rejection_sampling)")
+        actor, x = self.actors(G), rollout["log_ratio"]
+        if x is None:  # what the actor does with a batch the rollout engine gave no log-probabilities
+            batch = _batch(actor, np.asarray(rewards), G, np.asarray(lengths))
+            actor.compute_advantages([{k: v for k, v in group.items() if k != "logprobs"} for group in batch])
+        adv, out = _advantages(actor, rewards, G, np.asarray(lengths))
+        data = concat_padded_tensors(out)
+        mask = data["loss_mask"].bool()
+
+        def rolled(a: np.ndarray) -> Any:  # the answer's T tokens → the actor's rolled layout (see _response)
+            z = torch.zeros(mask.shape)
+            cols = min(RESPONSE_LENGTH, mask.shape[1] - PROMPT_LENGTH + 1)
+            z[:, PROMPT_LENGTH - 1 : PROMPT_LENGTH - 1 + cols] = torch.as_tensor(a[:, :cols], dtype=torch.float32)
+            return z * mask
+
+        old = rolled(seeded_old_logps((mask.shape[0], RESPONSE_LENGTH)))
+        data["prox_logp"] = old.clone()
+        if x is None:
+            data.pop("logprobs")
+        else:
+            data["logprobs"] = old - rolled(np.asarray(x, dtype=np.float64))
+        logp = old.clone().requires_grad_(True)
+        chosen = self.cfg.actor.rejection_sampling if rollout["correct"] else None
+        loss = self.loss_fn(logp, torch.zeros_like(logp), data, rejection_sampling=chosen)
+        (grad,) = torch.autograd.grad(loss, logp)
+        rows = {"coefficients": -grad, "mask": mask.double(), "old_logps": old}
+        return {"advantages": adv, **{k: np.stack([_response(r) for r in v]) for k, v in rows.items()}}
+
+
+def rollout_settings(actor: Any) -> dict[str, Any] | None:
+    """``info["rollout_correction"]``: the decoupled loss's ``rejection_sampling`` as the probe's estimator (metric
+    ratio: token mask or clamp; a sequence's geometric mean, aggregated by its mean), None where the release has
+    none, the loss is not decoupled or π_old is not recomputed (``prox_logp_method=loglinear``); with another
+    metric or aggregation no estimator is documented (the probe names what it finds)."""
+    rs = actor.rejection_sampling if DIFFERENCES["rejection_sampling"].present() else None
+    if rs is None or not actor.use_decoupled_loss or str(actor.prox_logp_method) == "loglinear":
+        return None
+    level, action, metric = str(rs.level), str(rs.action), str(rs.metric)
+    mode = "truncate" if action == "clamp" else "mask"
+    plain = metric == "ratio" and (level == "token" or str(rs.agg) == "mean")
+    estimator = f"{'token' if level == 'token' else 'geometric'}_{mode}" if plain else None
+    setting = f"actor.rejection_sampling: level={level}, action={action}, metric={metric}, upper={rs.upper}"
+    setting += f", lower={rs.lower}" if rs.lower is not None else ""
+    setting += f", agg={rs.agg}" if level != "token" else ""
+    return {"estimator": estimator, "cap": float(rs.upper), "low": float(rs.lower or 0.0), "setting": setting}
 
 
 _GRADIENT_ENTRY = (

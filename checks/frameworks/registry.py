@@ -310,6 +310,19 @@ _AREAL = FrameworkEntry(
             "actor.adv_norm.mean_level=batch --set actor.adv_norm.std_level=batch",
             _AREAL_RELEASES,
         ),
+        # three policies: the decoupled loss's behaviour-policy correction (actor.rejection_sampling, 1.0.4)
+        *(
+            (
+                "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
+                f"actor.use_decoupled_loss=true --set actor.rejection_sampling.upper=2.0{more}",
+                _AREAL_RELEASES,
+            )
+            for more in (
+                "",
+                " --set actor.rejection_sampling.action=clamp",
+                " --set actor.rejection_sampling.level=sequence",
+            )
+        ),
     ),
 )
 _OPENRLHF = FrameworkEntry(

@@ -324,7 +324,7 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
             outcomes[name], said = outcome, said or message
             continue
         finite = np.isfinite(got["coefficients"]).all()
-        outcomes[name] = float(b.weights(got)[row, t]) if finite else "non-finite"
+        outcomes[name] = float(b.weights(got)[row, t]) + 0.0 if finite else "non-finite"  # (no −0)
     kinds = {v if isinstance(v, str) else "finite" for v in outcomes.values()}
     taken = any(not isinstance(outcomes[k], str) for k in NON_FINITE_NAMES[:2])  # μ = 0 or NaN given a weight
     overall = next((k for k in ("non-finite", "crashed") if k in kinds), "finite" if taken else "refused")

@@ -468,3 +468,19 @@ def test_a_normaliser_over_the_generation_batch_planted_in_both_layouts_fails_th
     assert found.counterexample["causes"] == [
         "a normaliser over the whole generation batch (generation_tokens), not the optimizer step's"
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_the_decoupled_losss_rejection_sampling_is_read_from_its_gradient(capsys):
+    """1.0.4's actor.rejection_sampling, clamped at 2: min(r, 2) per token beside the recomputed π_old, 1 on-policy;
+    non-finite log-ratios are taken as 0 (weight 1) without a word; a batch without logprobs crashes (KeyError)."""
+    rs = "actor.rejection_sampling."
+    _, out = _audit(capsys, "--set", "actor.use_decoupled_loss=true", "--set", rs + "action=clamp", "--set",
+                    rs + "upper=2.0", "--level", "gradient")  # fmt: skip
+    fit = out["inferred"]["three_policy"]
+    assert (fit["estimator"], fit["documented"], fit["in_graph"]) == ("token_truncate", "token_truncate", False)
+    assert fit["on_policy_weight_one"] and fit["identity_holds"] and fit["missing"] == "crashed"
+    assert fit["non_finite_weights"] == {"log mu = -inf": 1.0, "log mu = NaN": 1.0, "r = e^90": 2.0}
+    found = {f["property"]: f["severity"] for f in out["findings"]}
+    assert (found["rollout_logps_missing"], found["rollout_logps_non_finite"]) == ("fail", "deviation")
