@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
+from grpo_identity.checks.measure.arrival import CASES as CASE_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "frameworks"
@@ -152,7 +153,7 @@ def _cell(row: dict) -> list[str]:
     show)."""
     if "report" not in row:
         why = row["error"].split("error: ", 1)[-1].replace("|", "/")
-        return ["adapter error", "-", "-", "-", "-", "-", "-", "-", why if len(why) <= 160 else "…" + why[-159:]]
+        return ["adapter error", *["-"] * 8, why if len(why) <= 160 else "…" + why[-159:]]
     d = row["report"]
     inf = d.get("inferred", {})
     findings = d.get("findings", [])
@@ -172,6 +173,7 @@ def _cell(row: dict) -> list[str]:
         silent,
         moved,
         _three(inf),
+        _async(inf),
         why,
     ]
 
@@ -188,10 +190,23 @@ def _three(inf: dict) -> str:
     return "; ".join(parts)
 
 
+def _async(inf: dict) -> str:
+    """The asynchronous-groups probe: each case that departs, with its findings; else how many cases ran."""
+    fit = inf.get("async_groups") or {}
+    if not fit:
+        return "-"
+    cases = fit.get("cases") or {}
+    bad = [f"{c}: {', '.join(v['problems'])}" for c, v in cases.items() if v.get("problems")]
+    bad += [f"{c}: {v['outcome']}" for c, v in cases.items() if v["outcome"] == "crashed"]
+    ran = sum(v["outcome"] == "trained" for v in cases.values())
+    return "; ".join(f"**{b}**" for b in bad) or f"as the identity ({ran} of {len(CASE_NAMES)} cases run)"
+
+
 def render(rows: list[dict]) -> str:
     """The markdown table: one line per (configuration, release), in the order run."""
     columns = ["audit (`grpo-identity audit …`)", "release", "verdict", "matches", "dial", "per-sample weight"]
     columns += ["optimizer step as split", "silent-group gradient", "off-policy weight", "three policies"]
+    columns += ["asynchronous groups"]
     columns += ["first failing (else deviating) finding", "s"]
     head = "| " + " | ".join(columns) + " |"
     lines = [head, "|" + "---|" * len(columns)]

@@ -265,6 +265,11 @@ def _advantages(
 ) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """One advantage per trajectory (its response tokens' common value), and the actor's output."""
     out = actor.compute_advantages(_batch(actor, rewards, G, lengths))
+    return _answer_values(out), out
+
+
+def _answer_values(out: list[dict[str, Any]]) -> np.ndarray:
+    """The actor's advantages, one per trajectory (its response tokens' common value), group by group."""
     values = []
     for group in out:
         adv, mask = group["advantages"].double(), group["loss_mask"].bool()  # (G, T); mask rolled by the actor
@@ -277,7 +282,7 @@ def _advantages(
                     "token advantages vary within a response: not an outcome advantage of one value per answer"
                 )
             values.append(float(tokens[0]))
-    return np.asarray(values, dtype=np.float64), out
+    return np.asarray(values, dtype=np.float64)
 
 
 def _loss_fn(module: Any, a: Any) -> Callable[..., Any]:
@@ -329,7 +334,7 @@ class ArealTarget(Built):
             if self.correction:
                 details["rollout_log_probs"] = "put in after the advantages (computed at μ = π_old: KL reward 0)"
             info = info.with_step(self.split.plan(), entry=_GRADIENT_ENTRY, details=details, lengths_optional=True,
-                                  rollout_correction=self.correction)  # fmt: skip
+                                  rollout_correction=self.correction, async_groups=ASYNC_GROUPS)  # fmt: skip
         super().__init__(info, level)
 
     def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
@@ -348,6 +353,9 @@ class ArealTarget(Built):
         loss = self.loss_fn(logp, torch.zeros_like(logp), data)
         (grad,) = torch.autograd.grad(loss, logp)
         return {"advantages": adv, "coefficients": -grad.double().numpy(), "mask": data["loss_mask"].double().numpy()}
+
+    def async_groups(self, arrival: dict[str, Any]) -> dict[str, Any]:
+        return {"steps": _deliveries(self.actors(int(arrival["G"])), arrival)}
 
     def three_policy(self, rewards: np.ndarray, G: int, lengths: np.ndarray, rollout: dict[str, Any]) -> dict[str, Any]:
         """The decoupled loss given the rollout engine's log-probabilities ``logprobs`` = log π_old − X beside the
@@ -386,6 +394,40 @@ class ArealTarget(Built):
         (grad,) = torch.autograd.grad(loss, logp)
         rows = {"coefficients": -grad, "mask": mask.double(), "old_logps": old}
         return {"advantages": adv, **{k: np.stack([_response(r) for r in v]) for k, v in rows.items()}}
+
+
+#: what AReaL's trainer is given of asynchronous groups (the probe's ``async_groups`` settings): no staleness bound
+#: of its own (``rollout.max_head_offpolicyness`` holds back new rollouts; an accepted answer is never dropped for
+#: age), and answers of several weight versions in one batch by design (the decoupled loss's π_prox)
+ASYNC_GROUPS = {
+    "max_staleness": None,
+    "setting": "rollout.max_head_offpolicyness bounds admission, not the trainer's batch",
+    "documented": {"group_mixed_versions": "AReaL's asynchronous RL: a batch's answers of several versions"},
+}
+
+
+def _deliveries(actor: Any, arrival: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each delivery as the trainer's batch: one dict per group as the rollout workflow leaves it (a group short of
+    G as ``GroupedRolloutWorkflow`` keeps what came back), through ``PPOActor.compute_advantages``."""
+    from areal.utils.data import concat_padded_tensors
+
+    prox = bool(actor.config.should_compute_prox_logp())
+    steps = []
+    for step in arrival["steps"]:
+        if any(r is None for r in step["reward"]) or not all(step["length"]):
+            raise NotImplementedError("AReaL: the trainer's batch holds a float reward and tokens for every answer")
+        groups = list(dict.fromkeys(step["group"]))
+        order = [j for g in groups for j, k in enumerate(step["group"]) if k == g]
+        batch = []
+        for g in groups:
+            rows = [j for j in order if step["group"][j] == g]
+            trajs = [_trajectory(step["reward"][j], step["length"][j], prox) for j in rows]
+            for traj, j in zip(trajs, rows):
+                traj["versions"][traj["versions"] >= 0] = int(step["version"][j])
+            batch.append(concat_padded_tensors(trajs))
+        values = _answer_values(actor.compute_advantages(batch))
+        steps.append({"trained": [step["id"][j] for j in order], "advantages": values.tolist()})
+    return steps
 
 
 def rollout_settings(actor: Any) -> dict[str, Any] | None:

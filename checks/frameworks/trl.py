@@ -92,20 +92,21 @@ def reward_components(spec: FrameworkSpec, args: Any) -> int:
     return 2 if "multi_objective_aggregation" in user_keys(spec) else 1
 
 
-def _reward_funcs(args: Any, state: dict[str, Any], components: int) -> list[Callable[..., list[float]]]:
+def _reward_funcs(args: Any, state: dict[str, Any], components: int) -> list[Callable[..., list[float | None]]]:
     """One reward function per component: column j of ``state["rewards"]`` when it is (n, K); the audit's
     rewards otherwise, carried by the first function of nonzero weight (divided by its weight, so that the
     weighted sum is the rewards themselves) with the others 0."""
     pivot, weight = _pivot(args)
 
-    def make(j: int) -> Callable[..., list[float]]:
-        def reward_fn(completions: list[Any], **kwargs: Any) -> list[float]:
+    def make(j: int) -> Callable[..., list[float | None]]:
+        def reward_fn(completions: list[Any], **kwargs: Any) -> list[float | None]:
             r = state["rewards"]
             if r is None or len(r) != len(completions):
                 raise RuntimeError("reward batch and completion batch differ in length")
             if r.ndim == 2:
                 return [float(v) for v in r[:, j]]
-            return [float(v) / weight if j == pivot else 0.0 for v in r]
+            none = state.get("none", ())  # the rows whose every reward function returns None
+            return [None if i in none else float(v) / weight if j == pivot else 0.0 for i, v in enumerate(r)]
 
         reward_fn.__name__ = f"component_{j}" if components > 1 else "reward_fn"
         return reward_fn
@@ -262,6 +263,37 @@ def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> 
         return trainer._generate_and_score_completions(inputs)
 
 
+#: what TRL's trainer is given of asynchronous groups (the probe's ``async_groups`` settings): it samples each
+#: prompt's G answers together at the current weights, so a group never arrives short, split, late or across
+#: versions (those cases are not run); a reward function may return None for an answer, which TRL documents as
+#: ignored (an answer every function returns None for: nansum made it a 0 before 1.6.0, trl #5902)
+ASYNC_GROUPS = {
+    "max_staleness": None,
+    "setting": "GRPOTrainer samples each prompt's num_generations answers together",
+}
+
+
+def _deliveries(trainer: Any, state: dict[str, Any], arrival: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each delivery scored by ``_generate_and_score_completions``, its groups in blocks of G; a None reward is
+    the reward functions' None (the answers' lengths do not reach TRL's advantages)."""
+    G, steps = int(arrival["G"]), []
+    for step, now in zip(arrival["steps"], arrival["versions"]):
+        groups = list(dict.fromkeys(step["group"]))
+        if any(step["group"].count(g) != G for g in groups) or set(step["version"]) != {now}:
+            raise NotImplementedError("TRL samples each prompt's G answers together, at the current weights")
+        order = [j for g in groups for j, k in enumerate(step["group"]) if k == g]
+        rewards = [step["reward"][j] for j in order]
+        state["none"] = {i for i, r in enumerate(rewards) if r is None}
+        try:
+            with _advantages_only(trainer):
+                out = _score(trainer, state, np.array([0.0 if r is None else r for r in rewards]), G)
+        finally:
+            state["none"] = set()
+        advantages = out["advantages"].detach().cpu().numpy().astype(np.float64)
+        steps.append({"trained": [step["id"][j] for j in order], "advantages": advantages.tolist()})
+    return steps
+
+
 def build(spec: FrameworkSpec, level: str) -> TrlTarget:
     """The target of ``spec`` at ``level`` (:mod:`.contract`)."""
     return TrlTarget(spec, level)
@@ -300,7 +332,9 @@ class TrlTarget(Built):
         self.words = [int(i) for i in trainer.processing_class.convert_tokens_to_ids(["a", "b", "c", "d"])]
         info = _info(spec, args, "GRPOTrainer.compute_loss (autograd)", components)
         details = {**info.details, "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no"))}
-        info = replace(info, details=details, lengths_optional=True, off_policy=self.off_policy_info)
+        info = replace(
+            info, details=details, lengths_optional=True, off_policy=self.off_policy_info, async_groups=ASYNC_GROUPS
+        )
         if getattr(args, "use_vllm", False):
             unavailable = "use_vllm: the split step's rank processes do not stand in the engine yet"
             info = replace(info, rollout_correction=correction_settings(args), step_unavailable=unavailable)
@@ -326,6 +360,9 @@ class TrlTarget(Built):
         words = (self.words, int(settings.get("seed", 0)))  # the answers' words from the seed
         inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, words)
         return _off_policy_step(self.trainer, self.kept, inputs, settings, self.off_policy_info)
+
+    def async_groups(self, arrival: dict[str, Any]) -> dict[str, Any]:
+        return {"steps": _deliveries(self.trainer, self.state, arrival)}
 
     def three_policy(self, rewards: np.ndarray, G: int, lengths: np.ndarray, rollout: dict[str, Any]) -> dict[str, Any]:
         """The step given the rollout engine's log-probabilities (:func:`.trl_rollout.rollout_step`)."""

@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from grpo_identity.checks.measure.rollout import attempt
 from grpo_identity.checks.report import Finding
 
 __all__ = ["CASES", "audit_arrival", "numpy_arrival_target"]
@@ -136,12 +137,14 @@ def audit_arrival(
     target: Callable[..., Any], settings: dict[str, Any], cases: tuple[str, ...] = tuple(CASES)
 ) -> tuple[dict[str, Any], list[Finding]]:
     """Probe an asynchronous-groups target (the module docstring): the measurements and their findings."""
-    from grpo_identity.checks.measure.rollout import attempt
-
     t0 = time.perf_counter()
     staleness = settings.get("max_staleness")
     staleness = None if staleness is None else int(staleness)
-    calibrated = _calibrate(target)
+    calibrated, (outcome, message) = attempt(functools.partial(_calibrate, target))
+    if calibrated is None:  # whole fresh groups: a target that cannot train them is not probed further
+        from grpo_identity.checks.calls.target import TargetError
+
+        raise TargetError(f"whole fresh groups {outcome}: {message}")
     out: dict[str, Any] = {"max_staleness": staleness, "calibrated": calibrated, "cases": {}}
     problems: list[Finding] = []
     for case in cases:
@@ -150,7 +153,7 @@ def audit_arrival(
             continue
         request = _request(steps)
         got, (outcome, message) = attempt(functools.partial(_call, target, request))
-        if got is None:
+        if got is None:  # refused, crashed, or the driver cannot deliver it to this framework (unsupported)
             out["cases"][case] = {"outcome": outcome, "message": message}
             if outcome == "crashed":
                 said = f"{_MESSAGES['async_crash_or_nan']} ({message})"
@@ -194,8 +197,10 @@ def _judge(target: Callable[..., Any], case: str, spec: dict[str, Any], got: lis
             said = f"{_MESSAGES['group_baseline_foreign']} (answers {unknown} trained twice, or never sent)"
             problems.append(Finding("group_baseline_foreign", said, {"answers": unknown}))
         seen.update(trained)
-        for g in sorted({answer[i]["group"] for i in trained if i in answer}):
-            ids = [i for i in trained if i in answer and answer[i]["group"] == g]
+        # an answer with no reward given an advantage of exactly 0 moves nothing: it is not trained in effect
+        pushed = [i for i in trained if i in answer and not (answer[i]["reward"] is None and trained[i] == 0.0)]
+        for g in sorted({answer[i]["group"] for i in pushed}):
+            ids = [i for i in pushed if answer[i]["group"] == g]
             problems += _cohort(target, case, spec, answer, got[t], ids, spec["versions"][t], staleness, calibrated)
     return problems
 
@@ -212,7 +217,10 @@ def _cohort(target: Callable[..., Any], case: str, spec: dict[str, Any], answer:
         return [Finding("async_crash_or_nan", said, where)]
     problems = []
     if any(answer[i]["reward"] is None for i in ids):
-        problems.append(Finding("reward_none_trained", _MESSAGES["reward_none_trained"], where))
+        zero = np.array([answer[i]["reward"] or 0.0 for i in ids], dtype=np.float64)
+        said = _MESSAGES["reward_none_trained"]
+        said += ", as a reward of 0 in its group's baseline" if _baseline_fit(zero, adv, zero)[1] <= TOL else ""
+        problems.append(Finding("reward_none_trained", said, where))
     if staleness is not None and any(version - answer[i]["version"] > staleness for i in ids):
         lag = max(version - answer[i]["version"] for i in ids)
         said = f"{_MESSAGES['staleness_ignored']} ({lag} versions behind, the bound {staleness})"
@@ -250,10 +258,10 @@ def _alone(target: Callable[..., Any], answers: list[dict[str, Any]]) -> float |
     r = np.array([a["reward"] for a in group], dtype=np.float64)
     if r.max() == r.min():
         return None
-    try:
-        got = _call(target, _request([group]))[0]
-    except (ValueError, TypeError, KeyError, RuntimeError):
+    got, _ = attempt(functools.partial(_call, target, _request([group])))  # a group the target declines: unscaled
+    if got is None:
         return None
+    got = got[0]
     trained = [i for i in range(len(group)) if i in got and group[i]["length"] > 0]
     if not trained:
         return None
@@ -283,7 +291,11 @@ def _findings(out: dict[str, Any], problems: list[Finding], settings: dict[str, 
     refused = [c for c, v in out["cases"].items() if v["outcome"] == "refused"]
     if refused:
         notes.append(f"refused (a ValueError): {', '.join(refused)}")
-    extra = [Finding("async_groups", "; ".join(notes), {"refused": refused}, "note")] if notes else []
+    unsupported = {c: v["message"] for c, v in out["cases"].items() if v["outcome"] == "unsupported"}
+    for said in dict.fromkeys(unsupported.values()):
+        notes.append(f"{', '.join(c for c, s in unsupported.items() if s == said)} not run ({said})")
+    evidence = {"refused": refused, "unsupported": sorted(unsupported)}
+    extra = [Finding("async_groups", "; ".join(notes), evidence, "note")] if notes else []
     return [*found.values(), *extra]
 
 
@@ -292,7 +304,7 @@ _MESSAGES = {
     "statistic entered it, or one of its answers was left out)",
     "empty_answer_dropped": "the answer with no tokens is left out of its group's baseline; it was sampled with the "
     "group and has a reward, so the others' advantages move",
-    "reward_none_trained": "an answer with no reward is trained on: its None was filled in and entered the baseline",
+    "reward_none_trained": "an answer with no reward is trained on",
     "staleness_ignored": "answers older than the staleness bound are trained on",
     "group_mixed_versions": "one group's baseline mixes answers of several weight versions: not one group of the "
     "theorem (answers sampled from one policy)",

@@ -253,7 +253,7 @@ def _explained(fit: tuple[str, bool, float]) -> bool:
 def _missing(batches: list[_Calls], equal: list[np.ndarray], cap: float, low: float) -> dict[str, Any]:
     """What the step does without rollout log-probabilities: 'refused', 'on-policy' (ω as with equal ones),
     'filled with 0' (ω fits the estimator of log π_old − 0), 'non-finite', 'crashed' or 'other'."""
-    outs, (outcome, message) = attempt(lambda: [b.call(None) for b in batches])
+    outs, (outcome, message) = _attempt_step(lambda: [b.call(None) for b in batches])
     if outs is None:
         return {"missing": outcome, "missing_message": message}
     got = [b.weights(out) for b, out in zip(batches, outs)]
@@ -267,8 +267,9 @@ def _missing(batches: list[_Calls], equal: list[np.ndarray], cap: float, low: fl
 
 def attempt(call: Callable[[], Any]) -> tuple[Any, tuple[str, str]]:
     """``call()``'s output and ('', ''), or None and how the target declined: ('refused', its message) for a
-    ValueError, ('crashed', its message) for any other exception.  A target that died, hung or answered
-    malformed ends the probe; so does a driver that could not run the step (:func:`_driver_failed`)."""
+    ValueError, ('crashed', its message) for any other exception, ('unsupported', its message) where the driver
+    could not run the step (:func:`_driver_failed`: that says nothing of the framework).  A target that died, hung
+    or answered malformed ends the probe."""
     from grpo_identity.checks.calls.target import TargetError
 
     try:
@@ -276,21 +277,29 @@ def attempt(call: Callable[[], Any]) -> tuple[Any, tuple[str, str]]:
     except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
         if isinstance(exc, TargetError) and type(exc) is not TargetError:  # it died, hung or answered malformed
             raise
-        _driver_failed(exc)
-        return None, ("refused" if _refusal(exc) else "crashed", _said(exc))
+        outcome = "unsupported" if _driver_failed(exc) else "refused" if _refusal(exc) else "crashed"
+        return None, (outcome, _said(exc))
 
 
-def _driver_failed(exc: BaseException) -> None:
-    """Re-raise, as the probe's own failure (a note), what the driver raised: it could not run the step (an
-    ``AdapterError``, a method it does not have), which says nothing of the framework."""
+def _attempt_step(call: Callable[[], Any]) -> tuple[Any, tuple[str, str]]:
+    """:func:`attempt`, a driver that could not run the step ending the probe (a note)."""
+    from grpo_identity.checks.calls.target import TargetError
+
+    got, (outcome, message) = attempt(call)
+    if outcome == "unsupported":
+        raise TargetError(f"the driver could not run the three-policy step: {message}")
+    return got, (outcome, message)
+
+
+def _driver_failed(exc: BaseException) -> bool:
+    """Whether the driver raised it: it could not run the step (an ``AdapterError``, a method it does not have)."""
     from grpo_identity.checks.calls.target import TargetError
     from grpo_identity.checks.frameworks import AdapterError
 
     text = str(exc)
-    if isinstance(exc, (AdapterError, NotImplementedError)) or (
+    return isinstance(exc, (AdapterError, NotImplementedError)) or (
         type(exc) is TargetError and text.startswith(("AdapterError", "NotImplementedError"))
-    ):
-        raise TargetError(f"the driver could not run the three-policy step: {text.splitlines()[0] if text else exc}")
+    )
 
 
 def _refusal(exc: BaseException) -> bool:
@@ -319,7 +328,7 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
     for name, value in zip(NON_FINITE_NAMES, NON_FINITE):
         x = b.x.copy()
         x[row, t] = value
-        got, (outcome, message) = attempt(functools.partial(b.call, x))
+        got, (outcome, message) = _attempt_step(functools.partial(b.call, x))
         if got is None:
             outcomes[name], said = outcome, said or message
             continue

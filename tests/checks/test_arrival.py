@@ -137,6 +137,31 @@ def test_the_gradient_audit_runs_the_probe_for_a_target_that_announces_it():
     target.grpo_identity_info = {"async_groups": {"max_staleness": 1}}  # type: ignore[attr-defined]
     report = audit_gradient(target, name="async")
     assert report.inferred.async_groups["cases"]["none"]["problems"] == ["reward_none_trained"]
-    assert {f.property: f.severity for f in report.findings}.get("reward_none_trained") == "fail"
+    found = {f.property: f for f in report.findings}
+    assert (
+        found["reward_none_trained"].severity == "fail" and "as a reward of 0" in found["reward_none_trained"].message
+    )
     assert report.verdict == "fail" and "asynchronous groups (staleness bound 1" in report.format()
     assert report.to_dict()["inferred"]["async_groups"]["max_staleness"] == 1
+
+
+def test_a_case_the_driver_cannot_deliver_is_a_note_naming_it_and_whole_groups_it_cannot_train_end_the_probe():
+    def synchronous(r: Any, G: int, L: Any, request: dict[str, Any]) -> dict[str, Any]:
+        steps = request["arrival"]["steps"]
+        if any(len(set(step["version"])) > 1 for step in steps):
+            raise NotImplementedError("this trainer samples every answer at the current weights")
+        return numpy_arrival_target(r, G, L, request)
+
+    out, findings = audit_arrival(synchronous, {"max_staleness": None})
+    assert out["cases"]["mixed"]["outcome"] == "unsupported"
+    (note,) = findings
+    assert note.property == "async_groups" and note.counterexample["unsupported"] == ["mixed"]
+    assert "mixed not run (NotImplementedError: this trainer samples" in note.message
+
+    def nothing(r: Any, G: int, L: Any, request: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError("no deliveries here")
+
+    from grpo_identity.checks.calls.target import TargetError
+
+    with pytest.raises(TargetError, match="whole fresh groups unsupported: NotImplementedError: no deliveries"):
+        audit_arrival(nothing, {"max_staleness": 1})

@@ -476,7 +476,8 @@ def test_the_decoupled_losss_rejection_sampling_is_read_from_its_gradient(capsys
     """1.0.4's actor.rejection_sampling, clamped at 2: min(r, 2) per token beside the recomputed π_old, 1 on-policy;
     non-finite log-ratios are taken as 0 (weight 1) without a word; a batch without logprobs crashes (KeyError)."""
     rs = "actor.rejection_sampling."
-    _, out = _audit(capsys, "--set", "actor.use_decoupled_loss=true", "--set", rs + "action=clamp", "--set",
+    group = ("--set", "actor.reward_norm.mean_level=group", "--set", "actor.reward_norm.std_level=group")
+    _, out = _audit(capsys, *group, "--set", "actor.use_decoupled_loss=true", "--set", rs + "action=clamp", "--set",
                     rs + "upper=2.0", "--level", "gradient")  # fmt: skip
     fit = out["inferred"]["three_policy"]
     assert (fit["estimator"], fit["documented"], fit["in_graph"]) == ("token_truncate", "token_truncate", False)
@@ -484,3 +485,8 @@ def test_the_decoupled_losss_rejection_sampling_is_read_from_its_gradient(capsys
     assert fit["non_finite_weights"] == {"log mu = -inf": 1.0, "log mu = NaN": 1.0, "r = e^90": 2.0}
     found = {f["property"]: f["severity"] for f in out["findings"]}
     assert (found["rollout_logps_missing"], found["rollout_logps_non_finite"]) == ("fail", "deviation")
+    # asynchronous groups: a short group is cut into fixed strides of G (areal #1419), mixed versions by design
+    cases = out["inferred"]["async_groups"]["cases"]
+    assert cases["short"]["problems"] == cases["split"]["problems"] == ["group_baseline_foreign"]
+    assert (found["group_baseline_foreign"], found["group_mixed_versions"]) == ("fail", "deviation")
+    assert cases["none"]["outcome"] == cases["empty"]["outcome"] == "unsupported"

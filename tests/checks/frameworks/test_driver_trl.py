@@ -160,10 +160,11 @@ def test_releases_prints_one_line_per_release(capsys):
         env_or_skip("trl", release)
     code = main(["audit", "trl", "--releases", "0.22.0,1.16.0", "--max-examples", "5"])
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
-    assert code == 0 and len(lines) == 2
+    assert code == 1 and len(lines) == 2
     # the default level (gradient): each release's advantages, and its default loss_type's weight
-    # (0.22: bnpo, 1.16: dapo; both normalise by the batch's tokens)
-    assert lines[0].startswith("trl 0.22.0: DEVIATION  matches dr_grpo")
+    # (0.22: bnpo, 1.16: dapo; both normalise by the batch's tokens); 0.22 fails: an answer every reward function
+    # returns None for enters its group's baseline as 0 (trl #5902, fixed in 1.6.0)
+    assert lines[0].startswith("trl 0.22.0: FAIL  matches dr_grpo")
     assert lines[1].startswith("trl 1.16.0: DEVIATION  matches trl")
     assert np.all([" (centre mean" in ln and "per-sample weight 1/step_tokens" in ln for ln in lines])
 
@@ -312,15 +313,18 @@ def test_trl_0_22_2s_dapo_normaliser_counts_the_truncated_answers_it_masks_and_1
     _need_trl()
     env_or_skip("trl", "0.22.2")
     sets = ["--set", "loss_type=dapo", "--set", "mask_truncated_completions=true", "--max-examples", "5", "--json"]
-    found = {}
+    found, nones = {}, {}
     for release in ("0.22.2", None):
         main(["audit", "trl", *(["--release", release] if release else []), *sets])
         out = _json(capsys)
         found[release] = [f for f in out["findings"] if f["property"] == "masked_normaliser"]
         assert out["inferred"]["step"]["weight"] == "1/step_tokens"
+        nones[release] = out["inferred"]["async_groups"]["cases"]["none"]["problems"]
     # 0.22.2: num_items_in_batch is the completion lengths' sum, taken before truncated answers are masked
     assert found["0.22.2"] and found["0.22.2"][0]["counterexample"]["masked_tokens"] == 12
     assert not found[None]
+    # an answer every reward function returns None for: nansum's 0 in its group's baseline until trl #5902 (1.6.0)
+    assert nones == {"0.22.2": ["reward_none_trained"], None: []}
 
 
 @pytest.mark.slow
