@@ -22,6 +22,10 @@ log μ (per answer), and treats ω as a constant of the step (detached).  G11 sa
    (log μ := 0) turn the weight into π_old(y_t) itself; where μ covers π_old's support (μ_v > 0 wherever
    π_old,v > 0: what a sampler's top-p/top-k breaks) the token ratio is unbiased, Σ_v μ_v·(π_v/μ_v) = Σ_v π_v
    (= 1) over any vocabulary of V tokens (symbolic V).
+5. **A truncating sampler.**  Top-p/top-k sampling renormalised over the kept tokens (vLLM's processed
+   log-probabilities: μ_v = π_v/S, S the kept mass under π_old) gives every sampled token r = S, whatever the
+   token: the truncated weight is S < 1 where the policies agree, and the sequence product S^L (trl #6789, where
+   the bias is measured; replaying the truncation on the trainer's side makes r = 1 again).
 
 **Method.**  As G10: each region of the token's ratio is a point that runs over the whole region (positive
 symbols), every condition is decided by :func:`~grpo_identity.proofs.offpolicy.decide`, sums keep a symbolic
@@ -152,8 +156,24 @@ def _failures(f: Formulas) -> list[Claim]:
     ]  # fmt: skip
 
 
+def _truncated_sampler(f: Formulas) -> list[Claim]:
+    """A sampler that keeps part of the vocabulary (top-p, top-k, min-p) and renormalises over it, as vLLM's
+    processed log-probabilities do: μ_v = π_v/S on the kept set, S its mass under π_old (trl #6789)."""
+    kept = 1 / (1 + _a)  # S, 0 < S < 1
+    p = kept / (1 + _lam)  # a kept token's probability under π_old (below S)
+    ratio = sp.exp(sp.expand_log(sp.log(p) - sp.log(p / kept), force=True))  # π_old/μ of the sampled token
+    return [
+        Claim("a sampler renormalised over its kept mass S: the sampled token's ratio is S, whatever the token",
+              ratio, kept),
+        Claim("... so its truncated weight (C >= 1) is S < 1, not 1, at the same weights",
+              decide(f.truncated_weight(ratio, 1 + _c).rewrite(sp.Piecewise)), kept),
+        Claim("... and the sequence product S^L: exponentially small in the answer's length (symbolic L)",
+              _with(f.sequence_product_ratio(x, L), sp.log(kept)), kept**L),
+    ]  # fmt: skip
+
+
 def _g11(f: Formulas) -> list[Claim]:
-    return _weighted(f) + _estimators(f) + _on_policy(f) + _failures(f)
+    return _weighted(f) + _estimators(f) + _on_policy(f) + _failures(f) + _truncated_sampler(f)
 
 
 G11 = Theorem(
@@ -171,8 +191,10 @@ G11 = Theorem(
     "on-policy token by C.  A weight recomputed from π_θ and kept in the graph doubles the gradient of a token "
     "whose PPO clip is open, below the cap (the flat cap carries none above it); log μ filled with 0 makes the "
     "weight π_old(y); where μ covers π_old's support the token ratio is unbiased, Σ_v μ_v·π_v/μ_v = Σ_v π_v = 1 "
-    "(symbolic V).  Not covered: the bias of a truncated or masked weight "
-    "in expectation, other KL or clip forms, what a sampler's top-p/top-k does to μ.",
+    "(symbolic V).  A sampler that keeps part of the vocabulary (top-p, top-k) and renormalises over it "
+    "(μ_v = π_v/S, S the kept mass) gives every sampled token the ratio S, whatever the token: a truncated "
+    "weight S < 1 at the same weights, a sequence product S^L (symbolic L).  Not covered: the bias of a truncated "
+    "or masked weight in expectation, other KL or clip forms.",
     "beyond the paper (§Limits: every step after the first)",
     "theta real (one coordinate); log-probabilities differentiable in theta; omega, C, alpha, beta positive and "
     "constant in theta (detached) except where stated; the in-graph claim without the PPO clip (rho = 1 or the "
