@@ -106,23 +106,27 @@ def _request(steps: list[list[dict[str, Any]]]) -> dict[str, Any]:
     return {"arrival": spec}
 
 
-def _call(target: Callable[..., Any], request: dict[str, Any]) -> list[dict[int, float]]:
-    """The target's trained answers per step, id → advantage."""
+def _deliver(target: Callable[..., Any], request: dict[str, Any]) -> tuple[list[dict[int, float]] | None, str, str]:
+    """The target's trained answers per step (id → advantage), or None with how it declined ('refused', 'crashed',
+    'unsupported') and its message.  An answer of another shape is a ValueError: the probe's output is malformed
+    (a note that ends it), not the target refusing."""
     from grpo_identity.checks.frameworks import answer_lengths
     from grpo_identity.checks.measure.infer import probe_batch
 
     r = probe_batch(G)
-    out = target(r, G, answer_lengths(r.size), request)
-    steps = out["steps"]
-    if len(steps) != len(request["arrival"]["steps"]):
-        raise ValueError(f"{len(steps)} steps returned for {len(request['arrival']['steps'])} delivered")
+    out, (outcome, message) = attempt(functools.partial(target, r, G, answer_lengths(r.size), request))
+    if out is None:
+        return None, outcome, message
+    steps = out["steps"] if isinstance(out, dict) and "steps" in out else None
+    if not isinstance(steps, list) or len(steps) != len(request["arrival"]["steps"]):
+        raise ValueError(f"{len(request['arrival']['steps'])} steps delivered, the answer is not a list of as many")
     got = []
     for s in steps:
         ids, adv = [int(i) for i in s["trained"]], np.asarray(s["advantages"], dtype=np.float64).reshape(-1)
         if adv.size != len(ids):
             raise ValueError(f"{adv.size} advantages for {len(ids)} trained answers")
         got.append(dict(zip(ids, adv.tolist())))
-    return got
+    return got, "", ""
 
 
 def _baseline_fit(rewards: np.ndarray, adv: np.ndarray, base: np.ndarray) -> tuple[float, float]:
@@ -140,11 +144,7 @@ def audit_arrival(
     t0 = time.perf_counter()
     staleness = settings.get("max_staleness")
     staleness = None if staleness is None else int(staleness)
-    calibrated, (outcome, message) = attempt(functools.partial(_calibrate, target))
-    if calibrated is None:  # whole fresh groups: a target that cannot train them is not probed further
-        from grpo_identity.checks.calls.target import TargetError
-
-        raise TargetError(f"whole fresh groups {outcome}: {message}")
+    calibrated = _calibrate(target)
     out: dict[str, Any] = {"max_staleness": staleness, "calibrated": calibrated, "cases": {}}
     problems: list[Finding] = []
     for case in cases:
@@ -152,7 +152,7 @@ def audit_arrival(
         if steps is None:
             continue
         request = _request(steps)
-        got, (outcome, message) = attempt(functools.partial(_call, target, request))
+        got, outcome, message = _deliver(target, request)
         if got is None:  # refused, crashed, or the driver cannot deliver it to this framework (unsupported)
             out["cases"][case] = {"outcome": outcome, "message": message}
             if outcome == "crashed":
@@ -170,9 +170,14 @@ def audit_arrival(
 def _calibrate(target: Callable[..., Any]) -> bool:
     """Whether the target's advantages of whole fresh groups are centred on their group's mean (else the baseline
     check does not apply: a variant without a baseline)."""
+    from grpo_identity.checks.calls.target import TargetError
+
     whole = _answers(0, [1.0, 0.0, 0.0, 0.0]) + _answers(1, [1.0, 1.0, 1.0, 0.0]) + _answers(2, [0.0, 1.0, 1.0, 0.0])
     request = _request([whole])
-    got = _call(target, request)[0]
+    steps, outcome, message = _deliver(target, request)
+    if steps is None:  # a target that cannot train whole fresh groups is not probed further
+        raise TargetError(f"whole fresh groups {outcome}: {message}")
+    got = steps[0]
     spec = request["arrival"]["steps"][0]
     for g in (0, 1, 2):
         ids = [i for i, k in zip(spec["id"], spec["group"]) if k == g]
@@ -258,10 +263,10 @@ def _alone(target: Callable[..., Any], answers: list[dict[str, Any]]) -> float |
     r = np.array([a["reward"] for a in group], dtype=np.float64)
     if r.max() == r.min():
         return None
-    got, _ = attempt(functools.partial(_call, target, _request([group])))  # a group the target declines: unscaled
-    if got is None:
+    steps, _, _ = _deliver(target, _request([group]))
+    if steps is None:  # a group the target declines alone: its scale is not checked
         return None
-    got = got[0]
+    got = steps[0]
     trained = [i for i in range(len(group)) if i in got and group[i]["length"] > 0]
     if not trained:
         return None

@@ -165,3 +165,13 @@ def test_a_case_the_driver_cannot_deliver_is_a_note_naming_it_and_whole_groups_i
 
     with pytest.raises(TargetError, match="whole fresh groups unsupported: NotImplementedError: no deliveries"):
         audit_arrival(nothing, {"max_staleness": 1})
+
+
+def test_a_malformed_answer_ends_the_probe_as_malformed_not_as_a_refusal():
+    def short_of_one(r: Any, G: int, L: Any, request: dict[str, Any]) -> dict[str, Any]:
+        out = numpy_arrival_target(r, G, L, request)
+        out["steps"][0]["advantages"] = out["steps"][0]["advantages"][:-1]
+        return out
+
+    with pytest.raises(ValueError, match="advantages for 12 trained answers"):
+        audit_arrival(short_of_one, {"max_staleness": 1})
