@@ -444,8 +444,15 @@ _KINDS = (
         "group_baseline_foreign",
         "async",
         _DF,
-        "A group's baseline or scale is not its own answers': another group's reward, a batch-wide statistic or a "
-        "dropped answer entered it (a short or split group falling back to the batch, say).",
+        "A group's baseline is not its own answers' mean: another group's reward, a batch-wide mean or a dropped "
+        "answer entered it (a short or split group falling back to the batch, say).",
+    ),
+    FindingKind(
+        "group_scale_foreign",
+        "async",
+        _DF,
+        "A group's advantages are centred on its own answers but scaled by a statistic of others (a batch-wide σ): "
+        "a deviation where the configuration documents it.",
     ),
     FindingKind(
         "empty_answer_dropped",
@@ -467,6 +474,13 @@ _KINDS = (
         _DF,
         "One group's baseline mixes answers of several weight versions (a group resumed across updates): not one "
         "group of the theorem; a deviation where the configuration documents it.",
+    ),
+    FindingKind(
+        "answers_lost_or_repeated",
+        "async",
+        _F,
+        "An answer is trained twice or was never sent, or one with a reward and tokens (within the bound, of its "
+        "group's newest version) is never trained while the rest of its group is.",
     ),
     FindingKind(
         "async_crash_or_nan",

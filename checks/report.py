@@ -322,10 +322,15 @@ class AsyncGroupsFit(TypedDict, total=False):
     max_staleness: int | None
     """The staleness bound the target announced (None: none, so late answers are not checked)."""
     calibrated: bool
-    """Whole fresh groups' advantages are centred on their group's mean, so the baseline check applies."""
+    """Whole fresh groups' advantages are a·(r − r̄), a > 0, so a group's mean baseline is checked against it."""
+    isolated: bool
+    """Whole fresh groups in one batch get what each gets alone (no batch statistic), so each group is checked
+    against the same answers delivered alone."""
+    calibration: list[str]
+    """The findings of the whole fresh groups (a batch statistic, answers left untrained, a crash)."""
     cases: dict[str, dict[str, Any]]
-    """Per case (``CASES``): 'trained' (with the answers trained per step and the findings' names), 'refused' or
-    'crashed' (with the message)."""
+    """Per case (``CASES``): 'trained' (with the answers trained per step, the findings' names, and per step),
+    'refused', 'crashed' or 'unsupported' (a delivery the driver cannot give its framework; with the message)."""
     seconds: float
 
 
@@ -639,12 +644,17 @@ def _async_groups_section(fit: AsyncGroupsFit) -> list[str]:
     if not fit:
         return []
     bound = fit.get("max_staleness")
-    lines = ["", f"asynchronous groups (staleness bound {'none announced' if bound is None else bound}; baseline "
-             f"{'checked' if fit.get('calibrated') else 'not checked: no group-mean baseline'}):"]  # fmt: skip
+    judged = (
+        "against the same answers alone" if fit.get("isolated", True) else "not: whole groups share a batch statistic"
+    )
+    judged += "" if fit.get("calibrated") else "; no a·(r − r̄) baseline"
+    lines = ["", f"asynchronous groups (staleness bound {'none announced' if bound is None else bound}; each group "
+             f"judged {judged}):"]  # fmt: skip
+    if fit.get("calibration"):
+        lines.append(f"  whole fresh groups: {', '.join(fit['calibration'])}")
+    clean = "as the identity" if fit.get("isolated", True) else "trained (its own baseline not judged)"
     for case, got in (fit.get("cases") or {}).items():
-        said = (
-            got["outcome"] if got["outcome"] != "trained" else ", ".join(got.get("problems") or []) or "as the identity"
-        )
+        said = got["outcome"] if got["outcome"] != "trained" else ", ".join(got.get("problems") or []) or clean
         lines.append(f"  {case}: {said}")
     return lines
 

@@ -24,7 +24,8 @@ log μ (per answer), and treats ω as a constant of the step (detached).  G11 sa
    (= 1) over any vocabulary of V tokens (symbolic V).
 5. **A truncating sampler.**  Top-p/top-k sampling renormalised over the kept tokens (vLLM's processed
    log-probabilities: μ_v = π_v/S, S the kept mass under π_old) gives every sampled token r = S, whatever the
-   token: the truncated weight is S < 1 where the policies agree, and the sequence product S^L (trl #6789, where
+   token: the truncated weight is S < 1 where the policies agree, and the sequence product S^L where every
+   position keeps the mass S (Πₜ Sₜ in general; trl #6789, where
    the bias is measured; replaying the truncation on the trainer's side makes r = 1 again).
 
 **Method.**  As G10: each region of the token's ratio is a point that runs over the whole region (positive
@@ -167,7 +168,7 @@ def _truncated_sampler(f: Formulas) -> list[Claim]:
               ratio, kept),
         Claim("... so its truncated weight (C >= 1) is S < 1, not 1, at the same weights",
               decide(f.truncated_weight(ratio, 1 + _c).rewrite(sp.Piecewise)), kept),
-        Claim("... and the sequence product S^L: exponentially small in the answer's length (symbolic L)",
+        Claim("... and, the same kept mass S at every position, the sequence product S^L (symbolic L)",
               _with(f.sequence_product_ratio(x, L), sp.log(kept)), kept**L),
     ]  # fmt: skip
 
@@ -193,7 +194,8 @@ G11 = Theorem(
     "weight π_old(y); where μ covers π_old's support the token ratio is unbiased, Σ_v μ_v·π_v/μ_v = Σ_v π_v = 1 "
     "(symbolic V).  A sampler that keeps part of the vocabulary (top-p, top-k) and renormalises over it "
     "(μ_v = π_v/S, S the kept mass) gives every sampled token the ratio S, whatever the token: a truncated "
-    "weight S < 1 at the same weights, a sequence product S^L (symbolic L).  Not covered: the bias of a truncated "
+    "weight S < 1 at the same weights, a sequence product S^L where every position keeps the mass S (symbolic L; "
+    "Πₜ Sₜ in general).  Not covered: the bias of a truncated "
     "or masked weight in expectation, other KL or clip forms.",
     "beyond the paper (§Limits: every step after the first)",
     "theta real (one coordinate); log-probabilities differentiable in theta; omega, C, alpha, beta positive and "

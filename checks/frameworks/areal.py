@@ -333,8 +333,9 @@ class ArealTarget(Built):
             self.correction = rollout_settings(self.cfg.actor)
             if self.correction:
                 details["rollout_log_probs"] = "put in after the advantages (computed at μ = π_old: KL reward 0)"
+            groups = async_settings(self.cfg.actor)
             info = info.with_step(self.split.plan(), entry=_GRADIENT_ENTRY, details=details, lengths_optional=True,
-                                  rollout_correction=self.correction, async_groups=ASYNC_GROUPS)  # fmt: skip
+                                  rollout_correction=self.correction, async_groups=groups)  # fmt: skip
         super().__init__(info, level)
 
     def advantages(self, rewards: np.ndarray, G: int, scores: Any = None) -> np.ndarray:
@@ -396,14 +397,21 @@ class ArealTarget(Built):
         return {"advantages": adv, **{k: np.stack([_response(r) for r in v]) for k, v in rows.items()}}
 
 
-#: what AReaL's trainer is given of asynchronous groups (the probe's ``async_groups`` settings): no staleness bound
-#: of its own (``rollout.max_head_offpolicyness`` holds back new rollouts; an accepted answer is never dropped for
-#: age), and answers of several weight versions in one batch by design (the decoupled loss's π_prox)
-ASYNC_GROUPS = {
-    "max_staleness": None,
-    "setting": "rollout.max_head_offpolicyness bounds admission, not the trainer's batch",
-    "documented": {"group_mixed_versions": "AReaL's asynchronous RL: a batch's answers of several versions"},
-}
+def async_settings(actor: Any) -> dict[str, Any]:
+    """``info["async_groups"]``: no staleness bound of the trainer's own (``rollout.max_head_offpolicyness`` holds
+    back new rollouts; an accepted answer is never dropped for age); answers of several weight versions in one batch
+    by design (the decoupled loss's π_prox); a batch-wide σ where a normalisation's ``std_level=batch`` says so."""
+    documented = {"group_mixed_versions": "AReaL's asynchronous RL: a batch's answers of several versions"}
+    batch = [
+        name for name in ("reward_norm", "adv_norm") if getattr(getattr(actor, name), "std_level", None) == "batch"
+    ]
+    if batch:
+        documented["group_scale_foreign"] = ", ".join(f"actor.{name}.std_level=batch" for name in batch)
+    return {
+        "max_staleness": None,
+        "setting": "rollout.max_head_offpolicyness bounds admission, not the trainer's batch",
+        "documented": documented,
+    }
 
 
 def _deliveries(actor: Any, arrival: dict[str, Any]) -> list[dict[str, Any]]:
@@ -411,13 +419,15 @@ def _deliveries(actor: Any, arrival: dict[str, Any]) -> list[dict[str, Any]]:
     G as ``GroupedRolloutWorkflow`` keeps what came back), through ``PPOActor.compute_advantages``."""
     from areal.utils.data import concat_padded_tensors
 
+    from grpo_identity.checks.measure.arrival import group_order
+
     prox = bool(actor.config.should_compute_prox_logp())
     steps = []
     for step in arrival["steps"]:
         if any(r is None for r in step["reward"]) or not all(step["length"]):
             raise NotImplementedError("AReaL: the trainer's batch holds a float reward and tokens for every answer")
         groups = list(dict.fromkeys(step["group"]))
-        order = [j for g in groups for j, k in enumerate(step["group"]) if k == g]
+        order = group_order(step["group"])
         batch = []
         for g in groups:
             rows = [j for j in order if step["group"][j] == g]

@@ -229,11 +229,11 @@ class DriverInfo:
     off_policy: dict[str, Any] | None = None
     """What an off-policy step runs under: the target answers off-policy requests."""
     rollout_correction: dict[str, Any] | None = None
-    async_groups: dict[str, Any] | None = None
-    """The target takes deliveries of asynchronous groups (``max_staleness``, ``setting``, ``documented``;
-    :mod:`grpo_identity.checks.measure.arrival`)."""
     """The configured correction of the rollout engine's log-probabilities (``estimator``, ``cap``, ``low``,
     ``setting``; :mod:`grpo_identity.checks.measure.rollout`): the target answers rollout requests."""
+    async_groups: dict[str, Any] | None = None
+    """How the trainer takes asynchronous groups (``max_staleness``, ``setting``, ``documented``;
+    :mod:`grpo_identity.checks.measure.arrival`): the target answers arrival requests."""
     components: dict[str, Any] | None = None
     """Several reward functions (weights, aggregation): the target takes ``scores``."""
 
@@ -323,14 +323,17 @@ class Built:
         raise NotImplementedError(f"{self.driver_info.framework}: this target takes no rollout log-probabilities")
 
     def async_groups(self, arrival: dict[str, Any]) -> dict[str, Any]:
+        """The advantages of each delivery of ``arrival`` (``{"steps": [{"trained", "advantages"}, ...]}``;
+        :mod:`grpo_identity.checks.measure.arrival`); a NotImplementedError for a delivery the framework cannot
+        be given (the case is then a note)."""
         raise NotImplementedError(f"{self.driver_info.framework}: this target takes no asynchronous deliveries")
 
     def __call__(self, rewards: Any, group_size: int, *extra: Any) -> Any:
         """Level advantage: ``fn(rewards, G[, third])``, the advantages (``third``: see :attr:`third`).  Level
         gradient: ``fn(rewards, G)``, the advantages as an array; ``fn(rewards, G, lengths)``, the gradient
         (``lengths`` None: the advantages, as a dict); ``fn(rewards, G, lengths, request)``: a step (``layout``),
-        an off-policy step (``off_policy``), the step given rollout log-probabilities (``rollout``) or the
-        advantages of several reward columns (``scores``)."""
+        an off-policy step (``off_policy``), the step given rollout log-probabilities (``rollout``), deliveries of
+        asynchronous groups (``arrival``) or the advantages of several reward columns (``scores``)."""
         G = int(group_size)
         if self.level == "advantage" or not extra:
             if len(extra) > 1:

@@ -482,6 +482,17 @@ _SKYRL = FrameworkEntry(
             "--set trainer.max_tokens_per_microbatch=12",
             ("0.3.0",),
         ),
+        # three policies: trainer.algorithm.off_policy_correction (token and sequence TIS, a token mask beside TIS)
+        *(
+            (f"skyrl --set trainer.algorithm.advantage_estimator=grpo --set {more}", _SKYRL_RELEASES)
+            for more in (
+                "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
+                "trainer.algorithm.off_policy_correction.tis_ratio_type=sequence",
+                "trainer.algorithm.off_policy_correction.tis_ratio_type=token --set "
+                "trainer.algorithm.off_policy_correction.token_mask_is_threshold_low=0.5 --set "
+                "trainer.algorithm.off_policy_correction.token_mask_is_threshold_high=2.0",
+            )
+        ),
     ),
 )
 

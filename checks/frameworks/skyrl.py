@@ -169,7 +169,9 @@ class SkyRLTarget(Built):
             if DIFFERENCES["normalize_advantages"].present():
                 entry = entry.replace(", then", ", _normalize_advantages,")
             stand_ins = (*info.stand_ins, *STEP_STAND_INS)
-            info = info.with_step(self.split.plan(cfg), entry=entry, lengths_optional=True, stand_ins=stand_ins)
+            self.correction = rollout_settings(cfg)
+            info = info.with_step(self.split.plan(cfg), entry=entry, lengths_optional=True, stand_ins=stand_ins,
+                                  rollout_correction=self.correction)  # fmt: skip
         super().__init__(info, level)
 
     def config(self, G: int, split: _Split | None = None) -> Any:
@@ -186,6 +188,24 @@ class SkyRLTarget(Built):
         one = _Split(G, r.size // G, r.size // G, r.size, 1).whole_steps()
         out = _run_step(self.config(G, one), one, r, np.asarray(lengths, dtype=int), [0] * r.size)
         return {k: out[k] for k in ("advantages", "coefficients", "mask")}
+
+    def three_policy(self, rewards: np.ndarray, G: int, lengths: np.ndarray, rollout: dict[str, Any]) -> dict[str, Any]:
+        """The gradient's path with the trainer's log π_old (seeded: ``action_log_probs`` and the policy's table,
+        so ρ = 1; the reference the same, so the KL term is 0) and the rollout engine's log π_old − X
+        (``rollout_logprobs``, X 0 off the answer; None: none), ``off_policy_correction`` as configured or all off."""
+        from grpo_identity.checks.measure.rollout import seeded_old_logps
+
+        if not self.correction:
+            raise NotImplementedError(f"{release()}: this config turns no {_OPC} on")
+        r, lengths = np.asarray(rewards, dtype=np.float64).reshape(-1), np.asarray(lengths, dtype=int)
+        one = _Split(G, r.size // G, r.size // G, r.size, 1).whole_steps()
+        live = np.arange(RESPONSE_LENGTH)[None, :] < lengths[:, None]
+        old = seeded_old_logps((r.size, RESPONSE_LENGTH)) * live
+        x = rollout["log_ratio"]
+        engine = None if x is None else old - np.where(live, np.asarray(x, dtype=np.float64), 0.0)
+        cfg = _with_correction(self.config(G, one), bool(rollout["correct"]))
+        out = _run_step(cfg, one, r, lengths, [0] * r.size, logps=(old, engine))
+        return {**{k: out[k] for k in ("advantages", "coefficients", "mask")}, "old_logps": old}
 
     def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
         r = np.asarray(rewards, dtype=np.float64).reshape(-1)
@@ -206,11 +226,14 @@ class SkyRLTarget(Built):
         return data["advantages"][:, 0].double().numpy()
 
 
-def _batch(rewards: np.ndarray, G: int, lengths: np.ndarray, holes: Any = None, first: int = 0) -> Any:
+def _batch(rewards: np.ndarray, G: int, lengths: np.ndarray, holes: Any = None, first: int = 0, logps: Any = None
+           ) -> Any:  # fmt: skip
     """A ``TrainingInputBatch`` of the rows, as the trainer's ``convert_to_training_input`` leaves it: each row a
     prompt of PROMPT_LENGTH tokens and an answer of ``lengths[i]`` tokens (right-padded to RESPONSE_LENGTH), its
     tokens the row's marker (1 + ``first`` + its row), the reward on its last token, ``holes[i]`` tokens from
-    position 1 on out of the loss mask (tool output), ``uids`` its group."""
+    position 1 on out of the loss mask (tool output), ``uids`` its group.  ``logps``: (log π_old, the rollout
+    engine's or None) of the whole request's rows, for the old and reference log-probabilities and
+    ``rollout_logprobs`` (else 0, 0 and None)."""
     import torch
 
     mods = modules()
@@ -238,6 +261,12 @@ def _batch(rewards: np.ndarray, G: int, lengths: np.ndarray, holes: Any = None, 
             "rollout_logprobs": None,
         }
     )
+    if logps is not None:
+        old, engine = logps
+        rows = slice(first, first + n)
+        data["action_log_probs"] = torch.as_tensor(old[rows], dtype=torch.float32)
+        data["base_action_log_probs"] = data["action_log_probs"].clone()  # the reference equal: no KL term
+        data["rollout_logprobs"] = None if engine is None else torch.as_tensor(engine[rows], dtype=torch.float32)
     data.metadata = {
         "uids": [str((first + i) // G) for i in range(n)],
         "response_length": RESPONSE_LENGTH,
@@ -445,6 +474,62 @@ def _refuse_unsupported(cfg: Any, level: str) -> None:
         _whole(budget, "trainer.algorithm.max_seq_len")
 
 
+#: where SkyRL's rollout correction is configured
+_OPC = "trainer.algorithm.off_policy_correction"
+#: the policy losses that read the rollout log-probabilities themselves (the correction cannot be switched off)
+_READS_ENGINE = ("importance_sampling", "rollout_is", "dppo")
+
+
+def _correction(cfg: Any) -> Any:
+    """``off_policy_correction`` as SkyRL's ``validate_cfg`` leaves it: the deprecated ``use_tis`` is token-level
+    TIS capped at ``tis_imp_ratio_cap`` (the driver does not run ``validate_cfg``, which needs a logger)."""
+    algo = cfg.trainer.algorithm
+    if getattr(algo, "use_tis", False):
+        return replace(
+            algo.off_policy_correction, tis_ratio_type="token", token_tis_ratio_clip_high=algo.tis_imp_ratio_cap
+        )
+    return algo.off_policy_correction
+
+
+def _with_correction(cfg: Any, on: bool) -> Any:
+    """``cfg`` with its correction as configured (``on``) or every correction off (the config class's defaults)."""
+    opc = _correction(cfg)
+    deprecated = {"use_tis": False} if hasattr(cfg.trainer.algorithm, "use_tis") else {}
+    algo = replace(cfg.trainer.algorithm, off_policy_correction=opc if on else type(opc)(), **deprecated)
+    return replace(cfg, trainer=replace(cfg.trainer, algorithm=algo))
+
+
+def rollout_settings(cfg: Any) -> dict[str, Any] | None:
+    """``info["rollout_correction"]``: token-level TIS min(r, C) and sequence-level TIS min(Πₜ rₜ, C) as the probe's
+    estimators; with a mask whose bounds the TIS cap never cuts (C ≥ its upper bound), the masked estimator (token
+    ratios in [α, β]: ``token_mask``; the product in its bounds: ``sequence_mask``); other masks (outlier, the
+    geometric mean's) document none (the probe names what it finds).  None where no correction is on, or the
+    policy loss reads the rollout log-probabilities itself."""
+    opc, algo = _correction(cfg), cfg.trainer.algorithm
+    masks = {k: v for k, v in vars(opc).items() if v is not None and ("mask" in k or "outlier" in k) and
+             not k.startswith(("geo_mask", "product_mask"))}  # fmt: skip
+    tis = opc.tis_ratio_type
+    if (tis is None and not masks) or str(algo.policy_loss_type) in _READS_ENGINE:
+        return None
+    cap = {"token": opc.token_tis_ratio_clip_high, "sequence": opc.sequence_tis_ratio_clip_high}.get(tis)
+    estimator, low = (None if masks or tis is None else f"{tis}_truncate"), 0.0
+    token_mask = (opc.token_mask_is_threshold_low, opc.token_mask_is_threshold_high)
+    if tis == "token" and set(masks) == {"token_mask_is_threshold_low", "token_mask_is_threshold_high"}:
+        estimator, (low, high) = ("token_mask", token_mask) if cap >= token_mask[1] else (None, (0.0, cap))
+        cap = high
+    if tis == "sequence" and masks == {"sequence_mask_metric": "product"} and cap >= opc.product_mask_high:
+        estimator, low, cap = "sequence_mask", opc.product_mask_low, opc.product_mask_high
+    said = [f"tis_ratio_type={tis}"] + ([f"clip_high={cap:g}"] if cap is not None else [])
+    said += [f"{k}={v}" for k, v in masks.items()]
+    return {
+        "estimator": estimator,
+        "cap": None if cap is None else float(cap),
+        "low": float(low),
+        "setting": f"{_OPC}: {', '.join(said)}"
+        + (" (use_tis, as validate_cfg maps it)" if getattr(algo, "use_tis", False) else ""),
+    }
+
+
 def objective(cfg: Any) -> dict[str, Any] | None:
     """The documented objective of ``trainer.algorithm.loss_reduction``; seq_mean_token_sum_norm's constant is
     ``trainer.algorithm.max_seq_len`` (the probe's response budget where unset)."""
@@ -513,36 +598,41 @@ def _normalized(cfg: Any, data: Any, bounds: list[tuple[int, int]]) -> Any:
 
 
 def _run_step(
-    cfg: Any, split: _Split, r: np.ndarray, lengths: np.ndarray, holes: list[int], unsplit: Any = None
-) -> dict[str, Any]:
+    cfg: Any, split: _Split, r: np.ndarray, lengths: np.ndarray, holes: list[int], unsplit: Any = None,
+    logps: tuple[np.ndarray, np.ndarray | None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The rows one generation batch after another as the trainer and its policy workers run them (module
     docstring); a last, partial generation batch is never trained (step -1).  ``unsplit`` (a config): the unsplit
-    layout, the same optimizer steps each one micro-batch on one rank under that config."""
+    layout, the same optimizer steps each one micro-batch on one rank under that config.  ``logps``: the
+    three-policy probe's (log π_old, rollout engine's) per row (:func:`_batch`; the policy's table at log π_old)."""
     n, per = r.size, split.prompts * split.group_size
     record, step = _Record(n), 0
     for start in range(0, n - per + 1, per):
         rows = np.arange(start, start + per)
-        batch = _batch(r[rows], split.group_size, lengths[rows], holes[start : start + per], start)
+        batch = _batch(r[rows], split.group_size, lengths[rows], holes[start : start + per], start, logps)
         data = _trainer_advantages(cfg, batch)
         record.read(data, rows)
         bounds = _mini_batches(data, split)
         data = _normalized(unsplit if unsplit is not None else cfg, data, bounds)
+        table = None if logps is None else logps[0]
         if unsplit is None:
-            done = _on_ranks(cfg, split.dp, n, [data[a:b].chunk((b - a) // split.dp) for a, b in bounds])
+            done = _on_ranks(cfg, split.dp, n, [data[a:b].chunk((b - a) // split.dp) for a, b in bounds], table)
         else:
-            done = _on_ranks(unsplit, 1, n, [[data[a:b]] for a, b in bounds])
+            done = _on_ranks(unsplit, 1, n, [[data[a:b]] for a, b in bounds], table)
         for grad, micro in done:
             record.read_step(step, grad, micro)
             step += 1
     return record.result()
 
 
-def _on_ranks(cfg: Any, dp: int, n: int, steps: list[list[Any]]) -> list[tuple[Any, list[list[list[int]]]]]:
+def _on_ranks(cfg: Any, dp: int, n: int, steps: list[list[Any]], table: np.ndarray | None = None
+              ) -> list[tuple[Any, list[list[list[int]]]]]:  # fmt: skip
     """Each optimizer step (its chunk per rank) through a policy worker per rank, the ranks processes of one gloo
-    group: per step, the gradient (averaged over the ranks) and each rank's micro-batches' rows."""
+    group: per step, the gradient (averaged over the ranks) and each rank's micro-batches' rows.  ``table``: the
+    policy's log-probabilities per row (else 0)."""
 
     def rank_body(rank: int) -> list[tuple[Any, list[list[int]]]]:
-        worker = _worker(cfg, dp, n)
+        worker = _worker(cfg, dp, n, table)
         with patched_attributes(_cpu_patches()):
             for chunks in steps:
                 worker.forward_backward(chunks[rank])
@@ -560,7 +650,7 @@ def _cpu_patches() -> list[tuple[Any, str, Any]]:
     return [(torch.cuda, "current_device", lambda: "cpu")]
 
 
-def _worker(cfg: Any, dp: int, n: int) -> Any:
+def _worker(cfg: Any, dp: int, n: int, table: np.ndarray | None = None) -> Any:
     """SkyRL's own ``PolicyWorkerBase``, its model and strategy stood in (:class:`_Policy`, :func:`_strategy`)."""
     from types import SimpleNamespace
 
@@ -568,7 +658,7 @@ def _worker(cfg: Any, dp: int, n: int) -> Any:
     base = mods["worker"].PolicyWorkerBase
     worker = base.__new__(base)  # its __init__ belongs to the Ray actor that would place it on a GPU
     worker.cfg, worker.record_memory = cfg.trainer, False
-    worker.model, worker.strategy, worker.optimizer = _policy(n), _strategy(dp), None
+    worker.model, worker.strategy, worker.optimizer = _policy(n, table), _strategy(dp), None
     worker.scheduler = SimpleNamespace(get_last_lr=lambda: [0.0])
     worker.policy_loss_fn = mods["ppo"].PolicyLossRegistry.get(cfg.trainer.algorithm.policy_loss_type)
     worker.mesh_rank = SimpleNamespace(dp_size=dp, dp=0, sp=0, tp=0, pp=0)
@@ -577,16 +667,20 @@ def _worker(cfg: Any, dp: int, n: int) -> Any:
     return worker
 
 
-def _policy(n: int) -> Any:
+def _policy(n: int, table: np.ndarray | None = None) -> Any:
     """The model: a table of log-probabilities, one row per answer (the answer its tokens mark), all zero (the
-    step's first, on-policy pass); it records the rows of each micro-batch it is called on.  A padding row
-    (``TokenBasedBatchIterator``'s, random tokens, no attention past position 0) reads the spare row ``n``."""
+    step's first, on-policy pass) or ``table``'s; it records the rows of each micro-batch it is called on.  A
+    padding row (``TokenBasedBatchIterator``'s, random tokens, no attention past position 0) reads the spare row
+    ``n``."""
     import torch
 
     class Policy(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.leaf = torch.nn.Parameter(torch.zeros(n + 1, RESPONSE_LENGTH))
+            start = torch.zeros(n + 1, RESPONSE_LENGTH)
+            if table is not None:
+                start[:n] = torch.as_tensor(table, dtype=torch.float32)
+            self.leaf = torch.nn.Parameter(start)
             self.micro: list[list[int]] = []
 
         def forward(self, sequences: Any, num_actions: int, *args: Any, **kwargs: Any) -> Any:

@@ -263,25 +263,33 @@ def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> 
         return trainer._generate_and_score_completions(inputs)
 
 
-#: what TRL's trainer is given of asynchronous groups (the probe's ``async_groups`` settings): it samples each
-#: prompt's G answers together at the current weights, so a group never arrives short, split, late or across
-#: versions (those cases are not run); a reward function may return None for an answer, which TRL documents as
-#: ignored (an answer every function returns None for: nansum made it a 0 before 1.6.0, trl #5902)
-ASYNC_GROUPS = {
-    "max_staleness": None,
-    "setting": "GRPOTrainer samples each prompt's num_generations answers together",
-}
+def async_settings(args: Any) -> dict[str, Any]:
+    """``info["async_groups"]``: no staleness bound (TRL samples each prompt's G answers together, at the current
+    weights: a group never arrives short, split, late or across versions, and those cases are not run); a batch-wide
+    σ where ``scale_rewards="batch"`` documents it.  A reward function may return None for an answer, which TRL
+    documents as ignored (an answer every function returns None for: nansum made it a 0 before 1.6.0, trl #5902)."""
+    scale = str(DIFFERENCES["scale_rewards"].value_of(args, ""))
+    documented = {"group_scale_foreign": "scale_rewards=batch: the whole batch's σ"} if scale == "batch" else {}
+    return {
+        "max_staleness": None,
+        "setting": "GRPOTrainer samples each prompt's num_generations answers together",
+        "documented": documented,
+    }
 
 
 def _deliveries(trainer: Any, state: dict[str, Any], arrival: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each delivery scored by ``_generate_and_score_completions``, its groups in blocks of G; a None reward is
-    the reward functions' None (the answers' lengths do not reach TRL's advantages)."""
+    """Each delivery scored by ``_generate_and_score_completions``, its groups in blocks of G (:func:`group_order`);
+    a None reward is the reward functions' None."""
+    from grpo_identity.checks.measure.arrival import group_order
+
     G, steps = int(arrival["G"]), []
     for step, now in zip(arrival["steps"], arrival["versions"]):
         groups = list(dict.fromkeys(step["group"]))
         if any(step["group"].count(g) != G for g in groups) or set(step["version"]) != {now}:
             raise NotImplementedError("TRL samples each prompt's G answers together, at the current weights")
-        order = [j for g in groups for j, k in enumerate(step["group"]) if k == g]
+        if not all(step["length"]):
+            raise NotImplementedError("TRL's advantages do not read the answers' lengths: no tokens is not probed")
+        order = group_order(step["group"])
         rewards = [step["reward"][j] for j in order]
         state["none"] = {i for i, r in enumerate(rewards) if r is None}
         try:
@@ -333,7 +341,11 @@ class TrlTarget(Built):
         info = _info(spec, args, "GRPOTrainer.compute_loss (autograd)", components)
         details = {**info.details, "mixed_precision": str(getattr(trainer.accelerator, "mixed_precision", "no"))}
         info = replace(
-            info, details=details, lengths_optional=True, off_policy=self.off_policy_info, async_groups=ASYNC_GROUPS
+            info,
+            details=details,
+            lengths_optional=True,
+            off_policy=self.off_policy_info,
+            async_groups=async_settings(args),
         )
         if getattr(args, "use_vllm", False):
             unavailable = "use_vllm: the split step's rank processes do not stand in the engine yet"

@@ -12,31 +12,33 @@ gives the trainer's weight version at each step and ``spec["G"]`` the configured
 an answer for a later step) and their advantages.  A ValueError refuses a delivery (the probe notes it).
 
 The theorem's group is the answers sampled together from one policy: the identity g = σ(s̄₊ − s̄₋) holds on the
-answers actually in it.  So for every group trained at a step (its *cohort*), the probe checks absolutely:
+answers actually in it.  So for every group trained at a step, per weight version, the probe checks:
 
-- **its baseline is its own**: Âᵢ = a·(rᵢ − r̄_B) for one a ≥ 0, with B the cohort (and the group's answers with no
-  tokens: they are sampled answers with a reward, and weigh nothing in the gradient whether trained or not) — no
-  other group's reward, no answer dropped from the step, no reward filled in; and its scale is the one the target
-  gives B called alone as a group (a batch-wide σ is another group entering);
-- **no answer without a reward is trained** (a None filled with 0 enters the baseline);
-- **no answer beyond the staleness bound is trained**, where the target has one;
-- **one weight version**: a cohort whose answers come from several policies is not one group of the theorem (unless
-  the configuration documents that it mixes them: a deviation naming the setting);
-- every advantage is finite, and no delivery crashes the step.
-
-The probe first calibrates on whole, fresh groups: a target whose advantages are not centred on the group's mean
-there (a variant with no baseline) gets the baseline check skipped, with a note.
+- **nothing of another group or of the batch enters it**: its advantages are what the target gives the same answers
+  delivered alone, as one group (with the group's answers of no tokens at that step: sampled with it, a reward
+  each); first on three whole fresh groups in one batch, where a difference is a batch statistic (the finding, and
+  a group's own baseline is then not judged in the cases);
+- **its baseline is its own mean**, where the target's whole groups are a·(r − r̄) with a > 0: Â = a·(r − r̄_B) with
+  B the group's trained and empty answers — an answer left out, or a None filled with 0, is a rule the target
+  applies alone too, so it is judged against the formula, not against the target;
+- **no answer without a reward is pushed** (an advantage of exactly 0 is no push), **nothing beyond the staleness
+  bound**, and **one weight version per baseline** (a group resumed across versions whose parts each have their own
+  baseline is fine; one baseline over several versions is not one group of the theorem, unless the configuration
+  documents it: a deviation naming the setting);
+- every answer accounted for (none trained twice or never sent; none with a reward and tokens, within the bound, of
+  its group's newest version, dropped while the rest of its group is trained); every advantage finite, no crash.
 
 >>> out, findings = audit_arrival(numpy_arrival_target, {"max_staleness": 1})
 >>> out["calibrated"], sorted(out["cases"]), findings
 (True, ['empty', 'mixed', 'none', 'short', 'split', 'stale'], [])
 >>> _, findings = audit_arrival(functools.partial(numpy_arrival_target, plant="batch_baseline"), {"max_staleness": 1})
->>> sorted({f.property for f in findings})
-['group_baseline_foreign']
+>>> sorted({f.property for f in findings})  # the batch's mean, and its σ where the means happen to agree
+['group_baseline_foreign', 'group_scale_foreign']
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -48,19 +50,21 @@ import numpy as np
 from grpo_identity.checks.measure.rollout import attempt
 from grpo_identity.checks.report import Finding
 
-__all__ = ["CASES", "audit_arrival", "numpy_arrival_target"]
+__all__ = ["CASES", "audit_arrival", "group_order", "numpy_arrival_target"]
 
 #: the configured group size and the trainer's weight version of the probe
 G, VERSION = 4, 10
 #: the probe's deliveries: what each case is about
 CASES = {
-    "short": "a group arrives with 3 of its 4 answers, beside whole groups",
+    "short": "a group arrives with 3 of its 4 answers, between two whole groups",
     "split": "a group's answers arrive in two steps, 2 and 2, each beside another whole group",
     "stale": "a whole group generated one version beyond the staleness bound, and one at the bound",
     "mixed": "a group resumed across two weight versions (2 answers from each), all within the staleness bound",
     "none": "one answer of a group has no reward (None)",
     "empty": "one answer of a group has no tokens (its reward is 0)",
 }
+#: what the calibration delivers (its findings say so)
+_WHOLE = "three whole fresh groups of 4 in one batch"
 #: tolerance of the baseline and scale fits: float32 advantages
 TOL = 1e-4
 
@@ -74,8 +78,8 @@ def _answers(group: int, rewards: list[float | None], version: int = VERSION, le
 def _deliveries(case: str, staleness: int | None) -> list[list[dict[str, Any]]] | None:
     """The answers of each step of ``case`` (None where it does not apply to the staleness bound)."""
     whole = _answers(0, [1.0, 0.0, 0.0, 0.0]) + _answers(2, [1.0, 1.0, 1.0, 0.0])
-    if case == "short":
-        return [whole + _answers(1, [1.0, 1.0, 0.0])]
+    if case == "short":  # between two whole groups: a trainer that cuts fixed blocks of G mixes it with the next
+        return [_answers(0, [1.0, 0.0, 0.0, 0.0]) + _answers(1, [1.0, 1.0, 0.0]) + _answers(2, [1.0, 1.0, 1.0, 0.0])]
     if case == "split":
         return [_answers(0, [1.0, 0.0, 0.0, 0.0]) + _answers(1, [1.0, 0.0]),
                 _answers(2, [1.0, 1.0, 1.0, 0.0]) + _answers(1, [1.0, 1.0])]  # fmt: skip
@@ -94,6 +98,16 @@ def _deliveries(case: str, staleness: int | None) -> list[list[dict[str, Any]]] 
     return [whole + _answers(1, [1.0, 0.0, 1.0, 0.0], lengths=[3, 0, 4, 2])]
 
 
+def group_order(groups: list[Any]) -> list[int]:
+    """The positions of a delivery's answers group by group, each group where it first arrives (a trainer that
+    lays its batch out in blocks per prompt).
+
+    >>> group_order([0, 2, 1, 0, 2])
+    [0, 3, 1, 4, 2]
+    """
+    return [j for g in dict.fromkeys(groups) for j, k in enumerate(groups) if k == g]
+
+
 def _request(steps: list[list[dict[str, Any]]]) -> dict[str, Any]:
     spec: dict[str, Any] = {"steps": [], "versions": [VERSION] * len(steps), "G": G}
     n = 0
@@ -106,15 +120,25 @@ def _request(steps: list[list[dict[str, Any]]]) -> dict[str, Any]:
     return {"arrival": spec}
 
 
-def _deliver(target: Callable[..., Any], request: dict[str, Any]) -> tuple[list[dict[int, float]] | None, str, str]:
-    """The target's trained answers per step (id → advantage), or None with how it declined ('refused', 'crashed',
-    'unsupported') and its message.  An answer of another shape is a ValueError: the probe's output is malformed
-    (a note that ends it), not the target refusing."""
+def _baseline_fit(rewards: np.ndarray, adv: np.ndarray, base: np.ndarray) -> tuple[float, float]:
+    """a and the residual of Â = a·(r − mean(base)): the residual relative to max |Â| (0 where all Â are 0)."""
+    d = rewards - base.mean()
+    a = float(d @ adv / (d @ d)) if (d @ d) > 0 else 0.0
+    scale = max(float(np.abs(adv).max()), 1e-12)
+    return a, float(np.abs(adv - a * d).max() / scale)
+
+
+def _deliver(target: Callable[..., Any], request: dict[str, Any]
+             ) -> tuple[list[list[tuple[int, float]]] | None, str, str]:  # fmt: skip
+    """The target's trained answers per step ((id, advantage) pairs, as it gave them), or None with how it declined
+    ('refused', 'crashed', 'unsupported') and its message.  An answer of another shape is a ValueError: the probe's
+    output is malformed (a note that ends it), not the target refusing."""
     from grpo_identity.checks.frameworks import answer_lengths
     from grpo_identity.checks.measure.infer import probe_batch
 
     r = probe_batch(G)
-    out, (outcome, message) = attempt(functools.partial(target, r, G, answer_lengths(r.size), request))
+    given = copy.deepcopy(request)  # a target in this process may change what it is given; the probe reads its own
+    out, (outcome, message) = attempt(functools.partial(target, r, G, answer_lengths(r.size), given))
     if out is None:
         return None, outcome, message
     steps = out["steps"] if isinstance(out, dict) and "steps" in out else None
@@ -125,30 +149,56 @@ def _deliver(target: Callable[..., Any], request: dict[str, Any]) -> tuple[list[
         ids, adv = [int(i) for i in s["trained"]], np.asarray(s["advantages"], dtype=np.float64).reshape(-1)
         if adv.size != len(ids):
             raise ValueError(f"{adv.size} advantages for {len(ids)} trained answers")
-        got.append(dict(zip(ids, adv.tolist())))
+        got.append(list(zip(ids, adv.tolist())))
     return got, "", ""
 
 
-def _baseline_fit(rewards: np.ndarray, adv: np.ndarray, base: np.ndarray) -> tuple[float, float]:
-    """a and the residual of Â = a·(r − mean(base)): the residual relative to max |Â| (0 where all Â are 0)."""
-    d = rewards - base.mean()
-    a = float(d @ adv / (d @ d)) if (d @ d) > 0 else 0.0
-    scale = max(float(np.abs(adv).max()), 1e-12)
-    return a, float(np.abs(adv - a * d).max() / scale)
+def _close(measured: np.ndarray, expected: np.ndarray) -> bool:
+    return bool(np.all(np.abs(measured - expected) <= TOL * max(1.0, float(np.abs(expected).max(initial=0.0)))))
+
+
+@dataclasses.dataclass
+class _Probe:
+    """What every case is judged with: the target, its staleness bound, whether whole fresh groups in one batch get
+    what each gets alone (``isolated``: no batch statistic, so a group's advantages can be judged against the same
+    answers delivered alone) and are centred on their mean with a positive scale (``centred``: the fallback where
+    the target declines a group alone); the groups delivered alone, memoised."""
+
+    target: Callable[..., Any]
+    staleness: int | None
+    isolated: bool = True
+    centred: bool = True
+    memo: dict[tuple[Any, ...], np.ndarray | None] = dataclasses.field(default_factory=dict)
+
+    def alone(self, answers: list[dict[str, Any]]) -> np.ndarray | None:
+        """The advantages of ``answers`` delivered as the only group of a fresh step at the trainer's version, in
+        their order (None where the target declines them, or leaves one untrained)."""
+        key = tuple((a["reward"], a["length"]) for a in answers)
+        if key not in self.memo:
+            group = [{**a, "group": 0, "version": VERSION} for a in answers]
+            steps, _, _ = _deliver(self.target, _request([group]))
+            got = dict(steps[0]) if steps is not None else {}
+            self.memo[key] = np.array([got[i] for i in range(len(group))]) if len(got) == len(group) else None
+        return self.memo[key]
 
 
 def audit_arrival(
     target: Callable[..., Any], settings: dict[str, Any], cases: tuple[str, ...] = tuple(CASES)
 ) -> tuple[dict[str, Any], list[Finding]]:
     """Probe an asynchronous-groups target (the module docstring): the measurements and their findings."""
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        raise ValueError(f"no asynchronous-groups case {unknown[0]!r}; the cases: {', '.join(CASES)}")
     t0 = time.perf_counter()
     staleness = settings.get("max_staleness")
-    staleness = None if staleness is None else int(staleness)
-    calibrated = _calibrate(target)
-    out: dict[str, Any] = {"max_staleness": staleness, "calibrated": calibrated, "cases": {}}
-    problems: list[Finding] = []
-    for case in cases:
-        steps = _deliveries(case, staleness)
+    probe = _Probe(target, None if staleness is None else int(staleness))
+    calibration = _calibrate(probe)
+    out: dict[str, Any] = {"max_staleness": probe.staleness, "calibrated": probe.centred, "isolated": probe.isolated,
+                           "calibration": [f.property for f in calibration], "cases": {}}  # fmt: skip
+    problems = calibration
+    crashed = any(f.property == "async_crash_or_nan" for f in calibration)
+    for case in cases if not crashed else ():
+        steps = _deliveries(case, probe.staleness)
         if steps is None:
             continue
         request = _request(steps)
@@ -159,118 +209,180 @@ def audit_arrival(
                 said = f"{_MESSAGES['async_crash_or_nan']} ({message})"
                 problems.append(Finding("async_crash_or_nan", said, {"case": case}))
             continue
-        found = _judge(target, case, request["arrival"], got, staleness, calibrated)
-        names = list(dict.fromkeys(f.property for f in found))
-        out["cases"][case] = {"outcome": "trained", "trained": [sorted(s) for s in got], "problems": names}
+        by_step = _judge(probe, request["arrival"], got)
+        found = [f for step in by_step for f in step]
+        out["cases"][case] = {
+            "outcome": "trained",
+            "trained": [sorted(i for i, _ in s) for s in got],
+            "problems": list(dict.fromkeys(f.property for f in found)),
+            "problems_by_step": [list(dict.fromkeys(f.property for f in step)) for step in by_step],
+        }
         problems += [dataclasses.replace(f, counterexample={"case": case, **f.counterexample}) for f in found]
     out["seconds"] = round(time.perf_counter() - t0, 2)
     return out, _findings(out, problems, settings)
 
 
-def _calibrate(target: Callable[..., Any]) -> bool:
-    """Whether the target's advantages of whole fresh groups are centred on their group's mean (else the baseline
-    check does not apply: a variant without a baseline)."""
+def _calibrate(probe: _Probe) -> list[Finding]:
+    """Whole fresh groups in one batch: whether each gets what it gets alone (``probe.isolated``; else what entered
+    it is the finding, and a group's own baseline is not judged in the cases) and is a·(r − r̄), a > 0
+    (``probe.centred``).  A crash there is the finding, and no case is run; a refusal ends the probe (a note)."""
     from grpo_identity.checks.calls.target import TargetError
 
-    whole = _answers(0, [1.0, 0.0, 0.0, 0.0]) + _answers(1, [1.0, 1.0, 1.0, 0.0]) + _answers(2, [0.0, 1.0, 1.0, 0.0])
-    request = _request([whole])
-    steps, outcome, message = _deliver(target, request)
-    if steps is None:  # a target that cannot train whole fresh groups is not probed further
+    groups = [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]]
+    whole = [a for g, rewards in enumerate(groups) for a in _answers(g, list(rewards))]
+    steps, outcome, message = _deliver(probe.target, _request([whole]))
+    if steps is None and outcome == "crashed":
+        return [Finding("async_crash_or_nan", f"{_MESSAGES['async_crash_or_nan']} ({message})", {"case": "whole"})]
+    if steps is None:
         raise TargetError(f"whole fresh groups {outcome}: {message}")
-    got = steps[0]
-    spec = request["arrival"]["steps"][0]
-    for g in (0, 1, 2):
-        ids = [i for i, k in zip(spec["id"], spec["group"]) if k == g]
+    got, found = dict(steps[0]), []
+    for g in range(len(groups)):
+        ids = [i for i, a in enumerate(whole) if a["group"] == g]
         if any(i not in got for i in ids):
-            return False
-        r = np.array([spec["reward"][spec["id"].index(i)] for i in ids])
-        if _baseline_fit(r, np.array([got[i] for i in ids]), r)[1] > TOL:
-            return False
-    return True
+            probe.isolated = probe.centred = False
+            said = f"{_MESSAGES['answers_lost_or_repeated']} (whole group {g}: answers {ids} not all trained)"
+            return [Finding("answers_lost_or_repeated", said, {"case": "whole", "group": g})]
+        adv, r = np.array([got[i] for i in ids]), np.array(groups[g])
+        alone = probe.alone([whole[i] for i in ids])
+        if alone is not None and not _close(adv, alone) and probe.isolated:
+            probe.isolated = False
+            found.append(dataclasses.replace(f := _contamination(adv, alone, {"group": g, "answers": ids}),
+                                             counterexample={"case": "whole", **f.counterexample}))  # fmt: skip
+        scale, residual = _baseline_fit(r, adv, r)
+        probe.centred &= residual <= TOL and scale > 0
+    return found
 
 
-def _judge(target: Callable[..., Any], case: str, spec: dict[str, Any], got: list[dict[int, float]],
-           staleness: int | None, calibrated: bool) -> list[Finding]:  # fmt: skip
-    """The problems of one case's training: per step and group cohort."""
-    answer = {i: {k: step[k][j] for k in ("group", "reward", "length", "version")}
-              for step in spec["steps"] for j, i in enumerate(step["id"])}  # fmt: skip
-    problems: list[Finding] = []
-    seen: set[int] = set()
-    for t, trained in enumerate(got):
-        unknown = [i for i in trained if i not in answer or i in seen]
-        if unknown:
-            said = f"{_MESSAGES['group_baseline_foreign']} (answers {unknown} trained twice, or never sent)"
-            problems.append(Finding("group_baseline_foreign", said, {"answers": unknown}))
-        seen.update(trained)
+def _judge(probe: _Probe, spec: dict[str, Any], got: list[list[tuple[int, float]]]) -> list[list[Finding]]:
+    """The problems of one case's training, per step: each group's answers trained at the step, per weight version
+    (:func:`_part`), and the answers trained twice, never sent, or dropped (:func:`_accounting`)."""
+    answer = {i: {k: step[k][j] for k in ("group", "reward", "length", "version")} | {"step": t}
+              for t, step in enumerate(spec["steps"]) for j, i in enumerate(step["id"])}  # fmt: skip
+    by_step: list[list[Finding]] = []
+    for t, pairs in enumerate(got):
+        trained = dict(pairs)
+        found = []
         # an answer with no reward given an advantage of exactly 0 moves nothing: it is not trained in effect
         pushed = [i for i in trained if i in answer and not (answer[i]["reward"] is None and trained[i] == 0.0)]
-        for g in sorted({answer[i]["group"] for i in pushed}):
+        for g in dict.fromkeys(answer[i]["group"] for i in pushed):
             ids = [i for i in pushed if answer[i]["group"] == g]
-            problems += _cohort(target, case, spec, answer, got[t], ids, spec["versions"][t], staleness, calibrated)
-    return problems
+            parts = [
+                [i for i in ids if answer[i]["version"] == v] for v in dict.fromkeys(answer[i]["version"] for i in ids)
+            ]
+            verdicts = [_part(probe, answer, trained, part, spec["versions"][t]) for part in parts]
+            if len(parts) > 1 and any(verdicts) or len(parts) > 1 and not probe.isolated:
+                found += _mixed(probe, answer, trained, ids, verdicts)
+            else:
+                found += [f for v in verdicts for f in v]
+        by_step.append(found)
+    by_step[-1] += _accounting(probe, answer, got)
+    return by_step
 
 
-def _cohort(target: Callable[..., Any], case: str, spec: dict[str, Any], answer: dict[int, dict[str, Any]],
-            trained: dict[int, float], ids: list[int], version: int, staleness: int | None, calibrated: bool
-            ) -> list[Finding]:  # fmt: skip
-    """The problems of one group's answers trained together at one step."""
-    g = answer[ids[0]]["group"]
+def _part(probe: _Probe, answer: dict[int, dict[str, Any]], trained: dict[int, float], ids: list[int], now: int
+          ) -> list[Finding]:  # fmt: skip
+    """The problems of one group's answers of one weight version trained together at a step (trainer version
+    ``now``): non-finite, a None pushed, beyond the staleness bound, else a baseline or scale not its own."""
     adv = np.array([trained[i] for i in ids])
-    where = {"group": g, "answers": ids}
+    where = {"group": answer[ids[0]]["group"], "answers": ids}
     if not np.isfinite(adv).all():
-        said = f"{_MESSAGES['async_crash_or_nan']} (advantages {adv.tolist()})"
-        return [Finding("async_crash_or_nan", said, where)]
+        return [Finding("async_crash_or_nan", f"{_MESSAGES['async_crash_or_nan']} (advantages {adv.tolist()})", where)]
     problems = []
     if any(answer[i]["reward"] is None for i in ids):
-        zero = np.array([answer[i]["reward"] or 0.0 for i in ids], dtype=np.float64)
-        said = _MESSAGES["reward_none_trained"]
-        said += ", as a reward of 0 in its group's baseline" if _baseline_fit(zero, adv, zero)[1] <= TOL else ""
+        zero = [{**answer[i], "reward": answer[i]["reward"] or 0.0} for i in ids]
+        as_zero = (expected := probe.alone(zero)) is not None and _close(adv, expected)
+        said = _MESSAGES["reward_none_trained"] + (", as a reward of 0 in its group's baseline" if as_zero else "")
         problems.append(Finding("reward_none_trained", said, where))
-    if staleness is not None and any(version - answer[i]["version"] > staleness for i in ids):
-        lag = max(version - answer[i]["version"] for i in ids)
-        said = f"{_MESSAGES['staleness_ignored']} ({lag} versions behind, the bound {staleness})"
+    lag = max(now - answer[i]["version"] for i in ids)
+    if probe.staleness is not None and lag > probe.staleness:
+        said = f"{_MESSAGES['staleness_ignored']} ({lag} versions behind, the bound {probe.staleness})"
         problems.append(Finding("staleness_ignored", said, {"lag": lag, **where}))
-    versions = sorted({answer[i]["version"] for i in ids})
-    if len(versions) > 1:
-        said = f"{_MESSAGES['group_mixed_versions']} (versions {versions})"
-        problems.append(Finding("group_mixed_versions", said, {"versions": versions, **where}))
-    if not calibrated or problems:
-        return problems
-    base = ids + [i for i in answer if i not in ids and answer[i]["group"] == g and answer[i]["length"] == 0
-                  and _same_step(spec, i, ids[0])]  # fmt: skip
-    r = np.array([answer[i]["reward"] for i in ids], dtype=np.float64)
-    a, residual = _baseline_fit(r, adv, np.array([answer[i]["reward"] for i in base], dtype=np.float64))
-    if residual > TOL and len(base) > len(ids) and _baseline_fit(r, adv, r)[1] <= TOL:
+    return problems or _baseline(probe, answer, adv, ids, where)
+
+
+def _baseline(probe: _Probe, answer: dict[int, dict[str, Any]], adv: np.ndarray, ids: list[int],
+              where: dict[str, Any]) -> list[Finding]:  # fmt: skip
+    """Whether the answers' advantages are their group's own: what the target gives the group alone (the trained
+    answers and the group's answers with no tokens at that step: sampled with it, a reward each), so nothing of
+    another group or of the batch entered; and, where the target's whole groups are a·(r − r̄), centred on the
+    group's mean with its empty answers in it and nothing filled in (a rule the target applies alone as well)."""
+    if not probe.isolated:
+        return []
+    first = answer[ids[0]]
+    same = ("group", "step", "version")
+    empty = [i for i, a in answer.items() if i not in ids and a["length"] == 0 and a["reward"] is not None
+             and all(a[k] == first[k] for k in same)]  # fmt: skip
+    nones = [i for i, a in answer.items() if a["reward"] is None and all(a[k] == first[k] for k in same)]
+    as_zero = f"{_MESSAGES['reward_none_trained']}: as a reward of 0 in its group's baseline, its own advantage 0"
+    expected = probe.alone([answer[i] for i in ids + empty])
+    if expected is not None and not _close(adv, expected[: len(ids)]):
+        zeros = [{**answer[i], "reward": 0.0} for i in nones]
+        filled = probe.alone([answer[i] for i in ids + empty] + zeros) if nones else None
+        if filled is not None and _close(adv, filled[: len(ids)]):
+            return [Finding("reward_none_trained", as_zero, {**where, "none": nones})]
+        return [_contamination(adv, expected[: len(ids)], where)]
+    if not probe.centred:
+        return []
+    r, group = (np.array([answer[i]["reward"] for i in part], dtype=np.float64) for part in (ids, ids + empty))
+    if _baseline_fit(r, adv, group)[1] <= TOL:
+        return []
+    if empty and _baseline_fit(r, adv, r)[1] <= TOL:
         return [Finding("empty_answer_dropped", _MESSAGES["empty_answer_dropped"], where)]
-    if residual > TOL:
-        said = f"{_MESSAGES['group_baseline_foreign']} (Â is not a·(r − r̄) of its answers: residual {residual:.3g})"
-        return [Finding("group_baseline_foreign", said, {"residual": residual, **where})]
-    alone = _alone(target, [answer[i] for i in base])
-    if alone is not None and abs(a - alone) > TOL * max(abs(alone), 1e-12):
-        said = f"{_MESSAGES['group_baseline_foreign']} (its scale {a:.6g}, alone {alone:.6g})"
-        return [Finding("group_baseline_foreign", said, {"scale": a, "scale_alone": alone, **where})]
-    return []
+    if nones and _baseline_fit(r, adv, np.concatenate([r, np.zeros(len(nones))]))[1] <= TOL:
+        return [Finding("reward_none_trained", as_zero, {**where, "none": nones})]
+    said = f"{_MESSAGES['group_baseline_foreign']} (group {first['group']}: {_fmt(adv)} is not a·(r − r̄) of it)"
+    return [Finding("group_baseline_foreign", said, where)]
 
 
-def _same_step(spec: dict[str, Any], i: int, j: int) -> bool:
-    return any(i in step["id"] and j in step["id"] for step in spec["steps"])
+def _contamination(adv: np.ndarray, expected: np.ndarray, where: dict[str, Any]) -> Finding:
+    """A group's advantages that differ from the same answers' alone: another scale (``group_scale_foreign``), or
+    another baseline."""
+    scale = float(adv @ expected / (expected @ expected)) if expected @ expected > 0 else 0.0
+    evidence = {"advantages": adv.tolist(), "alone": expected.tolist(), **where}
+    if scale > 0 and _close(adv, scale * expected):
+        said = f"{_MESSAGES['group_scale_foreign']} ({scale:.6g}× what its answers get alone)"
+        return Finding("group_scale_foreign", said, {"scale": scale, **evidence})
+    said = f"{_MESSAGES['group_baseline_foreign']} (group {where['group']}: {_fmt(adv)}, alone {_fmt(expected)})"
+    return Finding("group_baseline_foreign", said, evidence)
 
 
-def _alone(target: Callable[..., Any], answers: list[dict[str, Any]]) -> float | None:
-    """a of the answers called as the only group of a fresh delivery (None where the target declines it, or the
-    rewards are all equal)."""
-    group = [{**a, "group": 0, "version": VERSION} for a in answers]
-    r = np.array([a["reward"] for a in group], dtype=np.float64)
-    if r.max() == r.min():
-        return None
-    steps, _, _ = _deliver(target, _request([group]))
-    if steps is None:  # a group the target declines alone: its scale is not checked
-        return None
-    got = steps[0]
-    trained = [i for i in range(len(group)) if i in got and group[i]["length"] > 0]
-    if not trained:
-        return None
-    return _baseline_fit(r[trained], np.array([got[i] for i in trained]), r)[0]
+def _mixed(probe: _Probe, answer: dict[int, dict[str, Any]], trained: dict[int, float], ids: list[int],
+           verdicts: list[list[Finding]]) -> list[Finding]:  # fmt: skip
+    """A group trained at one step with answers of several weight versions, not each version on its own baseline:
+    one baseline over the versions (``group_mixed_versions``), else the parts' own problems."""
+    adv = np.array([trained[i] for i in ids])
+    expected = probe.alone([answer[i] for i in ids]) if probe.isolated else None
+    if probe.isolated and (expected is None or not _close(adv, expected)):
+        return [f for v in verdicts for f in v]
+    versions = sorted({answer[i]["version"] for i in ids})
+    said = f"{_MESSAGES['group_mixed_versions']} (versions {versions})"
+    return [Finding("group_mixed_versions", said, {"group": answer[ids[0]]["group"], "versions": versions,
+                                                   "answers": ids})]  # fmt: skip
+
+
+def _accounting(probe: _Probe, answer: dict[int, dict[str, Any]], got: list[list[tuple[int, float]]]
+                ) -> list[Finding]:  # fmt: skip
+    """Answers trained twice or never sent; and answers that should have been trained (a reward and tokens, within
+    the bound, of their group's newest version) never trained while the rest of their group was."""
+    ids = [i for pairs in got for i, _ in pairs]
+    repeated = sorted({i for i in ids if ids.count(i) > 1 or i not in answer})
+    trained_groups = {answer[i]["group"] for i in ids if i in answer}
+    newest = {g: max(a["version"] for a in answer.values() if a["group"] == g) for g in trained_groups}
+    dropped = [i for i, a in answer.items() if i not in ids and a["group"] in trained_groups
+               and a["reward"] is not None and a["length"] > 0 and a["version"] == newest[a["group"]]
+               and (probe.staleness is None or VERSION - a["version"] <= probe.staleness)]  # fmt: skip
+    if not repeated and not dropped:
+        return []
+    said = ", ".join(
+        ([f"answers {repeated} trained twice or never sent"] if repeated else [])
+        + ([f"answers {dropped} never trained while the rest of their group was"] if dropped else [])
+    )
+    return [Finding("answers_lost_or_repeated", f"{_MESSAGES['answers_lost_or_repeated']} ({said})",
+                    {"repeated": repeated, "dropped": dropped})]  # fmt: skip
+
+
+def _fmt(values: np.ndarray) -> str:
+    return "[" + ", ".join(f"{v:.4g}" for v in values) + "]"
 
 
 def _findings(out: dict[str, Any], problems: list[Finding], settings: dict[str, Any]) -> list[Finding]:
@@ -281,16 +393,18 @@ def _findings(out: dict[str, Any], problems: list[Finding], settings: dict[str, 
     for f in problems:
         if f.property in found:
             continue
-        message = f"{CASES[f.counterexample['case']]}: {f.message}"
+        message = f"{CASES.get(f.counterexample['case'], _WHOLE)}: {f.message}"
         if f.property in documented:
             f = dataclasses.replace(f, severity="deviation")
             message += f"; so configured ({documented[f.property]})"
         found[f.property] = dataclasses.replace(f, message=message)
     notes = []
+    if not out["isolated"]:
+        notes.append("whole fresh groups in one batch get other advantages than alone: a group's own baseline and "
+                     "scale are not judged in the cases")  # fmt: skip
     if not out["calibrated"]:
-        notes.append(
-            "whole fresh groups' advantages are not centred on their group's mean: the baseline is not checked"
-        )
+        notes.append("whole fresh groups' advantages are not a·(r − r̄), a > 0: where a group is not delivered alone, "
+                     "and for its empty answers, its baseline is not judged")  # fmt: skip
     if out["max_staleness"] is None:
         notes.append("the target announces no staleness bound: late answers are not checked")
     refused = [c for c, v in out["cases"].items() if v["outcome"] == "refused"]
@@ -305,8 +419,10 @@ def _findings(out: dict[str, Any], problems: list[Finding], settings: dict[str, 
 
 
 _MESSAGES = {
-    "group_baseline_foreign": "a group's baseline or scale is not its own answers' (another group's or a batch-wide "
-    "statistic entered it, or one of its answers was left out)",
+    "group_baseline_foreign": "a group's baseline is not its own answers' mean (another group's reward or a "
+    "batch-wide mean entered it, or one of its answers was left out)",
+    "group_scale_foreign": "a group's advantages are centred on its own answers but scaled otherwise than the same "
+    "answers alone (a batch-wide σ)",
     "empty_answer_dropped": "the answer with no tokens is left out of its group's baseline; it was sampled with the "
     "group and has a reward, so the others' advantages move",
     "reward_none_trained": "an answer with no reward is trained on",
@@ -314,6 +430,7 @@ _MESSAGES = {
     "group_mixed_versions": "one group's baseline mixes answers of several weight versions: not one group of the "
     "theorem (answers sampled from one policy)",
     "async_crash_or_nan": "the step crashed or gave non-finite advantages",
+    "answers_lost_or_repeated": "answers are trained twice, never sent, or lost",
 }
 
 
@@ -326,9 +443,11 @@ def numpy_arrival_target(
     no reward, keeps a group's answers of its newest weight version, and gives each group the GRPO advantage
     (r − r̄)/(σ + 1e-4) over the answers it kept (σ the sample std; a lone answer gets 0).  ``plant`` breaks it as
     released code has: ``batch_baseline`` (a group short of G takes the batch's mean and σ: slime #2230, AReaL
-    #1419), ``ignore_staleness`` (miles #1829), ``mix_versions`` (a group resumed across versions kept whole: slime
-    #2092), ``none_as_zero`` (a None reward taken as 0), ``none_as_nan`` (taken as NaN), ``drop_empty`` (answers
-    with no tokens dropped before the group's statistics)."""
+    #1419), ``strides`` (the step's rows cut into blocks of G whatever their groups, a last partial block divided by
+    the ε alone: AReaL 1.0.4's ``Normalization``), ``batch_scale`` (every group divided by the step's σ),
+    ``ignore_staleness`` (miles #1829), ``mix_versions`` (a group resumed across versions kept whole: slime #2092),
+    ``none_as_zero`` (a None reward taken as 0), ``none_as_nan`` (taken as NaN), ``drop_empty`` (answers with no
+    tokens dropped before the group's statistics)."""
     spec = request["arrival"]
     steps = []
     for step, version in zip(spec["steps"], spec["versions"]):
@@ -342,16 +461,28 @@ def numpy_arrival_target(
             if row["reward"] is None:
                 row["reward"] = 0.0 if plant == "none_as_zero" else math.nan
         every = np.array([row["reward"] for row in kept], dtype=np.float64)
+        if plant == "strides":
+            steps.append({"trained": [row["id"] for row in kept], "advantages": _strides(every, spec["G"]).tolist()})
+            continue
         trained, adv = [], []
         for g in dict.fromkeys(row["group"] for row in kept):
             cohort = [row for row in kept if row["group"] == g]
             r = np.array([row["reward"] for row in cohort], dtype=np.float64)
             base = every if plant == "batch_baseline" and len(cohort) < spec["G"] else r
-            sd = float(np.std(base, ddof=1)) if base.size > 1 else 0.0
+            sd = float(np.std(every if plant == "batch_scale" else base, ddof=1)) if base.size > 1 else 0.0
             trained += [row["id"] for row in cohort]
             adv += ((r - base.mean()) / (sd + 1e-4) if base.size > 1 else np.zeros_like(r)).tolist()
         steps.append({"trained": trained, "advantages": adv})
     return {"steps": steps}
+
+
+def _strides(r: np.ndarray, G: int) -> np.ndarray:
+    """Blocks of G rows normalised each, the rows after the last whole block at mean 0 and σ 0 (AReaL #1419)."""
+    out = r / 1e-4
+    for start in range(0, r.size - G + 1, G):
+        block = r[start : start + G]
+        out[start : start + G] = (block - block.mean()) / (block.std(ddof=1) + 1e-4)
+    return out
 
 
 def _keeps(row: dict[str, Any], version: int, max_staleness: int | None, plant: str | None) -> bool:

@@ -30,18 +30,22 @@ def test_the_reference_trainer_passes_every_case():
 @pytest.mark.parametrize(
     ("plant", "finding", "case"),
     [
-        ("batch_baseline", "group_baseline_foreign", "short"),  # slime #2230, AReaL #1419
+        ("batch_baseline", "group_baseline_foreign", "short"),  # slime #2230, AReaL #1419 (its σ too: see below)
         ("ignore_staleness", "staleness_ignored", "stale"),  # miles #1829
         ("mix_versions", "group_mixed_versions", "mixed"),  # slime #2092
         ("none_as_zero", "reward_none_trained", "none"),
         ("none_as_nan", "async_crash_or_nan", "none"),
         ("drop_empty", "empty_answer_dropped", "empty"),
+        ("batch_scale", "group_scale_foreign", None),  # TRL's scale_rewards="batch", undocumented: whole groups
     ],
 )
 def test_each_planted_failure_gets_its_own_finding(plant: str, finding: str, case: str):
     out, found = _audit(plant=plant)
-    assert found == {finding: "fail"}
-    assert finding in out["cases"][case]["problems"]
+    # the batch's σ beside its mean: where the batch's mean happens to be the group's, the scale is still not its own
+    also = {"group_scale_foreign": "fail"} if plant == "batch_baseline" else {}
+    also |= {"async_groups": "note"} if plant == "batch_scale" else {}  # a group's own baseline is then not judged
+    assert found == {finding: "fail", **also}
+    assert finding in (out["cases"][case]["problems"] if case else out["calibration"])
 
 
 def test_a_split_group_on_the_batch_baseline_is_found_in_both_steps():
@@ -61,8 +65,9 @@ def test_a_batch_wide_scale_is_another_group_entering():
         return out
 
     out, findings = audit_arrival(batch_scale, {"max_staleness": 1})
-    f = next(f for f in findings if f.property == "group_baseline_foreign")
-    assert "scale_alone" in f.counterexample
+    f = next(f for f in findings if f.property == "group_scale_foreign")
+    assert f.counterexample["case"] == "whole" and f.counterexample["scale"] != 1
+    assert "group_baseline_foreign" not in {f.property for f in findings} and out["isolated"] is False
 
 
 def test_a_documented_mixing_is_a_deviation_naming_its_setting():
@@ -108,7 +113,9 @@ def test_an_answer_trained_twice_is_found():
         return out
 
     _, found = audit_arrival(twice, {"max_staleness": 1})
-    assert [(f.property, f.counterexample.get("answers")) for f in found] == [("group_baseline_foreign", [0, 1, 2, 3])]
+    assert [(f.property, f.counterexample.get("repeated")) for f in found] == [
+        ("answers_lost_or_repeated", [0, 1, 2, 3])
+    ]
 
 
 def test_a_variant_without_a_baseline_is_not_judged_on_it():
@@ -175,3 +182,101 @@ def test_a_malformed_answer_ends_the_probe_as_malformed_not_as_a_refusal():
 
     with pytest.raises(ValueError, match="advantages for 12 trained answers"):
         audit_arrival(short_of_one, {"max_staleness": 1})
+
+
+def _rewrite(rule):
+    """The reference trainer with each step's advantages replaced by ``rule(step, spec) -> (trained, advantages)``."""
+
+    def target(r: Any, G: int, L: Any, request: dict[str, Any]) -> dict[str, Any]:
+        out = numpy_arrival_target(r, G, L, request)
+        for step, spec in zip(out["steps"], request["arrival"]["steps"]):
+            step["trained"], step["advantages"] = rule(step, spec)
+        return out
+
+    return target
+
+
+def test_groups_cut_into_fixed_strides_are_found_in_the_short_and_split_cases():
+    out, found = _audit(plant="strides")  # AReaL 1.0.4's Normalization (areal #1419)
+    assert found == {"group_baseline_foreign": "fail"}
+    assert out["cases"]["short"]["problems"] == ["group_baseline_foreign"] and out["isolated"]
+
+
+def test_a_split_groups_two_parts_on_the_batch_baseline_are_each_found():
+    out, _ = _audit(plant="batch_baseline")
+    assert out["cases"]["split"]["problems_by_step"] == [["group_baseline_foreign"]] * 2
+
+
+def test_a_group_resumed_across_versions_with_a_baseline_per_version_is_no_mixing():
+    def per_version(step, spec):  # each (group, version) part its own GRPO group
+        keys = list(zip(spec["group"], spec["version"]))
+        advantages = []
+        for j, key in enumerate(keys):
+            r = np.array([spec["reward"][k] or 0.0 for k in range(len(keys)) if keys[k] == key])
+            sd = r.std(ddof=1) if r.size > 1 else 0.0
+            advantages.append(((spec["reward"][j] or 0.0) - r.mean()) / (sd + 1e-4) if r.size > 1 else 0.0)
+        keep = [j for j in range(len(keys)) if spec["reward"][j] is not None]
+        return [spec["id"][j] for j in keep], [advantages[j] for j in keep]
+
+    out, findings = audit_arrival(_rewrite(per_version), {"max_staleness": 1, "documented": {}})
+    assert out["cases"]["mixed"]["problems"] == []
+    assert "group_mixed_versions" not in {f.property for f in findings}
+
+
+def test_a_none_filled_with_0_whose_own_advantage_is_0_is_still_found():
+    def zero_in_baseline(step, spec):
+        trained, advantages = [], []
+        for g in dict.fromkeys(spec["group"]):
+            rows = [j for j, k in enumerate(spec["group"]) if k == g]
+            r = np.array([spec["reward"][j] or 0.0 for j in rows])
+            a = (r - r.mean()) / (r.std(ddof=1) + 1e-4)
+            trained += [spec["id"][j] for j in rows]
+            advantages += [0.0 if spec["reward"][j] is None else float(v) for j, v in zip(rows, a)]
+        return trained, advantages
+
+    out, findings = audit_arrival(_rewrite(zero_in_baseline), {"max_staleness": None})
+    f = next(f for f in findings if f.property == "reward_none_trained")
+    assert "its own advantage 0" in f.message and out["cases"]["none"]["problems"] == ["reward_none_trained"]
+
+
+def test_a_dropped_answer_and_a_repeated_id_are_found():
+    def drops_one(r: Any, G: int, L: Any, request: dict[str, Any]) -> dict[str, Any]:
+        """The short group's last answer left out of the step, its group baselined without it."""
+        spec = request["arrival"]
+        for step in spec["steps"]:
+            if step["group"].count(1) == 3:
+                keep = [j for j in range(len(step["id"])) if j != len(step["id"]) - 1]
+                step.update({k: [v[j] for j in keep] for k, v in step.items()})
+        return numpy_arrival_target(r, G, L, request)
+
+    out, findings = audit_arrival(drops_one, {"max_staleness": 1})
+    (f,) = findings
+    assert f.property == "answers_lost_or_repeated" and f.counterexample["dropped"] == [10]
+    assert out["cases"]["short"]["problems"] == ["answers_lost_or_repeated"]
+
+    def repeats_one(step, spec):
+        return step["trained"] + step["trained"][:1], step["advantages"] + step["advantages"][:1]
+
+    _, findings = audit_arrival(_rewrite(repeats_one), {"max_staleness": 1})
+    assert any(f.property == "answers_lost_or_repeated" and f.counterexample.get("repeated") for f in findings)
+
+
+def test_advantages_that_fall_with_the_reward_are_not_taken_as_centred():
+    def negated(step, spec):
+        return step["trained"], [-a for a in step["advantages"]]
+
+    out, found = audit_arrival(_rewrite(negated), {"max_staleness": 1})
+    assert out["calibrated"] is False and [f.property for f in found] == ["async_groups"]
+
+
+def test_a_crash_on_whole_fresh_groups_is_a_fail_and_no_case_runs():
+    def crashes(r: Any, G: int, L: Any, request: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("no device")
+
+    out, found = audit_arrival(crashes, {"max_staleness": 1})
+    assert out["cases"] == {} and [(f.property, f.severity) for f in found] == [("async_crash_or_nan", "fail")]
+
+
+def test_an_unknown_case_is_refused_by_name():
+    with pytest.raises(ValueError, match="no asynchronous-groups case 'late'"):
+        audit_arrival(numpy_arrival_target, {"max_staleness": 1}, cases=("late",))

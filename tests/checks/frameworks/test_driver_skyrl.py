@@ -331,3 +331,23 @@ def test_a_setting_the_driver_does_not_run_is_one_line_naming_what_runs(setting,
     code = main(["audit", "skyrl", "--release", FIXED, *GRPO, "--set", setting, *extra])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and words in err, err
+
+
+_OPC = "trainer.algorithm.off_policy_correction."
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize("release, estimator, ratio", [("0.3.0", "token_mask", 1.0), ("0.1.0", "other", 1.1529)])
+def test_a_token_mask_beside_tis_renormalises_the_kept_tokens_in_0_1_0_not_in_0_3_0(release, estimator, ratio, capsys):
+    """off_policy_correction: token TIS at 2 and a token mask [0.5, 2] (the TIS cap never cuts a kept ratio): 0.3.0
+    weighs each kept token r; 0.1.0's token mean divides by the tokens the mask keeps, so every kept token weighs
+    N/N_kept more (identity_three_policy)."""
+    sets = ["tis_ratio_type=token", "token_mask_is_threshold_low=0.5", "token_mask_is_threshold_high=2.0"]
+    _, out = _audit(capsys, release, "--set", "trainer.algorithm.advantage_estimator=grpo",
+                    *[a for s in sets for a in ("--set", _OPC + s)])  # fmt: skip
+    fit = out["inferred"]["three_policy"]
+    assert (fit["estimator"], fit["documented"], fit["on_policy_weight_one"]) == (estimator, "token_mask", True)
+    assert {round(row["ratio"], 4) for row in fit["identity"]} == {ratio}
+    assert fit["missing"] == "on-policy" and fit["non_finite"] == "non-finite"  # a NaN log μ reaches the gradient
+    assert _severity(out, "identity_three_policy") == (set() if ratio == 1.0 else {"fail"})
