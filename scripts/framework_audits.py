@@ -199,7 +199,7 @@ def _async(inf: dict) -> str:
     bad = [f"{c}: {', '.join(v['problems'])}" for c, v in cases.items() if v.get("problems")]
     bad += [f"{c}: {v['outcome']}" for c, v in cases.items() if v["outcome"] == "crashed"]
     ran = sum(v["outcome"] == "trained" for v in cases.values())
-    bad = [f"whole groups: {', '.join(fit['calibration'])}"] * bool(fit.get("calibration")) + bad
+    bad = ([f"whole groups: {', '.join(fit['calibration'])}"] if fit.get("calibration") else []) + bad
     clean = "as the identity" if fit.get("isolated", True) else "own baseline not judged"
     return "; ".join(f"**{b}**" for b in bad) or f"{clean} ({ran} of {len(CASE_NAMES)} cases run)"
 
