@@ -41,7 +41,13 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import RESPONSE_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import (
+    RESPONSE_LENGTH,
+    STEP_GROUP_SIZE,
+    AdapterError,
+    FrameworkSpec,
+    patched_attributes,
+)
 from grpo_identity.checks.frameworks._ranks import (
     ProcessRanks,
     RankProcessError,
@@ -321,6 +327,8 @@ class Rollout:
         self.marker = int(trainer.processing_class.convert_tokens_to_ids("<r0>"))
         self.filler = int(trainer.processing_class.convert_tokens_to_ids("a"))
         self.members: dict[int, int] = {}
+        #: per row, the log-probabilities the engine reports as vLLM's (``choice.logprobs``; None: none)
+        self.logps: dict[int, list[float] | None] | None = None
 
     def __call__(self, requests: list[Any], request_config: Any = None, **kwargs: Any) -> list[Any]:
         from swift.infer_engine import protocol as p
@@ -333,6 +341,10 @@ class Rollout:
             finish = "length" if _STATE["truncated"][row] else "stop"
             message = p.ChatMessage(role="assistant", content=f"r{row}")
             choice = p.ChatCompletionResponseChoice(index=0, message=message, finish_reason=finish, token_ids=ids)
+            if self.logps is not None:
+                lps = self.logps[row]
+                content = None if lps is None else [{"token": "", "logprob": v, "bytes": []} for v in lps]
+                choice.logprobs = None if content is None else {"content": content}
             usage = p.UsageInfo(prompt_tokens=0, completion_tokens=ell, total_tokens=ell)
             out.append(p.ChatCompletionResponse(model="tiny", choices=[choice], usage=usage))
         return out
@@ -392,7 +404,11 @@ class SwiftTarget(Built):
         )  # fmt: skip
         if level == "gradient":
             entry = "GRPOTrainer._generate_and_score_completions, then compute_loss (autograd); the step: train()"
-            info = info.with_step(self.layout.plan(spec, args), entry=entry, lengths_optional=True)
+            self.correction = rollout_settings(args)
+            if self.correction:  # ms-swift turns its correction on by the installed vLLM's version
+                details["rollout_log_probs"] = "the probe's step only: the engine reports them, vLLM >= 0.10.2 stood in"
+            info = info.with_step(self.layout.plan(spec, args), entry=entry, lengths_optional=True,
+                                  rollout_correction=self.correction)  # fmt: skip
         super().__init__(info, level)
 
     @contextlib.contextmanager
@@ -436,6 +452,36 @@ class SwiftTarget(Built):
         out = per_row([record], r.size, 1, f"ms-swift {version('ms-swift')}")
         return {k: out[k] for k in ("advantages", "coefficients", "mask")}
 
+    def three_policy(self, rewards: np.ndarray, G: int, lengths: np.ndarray, rollout: dict[str, Any]) -> dict[str, Any]:
+        """Two scorings of the batch: the first reads ms-swift's log π_old of the probe's answers; in the second the
+        engine stand-in reports log π_old − X as vLLM's log-probabilities (None: none), which ms-swift turns into
+        ``rollout_per_token_logps``, with the correction as configured (vLLM ≥ 0.10.2 stood in: ms-swift enables it
+        by the installed vLLM's version) or off (the mode None); then ``compute_loss``."""
+        if not self.correction:
+            raise NotImplementedError("ms-swift: this config sets no rollout_importance_sampling_mode")
+        r, lengths = np.asarray(rewards, dtype=np.float64).reshape(-1), np.asarray(lengths, dtype=int)
+        trainer, x = self.trainer, rollout["log_ratio"]
+        with self._probe(r, G, lengths) as rows:
+            first = trainer._generate_and_score_completions(rows)[0]["grpo_batch"]
+        mask = first.completion_mask.detach().double().numpy()
+        old = first.old_per_token_logps.detach().double().numpy() * mask
+        live = [np.flatnonzero(m > 0) for m in mask]
+        reported = {i: None if x is None else (old[i, t] - np.asarray(x, dtype=np.float64)[i, : t.size]).tolist()
+                    for i, t in enumerate(live)}  # fmt: skip
+        mode = trainer.rollout_importance_sampling_mode if rollout["correct"] else None
+        patches = [(trainer.engine.infer, "logps", reported), (trainer, "rollout_importance_sampling_mode", mode),
+                   (trainer, "disable_rollout_importance_sampling", False)]  # fmt: skip
+        with patched_attributes(patches):
+            with self._probe(r, G, lengths) as rows:
+                batch = trainer._generate_and_score_completions(rows)[0]
+            record = _loss_record(trainer, batch, accumulation=1)
+        out = per_row([record], r.size, 1, f"ms-swift {version('ms-swift')}")
+        logps = np.zeros_like(out["mask"])
+        logps[:, : old.shape[1]] = old
+        cols = slice(0, RESPONSE_LENGTH)
+        return {"advantages": out["advantages"], "coefficients": out["coefficients"][:, cols],
+                "mask": out["mask"][:, cols], "old_logps": logps[:, cols]}  # fmt: skip
+
     def step(self, rewards: np.ndarray, G: int, lengths: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
         layout = _Layout.of(self.spec, request.get("layout", "split"))
         if int(G) != layout.group_size:
@@ -458,6 +504,28 @@ class SwiftTarget(Built):
                     raise AdapterError(f"ms-swift {version('ms-swift')} on {layout.ranks} processes: {exc}") from None
                 records = [rec for reply in replies for rec in reply]
         return per_row(records, job.rewards.size, layout.ranks, f"ms-swift {version('ms-swift')}")
+
+
+#: ms-swift's modes as its documentation defines them (docs/source_en/Instruction/GRPO/AdvancedResearch/
+#: training_inference_mismatch.md: the sequence level is the geometric mean [π/π_vLLM]^(1/|y|) broadcast to each
+#: token; truncate min(w, τ); mask w where w ≤ τ, else 0)
+DOCUMENTED_ESTIMATORS = {
+    "token_truncate": "token_truncate",
+    "token_mask": "token_mask",
+    "sequence_truncate": "geometric_truncate",
+    "sequence_mask": "geometric_mask",
+}
+
+
+def rollout_settings(args: Any) -> dict[str, Any] | None:
+    """``info["rollout_correction"]``: ``rollout_importance_sampling_mode`` as its documentation defines it
+    (:data:`DOCUMENTED_ESTIMATORS`), capped at ``rollout_importance_sampling_threshold``; None where no mode is set."""
+    mode = getattr(args, "rollout_importance_sampling_mode", None)
+    if mode is None:
+        return None
+    cap = float(args.rollout_importance_sampling_threshold)
+    setting = f"rollout_importance_sampling_mode={mode}, rollout_importance_sampling_threshold={cap:g}"
+    return {"estimator": DOCUMENTED_ESTIMATORS.get(str(mode)), "cap": cap, "low": 0.0, "setting": setting}
 
 
 # --- the loss, read -----------------------------------------------------------------------------------------------

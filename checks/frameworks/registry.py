@@ -497,6 +497,10 @@ _SKYRL = FrameworkEntry(
 )
 
 _SWIFT_RELEASES = ("4.5.3", "4.6.0")
+#: three policies: rollout_importance_sampling_mode, on its documented reading
+_SWIFT_THREE = tuple(
+    f"ms-swift --set rollout_importance_sampling_mode={mode}" for mode in ("token_truncate", "sequence_mask")
+)
 _SWIFT = FrameworkEntry(
     "ms-swift",
     "4.6.0",
@@ -544,6 +548,8 @@ _SWIFT = FrameworkEntry(
         ("ms-swift --set loss_type=dapo --set NPROC_PER_NODE=2 --set gradient_accumulation_steps=1", ("4.6.0",)),
         # a generation batch shorter than the optimizer step: dapo's token count is the generation batch's
         ("ms-swift --set loss_type=dapo --set steps_per_generation=1", ("4.6.0",)),
+        # three policies: rollout_importance_sampling_mode (sequence_mask computes the token ratios, gated)
+        *((case, _SWIFT_RELEASES) for case in _SWIFT_THREE),
     ),
 )
 

@@ -158,3 +158,18 @@ def test_a_key_ms_swift_refuses_or_the_driver_does_not_run_is_one_line(sets, wor
     code = main(["audit", "ms-swift", "--release", FIXED, *sets])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and words in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_sequence_mask_keeps_the_token_ratios_where_the_docs_mask_the_geometric_mean(capsys):
+    """rollout_importance_sampling_mode=sequence_mask: the docs broadcast the geometric mean and mask it above the
+    threshold (geometric_mask); the code keeps each token's ratio and drops the answer whose mean is above it
+    (geometric_gate): a deviation, and the update departs from the documented one.  1 on-policy; no rollout
+    log-probabilities run uncorrected; a NaN one reaches the gradient."""
+    _, out = _audit(capsys, "4.6.0", "--set", "rollout_importance_sampling_mode=sequence_mask")
+    fit = out["inferred"]["three_policy"]
+    assert (fit["estimator"], fit["documented"], fit["in_graph"]) == ("geometric_gate", "geometric_mask", False)
+    assert fit["on_policy_weight_one"] and fit["missing"] == "on-policy" and fit["non_finite"] == "non-finite"
+    found = {f["property"]: f["severity"] for f in out["findings"]}
+    assert (found["correction_estimator"], found["identity_three_policy"]) == ("deviation", "fail")
