@@ -427,6 +427,13 @@ _KINDS = (
         "Non-finite rollout log-probabilities are taken without a word; the weights their tokens got are named.",
     ),
     FindingKind(
+        "rollout_support_truncated",
+        "three-policy",
+        _F,
+        "The engine's log-probabilities are renormalised over the tokens a top-p/top-k sampler keeps and the trainer's "
+        "over the whole vocabulary: with equal policies each token weighs its position's kept mass S ≤ 1 (G11).",
+    ),
+    FindingKind(
         "identity_three_policy",
         "three-policy",
         _F,

@@ -305,6 +305,12 @@ class ThreePolicyFit(TypedDict, total=False):
     non_finite_weights: dict[str, Any]
     """Per value (μ = 0, NaN, e⁹⁰ on one token, one call each): the token's weight, or 'refused', 'crashed',
     'non-finite'."""
+    support: str
+    """Under the configured truncating sampler (top-p/top-k), equal policies: 'replayed' (weight 1), 'truncated'
+    (each token weighs the estimator of its kept mass, G11), 'other', or 'untruncated' (the sampler kept every probed
+    token's whole distribution); absent without one."""
+    kept_mass_range: list[float]
+    support_weight_range: list[float]
     identity_holds: bool | None
     identity_estimator: str | None
     """The estimator whose weights the identity is checked with: the documented one, else the fitted one."""
@@ -628,6 +634,10 @@ def _three_policy_section(fit: ThreePolicyFit) -> list[str]:
         + (f" (shifted by {fit['shift']:+d} token)" if fit.get("shift") else ""),
         f"  missing rollout log-probabilities: {fit.get('missing')}; non-finite ones: {fit.get('non_finite')}",
     ]
+    if fit.get("support"):
+        lo, hi = fit.get("kept_mass_range") or [float("nan")] * 2
+        kept = f"keeping a mass {_num(lo)} … {_num(hi)} of each token's distribution"
+        lines.append(f"  the sampler ({settings.get('sampler')}) {kept}, equal policies weigh: {fit['support']}")
     rows = fit.get("identity") or []
     holds = yes[fit.get("identity_holds")]
     if rows:

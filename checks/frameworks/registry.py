@@ -130,6 +130,11 @@ _TRL = FrameworkEntry(
             "--set vllm_importance_sampling_clip_max=0.5",
             ("1.16.0",),
         ),
+        # a truncating sampler: vLLM's processed log-probabilities over the 3 tokens top-k keeps (trl #6789)
+        (
+            "trl --set use_vllm=true --set vllm_importance_sampling_mode=token_truncate --set top_k=3",
+            ("1.6.0", "1.16.0"),
+        ),
     ),
 )
 _VERL = FrameworkEntry(

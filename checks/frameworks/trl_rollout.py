@@ -25,12 +25,13 @@ import numpy as np
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError
 from grpo_identity.checks.frameworks.trl_config import DIFFERENCES
 
-__all__ = ["ENGINE_STAND_IN", "Engine", "engine_stood_in", "correction_settings", "rollout_step"]
+__all__ = ["ENGINE_STAND_IN", "Engine", "engine_stood_in", "correction_settings", "rollout_step", "sampler_settings"]
 
 #: what the report lists among the stand-ins where use_vllm is set
 ENGINE_STAND_IN = (
     "vLLM's VLLMGeneration: an engine that returns the probe's completions with the trainer's own log-probabilities "
-    "of them (μ = π_old), and the three-policy probe's where it asks"
+    "of them over the whole vocabulary (μ = π_old), and the three-policy probe's where it asks (renormalised over the "
+    "tokens a truncating sampler keeps where it asks for the sampler)"
 )
 
 
@@ -66,6 +67,30 @@ class Engine:
                 logps = torch.log_softmax(logits.float() / self.temperature, dim=-1)
                 self.memo[key] = logps.gather(-1, torch.tensor(completion)[:, None])[:, 0].tolist()
         return self.memo[key]
+
+    def kept_mass(self, prompt: list[int], completion: list[int], sampler: dict[str, Any]) -> list[float]:
+        """Per token, the mass of the trainer's temperature-scaled distribution that vLLM's sampler keeps
+        (``min_p``, then ``top_k``, then ``top_p`` on what top-k kept, renormalised, as vLLM applies them) and over
+        which its ``processed_logprobs`` are renormalised; the sampled token counts as kept (it was sampled)."""
+        import torch
+
+        with torch.no_grad():
+            logits = self.model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+            p = torch.softmax(logits.float() / self.temperature, dim=-1)
+        keep = torch.ones_like(p, dtype=torch.bool)
+        if sampler.get("min_p"):
+            keep &= p >= float(sampler["min_p"]) * p.max(dim=-1, keepdim=True).values
+        order = torch.argsort(torch.where(keep, p, torch.zeros_like(p)), dim=-1, descending=True)
+        ranked = torch.gather(torch.where(keep, p, torch.zeros_like(p)), -1, order)
+        k = int(sampler.get("top_k") or 0)
+        if 0 < k < p.shape[-1]:
+            ranked[:, k:] = 0.0
+        share = ranked / ranked.sum(dim=-1, keepdim=True)
+        before = torch.cumsum(share, dim=-1) - share  # the mass ranked above each token
+        ranked = torch.where(before < float(sampler.get("top_p") or 1.0), ranked, torch.zeros_like(ranked))
+        kept = torch.zeros_like(p).scatter(-1, order, (ranked > 0).float()) > 0
+        kept[torch.arange(len(completion)), torch.tensor(completion)] = True
+        return (p * kept).sum(dim=-1).tolist()
 
     def generate(self, prompts: list[Any], *args: Any, **kwargs: Any) -> tuple[Any, Any, Any, Any]:
         logps: list[list[float | None]]
@@ -124,7 +149,21 @@ def correction_settings(args: Any) -> dict[str, Any] | None:
     setting = f"vllm_importance_sampling_mode={mode}, clip_max={cap}" + (f", clip_min={low}" if low else "")
     # TRL's modes carry the probe's estimator names; its sequence level is the product of the token ratios, exp(Σ),
     # as its maintainers confirmed (trl #5814)
-    return {"estimator": mode, "cap": cap, "low": low or 0.0, "setting": setting}
+    found = {"estimator": mode, "cap": cap, "low": low or 0.0, "setting": setting}
+    sampler = sampler_settings(args)
+    return {**found, "sampler": ", ".join(f"{k}={v}" for k, v in sampler.items())} if sampler else found
+
+
+def sampler_settings(args: Any) -> dict[str, Any]:
+    """The generation settings that truncate vLLM's sampler (``top_p`` < 1, ``top_k`` > 0, ``min_p`` > 0): vLLM's
+    processed log-probabilities, which TRL asks for, are renormalised over the tokens they keep ({} where none)."""
+    found = {
+        "top_p": getattr(args, "top_p", 1.0),
+        "top_k": getattr(args, "top_k", 0),
+        "min_p": getattr(args, "min_p", 0),
+    }
+    truncating = {"top_p": lambda v: v < 1.0, "top_k": lambda v: v > 0, "min_p": lambda v: v > 0}
+    return {k: v for k, v in found.items() if v is not None and truncating[k](float(v))}
 
 
 @contextlib.contextmanager
@@ -166,10 +205,15 @@ def rollout_step(trainer: Any, generate: Any, laid: dict[str, Any], request: dic
         first = _through_engine(trainer, generate, ids, [list(engine.own_logps(prompt, row)) for row in ids], n)
     old = first["old_per_token_logps"].double().numpy()
     x = request.get("log_ratio")
+    kept = np.ones_like(old)
+    if request.get("sampler"):  # vLLM's processed log-probabilities: renormalised over the tokens its sampler keeps
+        sampler = sampler_settings(trainer.args)
+        for i, row in enumerate(ids):
+            kept[i, : len(row)] = engine.kept_mass(prompt, row, sampler)
     if x is None:  # an engine that reports no log-probability for any token: vLLM's NaN
         logps: list[list[Any]] = [[math.nan] * len(row) for row in ids]
     else:
-        mu = old - np.asarray(x, dtype=np.float64)[:, : old.shape[1]]
+        mu = old - np.asarray(x, dtype=np.float64)[:, : old.shape[1]] - np.log(kept)
         logps = [[float(v) for v in mu[i, : len(row)]] for i, row in enumerate(ids)]
     with _correction(trainer, bool(request.get("correct"))):
         scored = _through_engine(trainer, generate, ids, logps, n)
@@ -183,6 +227,7 @@ def rollout_step(trainer: Any, generate: Any, laid: dict[str, Any], request: dic
         "coefficients": _padded(coefficients),
         "mask": _padded(scored["completion_mask"].double().numpy()),
         "old_logps": _padded(old),
+        "kept_mass": _padded(kept),
     }
 
 

@@ -17,6 +17,10 @@ on each live token of a non-silent answer (a⁰ the step with the correction off
   estimators; an answer-level one reads as a failed on-policy limit);
 - **missing and non-finite** rollout log-probabilities: refused (the target raises), or named: filled with 0
   (ω fits the estimator of log π_old), run as if on-policy, or non-finite coefficients;
+- **a truncating sampler** (where ``settings["sampler"]`` names one: top-p, top-k): the step given the engine's
+  log-probabilities as such a sampler reports them, renormalised over the tokens it keeps (``"sampler": true`` in the
+  request; the target returns each token's ``kept_mass`` S), at X = 0: ω = 1 where the trainer replays the
+  truncation, the estimator of log S where it does not (G11: every sampled token's ratio is its kept mass; trl #6789);
 - **the identity with importance-weighted scores** (G11): per binary group, on random token scores, the corrected
   update is c·(s̃̄₊ − s̃̄₋), s̃ᵢ = uᵢ Σₜ ωᵢₜ Sᵢₜ with ω the *documented* estimator's weights (the fitted one's where
   none is documented), and c the uncorrected step's: an update that departs from the documented correction fails.
@@ -131,9 +135,11 @@ class _Calls:
         silent = np.repeat(R.max(1) == R.min(1), G)
         self.live = (~silent & (self.A != 0))[:, None] & (self.M > 0) & (self.off["coefficients"] != 0)
 
-    def call(self, x: np.ndarray | None, correct: bool = True) -> dict[str, Any]:
-        out = self.target(self.r, self.G, self.L, {"rollout": {"log_ratio": x, "correct": correct}})
-        got = {k: np.asarray(out[k], dtype=np.float64) for k in ("advantages", "coefficients", "mask", "old_logps")}
+    def call(self, x: np.ndarray | None, correct: bool = True, sampler: bool = False) -> dict[str, Any]:
+        spec = {"log_ratio": x, "correct": correct, **({"sampler": True} if sampler else {})}
+        out = self.target(self.r, self.G, self.L, {"rollout": spec})
+        keys = ("advantages", "coefficients", "mask", "old_logps", *(("kept_mass",) if sampler else ()))
+        got = {k: np.asarray(out[k], dtype=np.float64) for k in keys}
         got["advantages"] = got["advantages"].reshape(-1)
         return got
 
@@ -215,14 +221,15 @@ def audit_rollout(
         "documented": documented,
         "on_policy_weight_one": on_policy,
         "on_policy_as_configured": on_policy or configured,
-        "on_policy_weight_range": [float(min(w[b.live].min() for w, b in zip(equal, batches))),
-                                   float(max(w[b.live].max() for w, b in zip(equal, batches)))],
+        "on_policy_weight_range": _live_range(equal, batches),
         "shift": shift,
         **_missing(batches, equal, cap, low),
         **_non_finite(batches),
     }  # fmt: skip
     judge = documented if documented in ESTIMATORS else name  # the documented objective, else what the code computes
     checked = judge != "other"
+    if settings.get("sampler"):
+        out.update(_support(batches, judge if checked else "token_truncate", cap, low))
     weights = [estimator_weights(judge, b.x, b.M, cap, low) for b in batches] if checked else []
     out["identity_estimator"] = judge if checked else None
     out["identity"] = _identity(batches, corrected, weights, np.random.default_rng(seed)) if checked else []
@@ -340,6 +347,31 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
     return {"non_finite": overall, "non_finite_weights": outcomes, **({"non_finite_message": said} if said else {})}
 
 
+def _support(batches: list[_Calls], estimator: str, cap: float, low: float) -> dict[str, Any]:
+    """The step given the engine's log-probabilities as the configured truncating sampler reports them (renormalised
+    over its kept tokens), the policies otherwise equal: 'replayed' (ω = 1: the trainer renormalises its own over the
+    same tokens), 'truncated' (ω is ``estimator`` of log S, S each token's kept mass: G11), 'other', or
+    'untruncated' (the sampler kept the whole distribution at every probed token: nothing is measured)."""
+    outs = [b.call(b.zero, sampler=True) for b in batches]
+    got = [b.weights(out) for b, out in zip(batches, outs)]
+    mass = [np.where(b.M > 0, out["kept_mass"], 1.0) for b, out in zip(batches, outs)]
+    spread = _live_range(mass, batches)
+    if spread[0] > 1 - TOL:  # the sampler kept every token's whole distribution here: nothing to tell
+        return {"support": "untruncated", "kept_mass_range": spread}
+    if max(_residual(w, np.ones_like(w), b.live) for w, b in zip(got, batches)) <= TOL:
+        return {"support": "replayed", "kept_mass_range": spread}
+    expected = [estimator_weights(estimator, np.log(m), b.M, cap, low) for m, b in zip(mass, batches)]
+    fits = max(_residual(w, e, b.live) for w, e, b in zip(got, expected, batches)) <= TOL
+    weights = _live_range(got, batches)
+    return {"support": "truncated" if fits else "other", "kept_mass_range": spread, "support_weight_range": weights}
+
+
+def _live_range(values: list[np.ndarray], batches: list[_Calls]) -> list[float]:
+    """The least and the greatest of ``values`` on the live tokens of every batch."""
+    return [float(min(v[b.live].min() for v, b in zip(values, batches))),
+            float(max(v[b.live].max() for v, b in zip(values, batches)))]  # fmt: skip
+
+
 def _identity(
     batches: list[_Calls], corrected: list[dict[str, Any]], omegas: list[np.ndarray], rng: np.random.Generator
 ) -> list[dict[str, Any]]:
@@ -422,6 +454,19 @@ def _findings(out: dict[str, Any]) -> list[Finding]:
     elif out["non_finite"] == "finite":
         message = f"non-finite rollout log-probabilities are taken without a word, their tokens weighed ({outcomes})"
         found.append(Finding("rollout_logps_non_finite", message, dict(out["non_finite_weights"]), "deviation"))
+    if out.get("support") in ("truncated", "other"):
+        lo, hi = out["support_weight_range"]
+        how = (
+            f"each token weighs {out.get('identity_estimator') or 'its estimator'} of its position's kept mass S"
+            if out["support"] == "truncated"
+            else "the weights follow no rule of the kept mass"
+        )
+        message = (
+            f"the rollout engine's log-probabilities are renormalised over the tokens its sampler keeps "
+            f"({(out['settings'] or {}).get('sampler')}) and the trainer's over the whole vocabulary: with equal "
+            f"policies {how} ({lo:.4g} … {hi:.4g}), not 1 (G11; trl #6789)"
+        )
+        found.append(Finding("rollout_support_truncated", message, {"weights": [lo, hi]}))
     if out["identity_holds"] is False:
         bad = [row for row in out["identity"] if row["residual"] > TOL or abs(row["ratio"] - 1) > TOL][0]
         message = (
@@ -450,7 +495,9 @@ def numpy_rollout_target(
     log π_θ, not detached), ``shift`` (log μ of the token before), ``fill`` (missing log μ taken as 0), ``skip``
     (no correction without log μ), ``unguarded`` (no check of non-finite log μ), ``nan_as_equal`` (a NaN log μ
     taken as log π_old, an infinite one kept), ``cap_below_one`` (the cap at 0.5), ``product`` (the product where
-    the geometric mean is asked)."""
+    the geometric mean is asked), ``full_vocab`` (given a truncating sampler's log-probabilities, renormalised over
+    the tokens it keeps, it weighs them against its own over the whole vocabulary: trl #6789; by default it
+    renormalises its log π_old over the same tokens).  Its sampler keeps a seeded mass S ∈ [0.7, 1) at each token."""
     from grpo_identity.checks.measure.offpolicy import reference_batch, token_gradient
 
     A, M = reference_batch(rewards, G, lengths)
@@ -468,16 +515,20 @@ def numpy_rollout_target(
     elif plant != "unguarded" and not np.isfinite(mu[M > 0]).all():
         raise ValueError("non-finite rollout log-probabilities")
     mu = np.roll(mu, 1, axis=1) if plant == "shift" else mu
+    kept = np.where(M > 0, np.random.default_rng(11).uniform(0.7, 1.0, (n, T)), 1.0)
+    if spec.get("sampler"):  # the engine's log-probabilities renormalised over the tokens its sampler keeps
+        mu = mu - np.log(kept)
+    reference = old - np.log(kept) if spec.get("sampler") and plant != "full_vocab" else old  # replays the truncation
     computed = estimator.replace("geometric", "sequence") if plant == "product" else estimator
     rule = functools.partial(_weight, estimator=computed, cap=0.5 if plant == "cap_below_one" else cap, low=low, M=M)
 
     def loss(lp: np.ndarray) -> np.ndarray:
-        omega = rule((lp if plant == "in_graph" else old) - mu) if spec.get("correct") else np.ones_like(lp)
+        omega = rule((lp if plant == "in_graph" else reference) - mu) if spec.get("correct") else np.ones_like(lp)
         with np.errstate(invalid="ignore", over="ignore"):
             return (omega * np.exp(lp - old) * A[:, None] * M).sum(1)
 
     grad = token_gradient(loss, old)
-    return {"advantages": A, "coefficients": grad / M.sum() * M, "mask": M, "old_logps": old}
+    return {"advantages": A, "coefficients": grad / M.sum() * M, "mask": M, "old_logps": old, "kept_mass": kept}
 
 
 def _weight(x: np.ndarray, *, estimator: str, cap: float, low: float, M: np.ndarray) -> np.ndarray:

@@ -164,3 +164,20 @@ def test_a_driver_that_cannot_run_the_step_is_a_note_not_a_finding_about_the_fra
     found = {f.property: f.severity for f in report.findings}
     assert report.inferred.three_policy == {} and found.get("three_policy") == "note"
     assert "rollout_logps_missing" not in found and "could not be run" in report.format()
+
+
+@pytest.mark.parametrize("estimator, cap", [("token_truncate", 2.0), ("sequence_truncate", 5.0)])
+def test_a_truncating_sampler_against_a_full_vocabulary_is_found_and_a_replayed_one_is_not(estimator, cap):
+    """trl #6789: the engine's log-probabilities renormalised over the tokens top-p keeps, the trainer's over the
+    whole vocabulary: with equal policies each token weighs its kept mass S (G11), S^L an answer for the product."""
+    settings = {"estimator": estimator, "cap": cap, "sampler": "top_p=0.9"}
+    for plant, support in ((None, "replayed"), ("full_vocab", "truncated")):
+        target = functools.partial(numpy_rollout_target, estimator=estimator, cap=cap, plant=plant)
+        out, findings = audit_rollout(target, settings)
+        assert out["support"] == support and 0.7 <= out["kept_mass_range"][0] < out["kept_mass_range"][1] < 1
+        found = {f.property: f.severity for f in findings}
+        assert found == ({} if plant is None else {"rollout_support_truncated": "fail"})
+    lo, hi = out["support_weight_range"]
+    assert (lo < out["kept_mass_range"][0] - 1e-6) is (estimator == "sequence_truncate")  # a product of masses
+    _, plain = audit_rollout(functools.partial(numpy_rollout_target, plant="full_vocab"), {"estimator": estimator})
+    assert "rollout_support_truncated" not in {f.property for f in plain}  # no sampler announced: not asked

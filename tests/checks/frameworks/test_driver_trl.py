@@ -589,3 +589,17 @@ def test_use_vllm_on_a_release_with_no_engine_to_stand_in_is_one_line_naming_the
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("grpo-identity audit: error: TRL 0.22.2 has no ") and "0.28.0" in err[-1]
     assert "use_vllm" in err[-1] and "GRPOTrainer rejects" not in err[-1] and "Traceback" not in "\n".join(err)
+
+
+@pytest.mark.slow
+def test_trl_weighs_each_token_by_the_mass_its_vllm_sampler_keeps_under_top_k(capsys):
+    """trl #6789: vLLM's processed log-probabilities are renormalised over the top-k tokens, TRL recomputes its own
+    over the whole vocabulary, so with equal policies each token's ratio is the mass top-k keeps (G11)."""
+    _need_trl()
+    sets = ["use_vllm=true", "vllm_importance_sampling_mode=token_truncate", "top_k=3"]
+    main(["audit", "trl", *[x for s in sets for x in ("--set", s)], "--max-examples", "5", "--json"])
+    out = _json(capsys)
+    fit = out["inferred"]["three_policy"]
+    assert fit["support"] == "truncated" and fit["support_weight_range"] == pytest.approx(fit["kept_mass_range"], 1e-5)
+    assert 0 < fit["kept_mass_range"][0] < fit["kept_mass_range"][1] < 1 and fit["settings"]["sampler"] == "top_k=3"
+    assert {f["property"]: f["severity"] for f in out["findings"]}["rollout_support_truncated"] == "fail"
