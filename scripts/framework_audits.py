@@ -187,6 +187,8 @@ def _three(inf: dict) -> str:
     parts = [fit.get("estimator") or "?"] + (["**in the graph**"] if fit.get("in_graph") else [])
     parts += [] if fit.get("on_policy_as_configured", fit.get("on_policy_weight_one")) else ["**≠ 1 on-policy**"]
     parts += [f"missing: {fit.get('missing')}", f"non-finite: {fit.get('non_finite')}"]
+    if fit.get("support") in ("truncated", "other"):  # a truncating sampler's log-probabilities against the trainer's
+        parts.append(f"**sampler: weighs its kept mass** ({(fit.get('settings') or {}).get('sampler')})")
     return "; ".join(parts)
 
 
