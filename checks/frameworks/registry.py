@@ -504,7 +504,8 @@ _SKYRL = FrameworkEntry(
 _SWIFT_RELEASES = ("4.5.3", "4.6.0")
 #: three policies: rollout_importance_sampling_mode, on its documented reading
 _SWIFT_THREE = tuple(
-    f"ms-swift --set rollout_importance_sampling_mode={mode}" for mode in ("token_truncate", "sequence_mask")
+    f"ms-swift --set rollout_importance_sampling_mode={mode}"
+    for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 )
 _SWIFT = FrameworkEntry(
     "ms-swift",

@@ -202,6 +202,10 @@ class SkyRLTarget(Built):
         live = np.arange(RESPONSE_LENGTH)[None, :] < lengths[:, None]
         old = seeded_old_logps((r.size, RESPONSE_LENGTH)) * live
         x = rollout["log_ratio"]
+        opc = _correction(self.config(G, one))
+        if x is None and rollout["correct"] and (opc.tis_ratio_type or opc.sequence_mask_metric):
+            # convert_to_training_input's sanity check (skyrl/train/trainer.py), on the path _batch stands in for
+            raise AssertionError("expected non-null rollout logprobs tensor when off_policy_correction is enabled")
         engine = None if x is None else old - np.where(live, np.asarray(x, dtype=np.float64), 0.0)
         cfg = _with_correction(self.config(G, one), bool(rollout["correct"]))
         out = _run_step(cfg, one, r, lengths, [0] * r.size, logps=(old, engine))

@@ -155,13 +155,16 @@ def correction_settings(args: Any) -> dict[str, Any] | None:
 
 
 def sampler_settings(args: Any) -> dict[str, Any]:
-    """The generation settings that truncate vLLM's sampler (``top_p`` < 1, ``top_k`` > 0, ``min_p`` > 0): vLLM's
-    processed log-probabilities, which TRL asks for, are renormalised over the tokens they keep ({} where none)."""
+    """The generation settings that truncate vLLM's sampler (``top_p`` < 1, ``top_k`` > 0, ``min_p`` > 0; where
+    ``generation_kwargs`` sets them, theirs, as TRL passes them on): vLLM's processed log-probabilities, which TRL asks
+    for, are renormalised over the tokens they keep ({} where none).  Repetition, presence and frequency penalties,
+    which processed log-probabilities include too, are not stood in."""
     found = {
         "top_p": getattr(args, "top_p", 1.0),
         "top_k": getattr(args, "top_k", 0),
         "min_p": getattr(args, "min_p", 0),
     }
+    found |= {k: v for k, v in (getattr(args, "generation_kwargs", None) or {}).items() if k in found}  # they win
     truncating = {"top_p": lambda v: v < 1.0, "top_k": lambda v: v > 0, "min_p": lambda v: v > 0}
     return {k: v for k, v in found.items() if v is not None and truncating[k](float(v))}
 

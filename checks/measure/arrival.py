@@ -16,8 +16,8 @@ answers actually in it.  So for every group trained at a step, per weight versio
 
 - **nothing of another group or of the batch enters it**: its advantages are what the target gives the same answers
   delivered alone, as one group (with the group's answers of no tokens at that step: sampled with it, a reward
-  each); first on three whole fresh groups in one batch, where a difference is a batch statistic (the finding, and
-  a group's own baseline is then not judged in the cases);
+  each); first on three whole fresh groups in one batch, where a difference is a batch statistic (the finding; in
+  the cases a group is then judged against its own mean alone);
 - **its baseline is its own mean**, where the target's whole groups are a·(r − r̄) with a > 0: Â = a·(r − r̄_B) with
   B the group's trained and empty answers — an answer left out, or a None filled with 0, is a rule the target
   applies alone too, so it is judged against the formula, not against the target;
@@ -170,6 +170,10 @@ class _Probe:
     centred: bool = True
     memo: dict[tuple[Any, ...], np.ndarray | None] = dataclasses.field(default_factory=dict)
 
+    def within_bound(self, lag: int) -> bool:
+        """Whether an answer ``lag`` weight versions behind the trainer may be trained (always, with no bound)."""
+        return self.staleness is None or lag <= self.staleness
+
     def alone(self, answers: list[dict[str, Any]]) -> np.ndarray | None:
         """The advantages of ``answers`` delivered as the only group of a fresh step at the trainer's version, in
         their order (None where the target declines them, or leaves one untrained)."""
@@ -238,11 +242,18 @@ def _calibrate(probe: _Probe) -> list[Finding]:
     got, found = dict(steps[0]), []
     for g in range(len(groups)):
         ids = [i for i, a in enumerate(whole) if a["group"] == g]
-        if any(i not in got for i in ids):
+        if any(i not in got for i in ids) or len(got) != len(steps[0]):
             probe.isolated = probe.centred = False
-            said = f"{_MESSAGES['answers_lost_or_repeated']} (whole group {g}: answers {ids} not all trained)"
-            return [Finding("answers_lost_or_repeated", said, {"case": "whole", "group": g})]
+            given = [i for i, _ in steps[0]]
+            repeated = sorted({i for i in given if given.count(i) > 1 or not 0 <= i < len(whole)})
+            dropped = [i for i in range(len(whole)) if i not in got]
+            said = f"{_MESSAGES['answers_lost_or_repeated']} (whole groups: answers {repeated or dropped})"
+            return [Finding("answers_lost_or_repeated", said, {"case": "whole", "repeated": repeated,
+                                                                "dropped": dropped})]  # fmt: skip
         adv, r = np.array([got[i] for i in ids]), np.array(groups[g])
+        if not np.isfinite(adv).all():
+            said = f"{_MESSAGES['async_crash_or_nan']} (whole group {g}: advantages {adv.tolist()})"
+            return [Finding("async_crash_or_nan", said, {"case": "whole", "group": g})]
         alone = probe.alone([whole[i] for i in ids])
         if alone is not None and not _close(adv, alone) and probe.isolated:
             probe.isolated = False
@@ -270,12 +281,12 @@ def _judge(probe: _Probe, spec: dict[str, Any], got: list[list[tuple[int, float]
                 [i for i in ids if answer[i]["version"] == v] for v in dict.fromkeys(answer[i]["version"] for i in ids)
             ]
             verdicts = [_part(probe, answer, trained, part, spec["versions"][t]) for part in parts]
-            if len(parts) > 1 and any(verdicts) or len(parts) > 1 and not probe.isolated:
-                found += _mixed(probe, answer, trained, ids, verdicts)
+            if len(parts) > 1 and (any(verdicts) or not probe.isolated):
+                found += _mixed(probe, answer, trained, ids, parts, verdicts)
             else:
                 found += [f for v in verdicts for f in v]
         by_step.append(found)
-    by_step[-1] += _accounting(probe, answer, got)
+    by_step[-1] += _accounting(probe, answer, got, spec["versions"])
     return by_step
 
 
@@ -294,7 +305,7 @@ def _part(probe: _Probe, answer: dict[int, dict[str, Any]], trained: dict[int, f
         said = _MESSAGES["reward_none_trained"] + (", as a reward of 0 in its group's baseline" if as_zero else "")
         problems.append(Finding("reward_none_trained", said, where))
     lag = max(now - answer[i]["version"] for i in ids)
-    if probe.staleness is not None and lag > probe.staleness:
+    if not probe.within_bound(lag):
         said = f"{_MESSAGES['staleness_ignored']} ({lag} versions behind, the bound {probe.staleness})"
         problems.append(Finding("staleness_ignored", said, {"lag": lag, **where}))
     return problems or _baseline(probe, answer, adv, ids, where)
@@ -306,15 +317,13 @@ def _baseline(probe: _Probe, answer: dict[int, dict[str, Any]], adv: np.ndarray,
     answers and the group's answers with no tokens at that step: sampled with it, a reward each), so nothing of
     another group or of the batch entered; and, where the target's whole groups are a·(r − r̄), centred on the
     group's mean with its empty answers in it and nothing filled in (a rule the target applies alone as well)."""
-    if not probe.isolated:
-        return []
     first = answer[ids[0]]
     same = ("group", "step", "version")
     empty = [i for i, a in answer.items() if i not in ids and a["length"] == 0 and a["reward"] is not None
              and all(a[k] == first[k] for k in same)]  # fmt: skip
     nones = [i for i, a in answer.items() if a["reward"] is None and all(a[k] == first[k] for k in same)]
     as_zero = f"{_MESSAGES['reward_none_trained']}: as a reward of 0 in its group's baseline, its own advantage 0"
-    expected = probe.alone([answer[i] for i in ids + empty])
+    expected = probe.alone([answer[i] for i in ids + empty]) if probe.isolated else None
     if expected is not None and not _close(adv, expected[: len(ids)]):
         zeros = [{**answer[i], "reward": 0.0} for i in nones]
         filled = probe.alone([answer[i] for i in ids + empty] + zeros) if nones else None
@@ -347,12 +356,23 @@ def _contamination(adv: np.ndarray, expected: np.ndarray, where: dict[str, Any])
 
 
 def _mixed(probe: _Probe, answer: dict[int, dict[str, Any]], trained: dict[int, float], ids: list[int],
-           verdicts: list[list[Finding]]) -> list[Finding]:  # fmt: skip
+           parts: list[list[int]], verdicts: list[list[Finding]]) -> list[Finding]:  # fmt: skip
     """A group trained at one step with answers of several weight versions, not each version on its own baseline:
-    one baseline over the versions (``group_mixed_versions``), else the parts' own problems."""
+    one baseline over the versions (``group_mixed_versions``; the whole group alone where the target is isolated,
+    else a·(r − r̄) over the whole group and not over each part, where it is centred), else the parts' problems."""
     adv = np.array([trained[i] for i in ids])
-    expected = probe.alone([answer[i] for i in ids]) if probe.isolated else None
-    if probe.isolated and (expected is None or not _close(adv, expected)):
+    if probe.isolated:
+        expected = probe.alone([answer[i] for i in ids])
+        one = expected is not None and _close(adv, expected)
+    else:
+        r = {i: float(answer[i]["reward"] or 0.0) for i in ids}
+
+        def fits(part: list[int]) -> bool:
+            rewards = np.array([r[i] for i in part])
+            return _baseline_fit(rewards, np.array([trained[i] for i in part]), rewards)[1] <= TOL
+
+        one = probe.centred and fits(ids) and not all(fits(part) for part in parts)
+    if not one:
         return [f for v in verdicts for f in v]
     versions = sorted({answer[i]["version"] for i in ids})
     said = f"{_MESSAGES['group_mixed_versions']} (versions {versions})"
@@ -360,8 +380,8 @@ def _mixed(probe: _Probe, answer: dict[int, dict[str, Any]], trained: dict[int, 
                                                    "answers": ids})]  # fmt: skip
 
 
-def _accounting(probe: _Probe, answer: dict[int, dict[str, Any]], got: list[list[tuple[int, float]]]
-                ) -> list[Finding]:  # fmt: skip
+def _accounting(probe: _Probe, answer: dict[int, dict[str, Any]], got: list[list[tuple[int, float]]],
+                versions: list[int]) -> list[Finding]:  # fmt: skip
     """Answers trained twice or never sent; and answers that should have been trained (a reward and tokens, within
     the bound, of their group's newest version) never trained while the rest of their group was."""
     ids = [i for pairs in got for i, _ in pairs]
@@ -370,7 +390,7 @@ def _accounting(probe: _Probe, answer: dict[int, dict[str, Any]], got: list[list
     newest = {g: max(a["version"] for a in answer.values() if a["group"] == g) for g in trained_groups}
     dropped = [i for i, a in answer.items() if i not in ids and a["group"] in trained_groups
                and a["reward"] is not None and a["length"] > 0 and a["version"] == newest[a["group"]]
-               and (probe.staleness is None or VERSION - a["version"] <= probe.staleness)]  # fmt: skip
+               and probe.within_bound(versions[a["step"]] - a["version"])]  # fmt: skip
     if not repeated and not dropped:
         return []
     said = ", ".join(
@@ -399,9 +419,12 @@ def _findings(out: dict[str, Any], problems: list[Finding], settings: dict[str, 
             message += f"; so configured ({documented[f.property]})"
         found[f.property] = dataclasses.replace(f, message=message)
     notes = []
-    if not out["isolated"]:
-        notes.append("whole fresh groups in one batch get other advantages than alone: a group's own baseline and "
-                     "scale are not judged in the cases")  # fmt: skip
+    lost = "answers_lost_or_repeated" in out["calibration"]
+    if not out["isolated"] and not lost:
+        notes.append("whole fresh groups in one batch get other advantages than alone: in the cases a group is not "
+                     "judged against its answers alone")  # fmt: skip
+    if lost:
+        notes.append("whole fresh groups were not each trained once: no group's baseline is judged in the cases")
     if not out["calibrated"]:
         notes.append("whole fresh groups' advantages are not a·(r − r̄), a > 0: where a group is not delivered alone, "
                      "and for its empty answers, its baseline is not judged")  # fmt: skip

@@ -229,7 +229,7 @@ def audit_rollout(
     judge = documented if documented in ESTIMATORS else name  # the documented objective, else what the code computes
     checked = judge != "other"
     if settings.get("sampler"):
-        out.update(_support(batches, judge if checked else "token_truncate", cap, low))
+        out.update(_support(batches, equal, judge if checked else "token_truncate", cap, low))
     weights = [estimator_weights(judge, b.x, b.M, cap, low) for b in batches] if checked else []
     out["identity_estimator"] = judge if checked else None
     out["identity"] = _identity(batches, corrected, weights, np.random.default_rng(seed)) if checked else []
@@ -281,7 +281,7 @@ def attempt(call: Callable[[], Any]) -> tuple[Any, tuple[str, str]]:
 
     try:
         return call(), ("", "")
-    except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError) as exc:
+    except (TargetError, ValueError, TypeError, KeyError, RuntimeError, AttributeError, AssertionError) as exc:
         if isinstance(exc, TargetError) and type(exc) is not TargetError:  # it died, hung or answered malformed
             raise
         outcome = "unsupported" if _driver_failed(exc) else "refused" if _refusal(exc) else "crashed"
@@ -347,20 +347,25 @@ def _non_finite(batches: list[_Calls]) -> dict[str, Any]:
     return {"non_finite": overall, "non_finite_weights": outcomes, **({"non_finite_message": said} if said else {})}
 
 
-def _support(batches: list[_Calls], estimator: str, cap: float, low: float) -> dict[str, Any]:
+def _support(batches: list[_Calls], equal: list[np.ndarray], estimator: str, cap: float, low: float
+             ) -> dict[str, Any]:  # fmt: skip
     """The step given the engine's log-probabilities as the configured truncating sampler reports them (renormalised
-    over its kept tokens), the policies otherwise equal: 'replayed' (ω = 1: the trainer renormalises its own over the
-    same tokens), 'truncated' (ω is ``estimator`` of log S, S each token's kept mass: G11), 'other', or
-    'untruncated' (the sampler kept the whole distribution at every probed token: nothing is measured)."""
+    over its kept tokens), the policies otherwise equal: 'replayed' (ω as with equal log-probabilities, ``equal``:
+    the trainer renormalises its own over the same tokens), 'truncated' (ω is ``estimator`` of log S, S each token's
+    kept mass: G11), 'other', 'untruncated' (the sampler kept the whole distribution at every probed token) or
+    'indistinguishable' (the estimator weighs log S as it weighs 0 there: a cap below every kept mass)."""
     outs = [b.call(b.zero, sampler=True) for b in batches]
     got = [b.weights(out) for b, out in zip(batches, outs)]
     mass = [np.where(b.M > 0, out["kept_mass"], 1.0) for b, out in zip(batches, outs)]
     spread = _live_range(mass, batches)
     if spread[0] > 1 - TOL:  # the sampler kept every token's whole distribution here: nothing to tell
         return {"support": "untruncated", "kept_mass_range": spread}
-    if max(_residual(w, np.ones_like(w), b.live) for w, b in zip(got, batches)) <= TOL:
-        return {"support": "replayed", "kept_mass_range": spread}
     expected = [estimator_weights(estimator, np.log(m), b.M, cap, low) for m, b in zip(mass, batches)]
+    at_one = [estimator_weights(estimator, np.zeros_like(m), b.M, cap, low) for m, b in zip(mass, batches)]
+    if max(_residual(e, o, b.live) for e, o, b in zip(expected, at_one, batches)) <= TOL:
+        return {"support": "indistinguishable", "kept_mass_range": spread}
+    if max(_residual(w, e, b.live) for w, e, b in zip(got, equal, batches)) <= TOL:
+        return {"support": "replayed", "kept_mass_range": spread}
     fits = max(_residual(w, e, b.live) for w, e, b in zip(got, expected, batches)) <= TOL
     weights = _live_range(got, batches)
     return {"support": "truncated" if fits else "other", "kept_mass_range": spread, "support_weight_range": weights}
@@ -464,7 +469,7 @@ def _findings(out: dict[str, Any]) -> list[Finding]:
         message = (
             f"the rollout engine's log-probabilities are renormalised over the tokens its sampler keeps "
             f"({(out['settings'] or {}).get('sampler')}) and the trainer's over the whole vocabulary: with equal "
-            f"policies {how} ({lo:.4g} … {hi:.4g}), not 1 (G11; trl #6789)"
+            f"policies {how} ({lo:.4g} … {hi:.4g}), not what equal log-probabilities give (G11)"
         )
         found.append(Finding("rollout_support_truncated", message, {"weights": [lo, hi]}))
     if out["identity_holds"] is False:

@@ -197,7 +197,7 @@ def test_the_framework_table_shows_adapter_errors_and_the_first_failing_finding(
     fail, error = table.splitlines()[2:]
     step = "**1/micro_batch_tokens**, **not invariant** (0.5–1.5×)"
     assert (
-        f"| FAIL | - | group std, ddof 1, ε 1e-06 | constant | {step} | **not 0** | - | - | zero_sum: a / b | 12 |"
+        f"| FAIL | - | group std, ddof 1, ε 1e-06 | constant | {step} | **not 0** | - | - | - | zero_sum: a / b | 12 |"
         in fail
     )
     assert "| adapter error |" in error and "TypeError" in error
@@ -222,7 +222,7 @@ def test_the_framework_table_shows_a_deviation_where_nothing_fails_and_the_off_p
         2:
     ]
     assert "| DEVIATION | gpg | no dial fits | 1/step_tokens |" in line
-    assert "| sequence | - | groups_independent: by design of gpg: coupled |" in line
+    assert "| sequence | - | - | groups_independent: by design of gpg: coupled |" in line
 
 
 def test_the_framework_table_names_the_three_policy_estimator_and_what_departs():

@@ -280,3 +280,52 @@ def test_a_crash_on_whole_fresh_groups_is_a_fail_and_no_case_runs():
 def test_an_unknown_case_is_refused_by_name():
     with pytest.raises(ValueError, match="no asynchronous-groups case 'late'"):
         audit_arrival(numpy_arrival_target, {"max_staleness": 1}, cases=("late",))
+
+
+def _batch_sigma(per_version: bool, short_on_batch_mean: bool):
+    """A trainer dividing every group by the step's σ (a documented batch scale), centring each group on its own
+    mean (per weight version where ``per_version``), a short group on the batch's mean where asked."""
+
+    def rule(step, spec):
+        keep = [j for j in range(len(spec["id"])) if spec["reward"][j] is not None and spec["version"][j] >= 9]
+        r = np.array([spec["reward"][j] for j in keep], dtype=np.float64)
+        key = [(spec["group"][j], spec["version"][j] if per_version else 0) for j in keep]
+        sd = r.std(ddof=1)
+        advantages = []
+        for j, k in enumerate(key):
+            members = np.array([r[m] for m in range(len(keep)) if key[m] == k])
+            short = short_on_batch_mean and len(members) < spec["G"] if "G" in spec else False
+            advantages.append((r[j] - (r.mean() if short else members.mean())) / (sd + 1e-4))
+        return [spec["id"][j] for j in keep], advantages
+
+    return rule
+
+
+def _with_g(rule):
+    def target(r: Any, G: int, L: Any, request: dict[str, Any]) -> dict[str, Any]:
+        spec = request["arrival"]
+        steps = [dict(zip(("trained", "advantages"), rule(step, {**step, "G": spec["G"]}))) for step in spec["steps"]]
+        return {"steps": steps}
+
+    return target
+
+
+def test_under_a_documented_batch_scale_a_baseline_per_version_is_no_mixing_and_a_batch_mean_is_still_found():
+    settings = {"max_staleness": 1, "documented": {"group_scale_foreign": "scale=batch"}}
+    out, findings = audit_arrival(_with_g(_batch_sigma(True, False)), settings)
+    assert out["isolated"] is False and out["calibrated"] is True
+    assert {f.property: f.severity for f in findings} == {"group_scale_foreign": "deviation", "async_groups": "note"}
+    out, _ = audit_arrival(_with_g(_batch_sigma(False, False)), settings)  # one baseline over both versions
+    assert out["cases"]["mixed"]["problems"] == ["group_mixed_versions"]
+    out, _ = audit_arrival(_with_g(_batch_sigma(True, True)), settings)
+    assert out["cases"]["short"]["problems"] == ["group_baseline_foreign"]  # the centred check still runs
+
+
+def test_a_trainer_that_replays_the_truncation_under_a_cap_below_1_is_not_flagged():
+    from grpo_identity.checks.measure.rollout import audit_rollout, numpy_rollout_target
+
+    for cap in (0.5, 0.8):
+        target = functools.partial(numpy_rollout_target, cap=cap)
+        out, findings = audit_rollout(target, {"estimator": "token_truncate", "cap": cap, "sampler": "top_k=3"})
+        assert out["support"] in ("replayed", "indistinguishable")
+        assert "rollout_support_truncated" not in {f.property for f in findings}

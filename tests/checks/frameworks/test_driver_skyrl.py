@@ -349,5 +349,6 @@ def test_a_token_mask_beside_tis_renormalises_the_kept_tokens_in_0_1_0_not_in_0_
     fit = out["inferred"]["three_policy"]
     assert (fit["estimator"], fit["documented"], fit["on_policy_weight_one"]) == (estimator, "token_mask", True)
     assert {round(row["ratio"], 4) for row in fit["identity"]} == {ratio}
-    assert fit["missing"] == "on-policy" and fit["non_finite"] == "non-finite"  # a NaN log μ reaches the gradient
+    assert fit["missing"] == "crashed" and fit["non_finite"] == "non-finite"  # a NaN log μ reaches the gradient
+    assert "expected non-null rollout logprobs" in fit["missing_message"]  # convert_to_training_input's assertion
     assert _severity(out, "identity_three_policy") == (set() if ratio == 1.0 else {"fail"})
