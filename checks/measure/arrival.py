@@ -161,8 +161,8 @@ def _close(measured: np.ndarray, expected: np.ndarray) -> bool:
 class _Probe:
     """What every case is judged with: the target, its staleness bound, whether whole fresh groups in one batch get
     what each gets alone (``isolated``: no batch statistic, so a group's advantages can be judged against the same
-    answers delivered alone) and are centred on their mean with a positive scale (``centred``: the fallback where
-    the target declines a group alone); the groups delivered alone, memoised."""
+    answers delivered alone) and are centred on their mean with a positive scale (``centred``: a group's baseline
+    is then checked against its own mean, whatever its scale); the groups delivered alone, memoised."""
 
     target: Callable[..., Any]
     staleness: int | None
@@ -228,8 +228,9 @@ def audit_arrival(
 
 def _calibrate(probe: _Probe) -> list[Finding]:
     """Whole fresh groups in one batch: whether each gets what it gets alone (``probe.isolated``; else what entered
-    it is the finding, and a group's own baseline is not judged in the cases) and is a·(r − r̄), a > 0
-    (``probe.centred``).  A crash there is the finding, and no case is run; a refusal ends the probe (a note)."""
+    it is the finding, and in the cases a group is judged against its own mean only) and is a·(r − r̄), a > 0
+    (``probe.centred``: the own-mean check applies).  A crash there is the finding, and no case is run; a refusal
+    ends the probe (a note)."""
     from grpo_identity.checks.calls.target import TargetError
 
     groups = [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]]
