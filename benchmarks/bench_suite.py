@@ -2,8 +2,8 @@
 README's framework table — each in a fresh process, on a machine otherwise idle.
 
 Goals on this 2-core machine: the whole test suite (``make test``'s pytest) ≤ 8 minutes; ``prove``
-≤ 15 s; the README's framework table (``scripts/framework_audits.py``, every release environment
-already built) ≤ 3 minutes.  One warm framework audit is ``bench_audit.py --frameworks``.
+≤ 15 s; the documentation's framework table (``grpo-identity matrix results/frameworks/grid.yaml``, every
+release environment already built) ≤ 3 minutes.  One warm framework audit is ``bench_audit.py --frameworks``.
 
     python benchmarks/bench_suite.py [--only suite,prove,table] [--json]
 
@@ -36,7 +36,7 @@ def commands(tmp: str) -> dict[str, list[str]]:
     return {
         "suite": [py, "-m", "pytest", "-q", "-n", "auto", "--dist", "loadgroup", "-p", "no:cacheprovider"],
         "prove": [py, "-m", "grpo_identity", "prove"],
-        "table": [py, "scripts/framework_audits.py", "--out", tmp],
+        "table": [py, "-m", "grpo_identity", "matrix", "results/frameworks/grid.yaml", "--out", tmp, "--fresh"],
     }
 
 

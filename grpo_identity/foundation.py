@@ -87,6 +87,8 @@ EXTRAS: dict[str, str] = {
     "pytest": "test",
     "trl": "frameworks",
     "verl": "frameworks",
+    "ray": "ray",
+    "yaml": "matrix",
 }
 
 

@@ -224,6 +224,8 @@ def make_lock(root: Path = ROOT) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         wheels = torch_wheels(Path(tmp) / "wheels", _cpu(torch))
         body = Path(tmp) / "body.txt"
+        if (root / LOCK.name).is_file():  # uv keeps the locked versions where they still resolve: a new extra or
+            body.write_text((root / LOCK.name).read_text())  # pin changes what it needs, not every package
         compile_lock(body, root, exclude_newer=now, wheels=wheels)
         uv_version = _run([_uv(), "--version"], "uv --version").stdout.split("(")[0].strip()
         text = header(root, now, uv_version) + body.read_text()

@@ -617,6 +617,14 @@ def _current_key(framework: str, release: str) -> str | None:
         return None
 
 
+def current_env_name(framework: str, release: str) -> str | None:
+    """The folder name (``trl-0.22.2-10d7344619``) an audit of ``framework==release`` would use now, offline: the
+    current recipe and the upload time already cached (none cached: today's resolution); None where the recipe
+    cannot be read.  ``grpo-identity matrix`` keeps an audit's stored row while its environment is this one."""
+    key = _current_key(framework, release)
+    return f"{framework}-{release}-{key}" if key else None
+
+
 def prune(everything: bool = False, dry_run: bool = False) -> list[dict[str, Any]]:
     """Remove the stale and half-made environments (``everything``: all of them, and the torch wheel);
     the rows removed (or, ``dry_run``, that would be)."""

@@ -21,8 +21,6 @@ __all__ = ["FrameworkEntry", "FRAMEWORK_TABLE", "pins_table", "no_deps_table"]
 
 #: (first release, first release no longer needing them, requirements)
 Pins = tuple[tuple[str, str, tuple[str, ...]], ...]
-#: (target and options as typed after ``grpo-identity audit``, the releases it is audited at)
-Cases = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -49,20 +47,12 @@ class FrameworkEntry:
     split-invariant step (``split``): what a report suggests (:func:`~grpo_identity.checks.frameworks.setting_for`)."""
     verify: tuple[tuple[str, str], ...] = ()
     """(target, expected preset) that ``grpo-identity verify`` audits where the framework is installed."""
-    cases: Cases = ()
-    """The configurations the findings table audits (``scripts/framework_audits.py``), with their releases."""
 
     @property
     def driver(self) -> str:
         """The driver's module."""
         return f"grpo_identity.checks.frameworks.{self.name.replace('-', '_')}"
 
-
-#: the releases the findings table audits most configurations at
-_TRL_RELEASES = ("0.22.0", "0.22.2", "1.16.0")
-_VERL_RELEASES = ("0.6.0", "0.7.1", "0.9.1")
-_AREAL_RELEASES = ("1.0.4",)
-_OPENRLHF_RELEASES = ("0.11.2",)
 
 _TRL = FrameworkEntry(
     "trl",
@@ -93,49 +83,6 @@ _TRL = FrameworkEntry(
         },
     },
     verify=(("trl", "grpo"),),
-    cases=(
-        # TRL 0.16 is the first release with scale_rewards (a bool until 0.21, a string from 0.22)
-        ("trl --set scale_rewards=true", ("0.16.0",)),
-        ("trl --set scale_rewards=false", ("0.16.0",)),
-        ("trl --set scale_rewards=group --set loss_type=grpo", _TRL_RELEASES),
-        ("trl --set scale_rewards=none --set loss_type=dr_grpo", _TRL_RELEASES),
-        ("trl --set scale_rewards=batch --set loss_type=grpo", _TRL_RELEASES),
-        ("trl --set loss_type=bnpo", _TRL_RELEASES),
-        ("trl --set loss_type=dapo", ("1.16.0",)),
-        # the optimizer step as TRL's trainer splits it: accumulation (the default split), two gloo processes,
-        # generation batches spanning two steps, truncated answers masked
-        (
-            "trl --set scale_rewards=false --set gradient_accumulation_steps=4 --set per_device_train_batch_size=2",
-            ("0.16.0",),
-        ),
-        ("trl --set loss_type=bnpo --set num_processes=2 --set per_device_train_batch_size=2", ("0.22.2", "1.16.0")),
-        ("trl --set loss_type=dapo --set num_processes=2 --set per_device_train_batch_size=2", ("0.22.2", "1.16.0")),
-        (
-            "trl --set loss_type=dapo --set gradient_accumulation_steps=2 --set steps_per_generation=4 --set "
-            "per_device_train_batch_size=4",
-            ("0.22.2", "1.16.0"),
-        ),
-        ("trl --set loss_type=dapo --set mask_truncated_completions=true", ("0.22.2", "1.16.0")),
-        # after the policy has moved: the KL term, GSPO's sequence ratio, several reward functions
-        ("trl --set beta=0.04", ("0.22.2", "1.16.0")),
-        ("trl --set importance_sampling_level=sequence", ("0.22.2", "1.16.0")),
-        ("trl --set multi_objective_aggregation=normalize_then_sum", ("1.16.0",)),
-        ("trl --set reward_weights=1,0.5", ("1.16.0",)),
-        # three policies: vLLM's engine stood in, TRL's own rollout correction probed (1.6.0: before NaN and None
-        # rollout log-probabilities were neutralised)
-        ("trl --set use_vllm=true", ("1.6.0", "1.16.0")),
-        ("trl --set use_vllm=true --set vllm_importance_sampling_mode=token_truncate", ("1.6.0", "1.16.0")),
-        (
-            "trl --set use_vllm=true --set vllm_importance_sampling_mode=token_truncate "
-            "--set vllm_importance_sampling_clip_max=0.5",
-            ("1.16.0",),
-        ),
-        # a truncating sampler: vLLM's processed log-probabilities over the 3 tokens top-k keeps (trl #6789)
-        (
-            "trl --set use_vllm=true --set vllm_importance_sampling_mode=token_truncate --set top_k=3",
-            ("1.6.0", "1.16.0"),
-        ),
-    ),
 )
 _VERL = FrameworkEntry(
     "verl",
@@ -176,59 +123,6 @@ _VERL = FrameworkEntry(
         },
     },
     verify=(("verl:grpo", "grpo"), ("verl:grpo_vectorized", "grpo")),
-    cases=(
-        ("verl --set algorithm.adv_estimator=grpo", _VERL_RELEASES),
-        (
-            "verl --set algorithm.adv_estimator=grpo --set algorithm.norm_adv_by_std_in_grpo=false --expect dr_grpo",
-            _VERL_RELEASES,
-        ),
-        (
-            "verl --set algorithm.adv_estimator=grpo_vectorized --set algorithm.norm_adv_by_std_in_grpo=false --expect "
-            "dr_grpo",
-            _VERL_RELEASES,
-        ),
-        (
-            "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-            ("0.7.1", "0.9.1"),
-        ),
-        (
-            "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
-            ("0.9.1",),
-        ),
-        # the optimizer step as verl's actor splits it: the engine worker (opt-in on 0.7), micro-batches by a token
-        # budget, four ranks of one-answer micro-batches
-        ("verl --set algorithm.adv_estimator=grpo --set trainer.use_legacy_worker_impl=disable", ("0.7.1",)),
-        (
-            "verl --set algorithm.adv_estimator=grpo --set actor_rollout_ref.actor.use_dynamic_bsz=true --set "
-            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16",
-            ("0.6.0", "0.9.1"),
-        ),
-        (
-            "verl --set algorithm.adv_estimator=grpo --set trainer.n_gpus_per_node=4 --set "
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-            ("0.6.0", "0.9.1"),
-        ),
-        ("verl --set algorithm.adv_estimator=rloo", ("0.9.1",)),
-        ("verl --set algorithm.adv_estimator=opo", ("0.9.1",)),
-        ("verl --set algorithm.adv_estimator=gpg", ("0.9.1",)),
-        ("verl --set algorithm.adv_estimator=reinforce_plus_plus_baseline", ("0.9.1",)),
-        ("verl --set algorithm.adv_estimator=grpo_passk", ("0.9.1",)),
-        ("verl:estimator=gdpo", ("0.9.1",)),
-        # three policies: algorithm.rollout_correction's IS weights in the actor's policy loss
-        (
-            "verl --set algorithm.adv_estimator=grpo --set algorithm.rollout_correction.rollout_is=token",
-            ("0.7.1", "0.9.1"),
-        ),
-        (
-            "verl --set algorithm.adv_estimator=grpo --set algorithm.rollout_correction.rollout_is=sequence",
-            ("0.7.1", "0.9.1"),
-        ),
-        (
-            "verl --set algorithm.adv_estimator=grpo --set algorithm.rollout_correction.rollout_is=token "
-            "--set algorithm.rollout_correction.rollout_is_threshold=0.5_5.0",
-            ("0.9.1",),
-        ),
-    ),
 )
 _AREAL = FrameworkEntry(
     "areal",
@@ -281,54 +175,6 @@ _AREAL = FrameworkEntry(
             "actor.reward_norm.std_level=null",
         },
     },
-    cases=(
-        ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group", _AREAL_RELEASES),
-        # AReaL clips raw rewards at ±actor.reward_clip (20) before it normalises them: out of reach here
-        (
-            "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
-            "actor.reward_clip=1000000",
-            _AREAL_RELEASES,
-        ),
-        (
-            "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
-            "actor.reward_norm.std_unbiased=false",
-            _AREAL_RELEASES,
-        ),
-        ("areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=null", _AREAL_RELEASES),
-        (
-            "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.mean_leave1out=true --set "
-            "actor.reward_norm.std_level=null",
-            _AREAL_RELEASES,
-        ),
-        ("areal --set actor.reward_norm.mean_level=group", _AREAL_RELEASES),
-        ("areal --set actor.adv_norm.mean_level=group --set actor.adv_norm.std_level=group", _AREAL_RELEASES),
-        # the optimizer step split over four ranks, two mini-batches and a token budget per micro-batch
-        (
-            "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
-            "actor.reward_clip=1000000 --set actor.backend=fsdp:d4 --set actor.ppo_n_minibatches=2 --set "
-            "actor.mb_spec.max_tokens_per_mb=16",
-            _AREAL_RELEASES,
-        ),
-        # the normalisation of AReaL's own GRPO example (examples/math/gsm8k_grpo.yaml)
-        (
-            "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
-            "actor.adv_norm.mean_level=batch --set actor.adv_norm.std_level=batch",
-            _AREAL_RELEASES,
-        ),
-        # three policies: the decoupled loss's behaviour-policy correction (actor.rejection_sampling, 1.0.4)
-        *(
-            (
-                "areal --set actor.reward_norm.mean_level=group --set actor.reward_norm.std_level=group --set "
-                f"actor.use_decoupled_loss=true --set actor.rejection_sampling.upper=2.0{more}",
-                _AREAL_RELEASES,
-            )
-            for more in (
-                "",
-                " --set actor.rejection_sampling.action=clamp",
-                " --set actor.rejection_sampling.level=sequence",
-            )
-        ),
-    ),
 )
 _OPENRLHF = FrameworkEntry(
     "openrlhf",
@@ -356,61 +202,8 @@ _OPENRLHF = FrameworkEntry(
             "rloo": "algo.advantage.estimator=rloo (and a reward.clip_range beyond your rewards)",
         },
     },
-    cases=(
-        ("openrlhf --set algo.advantage.estimator=group_norm", ("0.10.2", "0.11.2")),
-        ("openrlhf --set algo.advantage.estimator=group_norm --set reward.clip_range=-1000,1000", _OPENRLHF_RELEASES),
-        (
-            "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.no_std_norm=true",
-            _OPENRLHF_RELEASES,
-        ),
-        ("openrlhf --set algo.advantage.estimator=dr_grpo", _OPENRLHF_RELEASES),
-        ("openrlhf --set algo.advantage.estimator=dr_grpo --set reward.clip_range=-1000,1000", _OPENRLHF_RELEASES),
-        (
-            "openrlhf --set algo.advantage.estimator=dr_grpo --set actor.loss_agg_mode=seq-mean-token-mean",
-            _OPENRLHF_RELEASES,
-        ),
-        ("openrlhf --set algo.advantage.estimator=rloo", _OPENRLHF_RELEASES),
-        ("openrlhf --set algo.advantage.estimator=rloo --set reward.clip_range=-1000,1000", _OPENRLHF_RELEASES),
-        ("openrlhf --set algo.advantage.estimator=reinforce_baseline", _OPENRLHF_RELEASES),
-        # the optimizer step as OpenRLHF's actor splits it: micro-batches by a token budget, a train batch larger
-        # than the rollout batch (DeepSpeed's accumulation window spans two ppo_train calls)
-        (
-            "openrlhf --set algo.advantage.estimator=group_norm --set rollout.batch_size=4 --set train.batch_size=8 "
-            "--set actor.num_gpus_per_node=2 --set vllm.num_engines=1 --set train.dynamic_batch_enable=true --set "
-            "train.max_tokens_per_gpu=12",
-            ("0.10.2", "0.11.2"),
-        ),
-        (
-            "openrlhf --set algo.advantage.estimator=group_norm --set rollout.batch_size=2 --set "
-            "rollout.micro_batch_size=2 --set train.batch_size=16 --set train.micro_batch_size=2 --set "
-            "actor.num_gpus_per_node=2",
-            ("0.10.2", "0.11.2"),
-        ),
-        # three policies: the vLLM importance-sampling correction in the actor's PolicyLoss (0.10: enable + type;
-        # 0.11.2: level × mode)
-        (
-            "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.is_correction_enable=true",
-            ("0.10.3",),
-        ),
-        (
-            "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.is_correction_enable=true "
-            "--set algo.advantage.is_correction_type=icepop",
-            ("0.10.3",),
-        ),
-        (
-            "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.is_correction_level=token "
-            "--set algo.advantage.is_correction_mode=clip",
-            ("0.11.2",),
-        ),
-        (
-            "openrlhf --set algo.advantage.estimator=group_norm --set algo.advantage.is_correction_level=seq "
-            "--set algo.advantage.is_correction_mode=mask",
-            ("0.11.2",),
-        ),
-    ),
 )
 
-_SKYRL_RELEASES = ("0.1.0", "0.3.0")
 _SKYRL = FrameworkEntry(
     "skyrl",
     "0.3.0",
@@ -449,64 +242,8 @@ _SKYRL = FrameworkEntry(
             "token_mean before 0.2.0, average the micro-batches' token means)",
         },
     },
-    cases=(
-        ("skyrl --set trainer.algorithm.advantage_estimator=grpo", _SKYRL_RELEASES),
-        (
-            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set trainer.algorithm.grpo_norm_by_std=false "
-            "--expect dr_grpo",
-            _SKYRL_RELEASES,
-        ),
-        ("skyrl --set trainer.algorithm.advantage_estimator=rloo", ("0.3.0",)),
-        (
-            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set "
-            "trainer.algorithm.loss_reduction=sequence_mean",
-            _SKYRL_RELEASES,
-        ),
-        (
-            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set "
-            "trainer.algorithm.loss_reduction=token_mean_legacy",
-            ("0.3.0",),
-        ),
-        (
-            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set "
-            "trainer.algorithm.loss_reduction=seq_mean_token_sum_norm --set trainer.algorithm.max_seq_len=8",
-            _SKYRL_RELEASES,
-        ),
-        (
-            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set trainer.algorithm.loss_reduction=prompt_mean",
-            ("0.3.0",),
-        ),
-        # the optimizer step over two rank processes (SkyRL PR #1296: 0.1.0's token_mean averages the micro-batches'
-        # token means), and cut by a token budget (0.3.0), which pads the rank with fewer micro-batches
-        (
-            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set trainer.placement.policy_num_gpus_per_node=2",
-            _SKYRL_RELEASES,
-        ),
-        (
-            "skyrl --set trainer.algorithm.advantage_estimator=grpo --set trainer.placement.policy_num_gpus_per_node=2 "
-            "--set trainer.max_tokens_per_microbatch=12",
-            ("0.3.0",),
-        ),
-        # three policies: trainer.algorithm.off_policy_correction (token and sequence TIS, a token mask beside TIS)
-        *(
-            (f"skyrl --set trainer.algorithm.advantage_estimator=grpo --set {more}", _SKYRL_RELEASES)
-            for more in (
-                "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
-                "trainer.algorithm.off_policy_correction.tis_ratio_type=sequence",
-                "trainer.algorithm.off_policy_correction.tis_ratio_type=token --set "
-                "trainer.algorithm.off_policy_correction.token_mask_is_threshold_low=0.5 --set "
-                "trainer.algorithm.off_policy_correction.token_mask_is_threshold_high=2.0",
-            )
-        ),
-    ),
 )
 
-_SWIFT_RELEASES = ("4.5.3", "4.6.0")
-#: three policies: rollout_importance_sampling_mode, on its documented reading
-_SWIFT_THREE = tuple(
-    f"ms-swift --set rollout_importance_sampling_mode={mode}"
-    for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-)
 _SWIFT = FrameworkEntry(
     "ms-swift",
     "4.6.0",
@@ -541,22 +278,6 @@ _SWIFT = FrameworkEntry(
             "twice before it: issue #10117)",
         },
     },
-    cases=(
-        ("ms-swift --set loss_type=grpo", _SWIFT_RELEASES),
-        ("ms-swift --set loss_type=grpo --set scale_rewards=none --expect dr_grpo", ("4.6.0",)),
-        ("ms-swift --set loss_type=bnpo", ("4.6.0",)),
-        ("ms-swift --set loss_type=dr_grpo", ("4.6.0",)),
-        # ms-swift #10117: dapo divided by the accumulation steps twice before 4.6.0
-        ("ms-swift --set loss_type=dapo", _SWIFT_RELEASES),
-        # CISPO's ratio cap is epsilon_high, which defaults to epsilon (0.2): on-policy the update is 0.2× its own
-        ("ms-swift --set loss_type=cispo", ("4.6.0",)),
-        ("ms-swift --set loss_type=cispo --set epsilon_high=5", _SWIFT_RELEASES),
-        ("ms-swift --set loss_type=dapo --set NPROC_PER_NODE=2 --set gradient_accumulation_steps=1", ("4.6.0",)),
-        # a generation batch shorter than the optimizer step: dapo's token count is the generation batch's
-        ("ms-swift --set loss_type=dapo --set steps_per_generation=1", ("4.6.0",)),
-        # three policies: rollout_importance_sampling_mode (sequence_mask computes the token ratios, gated)
-        *((case, _SWIFT_RELEASES) for case in _SWIFT_THREE),
-    ),
 )
 
 #: name -> entry, in the order the docs and ``--help`` list them

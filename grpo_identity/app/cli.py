@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "diagnose": "diagnose",
     "envs": "envs",
     "export-tests": "export_tests",
+    "matrix": "matrix",
 }
 
 __all__ = ["COMMANDS", "build_parser", "main"]

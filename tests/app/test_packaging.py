@@ -103,65 +103,41 @@ def test_wheel_holds_everything_under_grpo_identity_and_nothing_else(tmp_path):
     )
 
 
-def _framework_audits():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("framework_audits", ROOT / "scripts" / "framework_audits.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_readme_framework_table_is_rendered_from_the_recorded_audit_output():
+def test_the_framework_table_is_rendered_from_the_recorded_audit_output_of_its_grid():
     import json
 
-    fa = _framework_audits()
+    from grpo_identity.app import grid, table
+
     rows = [
         json.loads(ln)
         for ln in (ROOT / "results" / "frameworks" / "audits.jsonl").read_text().splitlines()
         if ln.strip()
     ]
-    table = fa.render(rows)
-    assert (ROOT / "results" / "frameworks" / "table.md").read_text() == table  # nobody edited it by hand
+    rendered = table.render(rows)
+    assert (ROOT / "results" / "frameworks" / "table.md").read_text() == rendered  # nobody edited it by hand
     # the one copy: the site includes table.md (pymdownx.snippets), the README does not copy it
-    assert '--8<-- "results/frameworks/table.md"' in fa.DOCS_PAGE.read_text().splitlines()
-    assert table.splitlines()[2] not in (ROOT / "README.md").read_text()
-    recorded = {(r["target"], r["release"]) for r in rows}
-    assert recorded == {(t, r) for t, releases in fa.CASES for r in releases}  # every case was run
+    docs_page = ROOT / "docs" / "findings" / "frameworks.md"
+    assert '--8<-- "results/frameworks/table.md"' in docs_page.read_text().splitlines()
+    assert rendered.splitlines()[2] not in (ROOT / "README.md").read_text()
+    audits = grid.load(ROOT / "results" / "frameworks" / "grid.yaml").audits
+    assert [(r["target"], r["release"]) for r in rows] == [a.key for a in audits]  # every audit ran, in its order
+    meta = json.loads((ROOT / "results" / "frameworks" / "meta.json").read_text())
+    assert meta["command"].startswith("grpo-identity matrix results/frameworks/grid.yaml --out results/frameworks")
+    assert meta["recorded"] == len(audits) and meta["versions"]["grpo-identity"]
 
 
-@pytest.mark.parametrize(
-    "head, status, flag",
-    [
-        ("abc123", "", False),
-        ("abc123", " M checks/frameworks/verl.py", True),
-        ("abc123", "?? checks/frameworks/new.py", True),
-        ("abc123", None, None),  # git status failed
-        (None, "", None),  # no git
-    ],
-)
-def test_the_tables_provenance_says_whether_the_code_that_made_it_differed_from_its_commit(
-    monkeypatch, head, status, flag
-):
-    from types import SimpleNamespace
+def test_every_target_of_the_framework_tables_grid_is_a_registered_framework():
+    from grpo_identity.app import grid
+    from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
 
-    fa = _framework_audits()
-    asked = []
-
-    def run(cmd, **kwargs):
-        asked.append(cmd)
-        out = head if "rev-parse" in cmd else status
-        return SimpleNamespace(stdout=out or "", returncode=0 if out is not None else 128)
-
-    monkeypatch.setattr(fa.subprocess, "run", run)
-    prov = fa.provenance(["--only", "verl"])
-    assert (prov["commit"], prov["uncommitted_changes"]) == (head, flag)
-    assert prov["command"] == "python scripts/framework_audits.py --only verl"
-    assert any("checks" in cmd and "status" in cmd for cmd in asked)  # the code's folders, not results/
+    audits = grid.load(ROOT / "results" / "frameworks" / "grid.yaml").audits
+    assert {a.environment[0] for a in audits} == set(FRAMEWORK_TABLE)
+    assert all(a.release for a in audits)
 
 
 def test_the_framework_table_shows_adapter_errors_and_the_first_failing_finding():
-    fa = _framework_audits()
+    from grpo_identity.app import table as fa
+
     report = {
         "verdict": "fail",
         "matches": None,
@@ -204,7 +180,8 @@ def test_the_framework_table_shows_adapter_errors_and_the_first_failing_finding(
 
 
 def test_the_framework_table_shows_a_deviation_where_nothing_fails_and_the_off_policy_weight():
-    fa = _framework_audits()
+    from grpo_identity.app import table as fa
+
     report = {
         "verdict": "deviation",
         "matches": "gpg",
@@ -226,7 +203,8 @@ def test_the_framework_table_shows_a_deviation_where_nothing_fails_and_the_off_p
 
 
 def test_the_framework_table_names_the_three_policy_estimator_and_what_departs():
-    fa = _framework_audits()
+    from grpo_identity.app import table as fa
+
     fit = {"estimator": "sequence_mask", "in_graph": True, "on_policy_as_configured": False, "missing": "crashed",
            "non_finite": "non-finite"}  # fmt: skip
     report = {"verdict": "fail", "matches": None, "inferred": {"three_policy": fit}, "findings": []}

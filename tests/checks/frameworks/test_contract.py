@@ -220,7 +220,11 @@ def _names(node: ast.stmt) -> set[str]:
 
 
 def _releases(entry) -> list[str]:
-    return sorted({entry.tested, *(r for _, releases in entry.cases for r in releases)})
+    """The tested release and every release the framework table's grid audits it at."""
+    from grpo_identity.app import grid
+
+    audits = grid.load(Path(__file__).resolve().parents[3] / "results" / "frameworks" / "grid.yaml").audits
+    return sorted({entry.tested, *(a.release for a in audits if a.environment[0] == entry.name and a.release)})
 
 
 @pytest.mark.parametrize("entry", list(FRAMEWORK_TABLE.values()), ids=lambda e: e.name)

@@ -1,0 +1,304 @@
+"""``grpo-identity matrix``: the run loop (retries, lost workers, resume, Ctrl-C) with a scripted pool, then the real
+thing — local worker processes, one killed mid-grid, Ctrl-C, and a Ray head on 127.0.0.1 giving the local verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_identity.app import grid as G
+from grpo_identity.app import matrix as M
+from grpo_identity.app.cli import main
+from grpo_identity.checks.calls.child import descendants
+
+
+def _row(target: str, release: str | None, verdict: str = "pass", resolution: str | None = None) -> dict:
+    row = {"target": target, "release": release or "", "exit_code": 0, "wall_seconds": 0.1, "verdict": verdict}
+    if verdict == "error":
+        return {**row, "exit_code": 2, "error": "grpo-identity audit: error: boom", "resolution": None}
+    return {**row, "report": {"verdict": verdict, "target_info": {}}, "resolution": resolution}
+
+
+class ScriptedPool:
+    """A pool whose workers answer from a script: ``errors`` (audit target → how many first runs give an error row),
+    ``lose`` (targets whose worker is lost while running them, on the first run)."""
+
+    def __init__(self, slots=2, errors=None, lose=(), verdicts=None, interrupt_after=None):
+        self.slots, self.errors, self.lose = slots, dict(errors or {}), set(lose)
+        self.verdicts, self.interrupt_after = verdicts or {}, interrupt_after
+        self.running, self.started, self.closed, self.rows = {}, [], False, 0
+
+    def start(self, batch, audits):
+        self.started.append([a.target for a in audits])
+        self.running[batch] = list(audits)
+
+    def events(self, timeout):
+        if self.interrupt_after is not None and self.rows >= self.interrupt_after:
+            raise KeyboardInterrupt
+        batch, left = next(iter(self.running.items()))
+        if not left:
+            del self.running[batch]
+            return [("done", batch, None)]
+        audit = left.pop(0)
+        if audit.target in self.lose:
+            self.lose.discard(audit.target)
+            del self.running[batch]
+            return [("lost", batch, "the worker was killed (SIGKILL)")]
+        self.rows += 1
+        if self.errors.get(audit.target, 0) > 0:
+            self.errors[audit.target] -= 1
+            return [("row", batch, _row(audit.target, audit.release, "error"))]
+        verdict = self.verdicts.get(audit.target, "pass")
+        return [("row", batch, _row(audit.target, audit.release, verdict, f"x-{audit.release}-key"))]
+
+    def close(self):
+        self.closed = True
+
+
+GRID = G.parse("audits: [{target: grpo, configs: [{a: 1}, {a: 2}, {a: 3}]}, {target: rloo, releases: [1.0, 2.0]}]")
+T1, T2, T3 = (f"grpo --set a={i}" for i in (1, 2, 3))
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(ln) for ln in path.read_text().splitlines()]
+
+
+def test_an_error_is_run_once_more_alone_and_a_second_error_is_recorded_never_lost(tmp_path):
+    pool = ScriptedPool(errors={T2: 1, "rloo": 4})  # rloo: both releases, both runs
+    outcome = M.run(GRID, tmp_path, pool)
+    rows = _lines(tmp_path / M.ROWS)
+    assert [(r["target"], r["release"]) for r in rows] == [(a.target, a.release or "") for a in GRID.audits]
+    by = {(r["target"], r["release"]): r for r in rows}
+    assert by[(T2, "")]["verdict"] == "pass" and by[(T2, "")]["attempts"] == 2
+    assert [by[("rloo", r)]["verdict"] for r in ("1.0", "2.0")] == ["error", "error"]
+    assert all(by[("rloo", r)]["attempts"] == 2 and by[("rloo", r)]["ok"] is False for r in ("1.0", "2.0"))
+    assert [T2] in pool.started and outcome.retried == 3 and pool.closed
+
+
+def test_the_audit_a_lost_worker_was_running_is_retried_alone_and_the_rest_of_its_batch_goes_on(tmp_path):
+    pool = ScriptedPool(slots=1, lose={T2})
+    M.run(GRID, tmp_path, pool)
+    rows = {r["target"]: r for r in _lines(tmp_path / M.ROWS) if r["release"] == ""}
+    assert pool.started[0] == [T1, T2, T3] and [T3] in pool.started and [T2] in pool.started
+    assert rows[T2]["attempts"] == 2 and rows[T2]["verdict"] == "pass" and rows[T1]["attempts"] == 1
+
+
+def test_a_worker_lost_twice_on_one_audit_gives_its_error_row(tmp_path):
+    pool = ScriptedPool(slots=1, lose={T1})
+    start = pool.start
+
+    def start_and_lose_the_retry_too(batch, audits):
+        if [a.target for a in audits] == [T1]:
+            pool.lose.add(T1)
+        start(batch, audits)
+
+    pool.start = start_and_lose_the_retry_too
+    M.run(GRID, tmp_path, pool)
+    rows = _lines(tmp_path / M.ROWS)
+    row = next(r for r in rows if r["target"] == T1)
+    assert row["verdict"] == "error" and "killed (SIGKILL) while running this audit" in row["error"]
+    assert row["attempts"] == 2 and len(rows) == len(GRID.audits)
+
+
+def test_a_row_of_the_same_code_in_the_same_environment_is_kept_and_any_other_is_run_again(tmp_path, monkeypatch):
+    monkeypatch.setattr("grpo_identity.checks.calls.releases.current_env_name", lambda fw, rel: f"x-{rel}-key")
+    M.run(GRID, tmp_path, ScriptedPool())
+    again = ScriptedPool()
+    outcome = M.run(GRID, tmp_path, again)
+    assert outcome.kept == 2 and sorted(t for batch in again.started for t in batch) == [T1, T2, T3]  # functions rerun
+    log = tmp_path / M.ROWS
+    rows = _lines(log)
+    rows[-1]["project"] = "0.0.0+other"  # rloo 2.0 made by other code
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"target": "rloo", "rele')  # a line cut short
+    third = ScriptedPool()
+    assert M.run(GRID, tmp_path, third).kept == 1 and ["rloo"] in third.started
+    monkeypatch.setattr("grpo_identity.checks.calls.releases.current_env_name", lambda fw, rel: f"x-{rel}-new")
+    assert M.run(GRID, tmp_path, ScriptedPool()).kept == 0  # the release's environment changed
+    assert M.run(GRID, tmp_path, ScriptedPool(), fresh=True).kept == 0
+
+
+def test_ctrl_c_leaves_every_row_so_far_whole_in_the_grids_order_and_ends_the_workers(tmp_path):
+    pool = ScriptedPool(interrupt_after=2)
+    outcome = M.run(GRID, tmp_path, pool)
+    assert outcome.interrupted and pool.closed and outcome.ran == 2
+    assert [r["target"] for r in _lines(tmp_path / M.ROWS)] == [T1, T2]
+
+
+def test_only_runs_the_audits_it_names_and_keeps_the_others_rows(tmp_path):
+    M.run(GRID, tmp_path, ScriptedPool(verdicts={"rloo": "fail"}))
+    pool = ScriptedPool()
+    M.run(GRID, tmp_path, pool, only="rloo")
+    assert pool.started == [["rloo"], ["rloo"]] and len(_lines(tmp_path / M.ROWS)) == 5
+
+
+# --- the command, with real worker processes ------------------------------------------------------------------------
+def _grid_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "grid.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_command_writes_rows_tables_and_meta_and_its_exit_code_gates_on_the_expected_verdicts(tmp_path, capsys):
+    grid = _grid_file(
+        tmp_path,
+        "title: presets\naudits:\n  - {target: grpo, options: {max-examples: 20}}\n"
+        "  - {target: dr_grpo, options: {expect: grpo, max-examples: 20}, verdict: fail}\n",
+    )
+    out = tmp_path / "out"
+    assert main(["matrix", str(grid), "--out", str(out), "--jobs", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "2 of 2 audits recorded (1 pass, 1 fail)" in text and "dr_grpo --expect grpo --max-examples 20" in text
+    assert {p.name for p in out.iterdir()} == {M.ROWS, M.TABLE, M.PAGE, M.META}
+    assert "| `grpo --max-examples 20` | - | PASS |" in (out / M.TABLE).read_text()
+    assert "<title>presets</title>" in (out / M.PAGE).read_text() and 'class="fail"' in (out / M.PAGE).read_text()
+    meta = json.loads((out / M.META).read_text())
+    assert meta["command"].startswith("grpo-identity matrix") and meta["verdicts"]["fail"] == 1
+    grid.write_text(grid.read_text().replace("verdict: fail", "verdict: deviation"))
+    assert main(["matrix", str(grid), "--out", str(out), "--render-only"]) == 1
+    assert "FAIL (expected deviation): dr_grpo" in capsys.readouterr().out
+
+
+BAD = [
+    (["matrix", "{tmp}/absent.yaml"], "no such file"),
+    (["matrix", "{grid}", "--jobs", "0"], "--jobs"),
+    (["matrix", "{grid}", "--only", "nope"], "--only 'nope'"),
+    (["matrix", "{grid}", "--render-only", "--fresh"], "leave out --fresh"),
+    (["matrix", "{grid}", "--render-only"], "does not exist: run the grid first"),
+    (["matrix", "{grid}", "--out", "{grid}"], "is not a folder"),
+    (["matrix", "{tmp}/bad.yaml"], "audits[1].releases"),
+]
+
+
+@pytest.mark.parametrize(("argv", "needle"), BAD, ids=[" ".join(a[2:]) or a[1] for a, _ in BAD])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, argv, needle):
+    grid = _grid_file(tmp_path, "audits: [{target: grpo}]")
+    (tmp_path / "bad.yaml").write_text("audits: [{target: trl, releases: [x y]}]")
+    argv = [a.format(tmp=tmp_path, grid=grid) for a in argv]
+    out = tmp_path / "out"
+    code = main([*argv, "--out", str(out)] if "--out" not in argv else argv)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_without_ray_installed_the_ray_option_names_its_extra(tmp_path, capsys, monkeypatch):
+    grid = _grid_file(tmp_path, "audits: [{target: grpo}]")
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert main(["matrix", str(grid), "--out", str(tmp_path / "o"), "--ray", "auto"]) == 2
+    assert "pip install 'grpo-identity[ray]'" in capsys.readouterr().err
+
+
+def _start(args: list[str], tmp_path: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "grpo_identity", "matrix", *args, "--json"]
+    return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _events(proc: subprocess.Popen):
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        yield json.loads(line)
+
+
+SLOW_PRESETS = "audits:\n  - {target: grpo, axes: {x: [a, b, c, d]}, options: {max-examples: 400}}\n"
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_grid_is_retried_and_the_run_ends_with_every_row(tmp_path):
+    """Four audits in one batch (one worker): the worker is SIGKILLed after its first row, while it runs the second."""
+    grid = _grid_file(tmp_path, SLOW_PRESETS)
+    proc = _start([str(grid), "--out", "out"], tmp_path)
+    events = []
+    for event in _events(proc):
+        events.append(event)
+        if event["event"] == "audit" and len([e for e in events if e["event"] == "audit"]) == 1:
+            os.kill(event["worker"], signal.SIGKILL)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    rows = _lines(tmp_path / "out" / M.ROWS)
+    assert [r["target"] for r in rows] == [a.target for a in G.parse(SLOW_PRESETS).audits]
+    assert all(r["verdict"] == "pass" for r in rows) and [r["attempts"] for r in rows] == [1, 2, 1, 1]
+    retry = next(e for e in events if e["event"] == "retry")
+    assert "the worker was killed (SIGKILL)" in retry["why"] and events[-1]["retried"] == 1
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_grid_exits_130_with_whole_rows_and_no_process_left(tmp_path):
+    grid = _grid_file(tmp_path, SLOW_PRESETS)
+    proc = _start([str(grid), "--out", "out", "--jobs", "1"], tmp_path)
+    for event in _events(proc):
+        if event["event"] == "audit":
+            left = descendants(proc.pid)
+            proc.send_signal(signal.SIGINT)
+            break
+    assert proc.wait(timeout=60) == 130
+    assert "interrupted" in (proc.stderr.read() if proc.stderr else "")
+    rows = _lines(tmp_path / "out" / M.ROWS)  # every line whole
+    assert 1 <= len(rows) < 4 and all(r["verdict"] == "pass" for r in rows)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in left):
+        time.sleep(0.2)
+    assert left and not [pid for pid in left if os.path.exists(f"/proc/{pid}")]
+    assert json.loads((tmp_path / "out" / M.META).read_text())["interrupted"] is True
+
+
+# --- Ray -------------------------------------------------------------------------------------------------------------
+RAY_GRID = """
+title: two TRL releases through Ray
+audits:
+  - target: trl
+    releases: [0.22.2, 1.16.0]
+    axes: {loss_type: [grpo, dr_grpo]}
+    options: {level: advantage, max-examples: 20}
+"""
+
+
+@pytest.mark.slow
+def test_a_small_grid_through_a_local_ray_head_gives_the_local_executors_verdicts(tmp_path):
+    pytest.importorskip("ray")
+    ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable))
+    assert ray_bin, "ray's command is installed beside this interpreter"
+    grid = _grid_file(tmp_path, RAY_GRID)
+    temp = Path(os.environ.get("TMPDIR", "/tmp"))
+    ray_tmp = Path(subprocess.check_output(["mktemp", "-d", str(temp / "rayXXXXXX")], text=True).strip())
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    port = _free_port()
+    start = [ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2"]
+    start += ["--include-dashboard=false", f"--temp-dir={ray_tmp}", "--disable-usage-stats"]
+    subprocess.run(start, env=env, check=True, capture_output=True, timeout=120)
+    try:
+        ray_run = subprocess.run(
+            [sys.executable, "-m", "grpo_identity", "matrix", str(grid), "--out", "ray", "--ray", f"127.0.0.1:{port}"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert ray_run.returncode == 0, ray_run.stderr[-2000:]
+    local = subprocess.run(
+        [sys.executable, "-m", "grpo_identity", "matrix", str(grid), "--out", "local", "--jobs", "2"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert local.returncode == 0, local.stderr[-2000:]
+    ray_rows, local_rows = (_lines(tmp_path / d / M.ROWS) for d in ("ray", "local"))
+    assert len(ray_rows) == 4 and {r["release"] for r in ray_rows} == {"0.22.2", "1.16.0"}
+    assert [(r["target"], r["release"], r["verdict"]) for r in ray_rows] == [
+        (r["target"], r["release"], r["verdict"]) for r in local_rows
+    ]
+    assert {r["report"]["matches"] for r in ray_rows} == {r["report"]["matches"] for r in local_rows}
+    assert all(r["resolution"] and r["resolution"].startswith("trl-") for r in ray_rows)
+    assert {r["worker"] for r in ray_rows}.isdisjoint({r["worker"] for r in local_rows})
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
