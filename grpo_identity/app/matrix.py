@@ -161,9 +161,16 @@ def _exit_words(code: int | None) -> str:
     return f"the worker exited with code {code}"
 
 
-def _ray_batch(audits: list[tuple[str, str | None]]) -> Iterator[dict[str, Any]]:
-    """A Ray task: :func:`run_batch` in a Ray worker (a streaming generator, one row per audit)."""
-    yield from run_batch(audits)
+def _ray_batch(audits: list[tuple[str, str | None]], cwd: str) -> Iterator[dict[str, Any]]:
+    """A Ray task: :func:`run_batch` in a Ray worker (a streaming generator, one row per audit), in the folder the
+    command runs in where the node has it (a grid's ``config`` paths are read from there), as a local worker."""
+    here = os.getcwd()
+    if os.path.isdir(cwd):
+        os.chdir(cwd)
+    try:
+        yield from run_batch(audits)
+    finally:
+        os.chdir(here)
 
 
 class RayPool:
@@ -195,7 +202,7 @@ class RayPool:
         self._running: dict[int, Any] = {}  # batch id -> its ObjectRefGenerator
 
     def start(self, batch: int, audits: list[Audit]) -> None:
-        self._running[batch] = self._task.remote([(a.target, a.release) for a in audits])
+        self._running[batch] = self._task.remote([(a.target, a.release) for a in audits], os.getcwd())
 
     def events(self, timeout: float) -> list[Event]:
         ray = self._ray
@@ -262,6 +269,12 @@ def _reusable(row: dict[str, Any] | None, audit: Audit, project: str) -> bool:
     return row.get("resolution") is not None and row["resolution"] == current_env_name(*audit.environment)
 
 
+def _expected_seconds(batch: list[Audit], old: dict[tuple[str, str], dict[str, Any]]) -> float:
+    """How long a batch should take: its audits' wall times in the rows of an earlier run, 10 s for one never run
+    (the longest batches start first, so that the last to finish is not a long one started late)."""
+    return sum(float((old.get(a.key) or {}).get("wall_seconds") or 10.0) for a in batch)
+
+
 @dataclass
 class Outcome:
     """What a run did: rows by key (kept and new), how many were run, kept, retried, and whether Ctrl-C ended it."""
@@ -286,15 +299,16 @@ def run(
     """Run the grid's audits (those whose target starts with ``only``) not already done into ``out``."""
     project = project_version()
     log = out / ROWS
-    old = {} if fresh else read_rows(log)
+    history = read_rows(log)  # also under fresh: its wall times order the batches
+    old = {} if fresh else history
     wanted = [a for a in grid.audits if not only or a.target.startswith(only)]
     kept = [a for a in wanted if _reusable(old.get(a.key), a, project)]
     todo = [a for a in wanted if a not in kept]
-    result = Outcome(rows=dict(old), kept=len(kept))
+    result = Outcome(rows=dict(history), kept=len(kept))  # a row not run again stays as it was
     batches: dict[tuple[str, str], list[Audit]] = {}
     for a in todo:
         batches.setdefault(a.environment, []).append(a)
-    queue = deque(sorted(batches.values(), key=len, reverse=True))  # the longest first
+    queue = deque(sorted(batches.values(), key=lambda b: _expected_seconds(b, history), reverse=True))  # longest first
     counts = {"audits": len(todo), "done": 0, "kept": len(kept), "retried": 0, "errors": 0}
     on_event("start", {"audits": len(todo), "kept": len(kept), "workers": pool.slots}, counts)
     tries: dict[tuple[str, str], int] = {}
