@@ -27,7 +27,7 @@ MS_SWIFT_VERSION := 4.6.0
 TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out
 
-.PHONY: setup frameworks verify test test-fast lint docs docs-serve bench mutate lock lock-check fresh-check clean
+.PHONY: setup frameworks verify test test-fast lint docs docs-serve bench mutate lock lock-upgrade lock-check fresh-check clean
 
 # Set-up installs only from the lock: the lock is checked first (a dependency changed in pyproject.toml
 # without `make lock` stops here, in one line); uv comes at the lock's version from the index; torch is
@@ -53,12 +53,18 @@ setup: $(STAMP)
 # kept for muscle memory: the frameworks are part of the one lock
 frameworks: setup
 
-# re-resolve every extra against today's index (on purpose: after changing pyproject.toml or constraints.txt,
-# or to take newer releases); commit requirements.lock with the change that needed it
+# re-resolve every extra against today's index after changing pyproject.toml or constraints.txt: the locked
+# versions are kept where they still resolve (a new extra or pin moves only what it needs); `make lock-upgrade`
+# takes today's newest releases instead. Commit requirements.lock with the change that needed it
 lock:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --no-deps "$$($(PYTHON) $(LOCKPY) pin uv)"
 	$(BIN)/python $(LOCKPY) lock
+
+lock-upgrade:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --no-deps "$$($(PYTHON) $(LOCKPY) pin uv)"
+	$(BIN)/python $(LOCKPY) lock --upgrade
 
 lock-check:
 	@$(PYTHON) $(LOCKPY) check

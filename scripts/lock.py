@@ -218,14 +218,14 @@ def header(root: Path, resolved: str, uv_version: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_lock(root: Path = ROOT) -> str:
+def make_lock(root: Path = ROOT, upgrade: bool = False) -> str:
     now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
     torch = next(r for r in _requirement_lines(root / "constraints.txt") if r.startswith("torch=="))
     with tempfile.TemporaryDirectory() as tmp:
         wheels = torch_wheels(Path(tmp) / "wheels", _cpu(torch))
         body = Path(tmp) / "body.txt"
-        if (root / LOCK.name).is_file():  # uv keeps the locked versions where they still resolve: a new extra or
-            body.write_text((root / LOCK.name).read_text())  # pin changes what it needs, not every package
+        if (root / LOCK.name).is_file() and not upgrade:  # uv keeps the locked versions where they still resolve:
+            body.write_text((root / LOCK.name).read_text())  # a new extra or pin changes what it needs, not the rest
         compile_lock(body, root, exclude_newer=now, wheels=wheels)
         uv_version = _run([_uv(), "--version"], "uv --version").stdout.split("(")[0].strip()
         text = header(root, now, uv_version) + body.read_text()
@@ -326,7 +326,8 @@ def _report(what: str, cmd: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
-    sub.add_parser("lock", help="resolve every extra together into requirements.lock (make lock)")
+    lk = sub.add_parser("lock", help="resolve every extra together into requirements.lock (make lock)")
+    lk.add_argument("--upgrade", action="store_true", help="today's newest releases, not the locked versions kept")
     sub.add_parser("check", help="the lock still answers its inputs and fits this interpreter")
     sub.add_parser("pin", help="the lock's requirement of one package").add_argument("name")
     sub.add_parser("imports", help="the extras' modules import here").add_argument("extras", nargs="*")
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.what == "lock":
-            print(make_lock())
+            print(make_lock(upgrade=args.upgrade))
         elif args.what == "check":
             print(check())
         elif args.what == "pin":

@@ -41,8 +41,8 @@ __all__ = ["Audit", "Grid", "parse", "load", "VERDICTS", "MAX_AUDITS", "MAX_BYTE
 
 #: what an audit gives: its report's verdict, or ``error`` where it gave no report (a usage error, a crash)
 VERDICTS = ("pass", "deviation", "fail", "error")
-#: the most audits one grid may expand to, and the largest grid file read
-MAX_AUDITS, MAX_BYTES = 10_000, 1_000_000
+#: the most audits one grid may expand to, the largest grid file read, the deepest nesting of its brackets
+MAX_AUDITS, MAX_BYTES, MAX_DEPTH = 10_000, 1_000_000, 32
 #: the audit options an entry may give (``options``), as ``grpo-identity audit`` spells them
 AUDIT_OPTIONS = (
     "config",
@@ -58,8 +58,12 @@ AUDIT_OPTIONS = (
 )
 _TOP = ("title", "deviation_fails", "audits")
 _ENTRY = ("target", "releases", "set", "configs", "axes", "options", "verdict", "deviation_fails")
-#: a setting's key and value, a target and a release: printable, no whitespace, nothing a shell or a flag reads
-_WORD = re.compile(r"[A-Za-z0-9_.:/@+,=\-\[\]]+")
+#: a target, a setting's key, an option's value: printable, no whitespace or quotes, never a flag (no leading -);
+#: a setting's value may start with - (``reward.clip_range=-1000,1000``: it follows ``key=``)
+_WORD = re.compile(r"[A-Za-z0-9_.:/@+,=\[\]][A-Za-z0-9_.:/@+,=\-\[\]]*")
+_VALUE = re.compile(r"[A-Za-z0-9_.:/@+,=\-\[\]]+")
+#: the longest audit a grid may name (its target and options as typed)
+MAX_AUDIT_CHARS = 4000
 _RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+\-]*")
 
 
@@ -105,14 +109,18 @@ class Grid:
 def load(path: str | Path) -> Grid:
     """The grid in the file ``path`` (YAML or JSON); a :class:`UsageError` naming what is wrong and where."""
     p = Path(path)
+    if p.is_dir() or (p.exists() and not p.is_file()):
+        raise UsageError(f"GRID {path}: is not a file (a folder, device or FIFO)")
     try:
-        if not p.is_file():
-            raise UsageError(f"GRID {path}: no such file")
-        if p.stat().st_size > MAX_BYTES:
-            raise UsageError(f"GRID {path}: larger than {MAX_BYTES // 1000} kB")
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+        text = data.decode("utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"GRID {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"GRID {path}: cannot be read ({exc.__class__.__name__})") from None
+    if len(data) > MAX_BYTES:
+        raise UsageError(f"GRID {path}: larger than {MAX_BYTES // 1000} kB")
     try:
         return parse(text)
     except UsageError as exc:
@@ -121,7 +129,7 @@ def load(path: str | Path) -> Grid:
 
 def parse(text: str) -> Grid:
     """A grid from its text, JSON (``{`` first) or YAML; every value kept as typed (strings, lists and mappings)."""
-    top = _mapping(_json(text) if text.lstrip().startswith("{") else _yaml(text), "the grid", _TOP)
+    top = _mapping(_parsed(text), "the grid", _TOP)
     entries = top.get("audits")
     if not isinstance(entries, list) or not entries:
         raise UsageError("audits: a list of at least one entry is required")
@@ -142,12 +150,33 @@ def parse(text: str) -> Grid:
     return Grid(title=title, audits=tuple(audits), deviation_fails=default_dev)
 
 
+def _parsed(text: str) -> Any:
+    """JSON where the text is JSON (a ``{`` first and it parses), YAML otherwise; brackets nested deeper than
+    :data:`MAX_DEPTH` are refused before either reads them (YAML's parser slows down with each level)."""
+    depth = 0
+    for ch in text:
+        depth += 1 if ch in "[{" else -1 if ch in "]}" else 0
+        if depth > MAX_DEPTH:
+            raise UsageError(f"is nested too deeply (more than {MAX_DEPTH} brackets)")
+    if text.lstrip().startswith("{"):
+        try:
+            return _json(text)
+        except ValueError:
+            pass  # a YAML flow mapping ({audits: [...]}), or broken either way: YAML's message
+    return _yaml(text)
+
+
 def _yaml(text: str) -> Any:
     """YAML's base loader: strings, lists and mappings only (no 1.1 guesses, no objects built)."""
     import yaml  # the matrix extra
 
+    loader = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # libyaml's where PyYAML has it: the same, faster
     try:
-        return yaml.load(text, Loader=yaml.BaseLoader)  # noqa: S506 — the base loader builds no objects
+        if any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, Loader=loader)):
+            raise UsageError("uses a YAML alias (*name): write each setting out")  # one alias can stand for many
+        return yaml.load(text, Loader=loader)  # noqa: S506 — the base loader builds no objects
+    except RecursionError:
+        raise UsageError("is nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -166,8 +195,8 @@ def _json(text: str) -> Any:
 
     try:
         return words(json.loads(text, parse_float=str, parse_int=str, parse_constant=str))
-    except ValueError as exc:
-        raise UsageError(f"is not JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError("is nested too deeply") from None
 
 
 def _mapping(obj: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
@@ -185,9 +214,10 @@ def _flag(value: Any, where: str) -> bool:
     return value == "true"
 
 
-def _word(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not _WORD.fullmatch(value):
-        raise UsageError(f"{where}: a value without spaces or quotes is required, got {value!r}")
+def _word(value: Any, where: str, pattern: re.Pattern[str] = _WORD) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        lead = "" if pattern is _VALUE else ", not starting with -"
+        raise UsageError(f"{where}: a value without spaces or quotes{lead} is required, got {str(value)[:80]!r}")
     return value
 
 
@@ -197,7 +227,7 @@ def _pairs(obj: Any, where: str) -> list[str]:
         return []
     if not isinstance(obj, dict):
         raise UsageError(f"{where}: a mapping of settings (key: value) is required")
-    return [f"{_word(k, where)}={_word(v, f'{where}.{k}')}" for k, v in obj.items()]
+    return [f"{_word(k, where)}={_word(v, f'{where}.{k}', _VALUE)}" for k, v in obj.items()]
 
 
 def _axes(obj: Any, where: str) -> list[list[str]]:
@@ -210,7 +240,7 @@ def _axes(obj: Any, where: str) -> list[list[str]]:
     for key, values in obj.items():
         if not isinstance(values, list) or not values:
             raise UsageError(f"{where}.{key}: a list of at least one value is required")
-        columns.append([f"{_word(key, where)}={_word(v, f'{where}.{key}')}" for v in values])
+        columns.append([f"{_word(key, where)}={_word(v, f'{where}.{key}', _VALUE)}" for v in values])
     return columns
 
 
@@ -245,26 +275,19 @@ def _verdicts(obj: Any, releases: list[str | None], where: str) -> dict[str | No
 
 
 def _expand(entry: Mapping[str, Any], where: str, default_dev: bool, budget: int) -> list[Audit]:
+    """One entry's audits: each configuration × each combination of the axes, at each release."""
     target = _word(entry.get("target"), f"{where}.target")
-    releases = entry.get("releases")
-    if releases is None:
-        rels: list[str | None] = [None]
-    elif isinstance(releases, list) and releases and all(isinstance(r, str) for r in releases):
-        bad = [r for r in releases if not _RELEASE.fullmatch(r)]
-        if bad:
-            raise UsageError(f"{where}.releases: {bad[0]!r} is no version number")
-        rels = list(dict.fromkeys(releases))
-    else:
-        raise UsageError(f"{where}.releases: a list of version numbers is required")
+    rels = _releases(entry.get("releases"), f"{where}.releases")
     fixed = _pairs(entry.get("set"), f"{where}.set")
     configs = entry.get("configs")
     if configs is not None and (not isinstance(configs, list) or not configs):
         raise UsageError(f"{where}.configs: a list of mappings of settings is required")
     variants = [_pairs(c, f"{where}.configs[{j}]") for j, c in enumerate(configs or [{}], 1)]
     columns = _axes(entry.get("axes"), f"{where}.axes")
-    if len(variants) * len(rels) * math.prod(len(c) for c in columns) > budget:  # before any is built
-        raise UsageError(f"expands to more than {MAX_AUDITS} audits (at {where}): split it into grids")
     options = _options(entry.get("options"), f"{where}.options")
+    _check_size(where, budget, len(variants) * len(rels) * math.prod(len(c) for c in columns),
+                len(target) + _chars(fixed) + max(map(_chars, variants)) + _chars(max(c, key=len) for c in columns)
+                + sum(len(w) + 1 for w in options))  # fmt: skip
     dev = _flag(entry["deviation_fails"], f"{where}.deviation_fails") if "deviation_fails" in entry else default_dev
     verdicts = _verdicts(entry.get("verdict"), rels, f"{where}.verdict")
     out = []
@@ -272,6 +295,30 @@ def _expand(entry: Mapping[str, Any], where: str, default_dev: bool, budget: int
         words = [target, *(w for pair in [*fixed, *variant, *combo] for w in ("--set", pair)), *options]
         out += [Audit(" ".join(words), r, verdicts[r], dev) for r in rels]
     return out
+
+
+def _releases(releases: Any, where: str) -> list[str | None]:
+    if releases is None:
+        return [None]
+    if not isinstance(releases, list) or not releases or not all(isinstance(r, str) for r in releases):
+        raise UsageError(f"{where}: a list of version numbers is required")
+    bad = [r for r in releases if not _RELEASE.fullmatch(r)]
+    if bad:
+        raise UsageError(f"{where}: {bad[0]!r} is no version number")
+    return list(dict.fromkeys(releases))
+
+
+def _chars(pairs: Any) -> int:
+    """The characters ``--set PAIR`` words take on the command line."""
+    return sum(len(p) + 7 for p in pairs)
+
+
+def _check_size(where: str, budget: int, audits: int, longest: int) -> None:
+    """Refused before anything is built: more audits than the grid has left, or an audit longer than the bound."""
+    if audits > budget:
+        raise UsageError(f"expands to more than {MAX_AUDITS} audits (at {where}): split it into grids")
+    if longest > MAX_AUDIT_CHARS:
+        raise UsageError(f"{where}: an audit of {longest} characters (at most {MAX_AUDIT_CHARS}): fewer settings")
 
 
 def dump(grid: Grid) -> str:

@@ -29,12 +29,12 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from grpo_identity.app.grid import Audit, Grid
-from grpo_identity.foundation import UsageError, write_text_atomic
+from grpo_identity.foundation import EXIT_USAGE, UsageError, write_text_atomic
 
 __all__ = [
     "run",
@@ -64,13 +64,18 @@ def run_audit(target: str, release: str | None) -> dict[str, Any]:
     audit = Audit(target, release)
     out, err = io.StringIO(), io.StringIO()
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli(audit.argv())
-    row: dict[str, Any] = {"target": target, "release": release or "", "exit_code": code}
-    row["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    if code in (0, 1) and out.getvalue().strip():
-        row["report"] = json.loads(out.getvalue())
-        row["verdict"] = row["report"].get("verdict")
+    row: dict[str, Any] = {"target": target, "release": release or ""}
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli(audit.argv())
+        report = json.loads(out.getvalue()) if code in (0, 1) and out.getvalue().strip() else None
+    except Exception as exc:  # whatever the audit raised or printed instead of its report: this row's error
+        code, report = None, None
+        err.write(f"grpo-identity audit: error: {type(exc).__name__}: {str(exc)[:300]}\n")
+    row["exit_code"], row["wall_seconds"] = code, round(time.perf_counter() - t0, 1)
+    if isinstance(report, dict) and "verdict" in report:
+        row["report"] = report
+        row["verdict"] = report["verdict"]
     else:
         lines = [ln for ln in err.getvalue().splitlines() if "error:" in ln] or err.getvalue().splitlines()
         row["error"] = (lines or [f"exit code {code}"])[-1]
@@ -81,9 +86,11 @@ def run_audit(target: str, release: str | None) -> dict[str, Any]:
 
 
 def run_batch(audits: Sequence[tuple[str, str | None]]) -> Iterator[dict[str, Any]]:
-    """The rows of a batch of audits, one by one as each finishes: a worker's task."""
+    """The rows of a batch of audits, one by one as each finishes: a worker's task.  Each row names the worker
+    and the project code that made it (a Ray node's may differ from the command's)."""
+    project = project_version()
     for target, release in audits:
-        yield {**run_audit(target, release), "worker": os.getpid()}
+        yield {**run_audit(target, release), "worker": os.getpid(), "project": project}
 
 
 # --- where the batches run -------------------------------------------------------------------------------------------
@@ -92,13 +99,17 @@ Event = tuple[str, int, Any]
 
 
 def _local_worker(conn: Any, audits: list[tuple[str, str | None]]) -> None:
-    """A local worker process: Ctrl-C is the parent's to handle, SIGTERM ends it through its exit handlers (which end
-    its warm children)."""
+    """A local worker process: Ctrl-C is the parent's to handle; SIGTERM ends it, its warm children first."""
+    from grpo_identity.checks.calls.child import close_warm_children
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    for row in run_batch(audits):
-        conn.send(row)
-    conn.close()
+    try:
+        for row in run_batch(audits):
+            conn.send(row)
+    finally:
+        close_warm_children()
+        conn.close()
 
 
 class LocalPool:
@@ -120,25 +131,29 @@ class LocalPool:
         self._running[batch] = (proc, ours)
 
     def events(self, timeout: float) -> list[Event]:
+        """Rows as they come; a batch's end once its worker has exited (its exit code tells done from lost)."""
         from multiprocessing.connection import wait
 
-        by_conn = {conn: batch for batch, (_, conn) in self._running.items()}
         out: list[Event] = []
-        for ready in wait(list(by_conn), timeout=timeout):
-            batch = by_conn[ready]
-            conn = self._running[batch][1]
-            proc = self._running[batch][0]
-            try:
-                out.append(("row", batch, conn.recv()))
-            except (EOFError, OSError):  # the worker closed its end: finished, or gone
-                proc.join(timeout=30)
+        waiting = {(conn if conn is not None else proc.sentinel): b for b, (proc, conn) in self._running.items()}
+        for ready in wait(list(waiting), timeout=timeout):
+            batch = waiting[ready]
+            proc, conn = self._running[batch]
+            if conn is not None:
+                try:
+                    out.append(("row", batch, conn.recv()))
+                    continue
+                except (EOFError, OSError):  # the worker closed its end: it ends, or it is gone
+                    conn.close()
+                    self._running[batch] = (proc, None)
+                    proc.join(timeout=0.1)
+            if proc.exitcode is not None:
                 del self._running[batch]
-                code = proc.exitcode
-                out.append(("done", batch, None) if code == 0 else ("lost", batch, _exit_words(code)))
+                out.append(("done", batch, None) if proc.exitcode == 0 else ("lost", batch, _exit_words(proc)))
         return out
 
     def close(self) -> None:
-        """End every worker still running (SIGTERM, then SIGKILL after 5 s)."""
+        """End every worker still running (SIGTERM, then SIGKILL after 5 s): their warm children end with them."""
         procs = [p for p, _ in self._running.values()]
         for p in procs:
             if p.is_alive():
@@ -152,11 +167,13 @@ class LocalPool:
         self._running.clear()
 
 
-def _exit_words(code: int | None) -> str:
-    if code is None:
-        return "the worker did not exit"
+def _exit_words(proc: Any) -> str:
+    code = proc.exitcode
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
         return f"the worker was killed ({name})"
     return f"the worker exited with code {code}"
 
@@ -164,12 +181,15 @@ def _exit_words(code: int | None) -> str:
 def _ray_batch(audits: list[tuple[str, str | None]], cwd: str) -> Iterator[dict[str, Any]]:
     """A Ray task: :func:`run_batch` in a Ray worker (a streaming generator, one row per audit), in the folder the
     command runs in where the node has it (a grid's ``config`` paths are read from there), as a local worker."""
+    from grpo_identity.checks.calls.child import close_warm_children
+
     here = os.getcwd()
     if os.path.isdir(cwd):
         os.chdir(cwd)
     try:
         yield from run_batch(audits)
-    finally:
+    finally:  # Ray keeps its worker for other tasks: not the frameworks' interpreters this batch warmed
+        close_warm_children()
         os.chdir(here)
 
 
@@ -256,9 +276,19 @@ def read_rows(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
             row = json.loads(line)
         except ValueError:
             continue
-        if isinstance(row, dict) and isinstance(row.get("target"), str):
-            rows[(row["target"], row.get("release") or "")] = row
+        if _is_row(row):
+            rows[(row["target"], row["release"])] = row
     return rows
+
+
+def _is_row(row: Any) -> bool:
+    """Whether ``row`` has what a row has: target, release, wall time, and a report with a verdict or an error."""
+    if not isinstance(row, dict) or not isinstance(row.get("target"), str) or not isinstance(row.get("release"), str):
+        return False
+    if not isinstance(row.get("wall_seconds"), (int, float)):
+        return False
+    report = row.get("report")
+    return isinstance(report, dict) and isinstance(report.get("verdict"), str) or isinstance(row.get("error"), str)
 
 
 def _reusable(row: dict[str, Any] | None, audit: Audit, project: str) -> bool:
@@ -285,6 +315,8 @@ class Outcome:
     retried: int = 0
     interrupted: bool = False
     seconds: float = 0.0
+    missing: list[Audit] = field(default_factory=list)
+    """The audits asked for (``only``) that have no row: not run, the run interrupted."""
 
 
 def run(
@@ -297,80 +329,139 @@ def run(
     on_event: Callable[[str, dict[str, Any], dict[str, int]], None] = lambda *a: None,
 ) -> Outcome:
     """Run the grid's audits (those whose target starts with ``only``) not already done into ``out``."""
-    project = project_version()
-    log = out / ROWS
+    project, log = project_version(), out / ROWS
     history = read_rows(log)  # also under fresh: its wall times order the batches
-    old = {} if fresh else history
     wanted = [a for a in grid.audits if not only or a.target.startswith(only)]
-    kept = [a for a in wanted if _reusable(old.get(a.key), a, project)]
+    kept = [] if fresh else [a for a in wanted if _reusable(history.get(a.key), a, project)]
     todo = [a for a in wanted if a not in kept]
     result = Outcome(rows=dict(history), kept=len(kept))  # a row not run again stays as it was
-    batches: dict[tuple[str, str], list[Audit]] = {}
-    for a in todo:
-        batches.setdefault(a.environment, []).append(a)
-    queue = deque(sorted(batches.values(), key=lambda b: _expected_seconds(b, history), reverse=True))  # longest first
-    counts = {"audits": len(todo), "done": 0, "kept": len(kept), "retried": 0, "errors": 0}
-    on_event("start", {"audits": len(todo), "kept": len(kept), "workers": pool.slots}, counts)
-    tries: dict[tuple[str, str], int] = {}
-    running: dict[int, list[Audit]] = {}
-    next_id, t0 = 0, time.perf_counter()
-
-    def record(audit: Audit, row: dict[str, Any], fh: Any) -> None:
-        row = {**row, "attempts": tries[audit.key], "project": project, "expected": audit.verdict}
-        row["ok"] = audit.passes(verdict_of(row))
-        result.rows[audit.key] = row
-        fh.write(json.dumps(row) + "\n")
-        fh.flush()
-        counts["done"] += 1
-        counts["errors"] += row["verdict"] == "error"
-        on_event("audit", row, counts)
-
-    def retry_or_record(audit: Audit, row: dict[str, Any], fh: Any) -> None:
-        if tries[audit.key] < ATTEMPTS:
-            counts["retried"] += 1
-            on_event("retry", {"target": audit.target, "release": audit.release or "", "why": row["error"]}, counts)
-            queue.append([audit])
-        else:
-            record(audit, row, fh)
-
+    loop = _Loop(pool, project, result, on_event, _batches(todo, history))
+    loop.counts["kept"] = len(kept)
+    on_event("start", {"audits": len(todo), "kept": len(kept), "workers": pool.slots}, loop.counts)
     out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
     try:
-        with open(log, "a", encoding="utf-8") as fh:
-            while queue or running:
-                while queue and len(running) < pool.slots:
-                    batch = queue.popleft()
-                    running[next_id] = list(batch)
-                    pool.start(next_id, batch)
-                    next_id += 1
-                for kind, batch_id, payload in pool.events(timeout=1.0):
-                    left = running[batch_id]
-                    if kind == "row":
-                        audit = left.pop(0)
-                        tries[audit.key] = tries.get(audit.key, 0) + 1
-                        if payload.get("target") != audit.target:
-                            payload = _error_row(audit, "the worker answered for another audit")
-                        retry_or_record(audit, payload, fh) if "error" in payload else record(audit, payload, fh)
-                    elif kind == "lost":
-                        del running[batch_id]
-                        if left:  # the audit it was running: once more, alone; the others as a batch
-                            audit, rest = left[0], left[1:]
-                            tries[audit.key] = tries.get(audit.key, 0) + 1
-                            retry_or_record(audit, _error_row(audit, f"{payload} while running this audit"), fh)
-                            if rest:
-                                queue.append(rest)
-                    else:
-                        del running[batch_id]
-                on_event("tick", {}, counts)
+        with _terminate_as_interrupt(), open(log, "a", encoding="utf-8") as fh:
+            if fh.tell() and not log.read_bytes().endswith(b"\n"):  # a line cut short: the next row on its own
+                fh.write("\n")
+            loop.run(fh)
     except KeyboardInterrupt:
         result.interrupted = True
     finally:
-        pool.close()
-        result.ran, result.retried = counts["done"], counts["retried"]
+        with _shielded():
+            pool.close()
+        result.ran, result.retried = loop.counts["done"], loop.counts["retried"]
         result.seconds = round(time.perf_counter() - t0, 1)
-    order = [a.key for a in grid.audits]
-    rows = [result.rows[k] for k in order if k in result.rows]
-    write_text_atomic(log, "".join(json.dumps(r) + "\n" for r in rows), flag="--out")
+        result.missing = [a for a in wanted if a.key not in result.rows]
+    _rewrite(log, grid, result.rows)
     return result
+
+
+def _batches(todo: list[Audit], history: dict[tuple[str, str], dict[str, Any]]) -> deque[list[Audit]]:
+    """The audits by environment, the longest batches first (by an earlier run's wall times)."""
+    batches: dict[tuple[str, str], list[Audit]] = {}
+    for a in todo:
+        batches.setdefault(a.environment, []).append(a)
+    return deque(sorted(batches.values(), key=lambda b: _expected_seconds(b, history), reverse=True))
+
+
+def _rewrite(log: Path, grid: Grid, rows: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """``audits.jsonl`` whole, in the grid's order, each row with the grid's expectation now; rows of audits the grid
+    does not name (another grid's) kept after them."""
+    by_key = {a.key: a for a in grid.audits}
+    for key, row in rows.items():
+        if key in by_key:
+            row.update(expected=by_key[key].verdict, ok=by_key[key].passes(verdict_of(row)))
+    ordered = [rows[a.key] for a in grid.audits if a.key in rows] + [r for k, r in rows.items() if k not in by_key]
+    write_text_atomic(log, "".join(json.dumps(r) + "\n" for r in ordered), flag="--out")
+
+
+class _Loop:
+    """The one place rows are appended, audits retried and counted: batches started while the pool has room, each
+    event of the pool handled as it comes."""
+
+    def __init__(self, pool: Any, project: str, result: Outcome, on_event: Callable[..., None], queue: Any) -> None:
+        self.pool, self.project, self.result, self.on_event, self.queue = pool, project, result, on_event, queue
+        self.counts = {"audits": sum(map(len, queue)), "done": 0, "kept": 0, "retried": 0, "errors": 0}
+        self.tries: dict[tuple[str, str], int] = {}
+        self.running: dict[int, list[Audit]] = {}
+        self.next_id = 0
+
+    def run(self, fh: Any) -> None:
+        while self.queue or self.running:
+            while self.queue and len(self.running) < self.pool.slots:
+                batch = self.queue.popleft()
+                with _shielded():  # a worker is started and counted, or not started
+                    self.running[self.next_id] = list(batch)
+                    self.pool.start(self.next_id, batch)
+                self.next_id += 1
+            for kind, batch_id, payload in self.pool.events(timeout=1.0):
+                self.handle(kind, batch_id, payload, fh)
+            self.on_event("tick", {}, self.counts)
+
+    def handle(self, kind: str, batch_id: int, payload: Any, fh: Any) -> None:
+        left = self.running[batch_id]
+        if kind == "row":
+            audit = left.pop(0)
+            self.tries[audit.key] = self.tries.get(audit.key, 0) + 1
+            if payload.get("target") != audit.target:
+                payload = _error_row(audit, "the worker answered for another audit")
+            self.retry_or_record(audit, payload, fh) if "error" in payload else self.record(audit, payload, fh)
+            return
+        del self.running[batch_id]
+        if left:  # lost, or ended with audits left: the one it was running once more, alone; the rest as a batch
+            why = payload if kind == "lost" else "the worker ended before its batch did"
+            audit, rest = left[0], left[1:]
+            self.tries[audit.key] = self.tries.get(audit.key, 0) + 1
+            self.retry_or_record(audit, _error_row(audit, f"{why} while running this audit"), fh)
+            if rest:
+                self.queue.append(rest)
+
+    def record(self, audit: Audit, row: dict[str, Any], fh: Any) -> None:
+        row = {"project": self.project, **row, "attempts": self.tries[audit.key], "expected": audit.verdict}
+        row["ok"] = audit.passes(verdict_of(row))
+        self.result.rows[audit.key] = row
+        fh.write(json.dumps(row) + "\n")
+        fh.flush()
+        self.counts["done"] += 1
+        self.counts["errors"] += row["verdict"] == "error"
+        self.on_event("audit", row, self.counts)
+
+    def retry_or_record(self, audit: Audit, row: dict[str, Any], fh: Any) -> None:
+        if self.tries[audit.key] < ATTEMPTS and row.get("exit_code") != EXIT_USAGE:  # bad input stays bad
+            self.counts["retried"] += 1
+            why = {"target": audit.target, "release": audit.release or "", "why": row["error"]}
+            self.on_event("retry", why, self.counts)
+            self.queue.append([audit])
+        else:
+            self.record(audit, row, fh)
+
+
+@contextlib.contextmanager
+def _shielded() -> Iterator[None]:
+    """Ctrl-C held back while the block runs (a worker started and counted, the workers ended), raised after it."""
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(1))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job's timeout, ``kill``) ends the run as Ctrl-C does: the workers ended, the rows kept."""
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def verdict_of(row: dict[str, Any]) -> str:

@@ -63,7 +63,7 @@ audits:
     assert G.Audit("grpo", None).argv() == ["audit", "grpo", "--json"]
 
 
-def test_strict_is_a_flag_and_the_projects_own_grid_loads():
+def test_strict_is_a_flag():
     (audit,) = G.parse("audits: [{target: rloo, options: {expect: grpo, strict: true}}]").audits
     assert audit.target == "rloo --expect grpo --strict"
     assert G.parse("audits: [{target: rloo, options: {strict: false}}]").audits[0].target == "rloo"
@@ -106,8 +106,15 @@ BAD = [
         "more than 10000 audits (at audits[1])",
     ),  # fmt: skip
     ("audits: [{target: grpo\n", "is not YAML (line"),
-    ('{"audits": [', "is not JSON"),
-    ("audits: &a [*a]", "is not YAML (line 1): found unconstructable recursive node"),
+    ('{"audits": [', "is not YAML (line"),
+    ("audits: &a [*a]", "uses a YAML alias"),
+    ("audits: [{target: grpo, configs: [&m {a: 1}, *m]}]", "uses a YAML alias"),
+    ("audits: [{target: -h}]", "not starting with -"),
+    ("audits: [{target: trl, set: {-x: 1}}]", "not starting with -"),
+    ("audits: [{target: trl, options: {expect: --json}}]", "audits[1].options.expect"),
+    ("audits: [{target: trl, set: {" + ", ".join(f"k{i}: v" for i in range(700)) + "}}]", "characters (at most 4000)"),
+    ('{"audits": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
+    ("audits: " + "[" * 5000 + "]" * 5000, "nested too deeply"),
 ]
 
 
@@ -118,9 +125,14 @@ def test_a_bad_grid_is_one_usage_error_naming_where(text, needle):
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_set_value_may_start_with_a_minus_and_a_yaml_flow_mapping_is_yaml():
+    (audit,) = G.parse("{audits: [{target: openrlhf, set: {reward.clip_range: '-1000,1000'}}]}").audits
+    assert audit.target == "openrlhf --set reward.clip_range=-1000,1000"
+
+
 def test_a_grid_file_too_large_missing_or_a_folder_is_refused_before_it_is_read(tmp_path):
     big = tmp_path / "big.yaml"
     big.write_text("#" * (G.MAX_BYTES + 1))
-    for path, needle in ((big, "larger than"), (tmp_path / "absent.yaml", "no such file"), (tmp_path, "no such file")):
+    for path, needle in ((big, "larger than"), (tmp_path / "absent.yaml", "no such file"), (tmp_path, "is not a file")):
         with pytest.raises(UsageError, match=needle):
             G.load(path)

@@ -23,7 +23,7 @@ from grpo_identity.checks.calls.child import descendants
 def _row(target: str, release: str | None, verdict: str = "pass", resolution: str | None = None) -> dict:
     row = {"target": target, "release": release or "", "exit_code": 0, "wall_seconds": 0.1, "verdict": verdict}
     if verdict == "error":
-        return {**row, "exit_code": 2, "error": "grpo-identity audit: error: boom", "resolution": None}
+        return {**row, "exit_code": None, "error": "grpo-identity audit: error: boom", "resolution": None}
     return {**row, "report": {"verdict": verdict, "target_info": {}}, "resolution": resolution}
 
 
@@ -31,10 +31,10 @@ class ScriptedPool:
     """A pool whose workers answer from a script: ``errors`` (audit target → how many first runs give an error row),
     ``lose`` (targets whose worker is lost while running them, on the first run)."""
 
-    def __init__(self, slots=2, errors=None, lose=(), verdicts=None, interrupt_after=None):
-        self.slots, self.errors, self.lose = slots, dict(errors or {}), set(lose)
+    def __init__(self, slots=2, errors=None, lose=(), verdicts=None, interrupt_after=None, end_early=()):
+        self.slots, self.errors, self.lose, self.end_early = slots, dict(errors or {}), set(lose), set(end_early)
         self.verdicts, self.interrupt_after = verdicts or {}, interrupt_after
-        self.running, self.started, self.closed, self.rows = {}, [], False, 0
+        self.running, self.started, self.closed, self.rows, self.usage = {}, [], False, 0, set()
 
     def start(self, batch, audits):
         self.started.append([a.target for a in audits])
@@ -48,6 +48,10 @@ class ScriptedPool:
             del self.running[batch]
             return [("done", batch, None)]
         audit = left.pop(0)
+        if audit.target in self.end_early:  # the worker says it is done with this audit and the rest left
+            self.end_early.discard(audit.target)
+            del self.running[batch]
+            return [("done", batch, None)]
         if audit.target in self.lose:
             self.lose.discard(audit.target)
             del self.running[batch]
@@ -56,6 +60,8 @@ class ScriptedPool:
         if self.errors.get(audit.target, 0) > 0:
             self.errors[audit.target] -= 1
             return [("row", batch, _row(audit.target, audit.release, "error"))]
+        if audit.target in self.usage:
+            return [("row", batch, {**_row(audit.target, audit.release, "error"), "exit_code": 2})]
         verdict = self.verdicts.get(audit.target, "pass")
         return [("row", batch, _row(audit.target, audit.release, verdict, f"x-{audit.release}-key"))]
 
@@ -106,6 +112,32 @@ def test_a_worker_lost_twice_on_one_audit_gives_its_error_row(tmp_path):
     row = next(r for r in rows if r["target"] == T1)
     assert row["verdict"] == "error" and "killed (SIGKILL) while running this audit" in row["error"]
     assert row["attempts"] == 2 and len(rows) == len(GRID.audits)
+
+
+def test_a_batch_that_ends_with_audits_left_is_a_lost_worker_and_bad_input_is_not_run_twice(tmp_path):
+    pool = ScriptedPool(slots=1, end_early={T2})
+    pool.usage = {"rloo"}
+    M.run(GRID, tmp_path, pool)
+    rows = {(r["target"], r["release"]): r for r in _lines(tmp_path / M.ROWS)}
+    assert len(rows) == 5 and rows[(T2, "")]["attempts"] == 2 and rows[(T3, "")]["verdict"] == "pass"
+    assert [rows[("rloo", r)]["attempts"] for r in ("1.0", "2.0")] == [1, 1]  # exit code 2: bad input stays bad
+
+
+def test_rows_of_another_grid_stay_after_this_ones_and_kept_rows_take_the_grids_expectations_now(tmp_path):
+    other = G.parse("audits: [{target: dr_grpo}]")
+    M.run(other, tmp_path, ScriptedPool())
+    M.run(GRID, tmp_path, ScriptedPool())
+    rows = _lines(tmp_path / M.ROWS)
+    assert [r["target"] for r in rows][-1] == "dr_grpo" and len(rows) == 6
+    strict = G.parse("audits: [{target: dr_grpo, verdict: fail}]")
+    M.run(strict, tmp_path, ScriptedPool(), only="nothing")
+    (row,) = [r for r in _lines(tmp_path / M.ROWS) if r["target"] == "dr_grpo"]
+    assert (row["expected"], row["ok"]) == ("fail", False)
+
+
+def test_an_audit_that_prints_no_report_gives_an_error_row_not_a_dead_worker():
+    row = M.run_audit("--help", None)
+    assert row["verdict"] == "error" and row["exit_code"] is None and "JSONDecodeError" in row["error"]
 
 
 def test_a_row_of_the_same_code_in_the_same_environment_is_kept_and_any_other_is_run_again(tmp_path, monkeypatch):
@@ -166,6 +198,18 @@ def test_the_command_writes_rows_tables_and_meta_and_its_exit_code_gates_on_the_
     assert "FAIL (expected deviation): dr_grpo" in capsys.readouterr().out
 
 
+def test_an_audit_whose_worker_is_lost_and_whose_retry_errs_fails_the_run_with_its_error_row(
+    tmp_path, capsys, monkeypatch
+):
+    grid = _grid_file(tmp_path, "audits: [{target: grpo, configs: [{a: 1}, {a: 2}]}]")
+    monkeypatch.setattr(
+        M, "LocalPool", lambda jobs: ScriptedPool(lose={"grpo --set a=2"}, errors={"grpo --set a=2": 1})
+    )
+    assert main(["matrix", str(grid), "--out", str(tmp_path / "out")]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR (fails the run): grpo --set a=2" in out and "2 of 2 audits recorded" in out
+
+
 BAD = [
     (["matrix", "{tmp}/absent.yaml"], "no such file"),
     (["matrix", "{grid}", "--jobs", "0"], "--jobs"),
@@ -174,6 +218,9 @@ BAD = [
     (["matrix", "{grid}", "--render-only"], "does not exist: run the grid first"),
     (["matrix", "{grid}", "--out", "{grid}"], "is not a folder"),
     (["matrix", "{tmp}/bad.yaml"], "audits[1].releases"),
+    (["matrix", "{grid}", "--list", "--only", "grpo"], "--list runs nothing: leave out --only"),
+    (["matrix", "{grid}", "--render-only", "--jobs", "2"], "--render-only runs nothing: leave out --jobs"),
+    (["matrix", "{grid}", "--ray", " "], "--ray: an address"),
 ]
 
 
@@ -207,7 +254,7 @@ def _events(proc: subprocess.Popen):
         yield json.loads(line)
 
 
-SLOW_PRESETS = "audits:\n  - {target: grpo, axes: {x: [a, b, c, d]}, options: {max-examples: 400}}\n"
+SLOW_PRESETS = "audits:\n" + "".join(f"  - {{target: grpo, options: {{max-examples: {n}}}}}\n" for n in range(400, 404))
 
 
 @pytest.mark.slow

@@ -61,13 +61,11 @@ def run(args: argparse.Namespace) -> int:
     from grpo_identity.foundation import check_writable, dumps, write_text_atomic
     from grpo_identity.provenance import command_line, record
 
+    _check_options(args)
     grid = G.load(args.grid)
     if args.list:
         sys.stdout.write(G.dump(grid))
         return EXIT_OK
-    chosen = [flag for flag, on in (("--list", args.list), ("--fresh", args.fresh), ("--ray", args.ray)) if on]
-    if args.render_only and chosen:
-        raise UsageError(f"--render-only runs nothing: leave out {chosen[0]}")
     if args.only is not None and not any(a.target.startswith(args.only) for a in grid.audits):
         raise UsageError(f"--only {args.only!r}: no audit of the grid starts with it")
     out = Path(args.out or Path("out") / "matrix" / Path(args.grid).stem)
@@ -80,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--render-only: {out / M.ROWS} does not exist: run the grid first")
         outcome = M.Outcome(rows=M.read_rows(out / M.ROWS))
     else:
-        pool = M.RayPool(args.ray, args.jobs) if args.ray else M.LocalPool(args.jobs or os.cpu_count() or 1)
+        jobs = args.jobs or min(os.cpu_count() or 1, MAX_JOBS)
+        pool = M.RayPool(args.ray, args.jobs) if args.ray else M.LocalPool(jobs)
         show = _Show(args)
         outcome = M.run(grid, out, pool, only=args.only, fresh=args.fresh, on_event=show)
         show.finish()
@@ -89,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / M.TABLE, render(rows))
     write_text_atomic(out / M.PAGE, render_html(rows, grid.title))
-    by_key = {a.key: a for a in grid.audits}
-    failing = [r for r in rows if not by_key[(r["target"], r.get("release") or "")].passes(M.verdict_of(r))]
+    failing = _failing(rows, grid, [] if outcome.interrupted else outcome.missing)
     summary = {
         "title": grid.title,
         "audits": len(grid.audits),
@@ -101,15 +99,7 @@ def run(args: argparse.Namespace) -> int:
         "retried": outcome.retried,
         "seconds": outcome.seconds,
         "verdicts": {v: sum(M.verdict_of(r) == v for r in rows) for v in G.VERDICTS},
-        "failing": [
-            {
-                "target": r["target"],
-                "release": r.get("release") or "",
-                "verdict": M.verdict_of(r),
-                "expected": by_key[(r["target"], r.get("release") or "")].verdict,
-            }
-            for r in failing
-        ],  # fmt: skip
+        "failing": failing,
         "interrupted": outcome.interrupted,
         "out": str(out),
     }
@@ -118,10 +108,23 @@ def run(args: argparse.Namespace) -> int:
         this = {**record(command_line(args._argv)), **executor, "grid": args.grid, **summary}
         meta = {**this, "runs": [*_earlier_runs(out / M.META), {k: v for k, v in this.items() if k != "failing"}]}
         write_text_atomic(out / M.META, dumps(meta) + "\n")
-    _print_summary(args, summary, failing)
+    _print_summary(args, summary)
     if outcome.interrupted:
         raise KeyboardInterrupt
     return EXIT_FAIL if failing else EXIT_OK
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Options that go together: --list and --render-only run nothing, so what only a run reads is refused."""
+    run_only = (("--fresh", args.fresh), ("--ray", args.ray is not None), ("--jobs", args.jobs is not None))
+    for mode, on in (("--list", args.list), ("--render-only", args.render_only)):
+        given = [flag for flag, set_ in (*run_only, ("--only", args.only is not None)) if set_]
+        if on and given:
+            raise UsageError(f"{mode} runs nothing: leave out {given[0]}")
+    if args.list and args.render_only:
+        raise UsageError("--list and --render-only: one of them")
+    if args.ray is not None and not args.ray.strip():
+        raise UsageError("--ray: an address (host:port) or auto")
 
 
 def _earlier_runs(path: Any) -> list[dict[str, Any]]:
@@ -136,7 +139,17 @@ def _earlier_runs(path: Any) -> list[dict[str, Any]]:
     return [r for r in runs if isinstance(r, dict)][-(KEEP_RUNS - 1) :] if isinstance(runs, list) else []
 
 
-def _print_summary(args: argparse.Namespace, summary: dict[str, Any], failing: list[dict[str, Any]]) -> None:
+def _failing(rows: list[dict[str, Any]], grid: Any, unrun: list[Any]) -> list[dict[str, Any]]:
+    """The audits that fail the run: a verdict other than expected, or asked for and not run (not interrupted)."""
+    from grpo_identity.app.matrix import verdict_of
+
+    by_key = {a.key: a for a in grid.audits}
+    wrong = [(by_key[(r["target"], r["release"])], verdict_of(r)) for r in rows]
+    wrong = [(a, v) for a, v in wrong if not a.passes(v)] + [(a, "not run") for a in unrun]
+    return [{"target": a.target, "release": a.release or "", "verdict": v, "expected": a.verdict} for a, v in wrong]
+
+
+def _print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     from grpo_identity.foundation import dumps
 
     if args.json:
@@ -162,12 +175,20 @@ class _Show:
     def __init__(self, args: argparse.Namespace) -> None:
         import time
 
-        self.json, self.bar = args.json, progress.wanted(args)
+        self.json, self.bar, self.quiet = args.json, progress.wanted(args), False
         self.t0, self.clock = time.monotonic(), time.monotonic
 
     def __call__(self, kind: str, data: dict[str, Any], counts: dict[str, int]) -> None:
+        try:
+            self._show(kind, data, counts)
+        except BrokenPipeError:  # the reader went away (| head): the run goes on, its files are the record
+            self.quiet = True
+
+    def _show(self, kind: str, data: dict[str, Any], counts: dict[str, int]) -> None:
         from grpo_identity.foundation import dumps
 
+        if self.quiet:
+            return
         if self.json and kind != "tick":
             fields = {k: v for k, v in data.items() if k != "report"}
             print(dumps({"event": kind, **fields}, indent=None), flush=True)
