@@ -41,7 +41,7 @@ __all__ = ["Audit", "Grid", "parse", "load", "VERDICTS", "MAX_AUDITS", "MAX_BYTE
 
 #: what an audit gives: its report's verdict, or ``error`` where it gave no report (a usage error, a crash)
 VERDICTS = ("pass", "deviation", "fail", "error")
-#: the most audits one grid may expand to, the largest grid file read, the deepest nesting of its brackets
+#: the most audits one grid may expand to, the largest grid file read, the deepest nesting of its collections
 MAX_AUDITS, MAX_BYTES, MAX_DEPTH = 10_000, 1_000_000, 32
 #: the audit options an entry may give (``options``), as ``grpo-identity audit`` spells them
 AUDIT_OPTIONS = (
@@ -151,13 +151,7 @@ def parse(text: str) -> Grid:
 
 
 def _parsed(text: str) -> Any:
-    """JSON where the text is JSON (a ``{`` first and it parses), YAML otherwise; brackets nested deeper than
-    :data:`MAX_DEPTH` are refused before either reads them (YAML's parser slows down with each level)."""
-    depth = 0
-    for ch in text:
-        depth += 1 if ch in "[{" else -1 if ch in "]}" else 0
-        if depth > MAX_DEPTH:
-            raise UsageError(f"is nested too deeply (more than {MAX_DEPTH} brackets)")
+    """JSON where the text is JSON (a ``{`` first and it parses), YAML otherwise."""
     if text.lstrip().startswith("{"):
         try:
             return _json(text)
@@ -167,14 +161,30 @@ def _parsed(text: str) -> Any:
 
 
 def _yaml(text: str) -> Any:
-    """YAML's base loader: strings, lists and mappings only (no 1.1 guesses, no objects built)."""
+    """YAML's base loader (strings, lists and mappings only: no 1.1 guesses, no objects built), read as events first:
+    an alias, or collections nested deeper than :data:`MAX_DEPTH`, is refused before anything is built; a key given
+    twice in one mapping is refused too (the later would win silently)."""
     import yaml  # the matrix extra
 
     loader = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # libyaml's where PyYAML has it: the same, faster
+
+    class Strict(loader):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            keys = [k.value for k, _ in node.value]
+            twice = next((k for k in keys if keys.count(k) > 1), None)
+            if twice is not None:
+                raise UsageError(f"the key {twice!r} is given twice in one mapping (line {node.start_mark.line + 1})")
+            return super().construct_mapping(node, deep)
+
     try:
-        if any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, Loader=loader)):
-            raise UsageError("uses a YAML alias (*name): write each setting out")  # one alias can stand for many
-        return yaml.load(text, Loader=loader)  # noqa: S506 — the base loader builds no objects
+        depth = 0
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.AliasEvent):
+                raise UsageError("uses a YAML alias (*name): write each setting out")  # one alias can stand for many
+            depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+            if depth > MAX_DEPTH:
+                raise UsageError(f"is nested too deeply (more than {MAX_DEPTH} levels)")
+        return yaml.load(text, Loader=Strict)  # noqa: S506 — the base loader builds no objects
     except RecursionError:
         raise UsageError("is nested too deeply") from None
     except yaml.YAMLError as exc:
@@ -193,8 +203,15 @@ def _json(text: str) -> Any:
             return [words(v) for v in obj]
         return {True: "true", False: "false", None: "null"}.get(obj, obj) if not isinstance(obj, str) else obj
 
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            raise UsageError(f"the key {twice!r} is given twice in one object")
+        return dict(pairs)
+
     try:
-        return words(json.loads(text, parse_float=str, parse_int=str, parse_constant=str))
+        return words(json.loads(text, parse_float=str, parse_int=str, parse_constant=str, object_pairs_hook=unique))
     except RecursionError:
         raise UsageError("is nested too deeply") from None
 
@@ -285,6 +302,7 @@ def _expand(entry: Mapping[str, Any], where: str, default_dev: bool, budget: int
     variants = [_pairs(c, f"{where}.configs[{j}]") for j, c in enumerate(configs or [{}], 1)]
     columns = _axes(entry.get("axes"), f"{where}.axes")
     options = _options(entry.get("options"), f"{where}.options")
+    _check_repeats(where, fixed, variants, columns)
     _check_size(where, budget, len(variants) * len(rels) * math.prod(len(c) for c in columns),
                 len(target) + _chars(fixed) + max(map(_chars, variants)) + _chars(max(c, key=len) for c in columns)
                 + sum(len(w) + 1 for w in options))  # fmt: skip
@@ -295,6 +313,16 @@ def _expand(entry: Mapping[str, Any], where: str, default_dev: bool, budget: int
         words = [target, *(w for pair in [*fixed, *variant, *combo] for w in ("--set", pair)), *options]
         out += [Audit(" ".join(words), r, verdicts[r], dev) for r in rels]
     return out
+
+
+def _check_repeats(where: str, fixed: list[str], variants: list[list[str]], columns: list[list[str]]) -> None:
+    """A setting named in two of set, a configuration and the axes: the command line would take the later."""
+    axis_keys = [c[0].split("=", 1)[0] for c in columns]
+    for variant in variants:
+        keys = [p.split("=", 1)[0] for p in [*fixed, *variant]] + axis_keys
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            raise UsageError(f"{where}: the setting {twice!r} is given twice (in set, a configuration or the axes)")
 
 
 def _releases(releases: Any, where: str) -> list[str | None]:

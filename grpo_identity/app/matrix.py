@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from grpo_identity.app.grid import Audit, Grid
-from grpo_identity.foundation import EXIT_USAGE, UsageError, write_text_atomic
+from grpo_identity.foundation import UsageError, write_text_atomic
 
 __all__ = [
     "run",
@@ -46,6 +47,7 @@ __all__ = [
     "LocalPool",
     "RayPool",
     "read_rows",
+    "rewrite",
 ]
 
 #: the files a run writes into its folder
@@ -104,12 +106,22 @@ def _local_worker(conn: Any, audits: list[tuple[str, str | None]]) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    _end_with_parent()
     try:
         for row in run_batch(audits):
             conn.send(row)
     finally:
         close_warm_children()
         conn.close()
+
+
+def _end_with_parent() -> None:
+    """Linux: SIGTERM to this worker when the command that started it dies (a SIGKILL gives it no time to end its
+    workers); elsewhere nothing (the worker ends at its next row, the pipe gone)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class LocalPool:
@@ -239,7 +251,8 @@ class RayPool:
                 out.append(("done", batch, None))
             except ray.exceptions.RayError as exc:  # the worker or its node is gone
                 del self._running[batch]
-                out.append(("lost", batch, f"Ray: {type(exc).__name__}"))
+                cause = (str(exc).strip().splitlines() or [""])[-1][:200]
+                out.append(("lost", batch, f"Ray: {type(exc).__name__}: {cause}"))
         return out
 
     def close(self) -> None:
@@ -287,8 +300,10 @@ def _is_row(row: Any) -> bool:
         return False
     if not isinstance(row.get("wall_seconds"), (int, float)):
         return False
-    report = row.get("report")
-    return isinstance(report, dict) and isinstance(report.get("verdict"), str) or isinstance(row.get("error"), str)
+    if "report" in row:
+        report = row["report"]
+        return isinstance(report, dict) and report.get("verdict") in ("pass", "deviation", "fail")
+    return isinstance(row.get("error"), str)
 
 
 def _reusable(row: dict[str, Any] | None, audit: Audit, project: str) -> bool:
@@ -332,10 +347,10 @@ def run(
     project, log = project_version(), out / ROWS
     history = read_rows(log)  # also under fresh: its wall times order the batches
     wanted = [a for a in grid.audits if not only or a.target.startswith(only)]
-    kept = [] if fresh else [a for a in wanted if _reusable(history.get(a.key), a, project)]
-    todo = [a for a in wanted if a not in kept]
+    kept = set() if fresh else {a.key for a in wanted if _reusable(history.get(a.key), a, project)}
+    todo = [a for a in wanted if a.key not in kept]
     result = Outcome(rows=dict(history), kept=len(kept))  # a row not run again stays as it was
-    loop = _Loop(pool, project, result, on_event, _batches(todo, history))
+    loop = _Loop(pool, project, result, on_event, _batches(todo, history, pool.slots))
     loop.counts["kept"] = len(kept)
     on_event("start", {"audits": len(todo), "kept": len(kept), "workers": pool.slots}, loop.counts)
     out.mkdir(parents=True, exist_ok=True)
@@ -348,24 +363,33 @@ def run(
     except KeyboardInterrupt:
         result.interrupted = True
     finally:
-        with _shielded():
+        with _shielded(raise_after=False) as caught:  # a second Ctrl-C while the workers end: still wrapped up
             pool.close()
+        result.interrupted = result.interrupted or bool(caught)
         result.ran, result.retried = loop.counts["done"], loop.counts["retried"]
         result.seconds = round(time.perf_counter() - t0, 1)
         result.missing = [a for a in wanted if a.key not in result.rows]
-    _rewrite(log, grid, result.rows)
+    rewrite(log, grid, result.rows)
     return result
 
 
-def _batches(todo: list[Audit], history: dict[tuple[str, str], dict[str, Any]]) -> deque[list[Audit]]:
-    """The audits by environment, the longest batches first (by an earlier run's wall times)."""
-    batches: dict[tuple[str, str], list[Audit]] = {}
+def _batches(todo: list[Audit], history: dict[tuple[str, str], dict[str, Any]], slots: int) -> deque[list[Audit]]:
+    """The audits by environment, the longest batches first (by an earlier run's wall times); while there are fewer
+    batches than workers, the longest is cut in two (one more import, two workers busy)."""
+    by_env: dict[tuple[str, str], list[Audit]] = {}
     for a in todo:
-        batches.setdefault(a.environment, []).append(a)
-    return deque(sorted(batches.values(), key=lambda b: _expected_seconds(b, history), reverse=True))
+        by_env.setdefault(a.environment, []).append(a)
+    batches = list(by_env.values())
+    while len(batches) < slots and any(len(b) > 1 for b in batches):
+        longest = max(batches, key=lambda b: _expected_seconds(b, history))
+        if len(longest) < 2:
+            break
+        batches.remove(longest)
+        batches += [longest[: len(longest) // 2], longest[len(longest) // 2 :]]
+    return deque(sorted(batches, key=lambda b: _expected_seconds(b, history), reverse=True))
 
 
-def _rewrite(log: Path, grid: Grid, rows: dict[tuple[str, str], dict[str, Any]]) -> None:
+def rewrite(log: Path, grid: Grid, rows: dict[tuple[str, str], dict[str, Any]]) -> None:
     """``audits.jsonl`` whole, in the grid's order, each row with the grid's expectation now; rows of audits the grid
     does not name (another grid's) kept after them."""
     by_key = {a.key: a for a in grid.audits}
@@ -428,7 +452,7 @@ class _Loop:
         self.on_event("audit", row, self.counts)
 
     def retry_or_record(self, audit: Audit, row: dict[str, Any], fh: Any) -> None:
-        if self.tries[audit.key] < ATTEMPTS and row.get("exit_code") != EXIT_USAGE:  # bad input stays bad
+        if self.tries[audit.key] < ATTEMPTS:
             self.counts["retried"] += 1
             why = {"target": audit.target, "release": audit.release or "", "why": row["error"]}
             self.on_event("retry", why, self.counts)
@@ -438,21 +462,31 @@ class _Loop:
 
 
 @contextlib.contextmanager
-def _shielded() -> Iterator[None]:
-    """Ctrl-C held back while the block runs (a worker started and counted, the workers ended), raised after it."""
+def _shielded(raise_after: bool = True) -> Iterator[list[int]]:
+    """Ctrl-C and SIGTERM held back while the block runs (a worker started and counted, the workers ended), then
+    raised as KeyboardInterrupt (``raise_after``), unless SIGINT was ignored before; the signals caught are in the
+    list the block gets.  Nothing is held back outside the main thread (signals go to it alone)."""
     caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(1))
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    before = {sig: signal.signal(sig, lambda n, _f: caught.append(n)) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield caught
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    if caught and raise_after and not (set(caught) == {signal.SIGINT} and before[signal.SIGINT] is signal.SIG_IGN):
         raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI job's timeout, ``kill``) ends the run as Ctrl-C does: the workers ended, the rows kept."""
+    """SIGTERM (a CI job's timeout, ``kill``) ends the run as Ctrl-C does: the workers ended, the rows kept (main
+    thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
     def interrupt(*_: Any) -> None:
         raise KeyboardInterrupt

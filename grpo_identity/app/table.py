@@ -126,12 +126,21 @@ def render(rows: list[dict]) -> str:
     head = "| " + " | ".join(COLUMNS) + " |"
     lines = [head, "|" + "---|" * len(COLUMNS)]
     for row in rows:
-        lines.append(f"| `{row['target']}` | {row['release'] or '-'} | {' | '.join(cells(row))} | {_seconds(row)} |")
+        lines.append(f"| `{row['target']}` | {row['release'] or '-'} | {' | '.join(_cells(row))} | {_seconds(row)} |")
     return "\n".join(lines) + "\n"
 
 
+def _cells(row: dict) -> list[str]:
+    """:func:`cells`, or a line saying the row cannot be read (a report of another shape, by other code)."""
+    try:
+        return cells(row)
+    except Exception as exc:  # a stored row is data: one unreadable row never costs the table
+        return ["unreadable row", *["-"] * 8, f"{type(exc).__name__}: rerun this audit"]
+
+
 def _seconds(row: dict) -> str:
-    return f"{row['wall_seconds']:.0f}"
+    seconds = row.get("wall_seconds")
+    return f"{seconds:.0f}" if isinstance(seconds, (int, float)) else "-"
 
 
 def render_html(rows: list[dict], title: str) -> str:
@@ -145,7 +154,7 @@ def render_html(rows: list[dict], title: str) -> str:
     head = "".join(cell(c, "th") for c in COLUMNS)
     body = []
     for row in rows:
-        values = [f"`{row['target']}`", row["release"] or "-", *cells(row), _seconds(row)]
+        values = [f"`{row['target']}`", row["release"] or "-", *_cells(row), _seconds(row)]
         verdict = values[2].split()[0].lower()
         body.append(f'<tr class="{html.escape(verdict)}">' + "".join(cell(v) for v in values) + "</tr>")
     style = (

@@ -114,7 +114,10 @@ BAD = [
     ("audits: [{target: trl, options: {expect: --json}}]", "audits[1].options.expect"),
     ("audits: [{target: trl, set: {" + ", ".join(f"k{i}: v" for i in range(700)) + "}}]", "characters (at most 4000)"),
     ('{"audits": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
-    ("audits: " + "[" * 5000 + "]" * 5000, "nested too deeply"),
+    ("audits:\n" + "".join("  " * i + "- \n" for i in range(1, 40)), "nested too deeply (more than 32 levels)"),
+    ("audits: [{target: grpo, verdict: fail, verdict: pass}]", "the key 'verdict' is given twice"),
+    ('{"audits": [{"target": "grpo", "target": "x"}]}', "the key 'target' is given twice"),
+    ("audits: [{target: trl, set: {a: 1}, axes: {a: [1, 2]}}]", "the setting 'a' is given twice"),
 ]
 
 
@@ -123,6 +126,11 @@ def test_a_bad_grid_is_one_usage_error_naming_where(text, needle):
     with pytest.raises(UsageError, match=None) as info:
         G.parse(text)
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_brackets_in_comments_and_values_are_not_nesting():
+    text = "audits:\n" + "".join(f"  # see [{i}\n" for i in range(40)) + "  - {target: trl, set: {x: '[a'}}\n"
+    assert G.parse(text).audits[0].target == "trl --set x=[a"
 
 
 def test_a_set_value_may_start_with_a_minus_and_a_yaml_flow_mapping_is_yaml():

@@ -73,22 +73,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out} is not a folder: name a new folder or one of yours")
     for name in (M.ROWS, M.TABLE, M.PAGE, M.META):
         check_writable(out / name, "--out")
-    if args.render_only:
-        if not (out / M.ROWS).is_file():
-            raise UsageError(f"--render-only: {out / M.ROWS} does not exist: run the grid first")
-        outcome = M.Outcome(rows=M.read_rows(out / M.ROWS))
-    else:
-        jobs = args.jobs or min(os.cpu_count() or 1, MAX_JOBS)
-        pool = M.RayPool(args.ray, args.jobs) if args.ray else M.LocalPool(jobs)
-        show = _Show(args)
-        outcome = M.run(grid, out, pool, only=args.only, fresh=args.fresh, on_event=show)
-        show.finish()
+    outcome, workers = _outcome(args, grid, out)
     rows = [outcome.rows[a.key] for a in grid.audits if a.key in outcome.rows]
     missing = [a for a in grid.audits if a.key not in outcome.rows]
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / M.TABLE, render(rows))
     write_text_atomic(out / M.PAGE, render_html(rows, grid.title))
-    failing = _failing(rows, grid, [] if outcome.interrupted else outcome.missing)
+    failing = _failing(rows, grid, [] if outcome.interrupted else missing)
     summary = {
         "title": grid.title,
         "audits": len(grid.audits),
@@ -104,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         "out": str(out),
     }
     if not args.render_only:
-        executor = {"executor": f"ray {args.ray}" if args.ray else "local", "workers": args.jobs or "default"}
+        executor = {"executor": f"ray {args.ray}" if args.ray else "local", "workers": workers}
         this = {**record(command_line(args._argv)), **executor, "grid": args.grid, **summary}
         meta = {**this, "runs": [*_earlier_runs(out / M.META), {k: v for k, v in this.items() if k != "failing"}]}
         write_text_atomic(out / M.META, dumps(meta) + "\n")
@@ -112,6 +103,32 @@ def run(args: argparse.Namespace) -> int:
     if outcome.interrupted:
         raise KeyboardInterrupt
     return EXIT_FAIL if failing else EXIT_OK
+
+
+def _outcome(args: argparse.Namespace, grid: Any, out: Any) -> tuple[Any, int]:
+    """The grid's rows: read (``--render-only``, rewritten with the grid's expectations now) or run; the workers."""
+    from grpo_identity.app import matrix as M
+
+    if args.render_only:
+        if not (out / M.ROWS).is_file():
+            raise UsageError(f"--render-only: {out / M.ROWS} does not exist: run the grid first")
+        outcome = M.Outcome(rows=M.read_rows(out / M.ROWS))
+        M.rewrite(out / M.ROWS, grid, outcome.rows)
+        return outcome, 0
+    pool = M.RayPool(args.ray, args.jobs) if args.ray else M.LocalPool(args.jobs or min(_cores(), MAX_JOBS))
+    show = _Show(args)
+    try:
+        return M.run(grid, out, pool, only=args.only, fresh=args.fresh, on_event=show), pool.slots
+    finally:
+        show.finish()
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity, a container's limit where it sets one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -165,8 +182,8 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     for f in summary["failing"]:
         wanted = f"expected {f['expected']}" if f["expected"] else "fails the run"
         print(f"  {f['verdict'].upper()} ({wanted}): {f['target']} @ {f['release'] or 'installed'}")
-    if summary["missing"]:
-        print(f"  {summary['missing']} audits not run yet (the same command runs them)")
+    if summary["missing"] and summary["interrupted"]:
+        print(f"  {summary['missing']} audits have no row yet: the same command runs them")
 
 
 class _Show:
