@@ -55,6 +55,8 @@ IMPORTS: dict[str, tuple[str, ...]] = {
     "docs": ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"),
     "frameworks": ("trl:GRPOConfig", "trl:GRPOTrainer", "verl.trainer.ppo.core_algos", "verl.trainer.ppo.ray_trainer"),
     "releases": ("uv",),
+    "matrix": ("yaml", "grpo_identity.app.grid"),
+    "ray": ("ray",),
 }
 
 
