@@ -144,3 +144,14 @@ def test_a_grid_file_too_large_missing_or_a_folder_is_refused_before_it_is_read(
     for path, needle in ((big, "larger than"), (tmp_path / "absent.yaml", "no such file"), (tmp_path, "is not a file")):
         with pytest.raises(UsageError, match=needle):
             G.load(path)
+
+
+def test_the_how_tos_example_grid_is_a_grid_and_expands_as_it_says():
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "matrix.md").read_text()
+    grid = G.parse(re.search(r"```yaml\n(.*?)```", page, re.S).group(1))
+    assert len(grid.audits) == 2 * 3 * 2 + 2  # TRL: 3 × 2 axes at 2 releases; verl: 2 configurations
+    assert grid.audits[0].target.startswith("trl --set beta=0.0 --set loss_type=grpo --set scale_rewards=group")
+    assert [a.verdict for a in grid.audits[:2]] == ["fail", None]
