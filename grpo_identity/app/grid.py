@@ -37,7 +37,7 @@ from typing import Any, Mapping
 
 from grpo_identity.foundation import UsageError
 
-__all__ = ["Audit", "Grid", "parse", "load", "VERDICTS", "MAX_AUDITS", "MAX_BYTES"]
+__all__ = ["Audit", "Grid", "parse", "load", "dump", "VERDICTS", "MAX_AUDITS", "MAX_BYTES"]
 
 #: what an audit gives: its report's verdict, or ``error`` where it gave no report (a usage error, a crash)
 VERDICTS = ("pass", "deviation", "fail", "error")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from grpo_identity.app.grid import Audit, Grid
+from grpo_identity.app.grid import VERDICTS, Audit, Grid
 from grpo_identity.foundation import UsageError, write_text_atomic
 
 __all__ = [
@@ -302,7 +302,7 @@ def _is_row(row: Any) -> bool:
         return False
     if "report" in row:
         report = row["report"]
-        return isinstance(report, dict) and report.get("verdict") in ("pass", "deviation", "fail")
+        return isinstance(report, dict) and report.get("verdict") in VERDICTS[:-1]  # a report's: not "error"
     return isinstance(row.get("error"), str)
 
 
@@ -448,7 +448,7 @@ class _Loop:
         fh.write(json.dumps(row) + "\n")
         fh.flush()
         self.counts["done"] += 1
-        self.counts["errors"] += row["verdict"] == "error"
+        self.counts["errors"] += verdict_of(row) == "error"
         self.on_event("audit", row, self.counts)
 
     def retry_or_record(self, audit: Audit, row: dict[str, Any], fh: Any) -> None:

@@ -388,3 +388,18 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_read_rows_skips_what_is_not_a_row(tmp_path):
+    good = _row("grpo", None)
+    bad = [
+        {**good, "report": {"verdict": "error"}},  # "error" is no report's verdict
+        {**good, "report": None},
+        {k: v for k, v in good.items() if k != "wall_seconds"},
+        {"target": "grpo", "release": "", "wall_seconds": 1.0},  # neither a report nor an error
+        ["not", "a", "row"],
+    ]
+    (tmp_path / M.ROWS).write_text("".join(json.dumps(r) + "\n" for r in [*bad, good]))
+    assert list(M.read_rows(tmp_path / M.ROWS).values()) == [good]
+    (tmp_path / M.ROWS).write_text("".join(json.dumps(r) + "\n" for r in bad))
+    assert M.read_rows(tmp_path / M.ROWS) == {}
