@@ -277,6 +277,24 @@ def async_settings(args: Any) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _quiet_about_none(on: bool) -> Iterator[None]:
+    """TRL's loggers held to errors while a delivery has answers whose every reward function returns None: TRL
+    warns about such an answer ("All reward functions returned None …"), and those are the probe's, on purpose;
+    the user would read the warning as a fault of their own reward function."""
+    import logging
+
+    names = [n for n in logging.root.manager.loggerDict if n == "trl" or n.startswith("trl.")] if on else []
+    levels = {n: logging.getLogger(n).level for n in names}
+    try:
+        for n in names:
+            logging.getLogger(n).setLevel(logging.ERROR)
+        yield
+    finally:
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
+
+
 def _deliveries(trainer: Any, state: dict[str, Any], arrival: dict[str, Any]) -> list[dict[str, Any]]:
     """Each delivery scored by ``_generate_and_score_completions``, its groups in blocks of G (:func:`group_order`);
     a None reward is the reward functions' None."""
@@ -293,7 +311,7 @@ def _deliveries(trainer: Any, state: dict[str, Any], arrival: dict[str, Any]) ->
         rewards = [step["reward"][j] for j in order]
         state["none"] = {i for i, r in enumerate(rewards) if r is None}
         try:
-            with _advantages_only(trainer):
+            with _advantages_only(trainer), _quiet_about_none(bool(state["none"])):
                 out = _score(trainer, state, np.array([0.0 if r is None else r for r in rewards]), G)
         finally:
             state["none"] = set()

@@ -387,7 +387,9 @@ def _ray_head(env: dict[str, str]) -> Iterator[str]:
     start += [f"--ray-client-server-port={client}", "--include-dashboard=false", f"--temp-dir={temp}"]
     log = temp / "start.log"  # a file, not a pipe: the daemons inherit it and outlive the command
     with log.open("w") as out:
-        head = subprocess.Popen([*start, "--disable-usage-stats"], env=env, start_new_session=True, stdout=out, stderr=out)
+        head = subprocess.Popen(
+            [*start, "--disable-usage-stats"], env=env, start_new_session=True, stdout=out, stderr=out
+        )
     try:
         assert head.wait(timeout=120) == 0, log.read_text()[-2000:]
         yield f"127.0.0.1:{port}"
