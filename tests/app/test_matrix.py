@@ -382,9 +382,10 @@ def _ray_head(env: dict[str, str]) -> Iterator[str]:
     ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable))
     assert ray_bin, "ray's command is installed beside this interpreter"
     temp = Path(tempfile.mkdtemp(prefix="ray", dir=os.environ.get("TMPDIR", "/tmp")))
-    port, client = _free_port(), _free_port()
+    port, client, dashboard, agent = (_free_port() for _ in range(4))  # two runs at once must not meet on a default
     start = [ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2"]
-    start += [f"--ray-client-server-port={client}", "--include-dashboard=false", f"--temp-dir={temp}"]
+    start += [f"--ray-client-server-port={client}", f"--dashboard-port={dashboard}"]
+    start += [f"--dashboard-agent-listen-port={agent}", "--include-dashboard=false", f"--temp-dir={temp}"]
     log = temp / "start.log"  # a file, not a pipe: the daemons inherit it and outlive the command
     with log.open("w") as out:
         head = subprocess.Popen(
