@@ -279,20 +279,25 @@ def async_settings(args: Any) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _quiet_about_none(on: bool) -> Iterator[None]:
-    """TRL's loggers held to errors while a delivery has answers whose every reward function returns None: TRL
-    warns about such an answer ("All reward functions returned None …"), and those are the probe's, on purpose;
-    the user would read the warning as a fault of their own reward function."""
+    """TRL's warning about an answer whose every reward function returns None ("All reward functions returned None
+    for the following kwargs …", after accelerate's "[RANK 0]") dropped while a delivery has such answers: they are
+    the probe's, on purpose, and the user would read the warning as a fault of their own reward function.  Every
+    other record is kept."""
     import logging
 
-    names = [n for n in logging.root.manager.loggerDict if n == "trl" or n.startswith("trl.")] if on else []
-    levels = {n: logging.getLogger(n).level for n in names}
+    class NoneRewards(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "All reward functions returned None" not in record.getMessage()
+
+    names = [n for n in list(logging.root.manager.loggerDict) if n == "trl" or n.startswith("trl.")] if on else []
+    loggers, drop = [logging.getLogger(n) for n in names], NoneRewards()
     try:
-        for n in names:
-            logging.getLogger(n).setLevel(logging.ERROR)
+        for logger in loggers:  # a filter acts where the record is made, not on the records its children pass up
+            logger.addFilter(drop)
         yield
     finally:
-        for n, level in levels.items():
-            logging.getLogger(n).setLevel(level)
+        for logger in loggers:
+            logger.removeFilter(drop)
 
 
 def _deliveries(trainer: Any, state: dict[str, Any], arrival: dict[str, Any]) -> list[dict[str, Any]]:

@@ -376,13 +376,14 @@ def test_a_small_grid_through_a_local_ray_head_gives_the_local_executors_verdict
 
 @contextlib.contextmanager
 def _ray_head(env: dict[str, str]) -> Iterator[str]:
-    """A Ray head of this test's own: on 127.0.0.1, two CPUs, free ports, its own temporary folder; ended by
-    killing its process group, where the daemons stay after ``ray start`` returns (``ray stop`` would end every
-    Ray process of the machine, a developer's own cluster among them, and takes about 9 s)."""
+    """A Ray head of this test's own: on 127.0.0.1, two CPUs, free ports, its own temporary folder, in a session
+    of its own; ended by killing that session's processes: the daemons (in the command's process group, which
+    they keep after ``ray start`` returns) and the workers (each a group of its own in the same session).  ``ray
+    stop`` would end every Ray process of the machine, a developer's own cluster among them, and takes about 9 s."""
     ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable))
     assert ray_bin, "ray's command is installed beside this interpreter"
     temp = Path(tempfile.mkdtemp(prefix="ray", dir=os.environ.get("TMPDIR", "/tmp")))
-    port, client, dashboard, agent = (_free_port() for _ in range(4))  # two runs at once must not meet on a default
+    port, client, dashboard, agent = _free_ports(4)  # two runs at once must not meet on a default port
     start = [ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2"]
     start += [f"--ray-client-server-port={client}", f"--dashboard-port={dashboard}"]
     start += [f"--dashboard-agent-listen-port={agent}", "--include-dashboard=false", f"--temp-dir={temp}"]
@@ -395,32 +396,45 @@ def _ray_head(env: dict[str, str]) -> Iterator[str]:
         assert head.wait(timeout=120) == 0, log.read_text()[-2000:]
         yield f"127.0.0.1:{port}"
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while _group(head.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        left = _end_session(head.pid)
         shutil.rmtree(temp, ignore_errors=True)
-        assert not _group(head.pid), f"Ray processes left: {_group(head.pid)}"
+    assert not left, f"Ray processes left: {left}"  # checked only when the run itself raised nothing
 
 
-def _group(pgid: int) -> list[int]:
-    """The live processes of a process group (a zombie is dead)."""
+def _end_session(sid: int, seconds: float = 30.0) -> list[int]:
+    """SIGKILL every process of a session (its leader's group first, so that the raylet starts no new worker),
+    until none is left or ``seconds`` pass; the live ones left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(sid, signal.SIGKILL)
+    deadline = time.monotonic() + seconds
+    while (left := _session(sid)) and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+    return left
+
+
+def _session(sid: int) -> list[int]:
+    """The live processes of a session (a zombie is dead)."""
     alive = []
-    for entry in os.listdir("/proc"):
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError, IndexError):
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            if entry.isdigit() and int(fields[2]) == pgid and fields[0] != "Z":
+            state, _ppid, _pgrp, session = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[:4]
+            if int(session) == sid and state != "Z":
                 alive.append(int(entry))
     return alive
 
 
-def _free_port() -> int:
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports of 127.0.0.1 (held together while they are chosen)."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 def test_read_rows_skips_what_is_not_a_row(tmp_path):

@@ -92,7 +92,8 @@ def test_trl_under_bf16_mixed_precision_keeps_the_identity_at_the_gradient(capsy
     code = main(["audit", "trl", *sets, "--max-examples", "20", "--json"])
     captured = capsys.readouterr()
     out = json.loads(captured.out)
-    # the asynchronous-groups probe's answers of no reward are the audit's own: TRL's warning about them is not shown
+    # the asynchronous-groups probe's answers of no reward are the audit's own: TRL's warning about them is not
+    # shown (the audit runs in a child, whose stderr the parent copies to sys.stderr, which capsys holds)
     assert "reward functions returned None" not in captured.err
     # compute_loss runs under the trainer's bf16 autocast; TRL's log-probabilities and loss stay
     # float32, so the coefficients are float32 and Dr. GRPO's constant weight survives
