@@ -92,6 +92,12 @@ class Audit:
         """``grpo-identity audit …`` as a list, with ``--release`` and ``--json``."""
         return ["audit", *self.target.split(), *(["--release", self.release] if self.release else []), "--json"]
 
+    def files(self) -> list[str]:
+        """The files the audit reads besides its target: each ``--config`` file, as the grid names it."""
+        words = self.target.split()
+        named = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--config"]
+        return named + [w.split("=", 1)[1] for w in words if w.startswith("--config=")]
+
     def passes(self, verdict: str) -> bool:
         """Whether ``verdict`` (of :data:`VERDICTS`) keeps the run passing."""
         if self.verdict is not None:

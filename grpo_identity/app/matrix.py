@@ -13,8 +13,9 @@ release's environment through its interpreter).  Both send back one row per audi
   and the file is rewritten in the grid's order at the end;
 - a row already in ``audits.jsonl`` is kept, not redone, where it has a report made by the same project code
   (:func:`project_version`) in the same release environment (the folder the current recipe resolves to,
-  :func:`~grpo_identity.checks.calls.releases.current_env_name`); functions and installed frameworks are always
-  run again (nothing names their environment).
+  :func:`~grpo_identity.checks.calls.releases.current_env_name`) from the same ``--config`` files
+  (:func:`input_digest`); functions and installed frameworks are always run again (nothing names their
+  environment).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ __all__ = [
     "run_audit",
     "run_batch",
     "project_version",
+    "input_digest",
     "verdict_of",
     "Outcome",
     "LocalPool",
@@ -66,7 +68,7 @@ def run_audit(target: str, release: str | None) -> dict[str, Any]:
     audit = Audit(target, release)
     out, err = io.StringIO(), io.StringIO()
     t0 = time.perf_counter()
-    row: dict[str, Any] = {"target": target, "release": release or ""}
+    row: dict[str, Any] = {"target": target, "release": release or "", "inputs": input_digest(audit)}
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = cli(audit.argv())
@@ -278,6 +280,23 @@ def project_version() -> str:
     return f"{__version__}+{digest.hexdigest()[:12]}"
 
 
+def input_digest(audit: Audit) -> str | None:
+    """A digest of the files the audit reads besides its target (:meth:`Audit.files`: its ``--config`` files, as
+    this process finds them; a missing one counts as missing), None where it reads none: a row made from other
+    file contents is run again."""
+    files = audit.files()
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for name in files:
+        try:
+            content = Path(name).read_bytes()
+        except OSError as exc:
+            content = f"\0unreadable: {type(exc).__name__}".encode()
+        digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
+    return digest.hexdigest()[:16]
+
+
 def read_rows(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """The rows of a JSONL file by (target, release), the last of a key winning; a line cut short (a run killed
     while writing it) or not a row is skipped."""
@@ -310,6 +329,8 @@ def _reusable(row: dict[str, Any] | None, audit: Audit, project: str) -> bool:
     from grpo_identity.checks.calls.releases import current_env_name
 
     if row is None or "report" not in row or row.get("project") != project or not audit.release:
+        return False
+    if row.get("inputs") != input_digest(audit):
         return False
     return row.get("resolution") is not None and row["resolution"] == current_env_name(*audit.environment)
 
@@ -442,7 +463,13 @@ class _Loop:
                 self.queue.append(rest)
 
     def record(self, audit: Audit, row: dict[str, Any], fh: Any) -> None:
-        row = {"project": self.project, **row, "attempts": self.tries[audit.key], "expected": audit.verdict}
+        row = {
+            "project": self.project,
+            "inputs": input_digest(audit),
+            **row,
+            "attempts": self.tries[audit.key],
+            "expected": audit.verdict,
+        }
         row["ok"] = audit.passes(verdict_of(row))
         self.result.rows[audit.key] = row
         fh.write(json.dumps(row) + "\n")

@@ -191,6 +191,26 @@ def test_a_row_of_the_same_code_in_the_same_environment_is_kept_and_any_other_is
     assert M.run(GRID, tmp_path, ScriptedPool(), fresh=True).kept == 0
 
 
+def test_a_row_made_from_another_config_files_content_is_run_again(tmp_path, monkeypatch):
+    monkeypatch.setattr("grpo_identity.checks.calls.releases.current_env_name", lambda fw, rel: f"x-{rel}-key")
+    monkeypatch.chdir(tmp_path)  # a config path is read from the folder the command runs in
+    (tmp_path / "a.yaml").write_text("loss_type: grpo\n")
+    grid = G.parse("audits: [{target: trl, releases: [1.0], configs: [{x: 1}], options: {config: a.yaml}}, "
+                   "{target: trl, releases: [1.0], configs: [{x: 2}]}]")  # fmt: skip
+    with_config, without = (a.target for a in grid.audits)
+    assert grid.audits[0].files() == ["a.yaml"] and grid.audits[1].files() == []
+    M.run(grid, tmp_path / "out", ScriptedPool())
+    again = ScriptedPool()
+    assert M.run(grid, tmp_path / "out", again).kept == 2 and again.started == []
+    (tmp_path / "a.yaml").write_text("loss_type: dr_grpo\n")  # the same path, other content
+    third = ScriptedPool()
+    assert M.run(grid, tmp_path / "out", third).kept == 1 and third.started == [[with_config]]
+    (tmp_path / "a.yaml").unlink()  # a missing file is a content of its own, never the earlier one
+    assert M.run(grid, tmp_path / "out", ScriptedPool()).kept == 1
+    assert [r["inputs"] is None for r in _lines(tmp_path / "out" / M.ROWS)] == [False, True]
+    assert without.endswith("x=2")
+
+
 def test_ctrl_c_leaves_every_row_so_far_whole_in_the_grids_order_and_ends_the_workers(tmp_path):
     pool = ScriptedPool(interrupt_after=2)
     outcome = M.run(GRID, tmp_path, pool)
