@@ -303,9 +303,9 @@ def test_without_ray_installed_the_ray_option_names_its_extra(tmp_path, capsys, 
     assert "pip install 'grpo-identity[ray]'" in capsys.readouterr().err
 
 
-def _start(args: list[str], tmp_path: Path) -> subprocess.Popen:
+def _start(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "grpo_identity", "matrix", *args, "--json"]
-    return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _events(proc: subprocess.Popen):
@@ -321,19 +321,28 @@ SLOW_PRESETS = "audits:\n" + "".join(f"  - {{target: grpo, options: {{max-exampl
 def test_a_worker_killed_mid_grid_is_retried_and_the_run_ends_with_every_row(tmp_path):
     """Four audits of one environment (two batches of two on two workers): the first worker to answer is SIGKILLed
     after its first row, while it runs its second audit, which is then run once more."""
-    grid = _grid_file(tmp_path, SLOW_PRESETS)
-    proc = _start([str(grid), "--out", "out"], tmp_path)
+    retry = _kill_the_first_worker(tmp_path, [])
+    assert "the worker was killed (SIGKILL)" in retry["why"]
+
+
+def _kill_the_first_worker(tmp_path: Path, args: list[str], env: dict[str, str] | None = None) -> dict:
+    """:data:`SLOW_PRESETS` run with ``args``, the worker of the first row SIGKILLed as it runs its second audit: the
+    run must end with every row, one of them the lost audit's second attempt; the retry's event."""
+    here = tmp_path / "killed"  # its own grid file and folder: the caller may have others
+    here.mkdir()
+    grid = _grid_file(here, SLOW_PRESETS)
+    proc = _start([str(grid), "--out", "out", *args], here, env)
     events = []
     for event in _events(proc):
         events.append(event)
         if event["event"] == "audit" and len([e for e in events if e["event"] == "audit"]) == 1:
             os.kill(event["worker"], signal.SIGKILL)
     assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
-    rows = _lines(tmp_path / "out" / M.ROWS)
+    rows = _lines(here / "out" / M.ROWS)
     assert [r["target"] for r in rows] == [a.target for a in G.parse(SLOW_PRESETS).audits]
     assert all(r["verdict"] == "pass" for r in rows) and sorted(r["attempts"] for r in rows) == [1, 1, 1, 2]
-    retry = next(e for e in events if e["event"] == "retry")
-    assert "the worker was killed (SIGKILL)" in retry["why"] and events[-1]["retried"] == 1
+    assert events[-1]["retried"] == 1
+    return next(e for e in events if e["event"] == "retry")
 
 
 @pytest.mark.slow
@@ -378,6 +387,9 @@ def test_a_small_grid_through_a_local_ray_head_gives_the_local_executors_verdict
             [sys.executable, "-m", "grpo_identity", "matrix", str(grid), "--out", "ray", "--ray", address],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
+        # a Ray worker SIGKILLed mid-batch: Ray's error at its next row is a lost worker, its audit run again
+        retry = _kill_the_first_worker(tmp_path, ["--ray", address], env)
+    assert retry["why"].startswith("Ray: "), retry
     assert ray_run.returncode == 0, ray_run.stderr[-2000:]
     local = subprocess.run(
         [sys.executable, "-m", "grpo_identity", "matrix", str(grid), "--out", "local", "--jobs", "2"],

@@ -11,6 +11,7 @@ The folder gets ``audits.jsonl`` (one row per audit, appended as each finishes),
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -115,10 +116,11 @@ def _outcome(args: argparse.Namespace, grid: Any, out: Any) -> tuple[Any, int]:
         outcome = M.Outcome(rows=M.read_rows(out / M.ROWS))
         M.rewrite(out / M.ROWS, grid, outcome.rows)
         return outcome, 0
-    pool = M.RayPool(args.ray, args.jobs) if args.ray else M.LocalPool(args.jobs or min(_cores(), MAX_JOBS))
-    show = _Show(args)
-    try:
-        return M.run(grid, out, pool, only=args.only, fresh=args.fresh, on_event=show), pool.slots
+    show = _Show(args)  # its lines go to stdout as it is now; anything else printed there while the grid runs
+    try:  # goes to stderr: Ray's driver prints its raylet's messages to sys.stdout, from a thread of its own
+        with contextlib.redirect_stdout(sys.stderr):
+            pool = M.RayPool(args.ray, args.jobs) if args.ray else M.LocalPool(args.jobs or min(_cores(), MAX_JOBS))
+            return M.run(grid, out, pool, only=args.only, fresh=args.fresh, on_event=show), pool.slots
     finally:
         show.finish()
 
@@ -187,12 +189,13 @@ def _print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
 
 
 class _Show:
-    """Events for people (a line per audit on stdout, a progress line on a terminal) or machines (--json)."""
+    """Events for people (a line per audit on stdout, a progress line on a terminal) or machines (--json), written to
+    stdout as it was when the events began (the run sends everything else printed there to stderr)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         import time
 
-        self.json, self.bar, self.quiet = args.json, progress.wanted(args), False
+        self.json, self.bar, self.quiet, self.out = args.json, progress.wanted(args), False, sys.stdout
         self.t0, self.clock = time.monotonic(), time.monotonic
 
     def __call__(self, kind: str, data: dict[str, Any], counts: dict[str, int]) -> None:
@@ -208,14 +211,16 @@ class _Show:
             return
         if self.json and kind != "tick":
             fields = {k: v for k, v in data.items() if k != "report"}
-            print(dumps({"event": kind, **fields}, indent=None), flush=True)
+            print(dumps({"event": kind, **fields}, indent=None), file=self.out, flush=True)
         elif not self.json and kind == "audit":
             self._clear()
             where = data.get("release") or "installed"
-            print(f"{data['wall_seconds']:6.1f} s  {data['target']} @ {where}: {data['verdict'].upper()}", flush=True)
+            line = f"{data['wall_seconds']:6.1f} s  {data['target']} @ {where}: {data['verdict'].upper()}"
+            print(line, file=self.out, flush=True)
         elif not self.json and kind == "retry":
             self._clear()
-            print(f"  retrying {data['target']} @ {data['release'] or 'installed'}: {data['why']}", flush=True)
+            why = f"  retrying {data['target']} @ {data['release'] or 'installed'}: {data['why']}"
+            print(why, file=self.out, flush=True)
         if self.bar and kind in ("audit", "tick", "start"):
             self._line(counts)
 
