@@ -68,8 +68,9 @@ def run_audit(target: str, release: str | None) -> dict[str, Any]:
     audit = Audit(target, release)
     out, err = io.StringIO(), io.StringIO()
     t0 = time.perf_counter()
-    row: dict[str, Any] = {"target": target, "release": release or "", "inputs": input_digest(audit)}
+    row: dict[str, Any] = {"target": target, "release": release or "", "inputs": None}
     try:
+        row["inputs"] = input_digest(audit)  # the files as this audit is about to read them
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = cli(audit.argv())
         report = json.loads(out.getvalue()) if code in (0, 1) and out.getvalue().strip() else None
@@ -282,19 +283,36 @@ def project_version() -> str:
 
 def input_digest(audit: Audit) -> str | None:
     """A digest of the files the audit reads besides its target (:meth:`Audit.files`: its ``--config`` files, as
-    this process finds them; a missing one counts as missing), None where it reads none: a row made from other
-    file contents is run again."""
+    this process finds them), None where it reads none: a row made from other file contents is run again."""
     files = audit.files()
     if not files:
         return None
     digest = hashlib.sha256()
     for name in files:
-        try:
-            content = Path(name).read_bytes()
-        except OSError as exc:
-            content = f"\0unreadable: {type(exc).__name__}".encode()
-        digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
+        digest.update(name.encode() + b"\0" + _content_digest(name) + b"\0")
     return digest.hexdigest()[:16]
+
+
+def _content_digest(name: str) -> bytes:
+    """The digest of a config file's bytes, or a word for one the audit refuses to read (missing, not a regular
+    file, over :data:`~grpo_identity.checks.calls.spec.CONFIG_BYTES`): opened without blocking and checked on the
+    open file, so that a FIFO put there cannot hold the run and a device cannot fill the memory."""
+    import stat
+
+    from grpo_identity.checks.calls.spec import CONFIG_BYTES
+
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        return f"unreadable: {type(exc).__name__}".encode()
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b"not a regular file"
+        try:
+            data = fh.read(CONFIG_BYTES + 1)
+        except OSError as exc:
+            return f"unreadable: {type(exc).__name__}".encode()
+    return b"over the size limit" if len(data) > CONFIG_BYTES else hashlib.sha256(data).digest()
 
 
 def read_rows(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
@@ -463,13 +481,9 @@ class _Loop:
                 self.queue.append(rest)
 
     def record(self, audit: Audit, row: dict[str, Any], fh: Any) -> None:
-        row = {
-            "project": self.project,
-            "inputs": input_digest(audit),
-            **row,
-            "attempts": self.tries[audit.key],
-            "expected": audit.verdict,
-        }
+        row = {"project": self.project, **row, "attempts": self.tries[audit.key], "expected": audit.verdict}
+        if "inputs" not in row:  # a row no worker made (an error row of this loop's own)
+            row["inputs"] = input_digest(audit)
         row["ok"] = audit.passes(verdict_of(row))
         self.result.rows[audit.key] = row
         fh.write(json.dumps(row) + "\n")

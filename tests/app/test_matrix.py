@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -205,10 +206,35 @@ def test_a_row_made_from_another_config_files_content_is_run_again(tmp_path, mon
     (tmp_path / "a.yaml").write_text("loss_type: dr_grpo\n")  # the same path, other content
     third = ScriptedPool()
     assert M.run(grid, tmp_path / "out", third).kept == 1 and third.started == [[with_config]]
+    log = tmp_path / "out" / M.ROWS
+    for edit in ({"inputs": "0" * 16}, {}):  # a row from other contents, and one of an earlier version (no inputs)
+        rows = _lines(log)
+        rows[0] = {**{k: v for k, v in rows[0].items() if k != "inputs"}, **edit}
+        log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        again = ScriptedPool()
+        assert M.run(grid, tmp_path / "out", again).kept == 1 and again.started == [[with_config]]
     (tmp_path / "a.yaml").unlink()  # a missing file is a content of its own, never the earlier one
     assert M.run(grid, tmp_path / "out", ScriptedPool()).kept == 1
-    assert [r["inputs"] is None for r in _lines(tmp_path / "out" / M.ROWS)] == [False, True]
-    assert without.endswith("x=2")
+    assert [r["inputs"] is None for r in _lines(log)] == [False, True] and without.endswith("x=2")
+
+
+def test_the_digest_of_a_config_that_is_no_regular_file_is_a_word_and_never_blocks(tmp_path):
+    os.mkfifo(tmp_path / "fifo.yaml")  # opened for reading, a FIFO blocks until a writer comes
+    (tmp_path / "big.yaml").write_bytes(b"a: 1\n" * (1 << 19))  # over the 1 MiB a config file may have
+    (tmp_path / "ok.yaml").write_text("a: 1\n")
+    names = ["fifo.yaml", "big.yaml", "ok.yaml", "gone.yaml", "/dev/zero"]
+    found: dict[str, str | None] = {}
+    worker = threading.Thread(
+        target=lambda: found.update({n: M.input_digest(G.Audit(f"trl --config {n}", "1.0")) for n in names}),
+        daemon=True,
+    )
+    with contextlib.chdir(tmp_path):
+        worker.start()
+        worker.join(timeout=20)
+    assert not worker.is_alive() and len(set(found.values())) == len(names), found
+    (tmp_path / "ok.yaml").write_text("a: 2\n")
+    assert M.input_digest(G.Audit("trl --config ok.yaml", "1.0")) != found["ok.yaml"]
+    assert M.input_digest(G.Audit("trl --set a=1", "1.0")) is None
 
 
 def test_ctrl_c_leaves_every_row_so_far_whole_in_the_grids_order_and_ends_the_workers(tmp_path):
@@ -315,6 +341,11 @@ def _events(proc: subprocess.Popen):
 
 
 SLOW_PRESETS = "audits:\n" + "".join(f"  - {{target: grpo, options: {{max-examples: {n}}}}}\n" for n in range(400, 404))
+#: two batches of two (one environment cut in two): each batch's second audit the slower, so that the kill after
+#: a batch's first row lands while the worker runs it, however late the row reaches the test
+KILL_PRESETS = "audits:\n" + "".join(
+    f"  - {{target: grpo, options: {{max-examples: {n}}}}}\n" for n in (400, 1000, 401, 1001)
+)
 
 
 @pytest.mark.slow
@@ -326,11 +357,11 @@ def test_a_worker_killed_mid_grid_is_retried_and_the_run_ends_with_every_row(tmp
 
 
 def _kill_the_first_worker(tmp_path: Path, args: list[str], env: dict[str, str] | None = None) -> dict:
-    """:data:`SLOW_PRESETS` run with ``args``, the worker of the first row SIGKILLed as it runs its second audit: the
+    """:data:`KILL_PRESETS` run with ``args``, the worker of the first row SIGKILLed as it runs its second audit: the
     run must end with every row, one of them the lost audit's second attempt; the retry's event."""
     here = tmp_path / "killed"  # its own grid file and folder: the caller may have others
     here.mkdir()
-    grid = _grid_file(here, SLOW_PRESETS)
+    grid = _grid_file(here, KILL_PRESETS)
     proc = _start([str(grid), "--out", "out", *args], here, env)
     events = []
     for event in _events(proc):
@@ -339,7 +370,7 @@ def _kill_the_first_worker(tmp_path: Path, args: list[str], env: dict[str, str] 
             os.kill(event["worker"], signal.SIGKILL)
     assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
     rows = _lines(here / "out" / M.ROWS)
-    assert [r["target"] for r in rows] == [a.target for a in G.parse(SLOW_PRESETS).audits]
+    assert [r["target"] for r in rows] == [a.target for a in G.parse(KILL_PRESETS).audits]
     assert all(r["verdict"] == "pass" for r in rows) and sorted(r["attempts"] for r in rows) == [1, 1, 1, 2]
     assert events[-1]["retried"] == 1
     return next(e for e in events if e["event"] == "retry")
@@ -387,10 +418,10 @@ def test_a_small_grid_through_a_local_ray_head_gives_the_local_executors_verdict
             [sys.executable, "-m", "grpo_identity", "matrix", str(grid), "--out", "ray", "--ray", address],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
+        assert ray_run.returncode == 0, ray_run.stderr[-2000:]
         # a Ray worker SIGKILLed mid-batch: Ray's error at its next row is a lost worker, its audit run again
         retry = _kill_the_first_worker(tmp_path, ["--ray", address], env)
     assert retry["why"].startswith("Ray: "), retry
-    assert ray_run.returncode == 0, ray_run.stderr[-2000:]
     local = subprocess.run(
         [sys.executable, "-m", "grpo_identity", "matrix", str(grid), "--out", "local", "--jobs", "2"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,

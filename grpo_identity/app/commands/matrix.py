@@ -5,7 +5,8 @@
 
 The folder gets ``audits.jsonl`` (one row per audit, appended as each finishes), ``table.md``, ``table.html`` and
 ``meta.json`` (the command, the grid, the versions).  Running the same command again resumes: an audit already in
-``audits.jsonl``, made by the same project code in the same release environment, is kept.
+``audits.jsonl``, made by the same project code in the same release environment from the same config files, is
+kept.
 """
 
 from __future__ import annotations
