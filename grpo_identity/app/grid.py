@@ -94,9 +94,8 @@ class Audit:
 
     def files(self) -> list[str]:
         """The files the audit reads besides its target: each ``--config`` file, as the grid names it."""
-        words = self.target.split()
-        named = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--config"]
-        return named + [w.split("=", 1)[1] for w in words if w.startswith("--config=")]
+        words = self.target.split()  # a grid writes an option as two words (no word of it starts with -)
+        return [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--config"]
 
     def passes(self, verdict: str) -> bool:
         """Whether ``verdict`` (of :data:`VERDICTS`) keeps the run passing."""

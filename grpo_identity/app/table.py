@@ -68,7 +68,7 @@ def cells(row: dict) -> list[str]:
     show)."""
     if "report" not in row:
         why = row["error"].split("error: ", 1)[-1].replace("|", "/")
-        return ["adapter error", *["-"] * 8, why if len(why) <= 160 else "…" + why[-159:]]
+        return _without_report("adapter error", why if len(why) <= 160 else "…" + why[-159:])
     d = row["report"]
     inf = d.get("inferred", {})
     findings = d.get("findings", [])
@@ -135,7 +135,12 @@ def _cells(row: dict) -> list[str]:
     try:
         return cells(row)
     except Exception as exc:  # a stored row is data: one unreadable row never costs the table
-        return ["unreadable row", *["-"] * 8, f"{type(exc).__name__}: rerun this audit"]
+        return _without_report("unreadable row", f"{type(exc).__name__}: rerun this audit")
+
+
+def _without_report(verdict: str, why: str) -> list[str]:
+    """The cells of a row with no report to show: its verdict column, dashes, and why in the last."""
+    return [verdict, *["-"] * (len(COLUMNS) - 5), why]  # target, release and seconds are not cells
 
 
 def _seconds(row: dict) -> str:
