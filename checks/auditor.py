@@ -39,7 +39,7 @@ from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.measure import properties as P
 from grpo_identity.checks.measure.infer import PROBE_GROUP_SIZES, infer_dial, infer_filter, tolerance_rule
 from grpo_identity.checks.measure.merging import merged_groups
-from grpo_identity.checks.measure.search import FiniteGuard, failure, run_property
+from grpo_identity.checks.measure.search import FiniteGuard, Remembered, failure, run_property
 from grpo_identity.checks.measure.shaping import folded_score
 from grpo_identity.checks.options import CALL_TIMEOUT, DEFAULT_MAX_EXAMPLES, AuditOptions, OptionError
 from grpo_identity.checks.report import (
@@ -298,7 +298,8 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
     """The advantage level: dial inference, the property search, the edge probes."""
     t0 = time.perf_counter()
     expected = options.expected
-    guarded = FiniteGuard(tgt)
+    remembered = Remembered(tgt)
+    guarded = FiniteGuard(remembered)
     first: list[Finding] = []
     try:
         inf = infer_dial(guarded)
@@ -312,7 +313,8 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
         first, inf = why, AdvantageFit(why=nan)
     ctx = _context(tgt, inf)
     props = P.ADVANTAGE_PROPERTIES + (P.LAYOUT_PROPERTIES if ctx.reference_ids is not None else ())
-    findings, examples, ran = _search(FiniteGuard(tgt, skip=True) if first else guarded, props, ctx, options, name)
+    searched = FiniteGuard(remembered, skip=True) if first else guarded
+    findings, examples, ran = _search(searched, remembered, props, ctx, options, name)
     findings = first + findings
     if getattr(tgt, "dead", None) is None and not first:  # (the edge probes of a target that gives NaN say NaN)
         from grpo_identity.checks.measure.probes import run_probes
@@ -399,7 +401,8 @@ def _keep_rule(tgt: Any, name: str, options: AuditOptions, kind: str = "filter")
         return _failed(name, "advantage", kind, options.expected_name, inf, [_probe_failure(exc)])
     rule = tolerance_rule(inf.keep_tolerance, str(inf.keep_measure)) if inf.keep_tolerance is not None else None
     ctx = P.Context(P.Tolerance.for_precision("float64"), keep_reference=expected, keep_rule=rule)
-    findings, examples, ran = _search(tgt, P.FILTER_PROPERTIES, ctx, options, name)
+    remembered = Remembered(tgt)
+    findings, examples, ran = _search(remembered, remembered, P.FILTER_PROPERTIES, ctx, options, name)
     if getattr(tgt, "dead", None) is None:
         from grpo_identity.checks.measure.probes import filter_singletons
 
@@ -410,10 +413,12 @@ def _keep_rule(tgt: Any, name: str, options: AuditOptions, kind: str = "filter")
 
 
 def _search(
-    tgt: Any, props: tuple[Any, ...], ctx: P.Context, options: AuditOptions, name: str
+    tgt: Any, remembered: Remembered, props: tuple[Any, ...], ctx: P.Context, options: AuditOptions, name: str
 ) -> tuple[list[Finding], int, list[str]]:
     """Each property on its share of the examples; its violation (shrunk) a finding.  A target
-    that died stops the search; one non-finite output is one finding, not one per property."""
+    that died stops the search; one non-finite output is one finding, not one per property.  The properties that
+    judge answers get them from ``remembered`` (the target under ``tgt``) where it gave one for the same input
+    before (:class:`~grpo_identity.checks.measure.search.Remembered`)."""
     from tqdm import tqdm
 
     n_each = max(1, math.ceil(options.max_examples / len(props)))
@@ -423,7 +428,8 @@ def _search(
     for prop in bar:
         two_valued = prop in _TWO_VALUED
         kinds = ("binary", "two_valued") if two_valued else ("binary", "two_valued", "continuous")
-        violation, count = run_property(prop, tgt, ctx, n_each, kinds)
+        with remembered.serve(prop not in P.CALL_PROPERTIES):
+            violation, count = run_property(prop, tgt, ctx, n_each, kinds)
         examples += count
         ran.append(prop.__name__)
         if violation is None or any(f.property == violation.property == "well_formed" for f in findings):

@@ -54,6 +54,7 @@ __all__ = [
     "filter_groups_independent",
     "filter_stateless",
     "ADVANTAGE_PROPERTIES",
+    "CALL_PROPERTIES",
     "FILTER_PROPERTIES",
     "LAYOUT_PROPERTIES",
     "WholeGroups",
@@ -886,3 +887,7 @@ ADVANTAGE_PROPERTIES = (
 LAYOUT_PROPERTIES = (layout_independent, ragged_groups)
 #: filter properties
 FILTER_PROPERTIES = (filter_well_formed, keeps_groups_with_nonzero_std, filter_groups_independent, filter_stateless)
+#: the properties that judge the calls themselves (what a call leaves behind, what a second call of the same input
+#: gives): every call of theirs reaches the target.  The others judge answers, which the search may give them from
+#: the target's earlier answer to the same input (:class:`~grpo_identity.checks.measure.search.Remembered`).
+CALL_PROPERTIES = frozenset({well_formed, stateless, filter_well_formed, filter_stateless})

@@ -33,7 +33,7 @@ from grpo_identity.foundation import cache_dir
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
-__all__ = ["FiniteGuard", "failure", "quiet_hypothesis", "run_property"]
+__all__ = ["FiniteGuard", "Remembered", "failure", "quiet_hypothesis", "run_property"]
 
 #: the search's seed: every audit draws the same examples.  Under ``derandomize`` alone hypothesis seeds from a
 #: hash of the test's source, decorators included here (a nested function), so any edit of :func:`run_property`
@@ -135,6 +135,64 @@ class FiniteGuard:
                 )
                 raise P.PropertyViolation("well_formed", message, P._example(rewards, G, A.astype(np.float64), g))
         return out
+
+
+class Remembered:
+    """The target, which answers an input it answered before from memory while :attr:`serving` is set.
+
+    Every property draws its examples from the same seed, so the search asks a target the same batch many times
+    (a TRL audit: 166 distinct inputs in 436 calls, half of the rows it scores).  While a property that judges
+    answers runs, an input the target answered before (rewards, group size and the extra arguments, byte for byte)
+    gets a copy of that answer; the properties that judge the calls themselves
+    (:data:`~grpo_identity.checks.measure.properties.CALL_PROPERTIES`: ``stateless`` among them) run with
+    :attr:`serving` off, so that a target that keeps state or overwrites its output is seen as before.  Every call
+    that reaches the target is remembered, the latest answer kept; a call that raises is not."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self._answers: dict[tuple[Any, ...], np.ndarray] = {}
+        self.serving = False
+        self.served = 0
+        """Calls answered from memory."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
+        key = _input_key(rewards, group_size, extra)
+        if self.serving and key in self._answers:
+            self.served += 1
+            return self._answers[key].copy()
+        out = self._target(rewards, group_size, *extra)
+        if key is not None and isinstance(out, np.ndarray) and len(self._answers) < _REMEMBERED:
+            self._answers[key] = out.copy()
+        return out
+
+    @contextlib.contextmanager
+    def serve(self, on: bool) -> Iterator[None]:
+        """Answers from memory (``on``) for the calls inside the block."""
+        self.serving = on
+        try:
+            yield
+        finally:
+            self.serving = False
+
+
+#: the most answers one audit remembers (an input of the search is at most 2,048 rewards)
+_REMEMBERED = 4096
+
+
+def _input_key(rewards: Any, group_size: int, extra: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The input of one call, byte for byte, or None where an argument is not an array (or None)."""
+    parts: list[Any] = [int(group_size)]
+    for a in (rewards, *extra):
+        if a is None:
+            parts.append(None)
+        elif isinstance(a, np.ndarray) and a.dtype != object:
+            parts.append((a.dtype.str, a.shape, a.tobytes()))
+        else:
+            return None
+    return tuple(parts)
 
 
 def run_property(

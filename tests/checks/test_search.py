@@ -17,7 +17,7 @@ from grpo_identity import dial as D
 from grpo_identity.checks import audit
 from grpo_identity.checks.calls.target import TargetCrashed, TargetError, TargetMalformed, TargetTimeout
 from grpo_identity.checks.measure import properties as P
-from grpo_identity.checks.measure.search import failure, quiet_hypothesis, run_property
+from grpo_identity.checks.measure.search import Remembered, failure, quiet_hypothesis, run_property
 from grpo_identity.foundation import cache_dir
 
 CTX64 = P.Context(P.Tolerance.for_precision("float64"))
@@ -149,3 +149,57 @@ def test_the_examples_do_not_depend_on_what_else_the_process_has_loaded(tmp_path
         outs.append(json.loads(proc.stdout))
     assert outs[0] == outs[1]
     assert outs[0]["verdict"] == "fail"
+
+
+class _Counted:
+    """The dial's GRPO advantages, counting the calls that reach it."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, rewards, G, *extra):
+        self.calls += 1
+        return D.advantages(rewards, G, D.GRPO)
+
+
+def test_an_input_answered_before_is_answered_from_memory_only_while_serving():
+    target = _Counted()
+    remembered = Remembered(target)
+    r = np.array([1.0, 0.0, 0.0, 0.0])
+    first = remembered(r, 2)
+    with remembered.serve(True):
+        again = remembered(r.copy(), 2)
+        again[:] = 7.0  # the caller's copy: what is remembered stays as answered
+        assert np.array_equal(remembered(r, 2), first)
+        remembered(r, 4)  # another group size is another input
+        remembered(r.astype(np.float32), 2)  # and so is another dtype
+    assert (target.calls, remembered.served) == (3, 2)
+    remembered(r, 2)  # serving ends with the block
+    assert (target.calls, remembered.serving) == (4, False)
+
+
+def test_an_audit_asks_the_target_fewer_times_than_its_properties_call_it():
+    target = _Counted()
+    report = audit(target, expect="grpo", max_examples=90)
+    assert report.verdict == "pass"
+    plain = _Counted()
+    for prop in P.ADVANTAGE_PROPERTIES:  # every property on its share of the examples, each call real
+        run_property(prop, plain, P.Context(P.Tolerance.for_precision("float64")), 10, ("binary",))
+    assert target.calls < plain.calls * 0.8, (target.calls, plain.calls)
+
+
+def _running_std():
+    """GRPO over a running σ: the mean of every σ seen so far (state carried from call to call)."""
+    seen = []
+
+    def running(rewards, G):
+        R = rewards.reshape(-1, G)
+        seen.append(float(R.std(1).mean()))
+        return ((R - R.mean(1, keepdims=True)) / (np.mean(seen) + 1e-6)).reshape(-1)
+
+    return running
+
+
+def test_a_target_that_keeps_state_is_still_found_out_by_stateless():
+    report = audit(_running_std(), max_examples=90)
+    assert "stateless" in [f.property for f in report.findings], report.format()
