@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import tempfile
 from dataclasses import replace
 from importlib.metadata import version
@@ -228,12 +229,21 @@ def _fresh(obj: Any) -> Any:
     """A copy of the lists, tuples and dicts in ``obj`` (what the caller may change in place); the
     leaves (token ids, strings, tensors) are shared.  Much cheaper than ``copy.deepcopy``."""
     if isinstance(obj, (list, tuple)):
-        nested = any(issubclass(t, (list, tuple, dict)) for t in set(map(type, obj)))
-        items = [_fresh(x) for x in obj] if nested else obj  # a row of token ids: copied at C speed
+        kinds = set(map(type, obj))
+        if not _holds_containers(kinds):  # a row of token ids: copied at C speed
+            items = obj
+        elif kinds == {list} and not _holds_containers(set(map(type, itertools.chain.from_iterable(obj)))):
+            items = list(map(list, obj))  # rows of token ids, the batch's usual shape
+        else:
+            items = [_fresh(x) for x in obj]
         return list(items) if isinstance(obj, list) else tuple(items)
     if isinstance(obj, dict):
         return {k: _fresh(v) for k, v in obj.items()}
     return obj
+
+
+def _holds_containers(kinds: set[type]) -> bool:
+    return any(issubclass(t, (list, tuple, dict)) for t in kinds)
 
 
 @contextlib.contextmanager
