@@ -146,11 +146,13 @@ class Remembered:
     gets a copy of that answer; the properties that judge the calls themselves
     (:data:`~grpo_identity.checks.measure.properties.CALL_PROPERTIES`: ``stateless`` among them) run with
     :attr:`serving` off, so that a target that keeps state or overwrites its output is seen as before.  Every call
-    that reaches the target is remembered, the latest answer kept; a call that raises is not."""
+    that reaches the target is remembered, its first answer kept (up to :data:`_REMEMBERED` numbers); a call that
+    raises is not."""
 
     def __init__(self, target: Any) -> None:
         self._target = target
         self._answers: dict[tuple[Any, ...], np.ndarray] = {}
+        self._values = 0  # the numbers remembered, inputs and answers
         self.serving = False
         self.served = 0
         """Calls answered from memory."""
@@ -164,8 +166,10 @@ class Remembered:
             self.served += 1
             return self._answers[key].copy()
         out = self._target(rewards, group_size, *extra)
-        if key is not None and isinstance(out, np.ndarray) and len(self._answers) < _REMEMBERED:
-            self._answers[key] = out.copy()
+        if key is not None and isinstance(out, np.ndarray) and key not in self._answers:
+            if self._values + rewards.size + out.size <= _REMEMBERED:
+                self._answers[key] = out.copy()
+                self._values += rewards.size + out.size
         return out
 
     @contextlib.contextmanager
@@ -178,8 +182,9 @@ class Remembered:
             self.serving = False
 
 
-#: the most answers one audit remembers (an input of the search is at most 2,048 rewards)
-_REMEMBERED = 4096
+#: the most numbers (rewards and answers) one audit remembers: 32 MiB of float64; a 200-example audit of TRL
+#: remembers 34,000 rewards and their answers
+_REMEMBERED = 1 << 22
 
 
 def _input_key(rewards: Any, group_size: int, extra: tuple[Any, ...]) -> tuple[Any, ...] | None:

@@ -203,3 +203,16 @@ def _running_std():
 def test_a_target_that_keeps_state_is_still_found_out_by_stateless():
     report = audit(_running_std(), max_examples=90)
     assert "stateless" in [f.property for f in report.findings], report.format()
+
+
+def test_what_is_remembered_is_bounded_and_past_the_bound_every_call_reaches_the_target(monkeypatch):
+    from grpo_identity.checks.measure import search
+
+    monkeypatch.setattr(search, "_REMEMBERED", 16)  # two inputs of 4 rewards with their answers
+    target = _Counted()
+    remembered = Remembered(target)
+    batches = [np.array([1.0, 0.0, 0.0, float(i)]) for i in range(3)]
+    with remembered.serve(True):
+        for r in batches * 2:
+            remembered(r, 2)
+    assert (target.calls, remembered.served) == (4, 2)  # the third input was answered but not remembered
