@@ -39,7 +39,7 @@ from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
 from grpo_identity.checks.measure import properties as P
 from grpo_identity.checks.measure.infer import PROBE_GROUP_SIZES, infer_dial, infer_filter, tolerance_rule
 from grpo_identity.checks.measure.merging import merged_groups
-from grpo_identity.checks.measure.search import FiniteGuard, Remembered, failure, run_property
+from grpo_identity.checks.measure.search import AnswerMemo, FiniteGuard, failure, run_property
 from grpo_identity.checks.measure.shaping import folded_score
 from grpo_identity.checks.options import CALL_TIMEOUT, DEFAULT_MAX_EXAMPLES, AuditOptions, OptionError
 from grpo_identity.checks.report import (
@@ -298,8 +298,8 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
     """The advantage level: dial inference, the property search, the edge probes."""
     t0 = time.perf_counter()
     expected = options.expected
-    remembered = Remembered(tgt)
-    guarded = FiniteGuard(remembered)
+    memo = AnswerMemo(tgt)
+    guarded = FiniteGuard(memo)
     first: list[Finding] = []
     try:
         inf = infer_dial(guarded)
@@ -313,8 +313,8 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
         first, inf = why, AdvantageFit(why=nan)
     ctx = _context(tgt, inf)
     props = P.ADVANTAGE_PROPERTIES + (P.LAYOUT_PROPERTIES if ctx.reference_ids is not None else ())
-    searched = FiniteGuard(remembered, skip=True) if first else guarded
-    findings, examples, ran = _search(searched, remembered, props, ctx, options, name)
+    searched = FiniteGuard(memo, skip=True) if first else guarded
+    findings, examples, ran = _search(searched, memo, props, ctx, options, name)
     findings = first + findings
     if getattr(tgt, "dead", None) is None and not first:  # (the edge probes of a target that gives NaN say NaN)
         from grpo_identity.checks.measure.probes import run_probes
@@ -395,14 +395,14 @@ def _keep_rule(tgt: Any, name: str, options: AuditOptions, kind: str = "filter")
     expected = options.expected
     inf = FilterFit(why="not probed")
     dtype = getattr(tgt, "dtype", None)
+    memo = AnswerMemo(tgt)  # remembers the inference's answers too
     try:
-        inf = infer_filter(tgt, rounding=(lambda r: round_rewards(r, dtype)) if dtype else None)
+        inf = infer_filter(memo, rounding=(lambda r: round_rewards(r, dtype)) if dtype else None)
     except (P.PropertyViolation, TargetError) as exc:
         return _failed(name, "advantage", kind, options.expected_name, inf, [_probe_failure(exc)])
     rule = tolerance_rule(inf.keep_tolerance, str(inf.keep_measure)) if inf.keep_tolerance is not None else None
     ctx = P.Context(P.Tolerance.for_precision("float64"), keep_reference=expected, keep_rule=rule)
-    remembered = Remembered(tgt)
-    findings, examples, ran = _search(remembered, remembered, P.FILTER_PROPERTIES, ctx, options, name)
+    findings, examples, ran = _search(memo, memo, P.FILTER_PROPERTIES, ctx, options, name)
     if getattr(tgt, "dead", None) is None:
         from grpo_identity.checks.measure.probes import filter_singletons
 
@@ -413,12 +413,12 @@ def _keep_rule(tgt: Any, name: str, options: AuditOptions, kind: str = "filter")
 
 
 def _search(
-    tgt: Any, remembered: Remembered, props: tuple[Any, ...], ctx: P.Context, options: AuditOptions, name: str
+    tgt: Any, memo: AnswerMemo, props: tuple[Any, ...], ctx: P.Context, options: AuditOptions, name: str
 ) -> tuple[list[Finding], int, list[str]]:
     """Each property on its share of the examples; its violation (shrunk) a finding.  A target
     that died stops the search; one non-finite output is one finding, not one per property.  The properties that
-    judge answers get them from ``remembered`` (the target under ``tgt``) where it gave one for the same input
-    before (:class:`~grpo_identity.checks.measure.search.Remembered`)."""
+    judge answers get them from ``memo``, which sits beneath ``tgt`` (``tgt`` is ``memo`` or wraps it), where the
+    target gave one for the same input before (:class:`~grpo_identity.checks.measure.search.AnswerMemo`)."""
     from tqdm import tqdm
 
     n_each = max(1, math.ceil(options.max_examples / len(props)))
@@ -428,7 +428,7 @@ def _search(
     for prop in bar:
         two_valued = prop in _TWO_VALUED
         kinds = ("binary", "two_valued") if two_valued else ("binary", "two_valued", "continuous")
-        with remembered.serve(prop not in P.CALL_PROPERTIES):
+        with memo.serve(prop not in P.CALL_PROPERTIES):
             violation, count = run_property(prop, tgt, ctx, n_each, kinds)
         examples += count
         ran.append(prop.__name__)

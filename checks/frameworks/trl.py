@@ -226,8 +226,9 @@ def _one_prompt(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]
 
 
 def _fresh(obj: Any) -> Any:
-    """A copy of the lists, tuples and dicts in ``obj`` (what the caller may change in place); the
-    leaves (token ids, strings, tensors) are shared.  Much cheaper than ``copy.deepcopy``."""
+    """A copy of the lists, tuples and dicts in ``obj`` (what the caller may change in place), as plain lists,
+    tuples and dicts (a named tuple or a list subclass comes back plain); the leaves (token ids, strings, tensors)
+    are shared.  Much cheaper than ``copy.deepcopy``."""
     if isinstance(obj, (list, tuple)):
         kinds = set(map(type, obj))
         if not _holds_containers(kinds):  # a row of token ids: copied at C speed
@@ -243,6 +244,7 @@ def _fresh(obj: Any) -> Any:
 
 
 def _holds_containers(kinds: set[type]) -> bool:
+    """Whether any of the types ``kinds`` is a list, tuple or dict (which :func:`_fresh` copies)."""
     return any(issubclass(t, (list, tuple, dict)) for t in kinds)
 
 

@@ -542,19 +542,20 @@ def permutation_equivariant(target: Target, batch: Any, ctx: Context, rng: np.ra
 
 
 def stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
-    """The same input gives the same output, whatever was computed in between (no running stats)."""
+    """The same input gives the same output on the next call and after another call (no running stats, no
+    answer that flips from call to call)."""
     r, G = batch.contiguous(), batch.group_size
     A1 = call_target(target, r, G, "stateless")
+    again = call_target(target, r, G, "stateless")
     call_target(target, np.where(rng.random(r.size) < 0.5, 0.0, 1.0) * 3.0 - 1.0, G, "stateless")
-    A2 = call_target(target, r, G, "stateless")
-    if not ctx.tol.close(A1, A2, float(np.abs(A1).max())):
-        i = int(np.argmax(np.abs(A1 - A2)))
-        raise PropertyViolation(
-            "stateless",
-            f"the same rewards gave {A1[i]:.6g} then {A2[i]:.6g} at row {i} (G={G}) after another call: the target "
-            "keeps state",
-            _example(r, G, A1, i // G),
-        )
+    for A2, when in ((again, "on the next call"), (call_target(target, r, G, "stateless"), "after another call")):
+        if not ctx.tol.close(A1, A2, float(np.abs(A1).max())):
+            i = int(np.argmax(np.abs(A1 - A2)))
+            raise PropertyViolation(
+                "stateless",
+                f"the same rewards gave {A1[i]:.6g} then {A2[i]:.6g} at row {i} (G={G}) {when}: the target keeps state",
+                _example(r, G, A1, i // G),
+            )
 
 
 def matches_dial(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
@@ -889,5 +890,5 @@ LAYOUT_PROPERTIES = (layout_independent, ragged_groups)
 FILTER_PROPERTIES = (filter_well_formed, keeps_groups_with_nonzero_std, filter_groups_independent, filter_stateless)
 #: the properties that judge the calls themselves (what a call leaves behind, what a second call of the same input
 #: gives): every call of theirs reaches the target.  The others judge answers, which the search may give them from
-#: the target's earlier answer to the same input (:class:`~grpo_identity.checks.measure.search.Remembered`).
+#: the target's earlier answer to the same input (:class:`~grpo_identity.checks.measure.search.AnswerMemo`).
 CALL_PROPERTIES = frozenset({well_formed, stateless, filter_well_formed, filter_stateless})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import sys
 import threading
 from typing import Any, Callable, Iterator
@@ -33,7 +34,7 @@ from grpo_identity.foundation import cache_dir
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
-__all__ = ["FiniteGuard", "Remembered", "failure", "quiet_hypothesis", "run_property"]
+__all__ = ["AnswerMemo", "FiniteGuard", "failure", "quiet_hypothesis", "run_property"]
 
 #: the search's seed: every audit draws the same examples.  Under ``derandomize`` alone hypothesis seeds from a
 #: hash of the test's source, decorators included here (a nested function), so any edit of :func:`run_property`
@@ -137,22 +138,25 @@ class FiniteGuard:
         return out
 
 
-class Remembered:
+class AnswerMemo:
     """The target, which answers an input it answered before from memory while :attr:`serving` is set.
 
     Every property draws its examples from the same seed, so the search asks a target the same batch many times
-    (a TRL audit: 166 distinct inputs in 436 calls, half of the rows it scores).  While a property that judges
-    answers runs, an input the target answered before (rewards, group size and the extra arguments, byte for byte)
-    gets a copy of that answer; the properties that judge the calls themselves
-    (:data:`~grpo_identity.checks.measure.properties.CALL_PROPERTIES`: ``stateless`` among them) run with
-    :attr:`serving` off, so that a target that keeps state or overwrites its output is seen as before.  Every call
-    that reaches the target is remembered, its first answer kept (up to :data:`_REMEMBERED` numbers); a call that
-    raises is not."""
+    (a 200-example TRL audit: 436 calls of 166 distinct inputs; 66,000 rows scored, 34,000 of them distinct).
+    While a property that judges answers runs, an input the target answered before (rewards, group size and the
+    extra arguments, byte for byte) gets a copy of that answer; the properties that judge the calls themselves
+    (:data:`~grpo_identity.checks.measure.properties.CALL_PROPERTIES`: ``well_formed`` and ``stateless`` among them)
+    run with :attr:`serving` off, and see a target that keeps state, hands out one buffer or changes its input as
+    before.  What the memo costs: a target whose answers change only after many calls, or flip back and forth, is
+    called fewer times with the same input, and a non-deterministic target's findings lose their "flaky" remark
+    (hypothesis replays them from memory); ``stateless`` still calls such a target twice in a row and around
+    another call.  Every call that reaches the target is remembered, its first answer kept (up to
+    :data:`_MEMO_NUMBERS` numbers); a call that raises is not."""
 
     def __init__(self, target: Any) -> None:
         self._target = target
         self._answers: dict[tuple[Any, ...], np.ndarray] = {}
-        self._values = 0  # the numbers remembered, inputs and answers
+        self._numbers = 0  # how many are remembered: inputs, extra arguments and answers
         self.serving = False
         self.served = 0
         """Calls answered from memory."""
@@ -167,29 +171,34 @@ class Remembered:
             return self._answers[key].copy()
         out = self._target(rewards, group_size, *extra)
         if key is not None and isinstance(out, np.ndarray) and key not in self._answers:
-            if self._values + rewards.size + out.size <= _REMEMBERED:
+            size = out.size + sum(a.size for a in (rewards, *extra) if isinstance(a, np.ndarray))
+            if self._numbers + size <= _MEMO_NUMBERS:
                 self._answers[key] = out.copy()
-                self._values += rewards.size + out.size
+                self._numbers += size
         return out
 
     @contextlib.contextmanager
     def serve(self, on: bool) -> Iterator[None]:
-        """Answers from memory (``on``) for the calls inside the block."""
-        self.serving = on
+        """Answers from memory (``on``) for the calls inside the block; as before after it."""
+        before, self.serving = self.serving, on
         try:
             yield
         finally:
-            self.serving = False
+            self.serving = before
 
 
-#: the most numbers (rewards and answers) one audit remembers: 32 MiB of float64; a 200-example audit of TRL
+#: the most numbers (inputs and answers) one audit remembers: 32 MiB of float64; a 200-example audit of TRL
 #: remembers 34,000 rewards and their answers
-_REMEMBERED = 1 << 22
+_MEMO_NUMBERS = 1 << 22
 
 
-def _input_key(rewards: Any, group_size: int, extra: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The input of one call, byte for byte, or None where an argument is not an array (or None)."""
-    parts: list[Any] = [int(group_size)]
+def _input_key(rewards: Any, group_size: Any, extra: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The input of one call, byte for byte, or None where the group size is no integer or an argument is neither
+    an array nor None."""
+    try:
+        parts: list[Any] = [operator.index(group_size)]
+    except TypeError:
+        return None
     for a in (rewards, *extra):
         if a is None:
             parts.append(None)

@@ -17,7 +17,7 @@ from grpo_identity import dial as D
 from grpo_identity.checks import audit
 from grpo_identity.checks.calls.target import TargetCrashed, TargetError, TargetMalformed, TargetTimeout
 from grpo_identity.checks.measure import properties as P
-from grpo_identity.checks.measure.search import Remembered, failure, quiet_hypothesis, run_property
+from grpo_identity.checks.measure.search import AnswerMemo, failure, quiet_hypothesis, run_property
 from grpo_identity.foundation import cache_dir
 
 CTX64 = P.Context(P.Tolerance.for_precision("float64"))
@@ -152,30 +152,50 @@ def test_the_examples_do_not_depend_on_what_else_the_process_has_loaded(tmp_path
 
 
 class _Counted:
-    """The dial's GRPO advantages, counting the calls that reach it."""
+    """The dial's GRPO advantages (zeros where the rewards are not float: only the calls are counted), counting the
+    calls that reach it."""
 
     def __init__(self):
         self.calls = 0
 
     def __call__(self, rewards, G, *extra):
         self.calls += 1
+        if rewards.dtype.kind != "f" or rewards.ndim != 1 or not float(G).is_integer():
+            return np.zeros(rewards.size)
         return D.advantages(rewards, G, D.GRPO)
 
 
 def test_an_input_answered_before_is_answered_from_memory_only_while_serving():
     target = _Counted()
-    remembered = Remembered(target)
+    memo = AnswerMemo(target)
     r = np.array([1.0, 0.0, 0.0, 0.0])
-    first = remembered(r, 2)
-    with remembered.serve(True):
-        again = remembered(r.copy(), 2)
-        again[:] = 7.0  # the caller's copy: what is remembered stays as answered
-        assert np.array_equal(remembered(r, 2), first)
-        remembered(r, 4)  # another group size is another input
-        remembered(r.astype(np.float32), 2)  # and so is another dtype
-    assert (target.calls, remembered.served) == (3, 2)
-    remembered(r, 2)  # serving ends with the block
-    assert (target.calls, remembered.serving) == (4, False)
+    first = memo(r, 2)
+    expected = first.copy()
+    first[:] = 5.0  # the caller's array: what is remembered stays as answered
+    with memo.serve(True):
+        again = memo(r.copy(), 2)
+        again[:] = 7.0  # a served copy, too
+        assert np.array_equal(memo(r, 2), expected)
+        with memo.serve(False):  # the blocks nest
+            memo(r, 2)
+        assert np.array_equal(memo(r, 2), expected)
+    assert (target.calls, memo.served) == (2, 3)
+    memo(r, 2)  # serving ends with the block
+    assert (target.calls, memo.serving) == (3, False)
+
+
+def test_only_the_same_rewards_group_size_and_extra_arguments_byte_for_byte_are_the_same_input():
+    target = _Counted()
+    memo = AnswerMemo(target)
+    r, ids = np.array([1.0, 0.0, 0.0, 0.0]), np.array([0, 0, 1, 1])
+    others = [(r, 4), (r.view(np.int64), 2), (r.reshape(2, 2), 2), (r, 2, ids), (r, 2, ids[::-1].copy())]
+    with memo.serve(True):
+        for call in [(r, 2), *others, (r, 2.5), (r, 2.5)]:  # a group size that is no integer: never remembered
+            memo(*call)
+        assert (target.calls, memo.served) == (8, 0)
+        for call in [(r, 2), *others]:
+            memo(*call)
+    assert (target.calls, memo.served) == (8, 6)
 
 
 def test_an_audit_asks_the_target_fewer_times_than_its_properties_call_it():
@@ -205,14 +225,26 @@ def test_a_target_that_keeps_state_is_still_found_out_by_stateless():
     assert "stateless" in [f.property for f in report.findings], report.format()
 
 
-def test_what_is_remembered_is_bounded_and_past_the_bound_every_call_reaches_the_target(monkeypatch):
+def test_what_the_memo_holds_is_bounded_and_past_the_bound_every_call_reaches_the_target(monkeypatch):
     from grpo_identity.checks.measure import search
 
-    monkeypatch.setattr(search, "_REMEMBERED", 16)  # two inputs of 4 rewards with their answers
+    monkeypatch.setattr(search, "_MEMO_NUMBERS", 24)  # two inputs of 4 rewards, their ids and their answers
     target = _Counted()
-    remembered = Remembered(target)
+    memo = AnswerMemo(target)
     batches = [np.array([1.0, 0.0, 0.0, float(i)]) for i in range(3)]
-    with remembered.serve(True):
+    with memo.serve(True):
         for r in batches * 2:
-            remembered(r, 2)
-    assert (target.calls, remembered.served) == (4, 2)  # the third input was answered but not remembered
+            memo(r, 2, np.array([0, 0, 1, 1]))
+    assert (target.calls, memo.served) == (4, 2)  # the third input was answered but not remembered
+
+
+def test_an_answer_that_flips_from_call_to_call_is_found_out_by_stateless():
+    calls = [0]
+
+    def flips(rewards, G):
+        calls[0] += 1
+        return D.advantages(rewards, G, D.GRPO) * (1.0 if calls[0] % 2 else 1.5)
+
+    report = audit(flips, max_examples=90)
+    stateless = [f for f in report.findings if f.property == "stateless"]
+    assert stateless and "on the next call" in stateless[0].message, report.format()

@@ -613,12 +613,13 @@ def test_a_repeated_sample_is_handed_out_as_new_containers_around_the_same_leave
     from grpo_identity.checks.frameworks.trl import _fresh
 
     text, tensor = "a b", np.zeros(2)
-    sample = ([[1, 2], [3]], [[1, [2]], {"k": [tensor]}], (4, 5), [text], {"logps": [[0.5]]}, None, [])
+    sample = ([[1, 2], [3]], [[1, [2]], {"k": [tensor]}], (4, 5), [text], {"logps": [[0.5]]}, None, [], [(1, 2), [3]])
     copy = _fresh(sample)
     assert repr(copy) == repr(sample)
     assert copy[0] is not sample[0] and copy[0][1] is not sample[0][1]  # rows of token ids
     assert copy[1][0][1] is not sample[1][0][1] and copy[1][1]["k"] is not sample[1][1]["k"]  # nested and mixed
     assert copy[1][1]["k"][0] is tensor and copy[3][0] is text  # the leaves are shared
     assert copy[4]["logps"][0] is not sample[4]["logps"][0] and isinstance(copy[2], tuple)
+    assert isinstance(copy[7][0], tuple) and copy[7][1] is not sample[7][1]  # rows of tuples and lists
     copy[0][0].append(9)
     assert sample[0][0] == [1, 2]
