@@ -125,7 +125,8 @@ _KINDS = (
         "stateless",
         "advantage",
         _F,
-        "The same rewards give different advantages after other calls (running statistics kept between calls).",
+        "The same rewards give different advantages on the next call or after other calls (running statistics "
+        "kept between calls, an answer that changes from call to call).",
     ),
     FindingKind(
         "matches_dial",
