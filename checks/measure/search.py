@@ -158,8 +158,6 @@ class AnswerMemo:
         self._answers: dict[tuple[Any, ...], np.ndarray] = {}
         self._numbers = 0  # how many are remembered: inputs, extra arguments and answers
         self.serving = False
-        self.served = 0
-        """Calls answered from memory."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
@@ -167,7 +165,6 @@ class AnswerMemo:
     def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
         key = _input_key(rewards, group_size, extra)
         if self.serving and key in self._answers:
-            self.served += 1
             return self._answers[key].copy()
         out = self._target(rewards, group_size, *extra)
         if key is not None and isinstance(out, np.ndarray) and key not in self._answers:
