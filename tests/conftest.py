@@ -47,6 +47,19 @@ def own_warm_pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker: the slow tests first, and the ``xdist_group`` ids fixed (:func:`_fix_group_ids`).
+
+    The scheduler hands out the groups first (the most tests first), then single tests in collection order:
+    a slow test collected late (one of a minute) would be the last thing a worker runs while the other has
+    long finished.  Slow first, the small tests fill the end of both workers' runs."""
+    if getattr(config, "workerinput", None) is None:
+        return  # only a worker's collection is scheduled
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: same order on every worker
+    if getattr(config.option, "loadgroup", False):  # xdist sets ``loadgroup`` on a worker under --dist loadgroup
+        _fix_group_ids(items)
+
+
+def _fix_group_ids(items: list[pytest.Item]) -> None:
     """Keep ``xdist_group`` working (a stopgap until pytest-xdist #1386 is fixed, its PR #1388).
 
     Under ``--dist loadgroup`` pytest-xdist 3.8 names a test's group by appending ``@group`` to
@@ -56,8 +69,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     id's own ``parse``; a grouped parametrized test's summary line then shows one ``]`` too many).
     Remove this once the installed xdist keeps the groups itself; ``tests/test_conftest.py`` checks
     that a group runs on one worker, with or without it."""
-    if getattr(config, "workerinput", None) is None or not getattr(config.option, "loadgroup", False):
-        return  # only a worker collects for the scheduler; xdist sets ``loadgroup`` there
     for item in items:
         groups = {
             str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")

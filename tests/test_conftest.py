@@ -1,4 +1,5 @@
-"""The suite's own settings (tests/conftest.py): a test group runs on one worker under ``--dist loadgroup``."""
+"""The suite's own settings (tests/conftest.py): a test group runs on one worker under ``--dist loadgroup``, and the
+slow tests are handed out before the others."""
 
 from __future__ import annotations
 
@@ -31,16 +32,31 @@ import pytest
 
 @pytest.mark.parametrize("i", range(6))
 def test_free(i):
+    with open(f"free_{i}", "w") as f:
+        f.write(str(time.time()))
     time.sleep(0.1)
+"""
+#: collected last: a slow test the scheduler would hand out last
+SLOW = """import time
+
+import pytest
+
+
+@pytest.mark.slow
+def test_slow():
+    with open("slow", "w") as f:
+        f.write(str(time.time()))
+    time.sleep(0.5)
 """
 
 
 @pytest.mark.slow  # three interpreters import the suite's conftest (torch): about 14 s
-def test_an_xdist_group_runs_on_one_worker_under_loadgroup(tmp_path: Path) -> None:
+def test_an_xdist_group_runs_on_one_worker_and_a_slow_test_starts_before_the_others(tmp_path: Path) -> None:
     pytest.importorskip("xdist")
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
     (tmp_path / "test_a_free.py").write_text(UNGROUPED)
     (tmp_path / "test_b_grouped.py").write_text(GROUPED)
+    (tmp_path / "test_c_slow.py").write_text(SLOW)
     argv = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     run = [*argv, "-o", "addopts=", "."]
@@ -48,3 +64,5 @@ def test_an_xdist_group_runs_on_one_worker_under_loadgroup(tmp_path: Path) -> No
     assert done.returncode == 0, done.stdout[-2000:]
     workers = {(tmp_path / f"ran_{i}").read_text() for i in range(6)}
     assert len(workers) == 1, workers
+    started = {p.name: float(p.read_text()) for p in tmp_path.glob("free_*")}
+    assert len(started) == 6 and float((tmp_path / "slow").read_text()) < min(started.values()), started

@@ -7,7 +7,6 @@ import json
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from grpo_identity.app.cli import main
@@ -120,6 +119,8 @@ def test_the_default_notebooks_folder_is_the_checkouts():
 @pytest.mark.slow
 @RENDERED
 def test_every_notebook_executes_without_an_error_cell(executed):
+    import nbformat  # here, not at collection: it imports jsonschema's validators (about 3 s per worker)
+
     assert executed["ok"] is True
     assert [nb["name"] for nb in executed["notebooks"]] == NAMES
     for nb in executed["notebooks"]:

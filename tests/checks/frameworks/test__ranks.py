@@ -147,6 +147,7 @@ def test_a_ranks_exit_is_the_ranks_failure_never_the_callers() -> None:
 
 _SUBREAPER = """
 import ctypes, os, subprocess, sys
+import torch  # held before the ranks fork, as the audit's child holds it (else each of the six imports it)
 from grpo_identity.checks.frameworks._ranks import ProcessRanks
 ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER, as the audit's child
 for _ in range(3):
