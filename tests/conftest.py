@@ -1,5 +1,5 @@
 """Shared test settings: a derandomised hypothesis profile for CI, one torch thread, a warm-child pool of a test's
-own (:func:`own_warm_pool`)."""
+own (:func:`own_warm_pool`), the slow tests handed out first under xdist."""
 
 from __future__ import annotations
 
