@@ -49,12 +49,13 @@ def own_warm_pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On an xdist worker: the slow tests first, and the ``xdist_group`` ids fixed (:func:`_fix_group_ids`).
 
-    The scheduler hands out the groups first (the most tests first), then single tests in collection order:
-    a slow test collected late (one of a minute) would be the last thing a worker runs while the other has
-    long finished.  Slow first, the small tests fill the end of both workers' runs."""
+    Under ``--dist loadgroup`` the scheduler hands out the groups first (the most tests first), then single
+    tests in collection order: a slow test collected late (one of a minute) would be the last thing a worker
+    runs while the other has long finished.  Collected slow first, the small tests fill the end of both
+    workers' runs."""
     if getattr(config, "workerinput", None) is None:
         return  # only a worker's collection is scheduled
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: same order on every worker
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: collection order in each tier
     if getattr(config.option, "loadgroup", False):  # xdist sets ``loadgroup`` on a worker under --dist loadgroup
         _fix_group_ids(items)
 

@@ -24,29 +24,31 @@ def test_grouped(i):
     time.sleep(0.1)
     with open(f"ran_{i}", "w") as f:
         f.write(os.environ["PYTEST_XDIST_WORKER"])
+    with open("order_" + os.environ["PYTEST_XDIST_WORKER"], "a") as f:
+        f.write(f"grouped_{i} ")
 """
-UNGROUPED = """import time
+UNGROUPED = """import os
+import time
 
 import pytest
 
 
 @pytest.mark.parametrize("i", range(6))
 def test_free(i):
-    with open(f"free_{i}", "w") as f:
-        f.write(str(time.time()))
+    with open("order_" + os.environ["PYTEST_XDIST_WORKER"], "a") as f:
+        f.write(f"free_{i} ")
     time.sleep(0.1)
 """
-#: collected last: a slow test the scheduler would hand out last
-SLOW = """import time
+#: collected last: a slow test the scheduler would hand out last, after every free test
+SLOW = """import os
 
 import pytest
 
 
 @pytest.mark.slow
 def test_slow():
-    with open("slow", "w") as f:
-        f.write(str(time.time()))
-    time.sleep(0.5)
+    with open("order_" + os.environ["PYTEST_XDIST_WORKER"], "a") as f:
+        f.write("slow ")
 """
 
 
@@ -64,5 +66,10 @@ def test_an_xdist_group_runs_on_one_worker_and_a_slow_test_starts_before_the_oth
     assert done.returncode == 0, done.stdout[-2000:]
     workers = {(tmp_path / f"ran_{i}").read_text() for i in range(6)}
     assert len(workers) == 1, workers
-    started = {p.name: float(p.read_text()) for p in tmp_path.glob("free_*")}
-    assert len(started) == 6 and float((tmp_path / "slow").read_text()) < min(started.values()), started
+    # each worker's first unit is the group or a single test: the worker that ran the slow test ran it first
+    order = [p.read_text().split() for p in sorted(tmp_path.glob("order_*"))]
+    assert sorted(t for o in order for t in o if not t.startswith("grouped")) == [
+        *(f"free_{i}" for i in range(6)),
+        "slow",
+    ], order
+    assert [o[0] for o in order if "slow" in o] == ["slow"], order
