@@ -45,7 +45,9 @@ def _suite_shares(junit: Path, seconds: float, output: str) -> dict[str, float]:
         summed = sum(float(t.get("time", 0)) for t in ET.parse(junit).getroot().iter("testcase"))
     except (OSError, ET.ParseError):
         return {}
-    workers = int(started.group(1)) if started else 1
+    if started is None:  # no xdist line (the run stopped before its workers started): no share to give
+        return {"summed_s": round(summed, 1)}
+    workers = int(started.group(1))
     return {"summed_s": round(summed, 1), "workers": workers, "beyond_share_s": round(seconds - summed / workers, 1)}
 
 
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         ok = "within" if r["seconds"] <= r["goal_s"] else "OVER"
         print(f"{r['what']:<6} {r['seconds']:7.1f} s  ({ok} the goal of {r['goal_s']:g} s; exit code {r['exit_code']})")
-        if "summed_s" in r:
+        if "beyond_share_s" in r:
             print(
                 f"       tests {r['summed_s']:.1f} s summed over {r['workers']} workers; beyond an even share of them: "
                 f"{r['beyond_share_s']:.1f} s (collection, a worker waiting)"
