@@ -42,6 +42,7 @@ __all__ = [
     "parse_spec",
     "is_framework",
     "parse_set",
+    "whole_number",
     "setting_for",
     "patched_attributes",
 ]
@@ -252,6 +253,38 @@ def parse_set(text: str, option: str = "--set") -> tuple[str, str]:
             "framework's default"
         )
     return key.strip(), value.strip()
+
+
+def whole_number(
+    raw: Any, key: str, *, least: int = 1, most: int | None = None, who: str = "", text: bool = True
+) -> int:
+    """A split setting's value as a whole number from ``least`` to ``most`` (no bound above where None): an int, or
+    with ``text`` its digits as typed (``--set`` values; a typed config's value is already an int, and a string
+    there is what the framework would fail on); else an :class:`AdapterError` in one wording for every driver:
+    ``who``, the key, the value given and one that runs.
+
+    >>> whole_number("4", "train.batch_size"), whole_number(2, "num_processes", most=4)
+    (4, 2)
+    >>> for raw in ("0", "2.0", True, 9):
+    ...     try:
+    ...         whole_number(raw, "rollout.n", most=8, who="verl")
+    ...     except AdapterError as exc:
+    ...         print(exc)
+    verl: rollout.n takes a whole number from 1 to 8, got '0': set rollout.n=1
+    verl: rollout.n takes a whole number from 1 to 8, got '2.0': set rollout.n=1
+    verl: rollout.n takes a whole number from 1 to 8, got True: set rollout.n=1
+    verl: rollout.n takes a whole number from 1 to 8, got 9: set rollout.n=8
+    """
+    value = None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif text and isinstance(raw, str) and raw.strip().lstrip("+-").isdigit():
+        value = int(raw)
+    if value is not None and value >= least and (most is None or value <= most):
+        return value
+    bound = f"≥ {least}" if most is None else f"from {least} to {most}"
+    fix = most if most is not None and value is not None and value > most else least
+    raise AdapterError(f"{who + ': ' if who else ''}{key} takes a whole number {bound}, got {raw!r}: set {key}={fix}")
 
 
 def parse_spec(spec: str) -> FrameworkSpec:

@@ -47,6 +47,7 @@ from grpo_identity.checks.frameworks import (
     AdapterError,
     FrameworkSpec,
     patched_attributes,
+    whole_number,
 )
 from grpo_identity.checks.frameworks._ranks import (
     ProcessRanks,
@@ -245,7 +246,7 @@ def _user_keys(spec: FrameworkSpec) -> dict[str, str]:
 def _split_values(user: dict[str, str]) -> tuple[dict[str, int], dict[str, int]]:
     """The split settings of :data:`SPLIT_KEYS` (the user's, else the driver's: a micro-batch of one group, two
     accumulated), and those the driver chose."""
-    values = {k: _whole(user[k], k) if k in user else v for k, v in SPLIT_KEYS.items()}
+    values = {k: whole_number(user[k], k, who="ms-swift") if k in user else v for k, v in SPLIT_KEYS.items()}
     if "per_device_train_batch_size" not in user:
         values["per_device_train_batch_size"] = values["num_generations"]
     return values, {k: v for k, v in values.items() if k not in user}
@@ -596,10 +597,12 @@ class _Layout:
         values, chosen = _split_values(user)
         if group_size is not None:
             values["num_generations"] = group_size
-        ranks = _whole(user.get(LAUNCH_KEY, "1"), LAUNCH_KEY, MAX_RANKS)
-        per_generation = _whole(user.get(_SPLIT[0], values["gradient_accumulation_steps"]), _SPLIT[0])
+        ranks = whole_number(user.get(LAUNCH_KEY, "1"), LAUNCH_KEY, most=MAX_RANKS, who="ms-swift")
+        per_generation = whole_number(
+            user.get(_SPLIT[0], values["gradient_accumulation_steps"]), _SPLIT[0], who="ms-swift"
+        )
         if "generation_batch_size" in user:
-            rows = _whole(user["generation_batch_size"], "generation_batch_size")
+            rows = whole_number(user["generation_batch_size"], "generation_batch_size", who="ms-swift")
             per_generation = max(1, rows // (values["per_device_train_batch_size"] * ranks))
         bs, ga = values["per_device_train_batch_size"], values["gradient_accumulation_steps"]
         step_rows, generation_rows = bs * ga * ranks, bs * per_generation * ranks
@@ -631,17 +634,6 @@ class _Layout:
             unsplit=", ".join(f"{k}={v}" for k, v in unsplit.sets.items()),
             settings=settings, ranks=self.ranks, chosen=self.chosen, objective=objective(args), truncation=True,
         )  # fmt: skip
-
-
-def _whole(raw: Any, key: str, most: int | None = None) -> int:
-    try:
-        value = int(str(raw))
-    except ValueError:
-        value = 0
-    if value < 1 or (most is not None and value > most):
-        bound = f"from 1 to {most}" if most is not None else "≥ 1"
-        raise AdapterError(f"ms-swift: {key} takes a whole number {bound}, got {raw!r}")
-    return value
 
 
 def objective(args: Any) -> dict[str, Any] | None:

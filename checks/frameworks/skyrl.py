@@ -47,6 +47,7 @@ from grpo_identity.checks.frameworks import (
     FrameworkSpec,
     lengths_for,
     patched_attributes,
+    whole_number,
 )
 from grpo_identity.checks.frameworks._ranks import ProcessRanks
 from grpo_identity.checks.frameworks.contract import Built, Difference, DriverInfo, DriverSettings, StepPlan
@@ -397,11 +398,13 @@ def _step_split(spec: FrameworkSpec, cfg: Any) -> _Split:
     user = dict(spec.sets)
     t = cfg.trainer
     given = (t.train_batch_size, t.policy_mini_batch_size, t.micro_train_batch_size_per_gpu)
-    nodes = _whole(t.placement.policy_num_nodes, "trainer.placement.policy_num_nodes")
+    nodes = whole_number(t.placement.policy_num_nodes, "trainer.placement.policy_num_nodes", who=release())
     values = dict(zip(SPLIT_KEYS, (*given, t.placement.policy_num_gpus_per_node)))
-    prompts, mini, micro, gpus = (_whole(values[k], k) if k in user else d for k, d in SPLIT_KEYS.items())
+    prompts, mini, micro, gpus = (
+        whole_number(values[k], k, who=release()) if k in user else d for k, d in SPLIT_KEYS.items()
+    )
     key = "generator.n_samples_per_prompt"
-    G = _whole(user[key], key, least=2) if key in user else STEP_GROUP_SIZE
+    G = whole_number(user[key], key, least=2, who=release()) if key in user else STEP_GROUP_SIZE
     if nodes * gpus > MAX_RANKS:
         raise AdapterError(
             f"{release()}: {nodes * gpus} ranks (nodes × GPUs per node): the step runs at most {MAX_RANKS}"
@@ -425,17 +428,6 @@ def _step_split(spec: FrameworkSpec, cfg: Any) -> _Split:
         why = f" ({', '.join(mine)}: the driver's default, you set none)" if mine else ""
         raise AdapterError(f"{release()} cannot split the step as configured: {problem}{why}")
     return split
-
-
-def _whole(raw: Any, key: str, least: int = 1) -> int:
-    """``raw`` as a whole number of at least ``least``, else an :class:`AdapterError` naming ``key``."""
-    try:
-        value = int(str(raw))
-    except ValueError:
-        value = least - 1
-    if value < least:
-        raise AdapterError(f"{key} must be a whole number of {least} or more, got {raw!r}: set {key}={least} or more")
-    return value
 
 
 def _split_problem(s: _Split) -> str | None:
@@ -475,7 +467,7 @@ def _refuse_unsupported(cfg: Any, level: str) -> None:
             raise AdapterError(f"{release()}: the driver does not run {key}={node} ({why}): set {key}={value}")
     budget = cfg.trainer.algorithm.max_seq_len
     if budget is not None:
-        _whole(budget, "trainer.algorithm.max_seq_len")
+        whole_number(budget, "trainer.algorithm.max_seq_len", who=release())
 
 
 #: where SkyRL's rollout correction is configured

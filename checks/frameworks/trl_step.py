@@ -27,7 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import RESPONSE_LENGTH, STEP_GROUP_SIZE, AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import (
+    RESPONSE_LENGTH,
+    STEP_GROUP_SIZE,
+    AdapterError,
+    FrameworkSpec,
+    whole_number,
+)
 from grpo_identity.checks.frameworks._ranks import (
     ProcessRanks,
     RankProcessError,
@@ -70,12 +76,7 @@ def launch_settings(spec: FrameworkSpec) -> tuple[FrameworkSpec, int]:
             sets.append((key, value))
             continue
         low, high = LAUNCH_KEYS[key]
-        try:
-            processes = int(value)
-        except ValueError:
-            processes = -1
-        if not low <= processes <= high:
-            raise AdapterError(f"TRL: {key} takes a whole number from {low} to {high}, got {value!r}")
+        processes = whole_number(value, key, least=low, most=high, who="TRL")
     return FrameworkSpec(spec.framework, tuple(sets), spec.config, spec.level, release=spec.release), processes
 
 
@@ -194,14 +195,8 @@ def _last_wins(sets: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]
 def _check_whole_numbers(user: dict[str, Any]) -> None:
     """The user's split numbers are whole numbers ≥ 1 (TRL divides by them)."""
     for key in (*SPLIT_KEYS, "num_generations"):
-        if key not in user:
-            continue
-        try:
-            ok = int(str(user[key])) >= 1
-        except ValueError:
-            ok = False
-        if not ok:
-            raise AdapterError(f"TRL: {key} takes a whole number ≥ 1, got {user[key]!r}")
+        if key in user:
+            whole_number(user[key], key, who="TRL")
 
 
 def _numbers(args: Any, processes: int) -> tuple[int, int, int]:

@@ -50,6 +50,7 @@ from grpo_identity.checks.frameworks import (
     FrameworkSpec,
     lengths_for,
     token_view,
+    whole_number,
 )
 from grpo_identity.checks.frameworks._ranks import ProcessRanks
 from grpo_identity.checks.frameworks.contract import Built, Difference, DriverInfo, StepPlan
@@ -624,10 +625,9 @@ def step_split(spec: FrameworkSpec, cfg: Any) -> StepSplit:
     refused = f"verl {version('verl')} rejects the split ({spec.describe()})"
 
     def count(key: str) -> int:
-        raw = OmegaConf.select(cfg, key) if key in user else DEFAULT_SPLIT[key]
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-            raise AdapterError(f"{refused}: {key}={raw!r} must be a whole number ≥ 1: set {key}=1 or more")
-        return raw
+        return whole_number(
+            OmegaConf.select(cfg, key) if key in user else DEFAULT_SPLIT[key], key, who=refused, text=False
+        )
 
     ranks = count(_GPUS) * count(_NODES)
     G = count(_N) if _N in user else STEP_GROUP_SIZE

@@ -91,18 +91,25 @@ def test_a_split_skyrl_cannot_cut_is_named_with_a_setting_that_runs(split, words
     assert drv._split_problem(fixed[key]) is None  # the setting named runs
 
 
-@pytest.mark.parametrize("raw", ["abc", "0", "-1", "1.5"])
-def test_a_count_that_is_no_whole_number_of_one_or_more_is_refused_by_name(raw):
-    with pytest.raises(AdapterError, match=r"trainer.train_batch_size must be a whole number of 1 or more.*=1 or more"):
-        drv._whole(raw, "trainer.train_batch_size")
-
-
 def _parsed(**trainer) -> SimpleNamespace:
     """A parsed config as _step_split reads it: SkyRL's defaults, ``trainer`` over them."""
     placement = SimpleNamespace(policy_num_nodes=1, policy_num_gpus_per_node=trainer.pop("gpus", 1))
     algorithm = SimpleNamespace(loss_reduction="token_mean", max_seq_len=None)
     values = {"train_batch_size": 1024, "policy_mini_batch_size": 256, "micro_train_batch_size_per_gpu": 1, **trainer}
     return SimpleNamespace(trainer=SimpleNamespace(placement=placement, algorithm=algorithm, **values))
+
+
+@pytest.mark.parametrize(
+    "key, raw, least",
+    [("trainer.train_batch_size", "abc", 1), ("trainer.policy_mini_batch_size", "0", 1),
+     ("generator.n_samples_per_prompt", "1", 2)],
+)  # fmt: skip
+def test_a_split_count_that_is_no_whole_number_is_refused_by_name_with_a_value_that_runs(key, raw, least):
+    parsed = _parsed(**({key.split(".")[1]: raw} if key.startswith("trainer.") else {}))
+    with pytest.raises(
+        AdapterError, match=rf"^SkyRL .*: {key} takes a whole number ≥ {least}, got '{raw}': set {key}="
+    ):
+        drv._step_split(FrameworkSpec("skyrl", sets=((key, raw),)), parsed)
 
 
 def test_a_refused_split_blames_the_drivers_default_only_where_it_chose_the_value():

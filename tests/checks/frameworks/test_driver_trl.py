@@ -248,7 +248,7 @@ def test_a_split_number_below_one_is_refused_when_the_target_is_built(key, value
     _need_trl()
     from grpo_identity.checks.frameworks import AdapterError, trl_step
 
-    with pytest.raises(AdapterError, match=f"{key} takes a whole number ≥ 1"):
+    with pytest.raises(AdapterError, match=f"^TRL: {key} takes a whole number ≥ 1, got '{value}': set {key}=1$"):
         trl_step.step_plan(FrameworkSpec("trl", ((key, value),)))
 
 
@@ -281,7 +281,9 @@ def test_every_rank_runs_the_batch_sizes_the_geometry_counts():
 def test_num_processes_is_bounded_and_named(value):
     from grpo_identity.checks.frameworks import AdapterError, trl_step
 
-    with pytest.raises(AdapterError, match="num_processes takes a whole number from 1 to 4"):
+    with pytest.raises(
+        AdapterError, match="^TRL: num_processes takes a whole number from 1 to 4, got .*: set num_processes=[14]$"
+    ):
         trl_step.launch_settings(FrameworkSpec("trl", (("num_processes", value),)))
 
 

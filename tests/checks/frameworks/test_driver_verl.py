@@ -300,12 +300,12 @@ _MINI, _MICRO, _PROMPTS = (
     "sets, words",
     [
         # a setting below 1 (a ZeroDivisionError before)
-        ((("trainer.n_gpus_per_node", "0"),), "trainer.n_gpus_per_node=0 must be a whole number ≥ 1"),
-        (((_MICRO, "0"),), f"{_MICRO}=0 must be a whole number ≥ 1: set {_MICRO}=1 or more"),
-        (((_MINI, "0"),), f"{_MINI}=0 must be a whole number ≥ 1"),
-        (((_PROMPTS, "0"),), f"{_PROMPTS}=0 must be a whole number ≥ 1"),
-        ((("actor_rollout_ref.rollout.n", "0"),), "actor_rollout_ref.rollout.n=0 must be a whole number ≥ 1"),
-        (((_ACTOR + "ppo_max_token_len_per_gpu", "0"),), "ppo_max_token_len_per_gpu=0 must be a whole number ≥ 1"),
+        ((("trainer.n_gpus_per_node", "0"),), "trainer.n_gpus_per_node takes a whole number ≥ 1, got 0"),
+        (((_MICRO, "0"),), f"{_MICRO} takes a whole number ≥ 1, got 0: set {_MICRO}=1"),
+        (((_MINI, "0"),), f"{_MINI} takes a whole number ≥ 1, got 0"),
+        (((_PROMPTS, "0"),), f"{_PROMPTS} takes a whole number ≥ 1, got 0"),
+        ((("actor_rollout_ref.rollout.n", "0"),), "actor_rollout_ref.rollout.n takes a whole number ≥ 1, got 0"),
+        (((_ACTOR + "ppo_max_token_len_per_gpu", "0"),), "ppo_max_token_len_per_gpu takes a whole number ≥ 1, got 0"),
         # sequence parallelism, in each key the releases read it from
         (
             ((_ACTOR + "ulysses_sequence_parallel_size", "2"),),
@@ -351,7 +351,8 @@ def test_a_verl_setting_below_one_is_a_usage_error_not_a_traceback(capsys):
     sets = ["--set", "algorithm.adv_estimator=grpo", "--set", "trainer.n_gpus_per_node=0"]
     assert main(["audit", "verl", *sets, "--level", "gradient", "--max-examples", "5"]) == 2
     err = capsys.readouterr().err
-    assert "trainer.n_gpus_per_node=0 must be a whole number ≥ 1" in err and "Traceback" not in err
+    assert "trainer.n_gpus_per_node takes a whole number ≥ 1, got 0: set trainer.n_gpus_per_node=1" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("shuffle", ["false", "true"])

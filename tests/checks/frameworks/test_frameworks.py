@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec, parse_set, parse_spec
+from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec, parse_set, parse_spec, whole_number
 
 
 def test_the_short_forms_parse_into_the_frameworks_own_keys():
@@ -50,3 +50,34 @@ def test_later_sets_come_after_earlier_ones_and_keep_their_raw_text():
 def test_malformed_short_forms_are_adapter_errors(spec):
     with pytest.raises(AdapterError):
         parse_spec(spec)
+
+
+@pytest.mark.parametrize(
+    "raw, least, most, text, value",
+    [("3", 1, None, True, 3), (" +3 ", 1, None, True, 3), (7, 2, 8, False, 7), (2, 2, 2, True, 2)],
+)
+def test_a_whole_number_in_bounds_is_its_value(raw, least, most, text, value):
+    assert whole_number(raw, "k", least=least, most=most, text=text) == value
+
+
+@pytest.mark.parametrize(
+    "raw, least, most, text, message",
+    [
+        ("0", 1, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 1, got '0': set k=1"),
+        ("1", 2, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 2, got '1': set k=2"),
+        ("5", 1, 4, True, "SkyRL 0.3.0: k takes a whole number from 1 to 4, got '5': set k=4"),
+        ("-1", 1, 4, True, "SkyRL 0.3.0: k takes a whole number from 1 to 4, got '-1': set k=1"),
+        ("1.5", 1, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 1, got '1.5': set k=1"),
+        ("abc", 1, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 1, got 'abc': set k=1"),
+        (True, 1, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 1, got True: set k=1"),
+        (None, 1, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 1, got None: set k=1"),
+        (2.0, 1, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 1, got 2.0: set k=1"),
+        ("4", 1, None, False, "SkyRL 0.3.0: k takes a whole number ≥ 1, got '4': set k=1"),  # text in a typed config
+    ],
+)
+def test_a_setting_that_is_no_whole_number_in_bounds_is_refused_naming_it_and_a_value_that_runs(
+    raw, least, most, text, message
+):
+    with pytest.raises(AdapterError) as caught:
+        whole_number(raw, "k", least=least, most=most, who="SkyRL 0.3.0", text=text)
+    assert str(caught.value) == message
