@@ -327,7 +327,10 @@ def test_advantage_batch_normalize_z_scores_the_generation_batch_once_for_both_l
         ("trainer.algorithm.dynamic_sampling.type=filter", "set trainer.algorithm.dynamic_sampling.type=null"),
         ("trainer.algorithm.use_entropy_loss=true", "set trainer.algorithm.use_entropy_loss=false"),
         ("trainer.algorithm.zero_variance_filter=true", "set trainer.algorithm.zero_variance_filter=false"),
-        ("trainer.train_batch_size=0", "set trainer.train_batch_size=1 or more"),
+        (
+            "trainer.train_batch_size=0",
+            "trainer.train_batch_size takes a whole number ≥ 1, got 0: set trainer.train_batch_size=1",
+        ),
         ("trainer.placement.policy_num_gpus_per_node=16", "the step runs at most 8"),
         ("generator.n_samples_per_prompt=3", "policy_mini_batch_size: the driver's default, you set none"),
     ],
