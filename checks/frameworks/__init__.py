@@ -258,14 +258,15 @@ def parse_set(text: str, option: str = "--set") -> tuple[str, str]:
 def whole_number(
     raw: Any, key: str, *, least: int = 1, most: int | None = None, who: str = "", text: bool = True
 ) -> int:
-    """A split setting's value as a whole number from ``least`` to ``most`` (no bound above where None): an int, or
-    with ``text`` its digits as typed (``--set`` values; a typed config's value is already an int, and a string
-    there is what the framework would fail on); else an :class:`AdapterError` in one wording for every driver:
-    ``who``, the key, the value given and one that runs.
+    """A split setting's value as a whole number from ``least`` to ``most`` (no bound above where None): an
+    integer, or with ``text`` a string that Python reads as one (``--set`` values and a config's raw text: a sign,
+    ASCII digits, underscores between them, spaces around); verl passes ``text=False``, since in its typed config a
+    string where a count belongs is what verl itself would fail on.  Else an :class:`AdapterError` in one wording
+    for every driver: ``who``, the key, the value given and one that runs.
 
-    >>> whole_number("4", "train.batch_size"), whole_number(2, "num_processes", most=4)
-    (4, 2)
-    >>> for raw in ("0", "2.0", True, 9):
+    >>> whole_number("4", "train.batch_size"), whole_number(2, "num_processes", most=4), whole_number(" 1_024", "k")
+    (4, 2, 1024)
+    >>> for raw in ("0", "2.0", True, 9, "+-4"):
     ...     try:
     ...         whole_number(raw, "rollout.n", most=8, who="verl")
     ...     except AdapterError as exc:
@@ -274,12 +275,20 @@ def whole_number(
     verl: rollout.n takes a whole number from 1 to 8, got '2.0': set rollout.n=1
     verl: rollout.n takes a whole number from 1 to 8, got True: set rollout.n=1
     verl: rollout.n takes a whole number from 1 to 8, got 9: set rollout.n=8
+    verl: rollout.n takes a whole number from 1 to 8, got '+-4': set rollout.n=1
     """
+    import numbers
+    import re
+
+    assert most is None or least <= most, (least, most)
     value = None
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        value = raw
-    elif text and isinstance(raw, str) and raw.strip().lstrip("+-").isdigit():
+    if isinstance(raw, numbers.Integral) and not isinstance(raw, bool):  # numpy's integers too
         value = int(raw)
+    elif text and isinstance(raw, str) and len(raw) <= 64 and re.fullmatch(r"\s*[+-]?[0-9_]+\s*", raw):
+        try:
+            value = int(raw)  # "1__0" and "_1" are no numbers to Python either
+        except ValueError:
+            pass
     if value is not None and value >= least and (most is None or value <= most):
         return value
     bound = f"≥ {least}" if most is None else f"from {least} to {most}"

@@ -107,7 +107,7 @@ def _parsed(**trainer) -> SimpleNamespace:
 def test_a_split_count_that_is_no_whole_number_is_refused_by_name_with_a_value_that_runs(key, raw, least):
     parsed = _parsed(**({key.split(".")[1]: raw} if key.startswith("trainer.") else {}))
     with pytest.raises(
-        AdapterError, match=rf"^SkyRL .*: {key} takes a whole number ≥ {least}, got '{raw}': set {key}="
+        AdapterError, match=rf"^SkyRL .*: {key} takes a whole number ≥ {least}, got '{raw}': set {key}={least}$"
     ):
         drv._step_split(FrameworkSpec("skyrl", sets=((key, raw),)), parsed)
 

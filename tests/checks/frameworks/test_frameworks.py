@@ -4,6 +4,7 @@ short forms refused."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec, parse_set, parse_spec, whole_number
@@ -54,7 +55,14 @@ def test_malformed_short_forms_are_adapter_errors(spec):
 
 @pytest.mark.parametrize(
     "raw, least, most, text, value",
-    [("3", 1, None, True, 3), (" +3 ", 1, None, True, 3), (7, 2, 8, False, 7), (2, 2, 2, True, 2)],
+    [
+        ("3", 1, None, True, 3),
+        (" +3 ", 1, None, True, 3),
+        ("1_024", 1, None, True, 1024),
+        (7, 2, 8, False, 7),
+        (2, 2, 2, True, 2),
+        (np.int64(4), 1, None, False, 4),
+    ],  # fmt: skip
 )
 def test_a_whole_number_in_bounds_is_its_value(raw, least, most, text, value):
     assert whole_number(raw, "k", least=least, most=most, text=text) == value
@@ -73,6 +81,10 @@ def test_a_whole_number_in_bounds_is_its_value(raw, least, most, text, value):
         (None, 1, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 1, got None: set k=1"),
         (2.0, 1, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 1, got 2.0: set k=1"),
         ("4", 1, None, False, "SkyRL 0.3.0: k takes a whole number ≥ 1, got '4': set k=1"),  # text in a typed config
+        ("+-4", 1, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 1, got '+-4': set k=1"),
+        ("²", 1, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 1, got '²': set k=1"),
+        ("1__0", 1, None, True, "SkyRL 0.3.0: k takes a whole number ≥ 1, got '1__0': set k=1"),
+        ("9" * 5000, 1, 4, True, f"SkyRL 0.3.0: k takes a whole number from 1 to 4, got '{'9' * 5000}': set k=1"),
     ],
 )
 def test_a_setting_that_is_no_whole_number_in_bounds_is_refused_naming_it_and_a_value_that_runs(
