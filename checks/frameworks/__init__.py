@@ -43,6 +43,7 @@ __all__ = [
     "is_framework",
     "parse_set",
     "whole_number",
+    "hydra_keys",
     "setting_for",
     "patched_attributes",
 ]
@@ -294,6 +295,25 @@ def whole_number(
     bound = f"≥ {least}" if most is None else f"from {least} to {most}"
     fix = most if most is not None and value is not None and value > most else least
     raise AdapterError(f"{who + ': ' if who else ''}{key} takes a whole number {bound}, got {raw!r}: set {key}={fix}")
+
+
+def hydra_keys(spec: FrameworkSpec) -> set[str]:
+    """The dotted config keys the user set for a framework configured through Hydra and OmegaConf (verl, AReaL):
+    each ``--set`` key without Hydra's ``+``/``~`` prefix, and every key of the ``--config`` file, nodes and
+    leaves (``actor``, ``actor.mb_spec``, ``actor.mb_spec.n_mbs``)."""
+    keys = {k.lstrip("+~") for k, _ in spec.sets}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                keys.add(prefix + str(k))
+                walk(v, f"{prefix}{k}.")
+
+    if spec.config:
+        from omegaconf import OmegaConf
+
+        walk(OmegaConf.to_container(OmegaConf.load(spec.config)), "")
+    return keys
 
 
 def parse_spec(spec: str) -> FrameworkSpec:

@@ -71,6 +71,7 @@ from grpo_identity.checks.frameworks import (
     STEP_GROUP_SIZE,
     AdapterError,
     FrameworkSpec,
+    hydra_keys,
     lengths_for,
 )
 from grpo_identity.checks.frameworks._ranks import ProcessRanks
@@ -547,23 +548,6 @@ def objective() -> dict[str, Any] | None:
     return None if found is None else found.for_step()
 
 
-def _user_keys(spec: FrameworkSpec) -> set[str]:
-    """The config keys the user set: each ``--set`` and every key (dotted) of the ``--config`` file."""
-    from omegaconf import OmegaConf
-
-    keys = {k.lstrip("+~") for k, _ in spec.sets}
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                keys.add(prefix + str(k))
-                walk(v, f"{prefix}{k}.")
-
-    if spec.config:
-        walk(OmegaConf.to_container(OmegaConf.load(spec.config)), "")
-    return keys
-
-
 def _step_split(spec: FrameworkSpec, cfg: Any) -> _Split:
     """The step ``spec`` configures, the driver's defaults where the user set nothing (the batch
     size: the smallest from :data:`DEFAULT_BATCH_SIZE` on that AReaL can split as configured); a split
@@ -571,7 +555,7 @@ def _step_split(spec: FrameworkSpec, cfg: Any) -> _Split:
     from areal.api.alloc_mode import ModelAllocation
     from areal.api.cli_args import MicroBatchSpec
 
-    keys = _user_keys(spec)
+    keys = hydra_keys(spec)
     chosen: list[tuple[str, Any]] = []
     G = int(cfg.gconfig.n_samples)
     if "gconfig.n_samples" not in keys:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec
+from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec, patched_attributes
 from grpo_identity.checks.frameworks.contract import Built, DriverInfo, DriverSettings
 from grpo_identity.checks.frameworks.exported.trl import retain_logps as kept_logps
 from grpo_identity.checks.frameworks.exported.trl import tiny_policy
@@ -248,21 +248,14 @@ def _holds_containers(kinds: set[type]) -> bool:
     return any(issubclass(t, (list, tuple, dict)) for t in kinds)
 
 
-@contextlib.contextmanager
-def _advantages_only(trainer: Any) -> Iterator[None]:
+def _advantages_only(trainer: Any) -> contextlib.AbstractContextManager[None]:
     """Scoring for the advantages alone: the reference model's forward pass (``beta`` ≠ 0) and the old policy's
     (the rollout correction's), whose log-probabilities the advantages never read, are skipped (``beta`` read as 0
     and the correction as off while the batch is scored: the advantage audit calls the trainer hundreds of times)."""
-    beta, correction = trainer.beta, getattr(trainer, "vllm_importance_sampling_correction", None)
-    trainer.beta = 0.0
-    if correction is not None:  # nor the old policy's pass the rollout correction needs
-        trainer.vllm_importance_sampling_correction = False
-    try:
-        yield
-    finally:
-        trainer.beta = beta
-        if correction is not None:
-            trainer.vllm_importance_sampling_correction = correction
+    patches = [(trainer, "beta", 0.0)]
+    if getattr(trainer, "vllm_importance_sampling_correction", None) is not None:  # nor the old policy's pass
+        patches.append((trainer, "vllm_importance_sampling_correction", False))
+    return patched_attributes(patches)
 
 
 def _score(trainer: Any, state: dict[str, Any], rewards: np.ndarray, G: int) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError
+from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, patched_attributes
 from grpo_identity.checks.frameworks.trl_config import DIFFERENCES
 
 __all__ = ["ENGINE_STAND_IN", "Engine", "engine_stood_in", "correction_settings", "rollout_step", "sampler_settings"]
@@ -129,12 +129,8 @@ def engine_stood_in(args: Any) -> Iterator[None]:
     DIFFERENCES["engine"].require(f"TRL {version('trl')}")
     import trl.trainer.grpo_trainer as module
 
-    saved = module.VLLMGeneration
-    module.VLLMGeneration = Engine
-    try:
+    with patched_attributes([(module, "VLLMGeneration", Engine)]):
         yield
-    finally:
-        module.VLLMGeneration = saved
 
 
 def correction_settings(args: Any) -> dict[str, Any] | None:
@@ -169,14 +165,8 @@ def sampler_settings(args: Any) -> dict[str, Any]:
     return {k: v for k, v in found.items() if v is not None and truncating[k](float(v))}
 
 
-@contextlib.contextmanager
-def _correction(trainer: Any, on: bool) -> Iterator[None]:
-    saved = trainer.vllm_importance_sampling_correction
-    trainer.vllm_importance_sampling_correction = bool(on)
-    try:
-        yield
-    finally:
-        trainer.vllm_importance_sampling_correction = saved
+def _correction(trainer: Any, on: bool) -> contextlib.AbstractContextManager[None]:
+    return patched_attributes([(trainer, "vllm_importance_sampling_correction", bool(on))])
 
 
 def _through_engine(trainer: Any, generate: Any, ids: list[list[int]], logps: list[list[Any]], n: int) -> Any:

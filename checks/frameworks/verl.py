@@ -48,6 +48,7 @@ from grpo_identity.checks.frameworks import (
     STEP_GROUP_SIZE,
     AdapterError,
     FrameworkSpec,
+    hydra_keys,
     lengths_for,
     token_view,
     whole_number,
@@ -602,16 +603,6 @@ def _leaf_keys(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
-def _user_keys(spec: FrameworkSpec) -> set[str]:
-    """The dotted keys the user set, by ``--set`` or in the config file."""
-    keys = {key.lstrip("+~") for key, _ in spec.sets}
-    if spec.config:
-        from omegaconf import OmegaConf
-
-        keys.update(_leaf_keys(OmegaConf.to_container(OmegaConf.load(spec.config))))
-    return keys
-
-
 def step_split(spec: FrameworkSpec, cfg: Any) -> StepSplit:
     """The configured step: each split key the user set, :data:`DEFAULT_SPLIT` for the others (the
     group size :data:`~grpo_identity.checks.frameworks.STEP_GROUP_SIZE` unless ``rollout.n`` was set); a
@@ -621,7 +612,7 @@ def step_split(spec: FrameworkSpec, cfg: Any) -> StepSplit:
     from omegaconf import OmegaConf
 
     _refuse_sequence_parallel(cfg)
-    user = _user_keys(spec)
+    user = hydra_keys(spec)
     refused = f"verl {version('verl')} rejects the split ({spec.describe()})"
 
     def count(key: str) -> int:

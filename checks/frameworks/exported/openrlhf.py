@@ -222,14 +222,12 @@ def parse_command_line(
         (mods["ray"], "is_initialized", lambda: True),
         (mods["openrlhf.utils"], "get_strategy", stop),
     ]
-    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
     err = io.StringIO()
     try:
-        for obj, name, new in patches:
-            setattr(obj, name, new)
-        with stand_ins() as finder, contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        with _patched(patches), stand_ins() as finder:
             try:
-                runpy.run_module(CLI_MODULE, run_name="__main__", alter_sys=False)
+                with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                    runpy.run_module(CLI_MODULE, run_name="__main__", alter_sys=False)
             finally:
                 LOADED["stand_ins"].update(m.partition(".")[0] for m in finder.made)
     except _Parsed as done:
@@ -253,9 +251,6 @@ def parse_command_line(
             f"OpenRLHF {release()}: {CLI_MODULE} fails on this config ({described}): {type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}"
         ) from None
-    finally:
-        for obj, name, old in saved:
-            setattr(obj, name, old)
     raise Refused(
         f"OpenRLHF {release()}: {CLI_MODULE} ran to its end without calling get_strategy(args) (the driver knows "
         "the 0.10–0.11 command line)"

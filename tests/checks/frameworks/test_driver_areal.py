@@ -296,13 +296,6 @@ def test_a_row_no_optimizer_step_held_is_step_minus_one_with_zero_coefficients()
     assert record.steps_of([0, 1, 2], extra=9) == [(7, [2, 0]), (9, [1])]
 
 
-def test_the_users_keys_include_every_key_of_the_config_file(tmp_path):
-    path = tmp_path / "run.yaml"
-    path.write_text("actor:\n  mb_spec:\n    max_tokens_per_mb: 4096\ngconfig: {n_samples: 8}\n")
-    keys = drv._user_keys(FrameworkSpec("areal", sets=(("+actor.ppo_n_minibatches", "2"),), config=str(path)))
-    assert {"actor.mb_spec.max_tokens_per_mb", "gconfig.n_samples", "actor.ppo_n_minibatches"} <= keys
-
-
 def _step(sets, requests=lambda geo: ()):
     """The step geometry, ``audit_step``'s result and the target's answer to each of ``requests(geo)``, run in
     the release environment (the audit there, as the auditor runs it, against the child's target)."""

@@ -7,7 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grpo_identity.checks.frameworks import AdapterError, FrameworkSpec, parse_set, parse_spec, whole_number
+from grpo_identity.checks.frameworks import (
+    AdapterError,
+    FrameworkSpec,
+    hydra_keys,
+    parse_set,
+    parse_spec,
+    whole_number,
+)
 
 
 def test_the_short_forms_parse_into_the_frameworks_own_keys():
@@ -93,3 +100,16 @@ def test_a_setting_that_is_no_whole_number_in_bounds_is_refused_naming_it_and_a_
     with pytest.raises(AdapterError) as caught:
         whole_number(raw, "k", least=least, most=most, who="SkyRL 0.3.0", text=text)
     assert str(caught.value) == message
+
+
+def test_the_keys_a_hydra_framework_was_given_are_the_sets_without_prefixes_and_every_key_of_the_file(tmp_path):
+    pytest.importorskip("omegaconf")
+    path = tmp_path / "run.yaml"
+    path.write_text("actor:\n  mb_spec:\n    max_tokens_per_mb: 4096\n  empty: {}\ngconfig: {n_samples: 8}\n")
+    sets = (("+actor.ppo_n_minibatches", "2"), ("~trainer.logger", "null"), ("data.train_batch_size", "4"))
+    assert hydra_keys(FrameworkSpec("areal", sets=sets, config=str(path))) == {
+        "actor.ppo_n_minibatches", "trainer.logger", "data.train_batch_size",
+        "actor", "actor.mb_spec", "actor.mb_spec.max_tokens_per_mb", "actor.empty", "gconfig", "gconfig.n_samples",
+    }  # fmt: skip
+    assert hydra_keys(FrameworkSpec("verl", sets=sets)) == {"actor.ppo_n_minibatches", "trainer.logger",
+                                                          "data.train_batch_size"}  # fmt: skip
