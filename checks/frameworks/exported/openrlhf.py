@@ -223,38 +223,39 @@ def parse_command_line(
         (mods["openrlhf.utils"], "get_strategy", stop),
     ]
     err = io.StringIO()
-    try:
-        with _patched(patches), stand_ins() as finder:
-            try:
-                with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                    runpy.run_module(CLI_MODULE, run_name="__main__", alter_sys=False)
-            finally:
-                LOADED["stand_ins"].update(m.partition(".")[0] for m in finder.made)
-    except _Parsed as done:
-        return done.config
-    except Refused:  # the driver's check of the parsed config
-        raise
-    except SystemExit:  # argparse: an unknown option, a value of the wrong type or choice
-        last = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+    with _patched(patches):  # outside the try: a missing attribute is the driver's error, not the config's
+        try:
+            with stand_ins() as finder:
+                try:
+                    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                        runpy.run_module(CLI_MODULE, run_name="__main__", alter_sys=False)
+                finally:
+                    LOADED["stand_ins"].update(m.partition(".")[0] for m in finder.made)
+        except _Parsed as done:
+            return done.config
+        except Refused:  # the driver's check of the parsed config
+            raise
+        except SystemExit:  # argparse: an unknown option, a value of the wrong type or choice
+            last = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+            raise Refused(
+                f"OpenRLHF {release()} rejects the config ({described}): "
+                f"{last[-1].split('error: ')[-1] if last else 'bad arguments'}"
+            ) from None
+        except AssertionError as exc:  # train_ppo_ray's checks after parsing
+            raise Refused(
+                f"OpenRLHF {release()} rejects the config ({described}): {str(exc) or 'an assertion of train_ppo_ray'}"
+            ) from None
+        except ImportError as exc:
+            raise Refused(f"OpenRLHF {release()}: {CLI_MODULE} does not import here ({exc})") from None
+        except Exception as exc:  # its checks fail on a config they do not expect (gae without a reward model …)
+            raise Refused(
+                f"OpenRLHF {release()}: {CLI_MODULE} fails on this config ({described}): {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}"
+            ) from None
         raise Refused(
-            f"OpenRLHF {release()} rejects the config ({described}): "
-            f"{last[-1].split('error: ')[-1] if last else 'bad arguments'}"
-        ) from None
-    except AssertionError as exc:  # train_ppo_ray's checks after parsing
-        raise Refused(
-            f"OpenRLHF {release()} rejects the config ({described}): {str(exc) or 'an assertion of train_ppo_ray'}"
-        ) from None
-    except ImportError as exc:
-        raise Refused(f"OpenRLHF {release()}: {CLI_MODULE} does not import here ({exc})") from None
-    except Exception as exc:  # its checks fail on a config they do not expect (gae without a reward model …)
-        raise Refused(
-            f"OpenRLHF {release()}: {CLI_MODULE} fails on this config ({described}): {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}"
-        ) from None
-    raise Refused(
-        f"OpenRLHF {release()}: {CLI_MODULE} ran to its end without calling get_strategy(args) (the driver knows "
-        "the 0.10–0.11 command line)"
-    )
+            f"OpenRLHF {release()}: {CLI_MODULE} ran to its end without calling get_strategy(args) (the driver knows "
+            "the 0.10–0.11 command line)"
+        )
 
 
 def experience_maker(args: Any) -> Any:

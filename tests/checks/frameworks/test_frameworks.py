@@ -103,13 +103,12 @@ def test_a_setting_that_is_no_whole_number_in_bounds_is_refused_naming_it_and_a_
 
 
 def test_the_keys_a_hydra_framework_was_given_are_the_sets_without_prefixes_and_every_key_of_the_file(tmp_path):
+    sets = (("+actor.ppo_n_minibatches", "2"), ("~trainer.logger", "null"), ("data.train_batch_size", "4"))
+    given = {"actor.ppo_n_minibatches", "trainer.logger", "data.train_batch_size"}
+    assert hydra_keys(FrameworkSpec("verl", sets=sets)) == given
     pytest.importorskip("omegaconf")
     path = tmp_path / "run.yaml"
     path.write_text("actor:\n  mb_spec:\n    max_tokens_per_mb: 4096\n  empty: {}\ngconfig: {n_samples: 8}\n")
-    sets = (("+actor.ppo_n_minibatches", "2"), ("~trainer.logger", "null"), ("data.train_batch_size", "4"))
-    assert hydra_keys(FrameworkSpec("areal", sets=sets, config=str(path))) == {
-        "actor.ppo_n_minibatches", "trainer.logger", "data.train_batch_size",
+    assert hydra_keys(FrameworkSpec("areal", sets=sets, config=str(path))) == given | {
         "actor", "actor.mb_spec", "actor.mb_spec.max_tokens_per_mb", "actor.empty", "gconfig", "gconfig.n_samples",
     }  # fmt: skip
-    assert hydra_keys(FrameworkSpec("verl", sets=sets)) == {"actor.ppo_n_minibatches", "trainer.logger",
-                                                          "data.train_batch_size"}  # fmt: skip
