@@ -330,8 +330,11 @@ def test_without_ray_installed_the_ray_option_names_its_extra(tmp_path, capsys, 
 
 
 def _start(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The command as a terminal starts it: SIGINT at its default, also where this test run was started with it
+    ignored (``nohup``, ``cmd &`` in a script), which its children would inherit and the command then honour."""
     cmd = [sys.executable, "-m", "grpo_identity", "matrix", *args, "--json"]
-    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
 
 
 def _events(proc: subprocess.Popen):

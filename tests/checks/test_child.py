@@ -195,7 +195,9 @@ def test_what_a_target_starts_on_import_ends_with_the_audit(tmp_path, fn, verdic
 def test_ctrl_c_ends_the_audit_with_130_and_everything_its_target_started(tmp_path):
     path, pidfile = _target(tmp_path, "def hangs(rewards, G):\n    import time\n    time.sleep(300)\n")
     cmd = [sys.executable, "-m", "grpo_identity", "audit", f"{path}:hangs", "--timeout", "300"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT at its default, as a terminal starts the command, also where this test run ignores it (nohup, `cmd &`)
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     child, sleeper = _pids(pidfile, 2)
     time.sleep(1.0)  # the first call is under way
     proc.send_signal(signal.SIGINT)
