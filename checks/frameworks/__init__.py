@@ -46,6 +46,7 @@ __all__ = [
     "hydra_keys",
     "setting_for",
     "patched_attributes",
+    "cispo_cap",
 ]
 
 #: frameworks with a config-driven driver (the rows of :data:`.registry.FRAMEWORK_TABLE`)
@@ -363,6 +364,20 @@ def setting_for(framework: str, what: str, value: str) -> str | None:
     'split' with 'invariant'), from its registry row's ``settings``; None when the row names none."""
     entry = FRAMEWORK_TABLE.get(framework)
     return None if entry is None else entry.settings.get(what, {}).get(value)
+
+
+def cispo_cap(loss_type: str, args: Any) -> tuple[float, str] | None:
+    """The cap on the importance weight of ``loss_type`` 'cispo' (TRL's and ms-swift's GRPO arguments): the weight
+    is clamp(ratio, max=``epsilon_high``), ``epsilon`` where that is unset; None for every other loss.
+
+    >>> from types import SimpleNamespace as A
+    >>> cispo_cap("cispo", A(epsilon=0.2, epsilon_high=None)), cispo_cap("dapo", A(epsilon=0.2, epsilon_high=5))
+    ((0.2, 'epsilon_high=0.2'), None)
+    """
+    if loss_type != "cispo":
+        return None
+    high = float(args.epsilon_high if getattr(args, "epsilon_high", None) is not None else args.epsilon)
+    return high, f"epsilon_high={high:g}"
 
 
 @contextlib.contextmanager

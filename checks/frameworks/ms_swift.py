@@ -46,6 +46,7 @@ from grpo_identity.checks.frameworks import (
     STEP_GROUP_SIZE,
     AdapterError,
     FrameworkSpec,
+    cispo_cap,
     patched_attributes,
     whole_number,
 )
@@ -644,11 +645,7 @@ def objective(args: Any) -> dict[str, Any] | None:
     found = objective_of("ms-swift", "loss_type", str(args.loss_type))
     if found is None:
         return None
-    cap = None
-    if str(args.loss_type) == "cispo":  # the weight is clamp(ratio, max=epsilon_high), epsilon_high epsilon where unset
-        high = args.epsilon_high if getattr(args, "epsilon_high", None) is not None else args.epsilon
-        cap = (float(high), f"epsilon_high={float(high):g}")
-    return found.for_step(float(args.max_completion_length or RESPONSE_LENGTH), cap)
+    return found.for_step(float(args.max_completion_length or RESPONSE_LENGTH), cispo_cap(str(args.loss_type), args))
 
 
 @dataclass(frozen=True)

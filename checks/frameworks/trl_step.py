@@ -32,6 +32,7 @@ from grpo_identity.checks.frameworks import (
     STEP_GROUP_SIZE,
     AdapterError,
     FrameworkSpec,
+    cispo_cap,
     whole_number,
 )
 from grpo_identity.checks.frameworks._ranks import (
@@ -244,11 +245,8 @@ def objective(args: Any) -> dict[str, Any] | None:
     found = objective_of("trl", "loss_type", loss_type)
     if found is None:
         return None
-    cap = None
-    if loss_type == "cispo":  # the weight is clamp(ratio, max=epsilon_high), epsilon_high epsilon where unset
-        high = args.epsilon_high if getattr(args, "epsilon_high", None) is not None else args.epsilon
-        cap = (float(high), f"epsilon_high={float(high):g}")
-    return found.for_step(int(getattr(args, "max_completion_length", None) or RESPONSE_LENGTH), cap)
+    budget = int(getattr(args, "max_completion_length", None) or RESPONSE_LENGTH)
+    return found.for_step(budget, cispo_cap(loss_type, args))
 
 
 def export_recipe(spec: FrameworkSpec) -> dict[str, Any]:
