@@ -38,7 +38,7 @@ import numpy as np
 from grpo_identity import dial as D
 from grpo_identity.checks import verdict as V
 from grpo_identity.checks.calls.calling import to_numpy
-from grpo_identity.checks.calls.target import OutputWatch, TargetMalformed, malformed, output_issue
+from grpo_identity.checks.calls.target import OutputWatch, TargetMalformed, malformed, not_a_gradient, output_issue
 from grpo_identity.checks.frameworks import answer_lengths
 from grpo_identity.checks.measure.infer import probe_batch
 from grpo_identity.checks.report import (
@@ -87,9 +87,28 @@ def coefficient_precision(C: np.ndarray) -> str:
 def _call(
     target: Callable[..., Any], r: np.ndarray, G: int, L: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The advantages (n,), coefficients and mask (n × T, T at least the longest answer) of one call; an output
+    of another form is :class:`TargetMalformed`, naming what is wrong."""
     out = target(r, G, L)
-    A = np.asarray(out["advantages"], dtype=np.float64).reshape(-1)
-    C, M = np.asarray(out["coefficients"], dtype=np.float64), np.asarray(out["mask"], dtype=np.float64)
+    bad = not_a_gradient(out)  # a target this process calls unchecked (a test's function) has not been told
+    if bad is not None:
+        raise TargetMalformed(bad)
+    arrays = []
+    for key in ("advantages", "coefficients", "mask"):
+        if key not in out:
+            raise TargetMalformed(f"returned a dict without {key!r}, not one of 'advantages', 'coefficients' and "
+                                  f"'mask' (its keys: {', '.join(map(repr, out)) or 'none'})")  # fmt: skip
+        try:
+            arrays.append(np.asarray(out[key], dtype=np.float64))
+        except (TypeError, ValueError) as exc:
+            raise TargetMalformed(f"returned {key!r} as no array of numbers, {exc}") from None
+    A, C, M = arrays[0].reshape(-1), arrays[1], arrays[2]
+    if A.size != r.size or C.ndim != 2 or C.shape[0] != r.size or C.shape[1] < L.max() or M.shape != C.shape:
+        shapes = " · ".join("×".join(map(str, a.shape)) or "a number" for a in arrays)
+        raise TargetMalformed(
+            f"returned shapes {shapes} for advantages · coefficients · mask, not {r.size} · {r.size}×T · {r.size}×T "
+            f"with T ≥ {int(L.max())} (one advantage per answer; answers × tokens)"
+        )
     return A, C, M
 
 

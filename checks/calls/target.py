@@ -309,13 +309,32 @@ def _checked(
     from grpo_identity.checks.calls import protocol as M
 
     call = plan.to_dict() if plan is not None and plan != before else None
-    if kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient)
-        return M.Returned(out, call=call)
+    if kind == "gradient":  # a dict of arrays (grpo_identity.checks.gradient); its tensors as numpy, as at every level
+        bad = not_a_gradient(out)
+        if bad is not None:
+            return M.Malformed(bad)
+        return M.Returned({k: to_numpy(v) if _is_tensor(v) else v for k, v in out.items()}, call=call)
     bad = malformed(out, kind)
     if bad is not None:
         return M.Malformed(bad)
     issue = output_issue(rewards, passed, out, kind)
     return M.Returned(np.array(to_numpy(out), copy=True), issue, watch.check(out), call)
+
+
+def _is_tensor(value: Any) -> bool:
+    return type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach")
+
+
+def not_a_gradient(out: Any) -> str | None:
+    """Why a gradient target's output ``out`` is no dict, or ``None`` when it is one.
+
+    >>> not_a_gradient([1.0]), not_a_gradient({"advantages": [1.0]})
+    ("returned a value of type list, not a dict of 'advantages', 'coefficients' and 'mask'", None)
+    """
+    if isinstance(out, dict):
+        return None
+    what = "None" if out is None else f"a value of type {type(out).__name__}"
+    return f"returned {what}, not a dict of 'advantages', 'coefficients' and 'mask'"
 
 
 def settle(target: Any, reply: Any) -> Any:

@@ -253,3 +253,69 @@ def test_a_silent_groups_gradient_at_float32_resolution_is_zero_and_a_push_is_no
     assert _silent_gradient(2, r, C) is None
     C[0] = [0.05, 0.05]  # a push of 7 % of the live answers'
     assert _silent_gradient(2, r, C).property == "silent_groups_zero_gradient"
+
+
+TORCH_FILE = """
+import numpy as np
+import torch
+
+def dr_grpo_sum(rewards, G, lengths):  # as GRADIENT_FILE, on torch tensors as a loss gives them: float32, autograd
+    r = torch.as_tensor(np.asarray(rewards), dtype=torch.float32).reshape(-1, G)
+    A = (r - r.mean(1, keepdim=True)).reshape(-1)
+    mask = (torch.arange(8)[None, :] < torch.as_tensor(np.asarray(lengths))[:, None]).float()
+    logp = torch.zeros(len(A), 8, requires_grad=True)
+    (-(A[:, None] * logp * mask).sum()).backward()
+    return {"advantages": A.to(DTYPE), "coefficients": -logp.grad.to(DTYPE), "mask": mask}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_gradient_target_that_returns_torch_tensors_is_audited_in_a_child_and_in_this_process(tmp_path, dtype):
+    pytest.importorskip("torch")
+    path = tmp_path / "torch_loss.py"
+    path.write_text(TORCH_FILE + f"\nDTYPE = torch.{dtype}\n")
+    for isolate in (True, False):
+        report = audit(f"{path}:dr_grpo_sum", level="gradient", expect="dr_grpo", max_examples=20, isolate=isolate)
+        assert report.verdict == "pass" and report.matches == "dr_grpo", report.format()
+        assert report.inferred.per_sample_weight == "constant"
+
+
+MALFORMED_FILE = """
+import numpy as np
+
+def _ok(rewards, lengths):
+    mask = (np.arange(8)[None, :] < np.asarray(lengths)[:, None]).astype(float)
+    return {"advantages": np.zeros(len(rewards)), "coefficients": mask, "mask": mask}
+
+def array(rewards, G, lengths=None):
+    return np.zeros(len(rewards))
+
+def no_mask(rewards, G, lengths=None):
+    out = _ok(rewards, lengths)
+    del out["mask"]
+    return out
+
+def text(rewards, G, lengths=None):
+    return {**_ok(rewards, lengths), "coefficients": "abc"}
+
+def too_short(rewards, G, lengths=None):
+    out = _ok(rewards, lengths)
+    return {**out, "coefficients": out["coefficients"][:, :2], "mask": out["mask"][:, :2]}
+"""
+
+
+@pytest.mark.parametrize(
+    "fn, said",
+    [
+        ("array", "returned a value of type ndarray on the gradient probes, not a dict of 'advantages'"),
+        ("no_mask", "returned a dict without 'mask' on the gradient probes"),
+        ("text", "returned 'coefficients' as no array of numbers on the gradient probes, could not convert"),
+        ("too_short", "returned shapes 10 · 10×2 · 10×2 for advantages · coefficients · mask on the gradient probes"),
+    ],
+)
+def test_a_gradient_output_of_the_wrong_form_is_one_failed_probe_that_says_what_is_wrong(tmp_path, fn, said):
+    path = tmp_path / "malformed.py"
+    path.write_text(MALFORMED_FILE)
+    report = audit(f"{path}:{fn}", level="gradient", max_examples=5)
+    assert report.verdict == "fail" and [f.property for f in report.findings] == ["probe"], report.format()
+    assert said in report.findings[0].message, report.findings[0].message
