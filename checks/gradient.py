@@ -38,7 +38,7 @@ import numpy as np
 from grpo_identity import dial as D
 from grpo_identity.checks import verdict as V
 from grpo_identity.checks.calls.calling import to_numpy
-from grpo_identity.checks.calls.target import OutputWatch, TargetMalformed, malformed, not_a_gradient, output_issue
+from grpo_identity.checks.calls.target import OutputWatch, TargetMalformed, gradient_arrays, malformed, output_issue
 from grpo_identity.checks.frameworks import answer_lengths
 from grpo_identity.checks.measure.infer import probe_batch
 from grpo_identity.checks.report import (
@@ -89,27 +89,8 @@ def _call(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The advantages (n,), coefficients and mask (n × T, T at least the longest answer) of one call; an output
     of another form is :class:`TargetMalformed`, naming what is wrong."""
-    out = target(r, G, L)
-    bad = not_a_gradient(out)  # a target this process calls unchecked (a test's function) has not been told
-    if bad is not None:
-        raise TargetMalformed(bad)
-    arrays = []
-    for key in ("advantages", "coefficients", "mask"):
-        if key not in out:
-            raise TargetMalformed(f"returned a dict without {key!r}, not one of 'advantages', 'coefficients' and "
-                                  f"'mask' (its keys: {', '.join(map(repr, out)) or 'none'})")  # fmt: skip
-        try:
-            arrays.append(np.asarray(out[key], dtype=np.float64))
-        except (TypeError, ValueError) as exc:
-            raise TargetMalformed(f"returned {key!r} as no array of numbers, {exc}") from None
-    A, C, M = arrays[0].reshape(-1), arrays[1], arrays[2]
-    if A.size != r.size or C.ndim != 2 or C.shape[0] != r.size or C.shape[1] < L.max() or M.shape != C.shape:
-        shapes = " · ".join("×".join(map(str, a.shape)) or "a number" for a in arrays)
-        raise TargetMalformed(
-            f"returned shapes {shapes} for advantages · coefficients · mask, not {r.size} · {r.size}×T · {r.size}×T "
-            f"with T ≥ {int(L.max())} (one advantage per answer; answers × tokens)"
-        )
-    return A, C, M
+    out = gradient_arrays(target(r, G, L), r.size, int(L.max()))
+    return out["advantages"], out["coefficients"], out["mask"]
 
 
 def _per_answer(C: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, float]:
@@ -387,6 +368,9 @@ def _split_step(target: Callable[..., Any], ev: _Evidence) -> StepFit:
     t0 = time.perf_counter()
     try:
         result = audit_step(target, info["step"])
+    except TargetMalformed as exc:  # the rest of the audit stands, as where the step raises
+        ev.findings.append(Finding("split_step", f"the optimizer step could not be read: the target {exc}", {}, "note"))
+        return {}
     except TargetError as exc:
         if type(exc) is not TargetError:  # it died or hung: the audit cannot go on with it
             raise

@@ -48,6 +48,8 @@ __all__ = [
     "resolve_reference",
     "output_issue",
     "malformed",
+    "not_a_gradient",
+    "gradient_arrays",
     "reference",
 ]
 
@@ -335,6 +337,43 @@ def not_a_gradient(out: Any) -> str | None:
         return None
     what = "None" if out is None else f"a value of type {type(out).__name__}"
     return f"returned {what}, not a dict of 'advantages', 'coefficients' and 'mask'"
+
+
+def gradient_arrays(out: Any, rows: int, longest: int, per_row: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """A gradient target's output as float64 arrays, each checked: 'advantages' (``rows``,), 'coefficients' and
+    'mask' (``rows`` × T, T ≥ ``longest``), and each key of ``per_row`` (``rows``,: a step's 'step', 'rank' …);
+    :class:`TargetMalformed` names what is wrong.
+
+    >>> gradient_arrays({"advantages": [1.0], "coefficients": [[0.5]], "mask": [[1]]}, 1, 1)["coefficients"]
+    array([[0.5]])
+    >>> gradient_arrays({"advantages": [1.0]}, 1, 1)
+    Traceback (most recent call last):
+    grpo_identity.checks.calls.target.TargetMalformed: returned a dict without 'coefficients', ...
+    """
+    bad = not_a_gradient(out)
+    if bad is not None:
+        raise TargetMalformed(bad)
+    keys = ("advantages", "coefficients", "mask", *per_row)
+    arrays = {}
+    for key in keys:
+        if key not in out:
+            listed = ", ".join(map(repr, out)) or "none"
+            raise TargetMalformed(f"returned a dict without {key!r}, not one of {', '.join(map(repr, keys))} "
+                                  f"(its keys: {listed})")  # fmt: skip
+        try:
+            arrays[key] = np.asarray(to_numpy(out[key]) if _is_tensor(out[key]) else out[key], dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TargetMalformed(f"returned {key!r} as no array of numbers, {exc}") from None
+    C = arrays["coefficients"]
+    ok = C.ndim == 2 and C.shape[0] == rows and C.shape[1] >= longest and arrays["mask"].shape == C.shape
+    if not ok or any(arrays[k].size != rows for k in ("advantages", *per_row)):
+        shapes = " · ".join("×".join(map(str, a.shape)) or "a number" for a in arrays.values())
+        wanted = " · ".join(f"{rows}×T" if k in ("coefficients", "mask") else str(rows) for k in keys)
+        raise TargetMalformed(
+            f"returned shapes {shapes} for {' · '.join(keys)}, not {wanted} with T ≥ {longest} (one value per "
+            "answer; answers × tokens)"
+        )
+    return {k: v.reshape(-1) if k not in ("coefficients", "mask") else v for k, v in arrays.items()}
 
 
 def settle(target: Any, reply: Any) -> Any:

@@ -242,14 +242,16 @@ class StepRun:
 
 def run_layout(target: Callable[..., Any], d: StepDesign, layout: str) -> StepRun:
     """Call the step target for ``layout`` and read its rows."""
+    from grpo_identity.checks.calls.target import gradient_arrays
+
     out = target(d.rewards, d.group_size, d.lengths, d.request(layout))
-    A = np.asarray(out["advantages"], dtype=np.float64).reshape(-1)
-    C = np.asarray(out["coefficients"], dtype=np.float64)
-    M = np.asarray(out["mask"], dtype=np.float64)
+    keys = ("step", "rank", "micro_batch")
+    arrays = gradient_arrays(out, d.rewards.size, int(d.lengths.max()), per_row=keys)
+    A, C, M = arrays["advantages"], arrays["coefficients"], arrays["mask"]
     n_tok = M.sum(1)
     a = (C * M).sum(1) / np.maximum(n_tok, 1)
     scale = max(float(np.abs(a).max()), 1e-30)
-    step, rank, micro = (np.asarray(out[k], dtype=np.int64).reshape(-1) for k in ("step", "rank", "micro_batch"))
+    step, rank, micro = (arrays[k].astype(np.int64) for k in keys)
     never = step < 0
     where = {
         "step": step,

@@ -191,6 +191,30 @@ def test_a_rescaled_split_makes_a_passing_gradient_audit_a_deviation():
     assert any(f.property == "split_invariance" for f in report.findings)
 
 
+@pytest.mark.parametrize(
+    "spoil, said",
+    [
+        (lambda out: out.pop("rank"), "returned a dict without 'rank', not one of 'advantages', 'coefficients'"),
+        (lambda out: out.update(step=out["step"][:3]), "returned shapes 16 · 16×6 · 16×6 · 3 · 16 · 16 for advantages"),
+        (lambda out: out.update(micro_batch="first"), "returned 'micro_batch' as no array of numbers"),
+    ],
+)
+def test_a_step_output_of_the_wrong_form_is_a_note_that_says_what_is_wrong_and_the_rest_stands(spoil, said):
+    inner = _gradient_target(scope="constant")
+
+    def fn(r, G, L, request=None):
+        out = inner(r, G, L, request)
+        if request is not None:
+            spoil(out)
+        return out
+
+    fn.grpo_identity_info = inner.grpo_identity_info
+    report = audit_gradient(fn, sizes=(4,))
+    assert report.inferred.step == {} and report.inferred.per_sample_weight == "constant"
+    notes = [f for f in report.findings if f.property == "split_step"]
+    assert [f.severity for f in notes] == ["note"] and said in notes[0].message, notes
+
+
 def test_a_target_without_step_geometry_has_no_step_section():
     def fn(r, G, L):
         return S.micro_batch_mean(r, G, L, {"layout": "unsplit", "holes": [0] * len(r)}, scope="constant")
