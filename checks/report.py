@@ -478,6 +478,8 @@ def _head(r: Report) -> list[str]:
     expected = r.expected or "any preset"
     lines = [head, f"verdict: {r.verdict.upper()}   matches: {r.matches or '-'}   expected: {expected}"]
     lines += _driver_lines(r.target_info.get("driver_settings") or {})
+    if r.target_info.get("stand_ins"):  # what the framework imports or runs that the driver stood in for
+        lines.append("stood in: " + ", ".join(map(str, r.target_info["stand_ins"])))
     call = r.target_info.get("call")
     if call:
         lines.append(f"called as: {call.get('call')}, rewards as {call.get('input')} {call.get('reward_dtype')}")

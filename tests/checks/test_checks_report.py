@@ -120,7 +120,16 @@ def test_the_head_lists_what_the_driver_forced_and_the_defaults_it_chose_for_any
     )
     assert "ignored (keys of the framework's script, not of its trainer): model_name_or_path" in lines
     r.target_info = {"framework": "areal", "driver_settings": {"forced": {}, "defaults": {}, "ignored": [], "note": ""}}
-    assert not [ln for ln in r.format().splitlines() if ln.startswith(("driver", "ignored"))]
+    assert not [ln for ln in r.format().splitlines() if ln.startswith(("driver", "ignored", "stood in"))]
+
+
+def test_the_head_names_what_the_driver_stood_in_for():
+    fit = AdvantageFit(centre="mean", scale="none")
+    r = Report("openrlhf", "advantage", "advantage", "pass", "dr_grpo", None, fit, [])
+    r.target_info = {"framework": "openrlhf", "stand_ins": ["flash_attn", "vllm"]}
+    assert "stood in: flash_attn, vllm" in r.format().splitlines()
+    r.target_info = {"framework": "openrlhf", "stand_ins": []}
+    assert "stood in" not in r.format()
 
 
 def test_every_fit_describes_itself_in_a_few_words():
