@@ -27,7 +27,7 @@ from grpo_identity.trainer.lm.identity import (  # noqa: E402
 from grpo_identity.trainer.lm.loss import kl_k3, sample_weights  # noqa: E402
 from grpo_identity.trainer.lm.model import build_model, sample, token_logprobs  # noqa: E402
 from grpo_identity.trainer.lm.task import EOS, PAD, AdditionTask  # noqa: E402
-from grpo_identity.trainer.lm.train import run_lm, train_mode, warmup  # noqa: E402
+from grpo_identity.trainer.lm.train import Learner, run_lm, train_mode, warmup  # noqa: E402
 
 G = 8
 #: a tiny, fast configuration: 1-digit addition, short warm-up, few steps
@@ -187,7 +187,7 @@ def test_smoke_run_changes_every_trainable_parameter(model_name):
     eval_set = task.sample(8, np.random.default_rng(1))
     warmup(model, task, cfg, np.random.default_rng(0), device, False)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    res = train_mode("dapo", model, None, base, cfg, task, eval_set, device, False)
+    res = train_mode("dapo", Learner(model, None, cfg, task, device, False), base, eval_set)
     assert sum(s["n_groups"] for s in res["steps"]) > 0
     unchanged = [n for n, p in model.named_parameters() if p.requires_grad and torch.equal(p.detach(), base[n])]
     assert unchanged == []
@@ -294,7 +294,9 @@ def _one_step(mode: str = "grpo"):
     device = torch.device("cpu")
     warmup(model, task, cfg, np.random.default_rng(0), device, False)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    res = train_mode(mode, model, None, base, cfg, task, task.sample(4, np.random.default_rng(1)), device, False)
+    res = train_mode(
+        mode, Learner(model, None, cfg, task, device, False), base, task.sample(4, np.random.default_rng(1))
+    )
     checked = [g for g in res["groups"] if "rel_err" in g]
     assert len(checked) >= 2  # the step had non-silent groups to check
     return checked
@@ -470,19 +472,9 @@ def test_metrics_are_written_one_line_per_step_as_the_run_goes():
     model = build_model(cfg, task.vocab_size, task.prompt_len + task.max_answer_len)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
     sink, seen = io.StringIO(), []
-    train_mode(
-        "grpo",
-        model,
-        None,
-        base,
-        cfg,
-        task,
-        task.sample(4, np.random.default_rng(1)),
-        torch.device("cpu"),
-        False,
-        sink,
-        tick=lambda: seen.append(len(sink.getvalue().splitlines())),
-    )
+    learner = Learner(model, None, cfg, task, torch.device("cpu"), False)
+    eval_set = task.sample(4, np.random.default_rng(1))
+    train_mode("grpo", learner, base, eval_set, sink, tick=lambda: seen.append(len(sink.getvalue().splitlines())))
     assert seen == [1, 2, 3]
     assert [json.loads(x)["step"] for x in sink.getvalue().splitlines()] == [0, 1, 2]
 

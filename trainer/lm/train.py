@@ -56,7 +56,7 @@ from grpo_identity.trainer.lm.projected import projected_check, projected_scores
 from grpo_identity.trainer.lm.rollout import rollout
 from grpo_identity.trainer.lm.task import DigitTask, Problems, make_task
 
-__all__ = ["run_lm", "train_mode", "warmup", "evaluate", "RunEnv", "setup_run", "warm_phase"]
+__all__ = ["run_lm", "train_mode", "Learner", "warmup", "evaluate", "RunEnv", "setup_run", "warm_phase"]
 
 #: the exponent of σ in c(k, G) for each mode: ‖g‖ ∝ σ^e·‖s̄₊ − s̄₋‖
 COEF_EXPONENT = {"grpo": 1, "dr_grpo": 2, "dapo": 1}
@@ -109,6 +109,30 @@ def evaluate(model: nn.Module, task: DigitTask, problems: Problems, device: torc
     return {"acc": float(r.mean()), "acc_by_level": by}
 
 
+@dataclass(frozen=True)
+class Learner:
+    """What every step of a mode reads and none replaces: the policy (trained in place), its frozen KL
+    reference (or None), the run's config, the task, the device and whether bf16 autocast is on."""
+
+    model: nn.Module
+    ref: nn.Module | None
+    cfg: LMConfig
+    task: DigitTask
+    device: torch.device
+    amp: bool
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One step's rollouts with what the loss reads of them: advantages, per-sample weights (n·G,) and the KL
+    reference's log-probs (None without KL)."""
+
+    ro: Any
+    adv: torch.Tensor
+    w: torch.Tensor
+    ref_logp: torch.Tensor | None
+
+
 @dataclass
 class _ModeRun:
     """What one mode carries from step to step: its dial, aggregation, optimiser and random streams."""
@@ -134,24 +158,19 @@ def _start_mode(mode: str, model: nn.Module, cfg: LMConfig, device: torch.device
 
 def train_mode(
     mode: str,
-    model: nn.Module,
-    ref: nn.Module | None,
+    learner: Learner,
     base: dict[str, torch.Tensor],
-    cfg: LMConfig,
-    task: DigitTask,
     eval_set: Problems,
-    device: torch.device,
-    amp: bool,
     sink: TextIO | None = None,
     tick: Callable[[], None] = lambda: None,
     deadline: float = math.inf,
 ) -> dict[str, Any]:
     """Train one mode from the weights ``base``; return its per-step and per-group records and evals.
 
-    ``model`` is trained in place; ``ref`` is the frozen KL reference (or None); ``sink`` receives
-    one JSON line per step; ``tick`` is called once per step; past ``deadline`` (a
-    ``time.perf_counter()`` value) the mode stops after its current step.
+    ``learner.model`` is trained in place; ``sink`` receives one JSON line per step; ``tick`` is called once per
+    step; past ``deadline`` (a ``time.perf_counter()`` value) the mode stops after its current step.
     """
+    model, cfg, task, device, amp = learner.model, learner.cfg, learner.task, learner.device, learner.amp
     model.load_state_dict(base)
     run = _start_mode(mode, model, cfg, device)
     steps: list[dict[str, Any]] = []
@@ -181,7 +200,7 @@ def train_mode(
             _write(sink, rec)
             tick()
             continue
-        step_groups = _learn(run, model, ref, ro, cfg, task, device, amp, step, rec)
+        step_groups = _learn(run, learner, ro, step, rec)
         last = step + 1 == cfg.steps or time.perf_counter() > deadline
         if (step + 1) % cfg.eval_every == 0 or last:
             ev = {"step": step + 1, "samples": samples_total, **evaluate(model, task, eval_set, device, amp)}
@@ -219,43 +238,33 @@ def _step_record(mode: str, step: int, ro: Any, samples_total: int) -> dict[str,
     }
 
 
-def _learn(
-    run: _ModeRun,
-    model: nn.Module,
-    ref: nn.Module | None,
-    ro: Any,
-    cfg: LMConfig,
-    task: DigitTask,
-    device: torch.device,
-    amp: bool,
-    step: int,
-    rec: dict[str, Any],
-) -> list[dict[str, Any]]:
+def _learn(run: _ModeRun, learner: Learner, ro: Any, step: int, rec: dict[str, Any]) -> list[dict[str, Any]]:
     """One batch of rollouts: advantages, the first (checked or batched) step, the PPO epochs.
 
     Adds the step's measurements to ``rec``; returns the per-group records of a checked step.
     """
-    G, P, n = cfg.group_size, task.prompt_len, len(ro.levels)
+    cfg, task, ref = learner.cfg, learner.task, learner.ref
+    G, n = cfg.group_size, len(ro.levels)
     adv = advantages(ro.rewards, G, run.dial)  # (n·G,)
     w = sample_weights(
         ro.lengths, run.aggregation, n_groups=n, group_size=G, max_new_tokens=task.max_answer_len
     )  # (n·G,)
-    ref_logp = _frozen_logp(ref, ro.seqs, P, device, amp) if ref is not None and cfg.kl_coef > 0 else None
+    batch = _Batch(ro, adv, w, _frozen_logp(learner, ref, ro.seqs) if ref is not None and cfg.kl_coef > 0 else None)
     # π_old for the PPO epochs, in the precision those epochs use
-    old_logp = _frozen_logp(model, ro.seqs, P, device, amp) if cfg.inner_steps > 1 else None
+    old_logp = _frozen_logp(learner, learner.model, ro.seqs) if cfg.inner_steps > 1 else None
     run.opt.zero_grad(set_to_none=True)
     step_groups: list[dict[str, Any]] = []
     if step % cfg.check_every == 0:
         rec["checked"] = True
-        step_groups = _checked_gradient(run, model, ro, adv, w, ref_logp, cfg, P, step, rec)
+        step_groups = _checked_gradient(run, learner, batch, step, rec)
     else:
-        _batch_loss(model, ro, adv, w, None, ref_logp, cfg, P, n, device, amp)[0].backward()
+        _batch_loss(learner, batch, None)[0].backward()
     run.opt.step()
     clip_fracs = []
     for _ in range(cfg.inner_steps - 1):  # PPO epochs on the same rollouts: now the ratio moves
         assert old_logp is not None
         run.opt.zero_grad(set_to_none=True)
-        loss, logp = _batch_loss(model, ro, adv, w, old_logp, ref_logp, cfg, P, n, device, amp)
+        loss, logp = _batch_loss(learner, batch, old_logp)
         ratio = torch.exp(logp.detach() - old_logp)
         clipped = ((ratio < 1 - cfg.clip_low) | (ratio > 1 + cfg.clip_high)).float()
         clip_fracs.append(float((clipped * ro.mask).sum() / ro.mask.sum()))
@@ -273,43 +282,30 @@ def _learn(
     return step_groups
 
 
-def _frozen_logp(
-    model: nn.Module, seqs: torch.Tensor, prompt_len: int, device: torch.device, amp: bool
-) -> torch.Tensor:
-    """Detached per-token log-probs (N, T) under the batched forward's precision."""
-    with torch.no_grad(), autocast(device, amp):
-        return token_logprobs(model, seqs, prompt_len)
+def _frozen_logp(learner: Learner, model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:
+    """Detached per-token log-probs (N, T) of ``model`` under the batched forward's precision."""
+    with torch.no_grad(), autocast(learner.device, learner.amp):
+        return token_logprobs(model, seqs, learner.task.prompt_len)
 
 
-def _batch_loss(
-    model: nn.Module,
-    ro: Any,
-    adv: torch.Tensor,
-    w: torch.Tensor,
-    old_logp: torch.Tensor | None,
-    ref_logp: torch.Tensor | None,
-    cfg: LMConfig,
-    prompt_len: int,
-    n: int,
-    device: torch.device,
-    amp: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _batch_loss(learner: Learner, batch: _Batch, old_logp: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch loss L (policy gradient + KL, mean over the n groups) and its log-probs (N, T).
 
     ``old_logp`` None means π_old = π_θ (the on-policy first step, ratio 1).
     """
-    with autocast(device, amp):
-        logp = token_logprobs(model, ro.seqs, prompt_len)  # (n·G, T)
+    cfg, ro, n = learner.cfg, batch.ro, len(batch.ro.levels)
+    with autocast(learner.device, learner.amp):
+        logp = token_logprobs(learner.model, ro.seqs, learner.task.prompt_len)  # (n·G, T)
     pg, kl = rl_loss(
         logp,
         logp.detach() if old_logp is None else old_logp,
-        adv,
+        batch.adv,
         ro.mask,
-        w,
+        batch.w,
         cfg.group_size,
         clip_low=cfg.clip_low,
         clip_high=cfg.clip_high,
-        ref_logp=ref_logp,
+        ref_logp=batch.ref_logp,
         kl_coef=cfg.kl_coef,
     )
     loss = pg / n
@@ -319,21 +315,13 @@ def _batch_loss(
 
 
 def _checked_gradient(
-    run: _ModeRun,
-    model: nn.Module,
-    ro: Any,
-    adv: torch.Tensor,
-    w: torch.Tensor,
-    ref_logp: torch.Tensor | None,
-    cfg: LMConfig,
-    prompt_len: int,
-    step: int,
-    rec: dict[str, Any],
+    run: _ModeRun, learner: Learner, batch: _Batch, step: int, rec: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Each group's gradient in fp32 on its own, checked; their mean becomes the parameters' .grad.
 
     The mean of the groups' gradients is exactly the gradient of the batch loss.
     """
+    cfg, ro, adv, w, ref_logp = learner.cfg, batch.ro, batch.adv, batch.w, batch.ref_logp
     G, n = cfg.group_size, len(ro.levels)
     acc = [torch.zeros_like(p) for p in run.params]
     kl_acc = [torch.zeros_like(p) for p in run.params] if ref_logp is not None else None
@@ -349,12 +337,12 @@ def _checked_gradient(
     for j in range(n):
         sl = slice(j * G, (j + 1) * G)
         pg, kl, _ = group_gradient(
-            model,
+            learner.model,
             ro.seqs[sl],
             ro.mask[sl],
             w[sl],
             adv[sl],
-            prompt_len=prompt_len,
+            prompt_len=learner.task.prompt_len,
             group_size=G,
             clip_low=cfg.clip_low,
             clip_high=cfg.clip_high,
@@ -367,11 +355,8 @@ def _checked_gradient(
             for a, gk in zip(kl_acc, kl):
                 a.add_(gk, alpha=1.0 / n)
         checks_left = cfg.check_groups == 0 or sum("rel_err" in gr for gr in step_groups) < cfg.check_groups
-        step_groups.append(
-            _group_record(
-                model, ro, j, -flatten(pg), adv[sl], w[sl], run.dial, cfg, prompt_len, step, checks_left, dirs
-            )
-        )
+        check = (True if dirs is None else dirs) if checks_left else None
+        step_groups.append(_group_record(run, learner, batch, j, -flatten(pg), step, check))
     for p, a in zip(run.params, acc):
         p.grad = a
     if kl_acc is not None:
@@ -383,28 +368,18 @@ def _checked_gradient(
 
 
 def _group_record(
-    model: nn.Module,
-    ro: Any,
-    j: int,
-    g: torch.Tensor,
-    adv: torch.Tensor,
-    w: torch.Tensor,
-    dial: Any,
-    cfg: LMConfig,
-    prompt_len: int,
-    step: int,
-    check: bool,
-    dirs: torch.Tensor | None = None,
+    run: _ModeRun, learner: Learner, batch: _Batch, j: int, g: torch.Tensor, step: int, check: Any
 ) -> dict[str, Any]:
-    """One group's record; a non-silent group is checked against its per-sample scores when ``check``.
+    """Group ``j``'s record; a non-silent group is checked against its per-sample scores unless ``check`` is None.
 
-    ``g`` (D,) is the group's ascent direction −∇ℓ_group.  With directions ``dirs`` (K, D) the
-    check runs on projections (:mod:`.projected`; ``gap_norm`` and ``noise_share`` are then those
-    of the projected vectors), else on the exact per-sample scores.
+    ``g`` (D,) is the group's ascent direction −∇ℓ_group.  ``check`` True: on the exact per-sample scores;
+    directions (K, D): on projections (:mod:`.projected`; ``gap_norm`` and ``noise_share`` are then those of the
+    projected vectors); None: not checked (its σ from the closed form).
     """
-    G = cfg.group_size
+    G, model, prompt_len, dial = learner.cfg.group_size, learner.model, learner.task.prompt_len, run.dial
+    ro = batch.ro
     sl = slice(j * G, (j + 1) * G)
-    r = ro.rewards[sl]
+    r, adv, w = ro.rewards[sl], batch.adv[sl], batch.w[sl]
     k = int(r.sum())
     grec: dict[str, Any] = {
         "step": step,
@@ -416,14 +391,13 @@ def _group_record(
     }
     if k in (0, G):
         grec["sigma"] = 0.0
-    elif check:
-        if dirs is None:
+    elif check is not None:
+        if check is True:
             scores = per_sample_scores(model, ro.seqs[sl], ro.mask[sl], w, prompt_len=prompt_len)  # (G, D)
             chk = check_identity(g, scores, r, adv, dial)
         else:
-            chk = projected_check(
-                g, dirs, projected_scores(model, ro.seqs[sl], ro.mask[sl], w, dirs, prompt_len=prompt_len), r, adv, dial
-            )
+            scores = projected_scores(model, ro.seqs[sl], ro.mask[sl], w, check, prompt_len=prompt_len)
+            chk = projected_check(g, check, scores, r, adv, dial)
         grec.update(
             sigma=chk.sigma,
             coef=chk.coef,
@@ -595,20 +569,8 @@ def run_lm(
                 if config.time_budget > 0
                 else math.inf
             )
-            results[m] = train_mode(
-                m,
-                env.model,
-                ref,
-                base,
-                config,
-                env.task,
-                env.eval_set,
-                env.device,
-                env.amp,
-                sink,
-                tick,
-                time.perf_counter() + share,
-            )
+            learner = Learner(env.model, ref, config, env.task, env.device, env.amp)
+            results[m] = train_mode(m, learner, base, env.eval_set, sink, tick, time.perf_counter() + share)
     finally:
         if bar is not None:
             bar.close()
