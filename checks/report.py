@@ -73,7 +73,11 @@ WEIGHTS = {
     "1/(length·rank_rows)": "an answer weighs 1/(|yᵢ|·answers on its rank)",
 }
 #: target_info keys the report's first line shows
-_INFO_KEYS = ("framework", "version", "entry", "estimator", "preset", "loss_type", "loss_agg_mode", "options")
+#: (the drivers name the estimator 'estimator' and the loss by its framework's own key)
+_INFO_KEYS = (
+    "framework", "version", "entry", "estimator", "preset", "scale_rewards", "loss_type", "loss_agg_mode",
+    "loss_reduction", "options",
+)  # fmt: skip
 #: counterexample keys a finding's second line shows, in this order
 _EXAMPLE_KEYS = ("group_size", "n_groups", "k", "group", "group_rewards", "group_output", "rewards", "values")
 

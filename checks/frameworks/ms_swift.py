@@ -394,7 +394,7 @@ class SwiftTarget(Built):
         args = self.trainer.args
         self.layout.check(args)
         details = {
-            "advantage_estimator": str(getattr(args, "advantage_estimator", "grpo")),
+            "estimator": str(getattr(args, "advantage_estimator", "grpo")),
             "scale_rewards": str(getattr(args, "scale_rewards", "")),
             "loss_type": str(args.loss_type),
             "beta": float(args.beta),

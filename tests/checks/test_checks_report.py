@@ -151,3 +151,21 @@ def test_asking_for_the_old_inferred_record_names_what_replaced_it():
         from grpo_identity.checks import Inferred  # noqa: F401
     with pytest.raises(AttributeError, match="has no attribute 'Nothing'"):
         checks.Nothing  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "info, shown",
+    [
+        ({"framework": "trl", "scale_rewards": "group", "loss_type": "dapo", "mixed_precision": "no"},
+         "framework trl, scale_rewards group, loss_type dapo"),
+        ({"framework": "skyrl", "estimator": "grpo", "grpo_norm_by_std": True, "loss_reduction": "token_mean"},
+         "framework skyrl, estimator grpo, loss_reduction token_mean"),
+        ({"framework": "ms-swift", "estimator": "grpo", "scale_rewards": "none", "loss_type": "dr_grpo", "beta": 0.04},
+         "framework ms-swift, estimator grpo, scale_rewards none, loss_type dr_grpo"),
+    ],
+)  # fmt: skip
+def test_the_head_names_each_frameworks_estimator_and_loss_setting(info, shown):
+    fit = AdvantageFit(centre="mean", scale="none")
+    r = Report("x", "advantage", "advantage", "pass", "dr_grpo", None, fit, [])
+    r.target_info = info
+    assert r.format().splitlines()[0] == f"audit of x ({shown}), level advantage, kind advantage"
