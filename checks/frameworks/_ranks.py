@@ -7,7 +7,7 @@ must meet real values from every rank.
 :class:`ProcessRanks` runs ``fn(rank)`` in real processes, one per rank: each a fork of this one (so it
 holds the framework already imported and the step's state as built), a member of one
 ``torch.distributed`` gloo group on the loopback, whose collectives are torch's own.  ``fn``'s result
-comes back pickled; a rank's error is raised in the caller, its type kept.  Used by all five drivers
+comes back pickled; a rank's error is raised in the caller, its type kept.  Used by every driver
 (TRL's ranks also get the environment ``accelerate launch`` gives a rank).  A fork costs milliseconds;
 what a rank imported the caller then imports too (the framework's lazy imports), so that the next fork
 starts warm.

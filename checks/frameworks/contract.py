@@ -54,8 +54,8 @@ __all__ = [
     "per_row",
 ]
 
-#: how a step's data-parallel ranks ran: one rank, real processes (all five drivers), or emulated (a driver whose
-#: framework's rank path cannot run on a CPU: :attr:`StepPlan.emulated`; none of the five now)
+#: how a step's data-parallel ranks ran: one rank, real processes (every driver), or emulated (a driver whose
+#: framework's rank path cannot run on a CPU: :attr:`StepPlan.emulated`; none now)
 RANKS = ("one", "emulated", "processes")
 
 
