@@ -10,20 +10,11 @@ LOCKPY := scripts/lock.py
 SOURCES := grpo_identity checks proofs trainer
 STAMP  := $(VENV)/.installed
 # the real frameworks the checks audit in CI (tests marked `frameworks`) are in the lock, from pyproject's
-# `frameworks` extra (pip install 'grpo-identity[frameworks]'), at the releases a test checks these agree with.
-# Other releases: `grpo-identity audit trl --release 0.22.0` (an environment of its own, checks/calls/releases.py).
-TRL_VERSION  := 1.16.0
-VERL_VERSION := 0.9.1
-# AReaL is audited in its release environment only (grpo-identity audit areal --release 1.0.4), never in .venv
-AREAL_VERSION := 1.0.4
-# OpenRLHF requires flash-attn (CUDA) and is never installed here: it is audited from its release
-# environment (`grpo-identity audit openrlhf --release $(OPENRLHF_VERSION) --set …`, checks/calls/releases.py)
-OPENRLHF_VERSION := 0.11.2
-# SkyRL likewise (its trainer extra requires flash-attn): `grpo-identity audit skyrl --release $(SKYRL_VERSION)`
-SKYRL_VERSION := 0.3.0
-# ms-swift likewise (its declared requirements allow a trl its trainer refuses):
-# `grpo-identity audit ms-swift --release $(MS_SWIFT_VERSION)`
-MS_SWIFT_VERSION := 4.6.0
+# `frameworks` extra (pip install 'grpo-identity[frameworks]'): TRL and verl, at the releases their registry rows
+# name as tested (`tested` in checks/frameworks/registry.py, the one place a framework is registered). AReaL,
+# OpenRLHF, SkyRL and ms-swift are never installed in .venv (flash-attn, or requirements their trainers refuse):
+# each is audited from an environment of its release (`grpo-identity audit openrlhf --release 0.11.2 --set …`,
+# checks/calls/releases.py), as are other releases of TRL and verl (`grpo-identity audit trl --release 0.22.0`).
 TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out
 

@@ -1,4 +1,4 @@
-"""The built-in targets (``checks.calls.adapters``): the tested versions the Makefile pins, which names
+"""The built-in targets (``checks.calls.adapters``): the tested versions, written once (the registry), which names
 are adapters (a framework, or a preset named like one), and a framework API a driver does not
 know as an ``AdapterError`` naming the release."""
 
@@ -16,13 +16,13 @@ from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError, FrameworkS
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_makefile_pins_the_versions_the_adapters_were_tested_with():
+def test_the_makefile_keeps_no_second_copy_of_a_frameworks_tested_release():
+    """The registry's rows are the one place (the lock is checked against them in tests/scripts/test_lock.py)."""
     text = (ROOT / "Makefile").read_text()
-    pins = {
-        name: re.search(rf"^{name.upper().replace('-', '_')}_VERSION\s*:=\s*(\S+)", text, re.M).group(1)
-        for name in adapters.TESTED_VERSIONS
-    }
-    assert pins == adapters.TESTED_VERSIONS
+    copies = [
+        n for n in adapters.TESTED_VERSIONS if re.search(rf"^{n.upper().replace('-', '_')}_VERSION\s*:=", text, re.M)
+    ]
+    assert copies == []
 
 
 def test_areal_is_a_framework_with_a_tested_release():
