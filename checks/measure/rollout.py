@@ -233,9 +233,7 @@ def audit_rollout(
     weights = [estimator_weights(judge, b.x, b.M, cap, low) for b in batches] if checked else []
     out["identity_estimator"] = judge if checked else None
     out["identity"] = _identity(batches, corrected, weights, np.random.default_rng(seed)) if checked else []
-    out["identity_holds"] = (
-        all(row["residual"] <= TOL and abs(row["ratio"] - 1) <= TOL for row in out["identity"]) if checked else None
-    )
+    out["identity_holds"] = not any(map(_off, out["identity"])) if checked else None
     out["mismatch"] = {"seed": seed, "scale": MISMATCH, "group_sizes": list(sizes)}
     out["settings"] = dict(settings)
     out["seconds"] = round(time.perf_counter() - t0, 2)
@@ -473,13 +471,18 @@ def _findings(out: dict[str, Any]) -> list[Finding]:
         )
         found.append(Finding("rollout_support_truncated", message, {"weights": [lo, hi]}))
     if out["identity_holds"] is False:
-        bad = [row for row in out["identity"] if row["residual"] > TOL or abs(row["ratio"] - 1) > TOL][0]
+        bad = next(filter(_off, out["identity"]))
         message = (
             f"with the rollout correction the update is not c·(s̃̄₊ − s̃̄₋) with the uncorrected c and ω-weighted scores: "
             f"at G={bad['G']}, k={bad['k']} c is {bad['ratio']:.6g}× it, residual {bad['residual']:.3g}"
         )
         found.append(Finding("identity_three_policy", message, {"group_size": bad["G"], "k": bad["k"]}))
     return found
+
+
+def _off(row: dict[str, Any]) -> bool:
+    """Whether a row of the identity's check fails it: a residual or a ratio off by more than TOL, or not a number."""
+    return not (row["residual"] <= TOL and abs(row["ratio"] - 1) <= TOL)
 
 
 # --- a reference target, for tests and the docs -------------------------------------------------------------

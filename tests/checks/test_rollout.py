@@ -144,6 +144,19 @@ def test_a_target_whose_three_policy_step_is_malformed_gets_a_note():
     assert {f.property: f.severity for f in report.findings}.get("three_policy") == "note"
 
 
+def test_a_corrected_step_of_nan_coefficients_fails_the_identity_and_names_where():
+    def nan_when_corrected(r, G, L, request=None):
+        out = numpy_rollout_target(r, G, L, request)
+        if ((request or {}).get("rollout") or {}).get("correct"):
+            out["coefficients"] = out["coefficients"] * np.nan
+        return out
+
+    out, findings = audit_rollout(nan_when_corrected, {"estimator": "token_truncate", "cap": 2.0})
+    assert out["identity_holds"] is False
+    found = [f for f in findings if f.property == "identity_three_policy"]
+    assert found and "c is nan× it" in found[0].message and found[0].counterexample["group_size"] >= 2
+
+
 def test_a_cap_below_one_that_the_configuration_sets_is_a_deviation_not_a_shift():
     out, found = _audit("token_truncate", cap=0.5)  # documented: cap 0.5, so every equal token weighs 0.5
     assert (out["on_policy_weight_one"], out["on_policy_as_configured"], out["shift"]) == (False, True, None)
