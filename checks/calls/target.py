@@ -342,7 +342,7 @@ def not_a_gradient(out: Any) -> str | None:
 def gradient_arrays(out: Any, rows: int, longest: int, per_row: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """A gradient target's output as float64 arrays, each checked: 'advantages' (``rows``,), 'coefficients' and
     'mask' (``rows`` × T, T ≥ ``longest``), and each key of ``per_row`` (``rows``,: a step's 'step', 'rank' …);
-    :class:`TargetMalformed` names what is wrong.
+    the advantages, the mask and the coefficients inside it finite; :class:`TargetMalformed` names what is wrong.
 
     >>> gradient_arrays({"advantages": [1.0], "coefficients": [[0.5]], "mask": [[1]]}, 1, 1)["coefficients"]
     array([[0.5]])
@@ -372,6 +372,13 @@ def gradient_arrays(out: Any, rows: int, longest: int, per_row: tuple[str, ...] 
         raise TargetMalformed(
             f"returned shapes {shapes} for {' · '.join(keys)}, not {wanted} with T ≥ {longest} (one value per "
             "answer; answers × tokens)"
+        )
+    live = arrays["mask"] != 0
+    non_finite = int((~np.isfinite(arrays["advantages"])).sum()), int((~np.isfinite(C) & live).sum())
+    if any(non_finite) or not np.all(np.isfinite(arrays["mask"])):
+        raise TargetMalformed(
+            f"returned NaN or inf: {non_finite[0]} of its advantages and {non_finite[1]} coefficients of tokens "
+            "inside the mask (a step with them moves every parameter to NaN)"
         )
     return {k: v.reshape(-1) if k not in ("coefficients", "mask") else v for k, v in arrays.items()}
 

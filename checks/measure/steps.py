@@ -245,17 +245,17 @@ def run_layout(target: Callable[..., Any], d: StepDesign, layout: str) -> StepRu
     from grpo_identity.checks.calls.target import gradient_arrays
 
     out = target(d.rewards, d.group_size, d.lengths, d.request(layout))
-    keys = ("step", "rank", "micro_batch")
+    keys = ("step", "rank", "micro_batch", *(("generation",) if isinstance(out, dict) and "generation" in out else ()))
     arrays = gradient_arrays(out, d.rewards.size, int(d.lengths.max()), per_row=keys)
     A, C, M = arrays["advantages"], arrays["coefficients"], arrays["mask"]
     n_tok = M.sum(1)
     a = (C * M).sum(1) / np.maximum(n_tok, 1)
     scale = max(float(np.abs(a).max()), 1e-30)
-    step, rank, micro = (arrays[k].astype(np.int64) for k in keys)
+    step, rank, micro = _row_ids(arrays, d.rewards.size)
     never = step < 0
     where = {
         "step": step,
-        "generation": np.asarray(out.get("generation", d.generation), dtype=np.int64).reshape(-1),
+        "generation": arrays["generation"].astype(np.int64) if "generation" in arrays else d.generation,
         "rank": np.where(never, -1, step * 1000 + rank),
         "micro_batch": np.where(never, -1, (step * 1000 + rank) * 100000 + micro),
     }
@@ -263,6 +263,32 @@ def run_layout(target: Callable[..., Any], d: StepDesign, layout: str) -> StepRu
     live = (A != 0) & (n_tok > 0) & trained
     masked = np.where(d.truncated & (n_tok == 0), d.lengths, d.holes)  # a truncated answer masked whole, else holes
     return StepRun(layout, A, a, n_tok, n_tok + masked, live, where, trained, int(C.shape[1]) if C.ndim == 2 else 0)
+
+
+#: the bounds of a step output's row ids: optimizer steps from -1 (never trained on); for a row trained on, ranks below
+#: 1000, micro-batches below 100,000 (a row's micro-batch key is (step·1000 + rank)·100,000 + micro), generation
+#: batches from 0
+_ID_BOUNDS = {"step": (-1, None), "rank": (0, 1000), "micro_batch": (0, 100_000), "generation": (0, None)}
+
+
+def _row_ids(arrays: dict[str, np.ndarray], rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The step, rank and micro-batch of every row, checked: whole numbers within :data:`_ID_BOUNDS` (a step or a
+    generation batch below the rows' number; ranks, micro-batches and generations of the rows trained on), at
+    least one row trained on; else :class:`TargetMalformed`."""
+    from grpo_identity.checks.calls.target import TargetMalformed
+
+    trained = arrays["step"] >= 0
+    for key, (low, high) in _ID_BOUNDS.items():
+        if key not in arrays:
+            continue
+        ids = arrays[key] if key == "step" else arrays[key][trained]
+        top = rows if high is None else high
+        if not (np.all(np.isfinite(ids)) and np.all(ids == np.round(ids)) and np.all((ids >= low) & (ids < top))):
+            raise TargetMalformed(f"returned {key!r} ids that are not whole numbers from {low} to {top - 1}, not row "
+                                  f"ids a step can hold (got {ids.min():g} … {ids.max():g})")  # fmt: skip
+        if key == "step" and not np.any(trained):
+            raise TargetMalformed("returned 'step' -1 for every answer, no answer trained on: no step to measure")
+    return tuple(arrays[k].astype(np.int64) for k in ("step", "rank", "micro_batch"))  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -298,6 +298,11 @@ def no_mask(rewards, G, lengths=None):
 def text(rewards, G, lengths=None):
     return {**_ok(rewards, lengths), "coefficients": "abc"}
 
+def nan_token(rewards, G, lengths=None):
+    out = _ok(rewards, lengths)
+    out["coefficients"][0, 0] = np.nan
+    return out
+
 def too_short(rewards, G, lengths=None):
     out = _ok(rewards, lengths)
     return {**out, "coefficients": out["coefficients"][:, :2], "mask": out["mask"][:, :2]}
@@ -310,6 +315,7 @@ def too_short(rewards, G, lengths=None):
         ("array", "returned a value of type ndarray on the gradient probes, not a dict of 'advantages'"),
         ("no_mask", "returned a dict without 'mask' on the gradient probes"),
         ("text", "returned 'coefficients' as no array of numbers on the gradient probes, could not convert"),
+        ("nan_token", "returned NaN or inf: 0 of its advantages and 1 coefficients of tokens inside the mask"),
         ("too_short", "returned shapes 10 · 10×2 · 10×2 for advantages · coefficients · mask on the gradient probes"),
     ],
 )

@@ -197,6 +197,13 @@ def test_a_rescaled_split_makes_a_passing_gradient_audit_a_deviation():
         (lambda out: out.pop("rank"), "returned a dict without 'rank', not one of 'advantages', 'coefficients'"),
         (lambda out: out.update(step=out["step"][:3]), "returned shapes 16 · 16×6 · 16×6 · 3 · 16 · 16 for advantages"),
         (lambda out: out.update(micro_batch="first"), "returned 'micro_batch' as no array of numbers"),
+        (lambda out: out.update(coefficients=out["coefficients"] * np.nan), "returned NaN or inf: 0 of its advantages"),
+        (lambda out: out.update(step=out["step"] * 0 - 1), "returned 'step' -1 for every answer"),
+        (lambda out: out.update(step=out["step"] + 0.5), "returned 'step' ids that are not whole numbers from -1"),
+        (lambda out: out.update(step=[None] * len(out["step"])), "got nan … nan"),
+        (lambda out: out.update(rank=out["rank"] - 7), "returned 'rank' ids that are not whole numbers from 0 to 999"),
+        (lambda out: out.update(micro_batch=out["micro_batch"] + 2**62), "'micro_batch' ids that are not whole"),
+        (lambda out: out.update(generation=out["step"] * 0 - 5), "returned 'generation' ids"),
     ],
 )
 def test_a_step_output_of_the_wrong_form_is_a_note_that_says_what_is_wrong_and_the_rest_stands(spoil, said):
