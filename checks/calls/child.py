@@ -45,6 +45,7 @@ from grpo_identity.checks.calls.target import (
     TargetTimeout,
     call_once,
     called_as_written,
+    declared_info,
     last_line,
     load_target,
     reference,
@@ -152,7 +153,7 @@ class _Channel:
             fn = (
                 resolve_reference(msg.payload) if isinstance(msg.payload, tuple) else load_target(msg.payload, msg.kind)
             )
-            info = dict(getattr(fn, "grpo_identity_info", {}) or {})
+            info = declared_info(fn)
             self.fn = called_as_written(fn, msg.calling, info)
         except (TargetImportError, ValueError) as exc:
             return M.LoadFailed(str(exc))

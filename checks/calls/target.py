@@ -50,6 +50,7 @@ __all__ = [
     "malformed",
     "not_a_gradient",
     "gradient_arrays",
+    "declared_info",
     "reference",
 ]
 
@@ -228,6 +229,27 @@ class OutputWatch:
         return issue
 
 
+def declared_info(fn: Any) -> dict[str, Any]:
+    """What ``fn`` declares of itself (``fn.grpo_identity_info``: a dict, empty where unset); anything else is a
+    :class:`TargetImportError` that names it.
+
+    >>> def fn(rewards, G): ...
+    >>> fn.grpo_identity_info = "step"
+    >>> declared_info(fn)
+    Traceback (most recent call last):
+    grpo_identity.checks.calls.target.TargetImportError: the target's grpo_identity_info must be a dict, got str
+    """
+    try:
+        info = getattr(fn, "grpo_identity_info", None)
+    except Exception as exc:  # an object whose attribute lookup raises
+        raise TargetImportError(f"reading the target's grpo_identity_info raised {last_line(exc)}") from None
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        raise TargetImportError(f"the target's grpo_identity_info must be a dict, got {type(info).__name__}")
+    return dict(info)
+
+
 class LocalTarget:
     """A target called in this process (no timeout can stop it: a child process can,
     :class:`grpo_identity.checks.calls.child.ChildTarget`)."""
@@ -237,7 +259,7 @@ class LocalTarget:
     ) -> None:
         self.name = name or getattr(fn, "__qualname__", repr(fn))
         self.kind = kind
-        self.info: dict[str, Any] = dict(getattr(fn, "grpo_identity_info", {}) or {})
+        self.info: dict[str, Any] = declared_info(fn)
         self.fn = called_as_written(fn, calling, self.info)
         self.calls = 0
         self.last_issue: str | None = None

@@ -77,6 +77,40 @@ def test_a_module_that_exits_while_it_is_imported_is_an_import_error(tmp_path):
         load_target(f"{path}:f")
 
 
+INFO_FILE = """
+def fn(rewards, G, lengths=None):
+    return rewards
+
+class Raising:
+    def __call__(self, rewards, G):
+        return rewards
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"no {name}")
+
+fn.grpo_identity_info = INFO
+obj = Raising()
+"""
+
+
+@pytest.mark.parametrize(
+    "info, name, said",
+    [
+        ("'step'", "fn", "the target's grpo_identity_info must be a dict, got str"),
+        ("[('step', 1)]", "fn", "the target's grpo_identity_info must be a dict, got list"),
+        ("None", "obj", "reading the target's grpo_identity_info raised RuntimeError: no grpo_identity_info"),
+    ],
+)
+def test_a_declared_info_that_is_no_dict_is_a_one_line_usage_error_in_a_child_and_here(tmp_path, info, name, said):
+    from grpo_identity.checks import audit
+
+    path = tmp_path / "declares.py"
+    path.write_text(INFO_FILE.replace("INFO", info))
+    for isolate in (True, False):
+        with pytest.raises(TargetImportError, match=said.replace("(", r"\(")):
+            audit(f"{path}:{name}", max_examples=5, isolate=isolate)
+
+
 def test_local_targets_turn_exceptions_into_target_errors():
     def boom(r, G):
         raise KeyError("x")
