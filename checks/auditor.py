@@ -287,7 +287,7 @@ def _gradient(tgt: Any, name: str, options: AuditOptions) -> Report:
     try:
         grad = audit_gradient(tgt, expect=expected, name=name)
     except TargetError as exc:
-        finding = Finding("probe", failure(exc, " on the gradient probes"))
+        finding = Finding("probe", failure(exc, f" on {getattr(exc, 'during', 'the gradient probes')}"))
         unprobed = GradientFit(advantage=AdvantageFit(why="not probed"))
         return _failed(name, "gradient", "advantage", options.expected_name, unprobed, [finding])
     adv = _advantages(AdvantageView(tgt), name, options)

@@ -373,7 +373,7 @@ def _split_step(target: Callable[..., Any], ev: _Evidence) -> StepFit:
         return {}
     except TargetError as exc:
         if type(exc) is not TargetError:  # it died or hung: the audit cannot go on with it
-            raise
+            raise _during(exc, "the optimizer step, split") from None
         ev.findings.append(Finding("split_step", f"the optimizer step could not be run split: {exc}", {}, "note"))
         return {}
     ev.findings += result.findings
@@ -423,16 +423,25 @@ def _announced_probe(
         return {}
     try:
         out, findings = run(target, dict(settings))
+    except TargetMalformed as exc:
+        ev.findings.append(note(f"{what} could not be read: the target {exc}"))
+        return {}
     except TargetError as exc:
         if type(exc) is not TargetError:  # it died or hung: the audit cannot go on with it
-            raise
+            raise _during(exc, what) from None
         ev.findings.append(note(f"{what} could not be run: {exc}"))
         return {}
-    except (KeyError, TypeError, ValueError) as exc:
-        ev.findings.append(note(f"{what}'s output is malformed: {type(exc).__name__}: {exc}"))
+    except (KeyError, TypeError, ValueError) as exc:  # its output, or the settings its info announced
+        ev.findings.append(note(f"{what} could not be read: {type(exc).__name__}: {exc}"))
         return {}
     ev.findings += findings
     return out
+
+
+def _during(exc: Exception, what: str) -> Exception:
+    """``exc`` marked with the step that was running when the target died or hung (the report names it)."""
+    exc.during = what  # type: ignore[attr-defined]
+    return exc
 
 
 class AdvantageView:

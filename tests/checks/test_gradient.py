@@ -325,3 +325,24 @@ def test_a_gradient_output_of_the_wrong_form_is_one_failed_probe_that_says_what_
     report = audit(f"{path}:{fn}", level="gradient", max_examples=5)
     assert report.verdict == "fail" and [f.property for f in report.findings] == ["probe"], report.format()
     assert said in report.findings[0].message, report.findings[0].message
+
+
+DYING_STEP = """
+import os
+from grpo_identity.checks.measure.steps import geometry, micro_batch_mean
+
+def step(rewards, G, lengths, request=None):
+    if request is not None:  # the split step: the process dies
+        os._exit(3)
+    return micro_batch_mean(rewards, G, lengths, {"layout": "unsplit", "holes": [0] * len(rewards)}, scope="step")
+
+step.grpo_identity_info = {"step": geometry(4, 8, 8)}
+"""
+
+
+def test_a_target_that_dies_in_the_split_step_is_a_failed_probe_that_names_the_step(tmp_path):
+    path = tmp_path / "dying.py"
+    path.write_text(DYING_STEP)
+    report = audit(f"{path}:step", level="gradient", max_examples=5)
+    assert report.verdict == "fail" and [f.property for f in report.findings] == ["probe"], report.format()
+    assert report.findings[0].message.startswith("the target crashed on the optimizer step, split: ")
