@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed
 # `frameworks` extra (pip install 'grpo-identity[frameworks]'): TRL and verl, at the releases their registry rows
 # name as tested (`tested` in checks/frameworks/registry.py, the one place a framework is registered). AReaL,
 # OpenRLHF, SkyRL and ms-swift are never installed in .venv (flash-attn, or requirements their trainers refuse):
-# each is audited from an environment of its release (`grpo-identity audit openrlhf --release 0.11.2 --set …`,
+# each is audited from an environment of its release (`grpo-identity audit openrlhf --release RELEASE --set …`,
 # checks/calls/releases.py), as are other releases of TRL and verl (`grpo-identity audit trl --release 0.22.0`).
 TRANSFORMERS_VERSION := 5.10.4
 OUT    ?= out

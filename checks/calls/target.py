@@ -22,6 +22,7 @@ import os
 import stat
 import sys
 import traceback
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
@@ -245,7 +246,7 @@ def declared_info(fn: Any) -> dict[str, Any]:
         raise TargetImportError(f"reading the target's grpo_identity_info raised {last_line(exc)}") from None
     if info is None:
         return {}
-    if not isinstance(info, dict):
+    if not isinstance(info, Mapping):
         raise TargetImportError(f"the target's grpo_identity_info must be a dict, got {type(info).__name__}")
     return dict(info)
 
@@ -363,31 +364,23 @@ def not_a_gradient(out: Any) -> str | None:
 
 def gradient_arrays(out: Any, rows: int, longest: int, per_row: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """A gradient target's output as float64 arrays, each checked: 'advantages' (``rows``,), 'coefficients' and
-    'mask' (``rows`` × T, T ≥ ``longest``), and each key of ``per_row`` (``rows``,: a step's 'step', 'rank' …);
-    the advantages, the mask and the coefficients inside it finite; :class:`TargetMalformed` names what is wrong.
+    'mask' (``rows`` × T, T ≥ ``longest``), and each key of ``per_row`` (``rows``,: a step's 'step', 'rank' …),
+    each an array of numbers; a finite mask, and finite coefficients inside it wherever the answer's advantage is
+    finite (a NaN advantage is the advantage audit's finding); else :class:`TargetMalformed`, naming what is wrong.
 
     >>> gradient_arrays({"advantages": [1.0], "coefficients": [[0.5]], "mask": [[1]]}, 1, 1)["coefficients"]
     array([[0.5]])
     >>> gradient_arrays({"advantages": [1.0]}, 1, 1)
     Traceback (most recent call last):
-    grpo_identity.checks.calls.target.TargetMalformed: returned a dict without 'coefficients', ...
+    grpo_identity.checks.calls.target.TargetMalformed: returned a dict without 'coefficients', which the audit ...
     """
     bad = not_a_gradient(out)
     if bad is not None:
         raise TargetMalformed(bad)
     keys = ("advantages", "coefficients", "mask", *per_row)
-    arrays = {}
-    for key in keys:
-        if key not in out:
-            listed = ", ".join(map(repr, out)) or "none"
-            raise TargetMalformed(f"returned a dict without {key!r}, not one of {', '.join(map(repr, keys))} "
-                                  f"(its keys: {listed})")  # fmt: skip
-        try:
-            arrays[key] = np.asarray(to_numpy(out[key]) if _is_tensor(out[key]) else out[key], dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise TargetMalformed(f"returned {key!r} as no array of numbers, {exc}") from None
-    C = arrays["coefficients"]
-    ok = C.ndim == 2 and C.shape[0] == rows and C.shape[1] >= longest and arrays["mask"].shape == C.shape
+    arrays = {key: _numbers(out, key, keys) for key in keys}
+    C, M = arrays["coefficients"], arrays["mask"]
+    ok = C.ndim == 2 and C.shape[0] == rows and C.shape[1] >= longest and M.shape == C.shape
     if not ok or any(arrays[k].size != rows for k in ("advantages", *per_row)):
         shapes = " · ".join("×".join(map(str, a.shape)) or "a number" for a in arrays.values())
         wanted = " · ".join(f"{rows}×T" if k in ("coefficients", "mask") else str(rows) for k in keys)
@@ -395,14 +388,33 @@ def gradient_arrays(out: Any, rows: int, longest: int, per_row: tuple[str, ...] 
             f"returned shapes {shapes} for {' · '.join(keys)}, not {wanted} with T ≥ {longest} (one value per "
             "answer; answers × tokens)"
         )
-    live = arrays["mask"] != 0
-    non_finite = int((~np.isfinite(arrays["advantages"])).sum()), int((~np.isfinite(C) & live).sum())
-    if any(non_finite) or not np.all(np.isfinite(arrays["mask"])):
+    if not np.all(np.isfinite(M)):
+        raise TargetMalformed(f"returned NaN or inf in {int((~np.isfinite(M)).sum())} entries of its mask")
+    A = arrays["advantages"].reshape(-1)
+    non_finite = int((~np.isfinite(C) & (M != 0) & np.isfinite(A)[:, None]).sum())
+    if non_finite:
         raise TargetMalformed(
-            f"returned NaN or inf: {non_finite[0]} of its advantages and {non_finite[1]} coefficients of tokens "
-            "inside the mask (a step with them moves every parameter to NaN)"
+            f"returned NaN or inf in {non_finite} coefficients of tokens inside the mask whose answers' advantages are "
+            "finite (a step with them moves every parameter to NaN)"
         )
     return {k: v.reshape(-1) if k not in ("coefficients", "mask") else v for k, v in arrays.items()}
+
+
+def _numbers(out: dict[str, Any], key: str, keys: tuple[str, ...]) -> np.ndarray:
+    """``out[key]`` as a float64 array (tensors as :func:`to_numpy` gives them); :class:`TargetMalformed` where
+    it is missing or holds anything but numbers (None, text, objects)."""
+    if key not in out:
+        listed = ", ".join(map(repr, out)) or "none"
+        others = ", ".join(repr(k) for k in keys if k != key)
+        raise TargetMalformed(f"returned a dict without {key!r}, which the audit reads beside {others} (its keys: "
+                              f"{listed})")  # fmt: skip
+    try:
+        value = to_numpy(out[key])
+    except Exception as exc:
+        raise TargetMalformed(f"returned {key!r} as no array of numbers, {last_line(exc)}") from None
+    if not (np.issubdtype(value.dtype, np.number) or value.dtype == np.bool_) or np.iscomplexobj(value):
+        raise TargetMalformed(f"returned {key!r} as an array of {value.dtype}, not of real numbers")
+    return value.astype(np.float64)
 
 
 def settle(target: Any, reply: Any) -> Any:

@@ -251,11 +251,12 @@ def run_layout(target: Callable[..., Any], d: StepDesign, layout: str) -> StepRu
     n_tok = M.sum(1)
     a = (C * M).sum(1) / np.maximum(n_tok, 1)
     scale = max(float(np.abs(a).max()), 1e-30)
-    step, rank, micro = _row_ids(arrays, d.rewards.size)
+    ids = _row_ids(arrays)
+    step, rank, micro = ids["step"], ids["rank"], ids["micro_batch"]
     never = step < 0
     where = {
         "step": step,
-        "generation": arrays["generation"].astype(np.int64) if "generation" in arrays else d.generation,
+        "generation": ids.get("generation", d.generation),
         "rank": np.where(never, -1, step * 1000 + rank),
         "micro_batch": np.where(never, -1, (step * 1000 + rank) * 100000 + micro),
     }
@@ -266,29 +267,38 @@ def run_layout(target: Callable[..., Any], d: StepDesign, layout: str) -> StepRu
 
 
 #: the bounds of a step output's row ids: optimizer steps from -1 (never trained on); for a row trained on, ranks below
-#: 1000, micro-batches below 100,000 (a row's micro-batch key is (step·1000 + rank)·100,000 + micro), generation
-#: batches from 0
-_ID_BOUNDS = {"step": (-1, None), "rank": (0, 1000), "micro_batch": (0, 100_000), "generation": (0, None)}
+#: 1000 and micro-batches below 100,000 (a row's micro-batch key is (step·1000 + rank)·100,000 + micro: steps below
+#: 10⁹ keep it in 64 bits), generation batches from 0 (only grouped, never packed: no upper bound)
+_ID_BOUNDS = {"step": (-1, 10**9), "rank": (0, 1000), "micro_batch": (0, 100_000), "generation": (0, math.inf)}
 
 
-def _row_ids(arrays: dict[str, np.ndarray], rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The step, rank and micro-batch of every row, checked: whole numbers within :data:`_ID_BOUNDS` (a step or a
-    generation batch below the rows' number; ranks, micro-batches and generations of the rows trained on), at
-    least one row trained on; else :class:`TargetMalformed`."""
+def _row_ids(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every row's step, and for the rows trained on their rank, micro-batch and (where given) generation batch,
+    checked: whole numbers within :data:`_ID_BOUNDS`, at least one row trained on; the ids as int64, -1 for a row
+    never trained on.  Else :class:`TargetMalformed`, naming the ids."""
     from grpo_identity.checks.calls.target import TargetMalformed
 
     trained = arrays["step"] >= 0
+    out = {}
     for key, (low, high) in _ID_BOUNDS.items():
         if key not in arrays:
             continue
         ids = arrays[key] if key == "step" else arrays[key][trained]
-        top = rows if high is None else high
-        if not (np.all(np.isfinite(ids)) and np.all(ids == np.round(ids)) and np.all((ids >= low) & (ids < top))):
-            raise TargetMalformed(f"returned {key!r} ids that are not whole numbers from {low} to {top - 1}, not row "
-                                  f"ids a step can hold (got {ids.min():g} … {ids.max():g})")  # fmt: skip
+        if not (np.all(np.isfinite(ids)) and np.all(ids == np.round(ids)) and np.all((ids >= low) & (ids < high))):
+            raise TargetMalformed(f"returned {key!r} ids that are not whole numbers from {low} to {high - 1:g}, not "
+                                  f"row ids a step can hold (got {_span(ids)})")  # fmt: skip
         if key == "step" and not np.any(trained):
             raise TargetMalformed("returned 'step' -1 for every answer, no answer trained on: no step to measure")
-    return tuple(arrays[k].astype(np.int64) for k in ("step", "rank", "micro_batch"))  # type: ignore[return-value]
+        out[key] = np.where(trained, arrays[key], -1).astype(np.int64)
+    return out
+
+
+def _span(ids: np.ndarray) -> str:
+    """The ids' range in words, and how many are no number."""
+    finite = ids[np.isfinite(ids)]
+    span = f"{finite.min():g} … {finite.max():g}" if finite.size else "no number"
+    lost = ids.size - finite.size
+    return span + (f", {lost} NaN or inf" if lost else "")
 
 
 @dataclass(frozen=True)

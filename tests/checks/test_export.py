@@ -111,6 +111,23 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, capsys, tmp_path, monkeyp
     assert os.listdir(tmp_path) == ["fifo.py"]  # nothing written
 
 
+def test_a_step_that_raises_dies_or_answers_malformed_is_one_line_exit_2(capsys, tmp_path, monkeypatch):
+    from grpo_identity.checks import export
+    from grpo_identity.checks.calls.target import TargetMalformed
+
+    def malformed(*_args, **_kwargs):
+        raise TargetMalformed("returned a dict without 'rank', which the audit reads beside 'step'")
+
+    monkeypatch.setattr(export, "export_tests", malformed)
+    assert main(["export-tests", "trl", "--out", str(tmp_path / "test_x.py")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [
+        "grpo-identity export-tests: error: the trl step could not be run for a test pack: returned a dict without "
+        "'rank', which the audit reads beside 'step'"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
 def _pytest(python: str, folder: Path, *options: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_IDENTITY", "PYTEST"))}
     return subprocess.run(

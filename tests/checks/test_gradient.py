@@ -285,7 +285,7 @@ import numpy as np
 
 def _ok(rewards, lengths):
     mask = (np.arange(8)[None, :] < np.asarray(lengths)[:, None]).astype(float)
-    return {"advantages": np.zeros(len(rewards)), "coefficients": mask, "mask": mask}
+    return {"advantages": np.zeros(len(rewards)), "coefficients": mask.copy(), "mask": mask}
 
 def array(rewards, G, lengths=None):
     return np.zeros(len(rewards))
@@ -313,9 +313,12 @@ def too_short(rewards, G, lengths=None):
     "fn, said",
     [
         ("array", "returned a value of type ndarray on the gradient probes, not a dict of 'advantages'"),
-        ("no_mask", "returned a dict without 'mask' on the gradient probes"),
-        ("text", "returned 'coefficients' as no array of numbers on the gradient probes, could not convert"),
-        ("nan_token", "returned NaN or inf: 0 of its advantages and 1 coefficients of tokens inside the mask"),
+        ("no_mask", "returned a dict without 'mask' on the gradient probes, which the audit reads beside"),
+        ("text", "returned 'coefficients' as an array of <U3 on the gradient probes, not of real numbers"),
+        (
+            "nan_token",
+            "returned NaN or inf in 1 coefficients of tokens inside the mask whose answers' advantages are finite",
+        ),
         ("too_short", "returned shapes 10 · 10×2 · 10×2 for advantages · coefficients · mask on the gradient probes"),
     ],
 )
@@ -346,3 +349,20 @@ def test_a_target_that_dies_in_the_split_step_is_a_failed_probe_that_names_the_s
     report = audit(f"{path}:step", level="gradient", max_examples=5)
     assert report.verdict == "fail" and [f.property for f in report.findings] == ["probe"], report.format()
     assert report.findings[0].message.startswith("the target crashed on the optimizer step, split: ")
+
+
+def test_nan_advantages_of_silent_groups_are_the_advantage_audits_finding_and_the_weight_is_still_named():
+    """A group std with no epsilon: silent groups' advantages and coefficients are NaN; the coefficients of every
+    other answer are finite, so the weight law is measured and the advantage audit names the NaN."""
+
+    def no_eps(rewards, G, lengths):
+        R = rewards.reshape(-1, G)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            A = ((R - R.mean(1, keepdims=True)) / R.std(1, keepdims=True)).reshape(-1)
+        mask = (np.arange(T)[None, :] < lengths[:, None]).astype(float)
+        return {"advantages": A, "coefficients": (A / lengths)[:, None] * mask, "mask": mask}
+
+    report = audit(no_eps, level="gradient", isolate=False, max_examples=20)
+    assert report.verdict == "fail" and "probe" not in {f.property for f in report.findings}, report.format()
+    assert "well_formed" in {f.property for f in report.findings}
+    assert report.inferred.per_sample_weight == "1/length"

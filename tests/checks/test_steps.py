@@ -194,13 +194,20 @@ def test_a_rescaled_split_makes_a_passing_gradient_audit_a_deviation():
 @pytest.mark.parametrize(
     "spoil, said",
     [
-        (lambda out: out.pop("rank"), "returned a dict without 'rank', not one of 'advantages', 'coefficients'"),
+        (
+            lambda out: out.pop("rank"),
+            "returned a dict without 'rank', which the audit reads beside 'advantages', 'coefficients'",
+        ),
         (lambda out: out.update(step=out["step"][:3]), "returned shapes 16 · 16×6 · 16×6 · 3 · 16 · 16 for advantages"),
-        (lambda out: out.update(micro_batch="first"), "returned 'micro_batch' as no array of numbers"),
-        (lambda out: out.update(coefficients=out["coefficients"] * np.nan), "returned NaN or inf: 0 of its advantages"),
+        (lambda out: out.update(micro_batch="first"), "returned 'micro_batch' as an array of <U5, not of real numbers"),
+        (
+            lambda out: out.update(coefficients=out["coefficients"] * np.nan),
+            "coefficients of tokens inside the mask whose answers' advantages are finite",
+        ),
         (lambda out: out.update(step=out["step"] * 0 - 1), "returned 'step' -1 for every answer"),
         (lambda out: out.update(step=out["step"] + 0.5), "returned 'step' ids that are not whole numbers from -1"),
-        (lambda out: out.update(step=[None] * len(out["step"])), "got nan … nan"),
+        (lambda out: out.update(step=out["step"] * np.nan), "(got no number, 16 NaN or inf)"),
+        (lambda out: out.update(step=[None] * len(out["step"])), "returned 'step' as an array of object, not of real"),
         (lambda out: out.update(rank=out["rank"] - 7), "returned 'rank' ids that are not whole numbers from 0 to 999"),
         (lambda out: out.update(micro_batch=out["micro_batch"] + 2**62), "'micro_batch' ids that are not whole"),
         (lambda out: out.update(generation=out["step"] * 0 - 5), "returned 'generation' ids"),

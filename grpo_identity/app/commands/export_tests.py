@@ -37,7 +37,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from grpo_identity.app.commands.audit import OPTION_NAMES
-    from grpo_identity.checks import TargetImportError
+    from grpo_identity.checks import TargetError, TargetImportError
     from grpo_identity.checks.calls.spec import resolve
     from grpo_identity.checks.export import export_tests
     from grpo_identity.checks.options import AuditOptions, OptionError
@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(exc.worded(OPTION_NAMES)) from None
     except TargetImportError as exc:
         raise UsageError(str(exc)) from None
+    except TargetError as exc:  # the framework's step raised, died, hung or answered malformed: no pack to write
+        raise UsageError(f"the {args.framework} step could not be run for a test pack: {exc}") from None
     if args.json:
         emit_json(exported.to_dict())
     else:
