@@ -242,18 +242,21 @@ class StepRun:
 
 def run_layout(target: Callable[..., Any], d: StepDesign, layout: str) -> StepRun:
     """Call the step target for ``layout`` and read its rows."""
-    from grpo_identity.checks.calls.target import gradient_arrays
+    from grpo_identity.checks.calls.target import TargetMalformed, gradient_arrays
 
     out = target(d.rewards, d.group_size, d.lengths, d.request(layout))
     keys = ("step", "rank", "micro_batch", *(("generation",) if isinstance(out, dict) and "generation" in out else ()))
     arrays = gradient_arrays(out, d.rewards.size, int(d.lengths.max()), per_row=keys)
     A, C, M = arrays["advantages"], arrays["coefficients"], arrays["mask"]
-    n_tok = M.sum(1)
-    a = (C * M).sum(1) / np.maximum(n_tok, 1)
-    scale = max(float(np.abs(a).max()), 1e-30)
     ids = _row_ids(arrays)
     step, rank, micro = ids["step"], ids["rank"], ids["micro_batch"]
     never = step < 0
+    if not np.all(np.isfinite(A[~never])):
+        raise TargetMalformed(f"returned NaN or inf advantages for {int((~np.isfinite(A[~never])).sum())} answers "
+                              "trained on: their step has no weight to measure")  # fmt: skip
+    n_tok = M.sum(1)
+    a = (C * M).sum(1) / np.maximum(n_tok, 1)
+    scale = max(float(np.abs(a[~never]).max()), 1e-30)  # the rows trained on (one at least): a NaN elsewhere is none
     where = {
         "step": step,
         "generation": ids.get("generation", d.generation),

@@ -211,6 +211,7 @@ def test_a_rescaled_split_makes_a_passing_gradient_audit_a_deviation():
         (lambda out: out.update(rank=out["rank"] - 7), "returned 'rank' ids that are not whole numbers from 0 to 999"),
         (lambda out: out.update(micro_batch=out["micro_batch"] + 2**62), "'micro_batch' ids that are not whole"),
         (lambda out: out.update(generation=out["step"] * 0 - 5), "returned 'generation' ids"),
+        (lambda out: out["advantages"].__setitem__(0, np.nan), "returned NaN or inf advantages for 1 answers trained"),
     ],
 )
 def test_a_step_output_of_the_wrong_form_is_a_note_that_says_what_is_wrong_and_the_rest_stands(spoil, said):
@@ -227,6 +228,22 @@ def test_a_step_output_of_the_wrong_form_is_a_note_that_says_what_is_wrong_and_t
     assert report.inferred.step == {} and report.inferred.per_sample_weight == "constant"
     notes = [f for f in report.findings if f.property == "split_step"]
     assert [f.severity for f in notes] == ["note"] and said in notes[0].message, notes
+
+
+def test_rows_never_trained_on_may_hold_nan_and_the_step_is_still_measured():
+    inner = _gradient_target(scope="constant")
+
+    def fn(r, G, L, request=None):
+        out = inner(r, G, L, request)
+        if request is not None:  # the first group is left out of every step, its values not numbers
+            out["step"] = np.where(np.arange(len(r)) < G, -1, out["step"])
+            out["advantages"][:G] = np.nan
+            out["coefficients"][:G] = np.nan
+        return out
+
+    fn.grpo_identity_info = inner.grpo_identity_info
+    report = audit_gradient(fn, sizes=(4,))
+    assert report.inferred.step["weight"] != "other" and not [f for f in report.findings if f.property == "split_step"]
 
 
 def test_a_target_without_step_geometry_has_no_step_section():
