@@ -53,6 +53,7 @@ __all__ = [
     "coefficient",
     "group_updates",
     "score_gap",
+    "is_torch",
 ]
 
 Centre = Literal["mean", "loo", "none"]
@@ -205,7 +206,8 @@ def preset(name: str) -> Dial:
 
 
 # --- array backends: the same algorithm on numpy and torch ------------------------------------
-def _is_torch(x: Any) -> bool:
+def is_torch(x: Any) -> bool:
+    """Whether ``x`` is a torch object (a tensor), told without importing torch."""
     return type(x).__module__.split(".")[0] == "torch"
 
 
@@ -264,7 +266,7 @@ class _Torch:
 
 def _grouped(rewards: Any, group_size: int | None, group_ids: Any) -> tuple[Any, Any, int, Any, Any, tuple[int, ...]]:
     """Validate and reshape rewards to (n_groups, G); return what is needed to undo it."""
-    xp = _Torch if _is_torch(rewards) else _Numpy
+    xp = _Torch if is_torch(rewards) else _Numpy
     x, out_dtype = xp.as_float(rewards)
     shape = tuple(x.shape)
     if not xp.all_finite(x):
@@ -274,7 +276,7 @@ def _grouped(rewards: Any, group_size: int | None, group_ids: Any) -> tuple[Any,
     if group_ids is not None:
         if len(shape) != 1:
             raise ValueError(f"with group_ids, rewards must be 1-D, got shape {shape}")
-        ids = np.asarray(group_ids.cpu() if _is_torch(group_ids) else group_ids).reshape(-1)
+        ids = np.asarray(group_ids.cpu() if is_torch(group_ids) else group_ids).reshape(-1)
         if ids.shape[0] != shape[0]:
             raise ValueError(f"group_ids has length {ids.shape[0]} but rewards has length {shape[0]}")
         _, counts = np.unique(ids, return_counts=True)
@@ -397,7 +399,7 @@ def advantages(
 
 
 def _ids(group_ids: Any) -> np.ndarray:
-    return np.asarray(group_ids.cpu() if _is_torch(group_ids) else group_ids).reshape(-1)
+    return np.asarray(group_ids.cpu() if is_torch(group_ids) else group_ids).reshape(-1)
 
 
 def _ragged(group_ids: Any) -> bool:
@@ -409,7 +411,7 @@ def _ragged(group_ids: Any) -> bool:
 def _ragged_advantages(rewards: Any, group_ids: Any, dial: Dial) -> Any:
     """:func:`advantages` over groups of different sizes: each group on its own (a group of one
     answer is silent: 0), a batch std over every reward."""
-    xp = _Torch if _is_torch(rewards) else _Numpy
+    xp = _Torch if is_torch(rewards) else _Numpy
     x, out_dtype = xp.as_float(rewards)
     ids = _ids(group_ids)
     if x.ndim != 1 or ids.shape[0] != x.shape[0]:
@@ -507,7 +509,7 @@ def coefficient(
 
 
 def _rows(scores: Any) -> Any:
-    s = scores if _is_torch(scores) else np.asarray(scores, dtype=np.float64)
+    s = scores if is_torch(scores) else np.asarray(scores, dtype=np.float64)
     return s.reshape(s.shape[0], -1)
 
 
@@ -521,7 +523,7 @@ def group_updates(advantages_: Any, scores: Any, group_size: int) -> Any:
     s = _rows(scores)
     a = (
         advantages_.reshape(-1, 1)
-        if _is_torch(advantages_)
+        if is_torch(advantages_)
         else np.asarray(advantages_, dtype=np.float64).reshape(-1, 1)
     )
     if s.shape[0] != a.shape[0]:
@@ -533,7 +535,7 @@ def score_gap(rewards: Any, scores: Any, group_size: int) -> Any:
     """Per-group s̄₊ − s̄₋ for binary rewards (zero rows for silent groups), shape (n_groups, D)."""
     G = check_group_size(group_size)
     s = _rows(scores)
-    if _is_torch(s):
+    if is_torch(s):
         r = rewards.reshape(-1, G, 1).to(s.dtype)
     else:
         r = np.asarray(rewards, dtype=np.float64).reshape(-1, G, 1)

@@ -37,6 +37,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from grpo_identity.dial import is_torch
+
 __all__ = [
     "INPUTS",
     "REWARD_DTYPES",
@@ -310,7 +312,7 @@ def _back(x: Any) -> np.ndarray:
 # --- the outputs ------------------------------------------------------------------------------------
 def to_numpy(out: Any) -> np.ndarray:
     """The target's output as a numpy array (torch tensors detached, bf16/fp16 widened to fp32)."""
-    if type(out).__module__.split(".")[0] == "torch":
+    if is_torch(out):
         t = out.detach().cpu()
         if t.dtype.is_floating_point and t.dtype.itemsize < 4:
             t = t.float()

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity.checks.calls.calling import to_numpy
+from grpo_identity.dial import is_torch
 
 __all__ = [
     "TargetError",
@@ -338,16 +339,12 @@ def _checked(
         bad = not_a_gradient(out)
         if bad is not None:
             return M.Malformed(bad)
-        return M.Returned({k: to_numpy(v) if _is_tensor(v) else v for k, v in out.items()}, call=call)
+        return M.Returned({k: to_numpy(v) if is_torch(v) else v for k, v in out.items()}, call=call)
     bad = malformed(out, kind)
     if bad is not None:
         return M.Malformed(bad)
     issue = output_issue(rewards, passed, out, kind)
     return M.Returned(np.array(to_numpy(out), copy=True), issue, watch.check(out), call)
-
-
-def _is_tensor(value: Any) -> bool:
-    return type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach")
 
 
 def not_a_gradient(out: Any) -> str | None:
