@@ -38,7 +38,7 @@ import numpy as np
 from grpo_identity import dial as D
 from grpo_identity.checks import verdict as V
 from grpo_identity.checks.calls.calling import to_numpy
-from grpo_identity.checks.calls.target import OutputWatch, TargetMalformed, gradient_arrays, malformed, output_issue
+from grpo_identity.checks.calls.target import TargetMalformed, gradient_arrays, malformed
 from grpo_identity.checks.frameworks import answer_lengths
 from grpo_identity.checks.measure.infer import probe_batch
 from grpo_identity.checks.report import (
@@ -448,14 +448,14 @@ class AdvantageView:
     """A gradient target seen as an advantage function: ``fn(rewards, G)`` → the advantages it
     computed on answers of the gradient probes' lengths.  A target whose info says
     ``lengths_optional`` (the framework drivers) is called with ``lengths=None`` and skips its
-    loss; any other gets lengths and its loss is computed and ignored."""
+    loss; any other gets lengths and its loss is computed and ignored.  What was wrong with a call
+    besides its values (``last_issue``, ``last_overwrite``) is the target's own: every transport checks
+    the advantages of a gradient output as it checks an advantage function's
+    (:func:`~grpo_identity.checks.calls.target.call_once`)."""
 
     def __init__(self, target: Any) -> None:
         self._target = target
         self._skip_loss = bool((getattr(target, "info", None) or {}).get("lengths_optional"))
-        self._watch = OutputWatch()
-        self.last_issue: str | None = None
-        self.last_overwrite: str | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
@@ -470,10 +470,6 @@ class AdvantageView:
         bad = malformed(adv, "advantage")
         if bad is not None:
             raise TargetMalformed(f"{bad} (the 'advantages' of its gradient output)")
-        # the same checks as a call at the advantage level: input untouched (the child saw it),
-        # dtype kept, no shared output buffer
-        self.last_overwrite = self._watch.check(adv)
-        self.last_issue = getattr(self._target, "last_issue", None) or output_issue(rewards, rewards, adv)
         return np.array(to_numpy(adv), dtype=np.float64, copy=True)
 
 

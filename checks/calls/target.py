@@ -339,12 +339,22 @@ def _checked(
         bad = not_a_gradient(out)
         if bad is not None:
             return M.Malformed(bad)
-        return M.Returned({k: to_numpy(v) if is_torch(v) else v for k, v in out.items()}, call=call)
+        issue, overwrite = _advantage_issues(rewards, passed, out.get("advantages"), watch)
+        return M.Returned({k: to_numpy(v) if is_torch(v) else v for k, v in out.items()}, issue, overwrite, call)
     bad = malformed(out, kind)
     if bad is not None:
         return M.Malformed(bad)
     issue = output_issue(rewards, passed, out, kind)
     return M.Returned(np.array(to_numpy(out), copy=True), issue, watch.check(out), call)
+
+
+def _advantage_issues(rewards: np.ndarray, passed: np.ndarray, adv: Any, watch: OutputWatch) -> tuple[Any, Any]:
+    """The advantage level's checks of a gradient output's 'advantages' (:func:`output_issue`, and whether they
+    overwrote the previous call's), made where the target runs: only there is a shared buffer one object.  An
+    output without readable advantages is :func:`gradient_arrays`' finding: (None, None)."""
+    if adv is None or malformed(adv) is not None:
+        return None, None
+    return output_issue(rewards, passed, adv), watch.check(adv)
 
 
 def not_a_gradient(out: Any) -> str | None:

@@ -195,17 +195,52 @@ def test_a_custom_dial_can_be_expected_at_the_gradient_level():
     assert report.expected == mine.name and report.verdict in ("pass", "deviation"), report.format()
 
 
-def test_the_advantages_of_a_gradient_target_get_the_advantage_levels_buffer_and_dtype_checks():
-    inner, buf = _target(lambda L, total, n: np.ones_like(L)), {}
+CARELESS_FILE = """
+import numpy as np
 
-    def shared(rewards, G, lengths):  # hands out one advantages buffer, overwritten call after call
-        out = inner(rewards, G, lengths)
-        a = buf.setdefault(len(rewards), np.empty(len(rewards)))
-        a[:] = out["advantages"]
-        return {**out, "advantages": a}
+_BUFFER = {}
 
-    report = audit(shared, level="gradient", isolate=False, max_examples=40)
-    assert report.verdict == "fail" and any("shared buffer" in f.message for f in report.findings), report.format()
+def _step(rewards, G, lengths, advantages):
+    mask = (np.arange(8)[None, :] < np.asarray(lengths)[:, None]).astype(float)
+    return {"advantages": advantages, "coefficients": advantages[:, None] * mask, "mask": mask}
+
+def shared(rewards, G, lengths):  # hands out one advantages buffer, overwritten call after call
+    R = rewards.reshape(-1, G)
+    buffer = _BUFFER.setdefault(len(rewards), np.empty(len(rewards)))
+    buffer[:] = (R - R.mean(1, keepdims=True)).reshape(-1)
+    return _step(rewards, G, lengths, buffer)
+
+def in_place(rewards, G, lengths):  # centres the caller's rewards where they lie
+    R = rewards.reshape(-1, G)
+    R -= R.mean(1, keepdims=True)
+    return _step(rewards, G, lengths, rewards.copy())
+
+def integers(rewards, G, lengths):
+    R = rewards.reshape(-1, G)
+    return _step(rewards, G, lengths, (R - R.mean(1, keepdims=True)).reshape(-1).astype(int))
+"""
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["child", "this process"])
+@pytest.mark.parametrize(
+    "fn, said",
+    [
+        ("shared", "hands out one shared buffer"),
+        ("in_place", "modified its input rewards in place"),
+        ("integers", "advantages are floating point"),
+    ],
+)
+def test_the_advantages_of_a_gradient_target_get_the_advantage_levels_checks_in_either_transport(
+    fn, said, isolate, tmp_path, monkeypatch
+):
+    """The checks of one call's advantages (the caller's rewards untouched, no shared buffer, floating point) are
+    made where the target runs, in a child as in this process: a child's output arrives as a copy."""
+    (tmp_path / "careless.py").write_text(CARELESS_FILE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    target = f"{tmp_path / 'careless.py'}:{fn}" if isolate else getattr(__import__("careless"), fn)
+    report = audit(target, level="gradient", isolate=isolate, max_examples=10)
+    failed = [f.message for f in report.findings if f.severity == "fail" and f.property == "well_formed"]
+    assert report.verdict == "fail" and len(failed) == 1 and said in failed[0], report.format()
 
 
 GRADIENT_FILE = """
