@@ -65,6 +65,11 @@ OUTPUT_LIMIT = 64 * 1024
 #: idle warm children kept per interpreter, and in all (each holds a framework in memory)
 WARM_PER_INTERPRETER = 2
 WARM_IN_ALL = 6
+#: modules a load may import and leave its target out of the collector's frozen generation; a load that imports
+#: more brought its framework in, which is frozen with the target and thawed at Unload (:meth:`_Channel._load`)
+_LOAD_IMPORTS = 200
+#: every this many unloads everything frozen is thawed and collected, so that what died among it is freed too
+_THAW_EVERY = 8
 #: seconds between the child's checks that its parent is still alive
 _PARENT_POLL = 0.5
 #: one thread for torch, OpenMP and BLAS in the child (two stall on a 2-core machine)
@@ -104,6 +109,7 @@ class _Channel:
         self.fn: Callable[..., Any] | None = None
         self.kind = "advantage"
         self.watch = OutputWatch()
+        self.thaw, self.frozen, self.unloads = False, False, 0
 
     def serve(self) -> None:
         _become_subreaper()
@@ -124,8 +130,10 @@ class _Channel:
         if isinstance(msg, M.Load):
             return self._load(msg)
         if isinstance(msg, M.Unload):  # collected before the reply: a finalizer that hangs is this target's fault
-            self.fn = None
-            gc.unfreeze()  # what _load froze, the dropped target with it, is the collector's again
+            self.fn, self.unloads = None, self.unloads + 1
+            if self.thaw or self.unloads % _THAW_EVERY == 0:  # the target was frozen with its framework's imports, or
+                gc.unfreeze()  # what was frozen may have died since: the collector's again
+                self.frozen = False
             gc.collect()
             return M.Unloaded()
         if isinstance(msg, M.Call) and self.fn is not None:
@@ -139,7 +147,14 @@ class _Channel:
             self.outbox.send(M.Malformed(f"returned something that cannot be sent back: {last_line(exc)}"))
 
     def _load(self, msg: M.Load) -> Any:
-        self.fn, self.kind, self.watch = None, msg.kind, OutputWatch()
+        self.fn, self.kind, self.watch, self.thaw = None, msg.kind, OutputWatch(), False
+        # What the child holds at the first load after a thaw, the framework imported by earlier audits above all, is
+        # frozen: the collector's passes during the calls skip it (half a million objects made each full pass of a TRL
+        # audit cost about 0.3 s), and Unload collects the target without a pass over it.
+        if not self.frozen:
+            gc.freeze()
+            self.frozen = True
+        imported = len(sys.modules)
         sys.path[:] = list(dict.fromkeys([*msg.path, *self.base_path]))
         if msg.environ is not None:
             os.environ.clear()
@@ -165,10 +180,9 @@ class _Channel:
             return M.LoadFailed(last_line(exc))
         if not had_torch and "torch" in sys.modules:  # the calls start from one state, warm or cold
             sys.modules["torch"].manual_seed(msg.seed)
-        # Everything the child holds now, the framework's imports and the target, is frozen until Unload: the
-        # collector's passes during the calls skip it (half a million objects made each full pass of a TRL audit
-        # cost about 0.3 s).  Unload unfreezes it before it collects, so nothing that dies meanwhile is kept.
-        gc.freeze()
+        if len(sys.modules) - imported > _LOAD_IMPORTS:  # a cold load: the framework's imports are frozen too, with
+            self.thaw = True  # the target, which Unload thaws to collect it
+            gc.freeze()
         return M.Loaded(info)
 
     def _call(self, msg: M.Call) -> Any:
