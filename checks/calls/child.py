@@ -22,6 +22,7 @@ it computes in a cold one.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import os
 import shutil
@@ -54,7 +55,15 @@ from grpo_identity.checks.calls.target import (
     target_folder,
 )
 
-__all__ = ["STARTUP_TIMEOUT", "OUTPUT_LIMIT", "ChildProcess", "ChildTarget", "warm_children", "close_warm_children"]
+__all__ = [
+    "STARTUP_TIMEOUT",
+    "OUTPUT_LIMIT",
+    "ChildProcess",
+    "ChildTarget",
+    "end_tree",
+    "warm_children",
+    "close_warm_children",
+]
 
 #: seconds allowed for the child interpreter to start, before the target loads
 STARTUP_TIMEOUT = 120.0
@@ -209,8 +218,7 @@ def _end_own_group() -> None:
     subreaper, and found by :func:`descendants`)."""
     sys.stdout.flush()
     try:
-        kill_tree(os.getpid())
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+        end_tree()
     finally:
         os._exit(0)
 
@@ -360,6 +368,25 @@ def kill_tree(pid: int, deadline: float = 5.0) -> None:
         time.sleep(0.01)
 
 
+def end_tree(pid: int | None = None) -> None:
+    """The one way a process of an audit is ended (a child, a rank, the child itself once its parent is gone): SIGKILL
+    for ``pid`` (this process where None), every descendant of it, also one that left its process group (a
+    subreaper keeps them below it), and its process group, whose id is its pid (each is a group's leader).  ``pid``
+    is stopped first, so that it starts nothing more meanwhile.  The caller reaps its own child; ``pid`` must not
+    have been reaped yet (its number could be another process's)."""
+    me = pid is None
+    pid = os.getpid() if pid is None else pid
+    if not me:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGSTOP)
+    kill_tree(pid)
+    with contextlib.suppress(OSError):
+        os.killpg(os.getpgid(0) if me else pid, signal.SIGKILL)  # what it forked, and itself
+    if not me:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)  # where it is no group's leader
+
+
 def _watch_parent(parent: int) -> None:
     """End this process group when the parent is gone (it was killed before it could end us)."""
 
@@ -368,8 +395,7 @@ def _watch_parent(parent: int) -> None:
             time.sleep(_PARENT_POLL)
             if os.getppid() != parent:
                 try:
-                    kill_tree(os.getpid())
-                    os.killpg(os.getpgid(0), signal.SIGKILL)
+                    end_tree()
                 finally:
                     os._exit(1)
 
@@ -535,15 +561,7 @@ class ChildProcess:
             except Exception:  # a broken pipe, a child too slow to exit: it is killed below
                 pass
         if self._proc.poll() is None:  # still running (never a pid the system may have reused)
-            try:
-                os.kill(self._proc.pid, signal.SIGSTOP)  # it starts nothing more while its descendants are ended
-            except OSError:
-                pass
-            kill_tree(self._proc.pid)  # what it started, also outside its group (a subreaper: orphans stay below it)
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)  # what it forked, and itself
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
+            end_tree(self._proc.pid)
         self._proc.wait()
         shutil.rmtree(self.temp, ignore_errors=True)
         for c in (self._out, self._in):

@@ -305,12 +305,12 @@ def _preload(replies: list[dict[str, Any]]) -> None:
 
 
 def _end(pids: list[int]) -> None:
-    """End every rank's process group (the rank and whatever it started), then reap the ranks."""
+    """End every rank, whatever it started and its process group (:func:`~grpo_identity.checks.calls.child.end_tree`),
+    then reap the ranks."""
+    from grpo_identity.checks.calls.child import end_tree
+
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        end_tree(pid)
     for pid in pids:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)

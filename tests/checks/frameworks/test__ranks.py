@@ -121,6 +121,25 @@ def test_a_rank_is_done_when_it_answered_and_what_it_started_ends_with_it() -> N
     assert not _alive(pid)
 
 
+def test_a_hung_ranks_worker_in_a_session_of_its_own_is_ended_with_it(tmp_path) -> None:
+    import subprocess
+
+    said = tmp_path / "worker"
+
+    def hangs(rank: int) -> None:  # a worker outside the rank's process group, then no answer
+        said.write_text(str(subprocess.Popen(["sleep", "30"], start_new_session=True).pid))
+        time.sleep(60)
+
+    with pytest.raises(RankProcessError, match="did not finish"):
+        ProcessRanks(1, seconds=3).run(hangs)
+    worker = int(said.read_text())
+    for _ in range(50):
+        if not _alive(worker):
+            break
+        time.sleep(0.1)
+    assert not _alive(worker)
+
+
 def test_a_rank_that_dies_leaving_a_worker_that_holds_its_pipe_is_seen_at_once() -> None:
     import subprocess
 
