@@ -1,11 +1,13 @@
-"""The messages between the audit and its child process: small frozen records, one per kind.
+"""The messages between the audit and its child process, and between the child and the ranks it
+forks: small frozen records, one per kind.
 
 The parent sends :class:`Load` (a target), then any number of :class:`Call`, then :class:`Unload`
 (the child stays up for the next target: a warm child) or :class:`Close`.  The child answers
 :class:`Started` once, :class:`Loaded` or :class:`LoadFailed` to a load, :class:`Returned`,
 :class:`Raised` or :class:`Malformed` to a call, and :class:`Unloaded` to an unload.  They travel
 pickled over a pipe, so both ends must run this same module (a release's environment imports the
-project from the running one).
+project from the running one).  A rank (:mod:`grpo_identity.checks.frameworks._ranks`) answers once,
+:class:`RankDone` and its value in one :func:`frame`, read without blocking however the pipe splits it.
 
 >>> Call(__import__("numpy").zeros(2), 2).group_size
 2
@@ -13,6 +15,8 @@ project from the running one).
 
 from __future__ import annotations
 
+import pickle
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +33,9 @@ __all__ = [
     "Malformed",
     "Rejected",
     "Unloaded",
+    "RankDone",
+    "frame",
+    "unframe",
 ]
 
 
@@ -130,3 +137,43 @@ class Malformed:
 @dataclass(frozen=True)
 class Unloaded:
     """The target is dropped; the child waits for the next :class:`Load`."""
+
+
+# --- a rank to the child that forked it (grpo_identity.checks.frameworks._ranks) ------------------
+@dataclass(frozen=True)
+class RankDone:
+    """A rank's answer: whether its work returned (``ok``), when its error happened (``stamp``,
+    ``time.monotonic()``; 0 where none) and the modules it imported.  Its value (the result or the
+    error) follows it in the same :func:`frame`, pickled on its own: a value that does not pickle, or
+    does not unpickle, leaves this answer readable."""
+
+    ok: bool
+    stamp: float = 0.0
+    modules: tuple[str, ...] = ()
+
+
+_LENGTHS = struct.Struct("!QQ")
+
+
+def frame(head: Any, body: bytes) -> bytes:
+    """``head`` pickled and ``body`` (pickled already) behind their two lengths: what a rank writes once,
+    read back by :func:`unframe` from as many reads as the pipe takes.
+
+    >>> unframe(frame(RankDone(True), b"x"))
+    (RankDone(ok=True, stamp=0.0, modules=()), b'x')
+    >>> unframe(frame(RankDone(True), b"x")[:-1]) is None
+    True
+    """
+    pickled = pickle.dumps(head)
+    return _LENGTHS.pack(len(pickled), len(body)) + pickled + body
+
+
+def unframe(data: bytes | bytearray) -> tuple[Any, bytes] | None:
+    """The head and the body of a :func:`frame` whose bytes have all arrived, else None."""
+    if len(data) < _LENGTHS.size:
+        return None
+    head, body = _LENGTHS.unpack(data[: _LENGTHS.size])
+    start = _LENGTHS.size + head
+    if len(data) < start + body:
+        return None
+    return pickle.loads(data[_LENGTHS.size : start]), bytes(data[start : start + body])

@@ -25,14 +25,14 @@ import os
 import pickle
 import selectors
 import signal
-import struct
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from grpo_identity.checks.calls import protocol as M
 from grpo_identity.checks.frameworks import AdapterError
 
 __all__ = [
@@ -105,8 +105,8 @@ class ProcessRanks:
                 _end([pid for pid, _ in started.values()])
                 for _, fd in started.values():
                     os.close(fd)
-        _preload(replies)
-        return [reply["value"] for reply in replies]
+        _preload(done for done, _ in replies)
+        return [value for _, value in replies]
 
     def _fork(self, fn: Callable[[int], Any], rank: int, store: str, started: dict[int, tuple[int, int]]) -> None:
         """Fork rank ``rank``; its pid and the read end of its pipe go into ``started`` before anything else
@@ -139,13 +139,13 @@ class ProcessRanks:
         with contextlib.suppress(OSError):  # as the rank does itself: whichever runs first
             os.setpgid(pid, pid)
 
-    def _collect(self, started: dict[int, tuple[int, int]]) -> list[dict[str, Any]]:
+    def _collect(self, started: dict[int, tuple[int, int]]) -> list[tuple[M.RankDone, Any]]:
         """Every rank's reply (a length, then the bytes: a rank is done when they have arrived, whatever it
         left running; a rank that exited is done with what it wrote, even where something it started still
         holds its pipe open).  Where ranks failed, the error of the one that failed first, a collective that
         lost its peer (:func:`_lost_peer`) counted last, after the others answered or :data:`GRACE_SECONDS`
         passed."""
-        replies: list[dict[str, Any]] = [{} for _ in range(self.size)]
+        replies: list[tuple[M.RankDone, Any]] = [(M.RankDone(False), None)] * self.size
         errors: list[tuple[float, BaseException]] = []
         data = {fd: bytearray() for _, fd in started.values()}
         rank_of = {fd: rank for rank, (_, fd) in started.items()}
@@ -162,13 +162,13 @@ class ProcessRanks:
                     if fd not in ready and not exited:
                         continue
                     ended = _drain(fd, data[fd])
-                    if not (ended or exited or _complete(data[fd])):
+                    if not (ended or exited or M.unframe(data[fd]) is not None):
                         continue
                     selector.unregister(fd)
                     rank = rank_of[fd]
-                    reply = replies[rank] = _loaded(bytes(data.pop(fd)), rank)
-                    if not reply["ok"]:
-                        errors.append((reply["stamp"], reply["value"]))
+                    done, value = replies[rank] = _loaded(bytes(data.pop(fd)), rank)
+                    if not done.ok:
+                        errors.append((done.stamp, value))
                         deadline = min(deadline, time.monotonic() + GRACE_SECONDS)
         if errors:
             raise min(errors, key=lambda e: (_lost_peer(e[1]), e[0]))[1]
@@ -200,11 +200,11 @@ def _exited(pid: int) -> bool:
 
 
 def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: int, seconds: float) -> None:
-    """One rank's process: join the group, run ``fn(rank)``, write its reply: the header (ok, when an error
-    happened, the modules it imported) and the value (its result or error), each pickled on its own, so that a
-    value that does not pickle still leaves its header."""
+    """One rank's process: join the group, run ``fn(rank)``, write its answer (:class:`~grpo_identity.checks.calls.
+    protocol.RankDone`, then the value: its result or error, pickled on its own, so that a value that does not
+    pickle still leaves the answer)."""
     before = set(sys.modules)
-    header: dict[str, Any] = {"ok": False, "stamp": 0.0}
+    ok, stamp = False, 0.0
     value: Any = None
     try:
         import torch
@@ -221,15 +221,15 @@ def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: i
             dist.barrier()
             value = fn(rank)
             dist.barrier()
-            header["ok"] = True
+            ok = True
         except BaseException:
-            header["stamp"] = time.monotonic()  # before the group ends: the others' errors come after it
+            stamp = time.monotonic()  # before the group ends: the others' errors come after it
             raise
         finally:
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 (handed to the caller's process, with when it happened)
-        header["stamp"] = header["stamp"] or time.monotonic()
+        stamp = stamp or time.monotonic()
         # a rank's exit (SystemExit, an argument parser's) or interrupt is the rank's failure, never the caller's
         value = (
             exc if isinstance(exc, Exception) else RankProcessError(f"rank {rank} exited: {type(exc).__name__}: {exc}")
@@ -237,17 +237,15 @@ def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: i
         with contextlib.suppress(Exception):  # where it was raised: a pickled error has no traceback
             frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
             setattr(exc, "rank_frames", frames)  # noqa: B010 (an attribute no exception class declares)
-    header["modules"] = [name for name in sys.modules if name not in before]
     try:
         body = pickle.dumps(value)
     except Exception as exc:  # noqa: BLE001 (an unpicklable result or error: its text instead, its time kept)
-        what = "result" if header["ok"] else f"error ({type(value).__name__}: {value})"
+        what = "result" if ok else f"error ({type(value).__name__}: {value})"
         body = pickle.dumps(RankProcessError(f"rank {rank}'s {what} does not pickle: {type(exc).__name__}: {exc}"))
-        header["ok"] = False
-        header["stamp"] = header["stamp"] or time.monotonic()
-    head = pickle.dumps(header)
+        ok, stamp = False, stamp or time.monotonic()
+    done = M.RankDone(ok, stamp, tuple(name for name in sys.modules if name not in before))
     with os.fdopen(fd, "wb") as out:
-        out.write(struct.pack("!QQ", len(head), len(body)) + head + body)
+        out.write(M.frame(done, body))
 
 
 #: the words of gloo's errors when a peer went away
@@ -267,38 +265,28 @@ def _lost_peer(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and any(words in text for words in _TRANSPORT)
 
 
-def _complete(data: bytearray) -> bool:
-    """Whether a reply's bytes have all arrived (its two lengths, then its header and value)."""
-    if len(data) < 16:
-        return False
-    head, body = struct.unpack("!QQ", data[:16])
-    return len(data) >= 16 + head + body
-
-
-def _loaded(payload: bytes, rank: int) -> dict[str, Any]:
-    """A rank's reply: ok, value (its result or error), stamp (when the error happened), modules (what it
-    imported).  A reply cut short (the process ended first: stamped now, when its end was seen) and a value
-    that does not unpickle here (stamped as the rank stamped its error) are :class:`RankProcessError`."""
-    if not _complete(bytearray(payload)):
-        error = RankProcessError(f"rank {rank}'s process ended before it answered")
-        return {"ok": False, "value": error, "stamp": time.monotonic(), "modules": []}
-    head, _ = struct.unpack("!QQ", payload[:16])
-    reply = pickle.loads(payload[16 : 16 + head])  # plain types: always loads
+def _loaded(payload: bytes, rank: int) -> tuple[M.RankDone, Any]:
+    """A rank's answer and its value (result or error).  An answer cut short (the process ended first: stamped now,
+    when its end was seen) and a value that does not unpickle here (stamped as the rank stamped its error) are
+    :class:`RankProcessError`."""
+    framed = M.unframe(payload)
+    if framed is None:
+        return M.RankDone(False, time.monotonic()), RankProcessError(f"rank {rank}'s process ended before it answered")
+    done, body = framed  # plain types: always loads
     try:
-        reply["value"] = pickle.loads(payload[16 + head :])
+        return done, pickle.loads(body)
     except Exception as exc:  # noqa: BLE001
         text = f"rank {rank} answered what does not unpickle here: {type(exc).__name__}: {exc}"
-        reply.update(ok=False, value=RankProcessError(text), stamp=reply["stamp"] or time.monotonic())
-    return reply
+        return M.RankDone(False, done.stamp or time.monotonic(), done.modules), RankProcessError(text)
 
 
-def _preload(replies: list[dict[str, Any]]) -> None:
+def _preload(answers: Iterable[M.RankDone]) -> None:
     """After a run every rank of which answered: import here what the ranks imported under packages this process
     already holds (the framework's lazy imports, ``torch._dynamo`` …), so that the next fork starts with them
     instead of importing them again.  New top-level packages are left to the ranks (their import may depend on
     the rank's environment); what fails to import is left too."""
-    for reply in replies:
-        for name in reply.get("modules", ()):
+    for done in answers:
+        for name in done.modules:
             if name not in sys.modules and name.partition(".")[0] in sys.modules:
                 with contextlib.suppress(Exception, SystemExit):
                     importlib.import_module(name)
