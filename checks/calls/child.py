@@ -77,7 +77,8 @@ WARM_IN_ALL = 6
 #: modules a load may import and leave its target out of the collector's frozen generation; a load that imports
 #: more brought its framework in, which is frozen with the target and thawed at Unload (:meth:`_Channel._load`)
 _LOAD_IMPORTS = 200
-#: every this many unloads everything frozen is thawed and collected, so that what died among it is freed too
+#: every this many unloads everything frozen is thawed and collected, so that what died among it is freed too (what was
+#: alive at a freeze and died later is kept until then)
 _THAW_EVERY = 8
 #: seconds between the child's checks that its parent is still alive
 _PARENT_POLL = 0.5
@@ -118,7 +119,7 @@ class _Channel:
         self.fn: Callable[..., Any] | None = None
         self.kind = "advantage"
         self.watch = OutputWatch()
-        self.thaw, self.frozen, self.unloads = False, False, 0
+        self.thaw, self.frozen, self.unloads, self.modules = False, False, 0, 0
 
     def serve(self) -> None:
         _become_subreaper()
@@ -140,9 +141,7 @@ class _Channel:
             return self._load(msg)
         if isinstance(msg, M.Unload):  # collected before the reply: a finalizer that hangs is this target's fault
             self.fn, self.unloads = None, self.unloads + 1
-            if self.thaw or self.unloads % _THAW_EVERY == 0:  # the target was frozen with its framework's imports, or
-                gc.unfreeze()  # what was frozen may have died since: the collector's again
-                self.frozen = False
+            self._thaw()
             gc.collect()
             return M.Unloaded()
         if isinstance(msg, M.Call) and self.fn is not None:
@@ -156,14 +155,33 @@ class _Channel:
             self.outbox.send(M.Malformed(f"returned something that cannot be sent back: {last_line(exc)}"))
 
     def _load(self, msg: M.Load) -> Any:
-        self.fn, self.kind, self.watch, self.thaw = None, msg.kind, OutputWatch(), False
-        # What the child holds at the first load after a thaw, the framework imported by earlier audits above all, is
-        # frozen: the collector's passes during the calls skip it (half a million objects made each full pass of a TRL
-        # audit cost about 0.3 s), and Unload collects the target without a pass over it.
+        """Load ``msg``'s target.  What the child holds at the first load after a thaw, the framework imported by
+        earlier audits above all, is frozen: the collector's passes during the calls skip it (half a million objects
+        made each full pass of a TRL audit cost about 0.3 s), and Unload collects the target without a pass over it.
+        A load that imports its framework, loaded or failed, is frozen with it, and thawed at its Unload."""
+        self.fn, self.kind, self.watch = None, msg.kind, OutputWatch()
         if not self.frozen:
             gc.freeze()
-            self.frozen = True
-        imported = len(sys.modules)
+            self.frozen, self.modules = True, len(sys.modules)
+        before = len(sys.modules)
+        reply = self._build(msg)
+        if len(sys.modules) - before > _LOAD_IMPORTS:
+            self.thaw = True
+            gc.freeze()
+        return reply
+
+    def _thaw(self) -> None:
+        """At an Unload: everything frozen is the collector's again where a load froze its target, where the
+        calls imported modules in bulk since the last freeze, and every :data:`_THAW_EVERY` unloads (what was
+        frozen alive and died since, a framework's singleton that held an earlier trainer, is kept until then)."""
+        imported = len(sys.modules) - self.modules > _LOAD_IMPORTS
+        if self.thaw or imported or self.unloads % _THAW_EVERY == 0:
+            gc.unfreeze()
+            self.frozen = self.thaw = False
+
+    def _build(self, msg: M.Load) -> Any:
+        """The target of ``msg``, in the caller's folder, environment and seeds: :class:`M.Loaded` or
+        :class:`M.LoadFailed`."""
         sys.path[:] = list(dict.fromkeys([*msg.path, *self.base_path]))
         if msg.environ is not None:
             os.environ.clear()
@@ -189,9 +207,6 @@ class _Channel:
             return M.LoadFailed(last_line(exc))
         if not had_torch and "torch" in sys.modules:  # the calls start from one state, warm or cold
             sys.modules["torch"].manual_seed(msg.seed)
-        if len(sys.modules) - imported > _LOAD_IMPORTS:  # a cold load: the framework's imports are frozen too, with
-            self.thaw = True  # the target, which Unload thaws to collect it
-            gc.freeze()
         return M.Loaded(info)
 
     def _call(self, msg: M.Call) -> Any:
@@ -374,7 +389,7 @@ def end_tree(pid: int | None = None) -> None:
     subreaper keeps them below it), and its process group, whose id is its pid (each is a group's leader).  ``pid``
     is stopped first, so that it starts nothing more meanwhile.  The caller reaps its own child; ``pid`` must not
     have been reaped yet (its number could be another process's)."""
-    me = pid is None
+    me = pid is None or pid == os.getpid()
     pid = os.getpid() if pid is None else pid
     if not me:
         with contextlib.suppress(OSError):
