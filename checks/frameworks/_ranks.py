@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from grpo_identity.checks.calls import protocol as M
+from grpo_identity.checks.calls.child import become_subreaper, end_descendants, end_tree, reap
 from grpo_identity.checks.frameworks import AdapterError
 
 __all__ = [
@@ -126,6 +127,7 @@ class ProcessRanks:
             try:
                 os.close(read)
                 os.setpgid(0, 0)  # a group of its own: what it starts is ended with it
+                become_subreaper()  # and what that starts, in a session of its own or not, stays below it
                 die_with_parent(parent)
                 _rank_main(fn, rank, self.size, store, write, self.collective_seconds)
                 code = 0
@@ -133,6 +135,8 @@ class ProcessRanks:
                 with contextlib.suppress(BaseException):
                     sys.stdout.flush()
                     sys.stderr.flush()
+                with contextlib.suppress(BaseException):
+                    end_descendants()  # answered or failed: its workers end with it, reaped
                 os._exit(code)
         started[rank] = (pid, read)
         os.close(write)
@@ -294,14 +298,14 @@ def _preload(answers: Iterable[M.RankDone]) -> None:
 
 def _end(pids: list[int]) -> None:
     """End every rank, whatever it started and its process group (:func:`~grpo_identity.checks.calls.child.end_tree`),
-    then reap the ranks."""
-    from grpo_identity.checks.calls.child import end_tree
-
+    then reap the ranks, and what of theirs came to this process."""
+    killed: set[int] = set()
     for pid in pids:
-        end_tree(pid)
+        killed |= end_tree(pid)
     for pid in pids:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+    reap(killed)
     for pid in pids:
         _reap_group(pid)
 

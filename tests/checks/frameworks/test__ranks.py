@@ -176,6 +176,42 @@ with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as fh:
 """
 
 
+_SESSIONS = """
+import ctypes, os, subprocess, sys, time
+import torch
+from grpo_identity.checks.frameworks._ranks import ProcessRanks, RankProcessError
+ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER, as the audit's child
+sleeper = lambda: subprocess.Popen(["sleep", "30"], start_new_session=True).pid  # outside the rank's group
+def hangs(rank):
+    print(sleeper(), flush=True)
+    time.sleep(60)
+workers = ProcessRanks(2).run(lambda rank: sleeper())  # ranks that answer
+try:
+    ProcessRanks(1, seconds=3).run(hangs)  # a rank that does not
+except RankProcessError:
+    pass
+def running(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+time.sleep(0.5)
+with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as fh:
+    print("running", sum(map(running, workers)), "children", len(fh.read().split()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a subreaper is Linux's")
+def test_workers_a_rank_started_in_sessions_of_their_own_end_with_it_and_leave_no_zombie() -> None:
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _SESSIONS], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    hung_worker, *_, last = out.stdout.split("\n")[:-1]
+    assert last == "running 0 children 0", out.stdout  # none runs, none is a zombie of the caller
+    assert not _alive(int(hung_worker))
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a subreaper is Linux's")
 def test_what_the_ranks_started_is_reaped_where_it_comes_to_the_caller() -> None:
     import subprocess
