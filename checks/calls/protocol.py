@@ -35,6 +35,7 @@ __all__ = [
     "Unloaded",
     "RankDone",
     "frame",
+    "complete",
     "unframe",
 ]
 
@@ -159,21 +160,29 @@ def frame(head: Any, body: bytes) -> bytes:
     """``head`` pickled and ``body`` (pickled already) behind their two lengths: what a rank writes once,
     read back by :func:`unframe` from as many reads as the pipe takes.
 
-    >>> unframe(frame(RankDone(True), b"x"))
+    >>> head, body = unframe(frame(RankDone(True), b"x"))
+    >>> head, bytes(body)
     (RankDone(ok=True, stamp=0.0, modules=()), b'x')
-    >>> unframe(frame(RankDone(True), b"x")[:-1]) is None
-    True
+    >>> complete(frame(RankDone(True), b"x")[:-1])
+    False
     """
     pickled = pickle.dumps(head)
     return _LENGTHS.pack(len(pickled), len(body)) + pickled + body
 
 
-def unframe(data: bytes | bytearray) -> tuple[Any, bytes] | None:
-    """The head and the body of a :func:`frame` whose bytes have all arrived, else None."""
+def complete(data: bytes | bytearray) -> bool:
+    """Whether every byte of a :func:`frame` has arrived in ``data`` (its two lengths read, nothing unpickled)."""
     if len(data) < _LENGTHS.size:
+        return False
+    head, body = _LENGTHS.unpack_from(data)
+    return len(data) >= _LENGTHS.size + head + body
+
+
+def unframe(data: bytes | bytearray) -> tuple[Any, memoryview] | None:
+    """The head (unpickled) and the body (a view, not a copy) of a :func:`frame` whose bytes have all arrived, else
+    None."""
+    if not complete(data):
         return None
-    head, body = _LENGTHS.unpack(data[: _LENGTHS.size])
-    start = _LENGTHS.size + head
-    if len(data) < start + body:
-        return None
-    return pickle.loads(data[_LENGTHS.size : start]), bytes(data[start : start + body])
+    head, body = _LENGTHS.unpack_from(data)
+    view = memoryview(data)[_LENGTHS.size :]
+    return pickle.loads(view[:head]), view[head : head + body]

@@ -144,7 +144,7 @@ class ProcessRanks:
             os.setpgid(pid, pid)
 
     def _collect(self, started: dict[int, tuple[int, int]]) -> list[tuple[M.RankDone, Any]]:
-        """Every rank's reply (a length, then the bytes: a rank is done when they have arrived, whatever it
+        """Every rank's answer (one frame: a rank is done when its bytes have arrived, whatever it
         left running; a rank that exited is done with what it wrote, even where something it started still
         holds its pipe open).  Where ranks failed, the error of the one that failed first, a collective that
         lost its peer (:func:`_lost_peer`) counted last, after the others answered or :data:`GRACE_SECONDS`
@@ -166,11 +166,11 @@ class ProcessRanks:
                     if fd not in ready and not exited:
                         continue
                     ended = _drain(fd, data[fd])
-                    if not (ended or exited or M.unframe(data[fd]) is not None):
+                    if not (ended or exited or M.complete(data[fd])):
                         continue
                     selector.unregister(fd)
                     rank = rank_of[fd]
-                    done, value = replies[rank] = _loaded(bytes(data.pop(fd)), rank)
+                    done, value = replies[rank] = _loaded(data.pop(fd), rank)
                     if not done.ok:
                         errors.append((done.stamp, value))
                         deadline = min(deadline, time.monotonic() + GRACE_SECONDS)
@@ -269,14 +269,17 @@ def _lost_peer(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and any(words in text for words in _TRANSPORT)
 
 
-def _loaded(payload: bytes, rank: int) -> tuple[M.RankDone, Any]:
+def _loaded(payload: bytearray, rank: int) -> tuple[M.RankDone, Any]:
     """A rank's answer and its value (result or error).  An answer cut short (the process ended first: stamped now,
-    when its end was seen) and a value that does not unpickle here (stamped as the rank stamped its error) are
-    :class:`RankProcessError`."""
-    framed = M.unframe(payload)
+    when its end was seen), one that does not unpickle, and a value that does not unpickle here (stamped as the rank
+    stamped its error) are :class:`RankProcessError`."""
+    try:
+        framed = M.unframe(payload)
+    except Exception as exc:  # noqa: BLE001
+        return M.RankDone(False, time.monotonic()), RankProcessError(f"rank {rank}'s answer is unreadable: {exc}")
     if framed is None:
         return M.RankDone(False, time.monotonic()), RankProcessError(f"rank {rank}'s process ended before it answered")
-    done, body = framed  # plain types: always loads
+    done, body = framed
     try:
         return done, pickle.loads(body)
     except Exception as exc:  # noqa: BLE001
