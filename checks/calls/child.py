@@ -22,22 +22,21 @@ it computes in a cold one.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import gc
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 
 from grpo_identity.checks.calls import protocol as M
+from grpo_identity.checks.calls.processes import become_subreaper, end_tree
 from grpo_identity.checks.calls.target import (
     OutputWatch,
     TargetCrashed,
@@ -60,9 +59,6 @@ __all__ = [
     "OUTPUT_LIMIT",
     "ChildProcess",
     "ChildTarget",
-    "end_tree",
-    "end_descendants",
-    "become_subreaper",
     "warm_children",
     "close_warm_children",
 ]
@@ -240,17 +236,6 @@ def _end_own_group() -> None:
         os._exit(0)
 
 
-def become_subreaper() -> None:
-    """Linux: orphaned descendants of this process are reparented to it, not to init, so that none escapes
-    :func:`kill_tree` by detaching (elsewhere: nothing; the process group is still ended)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
-
-
 def _own_network() -> None:
     """Linux: this process and whatever it starts move to a network namespace of their own that holds only the
     loopback, brought up so that torch.distributed's ranks still meet on it (gloo told to use it); no target can
@@ -338,98 +323,6 @@ def _undumpable() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     except (OSError, AttributeError):
         pass
-
-
-def descendants(pid: int, dead: bool = False) -> list[int]:
-    """Every living descendant of ``pid`` (read from /proc; [] where there is none), deepest last; with ``dead``, also
-    the ended ones not yet reaped (zombies)."""
-    parents: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces and parentheses
-        if fields[0] in ("Z", "X") and not dead:  # dead already, waiting to be reaped: nothing to end
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def kill_tree(pid: int, deadline: float = 5.0) -> set[int]:
-    """SIGKILL every living descendant of ``pid`` (each stopped first, so that none forks meanwhile), not ``pid``
-    itself; again until none is left (one may fork between the reading of /proc and the kill), for at most
-    ``deadline`` seconds.  The pids it killed."""
-    killed: set[int] = set()
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        found = descendants(pid)
-        if not found:
-            break
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for p in found:
-                try:
-                    os.kill(p, sig)
-                except OSError:
-                    pass
-        killed.update(found)
-        time.sleep(0.01)
-    return killed
-
-
-def reap(pids: Iterable[int], deadline: float = 2.0) -> None:
-    """Reap those of ``pids`` that are this process's children once they have ended (killed processes that came to
-    it, a subreaper, when their parent died), for at most ``deadline`` seconds; never a pid it was not given."""
-    left, end = set(pids), time.monotonic() + deadline
-    while left and time.monotonic() < end:
-        for p in list(left):
-            try:
-                if os.waitpid(p, os.WNOHANG)[0] == 0:
-                    continue
-            except ChildProcessError:  # not this process's child, or reaped already
-                pass
-            left.discard(p)
-        if left:
-            time.sleep(0.01)
-
-
-def end_descendants() -> None:
-    """End whatever this process started (:func:`kill_tree`) and reap it, before this process exits: a rank's
-    workers end with the rank and leave no zombie (a rank is a subreaper: what its workers started stays below it)."""
-    reap(kill_tree(os.getpid()))
-
-
-def end_tree(pid: int | None = None) -> set[int]:
-    """The one way a process of an audit is ended (a child, a rank, the child itself once its parent is gone): SIGKILL
-    for ``pid`` (this process where None), every descendant of it, also one that left its process group (a
-    subreaper keeps them below it), and its process group, whose id is its pid (each is a group's leader).  ``pid``
-    is stopped first, so that it starts nothing more meanwhile.  ``pid`` must not have been reaped yet (its number
-    could be another process's); the caller reaps it, and the descendants it returns (killed, or ended before and
-    not yet reaped) where they came to it (:func:`reap`)."""
-    me = pid is None or pid == os.getpid()
-    pid = os.getpid() if pid is None else pid
-    if not me:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGSTOP)
-    killed = kill_tree(pid) | set(descendants(pid, dead=True))  # what ended before, yet unreaped, is reaped too
-    with contextlib.suppress(OSError):
-        os.killpg(os.getpgid(0) if me else pid, signal.SIGKILL)  # what it forked, and itself
-    if not me:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)  # where it is no group's leader
-    return killed
 
 
 def _watch_parent(parent: int) -> None:

@@ -24,7 +24,6 @@ import importlib
 import os
 import pickle
 import selectors
-import signal
 import sys
 import tempfile
 import time
@@ -33,13 +32,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from grpo_identity.checks.calls import protocol as M
-from grpo_identity.checks.calls.child import become_subreaper, end_descendants, end_tree, reap
+from grpo_identity.checks.calls.processes import become_subreaper, die_with_parent, end_descendants, end_tree, reap
 from grpo_identity.checks.frameworks import AdapterError
 
 __all__ = [
     "ProcessRanks",
     "RankProcessError",
-    "die_with_parent",
     "accelerate_rank",
     "world_size",
     "rank_index",
@@ -63,20 +61,6 @@ LOOPBACK = {"linux": "lo", "darwin": "lo0"}
 class RankProcessError(AdapterError):
     """The rank processes themselves failed (a rank died, hung past the run's deadline, or answered what does
     not travel between processes): the driver's machinery, not the framework's answer."""
-
-
-def die_with_parent(parent: int | None = None) -> None:
-    """Linux: this process gets SIGKILL when its parent exits, so no rank outlives an audit that was stopped;
-    where the parent (``parent``, its pid before the fork) is already gone, this process ends at once
-    (elsewhere: nothing; the audit's process group is still ended as a whole)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if parent is not None and os.getppid() != parent:
-        os._exit(1)
 
 
 class ProcessRanks:
@@ -300,8 +284,8 @@ def _preload(answers: Iterable[M.RankDone]) -> None:
 
 
 def _end(pids: list[int]) -> None:
-    """End every rank, whatever it started and its process group (:func:`~grpo_identity.checks.calls.child.end_tree`),
-    then reap the ranks, and what of theirs came to this process."""
+    """End every rank, whatever it started and its process group
+    (:func:`~grpo_identity.checks.calls.processes.end_tree`), then reap the ranks, and what of theirs came here."""
     killed: set[int] = set()
     for pid in pids:
         killed |= end_tree(pid)

@@ -21,7 +21,7 @@ import pytest
 from grpo_identity.app import grid as G
 from grpo_identity.app import matrix as M
 from grpo_identity.app.cli import main
-from grpo_identity.checks.calls.child import descendants
+from grpo_identity.checks.calls.processes import descendants
 
 
 def _row(target: str, release: str | None, verdict: str = "pass", resolution: str | None = None) -> dict:
