@@ -54,14 +54,7 @@ from grpo_identity.checks.calls.target import (
     target_folder,
 )
 
-__all__ = [
-    "STARTUP_TIMEOUT",
-    "OUTPUT_LIMIT",
-    "ChildProcess",
-    "ChildTarget",
-    "warm_children",
-    "close_warm_children",
-]
+__all__ = ["STARTUP_TIMEOUT", "OUTPUT_LIMIT", "ChildProcess", "ChildTarget", "warm_children", "close_warm_children"]
 
 #: seconds allowed for the child interpreter to start, before the target loads
 STARTUP_TIMEOUT = 120.0
@@ -228,7 +221,7 @@ def _seed(seed: int) -> None:
 def _end_own_group() -> None:
     """End this process and everything it started: its process group, and every descendant that left it (a
     ``setsid``, a ``start_new_session``, a daemon that double-forked: they are reparented to this process, the
-    subreaper, and found by :func:`descendants`)."""
+    subreaper, and found by :func:`~grpo_identity.checks.calls.processes.descendants`)."""
     sys.stdout.flush()
     try:
         end_tree()
