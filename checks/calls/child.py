@@ -166,9 +166,10 @@ class _Channel:
         calls imported modules in bulk since the last freeze, and every :data:`_THAW_EVERY` unloads (what was
         frozen alive and died since, a framework's singleton that held an earlier trainer, is kept until then)."""
         imported = len(sys.modules) - self.modules > _LOAD_IMPORTS
-        if self.thaw or imported or self.unloads % _THAW_EVERY == 0:
+        if self.thaw or imported or self.unloads >= _THAW_EVERY:
             gc.unfreeze()
             self.frozen = self.thaw = False
+            self.unloads = 0
 
     def _build(self, msg: M.Load) -> Any:
         """The target of ``msg``, in the caller's folder, environment and seeds: :class:`M.Loaded` or

@@ -102,25 +102,45 @@ def kill_tree(pid: int, deadline: float = 5.0) -> set[int]:
 
 
 def reap(pids: Iterable[int], deadline: float = 2.0) -> None:
-    """Reap those of ``pids`` that are this process's children once they have ended (killed processes that came to
-    it, a subreaper, when their parent died), for at most ``deadline`` seconds; never a pid it was not given."""
+    """Reap those of ``pids`` that have ended as this process's children (killed processes that came to it, a
+    subreaper, when their parent died), waiting for them at most ``deadline`` seconds; a pid is waited for only
+    once it is this process's zombie, whose number no other process can take meanwhile."""
     left, end = set(pids), time.monotonic() + deadline
     while left and time.monotonic() < end:
         for p in list(left):
-            try:
-                if os.waitpid(p, os.WNOHANG)[0] == 0:
-                    continue
-            except ChildProcessError:  # not this process's child, or reaped already
-                pass
-            left.discard(p)
+            state = _stat(p)
+            if state is None:  # gone: reaped by another
+                left.discard(p)
+            elif state == ("Z", os.getpid()):
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(p, os.WNOHANG)
+                left.discard(p)
         if left:
             time.sleep(0.01)
 
 
-def end_descendants() -> None:
-    """End whatever this process started (:func:`kill_tree`) and reap it, before this process exits: a rank's
-    workers end with the rank and leave no zombie (a rank is a subreaper: what its workers started stays below it)."""
-    reap(kill_tree(os.getpid()))
+def _stat(pid: int) -> tuple[str, int] | None:
+    """The state and parent of process ``pid`` (/proc), None where there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().decode(errors="replace").rsplit(")", 1)[1].split()  # the name may hold ")"
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def end_descendants(deadline: float = 2.0) -> None:
+    """End whatever this process started (:func:`kill_tree`) and reap every child it has, ended before or now, for
+    at most ``deadline`` seconds: called by a process about to exit (a rank), whose workers then end with it and
+    leave no zombie to its parent (a rank is a subreaper: what its workers started stays below it)."""
+    kill_tree(os.getpid())
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                time.sleep(0.01)
+        except ChildProcessError:  # no child left
+            return
 
 
 def end_tree(pid: int | None = None) -> set[int]:
@@ -129,7 +149,7 @@ def end_tree(pid: int | None = None) -> set[int]:
     subreaper keeps them below it), and its process group, whose id is its pid (each is a group's leader).  ``pid``
     is stopped first, so that it starts nothing more meanwhile.  ``pid`` must not have been reaped yet (its number
     could be another process's); the caller reaps it, and the descendants it returns (killed, or ended before and
-    not yet reaped) where they came to it (:func:`reap`)."""
+    not yet reaped) where they came to it (:func:`reap`).  Called for this process, it does not return."""
     me = pid is None or pid == os.getpid()
     pid = os.getpid() if pid is None else pid
     if not me:

@@ -188,9 +188,9 @@ def _exited(pid: int) -> bool:
 
 
 def _rank_main(fn: Callable[[int], Any], rank: int, size: int, store: str, fd: int, seconds: float) -> None:
-    """One rank's process: join the group, run ``fn(rank)``, write its answer (:class:`~grpo_identity.checks.calls.
-    protocol.RankDone`, then the value: its result or error, pickled on its own, so that a value that does not
-    pickle still leaves the answer)."""
+    """One rank's process: join the group, run ``fn(rank)``, write its answer
+    (:class:`~grpo_identity.checks.calls.protocol.RankDone`, then the value: its result or error, pickled on its own,
+    so that a value that does not pickle still leaves the answer)."""
     before = set(sys.modules)
     ok, stamp = False, 0.0
     value: Any = None

@@ -48,11 +48,13 @@ def test_end_tree_ends_a_process_its_detached_worker_and_its_group_and_names_wha
 def test_reap_reaps_the_ended_children_it_is_given_and_no_other():
     given = subprocess.Popen(["sleep", "30"])
     other = subprocess.Popen(["sleep", "0"])
+    kept = subprocess.Popen(["sleep", "0"])
     given.kill()
     other.wait()  # reaped by its owner already: reap must leave the pid alone, not fail
-    kept = subprocess.Popen(["sleep", "0.2"])
-    time.sleep(0.4)  # both ended: zombies until reaped
-    reap([given.pid, other.pid, os.getpid() + 10**6])
+    for proc in (given, kept):  # ended, and left a zombie until reaped
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    reap([given.pid, other.pid, os.getpid() + 10**6], deadline=0.5)
     assert _state(given.pid) is None  # reaped
     assert _state(kept.pid) == "Z"  # not given: still its owner's to reap
     assert kept.wait(5) == 0
+    given.wait(5)  # its owner learns it is gone

@@ -185,7 +185,11 @@ sleeper = lambda: subprocess.Popen(["sleep", "30"], start_new_session=True).pid 
 def hangs(rank):
     print(sleeper(), flush=True)
     time.sleep(60)
-workers = ProcessRanks(2).run(lambda rank: sleeper())  # ranks that answer
+def answers(rank):
+    quick = subprocess.Popen(["true"], start_new_session=True)
+    os.waitid(os.P_PID, quick.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped: the rank's zombie
+    return sleeper()
+workers = ProcessRanks(2).run(answers)  # ranks that answer
 try:
     ProcessRanks(1, seconds=3).run(hangs)  # a rank that does not
 except RankProcessError:
