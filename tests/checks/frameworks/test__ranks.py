@@ -185,10 +185,12 @@ sleeper = lambda: subprocess.Popen(["sleep", "30"], start_new_session=True).pid 
 def hangs(rank):
     print(sleeper(), flush=True)
     time.sleep(60)
+held = []
 def answers(rank):
-    quick = subprocess.Popen(["true"], start_new_session=True)
-    os.waitid(os.P_PID, quick.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped: the rank's zombie
-    return sleeper()
+    worker = sleeper()
+    held.append(subprocess.Popen(["true"], start_new_session=True))  # held: no Popen of the rank's waits for it
+    os.waitid(os.P_PID, held[-1].pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped: the rank's zombie
+    return worker
 workers = ProcessRanks(2).run(answers)  # ranks that answer
 try:
     ProcessRanks(1, seconds=3).run(hangs)  # a rank that does not
