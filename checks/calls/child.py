@@ -65,12 +65,6 @@ OUTPUT_LIMIT = 64 * 1024
 #: idle warm children kept per interpreter, and in all (each holds a framework in memory)
 WARM_PER_INTERPRETER = 2
 WARM_IN_ALL = 6
-#: modules a load may import and leave its target out of the collector's frozen generation; a load that imports
-#: more brought its framework in, which is frozen with the target and thawed at Unload (:meth:`_Channel._load`)
-_LOAD_IMPORTS = 200
-#: every this many unloads everything frozen is thawed and collected, so that what died among it is freed too (what was
-#: alive at a freeze and died later is kept until then)
-_THAW_EVERY = 8
 #: seconds between the child's checks that its parent is still alive
 _PARENT_POLL = 0.5
 #: one thread for torch, OpenMP and BLAS in the child (two stall on a 2-core machine)
@@ -110,7 +104,6 @@ class _Channel:
         self.fn: Callable[..., Any] | None = None
         self.kind = "advantage"
         self.watch = OutputWatch()
-        self.thaw, self.frozen, self.unloads, self.modules = False, False, 0, 0
 
     def serve(self) -> None:
         become_subreaper()
@@ -131,8 +124,8 @@ class _Channel:
         if isinstance(msg, M.Load):
             return self._load(msg)
         if isinstance(msg, M.Unload):  # collected before the reply: a finalizer that hangs is this target's fault
-            self.fn, self.unloads = None, self.unloads + 1
-            self._thaw()
+            self.fn = None
+            gc.unfreeze()  # what _load froze, the dropped target with it, is the collector's again
             gc.collect()
             return M.Unloaded()
         if isinstance(msg, M.Call) and self.fn is not None:
@@ -146,30 +139,14 @@ class _Channel:
             self.outbox.send(M.Malformed(f"returned something that cannot be sent back: {last_line(exc)}"))
 
     def _load(self, msg: M.Load) -> Any:
-        """Load ``msg``'s target.  What the child holds at the first load after a thaw, the framework imported by
-        earlier audits above all, is frozen: the collector's passes during the calls skip it (half a million objects
-        made each full pass of a TRL audit cost about 0.3 s), and Unload collects the target without a pass over it.
-        A load that imports its framework, loaded or failed, is frozen with it, and thawed at its Unload."""
+        """Load ``msg``'s target.  Everything the child holds then, the framework's imports and the target, loaded
+        or failed, is frozen until Unload: the collector's passes during the calls skip it (half a million objects
+        made each full pass of a TRL audit cost about 0.3 s), and so do a rank's, forked from it (no page of it is
+        copied for the collector).  Unload unfreezes it before it collects, so nothing that dies meanwhile is kept."""
         self.fn, self.kind, self.watch = None, msg.kind, OutputWatch()
-        if not self.frozen:
-            gc.freeze()
-            self.frozen, self.modules = True, len(sys.modules)
-        before = len(sys.modules)
         reply = self._build(msg)
-        if len(sys.modules) - before > _LOAD_IMPORTS:
-            self.thaw = True
-            gc.freeze()
+        gc.freeze()
         return reply
-
-    def _thaw(self) -> None:
-        """At an Unload: everything frozen is the collector's again where a load froze its target, where the
-        calls imported modules in bulk since the last freeze, and every :data:`_THAW_EVERY` unloads (what was
-        frozen alive and died since, a framework's singleton that held an earlier trainer, is kept until then)."""
-        imported = len(sys.modules) - self.modules > _LOAD_IMPORTS
-        if self.thaw or imported or self.unloads >= _THAW_EVERY:
-            gc.unfreeze()
-            self.frozen = self.thaw = False
-            self.unloads = 0
 
     def _build(self, msg: M.Load) -> Any:
         """The target of ``msg``, in the caller's folder, environment and seeds: :class:`M.Loaded` or
