@@ -139,18 +139,7 @@ class _Channel:
             self.outbox.send(M.Malformed(f"returned something that cannot be sent back: {last_line(exc)}"))
 
     def _load(self, msg: M.Load) -> Any:
-        """Load ``msg``'s target.  Everything the child holds then, the framework's imports and the target, loaded
-        or failed, is frozen until Unload: the collector's passes during the calls skip it (half a million objects
-        made each full pass of a TRL audit cost about 0.3 s), and so do a rank's, forked from it (no page of it is
-        copied for the collector).  Unload unfreezes it before it collects, so nothing that dies meanwhile is kept."""
         self.fn, self.kind, self.watch = None, msg.kind, OutputWatch()
-        reply = self._build(msg)
-        gc.freeze()
-        return reply
-
-    def _build(self, msg: M.Load) -> Any:
-        """The target of ``msg``, in the caller's folder, environment and seeds: :class:`M.Loaded` or
-        :class:`M.LoadFailed`."""
         sys.path[:] = list(dict.fromkeys([*msg.path, *self.base_path]))
         if msg.environ is not None:
             os.environ.clear()
@@ -176,6 +165,10 @@ class _Channel:
             return M.LoadFailed(last_line(exc))
         if not had_torch and "torch" in sys.modules:  # the calls start from one state, warm or cold
             sys.modules["torch"].manual_seed(msg.seed)
+        # Everything the child holds now, the framework's imports and the target, is frozen until Unload: the
+        # collector's passes during the calls skip it (half a million objects made each full pass of a TRL audit
+        # cost about 0.3 s).  Unload unfreezes it before it collects, so nothing that dies meanwhile is kept.
+        gc.freeze()
         return M.Loaded(info)
 
     def _call(self, msg: M.Call) -> Any:

@@ -3,7 +3,8 @@
 An audit's child (:mod:`grpo_identity.checks.calls.child`) and the data-parallel ranks it forks
 (:mod:`grpo_identity.checks.frameworks._ranks`) are each a subreaper (:func:`become_subreaper`), so
 whatever they start stays below them, however it detaches; each is ended by :func:`end_tree` (itself,
-every descendant, its process group), and what came to the ender is reaped (:func:`reap`).  A rank also
+every descendant, its process group), and what came to the ender is reaped (:func:`reap`; the ranks all at
+once: :func:`end_trees`).  A rank also
 ends with its parent (:func:`die_with_parent`) and ends what it started before it exits
 (:func:`end_descendants`).  Linux reads /proc; elsewhere the process group is all there is.
 """
@@ -23,8 +24,12 @@ __all__ = [
     "kill_tree",
     "reap",
     "end_tree",
+    "end_trees",
     "end_descendants",
 ]
+
+#: seconds :func:`reap` waits for what was killed to end where this process is its reaper
+REAP_SECONDS = 2.0
 
 
 def become_subreaper() -> None:
@@ -61,17 +66,10 @@ def descendants(pid: int, dead: bool = False) -> list[int]:
     except OSError:
         return []
     for entry in entries:
-        if not entry.isdigit():
+        stat = _stat(int(entry)) if entry.isdigit() else None
+        if stat is None or (stat[0] in ("Z", "X") and not dead):  # dead already, waiting to be reaped: nothing to end
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces and parentheses
-        if fields[0] in ("Z", "X") and not dead:  # dead already, waiting to be reaped: nothing to end
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(entry))
+        parents.setdefault(stat[1], []).append(int(entry))
     found, todo = [], [pid]
     while todo:
         for child in parents.get(todo.pop(), []):
@@ -101,7 +99,7 @@ def kill_tree(pid: int, deadline: float = 5.0) -> set[int]:
     return killed
 
 
-def reap(pids: Iterable[int], deadline: float = 2.0) -> None:
+def reap(pids: Iterable[int], deadline: float = REAP_SECONDS) -> None:
     """Reap those of ``pids`` that have ended as this process's children (killed processes that came to it, a
     subreaper, when their parent died), waiting for them at most ``deadline`` seconds; a pid is waited for only
     once it is this process's zombie, whose number no other process can take meanwhile."""
@@ -123,13 +121,13 @@ def _stat(pid: int) -> tuple[str, int] | None:
     """The state and parent of process ``pid`` (/proc), None where there is none."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().decode(errors="replace").rsplit(")", 1)[1].split()  # the name may hold ")"
+            fields = fh.read().decode(errors="replace").rsplit(")", 1)[1].split()  # the name may hold spaces, ")"
     except (OSError, IndexError):
         return None
     return fields[0], int(fields[1])
 
 
-def end_descendants(deadline: float = 2.0) -> None:
+def end_descendants(deadline: float = REAP_SECONDS) -> None:
     """End whatever this process started (:func:`kill_tree`) and reap every child it has, ended before or now, for
     at most ``deadline`` seconds: called by a process about to exit (a rank), whose workers then end with it and
     leave no zombie to its parent (a rank is a subreaper: what its workers started stays below it)."""
@@ -162,3 +160,32 @@ def end_tree(pid: int | None = None) -> set[int]:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)  # where it is no group's leader
     return killed
+
+
+def end_trees(pids: list[int]) -> None:
+    """End each of ``pids``, this process's children (:func:`end_tree`), then reap them, the descendants of theirs
+    that came to this process, and the members of their process groups that did (a subreaper, as the audit's child
+    is; each for at most :data:`REAP_SECONDS`)."""
+    killed: set[int] = set()
+    for pid in pids:
+        killed |= end_tree(pid)
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    reap(killed)
+    for pid in pids:
+        _reap_group(pid)
+
+
+def _reap_group(pgid: int) -> None:
+    """Reap the members of process group ``pgid`` that are this process's children, once ended, for at most
+    :data:`REAP_SECONDS`."""
+    if not hasattr(os, "waitid"):
+        return
+    deadline = time.monotonic() + REAP_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            if os.waitid(os.P_PGID, pgid, os.WEXITED | os.WNOHANG) is None:
+                time.sleep(0.01)  # members left, none ended yet: they were sent SIGKILL
+        except (ChildProcessError, OSError):
+            return  # none of this group is this process's child

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from grpo_identity.checks.calls import protocol as M
-from grpo_identity.checks.calls.processes import become_subreaper, die_with_parent, end_descendants, end_tree, reap
+from grpo_identity.checks.calls.processes import become_subreaper, die_with_parent, end_descendants, end_trees
 from grpo_identity.checks.frameworks import AdapterError
 
 __all__ = [
@@ -52,8 +52,6 @@ RUN_SECONDS = 600
 GRACE_SECONDS = 10
 #: seconds between looks at whether a rank that has not answered has exited
 POLL_SECONDS = 0.2
-#: seconds :func:`_end` waits for what a rank started to be reaped (where this process is their reaper)
-REAP_SECONDS = 2.0
 #: the loopback's name, which gloo is told to use: the ranks meet on it and nowhere else
 LOOPBACK = {"linux": "lo", "darwin": "lo0"}
 
@@ -87,7 +85,7 @@ class ProcessRanks:
                     self._fork(fn, rank, store, started)
                 replies = self._collect(started)
             finally:
-                _end([pid for pid, _ in started.values()])
+                end_trees([pid for pid, _ in started.values()])
                 for _, fd in started.values():
                     os.close(fd)
         _preload(done for done, _ in replies)
@@ -180,7 +178,7 @@ def _drain(fd: int, into: bytearray) -> bool:
 
 def _exited(pid: int) -> bool:
     """Whether the rank ``pid`` has exited, without reaping it (its pid, and its group's id, stay taken until
-    :func:`_end`); False where the system cannot tell."""
+    :func:`~grpo_identity.checks.calls.processes.end_trees`); False where the system cannot tell."""
     try:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except (AttributeError, ChildProcessError, OSError):
@@ -281,34 +279,6 @@ def _preload(answers: Iterable[M.RankDone]) -> None:
             if name not in sys.modules and name.partition(".")[0] in sys.modules:
                 with contextlib.suppress(Exception, SystemExit):
                     importlib.import_module(name)
-
-
-def _end(pids: list[int]) -> None:
-    """End every rank, whatever it started and its process group
-    (:func:`~grpo_identity.checks.calls.processes.end_tree`), then reap the ranks, and what of theirs came here."""
-    killed: set[int] = set()
-    for pid in pids:
-        killed |= end_tree(pid)
-    for pid in pids:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-    reap(killed)
-    for pid in pids:
-        _reap_group(pid)
-
-
-def _reap_group(pgid: int) -> None:
-    """Reap what the rank of group ``pgid`` started, where it came to this process (a subreaper, as the audit's
-    child is): its members that are this process's children, for at most :data:`REAP_SECONDS`."""
-    if not hasattr(os, "waitid"):
-        return
-    deadline = time.monotonic() + REAP_SECONDS
-    while time.monotonic() < deadline:
-        try:
-            if os.waitid(os.P_PGID, pgid, os.WEXITED | os.WNOHANG) is None:
-                time.sleep(0.01)  # members left, none ended yet: they were sent SIGKILL
-        except (ChildProcessError, OSError):
-            return  # none of this group is this process's child
 
 
 # --- what a rank's framework code asks of its group ---------------------------------------------------------------
