@@ -38,7 +38,7 @@ import numpy as np
 from grpo_identity import dial as D
 from grpo_identity.checks import verdict as V
 from grpo_identity.checks.calls.calling import to_numpy
-from grpo_identity.checks.calls.target import TargetMalformed, gradient_arrays, malformed
+from grpo_identity.checks.calls.target import Output, TargetMalformed, View, gradient_arrays, malformed, output_of
 from grpo_identity.checks.frameworks import answer_lengths
 from grpo_identity.checks.measure.infer import probe_batch
 from grpo_identity.checks.report import (
@@ -444,33 +444,31 @@ def _during(exc: Exception, what: str) -> Exception:
     return exc
 
 
-class AdvantageView:
+class AdvantageView(View):
     """A gradient target seen as an advantage function: ``fn(rewards, G)`` → the advantages it
     computed on answers of the gradient probes' lengths.  A target whose info says
     ``lengths_optional`` (the framework drivers) is called with ``lengths=None`` and skips its
     loss; any other gets lengths and its loss is computed and ignored.  What was wrong with a call
-    besides its values (``last_issue``, ``last_overwrite``) is the target's own: every transport checks
-    the advantages of a gradient output as it checks an advantage function's
+    besides its values (the :class:`~grpo_identity.checks.calls.target.Output`'s ``issue`` and ``overwrite``) is the
+    target's own: every transport checks the advantages of a gradient output as it checks an advantage function's
     (:func:`~grpo_identity.checks.calls.target.call_once`)."""
 
     def __init__(self, target: Any) -> None:
-        self._target = target
+        super().__init__(target)
         self._skip_loss = bool((getattr(target, "info", None) or {}).get("lengths_optional"))
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target, name)
-
-    def __call__(self, rewards: np.ndarray, group_size: int, scores: np.ndarray | None = None) -> Any:
+    def call(self, rewards: np.ndarray, group_size: int, scores: np.ndarray | None = None) -> Output:
         """``scores``: one column per reward function (a driver whose info names ``components``)."""
         if scores is not None:
-            out = self._target(rewards, group_size, None, {"scores": scores})
+            out = output_of(self._target, rewards, group_size, None, {"scores": scores})
         else:
-            out = self._target(rewards, group_size, None if self._skip_loss else answer_lengths(len(rewards)))
-        adv = out.get("advantages") if isinstance(out, dict) else None
+            lengths = None if self._skip_loss else answer_lengths(len(rewards))
+            out = output_of(self._target, rewards, group_size, lengths)
+        adv = out.value.get("advantages") if isinstance(out.value, dict) else None
         bad = malformed(adv, "advantage")
         if bad is not None:
             raise TargetMalformed(f"{bad} (the 'advantages' of its gradient output)")
-        return np.array(to_numpy(adv), dtype=np.float64, copy=True)
+        return Output(np.array(to_numpy(adv), dtype=np.float64, copy=True), out.issue, out.overwrite)
 
 
 def gradient_target(

@@ -38,7 +38,9 @@ import numpy as np
 from grpo_identity.checks.calls import protocol as M
 from grpo_identity.checks.calls.processes import become_subreaper, end_tree
 from grpo_identity.checks.calls.target import (
+    Output,
     OutputWatch,
+    Target,
     TargetCrashed,
     TargetError,
     TargetImportError,
@@ -538,7 +540,7 @@ def close_warm_children() -> None:
 atexit.register(close_warm_children)
 
 
-class ChildTarget:
+class ChildTarget(Target):
     """A target loaded into a child process; every call (and the load) has a timeout.
 
     After a crash or a timeout the child is gone: later calls raise the same error at once, so a
@@ -559,13 +561,10 @@ class ChildTarget:
         seed: int = 0,
         calling: Any = None,
     ) -> None:
-        self.name = name or (spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec)))
+        self.name = str(name or (spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec))))
         self.timeout = float(timeout)
+        self.kind = kind
         self.calls = 0
-        self.last_issue: str | None = None
-        """:func:`output_issue` of the latest call."""
-        self.last_overwrite: str | None = None
-        """Set when the latest call overwrote the previous call's output (a shared buffer)."""
         self.dead: TargetError | None = None
         self._warm, self._closed = warm, False
         payload = reference(spec) if callable(spec) else spec
@@ -574,7 +573,7 @@ class ChildTarget:
         self._proc = _take(python) if warm else ChildProcess(python)
         load = M.Load(payload, kind, path, seed, cwd=os.getcwd(), environ=child_environ_for(python), calling=calling)
         try:
-            self.info: dict[str, Any] = self._load(load, load_timeout)
+            self.info = self._load(load, load_timeout)
         except TargetImportError:
             raise
         except BaseException:  # Ctrl-C while it loads: nothing is left running
@@ -601,7 +600,7 @@ class ChildTarget:
             raise TargetImportError(reply.message)
         return dict(reply.info)
 
-    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
+    def call(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Output:
         if self.dead is not None:
             raise type(self.dead)(str(self.dead))
         self.calls += 1

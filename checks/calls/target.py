@@ -3,14 +3,21 @@
 A target is named by a spec — ``path/to/file.py:function``, ``package.module:function`` or a
 built-in adapter name (:data:`grpo_identity.checks.calls.adapters.ADAPTERS`) — or given as a callable.
 This module loads it (:func:`load_target`, which checks the spec first: :func:`check_spec`) and
-calls it in this process (:class:`LocalTarget`); :mod:`grpo_identity.checks.calls.child` runs it in a
-child interpreter instead, so that a crash or a hang in someone else's code becomes a clear
-finding, never a hung audit.  Both return a 1-D ``numpy`` array (float for advantages, bool for
-filters) and record what was wrong with an output besides its values (:func:`output_issue`).
+calls it.  Every layer of the audit calls a :class:`Target`: ``target.call(rewards, G, *extra)`` returns one
+typed :class:`Output` (the output as numpy: a 1-D array, float for advantages, bool for filters, or a dict of
+arrays at the gradient level; what was wrong with the call besides its values, :func:`output_issue`; whether it
+overwrote the previous call's output), and ``target(rewards, G, *extra)`` its value alone.  Two transports
+carry the call: this process (:class:`LocalTarget`) and a child interpreter
+(:class:`grpo_identity.checks.calls.child.ChildTarget`), where a crash or a hang in someone else's code becomes a
+clear finding, never a hung audit; both make every check of :func:`call_once` where the target runs.  A
+:class:`View` is a target seen through another (rounded rewards, a gradient target's advantages, the search's
+memo): it answers ``call`` itself and reads every other attribute from the target under it.
 
 >>> t = LocalTarget(lambda r, G: r - r.reshape(-1, G).mean(1).repeat(G))
 >>> t(__import__("numpy").array([1., 0.]), 2).tolist()
 [0.5, -0.5]
+>>> t.call(__import__("numpy").array([1., 0.]), 2).issue is None
+True
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import stat
 import sys
 import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -36,6 +44,11 @@ __all__ = [
     "TargetTimeout",
     "TargetMalformed",
     "TargetImportError",
+    "Output",
+    "Target",
+    "View",
+    "as_target",
+    "output_of",
     "load_target",
     "called_as_written",
     "call_once",
@@ -252,36 +265,88 @@ def declared_info(fn: Any) -> dict[str, Any]:
     return dict(info)
 
 
-class LocalTarget:
+@dataclass(frozen=True)
+class Output:
+    """One call's result as the audit reads it."""
+
+    value: Any
+    """The output as numpy: a 1-D array (advantages, keep flags), or a dict of arrays at the gradient level."""
+    issue: str | None = None
+    """What was wrong with the call besides its values (:func:`output_issue`): its input changed, a list …"""
+    overwrite: str | None = None
+    """Set when the call overwrote the output of the call before (a shared buffer)."""
+
+
+class Target:
+    """A loaded target as the audit calls it: :meth:`call` gives an :class:`Output`, calling the object its value.
+    ``name``, ``kind`` ('advantage', 'filter', 'row-filter', 'gradient'), ``info`` (what it declares and how it is
+    called) and ``calls`` (how many calls reached it) are read by the report."""
+
+    name: str
+    kind: str
+    info: dict[str, Any]
+    calls: int
+
+    def call(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Output:
+        raise NotImplementedError
+
+    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
+        return self.call(rewards, group_size, *extra).value
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class View(Target):
+    """A target seen through another: a subclass answers :meth:`call`; every other attribute (``name``, ``info``,
+    ``calls`` …) is the target's under it."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    def close(self) -> None:
+        pass  # the target under it is closed by whoever opened it
+
+
+def output_of(target: Any, rewards: np.ndarray, group_size: int, *extra: Any) -> Output:
+    """One call of ``target``: a :class:`Target`'s own :class:`Output`; a plain function's output as it returned
+    it, nothing checked (a view over a plain function, as tests build them, sees what the function gives)."""
+    if isinstance(target, Target):
+        return target.call(rewards, group_size, *extra)
+    return Output(target(rewards, group_size, *extra))
+
+
+def as_target(fn: Any, kind: str = "advantage") -> Target:
+    """``fn`` as a :class:`Target`: itself when it is one, else called in this process (:class:`LocalTarget`)."""
+    return fn if isinstance(fn, Target) else LocalTarget(fn, kind=kind)
+
+
+class LocalTarget(Target):
     """A target called in this process (no timeout can stop it: a child process can,
     :class:`grpo_identity.checks.calls.child.ChildTarget`)."""
 
     def __init__(
         self, fn: Callable[..., Any], name: str | None = None, kind: str = "advantage", calling: Any = None
     ) -> None:
-        self.name = name or getattr(fn, "__qualname__", repr(fn))
+        self.name = str(name or getattr(fn, "__qualname__", repr(fn)))
         self.kind = kind
-        self.info: dict[str, Any] = declared_info(fn)
+        self.info = declared_info(fn)
         self.fn = called_as_written(fn, calling, self.info)
         self.calls = 0
-        self.last_issue: str | None = None
-        """:func:`output_issue` of the latest call."""
-        self.last_overwrite: str | None = None
-        """Set when the latest call overwrote the previous call's output (a shared buffer)."""
         self._watch = OutputWatch()
 
-    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
+    def call(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Output:
         self.calls += 1
         return settle(self, call_once(self.fn, rewards, group_size, extra, self.kind, self._watch))
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> LocalTarget:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def call_once(
@@ -424,9 +489,9 @@ def _numbers(out: dict[str, Any], key: str, keys: tuple[str, ...]) -> np.ndarray
     return value.astype(np.float64)
 
 
-def settle(target: Any, reply: Any) -> Any:
-    """A :func:`call_once` reply as the audit takes it: the output, with ``target``'s ``last_issue``,
-    ``last_overwrite`` and ``info["call"]`` set; or the error the reply stands for."""
+def settle(target: Any, reply: Any) -> Output:
+    """A :func:`call_once` reply as the audit takes it: its :class:`Output` (the call plan, when this call settled
+    it, goes into ``target.info["call"]``); or the error the reply stands for."""
     from grpo_identity.checks.calls import protocol as M
 
     if isinstance(reply, M.Raised):
@@ -435,10 +500,9 @@ def settle(target: Any, reply: Any) -> Any:
         raise TargetMalformed(reply.message)
     if isinstance(reply, M.Rejected):
         raise TargetImportError(reply.message)
-    target.last_issue, target.last_overwrite = reply.issue, reply.overwrite
     if reply.call is not None:
         target.info["call"] = reply.call
-    return reply.out
+    return Output(reply.out, reply.issue, reply.overwrite)
 
 
 def seen_input(fn: Any, passed: np.ndarray) -> np.ndarray:
@@ -475,18 +539,16 @@ def round_rewards(rewards: np.ndarray, dtype: str) -> np.ndarray:
     return rewards.astype(dtype).astype(np.float64)
 
 
-class RoundedRewards:
+class RoundedRewards(View):
     """The target, called with rewards rounded to the dtype it is handed them in (``--reward-dtype``),
     so that every reference the audit computes sees the rewards the target sees."""
 
     def __init__(self, target: Any, dtype: str) -> None:
-        self._target, self.dtype = target, dtype
+        super().__init__(target)
+        self.dtype = dtype
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target, name)
-
-    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
-        return self._target(round_rewards(rewards, self.dtype), group_size, *extra)
+    def call(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Output:
+        return output_of(self._target, round_rewards(rewards, self.dtype), group_size, *extra)
 
 
 def last_line(exc: BaseException) -> str:

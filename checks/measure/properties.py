@@ -31,7 +31,7 @@ import numpy as np
 
 from grpo_identity import closed_forms as C
 from grpo_identity import dial as D
-from grpo_identity.checks.calls.target import TargetError, output_issue, round_rewards
+from grpo_identity.checks.calls.target import Output, TargetError, View, as_target, output_of, round_rewards
 
 __all__ = [
     "PropertyViolation",
@@ -62,8 +62,9 @@ __all__ = [
     "ragged_groups",
 ]
 
-#: a target: ``fn(rewards, G)``, and ``fn(rewards, G, ids)`` for one that takes group ids
-Target = Callable[..., Any]
+#: a target: ``fn(rewards, G)``, and ``fn(rewards, G, ids)`` for one that takes group ids; the audit hands every
+#: property a :class:`~grpo_identity.checks.calls.target.Target`, a test may hand it a plain function
+Fn = Callable[..., Any]
 
 
 class PropertyViolation(AssertionError):
@@ -158,10 +159,16 @@ class Context:
 
 
 # --- helpers -------------------------------------------------------------------------------------
-def call_target(target: Target, rewards: np.ndarray, G: int, prop: str, ids: Any = None) -> np.ndarray:
+def call_target(target: Fn, rewards: np.ndarray, G: int, prop: str, ids: Any = None) -> np.ndarray:
     """The target's advantages of ``rewards`` (groups of G, or by ``ids``) as float64, or a ``prop`` violation where
     their shape or dtype is not an advantage vector's."""
-    out = np.asarray(target(rewards, G) if ids is None else target(rewards, G, ids))
+    return advantage_vector(target(rewards, G) if ids is None else target(rewards, G, ids), rewards, G, prop)
+
+
+def advantage_vector(out: Any, rewards: np.ndarray, G: int, prop: str) -> np.ndarray:
+    """``out``, a target's output for ``rewards``, as float64 advantages; a ``prop`` violation where its shape or
+    dtype is not an advantage vector's."""
+    out = np.asarray(out)
     if out.shape != rewards.shape:
         raise PropertyViolation(
             prop,
@@ -215,24 +222,15 @@ def _exact_silent_value(v: float) -> bool:
 
 
 # --- advantage properties ------------------------------------------------------------------------
-def well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def well_formed(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """One finite advantage per reward, an array of the rewards' shape and dtype (1-D float64,
     n_groups × G), and the rewards left untouched (no in-place update of the caller's array)."""
     r, G = batch.contiguous(), batch.group_size
-    other = r + 1.0  # a second call, to see whether it overwrites the first call's output
-    if hasattr(target, "last_issue"):  # a LocalTarget / ChildTarget checks the raw output itself
-        A = call_target(target, r, G, "well_formed")
-        issue = target.last_issue
-        call_target(target, other, G, "well_formed")
-        issue = issue or target.last_issue or getattr(target, "last_overwrite", None)
-    else:
-        passed = r.copy()
-        raw = target(passed, G)
-        A = call_target(lambda *_: raw, r, G, "well_formed").copy()
-        issue = output_issue(r, passed, raw)
-        target(other, G)
-        if not issue and not np.array_equal(np.asarray(raw, dtype=np.float64), A, equal_nan=True):
-            issue = "overwrote the advantages it returned on the call before (it hands out one shared buffer)"
+    target = as_target(target)  # where the output is checked: the transport, on the output as the target returned it
+    first = target.call(r, G)
+    A = advantage_vector(first.value, r, G, "well_formed")
+    second = target.call(r + 1.0, G)  # does it overwrite the first call's output?
+    issue = first.issue or second.issue or second.overwrite
     if issue:
         raise PropertyViolation("well_formed", f"the target {issue} (G={G}, {r.size} rewards)", _example(r, G, A))
     bad = ~np.isfinite(A)
@@ -245,7 +243,7 @@ def well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.Generat
         )
 
 
-def silent_groups_exactly_zero(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def silent_groups_exactly_zero(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """Groups whose rewards are all equal get exactly 0 (not ε-small, not NaN): σ = 0 ⇒ g = 0.
 
     Checked on values with exact means (0, 1, 0.5, 2 …); silent groups of other values (0.1) are
@@ -281,7 +279,7 @@ def _two_valued_groups(R: np.ndarray) -> list[tuple[int, float, float]]:
     return out
 
 
-def two_valued_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def two_valued_per_group(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """Two-valued rewards give two advantages per group: equal rewards, equal advantages; the higher
     reward the higher advantage (a sign flip fails here)."""
     r, G = batch.contiguous(), batch.group_size
@@ -328,7 +326,7 @@ def _mean_rounding(row: np.ndarray, adv: np.ndarray, ctx: Context) -> float:
     return row.size * unit * float(np.abs(row).max()) * width / spread
 
 
-def zero_sum_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def zero_sum_per_group(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """Σᵢ Âᵢ = 0 in every group (the baseline removes the group's mean; RLOO's too, Prop. 1)."""
     r, G = batch.contiguous(), batch.group_size
     A = call_target(target, r, G, "zero_sum_per_group").reshape(-1, G)
@@ -348,7 +346,7 @@ def zero_sum_per_group(target: Target, batch: Any, ctx: Context, rng: np.random.
             )
 
 
-def identity_in_vector_form(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def identity_in_vector_form(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """g = (1/G) Σ Âᵢ sᵢ on random score vectors of any dimension: c·(s̄₊ − s̄₋) on the batch's
     two-valued groups (Theorem 1), and c·β̂ on groups of continuous and multi-valued rewards drawn
     beside the batch (theorem G9: β̂ the least-squares slope of the scores on the rewards), c the
@@ -362,7 +360,7 @@ def _random_scores(n_rows: int, rng: np.random.Generator) -> np.ndarray:
     return rng.standard_normal((n_rows, *shape))  # (n·G, *shape): one score per answer
 
 
-def _identity_two_valued(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def _identity_two_valued(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     r, G = batch.contiguous(), batch.group_size
     A = call_target(target, r, G, "identity_in_vector_form")
     R = r.reshape(-1, G)
@@ -424,7 +422,7 @@ def _coefficient(A: np.ndarray, R: np.ndarray) -> np.ndarray:
     return D.group_updates(A, centred.reshape(-1), R.shape[1])[:, 0]  # (n,)
 
 
-def _identity_any_rewards(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def _identity_any_rewards(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     G = batch.group_size
     if G < 2:
         return
@@ -481,7 +479,7 @@ def _any_reward_message(
     )
 
 
-def groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def groups_independent(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """A group's advantages do not depend on the other groups of the batch nor on their order
     (a batch std may scale them all by one number: then up to that factor)."""
     r, G = batch.contiguous(), batch.group_size
@@ -521,7 +519,7 @@ def groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.
         )
 
 
-def permutation_equivariant(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def permutation_equivariant(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """Permuting the answers within a group permutes their advantages the same way."""
     r, G = batch.contiguous(), batch.group_size
     A = call_target(target, r, G, "permutation_equivariant").reshape(-1, G)
@@ -541,7 +539,7 @@ def permutation_equivariant(target: Target, batch: Any, ctx: Context, rng: np.ra
             )
 
 
-def stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def stateless(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """The same input gives the same output on the next call and after another call (no running stats, no
     answer that flips from call to call)."""
     r, G = batch.contiguous(), batch.group_size
@@ -559,7 +557,7 @@ def stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator
             )
 
 
-def matches_dial(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def matches_dial(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """The advantages equal the reference dial's (the expected preset, or the inferred dial), so
     c(k, G) matches it too; silent groups of non-exact values are left to the audit's probe."""
     if ctx.reference is None:
@@ -581,7 +579,7 @@ def matches_dial(target: Target, batch: Any, ctx: Context, rng: np.random.Genera
 
 
 # --- layouts (targets that take group ids) ---------------------------------------------------------
-def layout_independent(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def layout_independent(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """Rows in any order, with group ids of any labels, give each answer the advantage it gets when
     the groups come one after another (for targets that take group ids)."""
     if ctx.reference_ids is None:
@@ -608,7 +606,7 @@ def layout_independent(target: Target, batch: Any, ctx: Context, rng: np.random.
             )
 
 
-def ragged_groups(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def ragged_groups(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """Groups of different sizes (answers filtered out or aborted, down to a lone answer) each get
     their own group's advantages: no block of G is assumed.  A lone answer has σ = 0 and gets 0;
     NaN there fails, a nonzero push (its raw reward: no baseline) is a deviation."""
@@ -689,7 +687,7 @@ def _padded_to(ctx: Context, kept: np.ndarray, got: np.ndarray, sizes: set[int])
     return 0
 
 
-def _alone_gives(target: Target, rows: np.ndarray, G: int, got: np.ndarray, tol: Tolerance, scale: float) -> bool:
+def _alone_gives(target: Fn, rows: np.ndarray, G: int, got: np.ndarray, tol: Tolerance, scale: float) -> bool:
     """Whether the target gives a group's rows, called on them alone under one id, what it gave them in a ragged
     batch: then it takes the groups as the ids give them, whatever it computes in each."""
     try:
@@ -700,8 +698,13 @@ def _alone_gives(target: Target, rows: np.ndarray, G: int, got: np.ndarray, tol:
 
 
 # --- filter properties ---------------------------------------------------------------------------
-def call_filter(target: Target, rewards: np.ndarray, G: int, prop: str) -> np.ndarray:
-    out = np.asarray(target(rewards, G))
+def call_filter(target: Fn, rewards: np.ndarray, G: int, prop: str) -> np.ndarray:
+    return filter_flags(target(rewards, G), rewards, G, prop)
+
+
+def filter_flags(out: Any, rewards: np.ndarray, G: int, prop: str) -> np.ndarray:
+    """``out``, a filter's output for ``rewards``, as one bool per group; a ``prop`` violation where it is not."""
+    out = np.asarray(out)
     n = rewards.size // G
     if out.shape != (n,):
         raise PropertyViolation(
@@ -742,20 +745,17 @@ def _as_row_mask(out: np.ndarray, n: int) -> np.ndarray:
     return mask
 
 
-class WholeGroups:
+class WholeGroups(View):
     """A row filter (one keep flag per answer) seen as a group filter: each group's flags must agree
     (a group is kept or dropped whole, by its σ); a group split between kept and dropped answers is a
     ``keeps_whole_groups`` violation, with the rows of each side."""
 
-    def __init__(self, target: Target) -> None:
-        self._target = target
+    def call(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Output:
+        out = output_of(self._target, rewards, group_size, *extra)
+        return Output(self._flags(out.value, rewards, int(group_size)), out.issue, out.overwrite)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target, name)
-
-    def __call__(self, rewards: np.ndarray, group_size: int) -> np.ndarray:
-        G = int(group_size)
-        rows = _as_row_mask(np.asarray(self._target(rewards, G)), rewards.size)
+    def _flags(self, out: Any, rewards: np.ndarray, G: int) -> np.ndarray:
+        rows = _as_row_mask(np.asarray(out), rewards.size)
         if rows.shape != rewards.shape:
             raise PropertyViolation(
                 "filter_well_formed",
@@ -778,12 +778,12 @@ class WholeGroups:
         return np.asarray(flags.all(1))
 
 
-def filter_well_formed(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def filter_well_formed(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """One bool per group (True = keep), and the rewards left untouched."""
     r, G = batch.contiguous(), batch.group_size
-    passed = r.copy()
-    keep = call_filter(target, passed, G, "filter_well_formed")
-    issue = getattr(target, "last_issue", None) or output_issue(r, passed, keep, "filter")
+    out = as_target(target, "filter").call(r, G)  # the input checked where the target runs
+    keep = filter_flags(out.value, r, G, "filter_well_formed")
+    issue = out.issue
     if issue:
         raise PropertyViolation(
             "filter_well_formed", f"the target {issue} (G={G}, {r.size} rewards)", _example(r, G, keep)
@@ -809,7 +809,7 @@ def kept_by_definition(rewards: np.ndarray, G: int, keep: str) -> np.ndarray:
     return np.array([np.unique(row).size > 1 for row in R], dtype=bool)
 
 
-def keeps_groups_with_nonzero_std(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def keeps_groups_with_nonzero_std(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """The filter keeps exactly the groups the expected keep rule keeps (DAPO's: σ > 0), by the
     rule's definition (:func:`kept_by_definition`)."""
     r, G = batch.contiguous(), batch.group_size
@@ -830,7 +830,7 @@ def keeps_groups_with_nonzero_std(target: Target, batch: Any, ctx: Context, rng:
         )
 
 
-def filter_groups_independent(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def filter_groups_independent(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """A group's keep decision depends on that group only (not its neighbours, not their order)."""
     r, G = batch.contiguous(), batch.group_size
     keep = call_filter(target, r, G, "filter_groups_independent")
@@ -855,7 +855,7 @@ def filter_groups_independent(target: Target, batch: Any, ctx: Context, rng: np.
             )
 
 
-def filter_stateless(target: Target, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
+def filter_stateless(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """The same rewards get the same decisions, and permuting within a group changes nothing."""
     r, G = batch.contiguous(), batch.group_size
     k1 = call_filter(target, r, G, "filter_stateless")

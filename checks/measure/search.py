@@ -27,7 +27,15 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from grpo_identity.checks.calls.target import TargetCrashed, TargetError, TargetMalformed, TargetTimeout
+from grpo_identity.checks.calls.target import (
+    Output,
+    TargetCrashed,
+    TargetError,
+    TargetMalformed,
+    TargetTimeout,
+    View,
+    output_of,
+)
 from grpo_identity.checks.measure import properties as P
 from grpo_identity.foundation import cache_dir
 
@@ -104,22 +112,19 @@ def failure(exc: TargetError, where: str = "") -> str:
     return f"the target {what}{where}: {exc}"
 
 
-class FiniteGuard:
+class FiniteGuard(View):
     """The target, except that a NaN or an inf in its advantages is one ``well_formed`` violation
     at once: every later comparison (NaN ≠ NaN) would otherwise report false findings
     ("stateless", "permutation") and an infinite silent-group residue."""
 
     def __init__(self, target: Any, skip: bool = False) -> None:
-        self._target = target
+        super().__init__(target)
         self._skip = skip
         """Once a non-finite output is a finding: skip such a batch (the property judges the batches with numbers)."""
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target, name)
-
-    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
-        out = self._target(rewards, group_size, *extra)
-        A = np.asarray(out)
+    def call(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Output:
+        out = output_of(self._target, rewards, group_size, *extra)
+        A = np.asarray(out.value)
         if not extra and A.shape == rewards.shape and np.issubdtype(A.dtype, np.floating):
             bad = ~np.isfinite(A)
             if bad.any() and self._skip:
@@ -138,7 +143,7 @@ class FiniteGuard:
         return out
 
 
-class AnswerMemo:
+class AnswerMemo(View):
     """The target, which answers an input it answered before from memory while :attr:`serving` is set.
 
     Every property draws its examples from the same seed, so the search asks a target the same batch many times
@@ -154,23 +159,21 @@ class AnswerMemo:
     :data:`_MEMO_NUMBERS` numbers); a call that raises is not."""
 
     def __init__(self, target: Any) -> None:
-        self._target = target
+        super().__init__(target)
         self._answers: dict[tuple[Any, ...], np.ndarray] = {}
         self._numbers = 0  # how many are remembered: inputs, extra arguments and answers
         self.serving = False
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target, name)
-
-    def __call__(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Any:
+    def call(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Output:
         key = _input_key(rewards, group_size, extra)
         if self.serving and key in self._answers:
-            return self._answers[key].copy()
-        out = self._target(rewards, group_size, *extra)
-        if key is not None and isinstance(out, np.ndarray) and key not in self._answers:
-            size = out.size + sum(a.size for a in (rewards, *extra) if isinstance(a, np.ndarray))
+            return Output(self._answers[key].copy())
+        out = output_of(self._target, rewards, group_size, *extra)
+        value = out.value
+        if key is not None and isinstance(value, np.ndarray) and key not in self._answers:
+            size = value.size + sum(a.size for a in (rewards, *extra) if isinstance(a, np.ndarray))
             if self._numbers + size <= _MEMO_NUMBERS:
-                self._answers[key] = out.copy()
+                self._answers[key] = value.copy()
                 self._numbers += size
         return out
 

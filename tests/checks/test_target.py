@@ -139,12 +139,9 @@ def test_the_target_wrappers_see_dtype_lists_in_place_updates_and_shared_buffers
         return buf
 
     t = LocalTarget(shared)
-    t(r, 2)
-    assert t.last_overwrite is None
-    t(r + 1.0, 2)
-    assert t.last_overwrite is None  # same values: nothing seen overwritten
-    t(np.array([0.0, 1.0]), 2)
-    assert "shared buffer" in t.last_overwrite
+    assert t.call(r, 2).overwrite is None
+    assert t.call(r + 1.0, 2).overwrite is None  # same values: nothing seen overwritten
+    assert "shared buffer" in t.call(np.array([0.0, 1.0]), 2).overwrite
 
 
 def test_a_check_of_the_output_that_raises_is_a_finding_not_a_crash_of_the_audit():
