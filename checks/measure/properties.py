@@ -224,12 +224,15 @@ def _exact_silent_value(v: float) -> bool:
 # --- advantage properties ------------------------------------------------------------------------
 def well_formed(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
     """One finite advantage per reward, an array of the rewards' shape and dtype (1-D float64,
-    n_groups × G), and the rewards left untouched (no in-place update of the caller's array)."""
+    n_groups × G), the rewards left untouched (no in-place update of the caller's array), and the output its own
+    (a second call does not overwrite it).  The second call's rewards are ``1 − r``: every group that is not silent
+    gets other advantages (``r + 1`` gave a centred estimator the same ones, and a shared buffer went unseen on
+    every batch the float rounding left exact), and binary rewards stay binary."""
     r, G = batch.contiguous(), batch.group_size
     target = as_target(target)  # where the output is checked: the transport, on the output as the target returned it
     first = target.call(r, G)
     A = advantage_vector(first.value, r, G, "well_formed")
-    second = target.call(r + 1.0, G)  # does it overwrite the first call's output?
+    second = target.call(1.0 - r, G)  # does it overwrite the first call's output?
     issue = first.issue or second.issue or second.overwrite
     if issue:
         raise PropertyViolation("well_formed", f"the target {issue} (G={G}, {r.size} rewards)", _example(r, G, A))

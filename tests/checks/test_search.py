@@ -248,3 +248,49 @@ def test_an_answer_that_flips_from_call_to_call_is_found_out_by_stateless():
     report = audit(flips, max_examples=90)
     stateless = [f for f in report.findings if f.property == "stateless"]
     assert stateless and "on the next call" in stateless[0].message, report.format()
+
+
+def _grpo_in_place(rewards, G):
+    out = D.advantages(rewards.copy(), G, D.GRPO)
+    rewards[0] += 1.0  # the caller's rewards change
+    return out
+
+
+_BUFFER = np.zeros(4)
+
+
+def _grpo_shared(rewards, G):
+    _BUFFER[:] = D.advantages(rewards, G, D.GRPO)
+    return _BUFFER  # one buffer, handed out call after call
+
+
+@pytest.mark.parametrize("transport", ["this process", "a child"])
+@pytest.mark.parametrize(("fn", "said"), [(_grpo_in_place, "in place"), (_grpo_shared, "shared buffer")])
+def test_what_a_call_did_wrong_reaches_well_formed_through_every_view_over_the_target(transport, fn, said):
+    from grpo_identity.checks.calls.child import ChildTarget
+    from grpo_identity.checks.calls.target import LocalTarget, RoundedRewards
+    from grpo_identity.checks.measure.search import FiniteGuard
+    from grpo_identity.checks.measure.strategies import RewardBatch
+
+    batch = RewardBatch(np.array([1.0, 0.0, 0.0, 1.0]), 2, "binary")
+    with LocalTarget(fn) if transport == "this process" else ChildTarget(fn) as opened:
+        seen = FiniteGuard(AnswerMemo(RoundedRewards(opened, "float32")))  # as the audit stacks them
+        assert seen.call(batch.contiguous(), 2).value.shape == (4,)
+        with pytest.raises(P.PropertyViolation, match=said):
+            P.well_formed(seen, batch, CTX64, np.random.default_rng(0))
+
+
+def test_every_view_over_a_target_answers_call_itself_and_reads_the_rest_from_the_target_under_it():
+    import grpo_identity.checks.gradient  # noqa: F401  (the views it defines)
+    from grpo_identity.checks.calls.target import LocalTarget, View
+
+    def subclasses(cls):
+        return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
+
+    views = subclasses(View)
+    assert {"RoundedRewards", "AdvantageView", "AnswerMemo", "FiniteGuard", "WholeGroups"} <= {
+        v.__name__ for v in views
+    }
+    assert all("call" in vars(v) for v in views), [v.__name__ for v in views if "call" not in vars(v)]
+    under = LocalTarget(lambda r, G: r, name="under")
+    assert AnswerMemo(under).name == "under" and AnswerMemo(under).calls == 0
