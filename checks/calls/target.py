@@ -311,6 +311,8 @@ class View(Target):
         self._target = target
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_target":  # not set yet (a copy, an unpickling): no endless lookup
+            raise AttributeError(name)
         return getattr(self._target, name)
 
     def close(self) -> None:
