@@ -10,8 +10,9 @@ overwrote the previous call's output), and ``target(rewards, G, *extra)`` its va
 carry the call: this process (:class:`LocalTarget`) and a child interpreter
 (:class:`grpo_identity.checks.calls.child.ChildTarget`), where a crash or a hang in someone else's code becomes a
 clear finding, never a hung audit; both make every check of :func:`call_once` where the target runs.  A
-:class:`View` is a target seen through another (rounded rewards, a gradient target's advantages, the search's
-memo): it answers ``call`` itself and reads every other attribute from the target under it.
+:class:`View` is a target seen through another (rounded rewards, a gradient target's advantages, a row filter's
+whole groups, the search's memo and finite guard): it answers ``call`` itself and reads every other attribute from
+the target under it.
 
 >>> t = LocalTarget(lambda r, G: r - r.reshape(-1, G).mean(1).repeat(G))
 >>> t(__import__("numpy").array([1., 0.]), 2).tolist()
@@ -265,7 +266,7 @@ def declared_info(fn: Any) -> dict[str, Any]:
     return dict(info)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Output:
     """One call's result as the audit reads it."""
 

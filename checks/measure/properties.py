@@ -232,8 +232,10 @@ def well_formed(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) 
     target = as_target(target)  # where the output is checked: the transport, on the output as the target returned it
     first = target.call(r, G)
     A = advantage_vector(first.value, r, G, "well_formed")
-    second = target.call(1.0 - r, G)  # does it overwrite the first call's output?
-    issue = first.issue or second.issue or second.overwrite
+    other = 1.0 - r
+    second = target.call(other, G)  # does it overwrite the first call's output?
+    advantage_vector(second.value, other, G, "well_formed")
+    issue = first.issue or second.issue or first.overwrite or second.overwrite  # (first: the call before it, any)
     if issue:
         raise PropertyViolation("well_formed", f"the target {issue} (G={G}, {r.size} rewards)", _example(r, G, A))
     bad = ~np.isfinite(A)
@@ -753,8 +755,8 @@ class WholeGroups(View):
     (a group is kept or dropped whole, by its σ); a group split between kept and dropped answers is a
     ``keeps_whole_groups`` violation, with the rows of each side."""
 
-    def call(self, rewards: np.ndarray, group_size: int, *extra: Any) -> Output:
-        out = output_of(self._target, rewards, group_size, *extra)
+    def call(self, rewards: np.ndarray, group_size: int) -> Output:  # a row filter takes no group ids
+        out = output_of(self._target, rewards, group_size)
         return Output(self._flags(out.value, rewards, int(group_size)), out.issue, out.overwrite)
 
     def _flags(self, out: Any, rewards: np.ndarray, G: int) -> np.ndarray:
@@ -786,10 +788,9 @@ def filter_well_formed(target: Fn, batch: Any, ctx: Context, rng: np.random.Gene
     r, G = batch.contiguous(), batch.group_size
     out = as_target(target, "filter").call(r, G)  # the input checked where the target runs
     keep = filter_flags(out.value, r, G, "filter_well_formed")
-    issue = out.issue
-    if issue:
+    if out.issue:
         raise PropertyViolation(
-            "filter_well_formed", f"the target {issue} (G={G}, {r.size} rewards)", _example(r, G, keep)
+            "filter_well_formed", f"the target {out.issue} (G={G}, {r.size} rewards)", _example(r, G, keep)
         )
 
 

@@ -294,3 +294,20 @@ def test_every_view_over_a_target_answers_call_itself_and_reads_the_rest_from_th
     assert all("call" in vars(v) for v in views), [v.__name__ for v in views if "call" not in vars(v)]
     under = LocalTarget(lambda r, G: r, name="under")
     assert AnswerMemo(under).name == "under" and AnswerMemo(under).calls == 0
+
+
+def _row_filter_in_place(rewards, G):
+    keep = np.repeat(rewards.reshape(-1, G).std(1) > 0, G)
+    rewards[:] = 0.0  # the caller's rewards change
+    return keep
+
+
+def test_a_row_filter_that_changes_its_input_is_seen_through_its_whole_groups_view():
+    from grpo_identity.checks.calls.target import LocalTarget
+    from grpo_identity.checks.measure.strategies import RewardBatch
+
+    batch = RewardBatch(np.array([1.0, 0.0, 1.0, 1.0]), 2, "binary")
+    seen = P.WholeGroups(LocalTarget(_row_filter_in_place, kind="row-filter"))
+    assert seen.call(batch.contiguous(), 2).value.tolist() == [True, False]
+    with pytest.raises(P.PropertyViolation, match="in place"):
+        P.filter_well_formed(seen, batch, CTX64, np.random.default_rng(0))
