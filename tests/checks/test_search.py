@@ -311,3 +311,24 @@ def test_a_row_filter_that_changes_its_input_is_seen_through_its_whole_groups_vi
     assert seen.call(batch.contiguous(), 2).value.tolist() == [True, False]
     with pytest.raises(P.PropertyViolation, match="in place"):
         P.filter_well_formed(seen, batch, CTX64, np.random.default_rng(0))
+
+
+_GRPO_BUFFER: dict[int, np.ndarray] = {}
+
+
+def _grpo_one_buffer_per_size(rewards, group_size):
+    out = _GRPO_BUFFER.setdefault(rewards.size, np.empty(rewards.size))
+    out[:] = D.advantages(rewards, group_size, D.GRPO)
+    return out
+
+
+def test_a_shared_buffer_is_one_well_formed_finding_on_a_group_that_is_not_silent_the_same_on_every_run():
+    """The second call's rewards 1 − r change the advantages of every group that is not silent: the finding
+    shrinks to such a group and replays; ``r + 1`` (the same advantages) left only a flaky silent one."""
+    _GRPO_BUFFER.clear()
+    report = audit(_grpo_one_buffer_per_size, expect="grpo", isolate=False)
+    found = [f for f in report.findings if f.property == "well_formed"]
+    assert report.verdict == "fail" and len(found) == 1, report.format()
+    assert "shared buffer" in found[0].message and "flaky" not in found[0].message, found[0].message
+    rewards = found[0].counterexample["rewards"]
+    assert len(set(rewards)) > 1, found[0].counterexample
