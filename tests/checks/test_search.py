@@ -324,7 +324,8 @@ def _grpo_one_buffer_per_size(rewards, group_size):
 
 def test_a_shared_buffer_is_one_well_formed_finding_on_a_group_that_is_not_silent_the_same_on_every_run():
     """The second call's rewards 1 − r change the advantages of every group that is not silent: the finding
-    shrinks to such a group and replays; ``r + 1`` (the same advantages) left only a flaky silent one."""
+    shrinks to the smallest such group and replays.  Counting also the first call's overwrite of the call before
+    it (another example's) made the finding depend on what ran before: a flaky silent group."""
     _GRPO_BUFFER.clear()
     report = audit(_grpo_one_buffer_per_size, expect="grpo", isolate=False)
     found = [f for f in report.findings if f.property == "well_formed"]
