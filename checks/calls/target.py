@@ -306,7 +306,7 @@ class Target:
 
 class View(Target):
     """A target seen through another: a subclass answers :meth:`call`; every other attribute (``name``, ``info``,
-    ``calls`` …) is the target's under it."""
+    ``calls`` …) is the target's under it.  Closing a view closes nothing: whoever opened the target closes it."""
 
     def __init__(self, target: Any) -> None:
         self._target = target
@@ -315,9 +315,6 @@ class View(Target):
         if name == "_target":  # not set yet (a copy, an unpickling): no endless lookup
             raise AttributeError(name)
         return getattr(self._target, name)
-
-    def close(self) -> None:
-        pass  # the target under it is closed by whoever opened it
 
 
 def output_of(target: Any, rewards: np.ndarray, group_size: int, *extra: Any) -> Output:
