@@ -18,7 +18,14 @@ import numpy as np
 import pytest
 
 from grpo_identity.checks import audit
-from grpo_identity.checks.calls.child import OUTPUT_LIMIT, ChildTarget, close_warm_children, warm_children
+from grpo_identity.checks.calls.child import (
+    FREEZE_AFTER_IMPORTS,
+    FULL_COLLECT_EVERY,
+    OUTPUT_LIMIT,
+    ChildTarget,
+    close_warm_children,
+    warm_children,
+)
 from grpo_identity.checks.calls.target import TargetImportError, TargetTimeout
 
 TARGETS = textwrap.dedent(
@@ -284,18 +291,26 @@ def probe(rewards, G):
 
 
 def test_a_warm_child_freezes_a_load_until_its_unload_and_keeps_nothing_that_died_meanwhile(tmp_path, own_warm_pool):
-    path = tmp_path / "frozen.py"
-    path.write_text(FROZEN_SOURCE)
+    plain = tmp_path / "frozen.py"
+    plain.write_text(FROZEN_SOURCE)
+    framework = tmp_path / "framework.py"  # a load that imports more modules than a warm load does: a framework's
+    framework.write_text(f"import sys, types\nsys.modules.update({{f'fake_{{i}}': types.ModuleType('x') for i in "
+                         f"range({FREEZE_AFTER_IMPORTS + 1})}})\n{FROZEN_SOURCE}")  # fmt: skip
     rewards = np.array([1.0, 0.0, 1.0, 0.0])
     frozen, alive = [], []
-    for _ in range(4):
+    for path in [plain] * (FULL_COLLECT_EVERY + 2) + [framework]:
         target = ChildTarget(f"{path}:probe", warm=True)
         count, live = target(rewards, 2)[:2]
         target.close()
         frozen.append(count)
         alive.append(live)
     assert warm_children() == {sys.executable: 1}  # one child served every load
-    assert min(frozen) >= 50_000  # each load's objects, skipped by the collector during its calls
+    # the first load's objects, and a framework's, are skipped by the collector during its calls; a warm load's
+    # are not frozen, so that its unload collects them without a full pass
+    assert frozen[0] >= 50_000 and frozen[-1] - frozen[-2] >= 50_000
     # each load leaves a cycle and, once the next import replaces its module, the module's objects: both are freed
-    # at an Unload, so what is alive stays the same from load to load instead of growing
-    assert alive[1] == alive[2] == alive[3], alive
+    # at an unload, but for the first load's module, frozen until the full pass every FULL_COLLECT_EVERY unloads:
+    # what is alive stays the same from load to load instead of growing
+    steady = alive[2]
+    assert alive[2:FULL_COLLECT_EVERY] == [steady] * (FULL_COLLECT_EVERY - 2), alive
+    assert alive[FULL_COLLECT_EVERY] == steady - 1 and alive[FULL_COLLECT_EVERY + 1] == steady, alive
