@@ -67,9 +67,11 @@ OUTPUT_LIMIT = 64 * 1024
 #: idle warm children kept per interpreter, and in all (each holds a framework in memory)
 WARM_PER_INTERPRETER = 2
 WARM_IN_ALL = 6
-#: modules a load must import for the child to freeze what it holds after it (a framework imports thousands)
+#: modules imported since the child last froze (a framework imports thousands) that make it freeze again
 FREEZE_AFTER_IMPORTS = 100
-#: a warm child unfreezes and collects everything at every this many unloads (between: what it did not freeze)
+#: a warm child's every this many unloads since its last full pass unfreeze, collect and refreeze everything (in
+#: between, an unload collects what is not frozen; what died frozen, e.g. a module-level model of a file target's
+#: module that a later load replaced, waits for the full pass)
 FULL_COLLECT_EVERY = 8
 #: seconds between the child's checks that its parent is still alive
 _PARENT_POLL = 0.5
@@ -110,7 +112,7 @@ class _Channel:
         self.fn: Callable[..., Any] | None = None
         self.kind = "advantage"
         self.watch = OutputWatch()
-        self.target_frozen, self.unloads = False, 0
+        self.target_frozen, self.unloads, self.frozen_modules = False, 0, 0
 
     def serve(self) -> None:
         become_subreaper()
@@ -153,7 +155,7 @@ class _Channel:
         if msg.cwd is not None and os.path.isdir(msg.cwd):
             os.chdir(msg.cwd)
         _seed(msg.seed)
-        had_torch, modules = "torch" in sys.modules, len(sys.modules)
+        had_torch = "torch" in sys.modules
         info: dict[str, Any] = {}
         try:
             fn = (
@@ -171,27 +173,37 @@ class _Channel:
             return M.LoadFailed(last_line(exc))
         if not had_torch and "torch" in sys.modules:  # the calls start from one state, warm or cold
             sys.modules["torch"].manual_seed(msg.seed)
-        # The child's first load, and a load that imported a framework, freeze everything the child holds, the
-        # imports and the target: the collector's passes during the calls skip it (half a million objects made
-        # each full pass of a TRL audit cost about 0.3 s).  Any other load (a warm child's next audit) leaves its
-        # target unfrozen, so that its Unload collects the target alone (a full pass cost about 0.24 s).
-        self.target_frozen = gc.get_freeze_count() == 0 or len(sys.modules) - modules > FREEZE_AFTER_IMPORTS
+        # A load while nothing is frozen (the child's first), or once a framework was imported since the last
+        # freeze, freezes everything the child holds, the imports and the target: the collector's passes during
+        # the calls skip it (half a million objects made each full pass of a TRL audit cost about 0.3 s).  Any
+        # other load (a warm child's next audit) leaves its target unfrozen, so that its Unload collects what is
+        # not frozen, the target and its garbage, without a full pass (about 0.24 s).
+        self.target_frozen = gc.get_freeze_count() == 0 or self._imported()
         if self.target_frozen:
-            gc.freeze()
+            self._freeze()
         return M.Loaded(info)
 
+    def _imported(self) -> bool:
+        """Whether more than :data:`FREEZE_AFTER_IMPORTS` modules were imported since the last freeze (by this
+        load, a load that failed, or the calls)."""
+        return len(sys.modules) - self.frozen_modules > FREEZE_AFTER_IMPORTS
+
+    def _freeze(self) -> None:
+        gc.freeze()
+        self.frozen_modules = len(sys.modules)
+
     def _collect(self) -> None:
-        """After Unload: the dropped target collected.  A frozen target is unfrozen first, everything with it,
-        and what outlives it (the imports) frozen again after; so is everything at every
-        :data:`FULL_COLLECT_EVERY` unloads, when what died while frozen (an earlier load's module, replaced by a
-        later load) is collected."""
+        """After Unload: the dropped target collected.  A full pass (everything unfrozen, collected, what
+        outlives it refrozen) after a frozen target, after imports of a framework since the last freeze, and at
+        every :data:`FULL_COLLECT_EVERY`-th unload since the last full pass; otherwise what is not frozen."""
         self.unloads += 1
-        full = self.target_frozen or self.unloads % FULL_COLLECT_EVERY == 0
+        full = self.target_frozen or self._imported() or self.unloads >= FULL_COLLECT_EVERY
         if full:
             gc.unfreeze()
         gc.collect()
         if full:
-            gc.freeze()
+            self._freeze()
+            self.unloads = 0
 
     def _call(self, msg: M.Call) -> Any:
         assert self.fn is not None

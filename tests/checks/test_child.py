@@ -290,7 +290,9 @@ def probe(rewards, G):
 """
 
 
-def test_a_warm_child_freezes_a_load_until_its_unload_and_keeps_nothing_that_died_meanwhile(tmp_path, own_warm_pool):
+def test_a_warm_child_freezes_a_first_or_framework_load_and_frees_what_died_frozen_at_a_full_pass(
+    tmp_path, own_warm_pool
+):
     plain = tmp_path / "frozen.py"
     plain.write_text(FROZEN_SOURCE)
     framework = tmp_path / "framework.py"  # a load that imports more modules than a warm load does: a framework's
@@ -298,19 +300,21 @@ def test_a_warm_child_freezes_a_load_until_its_unload_and_keeps_nothing_that_die
                          f"range({FREEZE_AFTER_IMPORTS + 1})}})\n{FROZEN_SOURCE}")  # fmt: skip
     rewards = np.array([1.0, 0.0, 1.0, 0.0])
     frozen, alive = [], []
-    for path in [plain] * (FULL_COLLECT_EVERY + 2) + [framework]:
+    for path in [plain] * (FULL_COLLECT_EVERY + 2) + [framework, plain]:
         target = ChildTarget(f"{path}:probe", warm=True)
         count, live = target(rewards, 2)[:2]
         target.close()
         frozen.append(count)
         alive.append(live)
     assert warm_children() == {sys.executable: 1}  # one child served every load
-    # the first load's objects, and a framework's, are skipped by the collector during its calls; a warm load's
-    # are not frozen, so that its unload collects them without a full pass
-    assert frozen[0] >= 50_000 and frozen[-1] - frozen[-2] >= 50_000
+    # the first load's objects, and a framework's, are skipped by the collector during their calls; a warm load's
+    # are not frozen (what is frozen stays as the first unload left it), so its unload collects them without a
+    # full pass
+    assert frozen[0] >= 50_000 and frozen[-2] - frozen[-3] >= 50_000
+    assert len(set(frozen[1 : FULL_COLLECT_EVERY + 1])) == 1, frozen
     # each load leaves a cycle and, once the next import replaces its module, the module's objects: both are freed
-    # at an unload, but for the first load's module, frozen until the full pass every FULL_COLLECT_EVERY unloads:
-    # what is alive stays the same from load to load instead of growing
+    # at an unload, but for a module frozen at a full pass, which waits for the next (the one after the first
+    # unload's comes FULL_COLLECT_EVERY unloads later): what is alive stays the same from load to load
     steady = alive[2]
-    assert alive[2:FULL_COLLECT_EVERY] == [steady] * (FULL_COLLECT_EVERY - 2), alive
-    assert alive[FULL_COLLECT_EVERY] == steady - 1 and alive[FULL_COLLECT_EVERY + 1] == steady, alive
+    assert alive[2 : FULL_COLLECT_EVERY + 1] == [steady] * (FULL_COLLECT_EVERY - 1), alive
+    assert alive[FULL_COLLECT_EVERY + 1] == steady - 1 and alive[FULL_COLLECT_EVERY + 2 :] == [steady] * 2, alive
