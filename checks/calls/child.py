@@ -38,6 +38,7 @@ import numpy as np
 from grpo_identity.checks.calls import protocol as M
 from grpo_identity.checks.calls.processes import become_subreaper, end_tree
 from grpo_identity.checks.calls.target import (
+    FILE_MODULE_PREFIX,
     Output,
     OutputWatch,
     Target,
@@ -134,6 +135,8 @@ class _Channel:
             return self._load(msg)
         if isinstance(msg, M.Unload):  # collected before the reply: a finalizer that hangs is this target's fault
             self.fn = None
+            for name in [n for n in sys.modules if n.startswith(FILE_MODULE_PREFIX)]:
+                del sys.modules[name]  # a target file's module dies with it (each load imports its file anew)
             self._collect()
             return M.Unloaded()
         if isinstance(msg, M.Call) and self.fn is not None:

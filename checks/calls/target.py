@@ -68,7 +68,11 @@ __all__ = [
     "gradient_arrays",
     "declared_info",
     "reference",
+    "FILE_MODULE_PREFIX",
 ]
+
+#: the start of the private name a target file is imported under (see :func:`_load_file`)
+FILE_MODULE_PREFIX = "_grpo_identity_target_"
 
 
 class TargetError(Exception):
@@ -606,7 +610,7 @@ def _load_file(where: str) -> Any:
     """Import a file as a module under a private name (never as ``__main__``), its folder first on
     ``sys.path`` while it loads, as ``python FILE.py`` would have it (a child process keeps it
     there: :class:`grpo_identity.checks.calls.child.ChildTarget`)."""
-    mod_name = "_grpo_identity_target_" + os.path.splitext(os.path.basename(where))[0]
+    mod_name = FILE_MODULE_PREFIX + os.path.splitext(os.path.basename(where))[0]
     loader_spec = importlib.util.spec_from_file_location(mod_name, where)
     if loader_spec is None or loader_spec.loader is None:
         raise TargetImportError(f"cannot import {where}")

@@ -267,7 +267,8 @@ import numpy as np
 
 gc.disable()  # only the child's own collections run: a cycle lives until one
 BIG = [[i] for i in range(50_000)]  # tracked objects this load makes
-REFS = sys.__dict__.setdefault("probe_refs", [])  # one list for every load of this file in the child
+REFS = sys.__dict__.setdefault("probe_refs", [])  # one list for every load of these files in the child
+KEPT = sys.__dict__.setdefault("probe_kept", [])  # what a framework's cache would hold from load to load
 
 
 class Node:
@@ -278,14 +279,18 @@ node = Node()
 node.me = node  # a cycle this load leaves behind
 REFS.append(weakref.ref(node))
 del node
-HELD = Node()  # alive while this load's module is (the next load's import replaces it)
+HELD = Node()  # alive while this load's module is
 REFS.append(weakref.ref(HELD))
+KEPT[:] = [Node()]  # alive until the next load replaces it: a cycle then
+KEPT[0].me = KEPT[0]
+REFS.append(weakref.ref(KEPT[0]))
 
 
 def probe(rewards, G):
     out = np.zeros(len(rewards))
     out[0] = gc.get_freeze_count()
     out[1] = sum(ref() is not None for ref in REFS)  # what the loads so far made and the collector did not free
+    out[2] = sum(name.startswith("_grpo_identity_target_") for name in sys.modules)  # target files imported
     return out
 """
 
@@ -293,28 +298,31 @@ def probe(rewards, G):
 def test_a_warm_child_freezes_a_first_or_framework_load_and_frees_what_died_frozen_at_a_full_pass(
     tmp_path, own_warm_pool
 ):
-    plain = tmp_path / "frozen.py"
-    plain.write_text(FROZEN_SOURCE)
+    plain = [tmp_path / f"target_{i}.py" for i in range(FULL_COLLECT_EVERY + 3)]  # each load a file of its own
+    for path in plain:
+        path.write_text(FROZEN_SOURCE)
     framework = tmp_path / "framework.py"  # a load that imports more modules than a warm load does: a framework's
     framework.write_text(f"import sys, types\nsys.modules.update({{f'fake_{{i}}': types.ModuleType('x') for i in "
                          f"range({FREEZE_AFTER_IMPORTS + 1})}})\n{FROZEN_SOURCE}")  # fmt: skip
     rewards = np.array([1.0, 0.0, 1.0, 0.0])
-    frozen, alive = [], []
-    for path in [plain] * (FULL_COLLECT_EVERY + 2) + [framework, plain]:
+    frozen, alive, files = [], [], []
+    for path in [*plain[:-1], framework, plain[-1]]:
         target = ChildTarget(f"{path}:probe", warm=True)
-        count, live = target(rewards, 2)[:2]
+        count, live, modules = target(rewards, 2)[:3]
         target.close()
         frozen.append(count)
         alive.append(live)
+        files.append(modules)
     assert warm_children() == {sys.executable: 1}  # one child served every load
+    assert files == [1] * len(files)  # a target file's module is dropped with its target
     # the first load's objects, and a framework's, are skipped by the collector during their calls; a warm load's
     # are not frozen (what is frozen stays as the first unload left it), so its unload collects them without a
     # full pass
     assert frozen[0] >= 50_000 and frozen[-2] - frozen[-3] >= 50_000
     assert len(set(frozen[1 : FULL_COLLECT_EVERY + 1])) == 1, frozen
-    # each load leaves a cycle and, once the next import replaces its module, the module's objects: both are freed
-    # at an unload, but for a module frozen at a full pass, which waits for the next (the one after the first
-    # unload's comes FULL_COLLECT_EVERY unloads later): what is alive stays the same from load to load
+    # each load leaves a cycle, its module and what it kept (a cycle once the next load replaces it): all freed at
+    # an unload, but for what a full pass froze while kept, which waits for the next full pass (the one after the
+    # first unload's comes FULL_COLLECT_EVERY unloads later): what is alive stays the same from load to load
     steady = alive[2]
     assert alive[2 : FULL_COLLECT_EVERY + 1] == [steady] * (FULL_COLLECT_EVERY - 1), alive
-    assert alive[FULL_COLLECT_EVERY + 1] == steady - 1 and alive[FULL_COLLECT_EVERY + 2 :] == [steady] * 2, alive
+    assert alive[FULL_COLLECT_EVERY + 1 :] == [steady - 1, steady, steady - 1], alive
