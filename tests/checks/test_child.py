@@ -326,3 +326,21 @@ def test_a_warm_child_freezes_a_first_or_framework_load_and_frees_what_died_froz
     steady = alive[2]
     assert alive[2 : FULL_COLLECT_EVERY + 1] == [steady] * (FULL_COLLECT_EVERY - 1), alive
     assert alive[FULL_COLLECT_EVERY + 1 :] == [steady - 1, steady, steady - 1], alive
+
+
+def test_a_framework_imported_by_a_load_that_failed_is_frozen_by_the_next_load(tmp_path, own_warm_pool):
+    plain, failing = tmp_path / "plain.py", tmp_path / "failing.py"
+    plain.write_text(FROZEN_SOURCE)
+    half = f"sys.modules.update({{f'half_{{i}}': types.ModuleType('x') for i in range({FREEZE_AFTER_IMPORTS + 1})}})"
+    failing.write_text(f"import sys, types\n{half}\nsys.half = [[i] for i in range(50_000)]\nraise ImportError('x')\n")
+    rewards = np.array([1.0, 0.0, 1.0, 0.0])
+    frozen = []
+    for path in (plain, plain, failing, plain):
+        try:
+            target = ChildTarget(f"{path}:probe", warm=True)
+        except TargetImportError:
+            continue  # a failed load's child goes back to the pool, its imports with it
+        frozen.append(target(rewards, 2)[0])
+        target.close()
+    assert warm_children() == {sys.executable: 1}
+    assert frozen[2] - frozen[1] >= 50_000  # what the half-imported framework holds is frozen after all
