@@ -71,8 +71,8 @@ WARM_IN_ALL = 6
 #: modules imported since the child last froze (a framework imports thousands) that make it freeze again
 FREEZE_AFTER_IMPORTS = 100
 #: a warm child's every this many unloads since its last full pass unfreeze, collect and refreeze everything (in
-#: between, an unload collects what is not frozen; what died frozen, e.g. a module-level model of a file target's
-#: module that a later load replaced, waits for the full pass)
+#: between, an unload collects what is not frozen; what died frozen, e.g. what a framework's cache held at the last
+#: full pass and a later load replaced, waits for the next)
 FULL_COLLECT_EVERY = 8
 #: seconds between the child's checks that its parent is still alive
 _PARENT_POLL = 0.5
@@ -135,8 +135,8 @@ class _Channel:
             return self._load(msg)
         if isinstance(msg, M.Unload):  # collected before the reply: a finalizer that hangs is this target's fault
             self.fn = None
-            for name in [n for n in sys.modules if n.startswith(FILE_MODULE_PREFIX)]:
-                del sys.modules[name]  # a target file's module dies with it (each load imports its file anew)
+            for name in [n for n in list(sys.modules) if n.startswith(FILE_MODULE_PREFIX)]:  # one copy, at once
+                sys.modules.pop(name, None)  # a target file's module dies with it (each load imports its file anew)
             self._collect()
             return M.Unloaded()
         if isinstance(msg, M.Call) and self.fn is not None:

@@ -328,7 +328,8 @@ def test_a_warm_child_freezes_a_first_or_framework_load_and_frees_what_died_froz
     assert alive[FULL_COLLECT_EVERY + 1 :] == [steady - 1, steady, steady - 1], alive
 
 
-def test_a_framework_imported_by_a_load_that_failed_is_frozen_by_the_next_load(tmp_path, own_warm_pool):
+def test_a_framework_imported_by_a_load_that_failed_is_frozen_at_that_loads_unload(tmp_path, own_warm_pool):
+    """The parent drops a target that failed to load (an Unload): its imports count as a framework's."""
     plain, failing = tmp_path / "plain.py", tmp_path / "failing.py"
     plain.write_text(FROZEN_SOURCE)
     half = f"sys.modules.update({{f'half_{{i}}': types.ModuleType('x') for i in range({FREEZE_AFTER_IMPORTS + 1})}})"
