@@ -154,19 +154,29 @@ def halved_backward():
         yield
 """
 _A = "actor_rollout_ref.actor."
+
+
+def _with_its_framework(*values: object) -> pytest.ParameterSet:
+    """A case on the worker that runs its framework's driver tests (the ``xdist_group`` of the framework): the
+    export's audit takes the release's warm child there instead of importing the framework once more."""
+    return pytest.param(*values, marks=pytest.mark.xdist_group(str(values[0])))
+
+
 #: (framework, release, its --set): a configuration whose first step meets its objective on that release
 PASSING = [
-    ("trl", "1.16.0", ["loss_type=dapo"]),
-    ("verl", "0.9.1", ["algorithm.adv_estimator=grpo"]),
-    ("openrlhf", "0.11.2", ["algo.advantage.estimator=group_norm"]),
+    _with_its_framework("trl", "1.16.0", ["loss_type=dapo"]),
+    _with_its_framework("verl", "0.9.1", ["algorithm.adv_estimator=grpo"]),
+    _with_its_framework("openrlhf", "0.11.2", ["algo.advantage.estimator=group_norm"]),
 ]
 #: (framework, release, its --set, the factor): released departures from the objective the exported test finds
 FAILING = [
-    ("trl", "0.22.2", ["loss_type=dapo", "steps_per_generation=2", "gradient_accumulation_steps=1"], "0.4722"),
-    ("verl", "0.7.1", ["algorithm.adv_estimator=grpo", _A + "loss_agg_mode=seq-mean-token-sum-norm",
-                       _A + "loss_scale_factor=12"], "2"),
-    ("openrlhf", "0.11.2", ["algo.advantage.estimator=group_norm", "rollout.batch_size=2", "rollout.micro_batch_size=2",
-                            "train.batch_size=16", "train.micro_batch_size=2"], "2.7"),  # a step, 2 generation batches
+    _with_its_framework("trl", "0.22.2", ["loss_type=dapo", "steps_per_generation=2", "gradient_accumulation_steps=1"],
+                        "0.4722"),
+    _with_its_framework("verl", "0.7.1", ["algorithm.adv_estimator=grpo", _A + "loss_agg_mode=seq-mean-token-sum-norm",
+                                          _A + "loss_scale_factor=12"], "2"),
+    _with_its_framework("openrlhf", "0.11.2", ["algo.advantage.estimator=group_norm", "rollout.batch_size=2",
+                                               "rollout.micro_batch_size=2", "train.batch_size=16",
+                                               "train.micro_batch_size=2"], "2.7"),  # a step, 2 generation batches
 ]  # fmt: skip
 
 
@@ -233,8 +243,12 @@ def test_the_runners_probe_sizes_are_the_drivers():
 @pytest.mark.parametrize(
     "framework, release, sets, words",
     [
-        ("trl", "1.16.0", ["num_processes=2"], "writes a one-process test of the step: set num_processes=1"),
-        ("openrlhf", "0.10.2", ["algo.advantage.estimator=group_norm"], "openrlhf 0.10.2: no documented objective"),
+        _with_its_framework(
+            "trl", "1.16.0", ["num_processes=2"], "writes a one-process test of the step: set num_processes=1"
+        ),
+        _with_its_framework(
+            "openrlhf", "0.10.2", ["algo.advantage.estimator=group_norm"], "openrlhf 0.10.2: no documented objective"
+        ),
     ],
 )
 def test_a_step_that_cannot_be_exported_is_one_line_exit_2_and_nothing_written(
