@@ -86,3 +86,30 @@ def test_a_true_piecewise_sign_claim_still_gets_its_rewrites() -> None:
     x, y = sp.symbols("x y", positive=True)
     claim = Claim("c", sp.Piecewise(((x**2 - 1) / (x - 1) - x, y < 5), (1, True)), kind="nonneg")
     assert check_claims("sign", [claim]).status == "proved"
+
+
+def test_first_failure_looks_at_the_computed_claims_first_and_stops_at_the_first_that_fails(monkeypatch) -> None:
+    from grpo_identity.proofs import core
+
+    x = sp.Symbol("x", positive=True)
+    claims = [
+        core.Claim("x - x = 0", x - x),
+        core.Claim("x + 1 = x", x + 1, x),
+        core.Claim("numbers agree", "diff", kind="numeric", ok=False, value=1.0),
+        core.Claim("x > 0", x, kind="pos"),
+    ]
+    checked: list[str] = []
+    check_one = core._check_one
+    monkeypatch.setattr(core, "_check_one", lambda c: (checked.append(c.label), check_one(c))[1])
+    every = core.check_claims("all", claims)
+    assert every.status == "failed" and checked == [c.label for c in claims] and every.residual == 1
+    checked.clear()
+    first = core.check_claims("first", claims, first_failure=True)
+    assert first.status == "failed" and checked == ["numbers agree"] and first.residual is None
+    assert [c["claim"] for c in first.details["claims"]] == ["numbers agree"]
+    checked.clear()
+    holds = core.check_claims("first", [claims[0], claims[3]], first_failure=True)
+    assert holds.status == "proved" and checked == ["x - x = 0", "x > 0"] and len(holds.details["claims"]) == 2
+    checked.clear()
+    eq_first = core.check_claims("first", [claims[0], claims[1], claims[3]], first_failure=True)
+    assert checked == ["x - x = 0", "x + 1 = x"] and eq_first.residual == 1
