@@ -116,7 +116,8 @@ class ProofResult:
     name: str
     status: Status
     residual: sp.Expr | None
-    """The first nonzero residual (``None`` when proved, or for a failed sign or numeric claim)."""
+    """The first nonzero residual (``None`` when proved, or for a failed numeric or certified claim; for a failed
+    sign claim the expression whose sign was not proved)."""
     seconds: float
     details: dict[str, Any] = field(default_factory=dict)
     method: Method = "symbolic"
@@ -360,19 +361,24 @@ def _is_mat(x: Any) -> bool:
 def check_claims(
     name: str, claims: Sequence[Claim], details: Mapping[str, Any] | None = None, *, first_failure: bool = False
 ) -> ProofResult:
-    """Check every claim; proved iff all hold.  ``details['claims']`` lists each outcome.
+    """Check every claim; proved iff all hold.  ``details['claims']`` lists each outcome, in the claims' order.
 
     ``first_failure``: stop at the first claim that fails, the numeric and certified claims (computed already)
-    looked at first; for a statement perturbed to fail, where it matters that it fails, not where.  The details
-    then list the claims checked; a proved result is the same either way."""
+    looked at first: for a statement perturbed to fail, where it matters that it fails, not where.  The status
+    and method are the same either way, and so is a proved result's every detail; a failed one lists only the
+    claims checked, and its residual is that of the claim it stopped at (``None`` for a numeric or certified
+    one)."""
     t0 = time.perf_counter()
-    outcomes: list[dict[str, Any]] = []
+    outcomes: dict[int, dict[str, Any]] = {}
     residual: sp.Expr | None = None
     ok_all = True
-    order = sorted(claims, key=lambda c: c.kind not in ("numeric", "certified")) if first_failure else claims
-    for c in order:
+    order = list(range(len(claims)))
+    if first_failure:  # the computed claims first (a stable sort: each kind in its own order)
+        order.sort(key=lambda i: claims[i].kind not in ("numeric", "certified"))
+    for i in order:
+        c = claims[i]
         ok, r, text = _check_one(c)
-        outcomes.append({"claim": c.label, "kind": c.kind, "method": c.method, "holds": ok, "result": text})
+        outcomes[i] = {"claim": c.label, "kind": c.kind, "method": c.method, "holds": ok, "result": text}
         if not ok:
             ok_all = False
             if residual is None and r is not None:
@@ -380,7 +386,7 @@ def check_claims(
             if first_failure:
                 break
     info = dict(details or {})
-    info["claims"] = outcomes
+    info["claims"] = [outcomes[i] for i in sorted(outcomes)]
     method = weakest(c.method for c in claims)
     return ProofResult(name, "proved" if ok_all else "failed", residual, time.perf_counter() - t0, info, method)
 
@@ -468,9 +474,9 @@ class Theorem:
     def prove(
         self, perturb: Mapping[str, Callable[..., Any]] | None = None, *, first_failure: bool = False
     ) -> ProofResult:
-        """Check every claim.  ``perturb`` maps formula names to replacements (to test failure);
-        naming a formula this theorem does not read is an error.  ``first_failure``: stop at the first claim
-        that fails (:func:`check_claims`).
+        """Check every claim (with ``first_failure``, up to the first that fails: :func:`check_claims`).
+        ``perturb`` maps formula names to replacements (to test failure); naming a formula this theorem does
+        not read is an error.
 
         >>> from grpo_identity.proofs import by_name
         >>> by_name("T9").prove().status
