@@ -11,27 +11,41 @@ The table is written to a temporary folder, never over ``results/frameworks``.  
 reports the tests' summed time and what the wall time holds beyond an even share of it over the workers
 (collection, and a worker left waiting at the end): this machine's speed changes from run to run by up to a
 quarter, and that remainder does not scale with it the way the wall time does.
+
+Each row also gives the CPU seconds (user + system) of the command and of every process it waited for, and the
+kind of CPU they ran on: machines of one name differ by twice in speed, so a change is measured as the same
+command's wall and CPU before and after on one machine, and a goal in seconds is read on the machine it was set
+on.  (A process left to run on its own, a Ray daemon say, is not counted.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from grpo_identity import provenance
+
 ROOT = Path(__file__).resolve().parents[1]
 GOALS = {"suite": 480.0, "prove": 15.0, "table": 180.0}
 
 
-def _timed(cmd: list[str]) -> tuple[float, int, str]:
+def _timed(cmd: list[str]) -> tuple[float, float, int, str]:
+    """The command's wall seconds, CPU seconds (its own and its waited-for descendants'), exit code and output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    return time.perf_counter() - t0, done.returncode, done.stdout
+    seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return seconds, cpu, done.returncode, done.stdout
 
 
 def _suite_shares(junit: Path, seconds: float, output: str) -> dict[str, float]:
@@ -73,16 +87,20 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in wanted:
-            seconds, code, output = _timed(commands(tmp)[name])
-            rows.append({"what": name, "seconds": round(seconds, 1), "goal_s": GOALS[name], "exit_code": code})
+            seconds, cpu, code, output = _timed(commands(tmp)[name])
+            rows.append({"what": name, "seconds": round(seconds, 1), "cpu_s": round(cpu, 1), "goal_s": GOALS[name],
+                         "exit_code": code})  # fmt: skip
             if name == "suite":
                 rows[-1].update(_suite_shares(Path(tmp) / "suite.xml", seconds, output))
     if args.json:
-        print(json.dumps({"benchmark": "suite", "python": platform.python_version(), "rows": rows}, indent=2))
+        machine = {"python": platform.python_version(), "cpu": provenance.cpu()}
+        print(json.dumps({"benchmark": "suite", **machine, "rows": rows}, indent=2))
         return 0
+    print(f"on {provenance.cpu()}, {os.cpu_count()} CPUs")
     for r in rows:
         ok = "within" if r["seconds"] <= r["goal_s"] else "OVER"
-        print(f"{r['what']:<6} {r['seconds']:7.1f} s  ({ok} the goal of {r['goal_s']:g} s; exit code {r['exit_code']})")
+        print(f"{r['what']:<6} {r['seconds']:7.1f} s, CPU {r['cpu_s']:.1f} s  ({ok} the goal of {r['goal_s']:g} s; "
+              f"exit code {r['exit_code']})")  # fmt: skip
         if "beyond_share_s" in r:
             print(
                 f"       tests {r['summed_s']:.1f} s summed over {r['workers']} workers; beyond an even share of them: "
