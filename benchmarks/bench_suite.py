@@ -13,9 +13,9 @@ reports the tests' summed time and what the wall time holds beyond an even share
 quarter, and that remainder does not scale with it the way the wall time does.
 
 Each row also gives the CPU seconds (user + system) of the command and of every process it waited for, and the
-kind of CPU they ran on: machines of one name differ by twice in speed, so a change is measured as the same
-command's wall and CPU before and after on one machine, and a goal in seconds is read on the machine it was set
-on.  (A process left to run on its own, a Ray daemon say, is not counted.)
+kind of CPU they ran on: machines of one name can differ in speed by a factor of two, so a change is measured as
+the same command's wall and CPU before and after on one machine, and a goal in seconds is read on the machine it
+was set on.  (A process left to run on its own, a Ray daemon say, is not counted.)
 """
 
 from __future__ import annotations

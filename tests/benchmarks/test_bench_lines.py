@@ -4,23 +4,12 @@ sum of its groups."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from _bench import load
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_lines", ROOT / "benchmarks" / "bench_lines.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-B = _bench()
+B = load("bench_lines")
 
 SOURCE = '''"""A module's docstring,
 on two lines."""

@@ -3,22 +3,12 @@ counting the processes it waited for, and the report names the kind of CPU they 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from _bench import load
 
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_suite", ROOT / "benchmarks" / "bench_suite.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-B = _bench()
+B = load("bench_suite")
 #: a command that spends about a second of CPU in a process of its own (the benchmark's child's child)
 BUSY = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'sum(i * i for i in range(15_000_000))'])"
 
