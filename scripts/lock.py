@@ -15,8 +15,8 @@ CPU wheel is found where this machine's pip finds ``torch==…+cpu`` (its config
 PyTorch CPU index named in ``PIP_EXTRA_INDEX_URL``) and is checked against the locked hash.
 
 The lock's header records a digest of every input it was resolved from (each dependency table of
-pyproject.toml, constraints.txt, the target interpreter); ``check`` recomputes them and names the first that
-changed, so a dependency added to pyproject.toml without ``make lock`` fails ``make setup`` and CI in one line.
+pyproject.toml, constraints.txt, :data:`LEFT_OUT`, the target interpreter); ``check`` recomputes them and names
+the first that changed, so a dependency added to pyproject.toml without ``make lock`` fails ``make setup`` and CI in one line.
 Only the standard library is used: ``check`` runs before any environment exists.
 """
 
@@ -44,6 +44,13 @@ PLATFORM = "x86_64-manylinux_2_28"
 PYTHON_MINOR = (3, 11)
 #: the index the lock and the fresh check resolve against (uv reads no pip configuration)
 INDEX = "https://pypi.org/simple"
+#: packages the lock leaves out although an extra of a dependency asks for them (uv's ``--override`` with a marker
+#: that never holds).  rfc3987-syntax: jupyter-events (jupyter-server, under jupyter-server-mathjax, whose MathJax
+#: files `render` serves) asks for jsonschema[format-nongpl], which brings it; jsonschema then builds its Lark grammar
+#: at import, 2.8 s of the 3.5 s of ``import ray`` on a 2-core machine, paid by every Ray daemon and worker and every
+#: verl import.  Without it jsonschema checks the "iri" and "uri-reference" formats less strictly; nothing that
+#: runs here validates them (jupyter-events validates event schemas of a Jupyter server, which never runs here).
+LEFT_OUT = ("rfc3987-syntax",)
 #: a module of each extra that must import, and the names that a lazy package loads only when touched
 #: (``import trl`` passed on the machine where ``from trl import GRPOConfig`` failed, issue 27)
 IMPORTS: dict[str, tuple[str, ...]] = {
@@ -84,6 +91,7 @@ def inputs(root: Path = ROOT) -> dict[str, object]:
         "dependencies": project.get("dependencies", []),
         "build-system.requires": data.get("build-system", {}).get("requires", []),
         "constraints.txt": _requirement_lines(root / "constraints.txt"),
+        "left-out": list(LEFT_OUT),
         "target": [PYTHON, PLATFORM],
     }
     for extra, reqs in sorted(project.get("optional-dependencies", {}).items()):
@@ -139,6 +147,8 @@ def check(
 def _where(name: str) -> str:
     if name == "constraints.txt":
         return "constraints.txt"
+    if name == "left-out":
+        return "scripts/lock.py LEFT_OUT"
     if name == "target":
         return "the target interpreter (scripts/lock.py PYTHON/PLATFORM)"
     return f"pyproject.toml's {name}"
@@ -199,9 +209,11 @@ def compile_lock(out: Path, root: Path = ROOT, *, exclude_newer: str | None, whe
     with tempfile.TemporaryDirectory() as tmp:
         build = Path(tmp) / "build-system.in"
         build.write_text("\n".join(data.get("build-system", {}).get("requires", [])) + "\n")
+        overrides = Path(tmp) / "left-out.txt"
+        overrides.write_text("".join(f"{name}; sys_platform == 'never'\n" for name in LEFT_OUT))
         cmd = [_uv(), "pip", "compile", "pyproject.toml", str(build), "--quiet", "--no-header", "--generate-hashes"]
         cmd += [a for e in extras for a in ("--extra", e)]
-        cmd += ["-c", "constraints.txt", "--python-version", PYTHON, "--python-platform", PLATFORM]
+        cmd += ["-c", "constraints.txt", "--override", str(overrides), "--python-version", PYTHON, "--python-platform", PLATFORM]
         cmd += ["--index-url", INDEX, "--find-links", str(wheels), "--no-annotate", "-o", str(out)]
         if exclude_newer:
             cmd += ["--exclude-newer", exclude_newer]
@@ -212,6 +224,7 @@ def header(root: Path, resolved: str, uv_version: str) -> str:
     lines = [
         f"# {LOCK.name}: every extra of grpo-identity resolved together, with hashes (scripts/lock.py).",
         "# Made by `make lock`; never edit it by hand: change pyproject.toml or constraints.txt, then `make lock`.",
+        f"# left out (scripts/lock.py LEFT_OUT, the reason there): {', '.join(LEFT_OUT)}",
         "# `make setup` installs exactly this (uv pip sync); `make setup` and CI refuse it once an input changed.",
         f"# resolved: {resolved} against {INDEX} with {uv_version}",
         f"# for: CPython >= {PYTHON} ({PYTHON_MINOR[0]}.{PYTHON_MINOR[1]}), {PLATFORM}",

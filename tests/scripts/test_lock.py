@@ -136,3 +136,27 @@ def test_the_fresh_check_reports_what_todays_index_changes():
     locked = "a==1.0 \\\n    --hash=sha256:x\nb==2.0\nc-d==3\n"
     today = "a==1.1\nC_D==3\ne==0.1\n"
     assert L.drift(locked, today) == ["a 1.0 -> 1.1", "+e 0.1", "-b 2.0"]
+
+
+def test_what_the_lock_leaves_out_is_an_input_and_absent_from_it(tmp_path):
+    assert L.LEFT_OUT and not {L._norm(n) for n in L.LEFT_OUT} & set(L.pins())
+    root = _copy(tmp_path)
+    script = root / "scripts" / "lock.py"
+    script.write_text(script.read_text().replace('LEFT_OUT = ("rfc3987-syntax",)', 'LEFT_OUT = ("rfc3987-syntax", "x")'))
+    res = subprocess.run([sys.executable, str(script), "check"], capture_output=True, text=True)
+    assert res.returncode == 1 and "scripts/lock.py LEFT_OUT changed" in res.stderr
+
+
+def test_uv_is_told_to_leave_out_each_left_out_package(monkeypatch, tmp_path):
+    seen: list[tuple[list[str], str]] = []
+
+    def run(cmd, what, **kw):
+        overrides = cmd[cmd.index("--override") + 1]
+        seen.append((cmd, Path(overrides).read_text()))  # the file lives only while uv runs
+
+    monkeypatch.setattr(L, "_uv", lambda: "uv")
+    monkeypatch.setattr(L, "_run", run)
+    L.compile_lock(tmp_path / "out.txt", exclude_newer=None, wheels=tmp_path)
+    ((cmd, overrides),) = seen
+    assert cmd[:3] == ["uv", "pip", "compile"]
+    assert overrides.splitlines() == [f"{n}; sys_platform == 'never'" for n in L.LEFT_OUT]
