@@ -16,7 +16,8 @@ PyTorch CPU index named in ``PIP_EXTRA_INDEX_URL``) and is checked against the l
 
 The lock's header records a digest of every input it was resolved from (each dependency table of
 pyproject.toml, constraints.txt, :data:`LEFT_OUT`, the target interpreter); ``check`` recomputes them and names
-the first that changed, so a dependency added to pyproject.toml without ``make lock`` fails ``make setup`` and CI in one line.
+the first that changed, so a dependency added to pyproject.toml without ``make lock`` fails ``make setup`` and CI
+in one line.
 Only the standard library is used: ``check`` runs before any environment exists.
 """
 
@@ -213,7 +214,8 @@ def compile_lock(out: Path, root: Path = ROOT, *, exclude_newer: str | None, whe
         overrides.write_text("".join(f"{name}; sys_platform == 'never'\n" for name in LEFT_OUT))
         cmd = [_uv(), "pip", "compile", "pyproject.toml", str(build), "--quiet", "--no-header", "--generate-hashes"]
         cmd += [a for e in extras for a in ("--extra", e)]
-        cmd += ["-c", "constraints.txt", "--override", str(overrides), "--python-version", PYTHON, "--python-platform", PLATFORM]
+        cmd += ["-c", "constraints.txt", "--override", str(overrides)]
+        cmd += ["--python-version", PYTHON, "--python-platform", PLATFORM]
         cmd += ["--index-url", INDEX, "--find-links", str(wheels), "--no-annotate", "-o", str(out)]
         if exclude_newer:
             cmd += ["--exclude-newer", exclude_newer]

@@ -142,7 +142,9 @@ def test_what_the_lock_leaves_out_is_an_input_and_absent_from_it(tmp_path):
     assert L.LEFT_OUT and not {L._norm(n) for n in L.LEFT_OUT} & set(L.pins())
     root = _copy(tmp_path)
     script = root / "scripts" / "lock.py"
-    script.write_text(script.read_text().replace('LEFT_OUT = ("rfc3987-syntax",)', 'LEFT_OUT = ("rfc3987-syntax", "x")'))
+    script.write_text(
+        script.read_text().replace('LEFT_OUT = ("rfc3987-syntax",)', 'LEFT_OUT = ("rfc3987-syntax", "x")')
+    )
     res = subprocess.run([sys.executable, str(script), "check"], capture_output=True, text=True)
     assert res.returncode == 1 and "scripts/lock.py LEFT_OUT changed" in res.stderr
 
