@@ -198,10 +198,10 @@ def build(spec: FrameworkSpec, level: str) -> Built:
 @contextlib.contextmanager
 def _without_iri_grammar() -> Iterator[None]:
     """verl imports ray, ray imports jsonschema, and jsonschema imports its IRI-format checker ``rfc3987_syntax``
-    where it is installed (beside Jupyter, not in a release's environment), which builds a grammar on import:
-    1.7 s of a cold audit.  While verl is first imported it is held out: jsonschema tries it under
-    ``suppress(ImportError)`` and leaves the ``iri`` formats unchecked, which neither ray nor verl asks for (they
-    pass no format checker).  It is put back after, for whatever imports it later."""
+    where it is installed (by a pip install, beside Jupyter; not by the lock, nor in a release's environment),
+    which builds a grammar on import: 1.7 s of a cold audit.  While verl is first imported it is held out:
+    jsonschema tries it under ``suppress(ImportError)`` and leaves the ``iri`` formats unchecked, which neither ray
+    nor verl asks for (they pass no format checker).  It is put back after, for whatever imports it later."""
     name = "rfc3987_syntax"
     held = name not in sys.modules
     if held:
