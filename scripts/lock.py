@@ -1,7 +1,7 @@
 """The project's one locked environment: make it, check it, read it, and watch today's index drift.
 
     python scripts/lock.py lock           # `make lock`: every extra resolved together into requirements.lock
-    python scripts/lock.py check          # the lock still answers pyproject.toml and constraints.txt (offline)
+    python scripts/lock.py check          # the lock still answers its inputs (pyproject.toml, constraints.txt …)
     python scripts/lock.py pin uv         # the lock's requirement of one package: uv==0.13.9
     python scripts/lock.py torch DIR      # the locked CPU torch wheel, fetched into DIR by this machine's pip
     python scripts/lock.py imports [X…]   # the extras' modules import here (pip check does not see a broken import)
@@ -49,8 +49,8 @@ INDEX = "https://pypi.org/simple"
 #: that never holds).  rfc3987-syntax: jupyter-events (jupyter-server, under jupyter-server-mathjax, whose MathJax
 #: files `render` serves) asks for jsonschema[format-nongpl], which brings it; jsonschema then builds its Lark grammar
 #: at import, 2.8 s of the 3.5 s of ``import ray`` on a 2-core machine, paid by every Ray daemon and worker and every
-#: verl import.  Without it jsonschema checks the "iri" and "uri-reference" formats less strictly; nothing that
-#: runs here validates them (jupyter-events validates event schemas of a Jupyter server, which never runs here).
+#: verl import.  Without it jsonschema does not check the "iri" and "iri-reference" formats at all; nothing that
+#: runs here asks for them (jupyter-events validates the event schemas of a Jupyter server, which never runs here).
 LEFT_OUT = ("rfc3987-syntax",)
 #: a module of each extra that must import, and the names that a lazy package loads only when touched
 #: (``import trl`` passed on the machine where ``from trl import GRPOConfig`` failed, issue 27)
@@ -225,7 +225,8 @@ def compile_lock(out: Path, root: Path = ROOT, *, exclude_newer: str | None, whe
 def header(root: Path, resolved: str, uv_version: str) -> str:
     lines = [
         f"# {LOCK.name}: every extra of grpo-identity resolved together, with hashes (scripts/lock.py).",
-        "# Made by `make lock`; never edit it by hand: change pyproject.toml or constraints.txt, then `make lock`.",
+        "# Made by `make lock`; never edit it by hand: change pyproject.toml, constraints.txt or LEFT_OUT, then "
+        "`make lock`.",
         f"# left out (scripts/lock.py LEFT_OUT, the reason there): {', '.join(LEFT_OUT)}",
         "# `make setup` installs exactly this (uv pip sync); `make setup` and CI refuse it once an input changed.",
         f"# resolved: {resolved} against {INDEX} with {uv_version}",

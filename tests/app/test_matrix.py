@@ -441,7 +441,8 @@ def test_a_small_grid_through_a_local_ray_head_gives_the_local_executors_verdict
 
 
 #: ``ray start`` gives its raylet a fixed 30 s to register (ray/_private/node.py): on a loaded 2-core machine its
-#: Python agents can take longer to start, and the head is started again (a failure of any other kind is not)
+#: Python agents can take longer to start, and the head is started again, on new ports (a failure of any other kind
+#: is not); at most this many starts in all
 RAY_SLOW_START = "The current node timed out during startup"
 RAY_HEAD_TRIES = 3
 
@@ -455,26 +456,27 @@ def _ray_head(env: dict[str, str], ray_bin: str | None = None) -> Iterator[str]:
     ray_bin = ray_bin or shutil.which("ray", path=os.path.dirname(sys.executable))
     assert ray_bin, "ray's command is installed beside this interpreter"
     temp = Path(tempfile.mkdtemp(prefix="ray", dir=os.environ.get("TMPDIR", "/tmp")))
-    port, client, dashboard, agent = _free_ports(4)  # two runs at once must not meet on a default port
-    start = [ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2"]
-    start += [f"--ray-client-server-port={client}", f"--dashboard-port={dashboard}"]
-    start += [f"--dashboard-agent-listen-port={agent}", "--include-dashboard=false", f"--temp-dir={temp}"]
     log = temp / "start.log"  # a file, not a pipe: the daemons inherit it and outlive the command
-    heads: list[subprocess.Popen] = []
+    head, code, left = None, None, []
     try:
         for tries_left in reversed(range(RAY_HEAD_TRIES)):
-            if heads:  # the daemons of the head that did not start would hold its ports
-                _end_session(heads[-1].pid)
+            if head is not None:  # the head that did not start: its daemons
+                left += _end_session(head.pid)
+                head = None
+            port, client, dashboard, agent = _free_ports(4)  # two runs at once must not meet on a default port
+            start = [ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2"]
+            start += [f"--ray-client-server-port={client}", f"--dashboard-port={dashboard}"]
+            start += [f"--dashboard-agent-listen-port={agent}", "--include-dashboard=false", f"--temp-dir={temp}"]
             with log.open("w") as out:
-                heads.append(subprocess.Popen([*start, "--disable-usage-stats"], env=env, start_new_session=True,
-                                              stdout=out, stderr=out))  # fmt: skip
-            code = heads[-1].wait(timeout=120)
+                head = subprocess.Popen([*start, "--disable-usage-stats"], env=env, start_new_session=True,
+                                        stdout=out, stderr=out)  # fmt: skip
+            code = head.wait(timeout=120)
             if code == 0 or RAY_SLOW_START not in log.read_text() or not tries_left:
                 break
         assert code == 0, log.read_text()[-2000:]
         yield f"127.0.0.1:{port}"
     finally:
-        left = [pid for head in heads for pid in _end_session(head.pid)]
+        left += _end_session(head.pid) if head is not None else []
         shutil.rmtree(temp, ignore_errors=True)
     assert not left, f"Ray processes left: {left}"  # checked only when the run itself raised nothing
 
@@ -483,7 +485,7 @@ def _ray_head(env: dict[str, str], ray_bin: str | None = None) -> Iterator[str]:
 def test_a_ray_head_too_slow_to_register_is_started_again_and_no_other_failure_is(tmp_path, error, starts):
     ray = tmp_path / "ray"  # fails once with ``error``, then starts
     ray.write_text(f"""#!/bin/sh
-n=$(cat {tmp_path}/n 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/n
+n=$(cat "{tmp_path}/n" 2>/dev/null || echo 0); echo $((n + 1)) > "{tmp_path}/n"
 [ "$n" -gt 0 ] || {{ echo "Exception: {error}."; exit 1; }}
 """)
     ray.chmod(0o755)
