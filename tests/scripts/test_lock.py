@@ -143,6 +143,7 @@ def test_what_the_lock_leaves_out_is_an_input_and_absent_from_it(tmp_path):
     assert L.LEFT_OUT and not {L._norm(n) for n in L.LEFT_OUT} & set(L.pins())
     root = _copy(tmp_path)
     script = root / "scripts" / "lock.py"
+    assert L.stale_inputs(root) == []  # as committed, the lock answers LEFT_OUT
     text, n = re.subn(r"^LEFT_OUT = \(", 'LEFT_OUT = ("one-more", ', script.read_text(), flags=re.M)
     assert n == 1
     script.write_text(text)
