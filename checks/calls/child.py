@@ -36,7 +36,7 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity.checks.calls import protocol as M
-from grpo_identity.checks.calls.processes import become_subreaper, end_tree
+from grpo_identity.checks.calls.processes import become_subreaper, end_descendants, end_tree
 from grpo_identity.checks.calls.target import (
     FILE_MODULE_PREFIX,
     Output,
@@ -57,7 +57,7 @@ from grpo_identity.checks.calls.target import (
     target_folder,
 )
 
-__all__ = ["STARTUP_TIMEOUT", "OUTPUT_LIMIT", "ChildProcess", "ChildTarget", "warm_children", "close_warm_children"]
+__all__ = ["STARTUP_TIMEOUT", "OUTPUT_LIMIT", "TEMP_PREFIX", "ChildProcess", "ChildTarget", "warm_children", "close_warm_children"]
 
 #: seconds allowed for the child interpreter to start, before the target loads
 STARTUP_TIMEOUT = 120.0
@@ -94,6 +94,8 @@ OFFLINE = {
 }
 #: the variables that point a child's temporary files (and torch's compile caches) into its own folder
 _TEMP_VARS = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "WANDB_DIR")
+#: how the name of that folder starts: the only kind of folder a child removes as it ends
+TEMP_PREFIX = "grpo-identity-child-"
 
 
 # --- the child's side ----------------------------------------------------------------------------
@@ -119,15 +121,16 @@ class _Channel:
         become_subreaper()
         _own_network()  # before any thread starts: a namespace is taken by a single-threaded process only
         _give_up_tracing()
-        _watch_parent(os.getppid())
+        temp = self.temp.get("TMPDIR")
+        _watch_parent(os.getppid(), temp)
         self.outbox.send(M.Started())
         while True:
             try:
                 msg = self.inbox.recv()
             except (EOFError, OSError):  # the parent is gone
-                _end_own_group()
+                _end_own_group(temp)
             if isinstance(msg, M.Close):
-                _end_own_group()
+                _end_own_group(temp)
             self._reply(self._handle(msg))
 
     def _handle(self, msg: Any) -> Any:
@@ -226,15 +229,20 @@ def _seed(seed: int) -> None:
         torch.manual_seed(seed)
 
 
-def _end_own_group() -> None:
+def _end_own_group(temp: str | None, code: int = 0) -> None:
     """End this process and everything it started: its process group, and every descendant that left it (a
     ``setsid``, a ``start_new_session``, a daemon that double-forked: they are reparented to this process, the
-    subreaper, and found by :func:`~grpo_identity.checks.calls.processes.descendants`)."""
+    subreaper, and found by :func:`~grpo_identity.checks.calls.processes.descendants`).  Its temporary folder
+    ``temp`` is removed once the descendants that could write in it have ended: a parent killed outright (``kill
+    -9``) cannot remove it (a parent that ends the child itself, after a timeout, removes it too)."""
     sys.stdout.flush()
     try:
+        end_descendants()
+        if temp and os.path.basename(temp).startswith(TEMP_PREFIX):  # never a folder the parent did not make
+            shutil.rmtree(temp, ignore_errors=True)
         end_tree()
     finally:
-        os._exit(0)
+        os._exit(code)
 
 
 def _own_network() -> None:
@@ -326,17 +334,15 @@ def _undumpable() -> None:
         pass
 
 
-def _watch_parent(parent: int) -> None:
-    """End this process group when the parent is gone (it was killed before it could end us)."""
+def _watch_parent(parent: int, temp: str | None) -> None:
+    """End this process group, and remove its temporary folder ``temp``, when the parent is gone (it was killed
+    before it could end us)."""
 
     def watch() -> None:
         while True:
             time.sleep(_PARENT_POLL)
             if os.getppid() != parent:
-                try:
-                    end_tree()
-                finally:
-                    os._exit(1)
+                _end_own_group(temp, 1)
 
     threading.Thread(target=watch, name="grpo-identity-parent-watch", daemon=True).start()
 
@@ -425,7 +431,7 @@ class ChildProcess:
             "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
             f"from grpo_identity.checks.calls.child import _child_main; _child_main({to_child_r}, {from_child_w})"
         )
-        self.temp = tempfile.mkdtemp(prefix="grpo-identity-child-")  # its temporary files, removed when it ends
+        self.temp = tempfile.mkdtemp(prefix=TEMP_PREFIX)  # its temporary files, removed when it ends
         environ = {**child_environ_for(python), **dict.fromkeys(_TEMP_VARS, self.temp)}
         try:
             self._proc = self._start(python, code, environ, (to_child_r, from_child_w))

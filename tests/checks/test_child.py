@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from grpo_identity.checks.calls.child import (
     FREEZE_AFTER_IMPORTS,
     FULL_COLLECT_EVERY,
     OUTPUT_LIMIT,
+    TEMP_PREFIX,
     ChildTarget,
     close_warm_children,
     warm_children,
@@ -164,6 +166,15 @@ def _pids(path, n: int = 1, within: float = 60.0) -> list[int]:
     raise AssertionError(f"{path} was not written")
 
 
+def _written(path, within: float = 60.0) -> str:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        time.sleep(0.1)
+    raise AssertionError(f"{path} was not written")
+
+
 def _target(tmp_path, body: str, name: str = "starts.py"):
     """A target file that starts a sleeper (and records its own pid and the sleeper's) on import."""
     pidfile = tmp_path / "pids.txt"
@@ -214,14 +225,19 @@ def test_ctrl_c_ends_the_audit_with_130_and_everything_its_target_started(tmp_pa
     assert _ended(sleeper) and _ended(child)
 
 
-def test_an_audit_killed_outright_leaves_no_child_running(tmp_path):
-    path, pidfile = _target(tmp_path, "import time\ntime.sleep(300)\n", name="hangs_on_import.py")
+def test_an_audit_killed_outright_leaves_no_child_running_and_no_temporary_folder(tmp_path):
+    noted = tmp_path / "temp.txt"
+    body = f"import tempfile, time\nopen({str(noted)!r}, 'w').write(tempfile.mkdtemp())\ntime.sleep(300)\n"
+    path, pidfile = _target(tmp_path, body, name="hangs_on_import.py")
     cmd = [sys.executable, "-m", "grpo_identity", "audit", f"{path}:adv", "--timeout", "300"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     child, sleeper = _pids(pidfile, 2)
+    made = Path(_written(noted))  # a folder the target made in the child's temporary folder
+    assert made.parent.name.startswith(TEMP_PREFIX) and made.is_dir()
     proc.kill()  # SIGKILL: the audit cannot clean up; its child notices it is orphaned
     proc.wait(10)
     assert _ended(child) and _ended(sleeper)
+    assert not made.parent.exists()
 
 
 def test_sys_exit_in_a_target_is_a_finding_that_says_so(tmp_path):
