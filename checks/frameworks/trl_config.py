@@ -4,9 +4,11 @@ step (:mod:`.trl_step`), below both."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
+import shutil
 import tempfile
 import warnings
 from importlib.metadata import version
@@ -24,7 +26,7 @@ __all__ = [
     "COMPLETION_LENGTH",
     "DRIVER_FORCED",
     "DRIVER_DEFAULTS",
-    "UNUSED_OUTPUT_DIR",
+    "unused_output_dir",
 ]
 
 _TRAINER, _CONFIG = "trl.trainer.grpo_trainer:GRPOTrainer", "trl.trainer.grpo_config:GRPOConfig"
@@ -99,9 +101,25 @@ DRIVER_FORCED: dict[str, Any] = {
     "hub_model_id": None,
     "output_dir": "UNUSED_OUTPUT_DIR",
 }
-#: GRPOConfig's required ``output_dir``: one folder for every run, left empty (nothing is saved or logged there,
-#: :data:`DRIVER_FORCED`)
-UNUSED_OUTPUT_DIR = os.path.join(tempfile.gettempdir(), "grpo-identity-trl-unused")
+#: the folder of :func:`unused_output_dir`
+_UNUSED: dict[str, str] = {}
+
+
+def unused_output_dir() -> str:
+    """GRPOConfig's required ``output_dir``: one new folder, made at the first call, left empty (nothing is saved or
+    logged there, :data:`DRIVER_FORCED`; TRL's trainer creates it) and removed when the process that made it exits,
+    not by a rank forked from it, which shares it (in the audit's child it lies in the child's own temporary
+    folder; where the driver runs in the caller's process, in the system's, under a name no other process or user
+    could have made first)."""
+    if "folder" not in _UNUSED:
+        _UNUSED["folder"] = tempfile.mkdtemp(prefix="grpo-identity-trl-unused-")
+        atexit.register(_remove_unused, os.getpid(), _UNUSED["folder"])
+    return str(_UNUSED["folder"])
+
+
+def _remove_unused(pid: int, folder: str) -> None:
+    if os.getpid() == pid:
+        shutil.rmtree(folder, ignore_errors=True)
 #: what the driver sets where the user set nothing (the batch size follows the user's num_generations)
 DRIVER_DEFAULTS: dict[str, Any] = {
     "bf16": False,
@@ -152,12 +170,12 @@ def config_argv(parser: Any, spec: FrameworkSpec) -> tuple[list[str], dict[str, 
     if "num_generations" in user and "per_device_train_batch_size" not in user:
         defaults["per_device_train_batch_size"] = int_or(user["num_generations"], 2)
     defaults = {k: v for k, v in defaults.items() if k in fields}
-    argv = ["--output_dir", UNUSED_OUTPUT_DIR]
+    argv = ["--output_dir", unused_output_dir()]
     if spec.config:
         argv += ["--config", spec.config]
     for key, value in spec.sets:
         argv += [f"--{key}", *_values(parser, key, value)]
-    forced = {k: UNUSED_OUTPUT_DIR if v == "UNUSED_OUTPUT_DIR" else v for k, v in DRIVER_FORCED.items() if k in fields}
+    forced = {k: unused_output_dir() if v == "UNUSED_OUTPUT_DIR" else v for k, v in DRIVER_FORCED.items() if k in fields}
     for key, value in forced.items():
         argv += [f"--{key}", str(value)] if value is not None else []
     return argv, user, defaults, forced

@@ -256,13 +256,13 @@ def export_recipe(spec: FrameworkSpec) -> dict[str, Any]:
     from trl import GRPOConfig, TrlParser
 
     from grpo_identity.checks.frameworks import config_text, is_secret
-    from grpo_identity.checks.frameworks.trl_config import UNUSED_OUTPUT_DIR, config_argv
+    from grpo_identity.checks.frameworks.trl_config import config_argv, unused_output_dir
 
     bare, processes = launch_settings(spec)
     split = _layout(bare, processes, "split")
     sets = tuple((k, v) for k, v in (*bare.sets, *split.sets, *STEP_FORCED.items()) if not is_secret(k))
     argv, _, defaults, _ = config_argv(TrlParser((GRPOConfig,)), FrameworkSpec("trl", sets, bare.config))
-    shown = {UNUSED_OUTPUT_DIR: "<output_dir>", bare.config: "<config>"}
+    shown = {unused_output_dir(): "<output_dir>", bare.config: "<config>"}
     argv = [a for k, v in defaults.items() for a in (f"--{k}", str(v))] + [shown.get(a, a) for a in argv]
     return {"argv": argv, "config_text": config_text(bare.config), "processes": processes, "release": version("trl")}
 

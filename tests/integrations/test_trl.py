@@ -59,9 +59,10 @@ def _launch(out: Path, *args: str, processes: int = 2) -> subprocess.CompletedPr
             str(out),
             *args,
         ]
-    res = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}
-    )
+    temp = out / "temp"  # torch elastic's agent leaves its log folder (torchelastic_*) in TMPDIR: kept here
+    temp.mkdir(exist_ok=True)
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(temp)}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     return res
 
