@@ -57,7 +57,15 @@ from grpo_identity.checks.calls.target import (
     target_folder,
 )
 
-__all__ = ["STARTUP_TIMEOUT", "OUTPUT_LIMIT", "TEMP_PREFIX", "ChildProcess", "ChildTarget", "warm_children", "close_warm_children"]
+__all__ = [
+    "STARTUP_TIMEOUT",
+    "OUTPUT_LIMIT",
+    "TEMP_PREFIX",
+    "ChildProcess",
+    "ChildTarget",
+    "warm_children",
+    "close_warm_children",
+]
 
 #: seconds allowed for the child interpreter to start, before the target loads
 STARTUP_TIMEOUT = 120.0

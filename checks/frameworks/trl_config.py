@@ -120,6 +120,8 @@ def unused_output_dir() -> str:
 def _remove_unused(pid: int, folder: str) -> None:
     if os.getpid() == pid:
         shutil.rmtree(folder, ignore_errors=True)
+
+
 #: what the driver sets where the user set nothing (the batch size follows the user's num_generations)
 DRIVER_DEFAULTS: dict[str, Any] = {
     "bf16": False,
@@ -175,7 +177,9 @@ def config_argv(parser: Any, spec: FrameworkSpec) -> tuple[list[str], dict[str, 
         argv += ["--config", spec.config]
     for key, value in spec.sets:
         argv += [f"--{key}", *_values(parser, key, value)]
-    forced = {k: unused_output_dir() if v == "UNUSED_OUTPUT_DIR" else v for k, v in DRIVER_FORCED.items() if k in fields}
+    forced = {
+        k: unused_output_dir() if v == "UNUSED_OUTPUT_DIR" else v for k, v in DRIVER_FORCED.items() if k in fields
+    }
     for key, value in forced.items():
         argv += [f"--{key}", str(value)] if value is not None else []
     return argv, user, defaults, forced
