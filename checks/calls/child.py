@@ -22,6 +22,7 @@ it computes in a cold one.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import os
 import shutil
@@ -31,7 +32,7 @@ import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
@@ -130,6 +131,7 @@ class _Channel:
         _own_network()  # before any thread starts: a namespace is taken by a single-threaded process only
         _give_up_tracing()
         temp = self.temp.get("TMPDIR")
+        temp = os.path.abspath(temp) if temp else None  # the target may change the working folder
         _watch_parent(os.getppid(), temp)
         self.outbox.send(M.Started())
         while True:
@@ -137,8 +139,8 @@ class _Channel:
                 msg = self.inbox.recv()
             except (EOFError, OSError):  # the parent is gone
                 _end_own_group(temp)
-            if isinstance(msg, M.Close):
-                _end_own_group(temp)
+            if isinstance(msg, M.Close):  # the parent removes the folder once this process has ended
+                _end_own_group(None)
             self._reply(self._handle(msg))
 
     def _handle(self, msg: Any) -> Any:
@@ -237,20 +239,35 @@ def _seed(seed: int) -> None:
         torch.manual_seed(seed)
 
 
-def _end_own_group(temp: str | None, code: int = 0) -> None:
+def _end_own_group(temp: str | None, code: int = 0) -> NoReturn:
     """End this process and everything it started: its process group, and every descendant that left it (a
     ``setsid``, a ``start_new_session``, a daemon that double-forked: they are reparented to this process, the
-    subreaper, and found by :func:`~grpo_identity.checks.calls.processes.descendants`).  Its temporary folder
-    ``temp`` is removed once the descendants that could write in it have ended: a parent killed outright (``kill
-    -9``) cannot remove it (a parent that ends the child itself, after a timeout, removes it too)."""
-    sys.stdout.flush()
+    subreaper, and found by :func:`~grpo_identity.checks.calls.processes.descendants`).  Where the parent is gone
+    (killed outright, ``kill -9``: it cannot remove the child's temporary folder), ``temp`` is that folder: it is
+    removed once the descendants have ended (:func:`_remove_own_temp`)."""
     try:
-        end_descendants()
-        if temp and os.path.basename(temp).startswith(TEMP_PREFIX):  # never a folder the parent did not make
-            shutil.rmtree(temp, ignore_errors=True)
+        with contextlib.suppress(Exception):  # output nobody reads any more: a broken pipe must not stop the end
+            sys.stdout.flush()
+        if temp is not None:
+            end_descendants()
+            _remove_own_temp(temp)
         end_tree()
     finally:
         os._exit(code)
+
+
+def _remove_own_temp(temp: str) -> None:
+    """Remove ``temp``, the child's temporary folder, and only a folder named as the parent names them.  It is
+    renamed first, so that a thread of this process still running the target (the parent-watch ends the process
+    while a call runs) no longer finds it under its ``TMPDIR`` path: its writes then fail instead of refilling it."""
+    if not os.path.basename(temp).startswith(TEMP_PREFIX):
+        return
+    gone = f"{temp}-ended"
+    try:
+        os.rename(temp, gone)
+    except OSError:
+        gone = temp
+    shutil.rmtree(gone, ignore_errors=True)
 
 
 def _own_network() -> None:

@@ -99,7 +99,7 @@ DRIVER_FORCED: dict[str, Any] = {
     "push_to_hub": False,
     "hub_token": None,
     "hub_model_id": None,
-    "output_dir": "UNUSED_OUTPUT_DIR",
+    "output_dir": "<unused_output_dir()>",
 }
 #: the folder of :func:`unused_output_dir`
 _UNUSED: dict[str, str] = {}
@@ -107,17 +107,18 @@ _UNUSED: dict[str, str] = {}
 
 def unused_output_dir() -> str:
     """GRPOConfig's required ``output_dir``: one new folder, made at the first call, left empty (nothing is saved or
-    logged there, :data:`DRIVER_FORCED`; TRL's trainer creates it) and removed when the process that made it exits,
-    not by a rank forked from it, which shares it (in the audit's child it lies in the child's own temporary
-    folder; where the driver runs in the caller's process, in the system's, under a name no other process or user
-    could have made first)."""
+    logged there, :data:`DRIVER_FORCED`; TRL's trainer creates it), under a name no other process or user could have
+    made first.  A rank forked after the first call shares it (the step calls this before it forks its ranks).  In
+    the audit's child it lies in the child's temporary folder and goes with it; where the driver runs in the
+    caller's process, it lies in the system's and is removed when that process exits (not by a fork of it)."""
     if "folder" not in _UNUSED:
         _UNUSED["folder"] = tempfile.mkdtemp(prefix="grpo-identity-trl-unused-")
         atexit.register(_remove_unused, os.getpid(), _UNUSED["folder"])
-    return str(_UNUSED["folder"])
+    return _UNUSED["folder"]
 
 
 def _remove_unused(pid: int, folder: str) -> None:
+    """At exit: remove the folder ``folder`` made by process ``pid``, where this is that process."""
     if os.getpid() == pid:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -177,9 +178,7 @@ def config_argv(parser: Any, spec: FrameworkSpec) -> tuple[list[str], dict[str, 
         argv += ["--config", spec.config]
     for key, value in spec.sets:
         argv += [f"--{key}", *_values(parser, key, value)]
-    forced = {
-        k: unused_output_dir() if v == "UNUSED_OUTPUT_DIR" else v for k, v in DRIVER_FORCED.items() if k in fields
-    }
+    forced = {k: unused_output_dir() if k == "output_dir" else v for k, v in DRIVER_FORCED.items() if k in fields}
     for key, value in forced.items():
         argv += [f"--{key}", str(value)] if value is not None else []
     return argv, user, defaults, forced

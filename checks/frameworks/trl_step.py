@@ -305,6 +305,9 @@ def _run_ranks(job: dict[str, Any], ranks: int) -> list[dict[str, Any]]:
     ProcessRanks`), each a rank as ``accelerate launch --multi_gpu --num_processes`` starts one
     (:func:`~grpo_identity.checks.frameworks._ranks.accelerate_rank`);
     their records."""
+    from grpo_identity.checks.frameworks.trl_config import unused_output_dir
+
+    unused_output_dir()  # made before the fork: the ranks share it, and this process removes it
     try:
         replies = ProcessRanks(ranks).run(lambda rank: _run_here(job, accelerate_rank(rank, ranks)))
     except RankProcessError as exc:

@@ -226,11 +226,14 @@ def test_ctrl_c_ends_the_audit_with_130_and_everything_its_target_started(tmp_pa
 
 
 def test_an_audit_killed_outright_leaves_no_child_running_and_no_temporary_folder(tmp_path):
+    """The child, busy loading its target, finds its parent gone; what the target printed waits in its buffer for a
+    reader that no longer exists (output buffered, as where PYTHONUNBUFFERED is not set)."""
     noted = tmp_path / "temp.txt"
-    body = f"import tempfile, time\nopen({str(noted)!r}, 'w').write(tempfile.mkdtemp())\ntime.sleep(300)\n"
-    path, pidfile = _target(tmp_path, body, name="hangs_on_import.py")
+    body = f"import tempfile, time\nprint('loading')\nopen({str(noted)!r}, 'w').write(tempfile.mkdtemp())\n"
+    path, pidfile = _target(tmp_path, body + "time.sleep(300)\n", name="hangs_on_import.py")
     cmd = [sys.executable, "-m", "grpo_identity", "audit", f"{path}:adv", "--timeout", "300"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     child, sleeper = _pids(pidfile, 2)
     made = Path(_written(noted))  # a folder the target made in the child's temporary folder
     assert made.parent.name.startswith(TEMP_PREFIX) and made.is_dir()
@@ -238,6 +241,21 @@ def test_an_audit_killed_outright_leaves_no_child_running_and_no_temporary_folde
     proc.wait(10)
     assert _ended(child) and _ended(sleeper)
     assert not made.parent.exists()
+
+
+def test_an_idle_child_whose_parent_is_killed_outright_ends_and_removes_its_temporary_folder():
+    code = (
+        "import json, time; from grpo_identity.checks.calls.child import ChildProcess; p = ChildProcess(); "
+        "print(json.dumps([p._proc.pid, p.temp]), flush=True); time.sleep(300)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child, temp = json.loads(parent.stdout.readline())
+    assert Path(temp).is_dir()
+    parent.kill()  # the child waits for its next message: it reads the end of its pipe
+    parent.wait(10)
+    parent.stdout.close()
+    assert _ended(child)
+    assert not Path(temp).exists() and not Path(f"{temp}-ended").exists()
 
 
 def test_sys_exit_in_a_target_is_a_finding_that_says_so(tmp_path):

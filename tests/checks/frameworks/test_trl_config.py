@@ -4,6 +4,7 @@ requires, which TRL's trainer creates and the audit never uses."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -27,7 +28,7 @@ _RUN = textwrap.dedent(
 
 
 def _run(temp: Path) -> dict:
-    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(temp), "PYTHONPATH": ":".join(p for p in sys.path if p)}
+    env = {**os.environ, "TMPDIR": str(temp)}
     res = subprocess.run([sys.executable, "-c", _RUN], capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout)
