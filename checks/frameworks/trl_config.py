@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import io
 import os
 import shutil
@@ -101,20 +102,18 @@ DRIVER_FORCED: dict[str, Any] = {
     "hub_model_id": None,
     "output_dir": "<unused_output_dir()>",
 }
-#: the folder of :func:`unused_output_dir`
-_UNUSED: dict[str, str] = {}
 
 
+@functools.cache
 def unused_output_dir() -> str:
     """GRPOConfig's required ``output_dir``: one new folder, made at the first call, left empty (nothing is saved or
     logged there, :data:`DRIVER_FORCED`; TRL's trainer creates it), under a name no other process or user could have
     made first.  A rank forked after the first call shares it (the step calls this before it forks its ranks).  In
     the audit's child it lies in the child's temporary folder and goes with it; where the driver runs in the
     caller's process, it lies in the system's and is removed when that process exits (not by a fork of it)."""
-    if "folder" not in _UNUSED:
-        _UNUSED["folder"] = tempfile.mkdtemp(prefix="grpo-identity-trl-unused-")
-        atexit.register(_remove_unused, os.getpid(), _UNUSED["folder"])
-    return _UNUSED["folder"]
+    folder = tempfile.mkdtemp(prefix="grpo-identity-trl-unused-")
+    atexit.register(_remove_unused, os.getpid(), folder)
+    return folder
 
 
 def _remove_unused(pid: int, folder: str) -> None:

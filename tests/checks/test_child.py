@@ -155,24 +155,19 @@ def _ended(pid: int, within: float = 10.0) -> bool:
     return False
 
 
-def _pids(path, n: int = 1, within: float = 60.0) -> list[int]:
+def _written(path, enough=bool, within: float = 60.0) -> str:
+    """The text of ``path`` once ``enough(text)`` holds (a file another process writes)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if path.exists():
-            pids = [int(p) for p in path.read_text().split()]
-            if len(pids) >= n:
-                return pids
+        text = path.read_text() if path.exists() else ""
+        if enough(text):
+            return text
         time.sleep(0.1)
     raise AssertionError(f"{path} was not written")
 
 
-def _written(path, within: float = 60.0) -> str:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text():
-            return path.read_text()
-        time.sleep(0.1)
-    raise AssertionError(f"{path} was not written")
+def _pids(path, n: int = 1) -> list[int]:
+    return [int(p) for p in _written(path, lambda text: len(text.split()) >= n).split()]
 
 
 def _target(tmp_path, body: str, name: str = "starts.py"):
