@@ -235,7 +235,7 @@ def test_an_audit_killed_outright_leaves_no_child_running_and_no_temporary_folde
     proc.kill()  # SIGKILL: the audit cannot clean up; its child notices it is orphaned
     proc.wait(10)
     assert _ended(child) and _ended(sleeper)
-    assert not made.parent.exists()
+    assert not made.parent.exists() and not Path(f"{made.parent}-ended").exists()
 
 
 def test_an_idle_child_whose_parent_is_killed_outright_ends_and_removes_its_temporary_folder():
