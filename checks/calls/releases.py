@@ -65,6 +65,7 @@ __all__ = [
     "no_deps",
     "package_map",
     "prune",
+    "python_mismatch",
     "release_pins",
     "resolution_plans",
 ]
@@ -244,6 +245,12 @@ def upload_time(framework: str, release: str, *, timeout: float = 15.0) -> str |
 
 
 def _fetch_upload_time(framework: str, release: str, timeout: float) -> str | None:
+    times = sorted(f["upload-time"] for f in _release_files(framework, release, timeout) if f.get("upload-time"))
+    return times[0] if times else None
+
+
+def _release_files(framework: str, release: str, timeout: float) -> list[dict[str, Any]]:
+    """The index's entries (PEP 691/700) for the files of ``framework==release``; none when it cannot be read."""
     import urllib.request
 
     url = f"{os.environ.get('GRPO_IDENTITY_SIMPLE_INDEX', SIMPLE_INDEX).rstrip('/')}/{framework}/"
@@ -252,11 +259,36 @@ def _fetch_upload_time(framework: str, release: str, timeout: float) -> str | No
         with urllib.request.urlopen(request, timeout=timeout) as response:
             files = json.load(response).get("files", [])
     except Exception:  # offline, no such project, an index without the JSON API
-        return None
+        return []
     name = "[-_.]".join(re.escape(part) for part in re.split(r"[-_.]+", framework))  # ms-swift: ms_swift-4.6.0-…whl
     pattern = re.compile(rf"^{name}-{re.escape(release)}(\.tar\.gz|\.zip|-.+\.whl)$", re.I)
-    times = sorted(f["upload-time"] for f in files if pattern.match(f.get("filename", "")) and f.get("upload-time"))
-    return times[0] if times else None
+    return [f for f in files if isinstance(f, dict) and pattern.match(str(f.get("filename", "")))]
+
+
+def python_mismatch(framework: str, release: str, *, timeout: float = 15.0) -> str | None:
+    """Why a release cannot be installed beside the Python that runs this project (an environment is made with
+    that interpreter: the project's code runs in it), from the ``requires-python`` its files declare on the
+    index; None where it fits, or where that cannot be told (offline, nothing declared, no ``packaging``)."""
+    import platform
+
+    try:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    except ImportError:
+        return None
+    here = platform.python_version()
+    fits: dict[str, bool] = {}
+    for declared in {str(f.get("requires-python") or "") for f in _release_files(framework, release, timeout)}:
+        try:
+            fits[declared] = not declared or SpecifierSet(declared).contains(here, prereleases=True)
+        except InvalidSpecifier:
+            continue
+    if not fits or any(fits.values()):  # one file that installs here is enough
+        return None
+    declared = " or ".join(sorted(fits))
+    return (
+        f"{framework} {release} requires Python {declared}, and its environment is made with the Python that runs "
+        f"grpo-identity ({here}): install and run grpo-identity under a Python {declared} to audit this release"
+    )
 
 
 # --- where it lives -------------------------------------------------------------------------------
@@ -483,7 +515,9 @@ def _build(env: Path, framework: str, release: str, uploaded: str | None, uv: st
         record = _record(env, framework, release, uploaded, plan, commands, uv)
         _write_atomic(env / "environment.json", json.dumps(record, indent=1, sort_keys=True))
         return record
-    raise AdapterError(f"{framework}=={release} cannot be installed here: " + " | ".join(failures[-2:]))
+    # the likeliest cause of a release that resolves under no plan, said in one line where the index tells it
+    why = python_mismatch(framework, release) or " | ".join(failures[-2:])
+    raise AdapterError(f"{framework}=={release} cannot be installed here: {why}")
 
 
 class _Unresolved(Exception):

@@ -7,6 +7,7 @@ venv that finds the same environment."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -111,13 +112,10 @@ def test_without_an_upload_date_or_without_uv_the_one_plan_is_todays_index_and_s
     assert pip.method == "today's index (pip)" and "pip install 'grpo-identity[releases]'" in pip.note
 
 
-def test_the_upload_time_is_the_releases_first_file_read_from_the_indexs_json_api_and_cached(monkeypatch, tmp_path):
-    files = [
-        {"filename": "trl-0.22.0-py3-none-any.whl", "upload-time": "2025-08-29T20:20:02Z"},
-        {"filename": "trl-0.22.0.tar.gz", "upload-time": "2025-08-29T20:20:04Z"},
-        {"filename": "trl-0.22.0.1-py3-none-any.whl", "upload-time": "2020-01-01T00:00:00Z"},  # another release
-        {"filename": "ms_swift-4.6.0-py3-none-any.whl", "upload-time": "2026-10-13T08:00:00Z"},  # a wheel's name: _
-    ]
+@contextlib.contextmanager
+def _index(monkeypatch, tmp_path, files):
+    """A package index on the loopback whose JSON API (PEP 691) lists ``files`` for every project; yields the
+    paths it was asked for, with the Accept header of each request."""
     asked = []
 
     class Index(http.server.BaseHTTPRequestHandler):
@@ -137,15 +135,56 @@ def test_the_upload_time_is_the_releases_first_file_read_from_the_indexs_json_ap
     monkeypatch.setenv("GRPO_IDENTITY_ENVS", str(tmp_path))
     monkeypatch.setenv("GRPO_IDENTITY_SIMPLE_INDEX", f"http://127.0.0.1:{server.server_address[1]}/simple")
     try:
+        yield asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_upload_time_is_the_releases_first_file_read_from_the_indexs_json_api_and_cached(monkeypatch, tmp_path):
+    files = [
+        {"filename": "trl-0.22.0-py3-none-any.whl", "upload-time": "2025-08-29T20:20:02Z"},
+        {"filename": "trl-0.22.0.tar.gz", "upload-time": "2025-08-29T20:20:04Z"},
+        {"filename": "trl-0.22.0.1-py3-none-any.whl", "upload-time": "2020-01-01T00:00:00Z"},  # another release
+        {"filename": "ms_swift-4.6.0-py3-none-any.whl", "upload-time": "2026-10-13T08:00:00Z"},  # a wheel's name: _
+    ]
+    with _index(monkeypatch, tmp_path, files) as asked:
         assert R.upload_time("trl", "0.22.0") == "2025-08-29T20:20:02Z"
         assert R.upload_time("trl", "0.22.0") == "2025-08-29T20:20:02Z"  # from the cache
         assert R.upload_time("trl", "7.7.7") is None  # no such file
         assert R.upload_time("ms-swift", "4.6.0") == "2026-10-13T08:00:00Z"  # the project's name has a hyphen
-    finally:
-        server.shutdown()
     assert asked[0] == ("/simple/trl/", "application/vnd.pypi.simple.v1+json") and len(asked) == 3
     monkeypatch.setenv("GRPO_IDENTITY_SIMPLE_INDEX", "http://127.0.0.1:9/nothing")  # nothing listens there
     assert R.upload_time("trl", "6.6.6") is None
+
+
+def test_a_release_for_another_python_is_named_with_the_python_it_needs(monkeypatch, tmp_path):
+    pytest.importorskip("packaging")
+    here = ".".join(map(str, sys.version_info[:3]))
+    files = [
+        {"filename": "demo-2.0-py3-none-any.whl", "requires-python": ">=3.99"},
+        {"filename": "demo-2.0.tar.gz", "requires-python": ">=3.99"},
+        {"filename": "demo-1.0-py3-none-any.whl", "requires-python": ">=3.99"},  # one file that fits is enough
+        {"filename": "demo-1.0.tar.gz", "requires-python": f"=={here}"},
+        {"filename": "demo-3.0.tar.gz"},  # nothing declared
+        {"filename": "demo-4.0.tar.gz", "requires-python": "not a specifier"},
+    ]
+    with _index(monkeypatch, tmp_path, files):
+        said = R.python_mismatch("demo", "2.0")
+        assert said == (
+            f"demo 2.0 requires Python >=3.99, and its environment is made with the Python that runs grpo-identity "
+            f"({here}): install and run grpo-identity under a Python >=3.99 to audit this release"
+        )
+        assert [R.python_mismatch("demo", r) for r in ("1.0", "3.0", "4.0", "5.0")] == [None] * 4
+        # a build that no plan resolves says so in one line, instead of each resolver's report
+        monkeypatch.setattr(R, "_install", lambda *a: (_ for _ in ()).throw(R._Unresolved("uv: no solution")))
+        resolvers = "as of the release, pins exempt: uv: no solution | today's index: uv: no solution"
+        for release, why in (("2.0", said), ("1.0", resolvers)):
+            with pytest.raises(AdapterError) as exc:
+                R._build(tmp_path / "env", "demo", release, "2026-01-01T00:00:00Z", "uv")
+            assert str(exc.value) == f"demo=={release} cannot be installed here: {why}"
+    monkeypatch.setenv("GRPO_IDENTITY_SIMPLE_INDEX", "http://127.0.0.1:9/nothing")  # offline: cannot be told
+    assert R.python_mismatch("demo", "2.0") is None
 
 
 def test_the_linked_subpackages_are_pyprojects_package_dir():
