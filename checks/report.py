@@ -486,7 +486,8 @@ def _head(r: Report) -> list[str]:
         lines.append("stood in: " + ", ".join(map(str, r.target_info["stand_ins"])))
     call = r.target_info.get("call")
     if call:
-        lines.append(f"called as: {call.get('call')}, rewards as {call.get('input')} {call.get('reward_dtype')}")
+        ids = f", ids as {call['ids_input']}" if call.get("ids_input") not in (None, call.get("input")) else ""
+        lines.append(f"called as: {call.get('call')}, rewards as {call.get('input')} {call.get('reward_dtype')}{ids}")
     env = r.target_info.get("environment")
     if env:
         lines.append(_environment_line(env))

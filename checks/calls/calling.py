@@ -147,6 +147,9 @@ class CallPlan:
     group_size_arg: str | None = None
     """The group size's keyword; '' for the second positional argument; None: not passed."""
     ids_arg: str | None = None
+    ids_input: str | None = None
+    """The group ids' kind where their own annotation names one (verl's ``index: np.ndarray`` beside torch
+    rewards); None: the rewards' kind."""
     template: str | None = None
     output: str = "array"
     """Where the advantages were: 'array', 'tuple[i]', or "dict['key']"."""
@@ -276,7 +279,11 @@ def _unfilled(fn: Callable[..., Any], plan: CallPlan) -> list[str]:
 def _annotated_input(fn: Callable[..., Any], plan: CallPlan) -> str | None:
     """numpy, torch or list, as the rewards' annotation says (None when it says nothing)."""
     params = _parameters(fn)
-    p = _find(params, (plan.rewards_arg,)) if plan.rewards_arg else (params[0] if params else None)
+    return _annotated_kind(_find(params, (plan.rewards_arg,)) if plan.rewards_arg else (params[0] if params else None))
+
+
+def _annotated_kind(p: inspect.Parameter | None) -> str | None:
+    """numpy, torch or list, as a parameter's annotation says (None when it says nothing)."""
     text = "" if p is None or p.annotation is inspect.Parameter.empty else str(p.annotation)
     if "Tensor" in text or "torch" in text:
         return "torch"
@@ -370,7 +377,8 @@ class Caller:
         if annotated in ("numpy", "list") and options.reward_dtype == "bfloat16":
             raise CallError(f"{name} takes {annotated} rewards (its annotation says so); bfloat16 needs torch tensors")
         decided = options.input or annotated or ("torch" if options.reward_dtype == "bfloat16" else "auto")
-        return cls(fn, _replace(plan, input=decided))
+        ids_input = _annotated_kind(_find(_parameters(fn), (plan.ids_arg,))) if plan.ids_arg else None
+        return cls(fn, _replace(plan, input=decided, ids_input=ids_input))
 
     def __call__(self, rewards: np.ndarray, group_size: int, ids: Any = None) -> Any:
         if self.plan.input == "auto":
@@ -436,7 +444,7 @@ class Caller:
         elif plan.group_size_arg:
             kwargs[plan.group_size_arg] = G
         if plan.ids_arg:
-            kwargs[plan.ids_arg] = _ids_as(ids, plan.input)
+            kwargs[plan.ids_arg] = _ids_as(ids, plan.ids_input or plan.input)
         return args, kwargs
 
     def _verl(self, rewards: np.ndarray, ids: Any) -> Any:

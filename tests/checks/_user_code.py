@@ -195,3 +195,21 @@ def keep_with_a_relative_tolerance(rewards, G):
 def needs_num_prompts(rewards, num_prompts):
     """A required second parameter that is not the group size."""
     return rewards.reshape(num_prompts, -1).reshape(-1)
+
+
+def torch_rewards_numpy_index(rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    """verl's way: torch rewards, a numpy array of group ids grouped in a dict (0-d tensors would each be a key)."""
+    assert isinstance(rewards, torch.Tensor) and isinstance(index, np.ndarray), (type(rewards), type(index))
+    rows: dict = {}
+    for i, uid in enumerate(index):
+        rows.setdefault(uid, []).append(i)
+    out = torch.zeros_like(rewards)
+    for at in rows.values():
+        g = rewards[at]
+        out[at] = (g - g.mean()) / (g.std(unbiased=False) + 1e-8)
+    return out
+
+
+def torch_rewards_list_index(rewards: torch.Tensor, index: list) -> torch.Tensor:
+    assert isinstance(index, list), type(index)
+    return torch_rewards_numpy_index(rewards, np.asarray(index))

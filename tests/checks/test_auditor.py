@@ -398,3 +398,15 @@ def test_a_ragged_group_padded_with_zero_rewards_is_named_as_padded():
     ragged = [f for f in report.findings if f.property == "ragged_groups"]
     assert report.verdict == "fail" and ragged, report.format()
     assert "as if padded with" in ragged[0].message and "mask the padding" in ragged[0].message
+
+
+def test_the_report_names_the_kind_the_group_ids_went_in_where_it_is_not_the_rewards():
+    from _user_code import torch_by_group_ids, torch_rewards_numpy_index
+
+    report = audit(torch_rewards_numpy_index, expect="grpo", max_examples=10, isolate=False)
+    assert report.verdict == "pass" and report.target_info["call"]["ids_input"] == "numpy", report.format()
+    assert "called as: torch_rewards_numpy_index(R, index=IDS), rewards as torch float64, ids as numpy" in (
+        report.format()
+    )
+    same = audit(torch_by_group_ids, max_examples=10, isolate=False)
+    assert "group_ids=IDS), rewards as torch float64\n" in same.format()

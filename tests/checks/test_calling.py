@@ -162,6 +162,16 @@ def test_an_isinstance_assert_sends_the_first_call_on_to_torch_and_ids_go_in_the
     assert np.allclose(out.numpy(), D.advantages(R, 4, D.GRPO))
 
 
+@pytest.mark.parametrize("name, kind", [("torch_rewards_numpy_index", "numpy"), ("torch_rewards_list_index", "list")])
+def test_group_ids_go_in_the_kind_their_own_annotation_names(name, kind):
+    import _user_code
+
+    caller = Caller.for_function(getattr(_user_code, name))
+    assert (caller.plan.input, caller.plan.ids_input) == ("torch", kind)
+    out = caller(R, 4, np.repeat([7, 3], 4))
+    assert np.allclose(out.numpy(), D.advantages(R, 4, D.GRPO))
+
+
 def test_a_required_parameter_that_is_not_the_group_size_asks_for_a_template():
     from _user_code import needs_num_prompts
 
