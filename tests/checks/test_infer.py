@@ -52,6 +52,31 @@ def test_inference_in_float32_resolves_verl_epsilon():
     assert inf.precision == "float32" and inf.ddof == 1 and inf.eps == pytest.approx(1e-6, rel=0.1)
 
 
+def _float32_whiten(eps, ddof, inside):
+    def whiten(r, G):
+        R = r.astype(np.float32).reshape(-1, G)
+        std = R.std(1, ddof=ddof, keepdims=True)
+        scale = np.sqrt(std * std + np.float32(eps)) if inside else std + np.float32(eps)
+        return ((R - R.mean(1, keepdims=True)) / scale).reshape(-1)
+
+    return whiten
+
+
+@pytest.mark.parametrize("ddof", [0, 1])
+def test_in_float32_an_epsilon_under_the_root_too_small_for_the_unit_probes_is_read_at_a_small_reward_scale(ddof):
+    # √(σ² + 1e-6) moves the unit probes' float32 advantages by 2e-5 at most, a group of σ ≈ 1e-3 by 30 %
+    inf = infer_dial(_float32_whiten(1e-6, ddof, inside=True))
+    assert (inf.precision, inf.scale, inf.ddof, inf.eps_inside_sqrt) == ("float32", "group_std", ddof, True)
+    assert inf.eps == pytest.approx(1e-6, rel=0.02) and inf.eps_resolution < 1e-8
+    r = np.array([0.0012573, -0.00132105, 0.3, 0.9])  # the group the property search found
+    np.testing.assert_allclose(inf.reference()(r, 2), _float32_whiten(1e-6, ddof, True)(r, 2), rtol=1e-4)
+
+
+def test_in_float32_an_epsilon_the_small_scale_cannot_resolve_either_stays_at_the_unit_probes_resolution():
+    inf = infer_dial(_float32_whiten(1e-9, 1, inside=False))
+    assert (inf.eps, inf.eps_inside_sqrt) == (0.0, False) and 1e-9 < inf.eps_resolution < 1e-6
+
+
 def test_a_constant_factor_is_inferred():
     inf = infer_dial(lambda r, G: 2 * D.advantages(r, G, D.GRPO))
     assert inf.scale == "group_std" and inf.alpha == pytest.approx(2.0)
