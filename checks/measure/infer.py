@@ -132,7 +132,13 @@ def _read_small_eps(target: Callable[[np.ndarray, int], np.ndarray], inf: Advant
     f/d, its intercept ε/s (ε/s² under the root); their reading is adopted only where it resolves an ε > 0 with the
     same centre, scale and ddof.  Exact for the dial's family, whose advantages do not change with the rewards'
     scale but through ε."""
-    if inf.precision == "float64" or inf.why or inf.scale != "group_std" or inf.eps > 0 or not inf.eps_resolution:
+    if (
+        inf.precision == "float64"
+        or inf.why
+        or inf.scale != "group_std"
+        or (inf.eps or 0.0) > 0
+        or not inf.eps_resolution
+    ):
         return
     s = EPS_PROBE_SCALE
     outs = {G: call_target(target, s * probe_batch(G), G, "well_formed") for G in sizes}
