@@ -307,10 +307,11 @@ def _advantages(tgt: Any, name: str, options: AuditOptions) -> Report:
         why = [_probe_failure(exc)]
         if not (isinstance(exc, P.PropertyViolation) and exc.property == "well_formed"):
             return _failed(name, "advantage", "advantage", options.expected_name, AdvantageFit(why="not probed"), why)
-        # a NaN or an inf on the designed batches: a finding, and the properties still run on the batches where the
-        # target gives numbers (they tell a wrong axis from a wrong formula); no dial is inferred from it
-        nan = "no dial inferred: the target returned a non-finite advantage on the designed batches"
-        first, inf = why, AdvantageFit(why=nan)
+        # a NaN, an inf or a wrong shape on the designed batches: a finding, and the properties still run on the
+        # batches where the target gives numbers (they tell a wrong axis from a wrong formula); no dial is inferred
+        # from it
+        malformed = "no dial inferred: the target's answers to the designed batches are malformed (well_formed)"
+        first, inf = why, AdvantageFit(why=malformed)
     ctx = _context(tgt, inf)
     props = P.ADVANTAGE_PROPERTIES + (P.LAYOUT_PROPERTIES if ctx.reference_ids is not None else ())
     searched = FiniteGuard(memo, skip=True) if first else guarded

@@ -120,8 +120,11 @@ def load_target(spec: Any, kind: str = "advantage") -> Callable[..., Any]:
     except BaseException as exc:  # an import error, or anything the target's module raises at import
         raise TargetImportError(f"importing {where} failed: {type(exc).__name__}: {exc}".splitlines()[0]) from None
     fn = getattr(module, name, None)
-    if fn is None or not callable(fn):
+    if fn is None:
         raise TargetImportError(f"{where} has no function {name!r}{_did_you_mean(module, name)}")
+    if not callable(fn):
+        kind = type(fn).__name__
+        raise TargetImportError(f"{where}: {name!r} is not a function (type {kind}){_did_you_mean(module, name)}")
     return fn
 
 

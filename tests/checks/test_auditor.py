@@ -280,7 +280,20 @@ def test_a_non_finite_output_is_one_finding_and_the_properties_still_run_on_the_
     assert report.verdict == "fail" and props[0] == "well_formed" and props.count("well_formed") == 1
     assert len(report.properties_run) >= 5 and report.examples > 0  # not "0 run on 0 examples"
     assert {"zero_sum_per_group", "permutation_equivariant"} & set(props)  # the wrong axis shows as what it breaks
-    assert "no dial inferred: the target returned a non-finite advantage" in report.inferred.why
+    assert report.inferred.why == MALFORMED
+
+
+MALFORMED = "no dial inferred: the target's answers to the designed batches are malformed (well_formed)"
+
+
+def _one_per_group(rewards, G):
+    return np.asarray(rewards, dtype=float).reshape(-1, G).mean(axis=1)
+
+
+def test_a_wrong_shape_on_the_designed_batches_is_said_as_such_not_as_a_non_finite_advantage():
+    report = audit(_one_per_group, isolate=False, max_examples=10)
+    failed = [f for f in report.findings if f.severity == "fail" and f.property == "well_formed"]
+    assert report.inferred.why == MALFORMED and "shape" in failed[0].message, report.format()
 
 
 def _never_centred(rewards, G):

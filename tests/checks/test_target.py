@@ -23,6 +23,8 @@ from grpo_identity.checks.calls.target import (
 GOOD = """
 import numpy as np
 
+LIMIT = 3
+
 def advantage(rewards, G):
     R = rewards.reshape(-1, G)
     return (R - R.mean(1, keepdims=True)).reshape(-1)
@@ -42,6 +44,7 @@ def target_file(tmp_path):
         ("nope/missing.py:fn", "no such file"),
         ("no_such_module_xyz:fn", "No module named"),
         ("{file}:missing", "has no function"),
+        ("{file}:LIMIT", r"'LIMIT' is not a function \(type int\)"),
         ("justaname", "neither"),
     ],
 )
