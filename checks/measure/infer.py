@@ -24,7 +24,9 @@ from typing import Any, Callable
 import numpy as np
 
 from grpo_identity import closed_forms
+from grpo_identity.checks.calls.target import TargetCrashed, TargetError, TargetTimeout
 from grpo_identity.checks.measure.properties import (
+    PropertyViolation,
     Tolerance,
     call_filter,
     call_target,
@@ -126,32 +128,34 @@ EPS_PROBE_SCALE = 1e-2
 
 
 def _read_small_eps(target: Callable[[np.ndarray, int], np.ndarray], inf: AdvantageFit, sizes: tuple[int, ...]) -> None:
-    """ε read again where the unit-scale probes leave it unresolved below float64: their σ runs from 0.12 to 0.5,
-    where ε = 1e-6 under the root moves a float32 advantage by 2e-5 at most, yet a group of σ ≈ 1e-3 (the property
-    search draws such) by 30 %.  The same probes with rewards × :data:`EPS_PROBE_SCALE` give the same line for
-    f/d, its intercept ε/s (ε/s² under the root); their reading is adopted only where it resolves an ε > 0 with the
-    same centre, scale and ddof.  Exact for the dial's family, whose advantages do not change with the rewards'
-    scale but through ε."""
-    if (
-        inf.precision == "float64"
-        or inf.why
-        or inf.scale != "group_std"
-        or (inf.eps or 0.0) > 0
-        or not inf.eps_resolution
-    ):
+    """In float32, ε read again where the unit-scale probes leave it unresolved: their σ runs from 0.12 to 0.5,
+    where ε = 1e-6 under the root changes an advantage by 3e-5 of itself at most, yet a group of σ = 1e-3 (the
+    property search draws such) by 29 %.  The same probes with rewards × :data:`EPS_PROBE_SCALE` give, for the
+    dial's family (whose advantages change with the rewards' scale only through ε), the same line for f/d with
+    intercept ε/s (ε/s² under the root).  That reading is adopted only where it resolves an ε > 0 with the same
+    centre, scale, ddof and α; an answer it cannot use (an exception, a NaN) leaves the unit-scale fit as it was.
+    Not below float32: at that scale float16's variance is subnormal and bfloat16's rounding lets the wrong form
+    fit."""
+    if inf.precision != "float32" or inf.why or inf.scale != "group_std" or (inf.eps or 0.0) > 0:
         return
     s = EPS_PROBE_SCALE
-    outs = {G: call_target(target, s * probe_batch(G), G, "well_formed") for G in sizes}
+    try:
+        outs = {G: call_target(target, s * probe_batch(G), G, "well_formed") for G in sizes}
+    except (TargetCrashed, TargetTimeout):
+        raise
+    except (PropertyViolation, TargetError):
+        return
     if any(not np.all(np.isfinite(A)) for A in outs.values()):
         return
-    data = _gap_rows(outs, {G: s * std for G, std in inf.batch_std.items()})
+    data = _gap_rows(outs, inf.batch_std)  # unit-scale x throughout: every intercept is ε/s (or ε/s²)
     if np.any(data[:, 2] <= 0):
         return
     best = _best_fit(_fits(data, inf), _UNIT_ROUNDOFF[inf.precision])
     if best is None:
         return
     p = best[2]
-    if (p["centre"], p["scale"], p["ddof"]) != (inf.centre, inf.scale, inf.ddof) or p["eps"] <= 0:
+    same = (p["centre"], p["scale"], p["ddof"]) == (inf.centre, inf.scale, inf.ddof)
+    if not same or p["eps"] <= 0 or abs(p["alpha"] - inf.alpha) > _alpha_tolerance(inf.precision, best[1]):
         return
     unit = s * s if p["inside"] else s  # ε in the rewards' own units
     inf.eps, inf.eps_resolution, inf.eps_inside_sqrt = p["eps"] * unit, p["eps_resolution"] * unit, p["inside"]
@@ -293,9 +297,13 @@ def _adopt(inf: AdvantageFit, best: tuple[int, float, dict[str, Any]]) -> None:
         float(p["eps_resolution"]),
     )
     inf.eps_inside_sqrt = bool(p["inside"])
-    alpha_tol = max(min(1e3 * _UNIT_ROUNDOFF[inf.precision], 0.03), 3 * best[1], 1e-12)
-    inf.alpha = 1.0 if abs(p["alpha"] - 1) <= alpha_tol else float(p["alpha"])
+    inf.alpha = 1.0 if abs(p["alpha"] - 1) <= _alpha_tolerance(inf.precision, best[1]) else float(p["alpha"])
     inf.fit_residual = best[1]
+
+
+def _alpha_tolerance(precision: str, residual: float) -> float:
+    """How far a fitted α may be from another and still read as the same (the precision's and the fit's)."""
+    return max(min(1e3 * _UNIT_ROUNDOFF[precision], 0.03), 3 * residual, 1e-12)
 
 
 def infer_keep_rule(

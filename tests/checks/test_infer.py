@@ -72,6 +72,40 @@ def test_in_float32_an_epsilon_under_the_root_too_small_for_the_unit_probes_is_r
     np.testing.assert_allclose(inf.reference()(r, 2), _float32_whiten(1e-6, ddof, True)(r, 2), rtol=1e-4)
 
 
+def test_in_float32_an_added_epsilon_below_the_unit_probes_resolution_is_read_at_the_small_scale():
+    inf = infer_dial(_float32_whiten(1e-7, 1, inside=False))
+    assert (inf.eps_inside_sqrt, inf.ddof) == (False, 1) and inf.eps == pytest.approx(1e-7, rel=0.05)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_below_float32_an_unresolved_epsilon_under_the_root_stays_unresolved_not_misread(dtype):
+    torch = pytest.importorskip("torch")
+
+    def whiten(r, G):
+        R = torch.as_tensor(r.reshape(-1, G)).to(torch.bfloat16 if dtype == "bfloat16" else torch.float16)
+        out = (R - R.mean(1, keepdim=True)) / torch.sqrt(R.var(1, keepdim=True) + 1e-5)
+        return out.reshape(-1).float().numpy().astype(np.float64)
+
+    inf = infer_dial(whiten)
+    assert inf.precision in ("float16", "bfloat16") and (inf.eps, inf.eps_inside_sqrt) == (0.0, False)
+
+
+@pytest.mark.parametrize("breaks", ["raises", "nan", "shape"])
+def test_a_target_that_breaks_only_at_the_small_scale_keeps_its_unit_scale_fit(breaks):
+    from grpo_identity.checks.calls.target import TargetError
+
+    def whiten(r, G):
+        out = _float32_whiten(1e-6, 1, True)(r, G)
+        if np.abs(r).max() >= 0.1:
+            return out
+        if breaks == "raises":  # as a target the audit loaded raises it
+            raise TargetError("ValueError: rewards below 0.1")
+        return out * np.nan if breaks == "nan" else out[:-1]
+
+    inf = infer_dial(whiten)
+    assert (inf.scale, inf.ddof, inf.eps, inf.eps_inside_sqrt) == ("group_std", 1, 0.0, False)
+
+
 def test_in_float32_an_epsilon_the_small_scale_cannot_resolve_either_stays_at_the_unit_probes_resolution():
     inf = infer_dial(_float32_whiten(1e-9, 1, inside=False))
     assert (inf.eps, inf.eps_inside_sqrt) == (0.0, False) and 1e-8 < inf.eps_resolution < 1e-6  # the unit probes'
