@@ -269,19 +269,18 @@ def python_mismatch(framework: str, release: str, *, timeout: float = 15.0) -> s
     """Why a release cannot be installed beside the Python that runs this project (an environment is made with
     that interpreter: the project's code runs in it), from the ``requires-python`` its files declare on the
     index; None where it fits, or where that cannot be told (offline, nothing declared, no ``packaging``)."""
-    import platform
-
     try:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
     except ImportError:
         return None
-    here = platform.python_version()
+    here = ".".join(map(str, sys.version_info[:3]))  # platform.python_version() may say "3.12.1+"
     fits: dict[str, bool] = {}
     for declared in {str(f.get("requires-python") or "") for f in _release_files(framework, release, timeout)}:
         try:
-            fits[declared] = not declared or SpecifierSet(declared).contains(here, prereleases=True)
+            spec = SpecifierSet(declared)
         except InvalidSpecifier:
             continue
+        fits[str(spec)] = not declared or spec.contains(here, prereleases=True)
     if not fits or any(fits.values()):  # one file that installs here is enough
         return None
     declared = " or ".join(sorted(fits))

@@ -119,12 +119,12 @@ def load_target(spec: Any, kind: str = "advantage") -> Callable[..., Any]:
         raise TargetImportError(f"importing {where} called sys.exit({exc.code!r})") from None
     except BaseException as exc:  # an import error, or anything the target's module raises at import
         raise TargetImportError(f"importing {where} failed: {type(exc).__name__}: {exc}".splitlines()[0]) from None
-    fn = getattr(module, name, None)
-    if fn is None:
+    if not hasattr(module, name):
         raise TargetImportError(f"{where} has no function {name!r}{_did_you_mean(module, name)}")
+    fn = getattr(module, name)
     if not callable(fn):
-        kind = type(fn).__name__
-        raise TargetImportError(f"{where}: {name!r} is not a function (type {kind}){_did_you_mean(module, name)}")
+        typename = type(fn).__name__
+        raise TargetImportError(f"{where}: {name!r} is not a function (type {typename}){_did_you_mean(module, name)}")
     return fn
 
 

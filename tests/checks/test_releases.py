@@ -163,7 +163,7 @@ def test_a_release_for_another_python_is_named_with_the_python_it_needs(monkeypa
     here = ".".join(map(str, sys.version_info[:3]))
     files = [
         {"filename": "demo-2.0-py3-none-any.whl", "requires-python": ">=3.99"},
-        {"filename": "demo-2.0.tar.gz", "requires-python": ">=3.99"},
+        {"filename": "demo-2.0.tar.gz", "requires-python": ">= 3.99"},  # the same, spelt otherwise: named once
         {"filename": "demo-1.0-py3-none-any.whl", "requires-python": ">=3.99"},  # one file that fits is enough
         {"filename": "demo-1.0.tar.gz", "requires-python": f"=={here}"},
         {"filename": "demo-3.0.tar.gz"},  # nothing declared

@@ -24,6 +24,7 @@ GOOD = """
 import numpy as np
 
 LIMIT = 3
+unset = None
 
 def advantage(rewards, G):
     R = rewards.reshape(-1, G)
@@ -45,6 +46,7 @@ def target_file(tmp_path):
         ("no_such_module_xyz:fn", "No module named"),
         ("{file}:missing", "has no function"),
         ("{file}:LIMIT", r"'LIMIT' is not a function \(type int\)"),
+        ("{file}:unset", r"'unset' is not a function \(type NoneType\)"),
         ("justaname", "neither"),
     ],
 )
