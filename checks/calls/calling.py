@@ -492,17 +492,13 @@ def _input_order(fn: Callable[..., Any]) -> tuple[str, ...]:
 def _flat_output(adv: Any, n: int, input: str, flatten: bool = False) -> Any:
     """One value per reward: a grid (n, G) or a column flattened; a list of floats as an array when
     the function works in lists (from an array-taking function a list stays a finding); a list of
-    ints as the kept rows' indices (a row filter's ``zero_variance_filter``-style answer) turned
-    into one flag per row.  A 2-D result is flattened only where the call passed 2-D rewards
-    (``flatten``): a function given 1-D rewards keeps its shape, which the audit checks."""
+    ints as an int array, read where the target's kind is known (a row filter's kept rows' indices,
+    ``zero_variance_filter``-style, or its flags: :class:`~grpo_identity.checks.measure.properties.WholeGroups`).
+    A 2-D result is flattened only where the call passed 2-D rewards (``flatten``): a function given 1-D rewards
+    keeps its shape, which the audit checks."""
     if isinstance(adv, (list, tuple)) and (input == "list" or not adv or isinstance(adv[0], (int, np.integer))):
-        if adv and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in adv):
-            if len(adv) != n or not set(adv) <= {0, 1} or list(adv) == list(range(n)):
-                mask = np.zeros(n, dtype=bool)
-                mask[[int(i) for i in adv if 0 <= int(i) < n]] = True
-                return mask
-        if not adv and n:
-            return np.zeros(n, dtype=bool)
+        if all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in adv):
+            return np.asarray(adv, dtype=np.int64)
         return np.asarray(adv, dtype=np.float64 if any(isinstance(v, float) for v in adv) else None)
     if flatten and hasattr(adv, "ndim") and adv.ndim == 2 and int(np.prod(adv.shape)) == n:
         return adv.reshape(-1)

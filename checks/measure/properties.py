@@ -736,33 +736,41 @@ def _as_flags(out: np.ndarray, rewards: np.ndarray, G: int, prop: str, rule: str
     )
 
 
-def _as_row_mask(out: np.ndarray, n: int) -> np.ndarray:
+def _as_row_mask(out: np.ndarray, n: int, indices: bool = False) -> tuple[np.ndarray, bool]:
     """A row filter's output as one flag per row: flags as they are, or the indices of the kept rows
-    (what ``zero_variance_filter``-style filters return) turned into flags."""
+    (what ``zero_variance_filter``-style filters return) turned into flags; and whether it was read as indices.
+
+    Integers of length ``n`` that are all 0 or 1 read as flags, unless they are also the indices 0…n−1 (every row
+    of a batch of one or two rows kept) and the filter has returned indices before (``indices``)."""
     if out.ndim == 1 and out.size == 0 and n > 0:  # no index: every row dropped
-        return np.zeros(n, dtype=bool)
+        return np.zeros(n, dtype=bool), indices
     if out.dtype == np.bool_ or out.ndim != 1 or not np.issubdtype(out.dtype, np.integer):
-        return out
-    if out.size == n and np.isin(out, (0, 1)).all():
-        return out.astype(bool)
+        return out, False
+    if out.size == n and np.isin(out, (0, 1)).all() and not (indices and np.array_equal(out, np.arange(n))):
+        return out.astype(bool), False
     if out.size and (out.min() < 0 or out.max() >= n):
-        return out
+        return out, False
     mask = np.zeros(n, dtype=bool)
     mask[out] = True
-    return mask
+    return mask, True
 
 
 class WholeGroups(View):
     """A row filter (one keep flag per answer) seen as a group filter: each group's flags must agree
     (a group is kept or dropped whole, by its σ); a group split between kept and dropped answers is a
-    ``keeps_whole_groups`` violation, with the rows of each side."""
+    ``keeps_whole_groups`` violation, with the rows of each side.  A filter that has returned the indices of the
+    kept rows is read so from then on where its output could be either (:func:`_as_row_mask`)."""
+
+    returns_indices = False
+    """Whether the filter has returned indices (the first calls, the designed probes, have many rows: they tell)."""
 
     def call(self, rewards: np.ndarray, group_size: int) -> Output:  # a row filter takes no group ids
         out = output_of(self._target, rewards, group_size)
         return Output(self._flags(out.value, rewards, int(group_size)), out.issue, out.overwrite)
 
     def _flags(self, out: Any, rewards: np.ndarray, G: int) -> np.ndarray:
-        rows = _as_row_mask(np.asarray(out), rewards.size)
+        rows, indices = _as_row_mask(np.asarray(out), rewards.size, self.returns_indices)
+        self.returns_indices = self.returns_indices or indices
         if rows.shape != rewards.shape:
             raise PropertyViolation(
                 "filter_well_formed",

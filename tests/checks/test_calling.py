@@ -192,12 +192,15 @@ def test_a_template_calls_a_name_with_named_values_and_picks_by_index_or_key(cal
         CallOptions(call=call)
 
 
-def test_a_row_filter_that_returns_kept_row_indices_is_read_as_flags_even_for_one_pair():
+def test_a_list_of_ints_comes_back_as_ints_for_the_audit_to_read_as_indices_or_flags():
     from _user_code import kept_row_indices
 
     caller = Caller.for_function(kept_row_indices)
-    assert caller(np.array([1.0, 0.0]), 2).tolist() == [True, True]  # [0, 1]: indices, not a mask
-    assert caller(np.array([1.0, 1.0]), 2).tolist() == [False, False]
+    out = caller(np.array([1.0, 0.0, 1.0, 1.0]), 2)
+    assert out.dtype == np.int64 and out.tolist() == [0, 1]  # not read here: [0, 1] may be indices or flags
+    assert caller(np.array([1.0, 1.0]), 2).tolist() == []
+    adv = Caller.for_function(lambda rewards, G: [1, -1])(np.array([1.0, 0.0]), 2)
+    assert adv.dtype == np.int64 and adv.tolist() == [1, -1]  # an advantage function's ints stay its values
 
 
 def prime_rl_style(rewards, samples_per_problem):

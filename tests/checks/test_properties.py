@@ -285,6 +285,31 @@ def test_a_filter_that_writes_into_its_input_is_not_well_formed():
         P.filter_well_formed(centring_filter, two_valued([1.0, 1.0, 0.0, 1.0], 2), CTX64, RNG)
 
 
+def _row_filter(returns):
+    """A row filter keeping the rows of groups with a spread: their indices, or one int flag per row."""
+
+    def keep(r, G):
+        rows = np.repeat(np.ptp(r.reshape(-1, G), axis=1) > 0, G)
+        return np.flatnonzero(rows) if returns == "indices" else rows.astype(np.int64)
+
+    return P.WholeGroups(LocalTarget(keep, kind="row-filter"))
+
+
+def test_a_row_filter_that_has_returned_indices_is_read_so_where_they_could_be_flags():
+    seen = _row_filter("indices")
+    one_pair = np.array([1.0, 0.0])
+    with pytest.raises(P.PropertyViolation, match="is split"):  # [0, 1] before any indices: flags, a split group
+        seen.call(one_pair, 2)
+    assert seen.call(np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0]), 2).value.tolist() == [True, False, True]
+    assert seen.returns_indices
+    assert seen.call(one_pair, 2).value.tolist() == [True]  # [0, 1]: the indices of both rows
+    assert seen.call(np.array([1.0]), 1).value.tolist() == [False]  # a lone answer: no index
+    flags = _row_filter("flags")
+    assert flags.call(np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0]), 2).value.tolist() == [True, False, True]
+    assert flags.call(np.array([1.0, 1.0, 0.0, 1.0]), 2).value.tolist() == [False, True]  # [0, 0, 1, 1]: flags
+    assert not flags.returns_indices
+
+
 def test_a_wrong_keep_decision_names_the_group_and_its_rewards():
     def keep_all(r, G):
         return np.ones(r.size // G, dtype=bool)
