@@ -274,7 +274,15 @@ _KINDS = (
         "masked_tokens",
         "gradient",
         _F,
-        "Tokens past the end of an answer (masked padding) get a nonzero gradient.",
+        "Tokens past the end of an answer (masked padding) get a nonzero gradient, or the loss's mask counts "
+        "other tokens than the answer's.",
+    ),
+    FindingKind(
+        "update_scale",
+        "gradient",
+        _D,
+        "The update's scale κ, over the mean over the batch's prompts of their updates (1/G)·Σᵢ Âᵢsᵢ, changes "
+        "with the batch (∝ 1/G: the loss divides by the group size once more; ∝ the prompts: it sums over them).",
     ),
     FindingKind(
         "split_step",

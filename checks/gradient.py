@@ -115,12 +115,31 @@ LAWS: dict[str, tuple[Callable[[np.ndarray, int], np.ndarray], str]] = {
     "1/length": (lambda L, G: L, "uᵢ·|yᵢ| = {:.6g} for every answer"),
     "1/group_tokens": (_group_tokens, "uᵢ·(tokens of its group) = {:.6g} for every answer"),
 }
+#: what each law's value (uᵢ times its denominator) is multiplied by to give the update's scale κ relative to the
+#: mean over the batch's prompts of their updates (1/G)·Σᵢ Âᵢsᵢ: a loss that averages over the batch's answers
+#: (constant, 1/length) or prompts (1/group_tokens), or over its tokens (1/step_tokens), has κ = 1
+PER_PROMPT: dict[str, Callable[[np.ndarray, int], float]] = {
+    "constant": lambda L, G: float(L.size),
+    "1/step_tokens": lambda L, G: 1.0,
+    "1/length": lambda L, G: float(L.size),
+    "1/group_tokens": lambda L, G: float(L.size // G),
+}
+#: what the update's scale κ may be proportional to, besides a constant, and how the finding says it: κ·x is one
+#: number over the probed batches (G answers per prompt, n prompts, N = n·G answers)
+SCALE_LAWS: tuple[tuple[str, Callable[[int, int], float]], ...] = (
+    ("1/G (the loss divides by the group size once more than a mean)", lambda G, n: G),
+    ("G (the loss sums over each prompt's answers instead of averaging them)", lambda G, n: 1 / G),
+    ("the number of prompts (the loss sums over the prompts instead of averaging them)", lambda G, n: 1 / n),
+    ("the number of answers (the loss sums over the answers instead of averaging them)", lambda G, n: 1 / (n * G)),
+    ("1/(number of prompts) (the loss divides by the prompts once more than a mean)", lambda G, n: n),
+    ("1/(number of answers) (the loss divides by the answers once more than a mean)", lambda G, n: n * G),
+)
 
 
-def _law(u: list[np.ndarray], L: list[np.ndarray], G: int, rtol: float = RTOL) -> tuple[str, str]:
+def _law(u: list[np.ndarray], L: list[np.ndarray], G: int, rtol: float = RTOL) -> tuple[str, str, float | None]:
     """The weight law of uᵢ = aᵢ/Âᵢ over the calls (same rows, different lengths, groups of G rows): the first of
     ``constant``, ``1/step_tokens``, ``1/length``, ``1/group_tokens`` whose uᵢ·(its denominator) is one number
-    over every live answer of both calls."""
+    over every live answer of both calls, with that number (None for a law of no name)."""
 
     def flat(x: np.ndarray) -> bool:
         x = x[np.isfinite(x)]
@@ -139,21 +158,23 @@ def _law(u: list[np.ndarray], L: list[np.ndarray], G: int, rtol: float = RTOL) -
             continue
         value = fits(denominator)
         if value is not None:
-            return law, why.format(value)
+            return law, why.format(value), value
     if all(flat(ui) for ui in u):
         per_call, totals = [float(np.nanmedian(ui)) for ui in u], [float(li.sum()) for li in L]
         return (
             "other",
             f"one weight per batch that follows no known law ({per_call[0]:.6g} at {totals[0]:g} tokens, "
             f"{per_call[1]:.6g} at {totals[1]:g})",
+            None,
         )
     if all(flat(ui * li) for ui, li in zip(u, L)):
         prod = [float(np.nanmedian(ui * li)) for ui, li in zip(u, L)]
         return (
             "other",
             f"1/length within a batch, times a factor that depends on the batch ({prod[0]:.6g}, {prod[1]:.6g})",
+            None,
         )
-    return "other", "uᵢ depends on the answer in no known way (neither constant, 1/length nor 1/group_tokens)"
+    return "other", "uᵢ depends on the answer in no known way (neither constant, 1/length nor 1/group_tokens)", None
 
 
 def _weights(law: str, L: np.ndarray, G: int) -> np.ndarray:
@@ -196,6 +217,10 @@ class _Evidence:
     findings: list[Finding] = field(default_factory=list)
     laws: list[tuple[int, str, str]] = field(default_factory=list)
     """(G, weight law, its evidence) per probed G."""
+    scales: dict[int, tuple[float, int]] = field(default_factory=dict)
+    """G → (the update's scale κ, the prompts of the batch) where the weight law has a name."""
+    masked: dict[int, str] = field(default_factory=dict)
+    """G → what is wrong with the tokens the loss trains on, where something is."""
     table: list[dict[str, Any]] = field(default_factory=list)
     silent_ok: bool = True
     spread_max: float = 0.0
@@ -232,10 +257,14 @@ def _probe_group_size(target: Callable[..., Any], G: int, ev: _Evidence, ref: D.
     calls = [(answer_lengths(r.size, s), *_call(target, r, G, answer_lengths(r.size, s))) for s in (0, 2)]
     us, Ls, spread_G = [], [], 0.0
     silent = np.repeat(r.reshape(-1, G).max(1) == r.reshape(-1, G).min(1), G)
+    masked: dict[str, str] = {}  # what is wrong, the first call's words for it
     for L, A, C, M in calls:
         if np.abs(C * (1 - M)).max() > 0:
-            message = f"G={G}: tokens past the end of an answer get a gradient"
-            ev.findings.append(Finding("masked_tokens", message, {"group_size": G}))
+            masked.setdefault("past", "tokens past the end of an answer get a gradient")
+        counted = M.sum(1)
+        if not np.array_equal(counted, L):
+            i = int(np.flatnonzero(counted != L)[0])
+            masked.setdefault("count", f"the loss's mask counts {counted[i]:g} tokens for an answer of {L[i]:g}")
         a, spread = _per_answer(C, M)
         spread_G = max(spread_G, spread)
         finding = _silent_gradient(G, r, C)
@@ -245,11 +274,15 @@ def _probe_group_size(target: Callable[..., Any], G: int, ev: _Evidence, ref: D.
         live = ~silent & (A != 0)
         us.append(np.where(live, a / np.where(A == 0, 1.0, A), np.nan))
         Ls.append(L.astype(np.float64))
-    law, why = _law(us, Ls, G)
+    if masked:
+        ev.masked[G] = "; ".join(masked.values())
+    law, why, value = _law(us, Ls, G)
     coefficients = np.concatenate([C.ravel() for _, _, C, _ in calls])
     if (law == "other" or spread_G > 10 * RTOL) and coefficient_precision(coefficients) == "bfloat16":
-        law, why = _law(us, Ls, G, RTOL_BF16)  # what failed at float32's tolerance, judged at bf16's
+        law, why, value = _law(us, Ls, G, RTOL_BF16)  # what failed at float32's tolerance, judged at bf16's
         ev.bf16 = True
+    if value is not None:
+        ev.scales[G] = (value * PER_PROMPT[law](Ls[0], G), r.size // G)
     ev.uniform = ev.uniform and spread_G <= 10 * (RTOL_BF16 if ev.bf16 else RTOL)
     ev.spread_max = max(ev.spread_max, spread_G)
     ev.laws.append((G, law, why))
@@ -261,9 +294,13 @@ def _probe_group_size(target: Callable[..., Any], G: int, ev: _Evidence, ref: D.
 
 
 def _law_findings(ev: _Evidence) -> list[Finding]:
-    """Findings about the whole probe set: tokens weighted unevenly within an answer, no known
-    weight law, or theorem G1 not holding with the law found."""
+    """Findings about the whole probe set: tokens trained on that are not the answers', tokens weighted unevenly
+    within an answer, no known weight law, theorem G1 not holding with the law found, or an update whose scale
+    changes with the batch."""
     out = []
+    if ev.masked:
+        message = "; ".join(f"G={G}: {what}" for G, what in ev.masked.items())
+        out.append(Finding("masked_tokens", message, {"group_size": next(iter(ev.masked))}))
     law = ev.law()
     if not ev.uniform:
         message = (
@@ -281,7 +318,31 @@ def _law_findings(ev: _Evidence) -> list[Finding]:
             f"G={first['G']}, k={first['k']}"
         )
         out.append(Finding("identity_G1", message, {"group_size": first["G"], "k": first["k"]}))
-    return out
+    scale = _scale_finding(ev)
+    return out + ([scale] if scale is not None else [])
+
+
+def _scale_finding(ev: _Evidence) -> Finding | None:
+    """A deviation where the update's scale κ (:data:`PER_PROMPT`) is not one number over the probed batches: the
+    loss divides (or multiplies) by something of the batch that a mean over its prompts does not, so the step
+    changes with the group size or the batch size (a constant κ is the learning rate's business)."""
+    if len(ev.scales) < 2:
+        return None
+    rtol = 10 * (RTOL_BF16 if ev.bf16 else RTOL)
+    kappa = {G: k for G, (k, _) in ev.scales.items()}
+
+    def one_number(x: list[float]) -> bool:
+        return max(x) - min(x) <= rtol * max(abs(v) for v in x)
+
+    if one_number(list(kappa.values())):
+        return None
+    shown = ", ".join(f"{k:.4g} at G={G} ({n} prompts)" for G, (k, n) in ev.scales.items())
+    law = next((words for words, x in SCALE_LAWS if one_number([k * x(G, n) for G, (k, n) in ev.scales.items()])), "")
+    message = (
+        f"the update is κ times the mean over the batch's prompts of (1/G)·Σᵢ Âᵢsᵢ, and κ changes with the batch: "
+        f"{shown}" + (f"; κ ∝ {law}" if law else "")
+    )
+    return Finding("update_scale", message, {"kappa": {str(G): k for G, k in kappa.items()}}, "deviation")
 
 
 def audit_gradient(
@@ -328,6 +389,7 @@ def audit_gradient(
         weight_by_group_size={str(G): {"law": lw, "why": why} for G, lw, why in ev.laws},
         silent_groups_zero_gradient=ev.silent_ok,
         uniform_within_answer=ev.uniform,
+        update_scale={str(G): k for G, (k, _) in ev.scales.items()},
         step=step,
         off_policy=off_policy,
         three_policy=three_policy,

@@ -358,6 +358,10 @@ class GradientFit:
     silent_groups_zero_gradient: bool | None = None
     uniform_within_answer: bool | None = None
     """Every token of an answer gets the same coefficient."""
+    update_scale: dict[str, float] = field(default_factory=dict)
+    """κ at each probed G (a weight law of a name): the update over the mean over the batch's prompts of their
+    updates (1/G)·Σᵢ Âᵢsᵢ; 1 for a loss that averages, a constant for one that also divides by a constant (Dr.
+    GRPO's generation budget), and a κ that changes with G is the ``update_scale`` deviation."""
     step: StepFit = field(default_factory=lambda: StepFit())
     off_policy: OffPolicyFit = field(default_factory=lambda: OffPolicyFit())
     three_policy: ThreePolicyFit = field(default_factory=lambda: ThreePolicyFit())
@@ -383,7 +387,7 @@ INFERRED_KEYS = (
     *("keep", "keep_tolerance", "keep_measure", "precision", "fit_residual", "coupled"),
     *("silent_nonbinary_max_abs", "silent_nonbinary_worst", "coefficients", "batch_std", "why"),
     *("per_sample_weight", "coefficient_precision", "weight_by_group_size", "silent_groups_zero_gradient"),
-    *("uniform_within_answer", "step", "off_policy", "three_policy", "async_groups", "aggregation"),
+    *("uniform_within_answer", "step", "off_policy", "three_policy", "async_groups", "aggregation", "update_scale"),
 )
 
 
@@ -528,6 +532,9 @@ def _gradient_section(inf: GradientFit, table: list[dict[str, Any]]) -> list[str
         f"silent groups give zero gradient: {yes[inf.silent_groups_zero_gradient]}; "
         f"token weights uniform within an answer: {yes[inf.uniform_within_answer]}",
     ]
+    if inf.update_scale:
+        kappa = ", ".join(f"{k:.4g} at G={G}" for G, k in inf.update_scale.items())
+        lines.append(f"update scale κ (over the mean of the prompts' updates): {kappa}")
     if table:
         rows = [
             [r["G"], r["k"], r["c_gradient"], r["c_advantage"], _or_dash(r["c_reference"]), r["G1_residual"]]

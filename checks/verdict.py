@@ -475,6 +475,7 @@ def named_variant(
     expected = want is not None
     findings = [_by_design(f, v, found.form, expected) for f in decision.findings if f.property not in _DIAL_ONLY]
     off = found.factor != 1.0 or (bool(v.departures(found.form)) and not expected) or found.form in v.readings
+    off = off or found.eps is not None
     findings.append(_variant_note(found, "deviation" if off else "note"))
     verdict = "pass"
     if any(f.severity == "fail" for f in findings):
@@ -514,7 +515,9 @@ _LENGTHS = {
 def _variant_text(found: Recognition) -> str:
     times = f" times {found.factor:.6g}" if found.factor != 1.0 else ""
     lengths = f", with response lengths that differ {_LENGTHS[found.lengths]}" if found.lengths in _LENGTHS else ""
-    return f"{found.variant.name}{times} ({found.variant.citation}; form: {found.form}{lengths})"
+    own = found.variant.eps_of(found.form)
+    eps = f", with ε = {found.eps:.3g} where the form adds {own:.3g}" if found.eps is not None and own else ""
+    return f"{found.variant.name}{times} ({found.variant.citation}; form: {found.form}{lengths}{eps})"
 
 
 def _variant_note(found: Recognition, severity: str) -> Finding:
@@ -619,7 +622,7 @@ def combine(grad: Report, adv: Report) -> Report:
         kind=grad.kind,
         verdict=worst(adv.verdict, *levels),
         matches=adv.matches,
-        expected=grad.expected,
+        expected=grad.expected or adv.expected,  # a variant or a declared c(k, G) is the advantage level's alone
         inferred=inferred,
         findings=[*adv.findings, *own],
         coefficient_table=grad.coefficient_table,

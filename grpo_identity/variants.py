@@ -34,7 +34,7 @@ import numpy as np
 
 from grpo_identity import dial as D
 
-__all__ = ["Variant", "VARIANTS", "DEPARTURES", "variant", "WHITEN_EPS", "AREAL_EPS"]
+__all__ = ["Variant", "VARIANTS", "DEPARTURES", "variant", "WithEps", "WHITEN_EPS", "AREAL_EPS"]
 
 #: ε under the square root of verl's ``masked_whiten`` (OpenRLHF clamps the variance at it instead: the same
 #: for any batch with a spread)
@@ -43,6 +43,19 @@ WHITEN_EPS = 1e-8
 AREAL_EPS = 1e-5
 
 Reference = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class WithEps:
+    """A reference computation with an ε of its own (what its implementation adds to a std, or puts under a square
+    root): ``f(R, L)`` computes with it, ``f(R, L, eps)`` with another, as an implementation that chose another."""
+
+    fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray]
+    eps: float
+
+    def __call__(self, R: np.ndarray, L: np.ndarray, eps: float | None = None) -> np.ndarray:
+        return self.fn(R, L, self.eps if eps is None else eps)
+
 
 #: what a variant gives up by design, and the audit's properties and findings that show it
 #: (:mod:`grpo_identity.checks.measure.properties`, the probes, the gradient level)
@@ -87,13 +100,25 @@ class Variant:
     """Forms that are another documented reading of the variant (form → where it is documented and how it
     differs from the first form): recognised as the variant, and said as a deviation that names the reading."""
 
-    def advantages(self, R: np.ndarray, L: np.ndarray | None = None, form: str | None = None) -> np.ndarray:
+    def advantages(
+        self, R: np.ndarray, L: np.ndarray | None = None, form: str | None = None, eps: float | None = None
+    ) -> np.ndarray:
         """The variant's advantages of (n_groups, G) rewards ``R`` with response lengths ``L``
-        (default: all equal) in the named ``form`` (default: the first)."""
+        (default: all equal) in the named ``form`` (default: the first), with the form's own ε or ``eps``
+        (a form that has one: :meth:`eps_of`)."""
         R = np.asarray(R, dtype=np.float64)
         L = np.ones_like(R) if L is None else np.asarray(L, dtype=np.float64).reshape(R.shape)
         fn = self.forms[form or next(iter(self.forms))]
-        return fn(R, L)
+        if eps is None:
+            return fn(R, L)
+        if not isinstance(fn, WithEps):
+            raise ValueError(f"{self.name}'s form {form!r} has no ε")
+        return fn(R, L, eps)
+
+    def eps_of(self, form: str | None = None) -> float | None:
+        """The ε the ``form`` (default: the first) adds, where it has one; None otherwise."""
+        fn = self.forms[form or next(iter(self.forms))]
+        return fn.eps if isinstance(fn, WithEps) else None
 
     def departures(self, form: str | None = None) -> tuple[str, ...]:
         """What the variant (in ``form``) gives up by design: keys of :data:`DEPARTURES`."""
@@ -114,14 +139,14 @@ def _group_std(R: np.ndarray, ddof: int) -> np.ndarray:
     return R.std(axis=1, ddof=ddof, keepdims=True)
 
 
-def _whiten(A: np.ndarray, L: np.ndarray, ddof: int) -> np.ndarray:
+def _whiten(A: np.ndarray, L: np.ndarray, ddof: int, eps: float = WHITEN_EPS) -> np.ndarray:
     """Batch whitening over tokens (every token of an answer carries its advantage): token-weighted
     mean, variance over the batch's tokens with ``ddof`` (verl's ``masked_whiten``: 1, OpenRLHF: 0),
-    ε under the root."""
+    ``eps`` under the root."""
     n = L.sum()
     mean = (L * A).sum() / n
     var = (L * (A - mean) ** 2).sum() / (n - ddof)
-    return (A - mean) / np.sqrt(var + WHITEN_EPS)
+    return (A - mean) / np.sqrt(var + eps)
 
 
 def _maxrl(R: np.ndarray, L: np.ndarray) -> np.ndarray:
@@ -161,51 +186,54 @@ def _pkpo(K: int) -> Reference:
     return pass_at_k
 
 
-def _trl_normalize_then_sum(R: np.ndarray, L: np.ndarray) -> np.ndarray:
-    grpo = np.asarray(D.advantages(R, dial=D.TRL))
-    return (grpo - grpo.mean()) / (grpo.std(ddof=1) + D.TRL.eps)
+def _trl_normalize_then_sum(R: np.ndarray, L: np.ndarray, eps: float) -> np.ndarray:
+    """TRL's ``normalize_then_sum`` of one reward: GRPO's advantages (ε added to the group std), then the batch's
+    mean and std (ddof 1) + the same ε."""
+    grpo = np.asarray(D.advantages(R, dial=D.TRL.replace(eps=eps)))
+    return (grpo - grpo.mean()) / (grpo.std(ddof=1) + eps)
 
 
-def _lite_ppo_raw(R: np.ndarray, L: np.ndarray) -> np.ndarray:
-    """TRL's ``scale_rewards="batch"``: the group mean, over the std (ddof 1) of the batch's raw rewards + 1e-4."""
-    return np.asarray(D.advantages(R, dial=D.TRL.replace(scale="batch_std")))
+def _lite_ppo_raw(R: np.ndarray, L: np.ndarray, eps: float) -> np.ndarray:
+    """TRL's ``scale_rewards="batch"``: the group mean, over the std (ddof 1) of the batch's raw rewards + ε."""
+    return np.asarray(D.advantages(R, dial=D.TRL.replace(scale="batch_std", eps=eps)))
 
 
-def _lite_ppo_centred(R: np.ndarray, L: np.ndarray) -> np.ndarray:
+def _lite_ppo_centred(R: np.ndarray, L: np.ndarray, eps: float) -> np.ndarray:
     centred = _centred(R)
-    return centred / (np.sqrt((centred**2).sum() / (R.size - 1)) + AREAL_EPS)
+    return centred / (np.sqrt((centred**2).sum() / (R.size - 1)) + eps)
 
 
-def _token_grpo(R: np.ndarray, L: np.ndarray) -> np.ndarray:
+def _token_grpo(R: np.ndarray, L: np.ndarray, eps: float) -> np.ndarray:
     """GRPO over tokens: the token-weighted group mean and the token-weighted group std (Bessel's over the
-    group's tokens), + AReaL's ε."""
+    group's tokens), + ε."""
     n = L.sum(axis=1, keepdims=True)
     mean = (L * R).sum(axis=1, keepdims=True) / n
     std = np.sqrt((L * (R - mean) ** 2).sum(axis=1, keepdims=True) / (n - 1))
     silent = R.max(axis=1, keepdims=True) == R.min(axis=1, keepdims=True)
-    return np.where(silent, 0.0, (R - mean) / (std + AREAL_EPS))
+    return np.where(silent, 0.0, (R - mean) / (std + eps))
 
 
-def _passk(ddof: int | None) -> Reference:
-    """The best answer's lead over the second, over the group std (``ddof``; None: no std), the others 0."""
+def _passk(ddof: int | None) -> Callable[[np.ndarray, np.ndarray, float], np.ndarray]:
+    """The best answer's lead over the second, over the group std (``ddof``; None: no std) + ε, the others 0."""
 
-    def best_only(R: np.ndarray, L: np.ndarray) -> np.ndarray:
+    def best_only(R: np.ndarray, L: np.ndarray, eps: float) -> np.ndarray:
         A = np.zeros_like(R)
         top = np.argsort(-R, axis=1, kind="stable")
         rows = np.arange(R.shape[0])
         gap = R[rows, top[:, 0]] - R[rows, top[:, 1]]
-        A[rows, top[:, 0]] = gap if ddof is None else gap / (_group_std(R, ddof)[:, 0] + D.VERL.eps)
+        A[rows, top[:, 0]] = gap if ddof is None else gap / (_group_std(R, ddof)[:, 0] + eps)
         return A
 
     return best_only
 
 
-def _rfpp_baseline(ddof: int) -> Reference:
-    return lambda R, L: _whiten(_centred(R), L, ddof)
+def _rfpp_baseline(ddof: int) -> WithEps:
+    return WithEps(lambda R, L, eps: _whiten(_centred(R), L, ddof, eps), WHITEN_EPS)
 
 
-def _gdpo_one_reward(R: np.ndarray, L: np.ndarray) -> np.ndarray:
-    return _whiten(np.asarray(D.advantages(R, dial=D.VERL)), L, 1)
+def _gdpo_one_reward(R: np.ndarray, L: np.ndarray, eps: float) -> np.ndarray:
+    """verl's ``gdpo`` of one reward: GRPO's advantages (ε added to the group std), whitened over tokens."""
+    return _whiten(np.asarray(D.advantages(R, dial=D.VERL.replace(eps=eps))), L, 1)
 
 
 # --- the variants --------------------------------------------------------------------------------
@@ -244,7 +272,11 @@ GRPO_PASSK = Variant(
     "pass@k advantage of Tang et al. 2025 (arXiv 2503.19595), verl adv_estimator=grpo_passk: "
     "the best answer gets (r_max − r_second)/(std + ε), the others 0",
     "not zero-sum: only a group with one best answer moves, by Â·s_best alone (for binary rewards only k = 1)",
-    {"verl": _passk(1), "ddof 0": _passk(0), "verl, norm_adv_by_std_in_grpo=false": _passk(None)},
+    {
+        "verl": WithEps(_passk(1), D.VERL.eps),
+        "ddof 0": WithEps(_passk(0), D.VERL.eps),
+        "verl, norm_adv_by_std_in_grpo=false": lambda R, L: _passk(None)(R, L, 0.0),
+    },
     departs=("not_zero_sum",),
 )
 RFPP_BASELINE = Variant(
@@ -264,7 +296,10 @@ GDPO = Variant(
     "over answers)",
     "one reward: GRPO's advantages divided by one batch-wide std (c = c_GRPO/s_batch per group); verl's "
     "token-weighted shift also moves silent groups when answers differ in length",
-    {"verl": _gdpo_one_reward, "TRL normalize_then_sum": _trl_normalize_then_sum},
+    {
+        "verl": WithEps(_gdpo_one_reward, D.VERL.eps),
+        "TRL normalize_then_sum": WithEps(_trl_normalize_then_sum, D.TRL.eps),
+    },
     departs=("groups_coupled",),
     form_departs={"verl": ("moves_silent_groups", "not_zero_sum", "length_weighted")},
     uses_lengths=True,
@@ -286,7 +321,7 @@ LITE_PPO = Variant(
     "the batch std as the pooled std of the group-centred rewards (TRL scale_rewards=batch, ROLL: of the raw "
     "rewards, another reading)",
     "Dr. GRPO divided by one batch-wide std: c = σ²/s_batch in every group",
-    {"AReaL": _lite_ppo_centred, "TRL scale_rewards=batch": _lite_ppo_raw},
+    {"AReaL": WithEps(_lite_ppo_centred, AREAL_EPS), "TRL scale_rewards=batch": WithEps(_lite_ppo_raw, D.TRL.eps)},
     departs=("groups_coupled",),
     readings={
         "TRL scale_rewards=batch": "TRL's GRPOConfig.scale_rewards='batch' (its docs cite LitePPO) takes the std of "
@@ -300,7 +335,7 @@ TOKEN_GRPO = Variant(
     "the token-weighted group mean (OPO's baseline) over the token-weighted group std",
     "zero-sum with token weights (Σ Lᵢ Âᵢ = 0), not per answer; GRPO with ddof 1 over tokens when every "
     "answer has the same length",
-    {"AReaL": _token_grpo},
+    {"AReaL": WithEps(_token_grpo, AREAL_EPS)},
     departs=("not_zero_sum", "length_weighted"),
     uses_lengths=True,
 )

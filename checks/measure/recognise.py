@@ -9,7 +9,9 @@ one positive factor α over every batch; a variant whose worst residual is withi
 fit tolerance is recognised (α = 1 preferred — a factor within that tolerance of 1 is 1 — then the
 smallest residual).  One factor for all
 batches keeps a batch-wide number honest: GPG's α = B/#(nonzero rewards) changes from batch to batch
-and is no constant times Dr. GRPO.
+and is no constant times Dr. GRPO.  A form with an ε of its own that comes within
+:data:`EPS_NEAR` but does not fit gets its ε fitted as well (0, or :data:`EPS_RANGE`): an implementation
+that chose another ε is the variant with that ε (as a preset with another ε is the preset, a deviation).
 
 >>> from grpo_identity.variants import VARIANTS
 >>> ref = VARIANTS["maxrl"]
@@ -22,6 +24,7 @@ and is no constant times Dr. GRPO.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -29,7 +32,7 @@ import numpy as np
 
 from grpo_identity import dial as D
 from grpo_identity.checks.calls.target import TargetError, TargetMalformed
-from grpo_identity.checks.measure.infer import fit_tolerance
+from grpo_identity.checks.measure.infer import fit_tolerance, infer_dial
 from grpo_identity.checks.measure.properties import PropertyViolation, call_target
 from grpo_identity.variants import VARIANTS, Variant
 
@@ -37,18 +40,26 @@ __all__ = ["RECOGNITION_GROUP_SIZES", "Recognition", "recognition_batch", "recog
 
 #: group sizes of the recognition batches
 RECOGNITION_GROUP_SIZES = (2, 3, 4, 8)
+#: the ε an implementation may have chosen instead of its form's: 0, or within this range (a larger one is no
+#: guard against a zero std but a change of scale)
+EPS_RANGE = (1e-12, 1e-2)
+#: the worst residual within which a form with its own ε is close enough for another ε to explain the rest: an
+#: ε of 1e-2 changes an advantage of a recognition batch (σ ≥ 0.12) by at most about 8 %
+EPS_NEAR = 0.1
 
 
 @dataclass(frozen=True)
 class Recognition:
     """A variant the target computes: its form, the factor α (target = α·reference), the lengths
-    under which it matched and the worst residual (relative to the batch's largest |Â|)."""
+    under which it matched, the worst residual (relative to the batch's largest |Â|) and the ε it uses where
+    that is not its form's own (None: the form's)."""
 
     variant: Variant
     form: str
     factor: float
     lengths: str
     residual: float
+    eps: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         v = self.variant
@@ -62,6 +73,8 @@ class Recognition:
             "factor": self.factor,
             "lengths": self.lengths,
             "residual": self.residual,
+            "eps": self.eps,
+            "form_eps": v.eps_of(self.form),
         }
 
 
@@ -154,28 +167,86 @@ def _candidate(
     outs: dict[int, np.ndarray],
     rewards: dict[int, np.ndarray],
     tol: float,
-) -> tuple[float, float] | None:
-    """(α, worst residual) of ``v``'s ``form`` under the lengths ``lengths_of`` where it fits the
-    target on two group sizes at least, else None."""
-    refs = {}
-    for G, R in rewards.items():
-        L = None if lengths_of is None else np.asarray(lengths_of(R), dtype=np.float64).reshape(R.shape)
-        refs[G] = v.advantages(R, L, form).reshape(-1)
+) -> tuple[float, float, float | None] | None:
+    """(α, worst residual, ε or None for the form's own) of ``v``'s ``form`` under the lengths ``lengths_of``
+    where it fits the target on two group sizes at least, else None."""
+    L = {G: None if lengths_of is None else np.asarray(lengths_of(R), dtype=np.float64) for G, R in rewards.items()}
+
+    def refs(eps: float | None) -> dict[int, np.ndarray]:
+        return {G: v.advantages(R, L[G], form, eps).reshape(-1) for G, R in rewards.items()}
+
+    own = refs(None)
     defined = [  # the batches where the form and the target are defined
-        G for G, f in refs.items() if np.isfinite(f).any() and np.all(np.isfinite(outs[G][np.isfinite(f)]))
+        G for G, f in own.items() if np.isfinite(f).any() and np.all(np.isfinite(outs[G][np.isfinite(f)]))
     ]
     if len(defined) < 2:  # one group size cannot tell a variant from one of its special cases
         return None
-    alpha, worst = _fit([outs[G] for G in defined], [refs[G] for G in defined], tol)
-    return (alpha, worst) if alpha > 0 and worst <= tol else None
+
+    def fit(eps: float | None) -> tuple[float, float]:
+        got = own if eps is None else refs(eps)
+        return _fit([outs[G] for G in defined], [got[G] for G in defined], tol)
+
+    def off_at_one(eps: float) -> float:  # the worst residual of the form itself (α = 1) with this ε
+        got = refs(eps)
+        return max(float(_relative(outs[G] - got[G], outs[G])) for G in defined)
+
+    alpha, worst = fit(None)
+    eps = None
+    if worst > tol and worst <= EPS_NEAR and v.eps_of(form) is not None:
+        eps = _fit_eps(off_at_one)  # α = 1: another ε, the same formula (α and ε trade off on similar batches)
+        alpha, worst = 1.0, off_at_one(eps)
+        if worst > tol:
+            alpha, worst = fit(eps)
+    return (alpha, worst, eps) if alpha > 0 and worst <= tol else None
 
 
-def _length_free(v: Variant, form: str, rewards: dict[int, np.ndarray]) -> bool:
-    """Whether ``form``'s advantages do not depend on the response lengths (on the batch of G = 4)."""
-    from grpo_identity.checks.frameworks import lengths_for
+def _relative(diff: np.ndarray, out: np.ndarray) -> float:
+    """The largest |diff| where both are defined, relative to the largest |out|."""
+    ok = np.isfinite(diff)
+    return float(np.abs(diff[ok]).max(initial=0.0)) / max(float(np.abs(out[ok]).max(initial=0.0)), 1e-300)
 
-    R = rewards[4]
-    return bool(np.allclose(v.advantages(R, None, form), v.advantages(R, lengths_for(R.size), form), equal_nan=True))
+
+def _fit_eps(worst: Callable[[float], float]) -> float:
+    """The ε of 0 and :data:`EPS_RANGE` with the smallest ``worst(ε)``: a grid of quarter decades, then a
+    golden-section search (in log ε) between the best point's neighbours."""
+    lo, hi = np.log10(EPS_RANGE)
+    grid = [0.0, *np.logspace(lo, hi, int(round((hi - lo) * 4)) + 1)]
+    values = [worst(e) for e in grid]
+    best = int(np.argmin(values))
+    if best == 0:
+        return 0.0
+    a, b = np.log10(grid[max(best - 1, 1)]), np.log10(grid[min(best + 1, len(grid) - 1)])
+    ratio = (np.sqrt(5) - 1) / 2
+    for _ in range(40):
+        c, d = b - ratio * (b - a), a + ratio * (b - a)
+        if worst(10**c) <= worst(10**d):
+            b = d
+        else:
+            a = c
+    return float(10 ** ((a + b) / 2))
+
+
+@functools.cache
+def _named_otherwise_at_equal_lengths(name: str, form: str, precision: str) -> bool:
+    """Whether the variant ``name``'s ``form``, with every answer of the same length, has another name at
+    ``precision``: a point of the dial (OPO's is Dr. GRPO, token-level GRPO's is GRPO with Bessel's std, read by
+    the dial's own inference) or another variant's form (verl's REINFORCE++-baseline is AReaL's LitePPO but for
+    where the ε sits).  Such a form is recognised only under unequal lengths."""
+    v = VARIANTS[name]
+
+    def reference(r: np.ndarray, G: int) -> np.ndarray:
+        return v.advantages(np.asarray(r).reshape(-1, G), None, form).reshape(-1)
+
+    if infer_dial(reference).centre is not None:
+        return True
+    outs = {G: reference(recognition_batch(G), G) for G in RECOGNITION_GROUP_SIZES}
+    rewards, tol = _rewards(None), fit_tolerance(precision)
+    for w in VARIANTS.values():
+        for other in w.forms if w is not v else ():
+            fit = _candidate(w, other, None, outs, rewards, tol)
+            if fit is not None and fit[0] == 1.0 and fit[2] is None:
+                return True
+    return False
 
 
 def recognise(
@@ -200,9 +271,9 @@ def recognise(
     for v in [only] if only is not None else list(VARIANTS.values()):
         for form in v.forms:
             for lengths, lengths_of in _lengths_choices(v):
-                if v.uses_lengths and lengths == "equal" and not _length_free(v, form, rewards):
-                    continue  # at equal lengths it is a point of the dial or another variant
+                if v.uses_lengths and lengths == "equal" and _named_otherwise_at_equal_lengths(v.name, form, precision):
+                    continue  # at equal lengths it has another name
                 fit = _candidate(v, form, lengths_of, outs, rewards, tol)
                 if fit is not None:
-                    found.append(Recognition(v, form, fit[0], lengths, fit[1]))
+                    found.append(Recognition(v, form, fit[0], lengths, fit[1], fit[2]))
     return min(found, key=lambda f: (f.variant != prefer, f.factor != 1.0, f.residual)) if found else None

@@ -35,10 +35,10 @@ TARGETS = textwrap.dedent(
     def none(rewards, G):
         return None
 
-    def token_sum(rewards, G, lengths):  # Dr. GRPO advantages, every token's loss summed
+    def token_sum(rewards, G, lengths):  # Dr. GRPO advantages, each answer's token losses summed, answers averaged
         A = good(rewards, G)
         mask = (np.arange(8)[None, :] < lengths[:, None]).astype(float)
-        return {"advantages": A, "coefficients": A[:, None] * mask, "mask": mask}
+        return {"advantages": A, "coefficients": A[:, None] * mask / len(A), "mask": mask}
     """
 )
 

@@ -79,7 +79,7 @@ def test_every_fit_is_written_as_the_same_flat_inferred_object_with_its_own_fiel
 
 
 def test_the_inferred_objects_keys_keep_the_order_the_json_has_always_had():
-    assert INFERRED_KEYS[:3] == ("centre", "scale", "ddof") and INFERRED_KEYS[-1] == "aggregation"
+    assert INFERRED_KEYS[:3] == ("centre", "scale", "ddof") and INFERRED_KEYS[-2:] == ("aggregation", "update_scale")
     assert INFERRED_KEYS.index("keep") == 7 and INFERRED_KEYS.index("why") == 17
     assert INFERRED_KEYS.index("per_sample_weight") == 18 and INFERRED_KEYS.index("off_policy") == 24
 

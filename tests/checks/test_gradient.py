@@ -13,6 +13,8 @@ from grpo_identity.checks import audit
 from grpo_identity.checks.gradient import audit_gradient
 
 T = 8
+#: every answer weighs one over the batch's answers: a loss that averages (the identity's scale, κ = 1)
+MEAN = lambda L, total, n: np.full(L.shape, 1.0 / n)  # noqa: E731
 
 
 def _target(weight, advantage=D.GRPO, spread=0.0, silent_leak=0.0):
@@ -83,10 +85,53 @@ def test_a_silent_group_with_a_gradient_fails_and_says_where():
 
 
 def test_an_expected_preset_compares_the_advantage_coefficient():
-    same = audit_gradient(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO), expect="dr_grpo")
-    other = audit_gradient(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO), expect="grpo")
-    assert same.verdict == "pass"
+    mean = _target(MEAN, advantage=D.DR_GRPO)
+    same, other = audit_gradient(mean, expect="dr_grpo"), audit_gradient(mean, expect="grpo")
+    assert same.verdict == "pass", same.format()
     assert other.verdict == "deviation" and any(f.property == "matches_preset" for f in other.findings)
+
+
+def _per_group_size(n):
+    """G of a probe batch of n answers ((G + 3)·G: a group per k = 0…G and two silent groups)."""
+    return round((-3 + (9 + 4 * n) ** 0.5) / 2)
+
+
+@pytest.mark.parametrize(
+    "weight, kappa, law",
+    [
+        (lambda L, total, n: np.full(L.shape, 1.0 / (n * T)), lambda G, N: 1 / T, None),  # Dr. GRPO's budget
+        (lambda L, total, n: np.full(L.shape, 1.0 / (n * _per_group_size(n))), lambda G, N: 1 / G, "1/G"),
+        (lambda L, total, n: np.ones_like(L), lambda G, N: N, "the number of answers"),  # loss.sum()
+        (lambda L, total, n: 1.0 / L, lambda G, N: N, "the number of answers"),  # a sum of token means
+        (lambda L, total, n: np.full(L.shape, 1.0 / (total * n)), lambda G, N: 1 / N, "1/(number of answers)"),
+    ],
+)
+def test_the_update_scale_over_the_mean_of_the_prompts_updates_is_read_and_must_not_change_with_the_batch(
+    weight, kappa, law
+):
+    report = audit_gradient(_target(weight))
+    got = {int(G): k for G, k in report.inferred.update_scale.items()}
+    assert got == pytest.approx({G: kappa(G, (G + 3) * G) for G in (2, 3, 4, 8)}, rel=1e-9)
+    scale = [f for f in report.findings if f.property == "update_scale"]
+    if law is None:
+        assert not scale and report.verdict == "pass", report.format()
+        assert "update scale κ (over the mean of the prompts' updates): 0.125 at G=2" in report.format()
+    else:
+        assert [f.severity for f in scale] == ["deviation"] and f"κ ∝ {law} (" in scale[0].message, report.format()
+        assert "at G=2 (5 prompts)" in scale[0].message and report.verdict == "deviation"
+
+
+def test_a_mask_that_is_not_the_answers_tokens_fails_once_naming_each_group_size():
+    def every_token(rewards, G, lengths):  # the lengths ignored: the padding is trained on
+        A = D.advantages(rewards, G, D.GRPO)
+        mask = np.ones((rewards.size, T))
+        return {"advantages": A, "coefficients": A[:, None] * mask / rewards.size, "mask": mask}
+
+    report = audit_gradient(every_token)
+    masked = [f for f in report.findings if f.property == "masked_tokens"]
+    assert len(masked) == 1 and report.verdict == "fail", report.format()
+    assert masked[0].message.startswith("G=2: the loss's mask counts 8 tokens for an answer of ")
+    assert all(f"G={G}: " in masked[0].message for G in (3, 4, 8))
 
 
 def test_the_json_names_level_verdict_inferred_weight_and_findings():
@@ -121,9 +166,9 @@ def test_the_gradient_level_also_audits_the_advantages_of_the_same_target():
 
 
 def test_the_worse_verdict_of_the_two_levels_wins_and_the_preset_check_is_said_once():
-    alone = audit_gradient(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO), expect="grpo")
+    alone = audit_gradient(_target(MEAN, advantage=D.DR_GRPO), expect="grpo")
     both = audit(
-        _target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO),
+        _target(MEAN, advantage=D.DR_GRPO),
         level="gradient",
         expect="grpo",
         isolate=False,
@@ -166,7 +211,7 @@ def test_bf16_rounding_does_not_hide_a_wrong_weight():
 
 
 def test_a_driver_that_says_lengths_are_optional_is_spared_its_loss_in_the_advantage_audit():
-    inner, seen = _target(lambda L, total, n: np.ones_like(L)), []
+    inner, seen = _target(MEAN), []
 
     def fn(rewards, G, lengths):
         seen.append(lengths is None)
@@ -179,14 +224,15 @@ def test_a_driver_that_says_lengths_are_optional_is_spared_its_loss_in_the_advan
 
 
 def test_an_exact_float64_loss_is_judged_at_float32_tolerance_even_if_its_values_are_short_fractions():
-    report = audit_gradient(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO))
-    assert report.inferred.coefficient_precision == "float32" and report.verdict == "pass"
+    report = audit_gradient(_target(lambda L, total, n: np.ones_like(L), advantage=D.DR_GRPO))  # a loss.sum()
+    assert report.inferred.coefficient_precision == "float32" and report.inferred.per_sample_weight == "constant"
+    assert [f.property for f in report.findings if f.severity != "note"] == ["update_scale"], report.format()
 
 
 def test_a_custom_dial_can_be_expected_at_the_gradient_level():
     mine = D.GRPO.replace(eps=1e-3)
     report = audit(
-        _target(lambda L, total, n: np.ones_like(L), advantage=mine),
+        _target(MEAN, advantage=mine),
         level="gradient",
         expect=mine,
         isolate=False,
@@ -246,10 +292,10 @@ def test_the_advantages_of_a_gradient_target_get_the_advantage_levels_checks_in_
 GRADIENT_FILE = """
 import numpy as np
 
-def dr_grpo_sum(rewards, G, lengths):  # Dr. GRPO advantages, every token's loss summed
+def dr_grpo_sum(rewards, G, lengths):  # Dr. GRPO advantages, each answer's token losses summed, answers averaged
     A = (rewards.reshape(-1, G) - rewards.reshape(-1, G).mean(1, keepdims=True)).reshape(-1)
     mask = (np.arange(8)[None, :] < lengths[:, None]).astype(float)
-    return {"advantages": A, "coefficients": A[:, None] * mask, "mask": mask}
+    return {"advantages": A, "coefficients": A[:, None] * mask / len(A), "mask": mask}
 """
 
 
@@ -272,12 +318,12 @@ def test_a_gradient_target_is_built_from_an_advantage_function_and_a_loss_in_a_f
     def token_mean_over_the_batch(logprobs, advantages, mask):
         return -(logprobs * advantages[:, None] * mask).sum() / mask.sum()
 
-    def token_sum(logprobs, advantages, mask):
-        return -(logprobs * advantages[:, None] * mask).sum()
+    def token_sum_answer_mean(logprobs, advantages, mask):
+        return -(logprobs * advantages[:, None] * mask).sum() / len(advantages)
 
     assert audit_gradient(gradient_target(adv, token_mean_over_the_batch)).inferred.per_sample_weight == "1/step_tokens"
-    report = audit_gradient(gradient_target(adv, token_sum))
-    assert report.inferred.per_sample_weight == "constant" and report.verdict == "pass"
+    report = audit_gradient(gradient_target(adv, token_sum_answer_mean))
+    assert report.inferred.per_sample_weight == "constant" and report.verdict == "pass", report.format()
 
 
 def test_a_silent_groups_gradient_at_float32_resolution_is_zero_and_a_push_is_not():
@@ -299,7 +345,7 @@ def dr_grpo_sum(rewards, G, lengths):  # as GRADIENT_FILE, on torch tensors as a
     A = (r - r.mean(1, keepdim=True)).reshape(-1)
     mask = (torch.arange(8)[None, :] < torch.as_tensor(np.asarray(lengths))[:, None]).float()
     logp = torch.zeros(len(A), 8, requires_grad=True)
-    (-(A[:, None] * logp * mask).sum()).backward()
+    (-(A[:, None] * logp * mask).sum() / len(A)).backward()
     return {"advantages": A.to(DTYPE), "coefficients": -logp.grad.to(DTYPE), "mask": mask}
 """
 
@@ -401,3 +447,9 @@ def test_nan_advantages_of_silent_groups_are_the_advantage_audits_finding_and_th
     assert report.verdict == "fail" and "probe" not in {f.property for f in report.findings}, report.format()
     assert "well_formed" in {f.property for f in report.findings}
     assert report.inferred.per_sample_weight == "1/length"
+
+
+@pytest.mark.parametrize("expect", ["maxrl", "c=sigma**2"])
+def test_a_variant_or_a_coefficient_expected_at_the_gradient_level_is_the_reports_expected(expect):
+    report = audit(_target(MEAN, advantage=D.DR_GRPO), level="gradient", expect=expect, isolate=False, max_examples=10)
+    assert report.expected == report.advantage.expected == expect

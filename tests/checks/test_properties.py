@@ -252,6 +252,15 @@ def test_precision_is_read_from_the_output():
     assert P.precision_of(np.array([0.1, 1 / 3], dtype=np.float32).astype(np.float64)) == "float32"
 
 
+def test_short_values_say_nothing_of_the_precision_the_others_do():
+    simple = np.array([0.0, 1.0, -1.0, 0.75, 1.03125])  # numbers of every float type: a float64 pass@k's answers
+    assert P.precision_of(simple) == "float64"
+    assert P.precision_of(simple.astype(np.float32)) == "float32"
+    bf16 = np.array([0.70703125, -0.70703125, 0.5])  # 1/√2 rounded to bfloat16's 8 significant bits
+    assert P.precision_of(np.r_[simple, bf16]) == "bfloat16"
+    assert P.precision_of(np.r_[simple, np.float16(1 / 3)]) == "float16"
+
+
 def test_an_all_zero_float32_output_reads_as_float32():
     assert P.precision_of(np.zeros(4, dtype=np.float32)) == "float32"
     assert P.precision_of(np.zeros(4)) == "float64"

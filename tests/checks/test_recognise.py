@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from grpo_identity import dial as D
+from grpo_identity.checks import audit
 from grpo_identity.checks.frameworks import lengths_for
 from grpo_identity.checks.measure.recognise import recognise, recognition_batch
 from grpo_identity.variants import VARIANTS
@@ -82,3 +83,32 @@ def test_the_batches_hold_every_k_a_continuous_group_and_two_levels():
     R = recognition_batch(4).reshape(-1, 4)
     assert [int(row.sum()) for row in R[:5]] == [0, 1, 2, 3, 4]
     assert np.unique(R[5]).size == 4 and sorted(np.unique(R[6])) == [0.5, 1.0]
+
+
+@pytest.mark.parametrize(
+    "name, form, eps", [("gdpo", "TRL normalize_then_sum", 1e-6), ("lite_ppo", "TRL scale_rewards=batch", 1e-6)]
+)
+def test_an_implementation_with_another_eps_is_the_variant_with_that_eps_a_deviation(name, form, eps):
+    v = VARIANTS[name]
+    found = recognise(lambda r, G: v.advantages(r.reshape(-1, G), None, form, eps).reshape(-1), "float64")
+    assert (found.variant.name, found.form, found.factor) == (name, form, 1.0)
+    assert found.eps == pytest.approx(eps, rel=1e-3) and found.to_dict()["form_eps"] == v.eps_of(form) != eps
+    report = audit(
+        lambda r, G: v.advantages(r.reshape(-1, G), None, form, eps).reshape(-1), expect=name, max_examples=10
+    )
+    note = next(f for f in report.findings if f.property == "variant")
+    assert report.verdict == "deviation" and note.severity == "deviation", report.format()
+    assert f"with ε = 1e-06 where the form adds {v.eps_of(form):.3g}" in note.message
+
+
+@pytest.mark.parametrize(
+    "form, dtype, named", [("OpenRLHF", np.float64, True), ("verl", np.float64, True), ("verl", np.float32, False)]
+)
+def test_a_length_weighted_variant_written_for_equal_lengths_is_recognised_unless_another_name_fits(form, dtype, named):
+    rfpp = VARIANTS["reinforce_plus_plus_baseline"]
+    precision = "float64" if dtype == np.float64 else "float32"
+    found = recognise(lambda r, G: rfpp.advantages(r.reshape(-1, G), None, form).reshape(-1).astype(dtype), precision)
+    if named:  # answers whitened without lengths: the variant at equal lengths
+        assert (found.variant.name, found.form, found.lengths) == (rfpp.name, form, "equal")
+    else:  # in float32, verl's form at equal lengths is AReaL's LitePPO (the ε aside)
+        assert found.variant.name == "lite_ppo"

@@ -185,6 +185,10 @@ def test_verl_agg_loss_names_the_per_sample_weight_of_each_loss_agg_mode(mode, w
     # and absolutely: each optimizer step is exactly its mode's documented objective (0.9.1)
     assert report.inferred.step["objective"]["factors"] == [1.0] * 4
     assert not [f for f in report.findings if f.property in ("step_scale", "step_weights")]
+    # and against the identity's scale, the mean over the prompts: token-sum's update grows with the batch
+    assert [f.property for f in report.findings if f.property == "update_scale"] == ["update_scale"] * (
+        mode == "token-sum"
+    )
 
 
 # --- older releases, each in its own environment -------------------------------------------------
