@@ -48,19 +48,20 @@ class BernoulliConfig:
     """Independent groups drawn at the initial solve rates to measure the share of gradient mass by difficulty."""
 
     def __post_init__(self) -> None:
-        def whole(name: str, lo: int) -> None:
+        def whole(name: str, lo: int, hi: int | None = None) -> None:
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+                want = f"an integer >= {lo}" if hi is None else f"an integer from {lo} to {hi:,}"
+                raise ValueError(f"{name} must be {want}, got {v!r}")
 
         whole("num_prompts", 4)
         whole("group_size", 2)
-        whole("steps", 1)
-        whole("seed", 0)
-        whole("max_draws", 1)
-        whole("mass_draws", 1)
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        whole("steps", 1, 10**6)  # every option bounded: a run that could not end is refused, not started
+        whole("seed", 0, 2**32 - 1)
+        whole("max_draws", 1, 1000)
+        whole("mass_draws", 1, 10**5)
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and 0 < self.lr <= 100):
+            raise ValueError(f"lr must be a finite number in (0, 100], got {self.lr!r}")
         if not (0 < self.clip_low < self.clip_high < 1):
             raise ValueError(f"need 0 < clip_low < clip_high < 1, got {self.clip_low!r}, {self.clip_high!r}")
 

@@ -618,12 +618,29 @@ def _size(folder: Path) -> int:
     return total
 
 
+_ENV_NAME = re.compile(r"(?P<framework>[a-z-]+?)-[0-9][0-9A-Za-z.+-]*")
+
+
+def _named_as_env(name: str) -> bool:
+    """Whether a folder name is one :func:`env_dir` gives (``trl-0.22.0-3f2a5c9e01``; ``trl-0.22.0`` in the layout
+    before keys): a folder of another name under :func:`env_root` (``$GRPO_IDENTITY_ENVS`` set to a folder of the
+    user's) is never listed or pruned."""
+    match = _ENV_NAME.fullmatch(name)
+    return match is not None and match["framework"] in FRAMEWORK_TABLE
+
+
 def list_envs() -> list[dict[str, Any]]:
-    """Every folder under :func:`env_root`: its release, resolution, size, last use, and whether the
-    current recipe would still use it (``current``), or it is stale or half-made."""
+    """Every environment folder under :func:`env_root` (a folder named as :func:`env_dir` names them): its
+    release, resolution, size, last use, and whether the current recipe would still use it (``current``), or it
+    is stale or half-made."""
+    from grpo_identity.foundation import UsageError
+
     root = env_root()
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"GRPO_IDENTITY_ENVS: {root} is not a folder")
     rows = []
-    for env in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []:
+    folders = (p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and _named_as_env(p.name))
+    for env in sorted(folders) if root.is_dir() else []:
         record = _ready(env)
         row: dict[str, Any] = {"name": env.name, "path": str(env), "bytes": _size(env)}
         if record is None:

@@ -71,6 +71,8 @@ _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 #: the largest curve file read (a digitised figure is a few kB)
 MAX_CURVE_BYTES = 4 * 2**20
+#: the largest |step| of a curve (a training run's steps; the fit's differences of steps stay finite)
+MAX_STEP = 1e12
 
 
 def read_curve(path: str | Path) -> tuple[FloatArray, FloatArray]:
@@ -101,11 +103,12 @@ def read_curve(path: str | Path) -> tuple[FloatArray, FloatArray]:
     if any(x is None for x in pairs):
         raise ValueError(f"{p.name}: every row after the header needs two numbers (step, value)")
     data = np.array(pairs, dtype=np.float64)
-    bad = ~np.isfinite(data).all(axis=1) | (data[:, 1] < 0) | (data[:, 1] > 1)
+    bad = ~np.isfinite(data).all(axis=1) | (np.abs(data[:, 0]) > MAX_STEP) | (data[:, 1] < 0) | (data[:, 1] > 1)
     if bad.any():
         i = int(np.argmax(bad))
         raise ValueError(
-            f"{p.name}: need a finite step and a fraction in [0, 1], got step {data[i, 0]:g}, value {data[i, 1]:g}"
+            f"{p.name}: need a step of at most 1e12 in size and a fraction in [0, 1], got step {data[i, 0]:g}, "
+            f"value {data[i, 1]:g}"
         )
     order = np.argsort(data[:, 0], kind="stable")
     steps, values = data[order, 0], data[order, 1]

@@ -143,8 +143,17 @@ def _is_comment(line: str) -> bool:
     return s.startswith("#") or s.startswith('"#')
 
 
+#: the largest text file (CSV, JSONL) read: far above any per-problem solve-rate file, far below a machine's memory
+MAX_TEXT_BYTES = 512 << 20
+#: the largest total of a histogram's counts (problems)
+MAX_TOTAL_COUNT = 1e15
+
+
 def _read_text(path: Path) -> str:
     """The file as text (a spreadsheet's byte-order mark dropped); undecodable bytes name the file."""
+    size = path.stat().st_size
+    if size > MAX_TEXT_BYTES:
+        raise ValueError(f"{path.name} holds {size:,} bytes; a CSV or JSONL file of solve rates is read up to 512 MiB")
     try:
         return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -161,8 +170,8 @@ def _number(v: Any, where: str, column: str) -> float:
         raise ValueError(f"{where}: {column} must be numeric, got {v!r}")
     try:
         f = float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: {column} must be numeric, got {str(v)!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{where}: {column} must be a number a float holds, got {str(v)[:40]!r}") from None
     if math.isnan(f):
         raise ValueError(f"{where}: {column} is NaN")
     return f
@@ -188,7 +197,10 @@ def _csv_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     ]
     if not lines:
         raise ValueError(f"{path.name} has no header line")
-    cells = list(csv.reader(line for _, line in lines))
+    try:
+        cells = list(csv.reader(line for _, line in lines))
+    except csv.Error as exc:
+        raise ValueError(f"{path.name} is not CSV ({exc})") from None
     return [h.strip() for h in cells[0]], [(n, row) for (n, _), row in zip(lines[1:], cells[1:])]
 
 
@@ -211,6 +223,8 @@ def _read_csv(path: Path) -> SolveRates:
             counts.append(_number(r[j] if j < len(r) else "", where, hist[1]))
             if not (math.isfinite(counts[-1]) and counts[-1] >= 0):
                 raise ValueError(f"{where}: {hist[1]} must be a finite count >= 0, got {counts[-1]!r}")
+        if not sum(counts) <= MAX_TOTAL_COUNT:  # a float sum: inf past the largest float, no exception
+            raise ValueError(f"{path.name}: the {hist[1]} column sums to {sum(counts):g}, more than 1e15 problems")
         return from_histogram(rates, counts, source=f"histogram {path.name} ({hist[1]})")
     if COLUMN in header:
         i = header.index(COLUMN)
@@ -226,8 +240,9 @@ def _read_jsonl(path: Path) -> SolveRates:
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
-            raise ValueError(f"{path.name} line {n} is not JSON") from None
+        except (ValueError, RecursionError) as exc:  # not JSON, a number of too many digits, nested too deeply
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(":")[0][:80]
+            raise ValueError(f"{path.name} line {n} is not JSON that can be read ({why})") from None
         if not isinstance(obj, dict) or COLUMN not in obj:
             raise ValueError(f"{path.name} line {n} has no {COLUMN!r} field")
         raw.append((f"{path.name} line {n}", obj[COLUMN]))
@@ -255,6 +270,8 @@ def _read_parquet(path: Path) -> SolveRates:
 def load_solve_rates(path: str | Path) -> SolveRates:
     """Solve rates from a parquet, JSONL or CSV file (per-problem ``llama8b_solve_rate``), or a
     histogram CSV (``solve_rate,count`` or ``p_hat,n_round``).  The format follows the suffix."""
+    if not str(path).strip():
+        raise ValueError("the solve-rate file's path is empty")
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no such file: {path}")

@@ -276,7 +276,28 @@ def _options(obj: Any, where: str) -> list[str]:
             words += ["--strict"] if _flag(v, f"{where}.strict") else []
         else:
             words += [f"--{k}", _word(v, f"{where}.{k}")]
+            _bounded(k, v, f"{where}.{k}")
     return words
+
+
+def _bounded(key: str, value: Any, where: str) -> None:
+    """A numeric option (``max-examples``, ``timeout``) within the bounds ``grpo-identity audit`` gives it, checked
+    as the grid loads (by the one options record the audit itself checks them with), not audit by audit."""
+    from grpo_identity.checks.options import AuditOptions
+    from grpo_identity.foundation import OptionError
+
+    field = {"max-examples": "max_examples", "timeout": "timeout"}.get(key)
+    if field is None:
+        return
+    try:
+        if field == "max_examples":
+            AuditOptions(max_examples=int(value))
+        else:
+            AuditOptions(timeout=float(value))
+    except OptionError as exc:  # (a ValueError)
+        raise UsageError(f"{where}: {exc.worded({field: key})}") from None
+    except (ValueError, OverflowError):
+        raise UsageError(f"{where}: a number, got {value!r}") from None
 
 
 def _verdicts(obj: Any, releases: list[str | None], where: str) -> dict[str | None, str | None]:

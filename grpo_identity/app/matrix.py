@@ -208,6 +208,30 @@ def _ray_batch(audits: list[tuple[str, str | None]], cwd: str) -> Iterator[dict[
         os.chdir(here)
 
 
+#: seconds a Ray head's address has to accept a connection before ``ray.init`` is tried (which retries a dead
+#: address for minutes)
+RAY_CONNECT_TIMEOUT = 10.0
+
+
+def _answers(address: str) -> None:
+    """A one-line UsageError where ``address`` (``host:port`` or ``ray://host:port``; ``auto`` is Ray's to find)
+    takes no TCP connection within :data:`RAY_CONNECT_TIMEOUT` seconds."""
+    import socket
+
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=RAY_CONNECT_TIMEOUT):
+            return
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise UsageError(
+            f"--ray {address}: nothing answers there ({why}); start a head (ray start --head) and give its "
+            "address, or leave --ray out to run on this machine"
+        ) from None
+
+
 class RayPool:
     """Batches as Ray tasks on the cluster at ``address`` (``auto``: the one this machine knows), one CPU each, at
     most ``jobs`` at once (default: the cluster's CPUs).  Each task runs the audits as this machine would: the
@@ -215,6 +239,7 @@ class RayPool:
     The variables ``GRPO_IDENTITY_*`` of this process go to the tasks."""
 
     def __init__(self, address: str, jobs: int | None) -> None:
+        _answers(address)
         import ray
 
         env = {k: v for k, v in os.environ.items() if k.startswith("GRPO_IDENTITY_")}

@@ -24,7 +24,10 @@ __all__ = ["dumps", "emit_json", "format_table", "check_out_dir", "output_folder
 def check_out_dir(out: str | Path, flag: str = "--out") -> Path:
     """``out`` as a folder that can be written, checked without creating anything: the folder,
     or the nearest folder above it that exists, must be a folder that accepts a file (tried with
-    a temporary file, removed at once).  A one-line ValueError naming ``flag`` otherwise."""
+    a temporary file, removed at once).  A one-line ValueError naming ``flag`` otherwise (an empty ``out`` too: it
+    is not taken for the working folder)."""
+    if not str(out).strip():
+        raise ValueError(f"{flag} is empty: name a folder")
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{flag} {out} is a file, not a folder")

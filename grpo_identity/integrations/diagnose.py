@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,15 +149,36 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                 raise UsageError(f"{path}:{n}: not UTF-8 text (byte {exc.start})") from None
 
 
+#: the largest |step| read (a float64 holds every integer step up to 2**53 exactly)
+MAX_STEP = 2**53
+
+
+def _step(value: Any, where: str) -> float:
+    """A record's ``step``: a finite number (not a boolean) of at most :data:`MAX_STEP`; one line naming
+    ``where`` otherwise."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and abs(value) <= MAX_STEP):
+        raise UsageError(f'{where}: "step" must be a finite number of at most 2**53, got {value!r:.40}')
+    return value
+
+
+def _json(text: str, where: str) -> Any:
+    """``text`` parsed as JSON; one line naming ``where`` for text that is not, or is nested too deeply."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise UsageError(f"{where}: JSON nested too deeply to read") from None
+
+
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     for n, line in _lines(path):
         if line.strip():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{n}: not JSON ({exc.msg})") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("step"), (int, float)):
+            rec = _json(line, f"{path}:{n}")
+            if not isinstance(rec, dict) or "step" not in rec:
                 raise UsageError(f'{path}:{n}: a record must be a JSON object with a numeric "step"')
+            _step(rec["step"], f"{path}:{n}")
             yield n, rec
 
 
@@ -205,8 +227,8 @@ def _from_groups(
 def _state(path: Path) -> dict[str, Any]:
     """A trainer_state.json as a dict; anything else is one line naming the file."""
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        state = _json(path.read_text(encoding="utf-8"), str(path))
+    except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not a JSON file ({exc})") from None
     if not isinstance(state, dict):
         raise UsageError(f"{path}: a trainer_state.json must hold a JSON object, got {type(state).__name__}")
@@ -222,6 +244,8 @@ def _log_history(path: Path) -> list[dict[str, Any]]:
     history = _state(path).get("log_history", [])
     if not isinstance(history, list) or not all(isinstance(e, dict) for e in history):
         raise UsageError(f'{path}: "log_history" must be a list of JSON objects')
+    for i, e in enumerate(history):
+        _step(e.get("step", 0), f"{path}: log_history[{i}]")
     return history
 
 

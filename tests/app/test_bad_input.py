@@ -42,8 +42,11 @@ CASES = [
     (["train", "bernoulli", "--M", "100000000"], "lower --M or --G"),
     (["train", "bernoulli", "--max-draws", "1000000000"], "--max-draws"),
     (["train", "bernoulli", "--steps", "0"], "--steps must be"),
-    (["train", "bernoulli", "--steps", "100000000"], "lower --steps"),
-    (["train", "bernoulli", "--lr", "inf"], "--lr must be a finite number > 0, got inf"),
+    (["train", "bernoulli", "--steps", "100000000"], "--steps must be an integer from 1 to 1,000,000, got 100000000"),
+    (["train", "bernoulli", "--mass-draws", "1000000000000"], "--mass-draws must be an integer from 1 to 100,000"),
+    (["train", "bernoulli", "--seed", str(10**30)], "--seed must be an integer from 0 to 4,294,967,295"),
+    (["train", "bernoulli", "--lr", "1e308"], "--lr must be a finite number in (0, 100], got 1e+308"),
+    (["train", "bernoulli", "--lr", "inf"], "--lr must be a finite number in (0, 100], got inf"),
     (["train", "bernoulli", "--lr", "nan"], "--lr"),
     (["train", "bernoulli", "--lr", "-1"], "--lr"),
     (["train", "bernoulli", "--lr", "fast"], "argument --lr: invalid float value"),
@@ -68,6 +71,13 @@ CASES = [
     (["train", "lm", "--lr", "nan"], "--lr must be a finite number > 0"),
     (["train", "lm", "--lr", "inf"], "--lr"),
     (["train", "lm", "--temperature", "0"], "--temperature"),
+    (["train", "lm", "--temperature", "1e-300"], "--temperature must be at least 0.001, got 1e-300"),
+    (["train", "lm", "--threads", "100000"], "--threads must be at most 1,024, got 100000"),
+    (["train", "lm", "--steps", "100000000"], "--steps must be at most 1,000,000"),
+    (["train", "lm", "--inner-steps", "1000000000"], "--inner-steps must be at most 1,000"),
+    (["train", "lm", "--lr", "1e300"], "--lr must be at most 100, got 1e+300"),
+    (["train", "lm", "--time-budget", "1e300"], "--time-budget must be at most 10,000,000"),
+    (["train", "lm", "--seed", str(10**30)], "--seed must be at most 4,294,967,295"),
     (["train", "lm", "--n-head", "3"], "--n-head must divide --n-embd"),
     (["train", "lm", "--mode", "nope"], "invalid choice"),
     (["train", "lm", "--config", "huge"], "invalid choice"),
@@ -83,6 +93,15 @@ CASES = [
     (["realdata", "{dir}"], "is not a file"),
     (["realdata", "{empty}"], "empty.csv"),
     (["realdata", "{bad}"], "error:"),
+    (["realdata", ""], "the solve-rate file's path is empty"),
+    (["realdata", "{tmp}/overflow.csv"], "overflow.csv: the count column sums to inf, more than 1e15 problems"),
+    (["realdata", "{tmp}/bigint.jsonl"], "bigint.jsonl line 1: llama8b_solve_rate must be a number a float holds"),
+    (["realdata", "{tmp}/digits.jsonl"], "digits.jsonl line 1 is not JSON that can be read (Exceeds the limit"),
+    (["realdata", "{tmp}/deep.jsonl"], "deep.jsonl line 1 is not JSON that can be read (nested too deeply)"),
+    (
+        ["realdata", "{tmp}/huge.csv"],
+        "huge.csv holds 536,870,913 bytes; a CSV or JSONL file of solve rates is read up to",
+    ),
     (["realdata", "{rates}", "--out", "/dev/null/x"], "--out /dev/null/x"),
     (["realdata", "{rates}", "--out", "{file}"], "is a file, not a folder"),
     # dapo-fit
@@ -92,6 +111,8 @@ CASES = [
     ),
     (["dapo-fit", CURVE, "--bootstrap", "-1"], "--bootstrap"),
     (["dapo-fit", CURVE, "--seed", "-1"], "--seed"),
+    (["dapo-fit", CURVE, "--seed", str(2**32)], "--seed: must be an integer from 0 to 4,294,967,295"),
+    (["dapo-fit", "{tmp}/steps.csv"], "steps.csv: need a step of at most 1e12 in size and a fraction in [0, 1]"),
     (["dapo-fit", "{tmp}/absent.csv"], "absent.csv"),
     (["dapo-fit", "{dir}"], "error:"),
     (["dapo-fit", "{empty}"], "empty.csv"),
@@ -114,6 +135,35 @@ CASES = [
     (["verify", "--solve-rates", "{tmp}/absent.csv"], "--solve-rates"),
     (["verify", "--out", "/dev/null/x"], "--out /dev/null/x"),
     (["verify", "--out", "{file}"], "is a file, not a folder"),
+    (["verify", "--out", ""], "--out is empty: name a folder"),
+    # diagnose: a log is never overwritten, each step a number
+    (["diagnose", "{tmp}/log/m.jsonl", "--out", "{tmp}/log/m.jsonl"], "is not an .html file"),
+    (["diagnose", ""], "LOGDIR is empty"),
+    (["diagnose", "{tmp}/fifo"], "/fifo is not a folder or a regular file"),
+    (
+        ["diagnose", "{tmp}/log", "--group-size", "-4", "--out", "{tmp}/p.html"],
+        "--group-size must be an integer from 2",
+    ),
+    (["diagnose", "{tmp}/log", "--eps", "1e-300", "--out", "{tmp}/p.html"], "--eps must be in [1e-06, 1), got 1e-300"),
+    (["diagnose", "{tmp}/steps/nan.jsonl", "--out", "{tmp}/p.html"], 'nan.jsonl:1: "step" must be a finite number'),
+    (
+        ["diagnose", "{tmp}/steps/bool.jsonl", "--out", "{tmp}/p.html"],
+        "must be a finite number of at most 2**53, got True",
+    ),
+    (["diagnose", "{tmp}/steps/deep.jsonl", "--out", "{tmp}/p.html"], "deep.jsonl:1: JSON nested too deeply to read"),
+    (["diagnose", "{tmp}/state", "--out", "{tmp}/p.html"], 'trainer_state.json: log_history[0]: "step" must be'),
+    # audit, matrix: lists and grids bounded, a Ray address that answers nothing refused at once
+    (
+        ["audit", "trl", "--releases", ",".join(f"0.{i}.0" for i in range(60))],
+        "--releases names 60 releases, at most 50",
+    ),
+    (["matrix", "{tmp}/grid.yaml", "--out", "{tmp}/out", "--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1: nothing answers"),
+    (
+        ["matrix", "{tmp}/big.yaml", "--out", "{tmp}/out"],
+        "options.max-examples: max-examples must be an integer from 1",
+    ),
+    # export-tests: the file's folder is checked before the audit's work
+    (["export-tests", "trl", "--out", "{tmp}/absent/test_trl.py"], "/absent does not exist"),
     (["render", "--out", "/dev/null/x"], "--out /dev/null/x"),
     (["render", "--out", "{file}"], "is a file, not a folder"),
     (["render", "--notebooks", "{tmp}/absent"], "--notebooks"),
@@ -128,6 +178,24 @@ def paths(tmp_path):
     (tmp_path / "empty.csv").write_text("")
     (tmp_path / "rates.csv").write_text("llama8b_solve_rate\n0\n0.5\n1\n")
     (tmp_path / "bad.csv").write_text("llama8b_solve_rate\nabc\n")
+    (tmp_path / "overflow.csv").write_text("solve_rate,count\n0.5,1e308\n0.2,1e308\n")
+    (tmp_path / "bigint.jsonl").write_text('{"llama8b_solve_rate": ' + "1" * 400 + "}\n")
+    (tmp_path / "digits.jsonl").write_text('{"llama8b_solve_rate": ' + "1" * 5000 + "}\n")
+    (tmp_path / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with open(tmp_path / "huge.csv", "wb") as fh:  # sparse: no disk
+        fh.truncate(512 * 2**20 + 1)
+    (tmp_path / "steps.csv").write_text("step,allcorrect_fraction\n-1e308,0\n1e307,0.1\n2e307,0.2\n3e307,0.3\n")
+    (tmp_path / "grid.yaml").write_text("audits:\n  - target: grpo\n")
+    (tmp_path / "big.yaml").write_text("audits:\n  - target: grpo\n    options: {max-examples: 99999999}\n")
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / "m.jsonl").write_text('{"step": 1, "identity/silent_frac": 0.5}\n')
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "steps").mkdir()
+    (tmp_path / "steps" / "nan.jsonl").write_text('{"step": NaN, "identity/silent_frac": 0.5}\n')
+    (tmp_path / "steps" / "bool.jsonl").write_text('{"step": true, "identity/silent_frac": 0.5}\n')
+    (tmp_path / "steps" / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "trainer_state.json").write_text('{"log_history": [{"step": [1]}]}')
     return {
         "tmp": tmp_path,
         "file": tmp_path / "afile",

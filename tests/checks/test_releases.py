@@ -278,6 +278,26 @@ def test_the_envs_command_lists_and_prunes(tmp_path, monkeypatch, capsys):
     assert main(["envs", "prune", "--all"]) == 0 and not env.exists()
 
 
+def test_a_folder_of_the_users_under_the_environments_folder_is_never_listed_or_pruned(tmp_path, monkeypatch):
+    from grpo_identity.foundation import UsageError
+
+    env, _ = _bare_release_env(tmp_path, monkeypatch)
+    for mine in ("adir", "trl-notes", "photos-2024"):  # GRPO_IDENTITY_ENVS set to a folder that holds more
+        (tmp_path / mine).mkdir()
+        (tmp_path / mine / "precious.txt").write_text("x")
+    (tmp_path / "ms-swift-4.5.3-0123456789").mkdir()  # an environment half-made
+    assert {row["name"] for row in R.list_envs()} == {env.name, "ms-swift-4.5.3-0123456789"}
+    assert [row["name"] for row in R.prune(everything=True)] == sorted([env.name, "ms-swift-4.5.3-0123456789"])
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        "adir",
+        "photos-2024",
+        "trl-notes",
+    ]
+    monkeypatch.setenv("GRPO_IDENTITY_ENVS", str(tmp_path / "adir" / "precious.txt"))
+    with pytest.raises(UsageError, match="GRPO_IDENTITY_ENVS: .*precious.txt is not a folder"):
+        R.list_envs()
+
+
 # --- against the real index (slow: each builds an environment once) --------------------------------------
 def _env_or_skip(framework, release):
     try:

@@ -239,6 +239,22 @@ _NONNEGATIVE_INTEGERS = (
     "check_directions",
     "cond_exact_groups",
 )
+#: the largest value of fields with an upper end: every option is bounded (a run of 10**12 steps is refused, not
+#: started; torch's thread pool crashes past a few thousand threads; a seed is 32 bits; a temperature below 1e-3 or
+#: a learning rate past 100 overflows float32)
+_AT_MOST: Mapping[str, float] = {
+    "steps": 10**6,
+    "warmup_steps": 10**6,
+    "inner_steps": 1000,
+    "threads": 1024,
+    "seed": 2**32 - 1,
+    "lr": 100.0,
+    "warmup_lr": 100.0,
+    "temperature": 100.0,
+    "time_budget": 10**7,
+}
+#: the smallest temperature (its logits divided by it stay finite in float32)
+MIN_TEMPERATURE = 1e-3
 #: real fields that must be above 0, and those that may be 0
 _POSITIVE_NUMBERS = ("lr", "warmup_lr", "temperature")
 _NONNEGATIVE_NUMBERS = ("weight_decay", "clip_low", "clip_high", "kl_coef", "time_budget")
@@ -286,6 +302,13 @@ def _check_integers(cfg: LMConfig) -> None:
         raise _bad(cfg, "max_digits", "at most 9")
 
 
+def _check_upper_ends(cfg: LMConfig) -> None:
+    """The fields of :data:`_AT_MOST` at most their largest value."""
+    for name, most in _AT_MOST.items():
+        if getattr(cfg, name) > most:
+            raise _bad(cfg, name, f"at most {int(most):,}" if float(most).is_integer() else f"at most {most:g}")
+
+
 def _check_numbers(cfg: LMConfig) -> None:
     """Rates, coefficients and fractions: finite, and in their ranges."""
     for name in _POSITIVE_NUMBERS:
@@ -296,6 +319,9 @@ def _check_numbers(cfg: LMConfig) -> None:
         v = getattr(cfg, name)
         if not (_is_number(v) and v >= 0):
             raise _bad(cfg, name, "a finite number >= 0")
+    if cfg.temperature < MIN_TEMPERATURE:
+        raise _bad(cfg, "temperature", f"at least {MIN_TEMPERATURE:g}")
+    _check_upper_ends(cfg)
     if not (isinstance(cfg.warmup_target, (int, float)) and 0 <= cfg.warmup_target <= 1):
         raise _bad(cfg, "warmup_target", "a number in [0, 1]")
     low, high = cfg.cond_p_low, cfg.cond_p_high

@@ -152,6 +152,10 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="a framework config file (YAML); --set overrides it")
 
 
+#: the most releases one ``--releases`` list may name
+MAX_RELEASES = 50
+
+
 def _releases_of(args: argparse.Namespace) -> list[str | None]:
     """[--release] or the --releases list (one audit each)."""
     from grpo_identity.foundation import UsageError
@@ -167,7 +171,12 @@ def _releases_of(args: argparse.Namespace) -> list[str | None]:
     releases = [v.strip() for v in args.releases.split(",") if v.strip()]
     if not releases:
         raise UsageError(f"--releases takes A,B,C, got {args.releases!r}")
-    return list(releases)
+    if len(releases) > MAX_RELEASES:
+        raise UsageError(
+            f"--releases names {len(releases):,} releases, at most {MAX_RELEASES} (each builds an environment); "
+            "a grid of more: grpo-identity matrix"
+        )
+    return list(dict.fromkeys(releases))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -35,7 +35,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=1000,
         help=f"bootstrap resamples for the R^2 intervals, 0 (skip) to {MAX_BOOTSTRAP:,} (default 1000)",
     )
-    p.add_argument("--seed", type=integer(0), default=0, help="bootstrap seed, an integer >= 0 (default 0)")
+    p.add_argument(
+        "--seed",
+        type=integer(0, 2**32 - 1),
+        default=0,
+        help="bootstrap seed, an integer from 0 to 2**32 - 1 (default 0)",
+    )
     p.add_argument("--out", metavar="DIR", help="write fit.json, dapo_fit.png and provenance.json into DIR")
     p.add_argument("--json", action="store_true", help="print JSON")
 

@@ -7,6 +7,9 @@ import argparse
 
 from grpo_identity.app.commands.closed_forms import MAX_G
 
+#: the smallest --eps (a fidelity of 1 − 1e-6 already needs G in the hundreds of thousands)
+MIN_EPS = 1e-6
+
 HELP = (
     "read the identity metrics a run logged (or per-group rewards it dumped, or a plain TRL run's own metrics) "
     "and draw them into one HTML page"
@@ -49,30 +52,43 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from grpo_identity.app.options import typed_option
     from grpo_identity.dial import preset
     from grpo_identity.foundation import UsageError, emit_json, format_table
     from grpo_identity.integrations.diagnose import figures, read_run, write_page
 
     if args.group_size is not None and not 2 <= args.group_size <= MAX_G:
-        raise UsageError(f"--G must be an integer from 2 to {MAX_G:,}, got {args.group_size}")
-    if not 0 < args.eps < 1:
-        raise UsageError(f"--eps must be in (0, 1), got {args.eps:g}")
+        flag = typed_option(("--G", "--group-size"), args._argv)
+        raise UsageError(f"{flag} must be an integer from 2 to {MAX_G:,}, got {args.group_size}")
+    if not MIN_EPS <= args.eps < 1:
+        raise UsageError(f"--eps must be in [{MIN_EPS:g}, 1), got {args.eps:g}")
     try:
         dial = preset(args.dial)
     except ValueError as exc:
         raise UsageError(f"--dial: {exc}") from None
+    if not args.logdir:
+        raise UsageError("LOGDIR is empty: name a run's folder or a log file")
     logdir = Path(args.logdir)
     if not logdir.exists():
         raise UsageError(f"LOGDIR {args.logdir} does not exist")
+    if not (logdir.is_dir() or logdir.is_file()):
+        raise UsageError(f"LOGDIR {args.logdir} is not a folder or a regular file")
     out = (
         Path(args.out)
         if args.out
         else (logdir / "diagnose.html" if logdir.is_dir() else logdir.with_name("diagnose.html"))
     )
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise UsageError(f"--out {args.out} is not an .html file: the page is HTML (a log is never overwritten)")
     from grpo_identity.app.report import check_out_dir
 
     check_out_dir(str(out.parent), flag="--out")  # before reading the logs: the page's folder must be writable
-    run_ = read_run(logdir, dial=dial, eps=args.eps, group_size=args.group_size)
+    try:
+        run_ = read_run(logdir, dial=dial, eps=args.eps, group_size=args.group_size)
+    except ValueError as exc:
+        if not str(exc).startswith("no G <="):
+            raise
+        raise UsageError(f"--eps {args.eps:g}: {exc} (a larger --eps)") from None
     series = run_.series
     write_page(series, out, title=f"grpo-identity diagnose {logdir.name}", run=run_)
     if args.json:

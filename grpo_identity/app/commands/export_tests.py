@@ -36,7 +36,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from grpo_identity.app.commands.audit import OPTION_NAMES
+    from grpo_identity.app.report import check_out_dir
     from grpo_identity.checks import TargetError, TargetImportError
     from grpo_identity.checks.calls.spec import resolve
     from grpo_identity.checks.export import export_tests
@@ -45,6 +48,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not str(args.out).endswith(".py"):
         raise UsageError(f"--out {args.out}: a test file ends in .py (pytest collects test_*.py)")
+    folder = Path(args.out).parent
+    if not folder.is_dir():
+        raise UsageError(
+            f"--out {args.out}: the folder {folder} does not exist (the test file goes into a folder you have)"
+        )
+    check_out_dir(folder, flag="--out")  # before the audit's work: the file's folder must take a file
     if args.release is not None and not args.release.strip():
         raise UsageError("--release is empty: give a version (e.g. --release 1.16.0), or leave it out")
     try:
