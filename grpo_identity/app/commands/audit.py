@@ -65,6 +65,10 @@ _RELEASE_HELP = (
 )
 
 
+#: the most releases one ``--releases`` list may name
+MAX_RELEASES = 50
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     from grpo_identity.checks import KINDS, LEVELS  # standard library only at import
     from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE  # standard library only
@@ -80,7 +84,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_config_options(p)
     p.add_argument("--level", choices=list(LEVELS), help=_LEVEL_HELP)
     p.add_argument("--release", metavar="VERSION", help=_RELEASE_HELP)
-    p.add_argument("--releases", metavar="A,B,C", help="audit several releases: one line per release")
+    p.add_argument(
+        "--releases", metavar="A,B,C", help=f"audit several releases (at most {MAX_RELEASES}): one line per release"
+    )
     p.add_argument(
         "--kind",
         choices=list(KINDS),
@@ -150,10 +156,6 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
         "algorithm.adv_estimator=grpo); repeatable, later ones win",
     )
     p.add_argument("--config", metavar="FILE", help="a framework config file (YAML); --set overrides it")
-
-
-#: the most releases one ``--releases`` list may name
-MAX_RELEASES = 50
 
 
 def _releases_of(args: argparse.Namespace) -> list[str | None]:

@@ -31,7 +31,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="the group size (TRL's num_generations) of a plain TRL run, which trainer_state.json does not record",
     )
     p.add_argument(
-        "--out", metavar="FILE", help="the page to write (default: LOGDIR/diagnose.html, or beside a LOGDIR file)"
+        "--out",
+        metavar="FILE",
+        help="the page to write, an .html file (default: LOGDIR/diagnose.html, or beside a LOGDIR file)",
     )
     p.add_argument(
         "--dial",
