@@ -76,9 +76,10 @@ RTOL_BF16 = 1e-2
 def coefficient_precision(C: np.ndarray) -> str:
     """'bfloat16' when every coefficient is a bfloat16 (or float16) number, else 'float32'.
 
-    Short binary fractions are bfloat16 numbers too, so this alone does not say a loss was
-    computed in bf16: the audit applies bf16's tolerance only to a check that failed at
-    float32's (a loss that is exact passes at float32's and is reported as such)."""
+    Values of a few significant bits are numbers of every type and are not read (:func:`precision_of`); the rest
+    may still be bf16 numbers by chance, so this alone does not say a loss was computed in bf16: the audit applies
+    bf16's tolerance only to a check that failed at float32's (a loss that is exact passes at float32's and is
+    reported as such)."""
     from grpo_identity.checks.measure.properties import precision_of
 
     return "bfloat16" if precision_of(np.asarray(C, dtype=np.float64)) in ("bfloat16", "float16") else "float32"
@@ -217,8 +218,8 @@ class _Evidence:
     findings: list[Finding] = field(default_factory=list)
     laws: list[tuple[int, str, str]] = field(default_factory=list)
     """(G, weight law, its evidence) per probed G."""
-    scales: dict[int, tuple[float, int]] = field(default_factory=dict)
-    """G → (the update's scale κ, the prompts of the batch) where the weight law has a name."""
+    scales: dict[int, tuple[float, int, int]] = field(default_factory=dict)
+    """G → (the update's scale κ, the batch's prompts, its live prompts) where the weight law has a name."""
     masked: dict[int, str] = field(default_factory=dict)
     """G → what is wrong with the tokens the loss trains on, where something is."""
     table: list[dict[str, Any]] = field(default_factory=list)
@@ -261,9 +262,10 @@ def _probe_group_size(target: Callable[..., Any], G: int, ev: _Evidence, ref: D.
     for L, A, C, M in calls:
         if np.abs(C * (1 - M)).max() > 0:
             masked.setdefault("past", "tokens past the end of an answer get a gradient")
-        counted = M.sum(1)
-        if not np.array_equal(counted, L):
-            i = int(np.flatnonzero(counted != L)[0])
+        counted = M.sum(1)  # more tokens than the answer's, or fewer where the answer is pushed (Â ≠ 0)
+        wrong = (counted > L) | ((counted < L) & (A != 0))
+        if wrong.any():
+            i = int(np.flatnonzero(wrong)[0])
             masked.setdefault("count", f"the loss's mask counts {counted[i]:g} tokens for an answer of {L[i]:g}")
         a, spread = _per_answer(C, M)
         spread_G = max(spread_G, spread)
@@ -282,7 +284,7 @@ def _probe_group_size(target: Callable[..., Any], G: int, ev: _Evidence, ref: D.
         law, why, value = _law(us, Ls, G, RTOL_BF16)  # what failed at float32's tolerance, judged at bf16's
         ev.bf16 = True
     if value is not None:
-        ev.scales[G] = (value * PER_PROMPT[law](Ls[0], G), r.size // G)
+        ev.scales[G] = (value * PER_PROMPT[law](Ls[0], G), r.size // G, int((~silent).sum()) // G)
     ev.uniform = ev.uniform and spread_G <= 10 * (RTOL_BF16 if ev.bf16 else RTOL)
     ev.spread_max = max(ev.spread_max, spread_G)
     ev.laws.append((G, law, why))
@@ -326,18 +328,21 @@ def _scale_finding(ev: _Evidence) -> Finding | None:
     """A deviation where the update's scale κ (:data:`PER_PROMPT`) is not one number over the probed batches: the
     loss divides (or multiplies) by something of the batch that a mean over its prompts does not, so the step
     changes with the group size or the batch size (a constant κ is the learning rate's business)."""
-    if len(ev.scales) < 2:
+    if len(ev.scales) < 2 or ev.law() == "other":  # no one law: per_sample_weight says so
         return None
     rtol = 10 * (RTOL_BF16 if ev.bf16 else RTOL)
-    kappa = {G: k for G, (k, _) in ev.scales.items()}
+    kappa = {G: k for G, (k, _, _) in ev.scales.items()}
 
     def one_number(x: list[float]) -> bool:
         return max(x) - min(x) <= rtol * max(abs(v) for v in x)
 
-    if one_number(list(kappa.values())):
+    # a mean over the batch's prompts, or over its live ones (DAPO's kept prompts: silent groups left out)
+    if one_number(list(kappa.values())) or one_number([k * live / n for k, n, live in ev.scales.values()]):
         return None
-    shown = ", ".join(f"{k:.4g} at G={G} ({n} prompts)" for G, (k, n) in ev.scales.items())
-    law = next((words for words, x in SCALE_LAWS if one_number([k * x(G, n) for G, (k, n) in ev.scales.items()])), "")
+    shown = ", ".join(f"{k:.4g} at G={G} ({n} prompts)" for G, (k, n, _) in ev.scales.items())
+    law = next(
+        (words for words, x in SCALE_LAWS if one_number([k * x(G, n) for G, (k, n, _) in ev.scales.items()])), ""
+    )
     message = (
         f"the update is κ times the mean over the batch's prompts of (1/G)·Σᵢ Âᵢsᵢ, and κ changes with the batch: "
         f"{shown}" + (f"; κ ∝ {law}" if law else "")
@@ -389,7 +394,7 @@ def audit_gradient(
         weight_by_group_size={str(G): {"law": lw, "why": why} for G, lw, why in ev.laws},
         silent_groups_zero_gradient=ev.silent_ok,
         uniform_within_answer=ev.uniform,
-        update_scale={str(G): k for G, (k, _) in ev.scales.items()},
+        update_scale={str(G): k for G, (k, _, _) in ev.scales.items()},
         step=step,
         off_policy=off_policy,
         three_policy=three_policy,

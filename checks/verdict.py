@@ -516,7 +516,7 @@ def _variant_text(found: Recognition) -> str:
     times = f" times {found.factor:.6g}" if found.factor != 1.0 else ""
     lengths = f", with response lengths that differ {_LENGTHS[found.lengths]}" if found.lengths in _LENGTHS else ""
     own = found.variant.eps_of(found.form)
-    eps = f", with ε = {found.eps:.3g} where the form adds {own:.3g}" if found.eps is not None and own else ""
+    eps = f", with ε = {found.eps:.3g} where the form's is {own:.3g}" if found.eps is not None and own else ""
     return f"{found.variant.name}{times} ({found.variant.citation}; form: {found.form}{lengths}{eps})"
 
 

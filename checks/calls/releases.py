@@ -618,7 +618,7 @@ def _size(folder: Path) -> int:
     return total
 
 
-_ENV_NAME = re.compile(r"(?P<framework>[a-z-]+?)-[0-9][0-9A-Za-z.+-]*")
+_ENV_NAME = re.compile(r"(?P<framework>[a-z-]+?)-[0-9][0-9A-Za-z.+]*(-[0-9a-f]{10})?")
 
 
 def _named_as_env(name: str) -> bool:

@@ -173,7 +173,8 @@ def _candidate(
     L = {G: None if lengths_of is None else np.asarray(lengths_of(R), dtype=np.float64) for G, R in rewards.items()}
 
     def refs(eps: float | None) -> dict[int, np.ndarray]:
-        return {G: v.advantages(R, L[G], form, eps).reshape(-1) for G, R in rewards.items()}
+        with np.errstate(divide="ignore", invalid="ignore"):  # ε = 0 tried on a silent group: NaN, left out
+            return {G: v.advantages(R, L[G], form, eps).reshape(-1) for G, R in rewards.items()}
 
     own = refs(None)
     defined = [  # the batches where the form and the target are defined
@@ -259,7 +260,8 @@ def recognise(
     """The variant ``target`` computes, or None: ``prefer`` where it fits among others, else the
     best fit; ``only``: that variant alone.  ``rounding``: the rewards as the target sees them
     (its dtype), for the references.  None where a preset of the dial gives its advantages, and a
-    variant that weighs by tokens counts only under response lengths that change its advantages."""
+    variant that weighs by tokens counts at equal response lengths only where it has no other name there
+    (:func:`_named_otherwise_at_equal_lengths`)."""
     outs = _outputs(target)
     if sum(np.all(np.isfinite(A)) for A in outs.values()) < 2:
         return None

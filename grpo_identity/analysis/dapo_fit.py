@@ -107,7 +107,7 @@ def read_curve(path: str | Path) -> tuple[FloatArray, FloatArray]:
     if bad.any():
         i = int(np.argmax(bad))
         raise ValueError(
-            f"{p.name}: need a step of at most 1e12 in size and a fraction in [0, 1], got step {data[i, 0]:g}, "
+            f"{p.name}: need a step of at most {MAX_STEP:g} in size and a fraction in [0, 1], got step {data[i, 0]:g}, "
             f"value {data[i, 1]:g}"
         )
     order = np.argsort(data[:, 0], kind="stable")

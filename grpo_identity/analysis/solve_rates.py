@@ -153,7 +153,8 @@ def _read_text(path: Path) -> str:
     """The file as text (a spreadsheet's byte-order mark dropped); undecodable bytes name the file."""
     size = path.stat().st_size
     if size > MAX_TEXT_BYTES:
-        raise ValueError(f"{path.name} holds {size:,} bytes; a CSV or JSONL file of solve rates is read up to 512 MiB")
+        limit = f"{MAX_TEXT_BYTES >> 20} MiB"
+        raise ValueError(f"{path.name} holds {size:,} bytes; a CSV or JSONL file of solve rates is read up to {limit}")
     try:
         return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -224,7 +225,9 @@ def _read_csv(path: Path) -> SolveRates:
             if not (math.isfinite(counts[-1]) and counts[-1] >= 0):
                 raise ValueError(f"{where}: {hist[1]} must be a finite count >= 0, got {counts[-1]!r}")
         if not sum(counts) <= MAX_TOTAL_COUNT:  # a float sum: inf past the largest float, no exception
-            raise ValueError(f"{path.name}: the {hist[1]} column sums to {sum(counts):g}, more than 1e15 problems")
+            raise ValueError(
+                f"{path.name}: the {hist[1]} column sums to {sum(counts):g}, more than {MAX_TOTAL_COUNT:g} problems"
+            )
         return from_histogram(rates, counts, source=f"histogram {path.name} ({hist[1]})")
     if COLUMN in header:
         i = header.index(COLUMN)

@@ -221,8 +221,10 @@ def _answers(address: str) -> None:
     if address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not (host and port.isdigit() and 0 < int(port) < 65536):
+        raise UsageError(f"--ray {address}: an address is host:port (a port from 1 to 65535), or auto")
     try:
-        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=RAY_CONNECT_TIMEOUT):
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT):
             return
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,8 +156,8 @@ def _step(value: Any, where: str) -> float:
     """A record's ``step``: a finite number (not a boolean) of at most :data:`MAX_STEP`; one line naming
     ``where`` otherwise."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not (ok and math.isfinite(value) and abs(value) <= MAX_STEP):
-        raise UsageError(f'{where}: "step" must be a finite number of at most 2**53, got {value!r:.40}')
+    if not (ok and abs(value) <= MAX_STEP):  # (NaN compares false; an int of any size compares)
+        raise UsageError(f'{where}: "step" must be a finite number of at most {MAX_STEP:,}, got {value!r:.40}')
     return value
 
 
@@ -168,6 +167,8 @@ def _json(text: str, where: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{where}: not JSON ({exc.msg})") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise UsageError(f"{where}: not JSON that can be read ({str(exc).split(':')[0][:80]})") from None
     except RecursionError:
         raise UsageError(f"{where}: JSON nested too deeply to read") from None
 
@@ -237,7 +238,8 @@ def _state(path: Path) -> dict[str, Any]:
 
 def _global_step(path: Path) -> float:
     step = _state(path).get("global_step", 0)
-    return float(step) if isinstance(step, (int, float)) else 0.0
+    ok = isinstance(step, (int, float)) and not isinstance(step, bool) and abs(step) <= MAX_STEP
+    return float(step) if ok else 0.0
 
 
 def _log_history(path: Path) -> list[dict[str, Any]]:

@@ -35,7 +35,7 @@ TARGETS = textwrap.dedent(
     def none(rewards, G):
         return None
 
-    def token_sum(rewards, G, lengths):  # Dr. GRPO advantages, each answer's token losses summed, answers averaged
+    def token_sum_mean(rewards, G, lengths):  # Dr. GRPO advantages, each answer's token losses summed, answers averaged
         A = good(rewards, G)
         mask = (np.arange(8)[None, :] < lengths[:, None]).astype(float)
         return {"advantages": A, "coefficients": A[:, None] * mask / len(A), "mask": mask}
@@ -87,7 +87,7 @@ def test_the_cli_exits_1_on_a_target_returning_none_with_no_traceback(target_fil
 
 
 def test_a_function_in_a_file_can_be_audited_at_the_gradient_level(target_file, capsys):
-    argv = ["audit", f"{target_file}:token_sum", "--level", "gradient", "--expect", "dr_grpo", "--json"]
+    argv = ["audit", f"{target_file}:token_sum_mean", "--level", "gradient", "--expect", "dr_grpo", "--json"]
     assert main([*argv, "--max-examples", "20"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["level"] == "gradient" and out["verdict"] == "pass" and out["advantage"]["matches"] == "dr_grpo"

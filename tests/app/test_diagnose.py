@@ -107,7 +107,11 @@ def test_the_table_names_every_metric_with_its_last_value(tmp_path, capsys):
             [],
             "step 0: rewards and advantages must be lists of 2 numbers",
         ),
-        (lambda d: write_jsonl(d / "a.jsonl", group_records()), ["--eps", "1.5"], "--eps must be in (0, 1), got 1.5"),
+        (
+            lambda d: write_jsonl(d / "a.jsonl", group_records()),
+            ["--eps", "1.5"],
+            "--eps must be in [1e-06, 1), got 1.5",
+        ),
         (lambda d: write_jsonl(d / "a.jsonl", group_records()), ["--dial", "ppo"], "--dial: unknown preset 'ppo'"),
         (
             lambda d: write_jsonl(d / "a.jsonl", group_records()),

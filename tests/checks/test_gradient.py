@@ -453,3 +453,38 @@ def test_nan_advantages_of_silent_groups_are_the_advantage_audits_finding_and_th
 def test_a_variant_or_a_coefficient_expected_at_the_gradient_level_is_the_reports_expected(expect):
     report = audit(_target(MEAN, advantage=D.DR_GRPO), level="gradient", expect=expect, isolate=False, max_examples=10)
     assert report.expected == report.advantage.expected == expect
+
+
+def test_a_gradient_past_an_answers_end_fails_and_a_mask_that_leaves_out_a_silent_answer_does_not():
+    def leaky(rewards, G, lengths):  # the mask is right, the coefficients run one token past each answer
+        A = D.advantages(rewards, G, D.GRPO)
+        mask = (np.arange(T)[None, :] < lengths[:, None]).astype(float)
+        past = (np.arange(T)[None, :] < np.minimum(lengths + 1, T)[:, None]).astype(float)
+        return {"advantages": A, "coefficients": A[:, None] * past / len(A), "mask": mask}
+
+    def dapo_mask(rewards, G, lengths):  # silent groups' answers out of the mask (their Â = 0: no gradient lost)
+        A = D.advantages(rewards, G, D.GRPO)
+        live = np.repeat(np.ptp(rewards.reshape(-1, G), axis=1) > 0, G)
+        mask = (np.arange(T)[None, :] < lengths[:, None]) * live[:, None] * 1.0
+        return {"advantages": A, "coefficients": A[:, None] * mask / len(A), "mask": mask}
+
+    masked = [f for f in audit_gradient(leaky).findings if f.property == "masked_tokens"]
+    assert len(masked) == 1 and "tokens past the end of an answer get a gradient" in masked[0].message
+    assert not [f for f in audit_gradient(dapo_mask).findings if f.property == "masked_tokens"]
+
+
+def test_a_dapo_loss_that_averages_over_the_kept_prompts_has_no_update_scale_finding():
+    def kept_mean(rewards, G, lengths):  # each answer's token sum over the live answers' count
+        A = D.advantages(rewards, G, D.GRPO)
+        live = np.repeat(np.ptp(rewards.reshape(-1, G), axis=1) > 0, G)
+        mask = (np.arange(T)[None, :] < lengths[:, None]).astype(float)
+        return {"advantages": A, "coefficients": A[:, None] * mask / live.sum(), "mask": mask}
+
+    report = audit_gradient(kept_mean)
+    assert report.inferred.per_sample_weight == "constant" and report.verdict == "pass", report.format()
+
+
+def test_every_named_weight_law_says_what_a_mean_over_the_prompts_counts():
+    from grpo_identity.checks.gradient import LAWS, PER_PROMPT
+
+    assert set(PER_PROMPT) == set(LAWS)

@@ -98,7 +98,7 @@ def test_an_implementation_with_another_eps_is_the_variant_with_that_eps_a_devia
     )
     note = next(f for f in report.findings if f.property == "variant")
     assert report.verdict == "deviation" and note.severity == "deviation", report.format()
-    assert f"with ε = 1e-06 where the form adds {v.eps_of(form):.3g}" in note.message
+    assert f"with ε = 1e-06 where the form's is {v.eps_of(form):.3g}" in note.message
 
 
 @pytest.mark.parametrize(

@@ -173,12 +173,13 @@ def _releases_of(args: argparse.Namespace) -> list[str | None]:
     releases = [v.strip() for v in args.releases.split(",") if v.strip()]
     if not releases:
         raise UsageError(f"--releases takes A,B,C, got {args.releases!r}")
+    releases = list(dict.fromkeys(releases))
     if len(releases) > MAX_RELEASES:
         raise UsageError(
             f"--releases names {len(releases):,} releases, at most {MAX_RELEASES} (each builds an environment); "
             "a grid of more: grpo-identity matrix"
         )
-    return list(dict.fromkeys(releases))
+    return list(releases)
 
 
 def run(args: argparse.Namespace) -> int:

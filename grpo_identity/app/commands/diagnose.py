@@ -46,7 +46,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         type=float,
         default=0.1,
         metavar="EPS",
-        help="recommended G for fidelity >= 1 - EPS (per-group records; the cost table of a TRL log) (default 0.1)",
+        help="recommended G for fidelity >= 1 - EPS, EPS in [1e-6, 1) (per-group records; the cost table of a TRL "
+        "log) (default 0.1)",
     )
     p.add_argument("--json", action="store_true", help="print the series as JSON (the page is written too)")
 
@@ -70,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--dial: {exc}") from None
     if not args.logdir:
         raise UsageError("LOGDIR is empty: name a run's folder or a log file")
+    if args.out is not None and not args.out.strip():
+        raise UsageError("--out is empty: name the page to write (an .html file), or leave --out out")
     logdir = Path(args.logdir)
     if not logdir.exists():
         raise UsageError(f"LOGDIR {args.logdir} does not exist")
