@@ -221,6 +221,8 @@ def _answers(address: str) -> None:
     if address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    if address.startswith("ray://") and not host:  # a client address without a port: Ray's default port
+        return
     if not (host and port.isdigit() and 0 < int(port) < 65536):
         raise UsageError(f"--ray {address}: an address is host:port (a port from 1 to 65535), or auto")
     try:
