@@ -27,6 +27,7 @@ from grpo_identity import paper
 from grpo_identity._validate import check_eps, check_group_size, check_num_correct, check_probability
 
 __all__ = [
+    "NoGroupSize",
     "group_mean",
     "sigma",
     "advantage_values",
@@ -411,6 +412,18 @@ def group_size_exact(eps: float, p: float, *, G_max: int = 10**7) -> int:
     )
 
 
+class NoGroupSize(ValueError):
+    """No group size up to the bound reaches the target (:func:`smallest_group_size`): a ValueError of its own, so
+    that a caller can say which of its options set the target.
+
+    >>> try:
+    ...     smallest_group_size(lambda g: False, G_max=8, what="nothing")
+    ... except NoGroupSize as exc:
+    ...     print(exc)
+    no G <= 8 reaches nothing
+    """
+
+
 def smallest_group_size(ok: Callable[[int], bool], *, G_max: int, what: str) -> int:
     """The smallest G ≥ 2 with ``ok(G)``, for a test that stays true once true (fidelity grows
     with G, T14): doubling to bracket it, then bisection.  ``what`` names the target in the error.
@@ -424,7 +437,7 @@ def smallest_group_size(ok: Callable[[int], bool], *, G_max: int, what: str) -> 
     while not ok(hi):
         lo, hi = hi, hi * 2
         if hi > G_max:
-            raise ValueError(f"no G <= {G_max} reaches {what}")
+            raise NoGroupSize(f"no G <= {G_max} reaches {what}")
     while hi - lo > 1:  # invariant: not ok(lo), ok(hi)
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)

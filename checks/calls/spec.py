@@ -133,6 +133,8 @@ def resolve(
     elif not callable(target):
         raise OptionError("target", f"must be a function, a spec string or a framework, got {type(target).__name__}")
     spec = FunctionSpec(target, kind, level or "advantage")
+    if spec.builtin and call is not None:  # the project's own preset: called as it is written, by its signature
+        raise OptionError("call", f"applies to your functions (FILE.py:FUNCTION, MODULE:FUNCTION), not to {name!r}")
     if spec.level == "gradient" and (kind != "advantage" or spec.builtin):
         what = "a filter" if kind != "advantage" else f"the preset {name!r}"
         raise OptionError("level", f"gradient: {what} has no loss; audit it at the advantage level")

@@ -171,8 +171,10 @@ def _number(v: Any, where: str, column: str) -> float:
         raise ValueError(f"{where}: {column} must be numeric, got {v!r}")
     try:
         f = float(v)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"{where}: {column} must be a number a float holds, got {str(v)[:40]!r}") from None
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {column} must be numeric, got {str(v)[:40]!r}") from None
+    except OverflowError:  # an integer of hundreds of digits
+        raise ValueError(f"{where}: {column} is too large for a float, got {str(v)[:40]!r}…") from None
     if math.isnan(f):
         raise ValueError(f"{where}: {column} is NaN")
     return f

@@ -161,6 +161,17 @@ def _step(value: Any, where: str) -> float:
     return value
 
 
+#: the largest group size a log may give (``identity/group_size``): the CLI's own bound on ``--G``
+MAX_GROUP_SIZE = 1_000_000
+#: the largest metric value drawn (a float64 of any size is drawn; an integer of more digits is not a metric)
+MAX_METRIC = 1e300
+
+
+def _is_number(v: Any) -> bool:
+    """A logged value that is a finite number a float holds (a JSON integer may have any number of digits)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= MAX_METRIC
+
+
 def _json(text: str, where: str) -> Any:
     """``text`` parsed as JSON; one line naming ``where`` for text that is not, or is nested too deeply."""
     try:
@@ -277,7 +288,7 @@ def _group_size(by_step: dict[float, dict[str, Any]], group_size: int | None) ->
     if group_size is not None:
         return int(group_size), "--G"
     logged = [m[PREFIX + "group_size"] for _, m in sorted(by_step.items()) if PREFIX + "group_size" in m]
-    if logged and isinstance(logged[-1], (int, float)) and logged[-1] >= 2:
+    if logged and _is_number(logged[-1]) and 2 <= logged[-1] <= MAX_GROUP_SIZE:
         return int(logged[-1]), "identity/group_size logged by the callback"
     return None, ""
 
@@ -319,7 +330,7 @@ def read_run(
     series: Series = defaultdict(list)
     for step in sorted(by_step):
         for k, v in by_step[step].items():
-            if isinstance(v, (int, float)) and np.isfinite(v):
+            if _is_number(v):
                 series[k[len(PREFIX) :]].append((float(step), float(v)))
     comparison, notes = None, []
     if state is not None and trl_logs.logged_steps(history):

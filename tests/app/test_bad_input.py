@@ -33,6 +33,8 @@ CASES = [
     (["closed-forms", "--p", "2"], "--p: must be a finite number in [0, 1], got 2"),
     (["closed-forms", "--p", "-0.1"], "--p"),
     (["closed-forms", "--table", "nope"], "invalid choice"),
+    (["closed-forms", "--p", "1e-6"], "--p 1e-06: no G <= 10000000 reaches fidelity 0.99 at p=1e-06 (a --p further"),
+    (["closed-forms", "--p", "1e-320"], "(a --p further from 0 and 1)"),
     # train bernoulli: options named as typed, sizes over the memory budget, files
     (["train", "bernoulli", "--M", "-3"], "--M must be an integer >= 4, got -3"),
     (["train", "bernoulli", "--num-prompts", "2"], "--num-prompts must be"),
@@ -95,7 +97,7 @@ CASES = [
     (["realdata", "{bad}"], "error:"),
     (["realdata", ""], "the solve-rate file's path is empty"),
     (["realdata", "{tmp}/overflow.csv"], "overflow.csv: the count column sums to inf, more than 1e+15 problems"),
-    (["realdata", "{tmp}/bigint.jsonl"], "bigint.jsonl line 1: llama8b_solve_rate must be a number a float holds"),
+    (["realdata", "{tmp}/bigint.jsonl"], "bigint.jsonl line 1: llama8b_solve_rate is too large for a float"),
     (["realdata", "{tmp}/digits.jsonl"], "digits.jsonl line 1 is not JSON that can be read (Exceeds the limit"),
     (["realdata", "{tmp}/deep.jsonl"], "deep.jsonl line 1 is not JSON that can be read (nested too deeply)"),
     (
@@ -130,6 +132,7 @@ CASES = [
     (["audit", "grpo", "--timeout", "nan"], "--timeout"),
     (["audit", "grpo", "--expect", "nope"], "nope"),
     (["audit", "grpo", "--kind", "nope"], "invalid choice"),
+    (["audit", "grpo", "--call", "fn(R)"], "--call applies to your functions (FILE.py:FUNCTION, MODULE:FUNCTION)"),
     (["verify", "--max-examples", "0"], "--max-examples"),
     (["verify", "--dapo-curve", "{tmp}/absent.csv"], "--dapo-curve"),
     (["verify", "--solve-rates", "{tmp}/absent.csv"], "--solve-rates"),
@@ -168,6 +171,9 @@ CASES = [
     (["render", "--out", "{file}"], "is a file, not a folder"),
     (["render", "--notebooks", "{tmp}/absent"], "--notebooks"),
     (["render", "--notebooks", "{dir}"], "no notebook sources"),
+    (["render", "--notebooks", ""], "--notebooks is empty"),
+    (["verify", "--solve-rates", "{bad}"], "--solve-rates: bad.csv line 2: llama8b_solve_rate must be numeric"),
+    (["verify", "--dapo-curve", "{tmp}/ones.csv"], "--dapo-curve: the plateau 1 must lie between"),
 ]
 
 
@@ -185,6 +191,7 @@ def paths(tmp_path):
     with open(tmp_path / "huge.csv", "wb") as fh:  # sparse: no disk
         fh.truncate(512 * 2**20 + 1)
     (tmp_path / "steps.csv").write_text("step,allcorrect_fraction\n-1e308,0\n1e307,0.1\n2e307,0.2\n3e307,0.3\n")
+    (tmp_path / "ones.csv").write_text("step,allcorrect_fraction\n" + "".join(f"{i},1.0\n" for i in range(1, 13)))
     (tmp_path / "grid.yaml").write_text("audits:\n  - target: grpo\n")
     (tmp_path / "big.yaml").write_text("audits:\n  - target: grpo\n    options: {max-examples: 99999999}\n")
     (tmp_path / "log").mkdir()

@@ -201,7 +201,7 @@ def test_dapo_fit_on_a_missing_curve_exits_2(tmp_path, capsys):
     ("command", "sizes", "options"),
     [
         ("train bernoulli", ["--G", "1000000000"], "--M or --G"),
-        ("train bernoulli", ["--steps", "100000000"], "--steps"),
+        ("train bernoulli", ["--M", "3000000", "--G", "64"], "--M or --G"),
         ("train lm", ["--G", "1000000000"], "--G"),
         ("train lm", ["--n-embd", "65536", "--n-head", "1"], "--n-embd"),
     ],

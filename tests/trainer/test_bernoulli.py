@@ -197,7 +197,7 @@ def test_the_initial_mass_counts_every_draw_however_it_is_batched(monkeypatch):
 
 
 def test_mass_draws_below_one_are_rejected():
-    with pytest.raises(ValueError, match="mass_draws must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="mass_draws must be an integer from 1 to 100,000, got 0"):
         BernoulliConfig(mass_draws=0)
 
 

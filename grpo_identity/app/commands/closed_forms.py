@@ -48,7 +48,16 @@ def run(args: argparse.Namespace) -> int:
     if args.table == "group-size":
         _group_size_table(args.json)
         return 0
-    s = C.summary(args.G, args.p)
+    import warnings
+
+    from grpo_identity.foundation import UsageError
+
+    try:
+        with warnings.catch_warnings():  # a p near 0 overflows on the way to a refusal: said once, below
+            warnings.simplefilter("ignore", RuntimeWarning)
+            s = C.summary(args.G, args.p)
+    except C.NoGroupSize as exc:
+        raise UsageError(f"--p {args.p:g}: {exc} (a --p further from 0 and 1)") from None
     if args.json:
         emit_json(s)
         return 0

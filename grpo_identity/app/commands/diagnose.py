@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from grpo_identity.app.options import typed_option
+    from grpo_identity.closed_forms import NoGroupSize
     from grpo_identity.dial import preset
     from grpo_identity.foundation import UsageError, emit_json, format_table
     from grpo_identity.integrations.diagnose import figures, read_run, write_page
@@ -90,9 +91,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(str(out.parent), flag="--out")  # before reading the logs: the page's folder must be writable
     try:
         run_ = read_run(logdir, dial=dial, eps=args.eps, group_size=args.group_size)
-    except ValueError as exc:
-        if not str(exc).startswith("no G <="):
-            raise
+    except NoGroupSize as exc:
         raise UsageError(f"--eps {args.eps:g}: {exc} (a larger --eps)") from None
     series = run_.series
     write_page(series, out, title=f"grpo-identity diagnose {logdir.name}", run=run_)

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     from grpo_identity.app import grid as G
     from grpo_identity.app import matrix as M
+    from grpo_identity.app.report import check_out_dir
     from grpo_identity.app.table import render, render_html
     from grpo_identity.foundation import check_writable, dumps, write_text_atomic
     from grpo_identity.provenance import command_line, record
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out} is not a folder: name a new folder or one of yours")
     for name in (M.ROWS, M.TABLE, M.PAGE, M.META):
         check_writable(out / name, "--out")
+    check_out_dir(out, "--out")  # a file can be made there (a read-only mount refuses one whatever the modes say)
     outcome, workers = _outcome(args, grid, out)
     rows = [outcome.rows[a.key] for a in grid.audits if a.key in outcome.rows]
     missing = [a for a in grid.audits if a.key not in outcome.rows]

@@ -29,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
 
     from grpo_identity.app.report import check_out_dir, emit_json, format_table
 
+    if args.notebooks is not None and not args.notebooks.strip():
+        raise ValueError("--notebooks is empty: name the folder of the notebook sources, or leave it out")
     check_out_dir(args.out)  # before the notebooks run
     from grpo_identity.app.render import render
 

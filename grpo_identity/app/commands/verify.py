@@ -44,13 +44,21 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(exc.worded({"max_examples": "--max-examples"})) from None
     if args.dapo_curve is not None and not Path(args.dapo_curve).is_file():
         raise ValueError(f"--dapo-curve: no such file: {args.dapo_curve}")  # only the default may be missing (skipped)
-    if args.dapo_curve is not None:  # read before any work: a malformed curve is a usage error, not a late failure
-        from grpo_identity.analysis.dapo_fit import read_curve
+    if args.dapo_curve is not None:  # fitted before any work: a curve no model fits is a usage error, not a late one
+        from grpo_identity.analysis.dapo_fit import fit
 
         try:
-            read_curve(args.dapo_curve)
+            fit(args.dapo_curve, n_bootstrap=0)
         except (OSError, ValueError) as exc:
             raise ValueError(f"--dapo-curve: {exc}") from None
+    spec = (args.solve_rates or "").strip()
+    if args.solve_rates is not None and (not spec or not spec.startswith("hf:") and spec != "bigmath"):
+        from grpo_identity.analysis.solve_rates import load_solve_rates
+
+        try:  # a file read before any work (an hf: dataset is fetched by the run)
+            load_solve_rates(args.solve_rates)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--solve-rates: {exc}") from None
     result = verify(
         args.out,
         solve_rates=args.solve_rates,
