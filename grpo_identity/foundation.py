@@ -22,7 +22,7 @@ import json
 import math
 import os
 import sys
-from typing import Any, Iterable, Mapping, Sequence, TextIO
+from typing import Any, Callable, Iterable, Mapping, Sequence, TextIO
 
 __all__ = [
     "EXIT_OK",
@@ -43,6 +43,7 @@ __all__ = [
     "check_writable",
     "emit_json",
     "format_table",
+    "minimise_scalar",
 ]
 
 #: exit codes of every command: 0 success, 1 a check failed, 2 bad input (usage)
@@ -315,3 +316,40 @@ def _umask() -> int:
 
 
 _UMASK = _umask()
+
+
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def minimise_scalar(
+    f: Callable[[float], float], lo: float, hi: float, *, grid: int = 41, log: bool = False, tol: float = 1e-9
+) -> tuple[float, float]:
+    """Bounded 1-D minimiser: the best of ``grid`` points (log-spaced if ``log``), then a
+    golden-section search between its neighbours.  Returns (x, f(x)); a NaN value never wins.
+
+    >>> x, fx = minimise_scalar(lambda t: (t - 2.0) ** 2, 0.1, 10.0)
+    >>> round(x, 6), fx < 1e-12
+    (2.0, True)
+    """
+    if not (lo < hi) or (log and lo <= 0):
+        raise ValueError(f"need 0 < lo < hi (log) or lo < hi, got {lo!r}, {hi!r}")
+    to = math.exp if log else (lambda u: u)
+    a0, b0 = (math.log(lo), math.log(hi)) if log else (lo, hi)
+    us = [a0 + (b0 - a0) * j / (grid - 1) for j in range(grid)]
+    vals = [f(to(u)) for u in us]
+    i = min(range(grid), key=lambda j: math.inf if math.isnan(vals[j]) else vals[j])
+    a, b = us[max(i - 1, 0)], us[min(i + 1, grid - 1)]
+    c, d = b - _GOLDEN * (b - a), a + _GOLDEN * (b - a)
+    fc, fd = f(to(c)), f(to(d))
+    while abs(b - a) > tol * (1.0 + abs(a) + abs(b)):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - _GOLDEN * (b - a)
+            fc = f(to(c))
+        else:
+            a, c, fc = c, d, fd
+            d = a + _GOLDEN * (b - a)
+            fd = f(to(d))
+    found = [(v, w) for v, w in ((vals[i], us[i]), (fc, c), (fd, d)) if not math.isnan(v)]
+    fx, u = min(found) if found else (vals[i], us[i])
+    return to(u), float(fx)

@@ -25,6 +25,7 @@ that chose another ε is the variant with that ε (as a preset with another ε i
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -34,6 +35,7 @@ from grpo_identity import dial as D
 from grpo_identity.checks.calls.target import TargetError, TargetMalformed
 from grpo_identity.checks.measure.infer import fit_tolerance, infer_dial
 from grpo_identity.checks.measure.properties import PropertyViolation, call_target
+from grpo_identity.foundation import minimise_scalar
 from grpo_identity.variants import VARIANTS, Variant
 
 __all__ = ["RECOGNITION_GROUP_SIZES", "Recognition", "recognition_batch", "recognise"]
@@ -209,22 +211,10 @@ def _relative(diff: np.ndarray, out: np.ndarray) -> float:
 
 def _fit_eps(worst: Callable[[float], float]) -> float:
     """The ε of 0 and :data:`EPS_RANGE` with the smallest ``worst(ε)``: a grid of quarter decades, then a
-    golden-section search (in log ε) between the best point's neighbours."""
-    lo, hi = np.log10(EPS_RANGE)
-    grid = [0.0, *np.logspace(lo, hi, int(round((hi - lo) * 4)) + 1)]
-    values = [worst(e) for e in grid]
-    best = int(np.argmin(values))
-    if best == 0:
-        return 0.0
-    a, b = np.log10(grid[max(best - 1, 1)]), np.log10(grid[min(best + 1, len(grid) - 1)])
-    ratio = (np.sqrt(5) - 1) / 2
-    for _ in range(40):
-        c, d = b - ratio * (b - a), a + ratio * (b - a)
-        if worst(10**c) <= worst(10**d):
-            b = d
-        else:
-            a = c
-    return float(10 ** ((a + b) / 2))
+    golden-section search in log ε (:func:`~grpo_identity.foundation.minimise_scalar`)."""
+    lo, hi = EPS_RANGE
+    eps, value = minimise_scalar(worst, lo, hi, grid=int(round(math.log10(hi / lo) * 4)) + 1, log=True, tol=1e-6)
+    return 0.0 if worst(0.0) <= value else eps
 
 
 @functools.cache

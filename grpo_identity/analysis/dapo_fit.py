@@ -33,7 +33,7 @@ import csv
 import math
 import textwrap
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +41,7 @@ import numpy.typing as npt
 from grpo_identity import paper
 from grpo_identity.analysis.solve_rates import SolveRates, resolve
 from grpo_identity.analysis.stats import r_squared
+from grpo_identity.foundation import minimise_scalar
 
 __all__ = [
     "AVG_AT",
@@ -66,7 +67,6 @@ PLATEAU_POINTS = 8
 MAX_BOOTSTRAP = 10_000
 
 FloatArray = npt.NDArray[np.float64]
-_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 #: the largest curve file read (a digitised figure is a few kB)
@@ -125,35 +125,6 @@ def _numeric_pair(row: list[str]) -> tuple[float, float] | None:
         return float(row[0]), float(row[1])
     except (ValueError, IndexError):
         return None
-
-
-def minimise_scalar(
-    f: Callable[[float], float], lo: float, hi: float, *, grid: int = 41, log: bool = False, tol: float = 1e-9
-) -> tuple[float, float]:
-    """Bounded 1-D minimiser: the best of ``grid`` points (log-spaced if ``log``), then a
-    golden-section search between its neighbours.  Returns (x, f(x))."""
-    if not (lo < hi) or (log and lo <= 0):
-        raise ValueError(f"need 0 < lo < hi (log) or lo < hi, got {lo!r}, {hi!r}")
-    to = (lambda u: math.exp(u)) if log else (lambda u: u)
-    a0, b0 = (math.log(lo), math.log(hi)) if log else (lo, hi)
-    us = np.linspace(a0, b0, grid)
-    vals = [f(to(float(u))) for u in us]
-    i = int(np.nanargmin(vals))
-    a, b = float(us[max(i - 1, 0)]), float(us[min(i + 1, grid - 1)])
-    c, d = b - _GOLDEN * (b - a), a + _GOLDEN * (b - a)
-    fc, fd = f(to(c)), f(to(d))
-    while abs(b - a) > tol * (1.0 + abs(a) + abs(b)):
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - _GOLDEN * (b - a)
-            fc = f(to(c))
-        else:
-            a, c, fc = c, d, fd
-            d = a + _GOLDEN * (b - a)
-            fd = f(to(d))
-    best = [(vals[i], float(us[i])), (fc, c), (fd, d)]
-    fx, u = min(best)
-    return to(u), float(fx)
 
 
 def all_correct_mass(
