@@ -25,6 +25,7 @@ one :class:`~grpo_identity.checks.report.Report`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import sys
 import time
@@ -423,6 +424,7 @@ def _search(
     from tqdm import tqdm
 
     n_each = max(1, math.ceil(options.max_examples / len(props)))
+    ctx = dataclasses.replace(ctx, earlier=memo.earlier)
     findings: list[Finding] = []
     examples, ran = 0, []
     bar = tqdm(props, desc=f"audit {name}", unit="property", disable=not options.progress, leave=False)

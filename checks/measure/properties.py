@@ -163,6 +163,9 @@ class Context:
     for targets that take group ids; ``None`` otherwise."""
     ragged: bool = False
     """The target takes group ids and no group size: groups of different sizes can be passed."""
+    earlier: Callable[[np.ndarray, int], np.ndarray | None] | None = None
+    """The target's first answer to an input, given before the property now running asked it (the search's
+    memory), or ``None`` where none is remembered; unset: nothing is."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -555,20 +558,27 @@ def permutation_equivariant(target: Fn, batch: Any, ctx: Context, rng: np.random
 
 
 def stateless(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:
-    """The same input gives the same output on the next call and after another call (no running stats, no
-    answer that flips from call to call)."""
+    """The same input gives the same output on the next call and after other calls (no running stats, no
+    answer that flips from call to call).  The answer from before other calls is the target's first answer to the
+    input where the search remembers one (:attr:`Context.earlier`: another property asked it, every call since came
+    between); otherwise a call of other rewards is made between two calls here."""
     r, G = batch.contiguous(), batch.group_size
+    before = ctx.earlier(r, G) if ctx.earlier is not None else None
     A1 = call_target(target, r, G, "stateless")
-    again = call_target(target, r, G, "stateless")
-    call_target(target, np.where(rng.random(r.size) < 0.5, 0.0, 1.0) * 3.0 - 1.0, G, "stateless")
-    later = call_target(target, r, G, "stateless")
-    for A2, when in ((again, "on the next call"), (later, "after another call")):
-        if not ctx.tol.close(A1, A2, float(np.abs(A1).max())):
-            i = int(np.argmax(np.abs(A1 - A2)))
+    pairs = [(A1, call_target(target, r, G, "stateless"), "on the next call")]
+    if before is not None:
+        pairs.append((advantage_vector(before, r, G, "stateless"), A1, "after other calls"))
+    else:
+        call_target(target, np.where(rng.random(r.size) < 0.5, 0.0, 1.0) * 3.0 - 1.0, G, "stateless")
+        pairs.append((A1, call_target(target, r, G, "stateless"), "after another call"))
+    for first, then, when in pairs:
+        if not ctx.tol.close(first, then, float(np.abs(first).max())):
+            i = int(np.argmax(np.abs(first - then)))
             raise PropertyViolation(
                 "stateless",
-                f"the same rewards gave {A1[i]:.6g} then {A2[i]:.6g} at row {i} (G={G}) {when}: the target keeps state",
-                _example(r, G, A1, i // G),
+                f"the same rewards gave {first[i]:.6g} then {then[i]:.6g} at row {i} (G={G}) {when}: the target "
+                "keeps state",
+                _example(r, G, first, i // G),
             )
 
 

@@ -177,6 +177,13 @@ class AnswerMemo(View):
                 self._numbers += size
         return out
 
+    def earlier(self, rewards: np.ndarray, group_size: int, *extra: Any) -> np.ndarray | None:
+        """A copy of the target's first answer to this input (byte for byte), served or not; None where none is
+        remembered."""
+        key = _input_key(rewards, group_size, extra)
+        answer = self._answers.get(key) if key is not None else None
+        return None if answer is None else answer.copy()
+
     @contextlib.contextmanager
     def serve(self, on: bool) -> Iterator[None]:
         """Answers from memory (``on``) for the calls inside the block; as before after it."""

@@ -5,6 +5,8 @@ branches hypothesis seldom draws (a batch-wide std, integer filters, a group aft
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -84,6 +86,38 @@ def test_a_stateful_target_breaks_statelessness():
 
     with pytest.raises(P.PropertyViolation, match="keeps state"):
         P.stateless(fn, batch([1, 0, 0, 1], 2), CTX64, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("scale, ok", [(1.0, True), (2.0, False)])
+def test_stateless_compares_the_first_answer_the_search_remembers_with_two_calls_of_its_own(scale, ok):
+    calls = []
+
+    def fn(r, G):
+        calls.append(r.copy())
+        return dial_fn(D.GRPO)(r, G)
+
+    b = batch([1, 0, 0, 1, 1, 1], 2)
+    remembered = dial_fn(D.GRPO)(b.contiguous(), 2) * scale  # the target's first answer, before other calls
+    ctx = dataclasses.replace(CTX64, earlier=lambda r, G: remembered)
+    if ok:
+        P.stateless(fn, b, ctx, np.random.default_rng(0))
+    else:
+        with pytest.raises(P.PropertyViolation, match="after other calls: the target keeps state"):
+            P.stateless(fn, b, ctx, np.random.default_rng(0))
+    assert [list(r) for r in calls] == [list(b.contiguous())] * 2  # the same input twice, no other call between
+
+
+def test_stateless_without_a_remembered_answer_calls_other_rewards_between_two_of_the_same():
+    calls = []
+
+    def fn(r, G):
+        calls.append(r.copy())
+        return dial_fn(D.GRPO)(r, G) * (1.0 if len(calls) < 3 else 0.5)  # changed by the third call
+
+    b = batch([1, 0, 0, 1, 1, 1], 2)
+    with pytest.raises(P.PropertyViolation, match="after another call: the target keeps state"):
+        P.stateless(fn, b, CTX64, np.random.default_rng(0))
+    assert len(calls) == 4 and not np.array_equal(calls[2], b.contiguous())
 
 
 def test_the_identity_property_checks_g_against_the_score_gap_in_any_dimension():

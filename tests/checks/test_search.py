@@ -238,6 +238,19 @@ def test_what_the_memo_holds_is_bounded_and_past_the_bound_every_call_reaches_th
     assert target.calls == 4  # of six calls: the third input was answered but not remembered
 
 
+def test_the_memo_tells_the_first_answer_to_an_input_whether_or_not_it_serves():
+    answers = iter([np.array([1.0, -1.0]), np.array([2.0, -2.0])])
+    memo = AnswerMemo(lambda r, G: next(answers))
+    r = np.array([1.0, 0.0])
+    assert memo.earlier(r, 2) is None
+    memo(r, 2)
+    memo(r, 2)  # not serving: the target answers again, and differently
+    first = memo.earlier(r, 2)
+    assert first.tolist() == [1.0, -1.0] and memo.earlier(np.array([0.0, 1.0]), 2) is None
+    first[0] = 9.0  # a copy: the memory is not changed through it
+    assert memo.earlier(r, 2).tolist() == [1.0, -1.0]
+
+
 def test_an_answer_that_flips_from_call_to_call_is_found_out_by_stateless():
     calls = [0]
 
