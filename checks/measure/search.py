@@ -154,9 +154,10 @@ class AnswerMemo(View):
     run with :attr:`serving` off, and see a target that keeps state, hands out one buffer or changes its input as
     before.  What the memo costs: a target whose answers change only after many calls, or flip back and forth, is
     called fewer times with the same input, and a non-deterministic target's findings lose their "flaky" remark
-    (hypothesis replays them from memory); ``stateless`` still calls such a target twice in a row and around
-    another call.  Every call that reaches the target is remembered, its first answer kept (up to
-    :data:`_MEMO_NUMBERS` numbers); a call that raises is not."""
+    (hypothesis replays them from memory); ``stateless`` still calls such a target twice in a row, and compares
+    the first answer with the one remembered from before the calls between (:meth:`earlier`).  Every call that
+    reaches the target is remembered, its first answer kept (up to :data:`_MEMO_NUMBERS` numbers); a call that
+    raises is not."""
 
     def __init__(self, target: Any) -> None:
         super().__init__(target)
