@@ -62,6 +62,7 @@ __all__ = [
     "env_root",
     "install_commands",
     "list_envs",
+    "listed",
     "no_deps",
     "package_map",
     "prune",
@@ -249,20 +250,69 @@ def _fetch_upload_time(framework: str, release: str, timeout: float) -> str | No
     return times[0] if times else None
 
 
-def _release_files(framework: str, release: str, timeout: float) -> list[dict[str, Any]]:
-    """The index's entries (PEP 691/700) for the files of ``framework==release``; none when it cannot be read."""
+def _index_files(framework: str, timeout: float) -> list[dict[str, Any]] | None:
+    """The index's entries (PEP 691/700) for every file of ``framework``; None where it cannot be read (offline,
+    no such project, an index without the JSON API)."""
     import urllib.request
 
-    url = f"{os.environ.get('GRPO_IDENTITY_SIMPLE_INDEX', SIMPLE_INDEX).rstrip('/')}/{framework}/"
+    url = f"{_index_url()}/{framework}/"
     request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             files = json.load(response).get("files", [])
-    except Exception:  # offline, no such project, an index without the JSON API
-        return []
+    except Exception:
+        return None
+    return [f for f in files if isinstance(f, dict)] if isinstance(files, list) else None
+
+
+def _index_url() -> str:
+    return os.environ.get("GRPO_IDENTITY_SIMPLE_INDEX", SIMPLE_INDEX).rstrip("/")
+
+
+def _file_pattern(framework: str, release: str) -> re.Pattern[str]:
+    """A release's file names: ``release`` a regular expression (``[^-]+`` for any release, its one group)."""
     name = "[-_.]".join(re.escape(part) for part in re.split(r"[-_.]+", framework))  # ms-swift: ms_swift-4.6.0-…whl
-    pattern = re.compile(rf"^{name}-{re.escape(release)}(\.tar\.gz|\.zip|-.+\.whl)$", re.I)
-    return [f for f in files if isinstance(f, dict) and pattern.match(str(f.get("filename", "")))]
+    return re.compile(rf"^{name}-({release})(\.tar\.gz|\.zip|-.+\.whl)$", re.I)
+
+
+def _release_files(framework: str, release: str, timeout: float) -> list[dict[str, Any]]:
+    """The index's entries for the files of ``framework==release``; none when it cannot be read."""
+    pattern = _file_pattern(framework, re.escape(release))
+    return [f for f in _index_files(framework, timeout) or [] if pattern.match(str(f.get("filename", "")))]
+
+
+def listed(framework: str, release: str, *, timeout: float = 15.0) -> str:
+    """The index's spelling of ``release`` (``1.16`` → ``1.16.0``: one environment per release, made as of its
+    upload), or ``release`` itself where the index cannot be read (or ``packaging`` is not installed to compare
+    spellings).  Raises :class:`~grpo_identity.checks.frameworks.AdapterError` where the index lists no file of it,
+    naming the newest releases it does list, before an environment is begun."""
+    from grpo_identity.checks.frameworks import AdapterError
+
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return release
+    pattern = _file_pattern(framework, "[^-]+?")
+    spelt = {m.group(1) for f in _index_files(framework, timeout) or [] if (m := pattern.match(str(f.get("filename"))))}
+    if not spelt or release in spelt:
+        return release
+    order: list[tuple[Version, str]] = []
+    for s in spelt:
+        with contextlib.suppress(InvalidVersion):
+            order.append((Version(s), s))
+    order.sort()
+    if not order:  # no file name of the index spells a version: nothing to tell
+        return release
+    with contextlib.suppress(InvalidVersion):
+        wanted = Version(release)
+        for v, s in order:
+            if v == wanted:
+                return s
+    newest = ", ".join(s for _, s in reversed(order[-3:]))
+    raise AdapterError(
+        f"{framework} {release} is not on the index ({_index_url()}): its newest releases are {newest}; "
+        "set --release to one of its releases"
+    )
 
 
 def python_mismatch(framework: str, release: str, *, timeout: float = 15.0) -> str | None:
@@ -475,6 +525,9 @@ def ensure(framework: str, release: str, *, log: Any = None) -> ReleaseEnv:
     uv = _uv()
     uploaded = upload_time(framework, release)  # also without uv: an environment made with it is reused
     env = env_dir(framework, release, uploaded)
+    if uploaded is None and _ready(env) is None and (spelt := listed(framework, release)) != release:
+        release, uploaded = spelt, upload_time(framework, spelt)  # to be built: the index's spelling of it
+        env = env_dir(framework, release, uploaded)
     python = _python_of(env)
     with _locked(env):
         record = _ready(env)

@@ -158,6 +158,52 @@ def test_the_upload_time_is_the_releases_first_file_read_from_the_indexs_json_ap
     assert R.upload_time("trl", "6.6.6") is None
 
 
+_LISTED = [
+    {"filename": "trl-1.16.0-py3-none-any.whl", "upload-time": "2026-10-01T10:00:00Z"},
+    {"filename": "trl-1.9.0.tar.gz", "upload-time": "2026-03-01T10:00:00Z"},
+    {"filename": "trl-1.15.0-py3-none-any.whl", "upload-time": "2026-09-01T10:00:00Z"},
+    {"filename": "trl-0.22.0-py3-none-any.whl", "upload-time": "2025-08-29T20:20:02Z"},
+    {"filename": "trl-latest.tar.gz"},  # no version: ignored
+]
+
+
+def test_a_release_the_index_does_not_list_is_refused_in_one_line_before_anything_is_made(monkeypatch, tmp_path):
+    with _index(monkeypatch, tmp_path, _LISTED), pytest.raises(AdapterError) as exc:
+        R.ensure("trl", "99.1.0")
+    index = os.environ.get("GRPO_IDENTITY_SIMPLE_INDEX")
+    assert str(exc.value) == (
+        f"trl 99.1.0 is not on the index ({index}): its newest releases are 1.16.0, 1.15.0, 1.9.0; set --release to "
+        "one of its releases"
+    )
+    assert list(tmp_path.iterdir()) == []  # no folder, no lock, nothing cached
+
+
+def test_a_release_spelt_otherwise_is_built_once_as_the_indexs_release(monkeypatch, tmp_path):
+    built = []
+
+    def build(env, fw, rel, uploaded, uv):
+        built.append((env.name, rel, uploaded))
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+        record = {"framework": fw, "release": rel, "method": "test"}
+        (env / "environment.json").write_text(json.dumps(record))
+        return record
+
+    monkeypatch.setattr(R, "_build", build)
+    with _index(monkeypatch, tmp_path, _LISTED), open(os.devnull, "w") as quiet:
+        assert [R.listed("trl", r) for r in ("1.16", "1.16.0", "1.15.0.0", "v1.9")] == [
+            "1.16.0",
+            "1.16.0",
+            "1.15.0",
+            "1.9.0",
+        ]
+        first, again = R.ensure("trl", "1.16", log=quiet), R.ensure("trl", "1.16.0", log=quiet)
+    env = R.env_dir("trl", "1.16.0", "2026-10-01T10:00:00Z")
+    assert built == [(env.name, "1.16.0", "2026-10-01T10:00:00Z")]  # made as of the release's day, once
+    assert first.release == again.release == "1.16.0" and first.python == again.python
+    monkeypatch.setenv("GRPO_IDENTITY_SIMPLE_INDEX", "http://127.0.0.1:9/nothing")  # offline: as the user spelt it
+    assert R.listed("trl", "1.16") == "1.16"
+
+
 def test_a_release_for_another_python_is_named_with_the_python_it_needs(monkeypatch, tmp_path):
     pytest.importorskip("packaging")
     here = ".".join(map(str, sys.version_info[:3]))
@@ -200,8 +246,9 @@ def test_the_linked_subpackages_are_pyprojects_package_dir():
 
 
 def _bare_release_env(tmp_path, monkeypatch, uploaded=None):
-    """A cached 'release' environment without pip or any package (a bare venv), recorded as built."""
+    """A cached 'release' environment without pip or any package (a bare venv), recorded as built; no index."""
     monkeypatch.setenv("GRPO_IDENTITY_ENVS", str(tmp_path))
+    monkeypatch.setenv("GRPO_IDENTITY_SIMPLE_INDEX", "http://127.0.0.1:9/nothing")  # nothing listens there
     monkeypatch.setattr(R, "upload_time", lambda fw, rel: uploaded)
     env = R.env_dir("trl", "9.9.9", uploaded)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
@@ -257,6 +304,7 @@ def test_a_release_whose_build_fails_leaves_neither_its_folder_nor_its_lock(tmp_
         raise AdapterError(f"{framework}=={release} cannot be installed here")
 
     monkeypatch.setenv("GRPO_IDENTITY_ENVS", str(tmp_path))
+    monkeypatch.setenv("GRPO_IDENTITY_SIMPLE_INDEX", "http://127.0.0.1:9/nothing")  # offline: the build is tried
     monkeypatch.setattr(R, "upload_time", lambda fw, rel: None)
     monkeypatch.setattr(R, "_build", failing_build)
     with open(os.devnull, "w") as quiet, pytest.raises(AdapterError, match="trl==99.0 cannot be installed"):
