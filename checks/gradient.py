@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, cast
+from typing import Any, Callable, NamedTuple, cast
 
 import numpy as np
 
@@ -108,22 +108,31 @@ def _group_tokens(L: np.ndarray, G: int) -> np.ndarray:
     return np.repeat(L.reshape(-1, G).sum(1), G)
 
 
-#: each named per-sample weight law: the denominator of every answer's weight, from the answers' lengths L (groups
-#: of G rows), and what its fit says; :func:`_law` tries them in this order
-LAWS: dict[str, tuple[Callable[[np.ndarray, int], np.ndarray], str]] = {
-    "constant": (lambda L, G: np.ones_like(L), "uᵢ = {:.6g} for every answer, whatever the lengths"),
-    "1/step_tokens": (lambda L, G: np.full_like(L, L.sum()), "uᵢ·(tokens in the batch) = {:.6g} in both batches"),
-    "1/length": (lambda L, G: L, "uᵢ·|yᵢ| = {:.6g} for every answer"),
-    "1/group_tokens": (_group_tokens, "uᵢ·(tokens of its group) = {:.6g} for every answer"),
-}
-#: what each law's value (uᵢ times its denominator) is multiplied by to give the update's scale κ relative to the
-#: mean over the batch's prompts of their updates (1/G)·Σᵢ Âᵢsᵢ: a loss that averages over the batch's answers
-#: (constant, 1/length) or prompts (1/group_tokens), or over its tokens (1/step_tokens), has κ = 1
-PER_PROMPT: dict[str, Callable[[np.ndarray, int], float]] = {
-    "constant": lambda L, G: float(L.size),
-    "1/step_tokens": lambda L, G: 1.0,
-    "1/length": lambda L, G: float(L.size),
-    "1/group_tokens": lambda L, G: float(L.size // G),
+class Law(NamedTuple):
+    """A named per-sample weight law."""
+
+    denominator: Callable[[np.ndarray, int], np.ndarray]
+    """Every answer's weight is 1/denominator, from the answers' lengths L (groups of G rows)."""
+    says: str
+    """What its fit says, of the value uᵢ·denominator."""
+    per_prompt: Callable[[np.ndarray, int], float]
+    """What that value is multiplied by to give the update's scale κ relative to the mean over the batch's prompts
+    of their updates (1/G)·Σᵢ Âᵢsᵢ: a loss that averages over the batch's answers (constant, 1/length) or prompts
+    (1/group_tokens), or over its tokens (1/step_tokens), has κ = 1."""
+
+
+#: the named per-sample weight laws; :func:`_law` tries them in this order
+LAWS: dict[str, Law] = {
+    "constant": Law(
+        lambda L, G: np.ones_like(L), "uᵢ = {:.6g} for every answer, whatever the lengths", lambda L, G: float(L.size)
+    ),
+    "1/step_tokens": Law(
+        lambda L, G: np.full_like(L, L.sum()), "uᵢ·(tokens in the batch) = {:.6g} in both batches", lambda L, G: 1.0
+    ),
+    "1/length": Law(lambda L, G: L, "uᵢ·|yᵢ| = {:.6g} for every answer", lambda L, G: float(L.size)),
+    "1/group_tokens": Law(
+        _group_tokens, "uᵢ·(tokens of its group) = {:.6g} for every answer", lambda L, G: float(L.size // G)
+    ),
 }
 #: what the update's scale κ may be proportional to, besides a constant, and how the finding says it: κ·x is one
 #: number over the probed batches (G answers per prompt, n prompts, N = n·G answers)
@@ -154,7 +163,7 @@ def _law(u: list[np.ndarray], L: list[np.ndarray], G: int, rtol: float = RTOL) -
         values = [float(np.nanmedian(p)) for p in prods]
         return values[0] if abs(values[0] - values[1]) <= 10 * rtol * abs(values[0]) else None
 
-    for law, (denominator, why) in LAWS.items():
+    for law, (denominator, why, _) in LAWS.items():
         if law == "1/group_tokens" and any(li.size % G for li in L):
             continue
         value = fits(denominator)
@@ -180,7 +189,7 @@ def _law(u: list[np.ndarray], L: list[np.ndarray], G: int, rtol: float = RTOL) -
 
 def _weights(law: str, L: np.ndarray, G: int) -> np.ndarray:
     """Each answer's weight wᵢ under ``law`` (:data:`LAWS`; 1 for a law of no name)."""
-    return 1.0 / LAWS[law][0](L, G) if law in LAWS else np.ones_like(L)
+    return 1.0 / LAWS[law].denominator(L, G) if law in LAWS else np.ones_like(L)
 
 
 def _g1(
@@ -284,7 +293,7 @@ def _probe_group_size(target: Callable[..., Any], G: int, ev: _Evidence, ref: D.
         law, why, value = _law(us, Ls, G, RTOL_BF16)  # what failed at float32's tolerance, judged at bf16's
         ev.bf16 = True
     if value is not None:
-        ev.scales[G] = (value * PER_PROMPT[law](Ls[0], G), r.size // G, int((~silent).sum()) // G)
+        ev.scales[G] = (value * LAWS[law].per_prompt(Ls[0], G), r.size // G, int((~silent).sum()) // G)
     ev.uniform = ev.uniform and spread_G <= 10 * (RTOL_BF16 if ev.bf16 else RTOL)
     ev.spread_max = max(ev.spread_max, spread_G)
     ev.laws.append((G, law, why))
@@ -325,7 +334,7 @@ def _law_findings(ev: _Evidence) -> list[Finding]:
 
 
 def _scale_finding(ev: _Evidence) -> Finding | None:
-    """A deviation where the update's scale κ (:data:`PER_PROMPT`) is not one number over the probed batches: the
+    """A deviation where the update's scale κ (:attr:`Law.per_prompt`) is not one number over the probed batches: the
     loss divides (or multiplies) by something of the batch that a mean over its prompts does not, so the step
     changes with the group size or the batch size (a constant κ is the learning rate's business)."""
     if len(ev.scales) < 2 or ev.law() == "other":  # no one law: per_sample_weight says so

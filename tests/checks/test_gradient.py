@@ -484,7 +484,18 @@ def test_a_dapo_loss_that_averages_over_the_kept_prompts_has_no_update_scale_fin
     assert report.inferred.per_sample_weight == "constant" and report.verdict == "pass", report.format()
 
 
-def test_every_named_weight_law_says_what_a_mean_over_the_prompts_counts():
-    from grpo_identity.checks.gradient import LAWS, PER_PROMPT
+def test_every_named_weight_law_gives_the_loss_that_averages_what_it_counts_an_update_scale_of_one():
+    from grpo_identity.checks.gradient import LAWS, _law
 
-    assert set(PER_PROMPT) == set(LAWS)
+    G = 4
+    L = [np.array([3.0, 5, 2, 7, 4, 4, 9, 1]), np.array([6.0, 2, 8, 3, 5, 1, 2, 7])]  # two batches of two prompts
+    averages = {  # each answer's weight in the loss that averages over answers, tokens or prompts, written out
+        "constant": lambda L: np.full_like(L, 1 / L.size),
+        "1/step_tokens": lambda L: np.full_like(L, 1 / L.sum()),
+        "1/length": lambda L: 1 / (L.size * L),
+        "1/group_tokens": lambda L: 1 / (L.size // G * np.repeat(L.reshape(-1, G).sum(1), G)),
+    }
+    assert set(averages) == set(LAWS)
+    for name, weight in averages.items():
+        law, _, value = _law([weight(li) for li in L], L, G)
+        assert law == name and LAWS[law].per_prompt(L[0], G) * value == pytest.approx(1.0), name
