@@ -106,7 +106,7 @@ def _lengths_choices(variant: Variant) -> list[tuple[str, Callable[[np.ndarray],
 
 def _fit(outs: list[np.ndarray], refs: list[np.ndarray], unit: float) -> tuple[float, float]:
     """The one factor α with outs ≈ α·refs (least squares, where both are defined) and the worst residual
-    relative to each batch's largest |output|."""
+    relative to each batch's largest |output| (:func:`_worst`)."""
     ok = [np.isfinite(o) & np.isfinite(f) for o, f in zip(outs, refs)]
     t = np.concatenate([o[m] for o, m in zip(outs, ok)])
     r = np.concatenate([f[m] for f, m in zip(refs, ok)])
@@ -114,11 +114,18 @@ def _fit(outs: list[np.ndarray], refs: list[np.ndarray], unit: float) -> tuple[f
     alpha = float(t @ r) / rr if rr > 0 else 0.0
     if abs(alpha - 1) <= unit:  # within the precision: the variant itself, an ε of its own aside
         alpha = 1.0
-    worst = max(
-        float(np.abs(o[m] - alpha * f[m]).max(initial=0.0)) / max(float(np.abs(o[m]).max(initial=0.0)), 1e-300)
-        for o, f, m in zip(outs, refs, ok)
-    )
-    return alpha, worst
+    return alpha, _worst(outs, refs, alpha)
+
+
+def _worst(outs: list[np.ndarray], refs: list[np.ndarray], alpha: float) -> float:
+    """The largest |output − α·ref| of each batch where both are defined, relative to its largest |output| there:
+    the worst over the batches."""
+    worst = 0.0
+    for o, f in zip(outs, refs):
+        m = np.isfinite(o) & np.isfinite(f)
+        size = max(float(np.abs(o[m]).max(initial=0.0)), 1e-300)
+        worst = max(worst, float(np.abs(o[m] - alpha * f[m]).max(initial=0.0)) / size)
+    return worst
 
 
 def _outputs(target: Callable[..., Any]) -> dict[int, np.ndarray]:
@@ -191,7 +198,7 @@ def _candidate(
 
     def off_at_one(eps: float) -> float:  # the worst residual of the form itself (α = 1) with this ε
         got = refs(eps)
-        return max(float(_relative(outs[G] - got[G], outs[G])) for G in defined)
+        return _worst([outs[G] for G in defined], [got[G] for G in defined], 1.0)
 
     alpha, worst = fit(None)
     eps = None
@@ -201,12 +208,6 @@ def _candidate(
         if worst > tol:
             alpha, worst = fit(eps)
     return (alpha, worst, eps) if alpha > 0 and worst <= tol else None
-
-
-def _relative(diff: np.ndarray, out: np.ndarray) -> float:
-    """The largest |diff| where both are defined, relative to the largest |out|."""
-    ok = np.isfinite(diff)
-    return float(np.abs(diff[ok]).max(initial=0.0)) / max(float(np.abs(out[ok]).max(initial=0.0)), 1e-300)
 
 
 def _fit_eps(worst: Callable[[float], float]) -> float:
