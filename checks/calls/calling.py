@@ -193,10 +193,18 @@ class CallPlan:
 
 # --- the plan from the signature --------------------------------------------------------------------
 def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The named parameters of ``fn`` (a torch module's: its ``forward``'s); none where it has no signature (a
+    builtin) or only ``*args, **kwargs`` (a decorator's wrapper): rewards and G are then passed by position."""
     try:
-        return list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):  # a builtin without a signature: rewards and G by position
+        params = [
+            p for p in inspect.signature(fn).parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
         return []
+    forward = getattr(fn, "forward", None)
+    if not params and callable(forward) and forward is not fn:
+        return _parameters(forward)
+    return params
 
 
 def _find(params: list[inspect.Parameter], names: tuple[str, ...]) -> inspect.Parameter | None:

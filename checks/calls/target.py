@@ -26,6 +26,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import inspect
 import os
 import stat
 import sys
@@ -119,18 +120,48 @@ def load_target(spec: Any, kind: str = "advantage") -> Callable[..., Any]:
         raise TargetImportError(f"importing {where} called sys.exit({exc.code!r})") from None
     except BaseException as exc:  # an import error, or anything the target's module raises at import
         raise TargetImportError(f"importing {where} failed: {type(exc).__name__}: {exc}".splitlines()[0]) from None
-    if not hasattr(module, name):
-        raise TargetImportError(f"{where} has no function {name!r}{_did_you_mean(module, name)}")
-    fn = getattr(module, name)
-    if not callable(fn):
-        typename = type(fn).__name__
+    return _attribute(module, where, name)
+
+
+def _attribute(module: Any, where: str, name: str) -> Callable[..., Any]:
+    """``module``'s callable ``name``, or its path of attributes (``Estimators.grpo``: a class's static or class
+    method, an object's method); :class:`TargetImportError` naming what is missing or not callable."""
+    owner, parts = module, name.split(".")
+    for i, part in enumerate(parts):
+        held = ".".join(parts[:i])
+        if not part or not hasattr(owner, part):
+            whose = f"{where}: {held}" if held else where
+            raise TargetImportError(f"{whose} has no function {part or name!r}{_did_you_mean(owner, part)}")
+        if isinstance(owner, type) and _takes_self(inspect.getattr_static(owner, part)):
+            raise TargetImportError(
+                f"{where}: {'.'.join(parts[: i + 1])} is a method of {held}'s instances: give FILE.py:OBJECT.{part} "
+                f"where the file makes OBJECT = {held}(…), or make {part} a staticmethod"
+            )
+        owner = getattr(owner, part)
+    if isinstance(owner, type):
+        methods = [k for k, v in sorted(vars(owner).items()) if isinstance(v, (staticmethod, classmethod))]
+        named = f" (its static and class methods: {', '.join(methods)})" if methods else ""
+        raise TargetImportError(f"{where}: {name!r} is a class: name one of its functions, {name}.FUNCTION{named}")
+    if not callable(owner):
+        typename = type(owner).__name__
         raise TargetImportError(f"{where}: {name!r} is not a function (type {typename}){_did_you_mean(module, name)}")
-    return fn
+    return owner
+
+
+def _takes_self(attribute: Any) -> bool:
+    """A plain function of a class whose first parameter is ``self``: called on the class, it lacks one."""
+    if not inspect.isfunction(attribute):
+        return False
+    params = list(inspect.signature(attribute).parameters)
+    return bool(params) and params[0] == "self"
 
 
 def _did_you_mean(module: Any, name: str) -> str:
     """'; did you mean 'advantage'?' for a near miss, else the module's public functions."""
-    names = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
+    try:
+        names = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
+    except TypeError:  # an object without a __dict__
+        names = sorted(k for k in dir(module) if not k.startswith("_") and callable(getattr(module, k, None)))
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     if close:
         return f"; did you mean {close[0]!r}?"

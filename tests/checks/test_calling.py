@@ -46,6 +46,31 @@ def test_the_signature_decides_how_the_function_is_called(fn, form, call):
     assert caller.plan.form == form and caller.plan.describe() == call
 
 
+class _GRPOModule(torch.nn.Module):
+    def forward(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        return torch.as_tensor(D.advantages(rewards.numpy(), group_size, D.GRPO))
+
+
+def _unwrapped(fn):
+    def wrapper(*args, **kwargs):  # a decorator without functools.wraps: only *args, **kwargs are told
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@pytest.mark.parametrize(
+    "fn, call",
+    [
+        (_GRPOModule(), "fn(R, group_size=G)"),  # a torch module: its forward's parameters
+        (_unwrapped(lambda rewards, G: D.advantages(rewards, G, D.GRPO)), "wrapper(R, G)"),  # by position
+    ],
+)
+def test_a_callable_that_tells_only_args_and_kwargs_gets_rewards_and_g_by_position_or_its_forwards_names(fn, call):
+    caller = Caller.for_function(fn)
+    assert caller.plan.form == "flat" and caller.plan.describe() == call
+    assert np.allclose(caller(R, 4), D.advantages(R, 4, D.GRPO))
+
+
 @pytest.mark.parametrize(
     "fn, dial",
     [

@@ -75,6 +75,48 @@ def test_a_near_miss_function_name_gets_a_suggestion(target_file):
     assert load_target(f"{target_file}:advantage")(np.array([1.0, 0.0]), 2).tolist() == [0.5, -0.5]
 
 
+CLASS_FILE = """
+import numpy as np
+
+class Estimators:
+    @staticmethod
+    def grpo(rewards, G):
+        r = rewards.reshape(-1, G)
+        return (r - r.mean(1, keepdims=True)).reshape(-1)
+
+    @classmethod
+    def dr(cls, rewards, G):
+        return cls.grpo(rewards, G)
+
+    def bound(self, rewards, G):
+        return rewards
+
+    def plain(rewards, G):  # no self: Python calls it on the class as a function
+        return rewards
+
+made = Estimators()
+"""
+
+
+def test_a_class_s_static_or_class_method_or_an_objects_method_is_named_by_its_dotted_path(tmp_path):
+    path = tmp_path / "estimators.py"
+    path.write_text(CLASS_FILE)
+    for name in ("Estimators.grpo", "Estimators.dr", "Estimators.plain", "made.bound", "made.grpo"):
+        assert load_target(f"{path}:{name}")(np.array([1.0, 0.0]), 2).tolist() in ([0.5, -0.5], [1.0, 0.0]), name
+    refusals = {
+        "Estimators": r"'Estimators' is a class: name one of its functions, Estimators.FUNCTION \(its static and class "
+        r"methods: dr, grpo\)",
+        "Estimators.bound": r"Estimators.bound is a method of Estimators's instances: give FILE.py:OBJECT.bound where "
+        r"the file makes OBJECT = Estimators\(…\), or make bound a staticmethod",
+        "Estimators.grop": r"estimators.py: Estimators has no function 'grop'; did you mean 'grpo'\?",
+        "Estimators.": r"Estimators has no function 'Estimators.'",
+        "made.bound.x": r"made.bound has no function 'x'",
+    }
+    for name, words in refusals.items():
+        with pytest.raises(TargetImportError, match=words):
+            load_target(f"{path}:{name}")
+
+
 def test_a_module_that_exits_while_it_is_imported_is_an_import_error(tmp_path):
     path = tmp_path / "exits.py"
     path.write_text("import sys\nsys.exit(4)\n\ndef f(rewards, G):\n    return rewards\n")

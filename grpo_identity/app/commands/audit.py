@@ -50,7 +50,8 @@ OPTION_NAMES = {
 }
 
 _TARGET_HELP = (
-    "FILE.py:FUNCTION, MODULE:FUNCTION, a preset (grpo, dr_grpo …; preset:NAME), or a framework: {frameworks} "
+    "FILE.py:FUNCTION, MODULE:FUNCTION (FUNCTION may be a dotted path: Class.method), a preset (grpo, dr_grpo …; "
+    "preset:NAME), or a framework: {frameworks} "
     "(with --set), verl:estimator=NAME (the estimator function alone)"
 )
 _LEVEL_HELP = (
