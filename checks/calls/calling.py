@@ -361,6 +361,7 @@ class Caller:
     def __init__(self, fn: Callable[..., Any], plan: CallPlan) -> None:
         self.fn, self.plan = fn, plan
         self.passed: np.ndarray | None = None
+        self._answered = False  # it has answered a call: an exception is then its own, never the call's
 
     @classmethod
     def for_function(cls, fn: Callable[..., Any], options: CallOptions | None = None) -> Caller:
@@ -389,9 +390,44 @@ class Caller:
         return cls(fn, _replace(plan, input=decided, ids_input=ids_input))
 
     def __call__(self, rewards: np.ndarray, group_size: int, ids: Any = None) -> Any:
-        if self.plan.input == "auto":
-            return self._first_call(rewards, group_size, ids)
-        return self._call(rewards, group_size, ids)
+        try:
+            if self.plan.input == "auto":
+                out = self._first_call(rewards, group_size, ids)
+            else:
+                out = self._call(rewards, group_size, ids)
+        except CallError:
+            raise
+        except Exception as exc:
+            option = None if self._answered else self._runs_with(rewards, group_size, ids)
+            if option is None:
+                raise
+            said = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else type(exc).__name__
+            raise CallError(
+                f"{self.plan.name} raised {said} when called as {self.plan.describe()} with {self.plan.input} "
+                f"{self.plan.reward_dtype} rewards; it runs when given {option}"
+            ) from None
+        self._answered = True
+        return out
+
+    def _runs_with(self, rewards: np.ndarray, group_size: int, ids: Any) -> str | None:
+        """The option under which a first call that raised runs (the function refuses how the audit calls it, not
+        the rewards): float32 rewards, verl's index as integer ids; None where none does."""
+        plan, tries = self.plan, []
+        if plan.reward_dtype == "float64" and plan.input != "auto":
+            tries.append((_replace(plan, reward_dtype="float32"), "--reward-dtype float32"))
+        if plan.form == "verl":
+            call = f"{plan.name}(token_level_rewards=TR, response_mask=MASK, index=IDS)"
+            tries.append((_replace(plan, form="template", template=call), f'--call "{call}"'))
+        for alternative, option in tries:
+            self.plan = alternative
+            try:
+                self._call(rewards, group_size, ids)
+                return option
+            except Exception:
+                continue
+            finally:
+                self.plan = plan
+        return None
 
     def _first_call(self, rewards: np.ndarray, group_size: int, ids: Any) -> Any:
         """The first call, on each input kind in turn (torch first for a module that imports torch and

@@ -71,6 +71,57 @@ def test_a_callable_that_tells_only_args_and_kwargs_gets_rewards_and_g_by_positi
     assert np.allclose(caller(R, 4), D.advantages(R, 4, D.GRPO))
 
 
+def _float32_only(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    assert rewards.dtype == torch.float32, f"expects float32 rewards, got {rewards.dtype}"
+    return torch.as_tensor(D.advantages(rewards.double().numpy(), group_size, D.GRPO))
+
+
+def _int_index(token_level_rewards, response_mask, index):
+    ids = np.array([int(i) for i in index])  # this codebase's prompt ids are ints
+    scores = (token_level_rewards * response_mask).sum(-1).numpy()
+    out = np.zeros_like(scores)
+    for g in np.unique(ids):
+        out[ids == g] = D.advantages(scores[ids == g], int((ids == g).sum()), D.GRPO)
+    adv = torch.as_tensor(out)[:, None] * response_mask
+    return adv, adv
+
+
+def test_a_first_call_refused_as_the_audit_makes_it_is_a_call_error_naming_the_option_under_which_it_runs():
+    with pytest.raises(CallError) as exc:
+        Caller.for_function(_float32_only)(R, 4)
+    assert str(exc.value) == (
+        "_float32_only raised AssertionError: expects float32 rewards, got torch.float64 when called as "
+        "_float32_only(R, group_size=G) with torch float64 rewards; it runs when given --reward-dtype float32"
+    )
+    assert np.allclose(
+        Caller.for_function(_float32_only, CallOptions(reward_dtype="float32"))(R, 4), D.advantages(R, 4, D.GRPO)
+    )
+    with pytest.raises(CallError, match=r'it runs when given --call "_int_index\(token_level_rewards=TR, '
+                       r'response_mask=MASK, index=IDS\)"$'):  # fmt: skip
+        Caller.for_function(_int_index)(R, 4)
+
+
+def test_an_exception_no_other_call_avoids_or_one_after_an_answer_is_the_functions_own():
+    def broken(rewards: torch.Tensor, group_size: int):
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError, match="a bug"):
+        Caller.for_function(broken)(R, 4)
+    calls = []
+
+    def second_fails(rewards: torch.Tensor, group_size: int):
+        calls.append(rewards.dtype)
+        if len(calls) > 1:
+            assert rewards.dtype == torch.float32
+        return rewards
+
+    caller = Caller.for_function(second_fails)
+    caller(R, 4)
+    with pytest.raises(AssertionError):
+        caller(R, 4)
+    assert calls == [torch.float64, torch.float64]  # no call of another dtype after the first answer
+
+
 @pytest.mark.parametrize(
     "fn, dial",
     [
