@@ -357,10 +357,15 @@ class View(Target):
 
 def output_of(target: Any, rewards: np.ndarray, group_size: int, *extra: Any) -> Output:
     """One call of ``target``: a :class:`Target`'s own :class:`Output`; a plain function's output as it returned
-    it, nothing checked (a view over a plain function, as tests build them, sees what the function gives)."""
-    if isinstance(target, Target):
-        return target.call(rewards, group_size, *extra)
-    return Output(target(rewards, group_size, *extra))
+    it, nothing checked (a view over a plain function, as tests build them, sees what the function gives).  A
+    :class:`TargetError` leaves with the call's input as ``called_with`` (rewards, group size, extra arguments)."""
+    try:
+        if isinstance(target, Target):
+            return target.call(rewards, group_size, *extra)
+        return Output(target(rewards, group_size, *extra))
+    except TargetError as exc:  # the input it met, as the outermost view was given it (each view on the way out)
+        exc.called_with = (rewards, group_size, extra)  # type: ignore[attr-defined]
+        raise
 
 
 def as_target(fn: Any, kind: str = "advantage") -> Target:

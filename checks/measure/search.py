@@ -245,7 +245,8 @@ def run_property(
         try:
             prop(target, batch, ctx, np.random.default_rng(seed))
         except TargetError as exc:
-            raise P.PropertyViolation(name, failure(exc), P._example(batch.contiguous(), batch.group_size)) from None
+            met = _met(exc) or P._example(batch.contiguous(), batch.group_size)
+            raise P.PropertyViolation(name, failure(exc), met) from None
 
     from hypothesis.errors import Unsatisfiable
 
@@ -266,6 +267,20 @@ def run_property(
             first.counterexample,
         ), count[0]
     return None, count[0]
+
+
+def _met(exc: TargetError) -> dict[str, Any] | None:
+    """The counterexample of a call that raised: the input the property passed (rows in its order, with their
+    group ids where it passed them), not the batch it drew; None where the error does not tell it."""
+    met = getattr(exc, "called_with", None)
+    if met is None:
+        return None
+    rewards, group_size, extra = met
+    example: dict[str, Any] = {"group_size": int(group_size), "rewards": P._list(np.asarray(rewards))}
+    ids = extra[0] if len(extra) == 1 else None
+    if isinstance(ids, np.ndarray) and ids.shape == np.shape(rewards):
+        example["group_ids"] = P._list(ids)
+    return example
 
 
 def _phases() -> tuple[Any, ...]:

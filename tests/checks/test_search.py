@@ -251,6 +251,26 @@ def test_the_memo_tells_the_first_answer_to_an_input_whether_or_not_it_serves():
     assert memo.earlier(r, 2).tolist() == [1.0, -1.0]
 
 
+def _equal_groups_by_id(rewards, uids):
+    """GRPO over group ids, assuming every group has the same size (it reshapes by the number of ids)."""
+    order = np.argsort(uids, kind="stable")
+    R = np.asarray(rewards)[order].reshape(len(np.unique(uids)), -1)
+    A = D.advantages(R.reshape(-1), R.shape[1], D.GRPO)
+    out = np.empty_like(A)
+    out[order] = A
+    return out
+
+
+def test_a_call_that_raises_is_reported_with_the_rows_and_ids_the_property_passed_so_it_reproduces():
+    report = audit(_equal_groups_by_id, max_examples=60)
+    (ragged,) = [f for f in report.findings if f.property == "ragged_groups"]
+    example = ragged.counterexample
+    assert "raised" in ragged.message and len(example["rewards"]) == len(example["group_ids"]), report.format()
+    with pytest.raises(ValueError) as exc:
+        _equal_groups_by_id(np.array(example["rewards"]), np.array(example["group_ids"]))
+    assert f"ValueError: {exc.value}" in ragged.message
+
+
 def test_an_answer_that_flips_from_call_to_call_is_found_out_by_stateless():
     calls = [0]
 
