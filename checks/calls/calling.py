@@ -378,7 +378,8 @@ class Caller:
             wanted = "=..., ".join(missing)
             raise CallError(
                 f"{name} needs {', '.join(missing)}, which the audit cannot pass: give --call "
-                f'"{so_far}, {wanted}=...)" (names: {", ".join(TEMPLATE_NAMES)})'
+                f'"{so_far}, {wanted}=...)" (names: {", ".join(TEMPLATE_NAMES)}, and literals), or, for an object '
+                f"no name or literal gives, audit a function of yours that makes it and calls {name}"
             )
         if plan.form == "verl":
             return cls(fn, plan)

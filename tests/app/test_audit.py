@@ -287,6 +287,17 @@ def test_the_help_of_expect_names_every_preset_and_every_variant(capsys):
     assert all(name in text for name in [*D.PRESETS, *VARIANTS])
 
 
+def test_the_help_of_call_names_every_name_a_template_may_use(capsys):
+    import re
+
+    from grpo_identity.checks.calls.calling import TEMPLATE_NAMES
+
+    assert main(["audit", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    said = text[text.index("--call TEMPLATE how") :]
+    assert all(re.search(rf"\b{name}\b", said[:700]) for name in TEMPLATE_NAMES), said[:700]
+
+
 def test_the_help_of_the_target_names_every_registered_framework(capsys):
     assert main(["audit", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())

@@ -133,8 +133,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--call",
         metavar="TEMPLATE",
         help="how to call a function the audit cannot call by its signature, e.g. "
-        "'fn(rewards=R, num_generations=G, eps=1e-6)' (R rewards, R2 rewards as n×G, G group size, N groups, "
-        "IDS/UIDS group ids); a trailing [0] or ['advantages'] picks the output",
+        "'fn(rewards=R, num_generations=G, eps=1e-6)': R rewards (1-D), R2 rewards as n×G, RC as a column (one "
+        "reward function), TR and MASK verl's token rewards and response mask, ONES one reward weight, G group "
+        "size, N groups, IDS integer and UIDS string group ids, ROWS a distinct id per answer, and literals; a "
+        "trailing [0] or ['advantages'] picks the output",
     )
     p.add_argument(
         "--strict",
