@@ -5,7 +5,7 @@ Each probe calls the target once and returns a :class:`~grpo_identity.checks.aud
 whole groups' advantages), or ``None`` when there is nothing to say:
 
 - remainder: n·G + G//2 rewards (a last, partial group), where the target accepts them;
-- tiny spread: one group of 0.7 + 1e-5·noise, whose σ is far below any ε;
+- tiny spread: one group of 0.7 + 1e-5·noise, whose σ is far below any ε (a spread float16 or bfloat16 rewards keep);
 - singleton groups (G = 1): σ = 0, so the advantage should be 0: NaN, a nonzero push (the raw
   reward) or refusing G = 1 is a note (a fixed-G target meets G = 1 only if configured).
 
@@ -67,20 +67,30 @@ def remainder(target: Callable[..., Any]) -> Any:
     )
 
 
+#: the tiny spread's rewards: 0.7 + TINY_SPREAD·noise, or a few units in the last place of the rewards' dtype where
+#: it rounds 1e-5 away (float16, bfloat16)
+TINY_SPREAD = 1e-5
+_ULP_AT_0_7 = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
+
+
 def tiny_spread(target: Callable[..., Any]) -> Any:
-    """One group of 0.7 + 1e-5·noise (G = 8): how large does the target make a spread of 1e-5?"""
+    """One group of 0.7 + s·noise (G = 8): how large does the target make a spread of s?  s is
+    :data:`TINY_SPREAD`, or 4 units in the last place at 0.7 where the rewards go in a dtype that rounds it away
+    (``--reward-dtype float16``: the group would be silent, and the probe would say nothing of a spread)."""
     G = 8
     noise = np.random.default_rng(0).standard_normal(G)
-    r = np.r_[0.7 + 1e-5 * noise, np.r_[np.ones(4), np.zeros(4)]]
+    dtype = str(getattr(target, "dtype", "float64"))
+    spread = max(TINY_SPREAD, 4 * _ULP_AT_0_7.get(dtype, 0.0))
+    r = np.r_[0.7 + spread * noise, np.r_[np.ones(4), np.zeros(4)]]
     A = np.asarray(target(r, G), dtype=np.float64)
+    said = f"{spread:.0e}".replace("e-0", "e-")
+    what = f"0.7 + {said}·noise" + (f", a spread {dtype} rewards keep" if spread > TINY_SPREAD else "")
     if not np.all(np.isfinite(A)):
-        return _finding(
-            "probe_tiny_spread", "a group of 0.7 + 1e-5·noise gets NaN/inf advantages", "fail", {"group_size": G}
-        )
+        return _finding("probe_tiny_spread", f"a group of {what} gets NaN/inf advantages", "fail", {"group_size": G})
     big = float(np.abs(A[:G]).max())
     return _finding(
         "probe_tiny_spread",
-        f"a group whose rewards differ by ~1e-5 (0.7 + 1e-5·noise, G={G}) gets |Â| up to {big:.3g} (a 0/1 group: "
+        f"a group whose rewards differ by ~{said} ({what}, G={G}) gets |Â| up to {big:.3g} (a 0/1 group: "
         f"{float(np.abs(A[G:]).max()):.3g}): {'noise scaled up to full weight' if big > 0.1 else 'kept small'}",
     )
 

@@ -5,6 +5,7 @@ fails."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from grpo_identity import dial as D
 from grpo_identity.checks import audit
@@ -79,3 +80,16 @@ def test_a_probe_that_cannot_run_reports_under_the_name_it_reports_when_it_runs(
     monkeypatch.setitem(probes.PROBE_FINDINGS, crash, "probe_singleton")
     (finding,) = probes.run_probes(grpo)
     assert finding.property == "probe_singleton" and "could not run" in finding.message
+
+
+@pytest.mark.parametrize(
+    "dtype, spread", [("float64", "1e-5"), ("float32", "1e-5"), ("float16", "2e-3"), ("bfloat16", "2e-2")]
+)
+def test_the_tiny_spread_is_one_the_rewards_dtype_keeps_so_the_group_is_never_silent(dtype, spread):
+    from grpo_identity.checks.calls.target import LocalTarget, RoundedRewards
+    from grpo_identity.checks.measure.probes import tiny_spread
+
+    target = RoundedRewards(LocalTarget(lambda r, G: D.advantages(r, G, D.GRPO)), dtype)
+    finding = tiny_spread(target)
+    assert f"differ by ~{spread} (0.7 + {spread}·noise" in finding.message
+    assert "noise scaled up to full weight" in finding.message  # GRPO, ε = 0: the spread is live, not rounded away
