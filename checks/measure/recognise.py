@@ -63,6 +63,16 @@ class Recognition:
     residual: float
     eps: float | None = None
 
+    def answers(self, rewards: np.ndarray, G: int) -> np.ndarray:
+        """The recognised form's own advantages of ``rewards`` (groups of G), under the lengths and with the ε it
+        matched under (without the factor)."""
+        from grpo_identity.checks.frameworks import length_layouts  # light: numpy at call time only
+
+        r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        L = length_layouts(r).get(self.lengths)
+        with np.errstate(all="ignore"):
+            return self.variant.advantages(r.reshape(-1, G), L, self.form, self.eps).reshape(-1)
+
     def to_dict(self) -> dict[str, Any]:
         v = self.variant
         return {

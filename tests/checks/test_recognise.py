@@ -112,3 +112,26 @@ def test_a_length_weighted_variant_written_for_equal_lengths_is_recognised_unles
         assert (found.variant.name, found.form, found.lengths) == (rfpp.name, form, "equal")
     else:  # in float32, verl's form at equal lengths is AReaL's LitePPO (the ε aside)
         assert found.variant.name == "lite_ppo"
+
+
+def _group_then_batch(group_eps, batch_eps_under_root):
+    """GRPO per group (ddof 1, ε added to σ), then the batch whitened (ddof 1): ε under the root, or added to it."""
+
+    def gdpo(rewards, G):
+        R = rewards.reshape(-1, G)
+        A = ((R - R.mean(1, keepdims=True)) / (R.std(1, ddof=1, keepdims=True) + group_eps)).reshape(-1)
+        if batch_eps_under_root:
+            return (A - A.mean()) / np.sqrt(A.var(ddof=1) + 1e-8)
+        return (A - A.mean()) / (A.std(ddof=1) + 1e-8)
+
+    return gdpo
+
+
+def test_silent_groups_a_variant_moves_only_through_the_targets_own_tiny_epsilon_are_not_excused_by_design():
+    verl_like = audit(_group_then_batch(1e-6, True), max_examples=30)
+    assert verl_like.matches == "gdpo" and verl_like.verdict == "deviation", verl_like.format()
+    assert not [f for f in verl_like.findings if f.property == "silent_nonbinary_groups_zero" and f.severity == "fail"]
+    tiny = audit(_group_then_batch(1e-12, False), max_examples=30)  # rounding noise / 1e-12, then whitened to O(1)
+    (silent,) = [f for f in tiny.findings if f.property == "silent_nonbinary_groups_zero"]
+    assert tiny.matches == "gdpo" and tiny.verdict == "fail" and silent.severity == "fail", tiny.format()
+    assert "gdpo's own form (verl) gives |Â| up to" in silent.message and "not by design" in silent.message
