@@ -231,9 +231,10 @@ def _rfpp_baseline(ddof: int) -> WithEps:
     return WithEps(lambda R, L, eps: _whiten(_centred(R), L, ddof, eps), WHITEN_EPS)
 
 
-def _gdpo_one_reward(R: np.ndarray, L: np.ndarray, eps: float) -> np.ndarray:
-    """verl's ``gdpo`` of one reward: GRPO's advantages (ε added to the group std), whitened over tokens."""
-    return _whiten(np.asarray(D.advantages(R, dial=D.VERL.replace(eps=eps))), L, 1)
+def _gdpo_one_reward(R: np.ndarray, L: np.ndarray, eps: float, ddof: int = 1) -> np.ndarray:
+    """verl's ``gdpo`` of one reward: GRPO's advantages (ε added to the group std, torch's ddof 1, or numpy's 0),
+    whitened over tokens."""
+    return _whiten(np.asarray(D.advantages(R, dial=D.VERL.replace(eps=eps, ddof=ddof))), L, 1)
 
 
 # --- the variants --------------------------------------------------------------------------------
@@ -299,9 +300,13 @@ GDPO = Variant(
     {
         "verl": WithEps(_gdpo_one_reward, D.VERL.eps),
         "TRL normalize_then_sum": WithEps(_trl_normalize_then_sum, D.TRL.eps),
+        "group std ddof 0": WithEps(lambda R, L, eps: _gdpo_one_reward(R, L, eps, ddof=0), D.VERL.eps),
     },
     departs=("groups_coupled",),
-    form_departs={"verl": ("moves_silent_groups", "not_zero_sum", "length_weighted")},
+    form_departs={
+        "verl": ("moves_silent_groups", "not_zero_sum", "length_weighted"),
+        "group std ddof 0": ("moves_silent_groups", "not_zero_sum", "length_weighted"),
+    },
     uses_lengths=True,
 )
 

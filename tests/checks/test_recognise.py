@@ -135,3 +135,14 @@ def test_silent_groups_a_variant_moves_only_through_the_targets_own_tiny_epsilon
     (silent,) = [f for f in tiny.findings if f.property == "silent_nonbinary_groups_zero"]
     assert tiny.matches == "gdpo" and tiny.verdict == "fail" and silent.severity == "fail", tiny.format()
     assert "gdpo's own form (verl) gives |Â| up to" in silent.message and "not by design" in silent.message
+
+
+@pytest.mark.parametrize("ddof", [0, 1])
+def test_gdpo_written_with_numpys_or_torchs_group_std_is_gdpo(ddof):
+    def gdpo(rewards, G):
+        R = rewards.reshape(-1, G)
+        A = ((R - R.mean(1, keepdims=True)) / (R.std(1, ddof=ddof, keepdims=True) + 1e-6)).reshape(-1)
+        return (A - A.mean()) / (A.std(ddof=1) + 1e-8)  # the batch std, 1e-8 added to it
+
+    report = audit(gdpo, expect="gdpo", max_examples=20)
+    assert report.verdict == "pass" and report.matches == "gdpo", report.format()
