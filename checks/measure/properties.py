@@ -490,11 +490,17 @@ def _any_reward_message(
     )
     if whose == "its own":
         return f"{head} and c = (1/G)Σ Âᵢ(Rᵢ − R̄) = {c:.6g}: the advantages are not proportional to R − R̄"
-    return (
+    said = (
         f"{head} and c = {c:.6g} the dial's coefficient (GRPO's is σ_R, Dr. GRPO's σ_R²); the target's "
-        f"advantages give c = {c_own:.6g} = {c_own / c:.6g}·c (σ_R is the std of the group's rewards, not a binary "
-        "formula such as √(μ(1 − μ)))"
+        f"advantages give c = {c_own:.6g} = {c_own / c:.6g}·c"
     )
+    if c_own > 0 and c > 0:  # c = σ_R²/divisor for advantages (R − R̄)/divisor
+        said += (
+            f": it divides this group's R − R̄ by {sd * sd / c_own:.6g} where the dial divides by {sd * sd / c:.6g} "
+            "(a floor on σ_R, another ε, or σ by a formula other than the group's std, such as the binary "
+            "√(μ(1 − μ)))"
+        )
+    return said
 
 
 def groups_independent(target: Fn, batch: Any, ctx: Context, rng: np.random.Generator) -> None:

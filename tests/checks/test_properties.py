@@ -152,7 +152,7 @@ GRPO_REFERENCE = P.Context(P.Tolerance.for_precision("float64"), reference=dial_
 def test_a_sigma_right_on_binary_rewards_only_fails_the_identity_on_any_rewards(fn):
     b = batch([1, 0, 0, 1, 1, 1, 0, 0], 4)
     assert np.allclose(fn(b.contiguous(), 4), dial_fn(D.GRPO)(b.contiguous(), 4))  # right on the binary batch
-    with pytest.raises(P.PropertyViolation, match=r"is not c·β̂ .* the dial's coefficient .* not a binary") as exc:
+    with pytest.raises(P.PropertyViolation, match=r"is not c·β̂ .* the dial's coefficient .* such as the binary") as exc:
         P.identity_in_vector_form(fn, b, GRPO_REFERENCE, np.random.default_rng(0))
     rewards = np.asarray(exc.value.counterexample["group_rewards"])
     assert np.unique(rewards).size > 2 or not np.isin(rewards, (0.0, 1.0)).all()  # not a binary group
@@ -470,3 +470,14 @@ def test_a_pushed_lone_answer_does_not_hide_a_wrong_baseline_in_the_other_groups
     with pytest.raises(P.PropertyViolation, match="not taken as the ids give them") as err:
         P.ragged_groups(batch_baseline, batch, ctx, LoneFirst())
     assert err.value.severity == "fail"
+
+
+def test_a_floor_on_sigma_is_named_by_the_divisor_it_puts_in_sigmas_place():
+    def floored(r, G):
+        R = r.reshape(-1, G)
+        return ((R - R.mean(1, keepdims=True)) / np.maximum(R.std(1, keepdims=True), 0.25)).reshape(-1)
+
+    b = batch([1, 0, 0, 1, 1, 1, 0, 0], 4)
+    with pytest.raises(P.PropertyViolation) as exc:
+        P.identity_in_vector_form(floored, b, GRPO_REFERENCE, np.random.default_rng(0))
+    assert "it divides this group's R − R̄ by 0.25 where the dial divides by" in str(exc.value)
