@@ -364,13 +364,15 @@ class Caller:
         self._answered = False  # it has answered a call: an exception is then its own, never the call's
 
     @classmethod
-    def for_function(cls, fn: Callable[..., Any], options: CallOptions | None = None) -> Caller:
+    def for_function(
+        cls, fn: Callable[..., Any], options: CallOptions | None = None, name: str | None = None
+    ) -> Caller:
         """The caller of ``fn``: its plan from the signature and the options; the input kind from
         ``--input``, else the rewards' annotation, else the first call (numpy, then torch, then
         lists: the first the function takes).  :class:`CallError` when the signature needs more
         than the audit can pass."""
         options = options or CallOptions()
-        name = str(getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "fn"))
+        name = name or str(getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "fn"))
         plan = _form_of(fn, name, options)
         missing = _unfilled(fn, plan)
         if missing:

@@ -178,7 +178,7 @@ class _Channel:
                 resolve_reference(msg.payload) if isinstance(msg.payload, tuple) else load_target(msg.payload, msg.kind)
             )
             info = declared_info(fn)
-            self.fn = called_as_written(fn, msg.calling, info)
+            self.fn = called_as_written(fn, msg.calling, info, msg.payload)
         except (TargetImportError, ValueError) as exc:
             return M.LoadFailed(str(exc))
         except SystemExit as exc:

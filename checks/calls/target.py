@@ -555,16 +555,20 @@ def seen_input(fn: Any, passed: np.ndarray) -> np.ndarray:
     return held if isinstance(held, np.ndarray) else passed
 
 
-def called_as_written(fn: Callable[..., Any], calling: Any, info: dict[str, Any]) -> Callable[..., Any]:
+def called_as_written(
+    fn: Callable[..., Any], calling: Any, info: dict[str, Any], spec: Any = None
+) -> Callable[..., Any]:
     """``fn`` behind a :class:`~grpo_identity.checks.calls.calling.Caller` when ``calling`` (its
-    :class:`~grpo_identity.checks.calls.calling.CallOptions`) is given; the plan goes into ``info["call"]``.
-    A function no plan can call raises :class:`TargetImportError` (a usage error)."""
+    :class:`~grpo_identity.checks.calls.calling.CallOptions`) is given; the plan goes into ``info["call"]``, named
+    as the ``FILE.py:NAME`` spec names it where one is given (an object, a decorator's wrapper have no name of
+    their own).  A function no plan can call raises :class:`TargetImportError` (a usage error)."""
     if calling is None:
         return fn
     from grpo_identity.checks.calls.calling import Caller, CallError
 
     try:
-        caller = Caller.for_function(fn, calling)
+        name = spec.rpartition(":")[2] if isinstance(spec, str) and ":" in spec else None
+        caller = Caller.for_function(fn, calling, name)
     except CallError as exc:
         raise TargetImportError(str(exc)) from None
     info["call"] = caller.plan.to_dict()

@@ -117,6 +117,16 @@ def test_a_class_s_static_or_class_method_or_an_objects_method_is_named_by_its_d
             load_target(f"{path}:{name}")
 
 
+def test_the_call_is_named_as_the_spec_names_the_target(tmp_path):
+    path = tmp_path / "estimators.py"
+    path.write_text(
+        CLASS_FILE + "\n\ndef _wrap(fn):\n    return lambda *a, **k: fn(*a, **k)\n\nwrapped = _wrap(Estimators.grpo)\n"
+    )
+    for name in ("Estimators.grpo", "wrapped"):
+        report = checks.audit(f"{path}:{name}", max_examples=5)
+        assert report.to_dict()["target_info"]["call"]["call"].startswith(f"{name}(R, "), name
+
+
 def test_a_module_that_exits_while_it_is_imported_is_an_import_error(tmp_path):
     path = tmp_path / "exits.py"
     path.write_text("import sys\nsys.exit(4)\n\ndef f(rewards, G):\n    return rewards\n")
