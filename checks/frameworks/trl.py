@@ -419,10 +419,7 @@ class TrlTarget(Built):
         trainer = self.trainer
         inputs = _score(trainer, self.state, rewards, G)
         inputs = _lay_out(inputs, np.asarray(lengths, dtype=int), self.eos, self.pad, (self.words, 0))
-        # on-policy first step: old = current; the engine's ratio (the stand-in agrees with the trainer) kept where
-        # the loss reads it (use_vllm with its correction)
-        for key in ("old_per_token_logps", "sampling_per_token_logps", *_unread_ratio(trainer)):
-            inputs.pop(key, None)
+        on_policy(inputs, _unread_ratio(trainer))
         if inputs.get("ref_per_token_logps") is not None:  # scored on the sampled completions: again on the probe's
             inputs["ref_per_token_logps"] = _reference_logps(trainer, inputs)
         coefficients = _loss_gradient(trainer, self.kept, inputs)
@@ -472,6 +469,17 @@ def _lay_out(
     if "num_items_in_batch" in inputs:
         inputs["num_items_in_batch"] = mask.sum()
     return inputs
+
+
+def on_policy(inputs: dict[str, Any], unread: tuple[str, ...] = ()) -> None:
+    """The batch of an on-policy first step: old = current, as TRL reads an old log-probability of None (0.18 and
+    0.19 read the key unguarded: it stays, as None); the sampler's log-probabilities and ``unread`` ratios gone
+    (``.get(key, old)`` falls back to the old ones), the engine's ratio kept where the loss reads it (use_vllm with
+    its correction: the stand-in agrees with the trainer)."""
+    if "old_per_token_logps" in inputs:
+        inputs["old_per_token_logps"] = None
+    for key in ("sampling_per_token_logps", *unread):
+        inputs.pop(key, None)
 
 
 def _loss_gradient(trainer: Any, kept: dict[str, Any], inputs: dict[str, Any]) -> np.ndarray:

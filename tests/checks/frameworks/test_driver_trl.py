@@ -626,3 +626,15 @@ def test_a_repeated_sample_is_handed_out_as_new_containers_around_the_same_leave
     assert isinstance(copy[7][0], tuple) and copy[7][1] is not sample[7][1]  # rows of tuples and lists
     copy[0][0].append(9)
     assert sample[0][0] == [1, 2]
+
+
+def test_the_on_policy_batch_keeps_the_old_log_probabilities_key_as_none_for_releases_that_read_it_unguarded():
+    from grpo_identity.checks.frameworks.trl import on_policy
+
+    stored = {"old_per_token_logps": np.zeros(3), "sampling_per_token_logps": np.ones(3), "advantages": np.ones(3)}
+    inputs = {**stored, "importance_sampling_ratio": np.ones(3)}
+    on_policy(inputs, ("importance_sampling_ratio",))  # TRL 0.18–0.19: inputs["old_per_token_logps"] is None → current
+    assert inputs == {"old_per_token_logps": None, "advantages": stored["advantages"]}
+    unscored = {"advantages": np.ones(3)}  # a release that stores none: nothing added
+    on_policy(unscored)
+    assert list(unscored) == ["advantages"]
