@@ -208,7 +208,19 @@ def chunks(batch: Any, k: int) -> list[Any]:
 
 
 def _release() -> tuple[int, ...]:
-    return tuple(int(x) for x in version("verl").split(".")[:2] if x.isdigit())
+    """verl's release as (major, minor, patch), as far as its version says them in digits."""
+    parts = []
+    for x in version("verl").split(".")[:3]:
+        if not x.isdigit():
+            break
+        parts.append(int(x))
+    return tuple(parts)
+
+
+def _forward_returns_dict() -> bool:
+    """Whether the release's actor reads ``_forward_micro_batch``'s answer as ``{"log_probs", "entropys"}`` (0.7.1
+    on) or unpacks ``(entropy, log_prob)`` (0.6, 0.7.0)."""
+    return _release() >= (0, 7, 1)
 
 
 def legacy_rank(c: Any, ranks: int, recorder: Recorder) -> Callable[[int, Any], Any]:
@@ -220,7 +232,7 @@ def legacy_rank(c: Any, ranks: int, recorder: Recorder) -> Callable[[int, Any], 
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     configs = [_legacy_actor_config(c, ranks) for _ in range(ranks)]  # built once, before the ranks fork
-    as_dict = _release() >= (0, 7)  # 0.7 returns {"log_probs", "entropys"}, 0.6 (entropy, log_prob)
+    as_dict = _forward_returns_dict()
 
     def run(rank: int, chunk: Any) -> Any:
         module = torch.nn.Linear(1, 1)
@@ -333,7 +345,10 @@ def engine_probe_class() -> Any:
         leaf = torch.full((int(offsets[-1]),), LOG_PROB, requires_grad=True)
         log_probs = torch.nested.nested_tensor_from_jagged(leaf, offsets=offsets)
         rows = micro_batch["responses"][:, 0] - MARK
-        self.recorder.add(self.probe_rank, rows, leaf, lambda grad: no_padding_2_padding(grad, micro_batch))
+        def padded(grad: Any) -> Any:  # as a nested tensor: 0.7.0 takes no flat one
+            return no_padding_2_padding(torch.nested.nested_tensor_from_jagged(grad, offsets=offsets), micro_batch)
+
+        self.recorder.add(self.probe_rank, rows, leaf, padded)
         group = self.get_data_parallel_group()  # verl's own: the world's group, the ranks' processes
         loss, metrics = loss_function(model_output={"log_probs": log_probs}, data=micro_batch, dp_group=group)
         return loss, {"model_output": {}, "loss": loss.detach().item(), "metrics": metrics}

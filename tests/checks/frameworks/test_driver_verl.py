@@ -682,3 +682,21 @@ def test_verls_rollout_correction_is_read_from_the_policy_losss_gradient(release
     found = {f["property"]: f["severity"] for f in out["findings"]}
     assert found["rollout_logps_missing"] == "note"
     assert found.get("correction_non_finite" if non_finite == "non-finite" else "rollout_logps_non_finite")
+
+
+@pytest.mark.parametrize(
+    "spelt, release, as_dict",
+    [
+        ("0.6.0", (0, 6, 0), False),
+        ("0.7.0", (0, 7, 0), False),
+        ("0.7.1", (0, 7, 1), True),
+        ("0.10.0rc1", (0, 10), True),
+    ],
+)
+def test_the_legacy_workers_log_probabilities_come_back_as_each_release_unpacks_them(
+    monkeypatch, spelt, release, as_dict
+):
+    from grpo_identity.checks.frameworks.exported import verl as exported
+
+    monkeypatch.setattr(exported, "version", lambda name: spelt)
+    assert exported._release() == release and exported._forward_returns_dict() is as_dict
