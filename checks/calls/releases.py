@@ -517,11 +517,18 @@ def ensure(framework: str, release: str, *, log: Any = None) -> ReleaseEnv:
     be installed here (no such version, a requirement no index holds, a CUDA stack).
     """
     from grpo_identity.checks.frameworks import FRAMEWORKS, AdapterError
+    from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE, release_key
 
     if framework not in FRAMEWORKS:
         raise AdapterError(f"--release applies to {', '.join(FRAMEWORKS)}, not {framework!r}")
     if not release or not all(ch.isalnum() or ch in ".+-" for ch in release) or not release[0].isalnum():
         raise AdapterError(f"--release: {release!r} is no version number")
+    floor = FRAMEWORK_TABLE[framework].first
+    if floor is not None and release_key(release) < release_key(floor[0]):
+        raise AdapterError(
+            f"{framework} {release} is older than the driver audits: it runs {framework} {floor[0]} and later "
+            f"({floor[1]}); set --release {floor[0]} or later"
+        )
     uv = _uv()
     uploaded = upload_time(framework, release)  # also without uv: an environment made with it is reused
     env = env_dir(framework, release, uploaded)

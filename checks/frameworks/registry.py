@@ -47,6 +47,9 @@ class FrameworkEntry:
     split-invariant step (``split``): what a report suggests (:func:`~grpo_identity.checks.frameworks.setting_for`)."""
     verify: tuple[tuple[str, str], ...] = ()
     """(target, expected preset) that ``grpo-identity verify`` audits where the framework is installed."""
+    first: tuple[str, str] | None = None
+    """The oldest release the driver audits at any level, and why (what older ones lack); None where no floor is
+    known.  An older ``--release`` is refused before its environment is made."""
 
     @property
     def driver(self) -> str:
@@ -83,6 +86,7 @@ _TRL = FrameworkEntry(
         },
     },
     verify=(("trl", "grpo"),),
+    first=("0.16.0", "the first with GRPOTrainer._generate_and_score_completions, which the driver runs"),
 )
 _VERL = FrameworkEntry(
     "verl",

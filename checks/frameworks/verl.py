@@ -92,6 +92,12 @@ DIFFERENCES = {
         "0.1",
         "the trainer's advantage dispatch: the driver's advantage path",
     ),
+    "actor_config": Difference(
+        "verl.workers.config.actor:ActorConfig",
+        "0.6.0",
+        "the actor's dataclass config the policy loss and the workers read: the driver's gradient path (--level "
+        "advantage audits older releases)",
+    ),
     "global_batch": Difference(
         "verl.workers.config.actor:ActorConfig.global_batch_info",
         "0.7.0",
@@ -231,6 +237,7 @@ class VerlTarget(Built):
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
         from verl.utils.config import omega_conf_to_dataclass
 
+        DIFFERENCES["actor_config"].require(f"verl {version('verl')}")
         self.split = split = step_split(spec, self.cfg)
         try:
             self.actor = actor = omega_conf_to_dataclass(self.cfg.actor_rollout_ref.actor)

@@ -58,6 +58,11 @@ def test_old_trl_releases_get_the_transformers_they_need_and_new_ones_none():
         ("trl", "", "is no version number"),
         ("trl", "-1.0", "is no version number"),
         ("grpo", "0.11.2", "--release applies to"),
+        (
+            "trl",
+            "0.15.2",
+            r"trl 0.15.2 is older than the driver audits: it runs trl 0.16.0 and later \(the first with ",
+        ),
     ],
 )
 def test_a_bad_release_request_is_refused_before_anything_is_installed(
@@ -413,3 +418,10 @@ def test_a_reports_environment_path_writes_the_home_folder_as_a_tilde(monkeypatc
     assert inside.summary()["path"] == "~/.cache/e" and beside.summary()["path"] == "/srv/someone-else/e"
     monkeypatch.setenv("HOME", "/")  # a home of / rewrites nothing
     assert R.ReleaseEnv("trl", "1.0", "py", {"path": "/opt/e"}).summary()["path"] == "/opt/e"
+
+
+def test_a_frameworks_oldest_release_is_the_one_its_driver_requires_what_it_runs_from():
+    from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
+    from grpo_identity.checks.frameworks.trl_config import DIFFERENCES
+
+    assert FRAMEWORK_TABLE["trl"].first[0] == DIFFERENCES["score"].since  # the advantage path's first release
