@@ -265,7 +265,7 @@ def _open(spec: Spec, options: AuditOptions, python: str | None) -> Any:
     calling = spec.calling if isinstance(spec, FunctionSpec) else None
     if python is None and (options.isolate is False or (callable(payload) and not options.isolate)):
         fn = payload if callable(payload) else load_target(payload, kind)
-        return LocalTarget(fn, name=name, kind=kind, calling=calling)
+        return LocalTarget(fn, name=name, kind=kind, calling=calling, spec=payload)
     warm = framework or (isinstance(spec, FunctionSpec) and spec.builtin)
     return ChildTarget(
         payload,

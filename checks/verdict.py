@@ -43,7 +43,7 @@ import numpy as np
 
 from grpo_identity import dial as D
 from grpo_identity.checks.measure.declared import Declared
-from grpo_identity.checks.measure.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, fit_tolerance
+from grpo_identity.checks.measure.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, UNIT_ROUNDOFF, fit_tolerance
 from grpo_identity.checks.report import VERDICTS, WEIGHTS, AdvantageFit, FilterFit, Finding, GradientFit, Report
 from grpo_identity.variants import VARIANTS, Variant
 
@@ -535,10 +535,6 @@ def _variant_note(found: Recognition, severity: str) -> Finding:
     return Finding("variant", message, found.to_dict(), severity)
 
 
-#: the unit roundoff of each precision the audit reads (half the distance from 1 to the next float)
-_UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-
-
 def _silent_not_by_design(f: Finding, found: Recognition, inf: AdvantageFit) -> Finding | None:
     """The silent groups' residue where the variant's own form (its ε and lengths as recognised) leaves far less
     on the same probe batches, their rewards blurred by the rounding of the target's precision: the target's
@@ -546,7 +542,7 @@ def _silent_not_by_design(f: Finding, found: Recognition, inf: AdvantageFit) -> 
     None otherwise (it is the variant's to excuse, or not this finding)."""
     if f.property != "silent_nonbinary_groups_zero" or inf.silent_nonbinary_max_abs is None:
         return None
-    own, unit = 0.0, _UNIT_ROUNDOFF.get(str(inf.precision), _UNIT_ROUNDOFF["float64"])
+    own, unit = 0.0, UNIT_ROUNDOFF.get(str(inf.precision), UNIT_ROUNDOFF["float64"])
     rng = np.random.default_rng(0)
     for G in PROBE_GROUP_SIZES:
         r = np.repeat(np.asarray(SILENT_PROBE_VALUES), G)

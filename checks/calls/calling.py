@@ -192,7 +192,7 @@ class CallPlan:
 
 
 # --- the plan from the signature --------------------------------------------------------------------
-def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+def _parameters(fn: Callable[..., Any], forward: bool = True) -> list[inspect.Parameter]:
     """The named parameters of ``fn`` (a torch module's: its ``forward``'s); none where it has no signature (a
     builtin) or only ``*args, **kwargs`` (a decorator's wrapper): rewards and G are then passed by position."""
     try:
@@ -201,10 +201,8 @@ def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter]:
         ]
     except (TypeError, ValueError):
         return []
-    forward = getattr(fn, "forward", None)
-    if not params and callable(forward) and forward is not fn:
-        return _parameters(forward)
-    return params
+    method = getattr(fn, "forward", None) if forward and not params else None  # one level: a module's forward
+    return _parameters(method, forward=False) if callable(method) and method is not fn else params
 
 
 def _find(params: list[inspect.Parameter], names: tuple[str, ...]) -> inspect.Parameter | None:

@@ -270,7 +270,7 @@ def _index_url() -> str:
 
 
 def _file_pattern(framework: str, release: str) -> re.Pattern[str]:
-    """A release's file names: ``release`` a regular expression (``[^-]+`` for any release, its one group)."""
+    """A release's file names: ``release`` a regular expression (``[^-]+?`` for any release), the first group."""
     name = "[-_.]".join(re.escape(part) for part in re.split(r"[-_.]+", framework))  # ms-swift: ms_swift-4.6.0-…whl
     return re.compile(rf"^{name}-({release})(\.tar\.gz|\.zip|-.+\.whl)$", re.I)
 
@@ -283,35 +283,23 @@ def _release_files(framework: str, release: str, timeout: float) -> list[dict[st
 
 def listed(framework: str, release: str, *, timeout: float = 15.0) -> str:
     """The index's spelling of ``release`` (``1.16`` → ``1.16.0``: one environment per release, made as of its
-    upload), or ``release`` itself where the index cannot be read (or ``packaging`` is not installed to compare
-    spellings).  Raises :class:`~grpo_identity.checks.frameworks.AdapterError` where the index lists no file of it,
-    naming the newest releases it does list, before an environment is begun."""
+    upload), or ``release`` itself where the index cannot be read.  Raises
+    :class:`~grpo_identity.checks.frameworks.AdapterError` where the index lists no file of it, naming the newest
+    releases it does list, before an environment is begun."""
     from grpo_identity.checks.frameworks import AdapterError
+    from grpo_identity.checks.frameworks.registry import release_key
 
-    try:
-        from packaging.version import InvalidVersion, Version
-    except ImportError:
-        return release
     pattern = _file_pattern(framework, "[^-]+?")
     spelt = {m.group(1) for f in _index_files(framework, timeout) or [] if (m := pattern.match(str(f.get("filename"))))}
     if not spelt or release in spelt:
         return release
-    order: list[tuple[Version, str]] = []
-    for s in spelt:
-        with contextlib.suppress(InvalidVersion):
-            order.append((Version(s), s))
-    order.sort()
-    if not order:  # no file name of the index spells a version: nothing to tell
-        return release
-    with contextlib.suppress(InvalidVersion):
-        wanted = Version(release)
-        for v, s in order:
-            if v == wanted:
-                return s
-    newest = ", ".join(s for _, s in reversed(order[-3:]))
+    same = sorted(s for s in spelt if release_key(s) == release_key(release))
+    if same:
+        return same[0]
+    newest = sorted(spelt, key=lambda s: (release_key(s), s))[-3:]
     raise AdapterError(
-        f"{framework} {release} is not on the index ({_index_url()}): its newest releases are {newest}; "
-        "set --release to one of its releases"
+        f"{framework} {release} is not on the index ({_index_url()}): its newest releases are "
+        f"{', '.join(reversed(newest))}; set --release to one of its releases"
     )
 
 

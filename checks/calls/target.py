@@ -31,6 +31,7 @@ import os
 import stat
 import sys
 import traceback
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -158,9 +159,9 @@ def _takes_self(attribute: Any) -> bool:
 
 def _did_you_mean(module: Any, name: str) -> str:
     """'; did you mean 'advantage'?' for a near miss, else the module's public functions."""
-    try:
+    if isinstance(module, types.ModuleType):
         names = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
-    except TypeError:  # an object without a __dict__
+    else:  # a class or an object: what it inherits too
         names = sorted(k for k in dir(module) if not k.startswith("_") and callable(getattr(module, k, None)))
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     if close:
@@ -378,12 +379,17 @@ class LocalTarget(Target):
     :class:`grpo_identity.checks.calls.child.ChildTarget`)."""
 
     def __init__(
-        self, fn: Callable[..., Any], name: str | None = None, kind: str = "advantage", calling: Any = None
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        kind: str = "advantage",
+        calling: Any = None,
+        spec: Any = None,
     ) -> None:
         self.name = str(name or getattr(fn, "__qualname__", repr(fn)))
         self.kind = kind
         self.info = declared_info(fn)
-        self.fn = called_as_written(fn, calling, self.info)
+        self.fn = called_as_written(fn, calling, self.info, spec)
         self.calls = 0
         self._watch = OutputWatch()
 
@@ -564,10 +570,12 @@ def called_as_written(
     their own).  A function no plan can call raises :class:`TargetImportError` (a usage error)."""
     if calling is None:
         return fn
+    from grpo_identity.checks.calls import adapters
     from grpo_identity.checks.calls.calling import Caller, CallError
 
     try:
-        name = spec.rpartition(":")[2] if isinstance(spec, str) and ":" in spec else None
+        named = isinstance(spec, str) and ":" in spec and not adapters.is_adapter(spec)  # FILE.py:NAME, MODULE:NAME
+        name = spec.rpartition(":")[2] if named else None
         caller = Caller.for_function(fn, calling, name)
     except CallError as exc:
         raise TargetImportError(str(exc)) from None

@@ -49,7 +49,8 @@ class FrameworkEntry:
     """(target, expected preset) that ``grpo-identity verify`` audits where the framework is installed."""
     first: tuple[str, str] | None = None
     """The oldest release the driver audits at any level, and why (what older ones lack); None where no floor is
-    known.  An older ``--release`` is refused before its environment is made."""
+    known.  An older ``--release`` is refused before its environment is made; the driver's own table of release
+    differences reads it for what it requires first."""
 
     @property
     def driver(self) -> str:
@@ -310,9 +311,12 @@ def _by_range(field: str) -> dict[tuple[str, str, str], tuple[str, ...]]:
 
 
 def release_key(release: str) -> tuple[int, ...]:
-    """A release's number as a tuple to compare (``"0.22.2"`` → (0, 22, 2); a part's digits only: ``1rc1`` → 11)."""
+    """A release's number as a tuple to compare, equal across spellings of one release (``"0.22.2"`` → (0, 22, 2);
+    ``"0.16"`` and ``"0.16.0"`` → (0, 16): trailing zeros dropped; a part's digits only: ``1rc1`` → 11)."""
     out = []
     for part in release.split("."):
         digits = "".join(ch for ch in part if ch.isdigit())
         out.append(int(digits) if digits else 0)
+    while out and out[-1] == 0:
+        out.pop()
     return tuple(out)

@@ -17,6 +17,7 @@ from typing import Any
 
 from grpo_identity.checks.frameworks import RESPONSE_LENGTH, AdapterError, FrameworkSpec, redacted
 from grpo_identity.checks.frameworks.contract import Difference, DriverSettings
+from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
 
 __all__ = [
     "DIFFERENCES",
@@ -31,11 +32,12 @@ __all__ = [
 ]
 
 _TRAINER, _CONFIG = "trl.trainer.grpo_trainer:GRPOTrainer", "trl.trainer.grpo_config:GRPOConfig"
+_FIRST = FRAMEWORK_TABLE["trl"].first[0] if FRAMEWORK_TABLE["trl"].first else "0"  # the oldest release it drives
 #: how TRL's releases differ where the driver reads their code (:class:`~.contract.Difference`)
 DIFFERENCES = {
     "score": Difference(
         f"{_TRAINER}._generate_and_score_completions",
-        "0.16.0",
+        _FIRST,
         "samples and scores a batch, the advantages included: the driver's advantage path",
     ),
     "sample": Difference(

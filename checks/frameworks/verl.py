@@ -234,10 +234,10 @@ class VerlTarget(Built):
         super().__init__(info, level)
 
     def _loss(self, spec: FrameworkSpec, info: DriverInfo) -> DriverInfo:
+        DIFFERENCES["actor_config"].require(f"verl {version('verl')}")  # before importing what older ones lack
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
         from verl.utils.config import omega_conf_to_dataclass
 
-        DIFFERENCES["actor_config"].require(f"verl {version('verl')}")
         self.split = split = step_split(spec, self.cfg)
         try:
             self.actor = actor = omega_conf_to_dataclass(self.cfg.actor_rollout_ref.actor)

@@ -39,6 +39,7 @@ __all__ = [
     "PROBE_GROUP_SIZES",
     "SILENT_PROBE_VALUES",
     "NEAR_SILENT_OFFSETS",
+    "UNIT_ROUNDOFF",
     "infer_dial",
     "fit_tolerance",
     "infer_keep_rule",
@@ -53,7 +54,8 @@ PROBE_GROUP_SIZES = (2, 3, 4, 8, 16, 64)
 SILENT_PROBE_VALUES = (0.1, 0.3, 1.0 / 3.0, 0.7, -0.2, 2.5)
 #: live groups of the filter probe: G − 1 rewards 0.1 and one 0.1 + offset (σ > 0, tiny)
 NEAR_SILENT_OFFSETS = (1e-6, 1e-9)
-_UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: the unit roundoff of each precision (half the spacing of floats in [1, 2); the spacing in [0.5, 1))
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 
 #: all-wrong groups appended to each probe batch: without them its std would be 1/2 at every G,
@@ -109,7 +111,7 @@ def infer_dial(
     if np.any(data[:, 2] <= 0):
         inf.why = "the higher reward does not get the higher advantage (sign)"
         return inf
-    best = _best_fit(_fits(data, inf), _UNIT_ROUNDOFF[inf.precision])
+    best = _best_fit(_fits(data, inf), UNIT_ROUNDOFF[inf.precision])
     if best is None:
         inf.why = (
             "no centre (mean, leave-one-out) and scale (group std ddof 0/1 + ε, batch std, none) fits the probes: "
@@ -150,7 +152,7 @@ def _read_small_eps(target: Callable[[np.ndarray, int], np.ndarray], inf: Advant
     data = _gap_rows(outs, inf.batch_std)  # unit-scale x throughout: every intercept is ε/s (or ε/s²)
     if np.any(data[:, 2] <= 0):
         return
-    best = _best_fit(_fits(data, inf), _UNIT_ROUNDOFF[inf.precision])
+    best = _best_fit(_fits(data, inf), UNIT_ROUNDOFF[inf.precision])
     if best is None:
         return
     p = best[2]
@@ -264,7 +266,7 @@ def _fits(data: np.ndarray, inf: AdvantageFit) -> list[tuple[int, float, dict[st
     """(rank, residual, params) of every (centre, scale) candidate that fits within the precision's tolerance."""
     Gs, gap = data[:, 0], data[:, 2]
     fit_tol = fit_tolerance(inf.precision)
-    u = _UNIT_ROUNDOFF[inf.precision]
+    u = UNIT_ROUNDOFF[inf.precision]
     fits = []
     for centre in ("mean", "loo"):
         y = (1.0 if centre == "mean" else Gs / (Gs - 1)) / gap  # f/d, f the centre's factor (Prop. 1)
@@ -303,7 +305,7 @@ def _adopt(inf: AdvantageFit, best: tuple[int, float, dict[str, Any]]) -> None:
 
 def _alpha_tolerance(precision: str, residual: float) -> float:
     """How far a fitted α may be from another and still read as the same (the precision's and the fit's)."""
-    return max(min(1e3 * _UNIT_ROUNDOFF[precision], 0.03), 3 * residual, 1e-12)
+    return max(min(1e3 * UNIT_ROUNDOFF[precision], 0.03), 3 * residual, 1e-12)
 
 
 def infer_keep_rule(

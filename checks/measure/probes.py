@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from grpo_identity.checks.measure.infer import probe_batch
+from grpo_identity.checks.measure.infer import UNIT_ROUNDOFF, probe_batch
 
 __all__ = ["run_probes", "PROBES", "filter_singletons"]
 
@@ -68,9 +68,8 @@ def remainder(target: Callable[..., Any]) -> Any:
 
 
 #: the tiny spread's rewards: 0.7 + TINY_SPREAD·noise, or a few units in the last place of the rewards' dtype where
-#: it rounds 1e-5 away (float16, bfloat16)
+#: it rounds 1e-5 away (float16, bfloat16; in [0.5, 1) the spacing of floats is the unit roundoff)
 TINY_SPREAD = 1e-5
-_ULP_AT_0_7 = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 
 def tiny_spread(target: Callable[..., Any]) -> Any:
@@ -80,7 +79,7 @@ def tiny_spread(target: Callable[..., Any]) -> Any:
     G = 8
     noise = np.random.default_rng(0).standard_normal(G)
     dtype = str(getattr(target, "dtype", "float64"))
-    spread = max(TINY_SPREAD, 4 * _ULP_AT_0_7.get(dtype, 0.0))
+    spread = max(TINY_SPREAD, 4 * UNIT_ROUNDOFF.get(dtype, 0.0))
     r = np.r_[0.7 + spread * noise, np.r_[np.ones(4), np.zeros(4)]]
     A = np.asarray(target(r, G), dtype=np.float64)
     said = f"{spread:.0e}".replace("e-0", "e-")

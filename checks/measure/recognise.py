@@ -122,10 +122,9 @@ def _fit(outs: list[np.ndarray], refs: list[np.ndarray], unit: float) -> tuple[f
     r = np.concatenate([f[m] for f, m in zip(refs, ok)])
     rr = float(r @ r)
     alpha = float(t @ r) / rr if rr > 0 else 0.0
-    worst = _worst(outs, refs, alpha)
-    if abs(alpha - 1) <= unit:  # within the precision: the variant itself (judged at the factor that fits best)
+    if abs(alpha - 1) <= unit:  # within the precision: the variant itself, an ε of its own aside
         alpha = 1.0
-    return alpha, worst
+    return alpha, _worst(outs, refs, alpha)
 
 
 def _worst(outs: list[np.ndarray], refs: list[np.ndarray], alpha: float) -> float:

@@ -418,10 +418,3 @@ def test_a_reports_environment_path_writes_the_home_folder_as_a_tilde(monkeypatc
     assert inside.summary()["path"] == "~/.cache/e" and beside.summary()["path"] == "/srv/someone-else/e"
     monkeypatch.setenv("HOME", "/")  # a home of / rewrites nothing
     assert R.ReleaseEnv("trl", "1.0", "py", {"path": "/opt/e"}).summary()["path"] == "/opt/e"
-
-
-def test_a_frameworks_oldest_release_is_the_one_its_driver_requires_what_it_runs_from():
-    from grpo_identity.checks.frameworks.registry import FRAMEWORK_TABLE
-    from grpo_identity.checks.frameworks.trl_config import DIFFERENCES
-
-    assert FRAMEWORK_TABLE["trl"].first[0] == DIFFERENCES["score"].since  # the advantage path's first release

@@ -86,13 +86,13 @@ class Estimators:
 
     @classmethod
     def dr(cls, rewards, G):
-        return cls.grpo(rewards, G)
+        return 2 * cls.grpo(rewards, G)
 
     def bound(self, rewards, G):
         return rewards
 
     def plain(rewards, G):  # no self: Python calls it on the class as a function
-        return rewards
+        return 3 * rewards
 
 made = Estimators()
 """
@@ -101,8 +101,15 @@ made = Estimators()
 def test_a_class_s_static_or_class_method_or_an_objects_method_is_named_by_its_dotted_path(tmp_path):
     path = tmp_path / "estimators.py"
     path.write_text(CLASS_FILE)
-    for name in ("Estimators.grpo", "Estimators.dr", "Estimators.plain", "made.bound", "made.grpo"):
-        assert load_target(f"{path}:{name}")(np.array([1.0, 0.0]), 2).tolist() in ([0.5, -0.5], [1.0, 0.0]), name
+    expected = {
+        "Estimators.grpo": [0.5, -0.5],
+        "Estimators.dr": [1.0, -1.0],
+        "Estimators.plain": [3.0, 0.0],
+        "made.bound": [1.0, 0.0],
+        "made.grpo": [0.5, -0.5],
+    }
+    for name, out in expected.items():
+        assert load_target(f"{path}:{name}")(np.array([1.0, 0.0]), 2).tolist() == out, name
     refusals = {
         "Estimators": r"'Estimators' is a class: name one of its functions, Estimators.FUNCTION \(its static and class "
         r"methods: dr, grpo\)",
@@ -123,8 +130,9 @@ def test_the_call_is_named_as_the_spec_names_the_target(tmp_path):
         CLASS_FILE + "\n\ndef _wrap(fn):\n    return lambda *a, **k: fn(*a, **k)\n\nwrapped = _wrap(Estimators.grpo)\n"
     )
     for name in ("Estimators.grpo", "wrapped"):
-        report = checks.audit(f"{path}:{name}", max_examples=5)
-        assert report.to_dict()["target_info"]["call"]["call"].startswith(f"{name}(R, "), name
+        for isolate in (True, False):  # in a child, and loaded here
+            report = checks.audit(f"{path}:{name}", max_examples=5, isolate=isolate)
+            assert report.to_dict()["target_info"]["call"]["call"].startswith(f"{name}(R, "), (name, isolate)
 
 
 def test_a_module_that_exits_while_it_is_imported_is_an_import_error(tmp_path):

@@ -208,12 +208,11 @@ def chunks(batch: Any, k: int) -> list[Any]:
 
 
 def _release() -> tuple[int, ...]:
-    """verl's release as (major, minor, patch), as far as its version says them in digits."""
+    """verl's release as (major, minor, patch), each its part's leading digits (``0.7.1rc1`` → (0, 7, 1))."""
     parts = []
     for x in version("verl").split(".")[:3]:
-        if not x.isdigit():
-            break
-        parts.append(int(x))
+        digits = len(x) - len(x.lstrip("0123456789"))
+        parts.append(int(x[:digits]) if digits else 0)
     return tuple(parts)
 
 
@@ -345,6 +344,7 @@ def engine_probe_class() -> Any:
         leaf = torch.full((int(offsets[-1]),), LOG_PROB, requires_grad=True)
         log_probs = torch.nested.nested_tensor_from_jagged(leaf, offsets=offsets)
         rows = micro_batch["responses"][:, 0] - MARK
+
         def padded(grad: Any) -> Any:  # as a nested tensor: 0.7.0 takes no flat one
             return no_padding_2_padding(torch.nested.nested_tensor_from_jagged(grad, offsets=offsets), micro_batch)
 

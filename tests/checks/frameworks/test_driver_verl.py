@@ -690,7 +690,8 @@ def test_verls_rollout_correction_is_read_from_the_policy_losss_gradient(release
         ("0.6.0", (0, 6, 0), False),
         ("0.7.0", (0, 7, 0), False),
         ("0.7.1", (0, 7, 1), True),
-        ("0.10.0rc1", (0, 10), True),
+        ("0.7.1rc1", (0, 7, 1), True),
+        ("0.10.0rc1", (0, 10, 0), True),
     ],
 )
 def test_the_legacy_workers_log_probabilities_come_back_as_each_release_unpacks_them(
