@@ -276,11 +276,16 @@ def _met(exc: TargetError) -> dict[str, Any] | None:
     if met is None:
         return None
     rewards, group_size, extra = met
-    example: dict[str, Any] = {"group_size": int(group_size), "rewards": P._list(np.asarray(rewards))}
-    ids = extra[0] if len(extra) == 1 else None
-    if isinstance(ids, np.ndarray) and ids.shape == np.shape(rewards):
-        example["group_ids"] = P._list(ids)
-    return example
+    ids = extra[0] if len(extra) == 1 and isinstance(extra[0], np.ndarray) else None
+    if ids is None or ids.shape != np.shape(rewards):
+        n_groups = len(rewards) // max(int(group_size), 1)
+        return {"group_size": int(group_size), "n_groups": n_groups, "rewards": P._list(np.asarray(rewards))}
+    return {
+        "group_size": int(group_size),
+        "n_groups": len(np.unique(ids)),
+        "rewards": P._list(np.asarray(rewards)),
+        "group_ids": P._list(ids),
+    }
 
 
 def _phases() -> tuple[Any, ...]:
