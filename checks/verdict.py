@@ -43,7 +43,13 @@ import numpy as np
 
 from grpo_identity import dial as D
 from grpo_identity.checks.measure.declared import Declared
-from grpo_identity.checks.measure.infer import PROBE_GROUP_SIZES, SILENT_PROBE_VALUES, UNIT_ROUNDOFF, fit_tolerance
+from grpo_identity.checks.measure.infer import (
+    PROBE_GROUP_SIZES,
+    SILENT_PROBE_VALUES,
+    UNIT_ROUNDOFF,
+    fit_tolerance,
+    silent_probe_batch,
+)
 from grpo_identity.checks.report import VERDICTS, WEIGHTS, AdvantageFit, FilterFit, Finding, GradientFit, Report
 from grpo_identity.variants import VARIANTS, Variant
 
@@ -545,7 +551,7 @@ def _silent_not_by_design(f: Finding, found: Recognition, inf: AdvantageFit) -> 
     own, unit = 0.0, UNIT_ROUNDOFF.get(str(inf.precision), UNIT_ROUNDOFF["float64"])
     rng = np.random.default_rng(0)
     for G in PROBE_GROUP_SIZES:
-        r = np.repeat(np.asarray(SILENT_PROBE_VALUES), G)
+        r = silent_probe_batch(G)
         A = np.abs(found.answers(r * (1 + 4 * unit * rng.standard_normal(r.size)), G))  # the target's rounding
         own = max(own, float(np.where(np.isfinite(A), A, np.inf).max()))
     if inf.silent_nonbinary_max_abs <= 10 * abs(found.factor) * own + SILENT_RESIDUE_FAIL / 10:

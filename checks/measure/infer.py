@@ -40,6 +40,7 @@ __all__ = [
     "SILENT_PROBE_VALUES",
     "NEAR_SILENT_OFFSETS",
     "UNIT_ROUNDOFF",
+    "silent_probe_batch",
     "infer_dial",
     "fit_tolerance",
     "infer_keep_rule",
@@ -68,6 +69,11 @@ def probe_batch(G: int) -> np.ndarray:
     return np.concatenate(
         [np.r_[np.ones(k), np.zeros(G - k)] for k in range(G + 1)] + [np.zeros(G * PROBE_EXTRA_SILENT)]
     )
+
+
+def silent_probe_batch(G: int) -> np.ndarray:
+    """One silent group of G rewards per :data:`SILENT_PROBE_VALUES` value (the non-binary silent probe)."""
+    return np.repeat(np.array(SILENT_PROBE_VALUES), G)
 
 
 def _levels(A: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
@@ -170,7 +176,7 @@ def _silent_residue(
     leave one), and the reward value and G where it appeared (``None`` when it is 0 everywhere)."""
     worst, where = 0.0, None
     for G in sizes:
-        r = np.repeat(np.array(SILENT_PROBE_VALUES), G)
+        r = silent_probe_batch(G)
         S = np.abs(call_target(target, r, G, "well_formed"))
         S = np.where(np.isfinite(S), S, np.inf)
         i = int(np.argmax(S))
@@ -331,7 +337,7 @@ def infer_filter(
     seen = rounding or (lambda r: r)
     agree_dapo, agree_all, only_near, first_bad = True, True, True, ""
     for G in sizes:
-        silent = np.repeat(np.array(SILENT_PROBE_VALUES), G)
+        silent = silent_probe_batch(G)
         near = [np.r_[np.full(G - 1, 0.1), 0.1 + d] for d in NEAR_SILENT_OFFSETS]  # σ > 0, tiny
         r = np.concatenate([probe_batch(G), silent, *near])
         keep = call_filter(target, r, G, "filter_well_formed")
